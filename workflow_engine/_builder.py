@@ -1,0 +1,249 @@
+"""WorkflowBuilder: compose executors, request ports and edges; ``build()`` validates the graph."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any, get_args, get_origin
+
+import networkx as nx
+
+from ._errors import (
+    DuplicateExecutorError,
+    EdgeTypeMismatchError,
+    FanInTypeMismatchError,
+    MissingStartError,
+    UnknownExecutorError,
+    UnreachableExecutorError,
+)
+from ._executor import Executor
+from ._graph import Case, Default, EdgeGroup, Graph, Node, Predicate
+from ._requests import RequestPort
+from ._types import is_assignable, type_name
+from ._workflow import Workflow
+
+NodeLike = Any
+"""An Executor, a RequestPort, an object with ``as_executor()`` (e.g. an agent), or a node id."""
+
+
+class WorkflowBuilder:
+    """Build a :class:`Workflow` from executors and edges.
+
+    Nodes join the graph when an edge (or ``add_executor``) first mentions them; later mentions may
+    use the node itself or its id. Loops are allowed.
+    """
+
+    def __init__(self, name: str = "workflow", start: NodeLike | None = None) -> None:
+        self.name = name
+        self._nodes: dict[str, Node] = {}
+        self._pending_ids: list[str] = []
+        self._groups: list[EdgeGroup] = []
+        self._problems: list[Exception] = []
+        self._types: list[tuple[type, str | None]] = []
+        self._start: str | None = None
+        self.max_supersteps = 100
+        if start is not None:
+            self.set_start_executor(start)
+
+    # --- nodes ----------------------------------------------------------------------------------
+
+    def add_executor(self, node: NodeLike) -> WorkflowBuilder:
+        self._node_id(node)
+        return self
+
+    def set_start_executor(self, node: NodeLike) -> WorkflowBuilder:
+        self._start = self._node_id(node)
+        return self
+
+    def register_types(self, *types: type, name: str | None = None) -> WorkflowBuilder:
+        """Allow values of these classes in state, messages or outputs beyond the annotations."""
+        if name is not None and len(types) != 1:
+            raise ValueError("name= can only be given when registering one type")
+        self._types.extend((t, name) for t in types)
+        return self
+
+    def with_max_supersteps(self, limit: int) -> WorkflowBuilder:
+        if limit < 1:
+            raise ValueError("max_supersteps must be at least 1")
+        self.max_supersteps = limit
+        return self
+
+    def _node_id(self, node: NodeLike) -> str:
+        if isinstance(node, str):
+            if node not in self._nodes:
+                self._pending_ids.append(node)
+            return node
+        if not isinstance(node, Executor | RequestPort) and hasattr(node, "as_executor"):
+            node = node.as_executor()
+        if not isinstance(node, Executor | RequestPort):
+            raise TypeError(
+                f"expected an Executor, RequestPort or node id, got {type(node).__name__}"
+            )
+        known = self._nodes.get(node.id)
+        if known is None:
+            self._nodes[node.id] = node
+        elif known is not node and not _same_agent_host(known, node):
+            self._problems.append(
+                DuplicateExecutorError(
+                    f"two different nodes use the id {node.id!r} ({known!r} and {node!r})"
+                )
+            )
+        return node.id
+
+    # --- edges ----------------------------------------------------------------------------------
+
+    def _group(self, kind: str, sources: Sequence[str], targets: Sequence[str], **kw: Any) -> None:
+        gid = f"{kind}:{','.join(sources)}->{','.join(targets)}#{len(self._groups)}"
+        self._groups.append(EdgeGroup(gid, kind, tuple(sources), tuple(targets), **kw))
+
+    def add_edge(
+        self, source: NodeLike, target: NodeLike, condition: Predicate | None = None
+    ) -> WorkflowBuilder:
+        """Deliver ``source``'s messages to ``target`` (only those where ``condition`` holds)."""
+        self._group("single", [self._node_id(source)], [self._node_id(target)], condition=condition)
+        return self
+
+    def add_fan_out_edges(
+        self,
+        source: NodeLike,
+        targets: Sequence[NodeLike],
+        selection_func: Callable[[Any, list[str]], list[str]] | None = None,
+    ) -> WorkflowBuilder:
+        """Deliver each message to every target (or to the ids ``selection_func`` picks)."""
+        self._group(
+            "fan_out",
+            [self._node_id(source)],
+            [self._node_id(t) for t in targets],
+            selection=selection_func,
+        )
+        return self
+
+    def add_switch_case_edge_group(
+        self, source: NodeLike, cases: Sequence[Case | Default]
+    ) -> WorkflowBuilder:
+        """Route each message to the first ``Case`` whose predicate holds, else the ``Default``."""
+        preds: list[Predicate] = []
+        targets: list[str] = []
+        default: str | None = None
+        for case in cases:
+            if isinstance(case, Default):
+                if default is not None:
+                    raise ValueError("a switch-case group takes at most one Default")
+                default = self._node_id(case.target)
+            else:
+                preds.append(case.condition)
+                targets.append(self._node_id(case.target))
+        if default is not None:
+            targets.append(default)
+        self._group("switch", [self._node_id(source)], targets, cases=tuple(preds))
+        return self
+
+    def add_fan_in_edges(self, sources: Sequence[NodeLike], target: NodeLike) -> WorkflowBuilder:
+        """``target`` receives one ``list`` of messages once every source has sent."""
+        self._group("fan_in", [self._node_id(s) for s in sources], [self._node_id(target)])
+        return self
+
+    def add_chain(self, nodes: Sequence[NodeLike]) -> WorkflowBuilder:
+        """``a → b → c ...`` with plain edges."""
+        ids = [self._node_id(n) for n in nodes]
+        for a, b in itertools.pairwise(ids):
+            self._group("single", [a], [b])
+        return self
+
+    # --- build ----------------------------------------------------------------------------------
+
+    def build(self) -> Workflow:
+        """Validate and freeze the graph; raises the first ``GraphValidationError`` found."""
+        for problem in self._problems:
+            raise problem
+        for node_id in self._pending_ids:
+            if node_id not in self._nodes:
+                raise UnknownExecutorError(
+                    f"workflow {self.name!r} refers to {node_id!r}, which is not an executor or "
+                    f"port of this builder (known: {', '.join(sorted(self._nodes)) or 'none'})"
+                )
+        if self._start is None:
+            raise MissingStartError(
+                f"workflow {self.name!r} has no start executor; pass start=... to WorkflowBuilder"
+            )
+        nodes = list(self._nodes.values())
+        for group in self._groups:
+            _check_group_types(self._nodes, group)
+        _check_reachable(self.name, self._nodes, self._start, self._groups)
+        graph = Graph.create(nodes, self._start, self._groups)
+        return Workflow(
+            name=self.name,
+            graph=graph,
+            extra_types=list(self._types),
+            max_supersteps=self.max_supersteps,
+        )
+
+
+def _same_agent_host(a: Node, b: Node) -> bool:
+    """Two wrappers of the same agent (``as_executor()`` called twice) are one node."""
+    wrapped = getattr(a, "wrapped", None)
+    return wrapped is not None and wrapped is getattr(b, "wrapped", None)
+
+
+def _outputs(node: Node) -> tuple[Any, ...]:
+    return node.output_types
+
+
+def _inputs(node: Node) -> tuple[Any, ...]:
+    return node.input_types
+
+
+def _names(types: Sequence[Any]) -> str:
+    return " | ".join(type_name(t) for t in types) or "nothing"
+
+
+def _check_group_types(nodes: dict[str, Node], group: EdgeGroup) -> None:
+    if group.kind == "fan_in":
+        _check_fan_in(nodes, group)
+        return
+    (source_id,) = group.sources
+    source = nodes[source_id]
+    outs = _outputs(source)
+    for target_id in group.targets:
+        ins = _inputs(nodes[target_id])
+        if not any(is_assignable(o, i) for o in outs for i in ins):
+            raise EdgeTypeMismatchError(
+                f"edge {source_id!r} → {target_id!r} can never carry a message: {source_id!r} "
+                f"sends {_names(outs)} but {target_id!r} accepts {_names(ins)}"
+            )
+
+
+def _check_fan_in(nodes: dict[str, Node], group: EdgeGroup) -> None:
+    (target_id,) = group.targets
+    ins = _inputs(nodes[target_id])
+    elements = [
+        (get_args(t) or (Any,))[0] for t in ins if get_origin(t) is list or t is list or t is Any
+    ]
+    if not elements:
+        raise FanInTypeMismatchError(
+            f"fan-in into {target_id!r} delivers a list, but {target_id!r} accepts "
+            f"{_names(ins)}; give it a handler for list[...]"
+        )
+    for source_id in group.sources:
+        outs = _outputs(nodes[source_id])
+        if not any(is_assignable(o, e) for o in outs for e in elements):
+            raise FanInTypeMismatchError(
+                f"fan-in sources disagree: {source_id!r} sends {_names(outs)}, but {target_id!r} "
+                f"takes list[{_names(elements)}]"
+            )
+
+
+def _check_reachable(
+    name: str, nodes: dict[str, Node], start: str, groups: Sequence[EdgeGroup]
+) -> None:
+    g = nx.DiGraph()
+    g.add_nodes_from(nodes)
+    for group in groups:
+        g.add_edges_from((s, t) for s in group.sources for t in group.targets)
+    reachable = nx.descendants(g, start) | {start}
+    unreachable = [n for n in nodes if n not in reachable]
+    if unreachable:
+        raise UnreachableExecutorError(
+            f"workflow {name!r}: {', '.join(repr(n) for n in unreachable)} cannot be reached from "
+            f"the start executor {start!r}"
+        )

@@ -1,0 +1,141 @@
+"""The checkpoint model and the store contract.
+
+A :class:`Checkpoint` is everything needed to continue a run in another process: in-flight
+messages, executor and shared state, fan-in buffers, pending/answered/cancelled requests, outputs
+and status -- as versioned JSON (every payload already encoded by the named codec). ``changes``
+says what differs from the parent checkpoint, so a store can write only that.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ._errors import CheckpointNotFoundError
+from ._events import WorkflowRunState
+
+CHECKPOINT_SCHEMA_VERSION = 1
+
+
+class MessageRecord(BaseModel):
+    """An encoded message in flight (``request_id`` set when it answers a request_info)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    source_id: str
+    target_id: str
+    data: Any
+    request_id: str | None = None
+
+
+class RequestRecord(BaseModel):
+    """A request as stored: who answers it, the encoded question, the expected answer type."""
+
+    model_config = ConfigDict(frozen=True)
+
+    request_id: str
+    port_id: str
+    source_executor_id: str
+    kind: Literal["port", "executor"]
+    data: Any
+    response_type: str
+    superstep: int
+
+
+class CheckpointChanges(BaseModel):
+    """What this checkpoint changed relative to its parent (empty for a first checkpoint)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    executor_state_keys: dict[str, list[str]] = Field(default_factory=dict)
+    shared_state_keys: list[str] = Field(default_factory=list)
+    outputs_added: int = 0
+    requests_added: list[str] = Field(default_factory=list)
+    requests_answered: list[str] = Field(default_factory=list)
+    requests_cancelled: list[str] = Field(default_factory=list)
+
+
+class Checkpoint(BaseModel):
+    """A run's complete, JSON-serializable state after a superstep (or on admit/continue)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: int = CHECKPOINT_SCHEMA_VERSION
+    codec: str
+    checkpoint_id: str
+    parent_id: str | None = None
+    run_id: str
+    workflow_name: str
+    workflow_signature: str
+    superstep: int
+    status: WorkflowRunState
+    created_at: float = Field(default_factory=time.time)
+    messages: list[MessageRecord] = Field(default_factory=list)
+    executor_states: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    shared_state: dict[str, Any] = Field(default_factory=dict)
+    fan_in_buffers: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)
+    pending_requests: dict[str, RequestRecord] = Field(default_factory=dict)
+    answered_requests: dict[str, Any] = Field(default_factory=dict)
+    cancelled_requests: list[str] = Field(default_factory=list)
+    outputs: list[Any] = Field(default_factory=list)
+    changes: CheckpointChanges = Field(default_factory=CheckpointChanges)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Checkpoint:
+        return cls.model_validate_json(text)
+
+
+@runtime_checkable
+class CheckpointStore(Protocol):
+    """Where checkpoints live. The runner saves one per superstep and fails the run if it can't."""
+
+    async def save(self, checkpoint: Checkpoint) -> None: ...
+
+    async def load(self, checkpoint_id: str) -> Checkpoint:
+        """The checkpoint, or ``CheckpointNotFoundError``."""
+        ...
+
+    async def latest(self, run_id: str) -> Checkpoint | None: ...
+
+    async def list(self, run_id: str) -> Sequence[Checkpoint]:
+        """A run's checkpoints, oldest first."""
+        ...
+
+    async def delete(self, checkpoint_id: str) -> None: ...
+
+
+class InMemoryCheckpointStore:
+    """Keeps checkpoints in a dict: for tests and short-lived runs. Checkpoints are immutable,
+    so storing the objects is as safe as storing their JSON."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Checkpoint] = {}
+        self._by_run: dict[str, list[str]] = {}
+
+    async def save(self, checkpoint: Checkpoint) -> None:
+        self._by_id[checkpoint.checkpoint_id] = checkpoint
+        self._by_run.setdefault(checkpoint.run_id, []).append(checkpoint.checkpoint_id)
+
+    async def load(self, checkpoint_id: str) -> Checkpoint:
+        try:
+            return self._by_id[checkpoint_id]
+        except KeyError:
+            raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r}") from None
+
+    async def latest(self, run_id: str) -> Checkpoint | None:
+        ids = self._by_run.get(run_id)
+        return self._by_id[ids[-1]] if ids else None
+
+    async def list(self, run_id: str) -> Sequence[Checkpoint]:
+        return [self._by_id[i] for i in self._by_run.get(run_id, [])]
+
+    async def delete(self, checkpoint_id: str) -> None:
+        cp = self._by_id.pop(checkpoint_id, None)
+        if cp is not None:
+            self._by_run[cp.run_id].remove(checkpoint_id)

@@ -1,0 +1,170 @@
+"""The one error tree of the engine.
+
+Every error the engine raises derives from :class:`WorkflowError`; each branch names a condition,
+and each class carries a stable ``code`` that crosses wires (CLI messages, AG-UI ``RUN_ERROR``).
+A paused run is not an error: it is a status.
+
+    WorkflowError
+    ├── GraphValidationError            build() refused the graph
+    │   ├── DuplicateExecutorError
+    │   ├── UnknownExecutorError
+    │   ├── MissingStartError
+    │   ├── UnreachableExecutorError
+    │   ├── EdgeTypeMismatchError
+    │   └── FanInTypeMismatchError
+    ├── ExecutionError                  something went wrong while a run executed
+    │   ├── MessageNotHandledError
+    │   ├── UndeclaredOutputError
+    │   ├── UnknownTargetError
+    │   └── RunNotResumableError
+    ├── ResponseError                   an ExternalResponse was refused; nothing changed
+    │   ├── UnknownRequestError
+    │   ├── RequestAlreadyAnsweredError
+    │   ├── RequestCancelledError
+    │   └── ResponseTypeError
+    ├── CheckpointError
+    │   ├── SignatureMismatchError
+    │   ├── CheckpointNotFoundError
+    │   └── CheckpointStoreError
+    └── SerializationError
+        └── UnregisteredTypeError
+"""
+
+from __future__ import annotations
+
+
+class WorkflowError(Exception):
+    """Root of every error raised by workflow-engine."""
+
+    code: str = "workflow_error"
+
+
+# --- graph validation -------------------------------------------------------------------------
+
+
+class GraphValidationError(WorkflowError):
+    """The builder refused the graph; the message names the executors and types involved."""
+
+    code = "graph_invalid"
+
+
+class DuplicateExecutorError(GraphValidationError):
+    code = "duplicate_executor"
+
+
+class UnknownExecutorError(GraphValidationError):
+    code = "unknown_executor"
+
+
+class MissingStartError(GraphValidationError):
+    code = "missing_start"
+
+
+class UnreachableExecutorError(GraphValidationError):
+    code = "unreachable_executor"
+
+
+class EdgeTypeMismatchError(GraphValidationError):
+    code = "edge_type_mismatch"
+
+
+class FanInTypeMismatchError(GraphValidationError):
+    code = "fan_in_type_mismatch"
+
+
+# --- execution --------------------------------------------------------------------------------
+
+
+class ExecutionError(WorkflowError):
+    """A run could not proceed as the graph describes."""
+
+    code = "execution_error"
+
+
+class MessageNotHandledError(ExecutionError):
+    """A message reached (or would reach) an executor with no handler for its type."""
+
+    code = "message_not_handled"
+
+
+class UndeclaredOutputError(ExecutionError):
+    """A handler sent or yielded a value of a type its ``WorkflowContext`` does not declare."""
+
+    code = "undeclared_output"
+
+
+class UnknownTargetError(ExecutionError):
+    """``send_message(target_id=...)`` named an executor that is not a successor."""
+
+    code = "unknown_target"
+
+
+class RunNotResumableError(ExecutionError):
+    """The run is finished, cancelled or otherwise cannot continue."""
+
+    code = "run_not_resumable"
+
+
+# --- responses --------------------------------------------------------------------------------
+
+
+class ResponseError(WorkflowError):
+    """An :class:`ExternalResponse` was refused. A refused response changes nothing."""
+
+    code = "response_error"
+
+
+class UnknownRequestError(ResponseError):
+    code = "unknown_request"
+
+
+class RequestAlreadyAnsweredError(ResponseError):
+    """A request that already has an answer received a *different* answer."""
+
+    code = "request_conflict"
+
+
+class RequestCancelledError(ResponseError):
+    code = "request_cancelled"
+
+
+class ResponseTypeError(ResponseError):
+    """The answer does not validate against the request's response type."""
+
+    code = "response_type_mismatch"
+
+
+# --- checkpoints ------------------------------------------------------------------------------
+
+
+class CheckpointError(WorkflowError):
+    code = "checkpoint_error"
+
+
+class SignatureMismatchError(CheckpointError):
+    """A checkpoint was written by a workflow with a different graph structure."""
+
+    code = "signature_mismatch"
+
+
+class CheckpointNotFoundError(CheckpointError):
+    code = "checkpoint_not_found"
+
+
+class CheckpointStoreError(CheckpointError):
+    """The configured store failed; the run stops rather than continue without a checkpoint."""
+
+    code = "checkpoint_store_failed"
+
+
+# --- serialization ----------------------------------------------------------------------------
+
+
+class SerializationError(WorkflowError):
+    code = "serialization_error"
+
+
+class UnregisteredTypeError(SerializationError):
+    """A value's type is not known to the workflow's type registry, so it could not be restored."""
+
+    code = "unregistered_type"

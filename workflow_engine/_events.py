@@ -1,0 +1,152 @@
+"""Events a run emits, in a deterministic order, all JSON-serializable via :meth:`to_dict`."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from enum import Enum, StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._codec import JsonCodec
+    from ._requests import ExternalRequest
+
+
+class WorkflowRunState(StrEnum):
+    """Where a run stands. Only ``IN_PROGRESS`` means "executing now"."""
+
+    IN_PROGRESS = "in_progress"
+    IDLE = "idle"
+    """Finished: no message in flight and no request pending."""
+    IDLE_WITH_PENDING_REQUESTS = "idle_with_pending_requests"
+    """Paused: waiting for ExternalResponses."""
+    MAX_SUPERSTEPS_REACHED = "max_supersteps_reached"
+    """Stopped by ``max_supersteps`` with messages still in flight; continuing resumes it."""
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (WorkflowRunState.IDLE, WorkflowRunState.FAILED, WorkflowRunState.CANCELLED)
+
+
+_CAMEL = re.compile(r"(?<!^)(?=[A-Z])")
+
+
+class WorkflowEvent:
+    """Base of every event; subclass it (as a dataclass) for your own events via ``add_event``."""
+
+    @property
+    def type(self) -> str:
+        """``ExecutorInvokedEvent`` → ``executor_invoked``."""
+        name = type(self).__name__.removesuffix("Event")
+        return _CAMEL.sub("_", name).lower()
+
+    def to_dict(self, codec: JsonCodec | None = None) -> dict[str, Any]:
+        """A JSON-compatible dict: ``{"type": ..., <fields>}``; payloads go through ``codec``."""
+        out: dict[str, Any] = {"type": self.type}
+        if dataclasses.is_dataclass(self):
+            for f in dataclasses.fields(self):
+                out[f.name] = _jsonable(getattr(self, f.name), codec)
+        return out
+
+
+def _jsonable(value: Any, codec: JsonCodec | None) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, WorkflowEvent | ErrorDetails):
+        return dataclasses.asdict(value)  # type: ignore[arg-type]
+    if hasattr(value, "to_dict"):
+        return value.to_dict(codec)
+    if codec is not None:
+        return codec.encode(value)
+    return value
+
+
+@dataclass(slots=True)
+class ErrorDetails:
+    """What went wrong, in a form that survives JSON: exception type, message, where, code."""
+
+    error_type: str
+    message: str
+    code: str = "executor_failed"
+    executor_id: str | None = None
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, executor_id: str | None = None) -> ErrorDetails:
+        code = getattr(exc, "code", None) or "executor_failed"
+        return cls(type(exc).__name__, str(exc), code, executor_id)
+
+
+@dataclass(slots=True)
+class WorkflowStartedEvent(WorkflowEvent):
+    run_id: str
+
+
+@dataclass(slots=True)
+class WorkflowStatusEvent(WorkflowEvent):
+    state: WorkflowRunState
+
+
+@dataclass(slots=True)
+class SuperstepStartedEvent(WorkflowEvent):
+    superstep: int
+
+
+@dataclass(slots=True)
+class SuperstepCompletedEvent(WorkflowEvent):
+    superstep: int
+
+
+@dataclass(slots=True)
+class ExecutorInvokedEvent(WorkflowEvent):
+    executor_id: str
+
+
+@dataclass(slots=True)
+class ExecutorCompletedEvent(WorkflowEvent):
+    executor_id: str
+
+
+@dataclass(slots=True)
+class ExecutorFailedEvent(WorkflowEvent):
+    executor_id: str
+    error: ErrorDetails
+
+
+@dataclass(slots=True)
+class WorkflowFailedEvent(WorkflowEvent):
+    error: ErrorDetails
+
+
+@dataclass(slots=True)
+class WorkflowOutputEvent(WorkflowEvent):
+    data: Any
+    source_executor_id: str
+
+
+@dataclass(slots=True)
+class RequestInfoEvent(WorkflowEvent):
+    """A request is pending: answer it with ``ExternalResponse(request_id, data)``.
+
+    Emitted only after the checkpoint that records the request was saved, so a request id a client
+    sees always exists in the store.
+    """
+
+    request: ExternalRequest = field()
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def data(self) -> Any:
+        return self.request.data
+
+    @property
+    def source_executor_id(self) -> str:
+        return self.request.source_executor_id
+
+    def to_dict(self, codec: JsonCodec | None = None) -> dict[str, Any]:
+        return {"type": self.type, **self.request.to_dict(codec)}

@@ -1,0 +1,312 @@
+"""Executors: the nodes that do work.
+
+Subclass :class:`Executor` and mark ``async def`` methods with ``@handler``; the message
+parameter's annotation says which messages the handler takes, and the ``WorkflowContext[TOut,
+TWorkflowOut]`` annotation says what it may send and yield. ``@executor`` does the same for a plain
+async function. ``@response_handler`` methods receive answers to ``ctx.request_info``.
+
+Executors hold no per-run state: one instance serves many runs at once; durable state lives in the
+context (``get_state``/``set_state``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, get_args, get_origin
+
+from ._errors import MessageNotHandledError
+from ._types import Matcher, build_matcher, type_name, union_members
+
+_HANDLER_MARK = "__workflow_handler__"
+_RESPONSE_MARK = "__workflow_response_handler__"
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerSpec:
+    """One resolved handler: what it takes, what it may send and yield."""
+
+    name: str
+    message_type: Any
+    output_types: tuple[Any, ...]
+    workflow_output_types: tuple[Any, ...]
+    func: Callable[..., Awaitable[Any]]
+    matches: Matcher
+    sends: Matcher
+    yields: Matcher
+    takes_context: bool = True
+    bound: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseHandlerSpec:
+    """A resolved ``@response_handler``: (original request type, response type) → method."""
+
+    name: str
+    request_type: Any
+    response_type: Any
+    output_types: tuple[Any, ...]
+    workflow_output_types: tuple[Any, ...]
+    func: Callable[..., Awaitable[Any]]
+    matches_request: Matcher
+    sends: Matcher
+    yields: Matcher
+
+
+def handler(
+    func: Callable[..., Awaitable[Any]] | None = None,
+    *,
+    input: Any = None,
+    output: Any = None,
+    workflow_output: Any = None,
+) -> Any:
+    """Mark an ``async def`` method as a message handler.
+
+    Types come from the annotations; ``input``/``output``/``workflow_output`` override them when a
+    method cannot be annotated precisely.
+    """
+
+    def mark(f: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        if not inspect.iscoroutinefunction(f):
+            raise TypeError(f"@handler {f.__qualname__} must be an async def")
+        setattr(f, _HANDLER_MARK, (input, output, workflow_output))
+        return f
+
+    return mark(func) if func is not None else mark
+
+
+def response_handler(func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Mark ``async def on_answer(self, original_request: Req, response: Resp, ctx)``."""
+    if not inspect.iscoroutinefunction(func):
+        raise TypeError(f"@response_handler {func.__qualname__} must be an async def")
+    setattr(func, _RESPONSE_MARK, True)
+    return func
+
+
+def context_types(annotation: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+    """``WorkflowContext[A | B, C]`` → ((A, B), (C,)); a bare ``WorkflowContext`` → ((), ())."""
+    from ._context import WorkflowContext
+
+    if annotation is inspect.Parameter.empty or annotation is WorkflowContext:
+        return (), ()
+    if get_origin(annotation) is not WorkflowContext:
+        raise TypeError(f"expected a WorkflowContext[...] annotation, got {annotation!r}")
+    args = get_args(annotation)
+    out = union_members(args[0]) if args else ()
+    wf_out = union_members(args[1]) if len(args) > 1 else ()
+    return tuple(a for a in out if a is not None), tuple(wf_out)
+
+
+def any_of(types: tuple[Any, ...]) -> Matcher:
+    """A matcher accepting a value of any of ``types`` (none: accepts nothing)."""
+    matchers = [build_matcher(t) for t in types]
+    if len(matchers) == 1:
+        return matchers[0]
+    return lambda value: any(m(value) for m in matchers)
+
+
+def _hints(func: Callable[..., Any]) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(func)
+    except NameError as exc:
+        raise TypeError(
+            f"cannot resolve the annotations of {func.__qualname__}: {exc}; define the types at "
+            "module level"
+        ) from exc
+
+
+def _explicit(value: Any) -> tuple[Any, ...] | None:
+    if value is None:
+        return None
+    return tuple(value) if isinstance(value, list | tuple) else union_members(value)
+
+
+def resolve_handler(func: Callable[..., Awaitable[Any]], *, bound: bool) -> HandlerSpec:
+    """Read a handler's types from its signature (``bound``: first parameter is ``self``)."""
+    params = list(inspect.signature(func).parameters.values())
+    if bound:
+        params = params[1:]
+    if not params:
+        raise TypeError(f"handler {func.__qualname__} needs a message parameter")
+    hints = _hints(func)
+    explicit_in, explicit_out, explicit_wf = getattr(func, _HANDLER_MARK, (None, None, None))
+    message_type = explicit_in if explicit_in is not None else hints.get(params[0].name, Any)
+    takes_context = len(params) > 1
+    out, wf_out = context_types(hints.get(params[1].name, Any)) if takes_context else ((), ())
+    if takes_context and params[1].name not in hints:
+        out, wf_out = (), ()
+    out = _explicit(explicit_out) or out
+    wf_out = _explicit(explicit_wf) or wf_out
+    return HandlerSpec(
+        name=func.__qualname__,
+        message_type=message_type,
+        output_types=out,
+        workflow_output_types=wf_out,
+        func=func,
+        matches=build_matcher(message_type),
+        sends=any_of(out),
+        yields=any_of(wf_out),
+        takes_context=takes_context,
+        bound=bound,
+    )
+
+
+def _resolve_response_handler(func: Callable[..., Awaitable[Any]]) -> ResponseHandlerSpec:
+    params = list(inspect.signature(func).parameters.values())[1:]
+    if len(params) != 3:
+        raise TypeError(
+            f"@response_handler {func.__qualname__} must take (original_request, response, ctx)"
+        )
+    hints = _hints(func)
+    req_t = hints.get(params[0].name, Any)
+    resp_t = hints.get(params[1].name, Any)
+    out, wf_out = context_types(hints.get(params[2].name, inspect.Parameter.empty))
+    return ResponseHandlerSpec(
+        func.__qualname__,
+        req_t,
+        resp_t,
+        out,
+        wf_out,
+        func,
+        build_matcher(req_t),
+        any_of(out),
+        any_of(wf_out),
+    )
+
+
+class Executor:
+    """A node of the workflow graph. Subclass it and declare ``@handler`` methods."""
+
+    _handler_specs: tuple[HandlerSpec, ...] | None = None
+    _response_specs: tuple[ResponseHandlerSpec, ...] | None = None
+
+    def __init__(self, id: str) -> None:
+        if not id or not isinstance(id, str):
+            raise ValueError("an executor needs a non-empty string id")
+        self.id = id
+        self._dispatch: dict[type, HandlerSpec | None] = {}
+
+    # --- handler resolution (per class, lazily, so annotations may name later classes) -----------
+
+    @property
+    def handlers(self) -> tuple[HandlerSpec, ...]:
+        cls = type(self)
+        if "_handler_specs" not in cls.__dict__ or cls._handler_specs is None:
+            specs: list[HandlerSpec] = []
+            responses: list[ResponseHandlerSpec] = []
+            seen: set[str] = set()
+            for klass in cls.__mro__:
+                for name, member in vars(klass).items():
+                    if name in seen:
+                        continue
+                    if hasattr(member, _HANDLER_MARK):
+                        seen.add(name)
+                        specs.append(resolve_handler(member, bound=True))
+                    elif hasattr(member, _RESPONSE_MARK):
+                        seen.add(name)
+                        responses.append(_resolve_response_handler(member))
+            cls._handler_specs = tuple(specs)
+            cls._response_specs = tuple(responses)
+        return cls._handler_specs  # type: ignore[return-value]
+
+    @property
+    def response_handlers(self) -> tuple[ResponseHandlerSpec, ...]:
+        self.handlers  # noqa: B018 - resolves both tuples
+        return type(self)._response_specs or ()
+
+    @property
+    def input_types(self) -> tuple[Any, ...]:
+        return tuple(h.message_type for h in self.handlers)
+
+    @property
+    def output_types(self) -> tuple[Any, ...]:
+        seen: dict[str, Any] = {}
+        for spec in (*self.handlers, *self.response_handlers):
+            for t in spec.output_types:
+                seen.setdefault(type_name(t), t)
+        return tuple(seen.values())
+
+    @property
+    def workflow_output_types(self) -> tuple[Any, ...]:
+        seen: dict[str, Any] = {}
+        for spec in (*self.handlers, *self.response_handlers):
+            for t in spec.workflow_output_types:
+                seen.setdefault(type_name(t), t)
+        return tuple(seen.values())
+
+    def find_handler(self, message: Any) -> HandlerSpec | None:
+        """The handler for ``message``: an exact-type match first, else the first that accepts."""
+        t = type(message)
+        try:
+            cached = self._dispatch[t]
+        except KeyError:
+            cached = None
+        else:
+            if cached is None or (t is not list and t is not dict):
+                return cached
+        handlers = self.handlers
+        spec = next((h for h in handlers if h.message_type is t), None)
+        if spec is None:
+            spec = next((h for h in handlers if h.matches(message)), None)
+        if t is not list and t is not dict:  # containers are matched per value, never cached
+            self._dispatch[t] = spec
+        return spec
+
+    def can_handle(self, message: Any) -> bool:
+        return self.find_handler(message) is not None
+
+    def find_response_handler(self, request: Any, response: Any) -> ResponseHandlerSpec:
+        for spec in self.response_handlers:
+            if spec.matches_request(request) and build_matcher(spec.response_type)(response):
+                return spec
+        raise MessageNotHandledError(
+            f"executor {self.id!r} has no @response_handler for request {type_name(type(request))}"
+            f" with response {type_name(type(response))}"
+        )
+
+    def require_handler(self, message: Any) -> HandlerSpec:
+        spec = self.find_handler(message)
+        if spec is None:
+            accepted = ", ".join(type_name(t) for t in self.input_types) or "nothing"
+            raise MessageNotHandledError(
+                f"executor {self.id!r} has no handler for {type_name(type(message))} "
+                f"(it accepts {accepted})"
+            )
+        return spec
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(id={self.id!r})"
+
+
+class FunctionExecutor(Executor):
+    """An executor made from one ``async def f(message: T, ctx: WorkflowContext[...])``."""
+
+    def __init__(self, func: Callable[..., Awaitable[Any]], id: str | None = None) -> None:
+        if not inspect.iscoroutinefunction(func):
+            raise TypeError(f"@executor {func.__qualname__} must be an async def")
+        super().__init__(id or func.__name__)
+        self.func = func
+        self._spec = resolve_handler(func, bound=False)
+
+    @property
+    def handlers(self) -> tuple[HandlerSpec, ...]:
+        return (self._spec,)
+
+    @property
+    def response_handlers(self) -> tuple[ResponseHandlerSpec, ...]:
+        return ()
+
+    @property
+    def class_name(self) -> str:
+        return f"FunctionExecutor[{self.func.__module__}.{self.func.__qualname__}]"
+
+
+def executor(func: Callable[..., Awaitable[Any]] | None = None, *, id: str | None = None) -> Any:
+    """Turn an async function into a :class:`FunctionExecutor` (id defaults to its name)."""
+
+    def wrap(f: Callable[..., Awaitable[Any]]) -> FunctionExecutor:
+        return FunctionExecutor(f, id=id)
+
+    return wrap(func) if func is not None else wrap

@@ -1,0 +1,164 @@
+"""The pure superstep planner: which executors run, and where each sent message goes.
+
+Plain functions over plain data: no ``await``, no clock, no I/O. Edge conditions may be async user
+code, so the loop evaluates them first (:func:`conditional_groups` says which) and hands the
+verdicts in; everything else is decided here, deterministically:
+
+* messages are delivered in the next superstep ordered by (source position in the graph, send
+  order), so timing never changes what an executor sees;
+* a message that no candidate target can handle is an error, never a silent drop (a condition that
+  routes it nowhere is not a drop: that is the graph's decision).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import MessageNotHandledError
+from ._graph import EdgeGroup, Graph
+from ._requests import ExternalRequest, RequestPort
+from ._types import type_name
+
+
+@dataclass(slots=True)
+class Envelope:
+    """A message in flight to ``target_id``. ``request`` is set when it answers request_info."""
+
+    source_id: str
+    target_id: str
+    data: Any
+    request: ExternalRequest | None = None
+
+
+@dataclass(slots=True)
+class Send:
+    """A message an executor (or a port, for an answer) sent during a superstep."""
+
+    source_id: str
+    data: Any
+    target_id: str | None = None
+
+
+Verdicts = Mapping[str, Any]
+"""Per edge-group id: ``bool`` for a conditional single edge, the chosen case index for a switch."""
+
+
+@dataclass(slots=True)
+class Delivery:
+    """Where a superstep's sends went."""
+
+    inbox: list[Envelope] = field(default_factory=list)
+    port_messages: list[Envelope] = field(default_factory=list)
+    fan_in: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+
+
+def plan_superstep(graph: Graph, inbox: Sequence[Envelope]) -> list[tuple[str, list[Envelope]]]:
+    """Group the inbox by target, in graph order; each target's messages keep delivery order."""
+    if len(inbox) == 1:
+        return [(inbox[0].target_id, [inbox[0]])]
+    by_target: dict[str, list[Envelope]] = {}
+    for env in inbox:
+        by_target.setdefault(env.target_id, []).append(env)
+    order = graph.order
+    return sorted(by_target.items(), key=lambda item: order[item[0]])
+
+
+def conditional_groups(graph: Graph, source_id: str) -> list[EdgeGroup]:
+    """The groups whose routing needs a predicate evaluated for a message from ``source_id``."""
+    return [
+        g
+        for g in graph.outgoing.get(source_id, ())
+        if (g.kind == "single" and g.condition is not None) or g.kind == "switch"
+    ]
+
+
+def targets_for(graph: Graph, send: Send, verdicts: Verdicts) -> list[tuple[EdgeGroup, str]]:
+    """The (group, target) pairs a message is offered to, before type checks."""
+    out: list[tuple[EdgeGroup, str]] = []
+    for g in graph.outgoing.get(send.source_id, ()):
+        kind = g.kind
+        if kind == "single":
+            if g.condition is None or verdicts.get(g.id, False):
+                out.append((g, g.targets[0]))
+        elif kind == "fan_out":
+            chosen = list(g.targets)
+            if g.selection is not None:
+                picked = g.selection(send.data, chosen)
+                chosen = [t for t in g.targets if t in picked]
+            out.extend((g, t) for t in chosen)
+        elif kind == "switch":
+            index = verdicts.get(g.id)
+            if index is not None:
+                out.append((g, g.targets[index]))
+        else:  # fan_in
+            out.append((g, g.targets[0]))
+    if send.target_id is not None:
+        out = [(g, t) for g, t in out if t == send.target_id]
+    return out
+
+
+def accepts(graph: Graph, target_id: str, message: Any) -> bool:
+    node = graph.nodes[target_id]
+    if isinstance(node, RequestPort):
+        return node.can_handle(message)
+    return node.find_handler(message) is not None
+
+
+def deliver(
+    graph: Graph,
+    sends: Sequence[Send],
+    verdicts: Sequence[Verdicts],
+    fan_in: Mapping[str, Mapping[str, list[Any]]],
+) -> Delivery:
+    """Route ``sends`` (already in source/send order) to the next superstep's inbox.
+
+    ``verdicts[i]`` belongs to ``sends[i]``. Fan-in buffers are copied, never mutated.
+    """
+    result = Delivery(fan_in={gid: {s: list(m) for s, m in b.items()} for gid, b in fan_in.items()})
+    touched_fan_in: list[EdgeGroup] = []
+    for send, verdict in zip(sends, verdicts, strict=True):
+        candidates = targets_for(graph, send, verdict)
+        if not candidates:
+            if not graph.outgoing.get(send.source_id):
+                raise MessageNotHandledError(
+                    f"{send.source_id!r} sent {type_name(type(send.data))} but has no outgoing "
+                    "edges"
+                )
+            continue  # conditions routed it nowhere: the graph's decision, not a drop
+        delivered = False
+        for group, target in candidates:
+            if group.kind == "fan_in":
+                delivered = True
+                buf = result.fan_in.setdefault(group.id, {})
+                buf.setdefault(send.source_id, []).append(send.data)
+                if group not in touched_fan_in:
+                    touched_fan_in.append(group)
+                continue
+            if not accepts(graph, target, send.data):
+                continue  # type-based routing: another candidate may take it
+            delivered = True
+            env = Envelope(send.source_id, target, send.data)
+            if isinstance(graph.nodes[target], RequestPort):
+                result.port_messages.append(env)
+            else:
+                result.inbox.append(env)
+        if not delivered:
+            names = ", ".join(repr(t) for _, t in candidates)
+            raise MessageNotHandledError(
+                f"{send.source_id!r} sent {type_name(type(send.data))}, which none of its targets "
+                f"({names}) can handle"
+            )
+    for group in touched_fan_in:
+        buf = result.fan_in[group.id]
+        if all(buf.get(s) for s in group.sources):
+            batch = [m for s in group.sources for m in buf[s]]
+            (target,) = group.targets
+            if not accepts(graph, target, batch):
+                raise MessageNotHandledError(
+                    f"fan-in into {target!r} produced a list it cannot handle"
+                )
+            result.inbox.append(Envelope(group.id, target, batch))
+            del result.fan_in[group.id]
+    return result

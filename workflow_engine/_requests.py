@@ -1,0 +1,89 @@
+"""Request ports: graph nodes where a run waits for the outside world.
+
+A message sent to a :class:`RequestPort` becomes an :class:`ExternalRequest`, published as a
+``RequestInfoEvent``; the run pauses once nothing else is in flight. The answer, an
+:class:`ExternalResponse`, leaves the port as a message along its outgoing edges in the next
+superstep. ``ctx.request_info(...)`` uses the same machinery with the calling executor as the port,
+and its answer arrives in that executor's ``@response_handler``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ._types import build_matcher, type_name
+
+if TYPE_CHECKING:
+    from ._codec import JsonCodec
+
+
+class RequestPort:
+    """A node that turns messages of ``request_type`` into external requests answered with
+    ``response_type``."""
+
+    def __init__(self, id: str, request_type: Any, response_type: Any) -> None:
+        self.id = id
+        self.request_type = request_type
+        self.response_type = response_type
+        self._accepts = build_matcher(request_type)
+
+    def can_handle(self, message: Any) -> bool:
+        return self._accepts(message)
+
+    @property
+    def input_types(self) -> tuple[Any, ...]:
+        return (self.request_type,)
+
+    @property
+    def output_types(self) -> tuple[Any, ...]:
+        return (self.response_type,)
+
+    def __repr__(self) -> str:
+        return (
+            f"RequestPort({self.id!r}, {type_name(self.request_type)}, "
+            f"{type_name(self.response_type)})"
+        )
+
+
+@dataclass(slots=True)
+class ExternalRequest:
+    """A question a paused run is waiting on.
+
+    ``port_id`` is the node that will receive the answer: a ``RequestPort`` id, or the id of the
+    executor that called ``ctx.request_info``.
+    """
+
+    request_id: str
+    port_id: str
+    data: Any
+    response_type: Any
+    source_executor_id: str = ""
+    superstep: int = 0
+    run_id: str = ""
+    from_port: bool = field(default=True)
+
+    @property
+    def response_type_name(self) -> str:
+        return type_name(self.response_type)
+
+    def to_dict(self, codec: JsonCodec | None = None) -> dict[str, Any]:
+        return {
+            "request_id": self.request_id,
+            "port_id": self.port_id,
+            "source_executor_id": self.source_executor_id,
+            "run_id": self.run_id,
+            "superstep": self.superstep,
+            "data": codec.encode(self.data) if codec else self.data,
+            "request_type": type_name(type(self.data)),
+            "response_type": self.response_type_name,
+        }
+
+
+@dataclass(slots=True, frozen=True)
+class ExternalResponse:
+    """The answer to one :class:`ExternalRequest`. ``data`` is validated against the request's
+    response type (a dict is accepted for a pydantic model or dataclass)."""
+
+    request_id: str
+    data: Any

@@ -1,0 +1,453 @@
+"""The superstep loop: run the planned executors, apply the barrier, checkpoint, repeat.
+
+Order inside one superstep, and why:
+
+1. executors with messages run concurrently (one task each; a lone executor runs inline);
+   their events are released in graph order, the first live, so the stream is deterministic;
+2. at the barrier, effects apply in graph order: state, shared state, outputs, requests, then
+   sends are routed (conditions evaluated first, then the pure planner);
+3. the checkpoint is saved -- and only then are new ``RequestInfoEvent``s published, so every
+   request id a client can see exists in the store.
+
+A failing handler ends the run FAILED without touching the last checkpoint, so it stays a valid
+point to retry from.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ._checkpoint import (
+    Checkpoint,
+    CheckpointChanges,
+    CheckpointStore,
+    MessageRecord,
+    RequestRecord,
+)
+from ._context import ExecutorStep, StepScope, WorkflowContext, request_id_for
+from ._errors import CheckpointStoreError, WorkflowError
+from ._events import (
+    ErrorDetails,
+    ExecutorCompletedEvent,
+    ExecutorFailedEvent,
+    ExecutorInvokedEvent,
+    RequestInfoEvent,
+    SuperstepCompletedEvent,
+    SuperstepStartedEvent,
+    WorkflowEvent,
+    WorkflowFailedEvent,
+    WorkflowRunState,
+    WorkflowStatusEvent,
+)
+from ._executor import Executor
+from ._planner import Envelope, Send, conditional_groups, deliver, plan_superstep
+from ._requests import ExternalRequest
+
+if TYPE_CHECKING:
+    from ._workflow import Workflow
+
+Emit = Callable[[WorkflowEvent], None]
+
+
+@dataclass
+class RunState:
+    """A run's live state between supersteps. Executor/shared state is kept encoded (that is
+    what makes ``get_state`` return copies and a checkpoint cheap); messages stay decoded."""
+
+    run_id: str
+    superstep: int = 0
+    inbox: list[Envelope] = field(default_factory=list)
+    executor_states: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shared: dict[str, Any] = field(default_factory=dict)
+    fan_in: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
+    pending: dict[str, ExternalRequest] = field(default_factory=dict)
+    answered: dict[str, Any] = field(default_factory=dict)
+    cancelled: list[str] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+    encoded_outputs: list[Any] = field(default_factory=list)
+    status: WorkflowRunState = WorkflowRunState.IN_PROGRESS
+    checkpoint: Checkpoint | None = None
+    error: ErrorDetails | None = None
+
+    def resting_status(self) -> WorkflowRunState:
+        """The status this state has if the run stops here."""
+        if self.inbox:
+            return WorkflowRunState.IN_PROGRESS
+        if self.pending:
+            return WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+        return WorkflowRunState.IDLE
+
+
+class OrderedEmitter:
+    """Releases concurrent executors' events in graph order: the earliest unfinished executor
+    streams live, later ones are buffered until every executor before them has finished."""
+
+    def __init__(self, emit: Emit, count: int) -> None:
+        self._emit = emit
+        self._head = 0
+        self._buffers: list[list[WorkflowEvent]] = [[] for _ in range(count)]
+        self._done = [False] * count
+
+    def emitter(self, index: int) -> Emit:
+        def emit(event: WorkflowEvent) -> None:
+            if index == self._head:
+                self._emit(event)
+            else:
+                self._buffers[index].append(event)
+
+        return emit
+
+    def finish(self, index: int) -> None:
+        self._done[index] = True
+        while self._head < len(self._done) and self._done[self._head]:
+            self._head += 1
+            if self._head < len(self._done):
+                for event in self._buffers[self._head]:
+                    self._emit(event)
+                self._buffers[self._head].clear()
+
+
+def new_checkpoint_id() -> str:
+    return uuid.uuid4().hex
+
+
+class RunLoop:
+    """Drives one run (or one continuation of it) until it rests, fails or is cancelled."""
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        state: RunState,
+        emit: Emit,
+        store: CheckpointStore | None,
+        max_supersteps: int,
+    ) -> None:
+        self.workflow = workflow
+        self.graph = workflow.graph
+        self.codec = workflow.codec
+        self.state = state
+        self.emit = emit
+        self.store = store
+        self.max_supersteps = max_supersteps
+        self.cancel_requested = False
+        self._cancel_scope: anyio.CancelScope | None = None
+
+    # --- checkpoints ----------------------------------------------------------------------------
+
+    def make_checkpoint(self, changes: CheckpointChanges | None = None) -> Checkpoint:
+        """Snapshot the state as an immutable Checkpoint (payloads encoded by the codec)."""
+        s = self.state
+        enc = self.codec.encode
+        previous = s.checkpoint
+        cp = Checkpoint.model_construct(
+            schema_version=1,
+            codec=self.codec.name,
+            checkpoint_id=new_checkpoint_id(),
+            parent_id=previous.checkpoint_id if previous else None,
+            run_id=s.run_id,
+            workflow_name=self.workflow.name,
+            workflow_signature=self.workflow.signature,
+            superstep=s.superstep,
+            status=s.status if s.status.is_terminal else s.resting_status(),
+            created_at=_now(),
+            messages=[
+                MessageRecord.model_construct(
+                    source_id=e.source_id,
+                    target_id=e.target_id,
+                    data=enc(e.data),
+                    request_id=e.request.request_id if e.request else None,
+                )
+                for e in s.inbox
+            ],
+            executor_states=dict(s.executor_states),
+            shared_state=dict(s.shared),
+            fan_in_buffers={
+                g: {src: [enc(m) for m in msgs] for src, msgs in buf.items()}
+                for g, buf in s.fan_in.items()
+            },
+            pending_requests={
+                r.request_id: request_record(r, self.codec.encode) for r in s.pending.values()
+            },
+            answered_requests=dict(s.answered),
+            cancelled_requests=list(s.cancelled),
+            outputs=list(s.encoded_outputs),
+            changes=changes or CheckpointChanges.model_construct(),
+        )
+        s.checkpoint = cp
+        return cp
+
+    async def commit(self, changes: CheckpointChanges | None = None) -> None:
+        """Checkpoint into the store (if any). A failing store stops the run loudly."""
+        cp = self.make_checkpoint(changes)
+        if self.store is None:
+            return
+        try:
+            await self.store.save(cp)
+        except WorkflowError:
+            raise
+        except Exception as exc:
+            raise CheckpointStoreError(
+                f"run {self.state.run_id!r}: saving the checkpoint of superstep "
+                f"{cp.superstep} failed: {exc}"
+            ) from exc
+
+    # --- the loop -------------------------------------------------------------------------------
+
+    async def run(self) -> WorkflowRunState:
+        s = self.state
+        steps = 0
+        while s.inbox:
+            if self.cancel_requested:
+                return await self.finish_cancelled()
+            if steps >= self.max_supersteps:
+                s.status = WorkflowRunState.MAX_SUPERSTEPS_REACHED
+                if s.checkpoint is None:
+                    self.make_checkpoint()
+                self.emit(WorkflowStatusEvent(s.status))
+                return s.status
+            steps += 1
+            ok = await self.superstep()
+            if not ok:
+                if self.cancel_requested:
+                    return await self.finish_cancelled()
+                s.status = WorkflowRunState.FAILED
+                self.emit(WorkflowStatusEvent(s.status))
+                return s.status
+        if self.cancel_requested:
+            return await self.finish_cancelled()
+        s.status = s.resting_status()
+        if s.checkpoint is None:
+            self.make_checkpoint()
+        self.emit(WorkflowStatusEvent(s.status))
+        return s.status
+
+    async def finish_cancelled(self) -> WorkflowRunState:
+        s = self.state
+        changes = CheckpointChanges.model_construct(requests_cancelled=list(s.pending))
+        s.cancelled.extend(s.pending)
+        s.pending = {}
+        s.inbox = []
+        s.fan_in = {}
+        s.status = WorkflowRunState.CANCELLED
+        await self.commit(changes)
+        self.emit(WorkflowStatusEvent(s.status))
+        return s.status
+
+    def fail(self, exc: BaseException, executor_id: str | None = None) -> None:
+        details = ErrorDetails.from_exception(exc, executor_id)
+        self.state.error = details
+        self.emit(WorkflowFailedEvent(details))
+
+    async def superstep(self) -> bool:
+        """Run one superstep; False if it failed or was cancelled (state untouched then)."""
+        s = self.state
+        number = s.superstep + 1
+        self.emit(SuperstepStartedEvent(number))
+        plan = plan_superstep(self.graph, s.inbox)
+        scope = StepScope(s.run_id, number, self.codec, s.shared, self.graph.successors)
+        steps: list[ExecutorStep] = []
+        failures: list[tuple[str, BaseException]] = []
+        with anyio.CancelScope() as cancel_scope:
+            self._cancel_scope = cancel_scope
+            if len(plan) == 1:
+                executor_id, envelopes = plan[0]
+                step = ExecutorStep(executor_id, s.executor_states.get(executor_id, {}), self.emit)
+                steps.append(step)
+                await self._invoke(scope, step, envelopes, failures)
+            else:
+                ordered = OrderedEmitter(self.emit, len(plan))
+                for index, (executor_id, _) in enumerate(plan):
+                    state = s.executor_states.get(executor_id, {})
+                    steps.append(ExecutorStep(executor_id, state, ordered.emitter(index)))
+
+                async def run_one(index: int, envelopes: list[Envelope]) -> None:
+                    await self._invoke(scope, steps[index], envelopes, failures)
+                    ordered.finish(index)
+
+                async with anyio.create_task_group() as tg:
+                    for index, (_, envelopes) in enumerate(plan):
+                        tg.start_soon(run_one, index, envelopes)
+        self._cancel_scope = None
+        if cancel_scope.cancelled_caught or self.cancel_requested:
+            return False
+        if failures:
+            order = self.graph.order
+            executor_id, exc = min(failures, key=lambda f: order[f[0]])
+            self.fail(exc, executor_id)
+            return False
+        try:
+            new_requests, changes = await self._barrier(number, steps)
+        except Exception as exc:
+            self.fail(exc)
+            return False
+        self.emit(SuperstepCompletedEvent(number))
+        await self.commit(changes)
+        for request in new_requests:
+            self.emit(RequestInfoEvent(request))
+        return True
+
+    async def _invoke(
+        self,
+        scope: StepScope,
+        step: ExecutorStep,
+        envelopes: list[Envelope],
+        failures: list[tuple[str, BaseException]],
+    ) -> None:
+        executor_id = step.executor_id
+        node = self.graph.nodes[executor_id]
+        assert isinstance(node, Executor)
+        step.emit(ExecutorInvokedEvent(executor_id))
+        try:
+            for env in envelopes:
+                request = env.request
+                if request is not None:
+                    rspec = node.find_response_handler(request.data, env.data)
+                    ctx: WorkflowContext[Any, Any] = WorkflowContext(
+                        scope, step, rspec.sends, rspec.yields, rspec.name
+                    )
+                    await rspec.func(node, request.data, env.data, ctx)
+                    continue
+                spec = node.require_handler(env.data)
+                if spec.takes_context:
+                    ctx = WorkflowContext(scope, step, spec.sends, spec.yields, spec.name)
+                    if spec.bound:
+                        await spec.func(node, env.data, ctx)
+                    else:
+                        await spec.func(env.data, ctx)
+                elif spec.bound:
+                    await spec.func(node, env.data)
+                else:
+                    await spec.func(env.data)
+        except Exception as exc:
+            failures.append((executor_id, exc))
+            step.emit(
+                ExecutorFailedEvent(executor_id, ErrorDetails.from_exception(exc, executor_id))
+            )
+            return
+        step.emit(ExecutorCompletedEvent(executor_id))
+
+    async def _barrier(
+        self, number: int, steps: Sequence[ExecutorStep]
+    ) -> tuple[list[ExternalRequest], CheckpointChanges]:
+        """Apply every effect of the superstep; compute everything before mutating the state."""
+        s = self.state
+        executor_states = s.executor_states
+        shared = s.shared
+        state_keys: dict[str, list[str]] = {}
+        shared_keys: list[str] = []
+        new_outputs: list[Any] = []
+        new_requests: list[ExternalRequest] = []
+        sends: list[Send] = []
+        for step in steps:  # already in graph order
+            if step.state_writes:
+                if executor_states is s.executor_states:
+                    executor_states = dict(executor_states)
+                executor_states[step.executor_id] = {**step.state, **step.state_writes}
+                state_keys[step.executor_id] = list(step.state_writes)
+            if step.shared_writes:
+                if shared is s.shared:
+                    shared = dict(shared)
+                shared.update(step.shared_writes)
+                shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
+            new_outputs.extend(step.outputs)
+            new_requests.extend(step.requests)
+            for message, target in step.sent:
+                sends.append(Send(step.executor_id, message, target))
+        delivery = await self.route(sends, s.fan_in)
+        port_counts: dict[str, int] = {}
+        for env in delivery.port_messages:
+            index = port_counts.get(env.target_id, 0)
+            port_counts[env.target_id] = index + 1
+            new_requests.append(self.port_request(env, number, index))
+        encoded_outputs = [self.codec.encode(o) for o in new_outputs]
+        # -- commit point: nothing below can fail --
+        s.superstep = number
+        s.executor_states = executor_states
+        s.shared = shared
+        s.inbox = delivery.inbox
+        s.fan_in = delivery.fan_in
+        s.outputs.extend(new_outputs)
+        s.encoded_outputs.extend(encoded_outputs)
+        for request in new_requests:
+            s.pending[request.request_id] = request
+        changes = CheckpointChanges.model_construct(
+            executor_state_keys=state_keys,
+            shared_state_keys=shared_keys,
+            outputs_added=len(new_outputs),
+            requests_added=[r.request_id for r in new_requests],
+            requests_answered=[],
+            requests_cancelled=[],
+        )
+        return new_requests, changes
+
+    def port_request(self, env: Envelope, superstep: int, index: int) -> ExternalRequest:
+        port = self.graph.nodes[env.target_id]
+        return ExternalRequest(
+            request_id=request_id_for(self.state.run_id, superstep, env.target_id, index),
+            port_id=env.target_id,
+            data=env.data,
+            response_type=port.response_type,  # type: ignore[union-attr]
+            source_executor_id=env.source_id,
+            superstep=superstep,
+            run_id=self.state.run_id,
+            from_port=True,
+        )
+
+    async def route(self, sends: list[Send], fan_in: dict[str, dict[str, list[Any]]]) -> Any:
+        """Evaluate edge conditions (possibly async user code), then let the planner route."""
+        verdicts: list[dict[str, Any]] = []
+        for send in sends:
+            groups = conditional_groups(self.graph, send.source_id)
+            verdict: dict[str, Any] = {}
+            for g in groups:
+                if g.kind == "single":
+                    verdict[g.id] = bool(await _call(g.condition, send.data))
+                else:
+                    verdict[g.id] = await _choose_case(g.cases, len(g.targets), send.data)
+            verdicts.append(verdict)
+        return deliver(self.graph, sends, verdicts, fan_in)
+
+    def cancel(self) -> None:
+        self.cancel_requested = True
+        if self._cancel_scope is not None:
+            self._cancel_scope.cancel()
+
+
+def request_record(request: ExternalRequest, encode: Callable[[Any], Any]) -> RequestRecord:
+    from ._types import type_name
+
+    return RequestRecord.model_construct(
+        request_id=request.request_id,
+        port_id=request.port_id,
+        source_executor_id=request.source_executor_id,
+        kind="port" if request.from_port else "executor",
+        data=encode(request.data),
+        response_type=type_name(request.response_type),
+        superstep=request.superstep,
+    )
+
+
+async def _call(predicate: Any, message: Any) -> Any:
+    result = predicate(message)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+async def _choose_case(cases: Sequence[Any], n_targets: int, message: Any) -> int | None:
+    for index, predicate in enumerate(cases):
+        if await _call(predicate, message):
+            return index
+    return len(cases) if n_targets > len(cases) else None
+
+
+def _now() -> float:
+    import time
+
+    return time.time()

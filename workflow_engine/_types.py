@@ -1,0 +1,146 @@
+"""Type annotations as the engine understands them.
+
+Handlers, contexts and ports declare types with ordinary annotations: classes, pydantic models,
+dataclasses, primitives, ``X | Y``, ``list[X]``, ``dict[K, V]``, ``Any``. This module answers three
+questions about them, all without I/O:
+
+* does this runtime value match the annotation? (handler dispatch, output enforcement)
+* can a value of annotation A be accepted by annotation B? (edge validation at build time)
+* which concrete classes appear in it? (the codec's registry of decodable types)
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any, Union, get_args, get_origin
+
+Matcher = Callable[[Any], bool]
+
+_NONE_TYPES: tuple[Any, ...] = (None, type(None))
+
+
+def type_name(tp: Any) -> str:
+    """A stable, readable name for an annotation (used in errors, signatures and type tags)."""
+    if tp in _NONE_TYPES:
+        return "None"
+    if tp is Any:
+        return "Any"
+    if tp is typing.Never or tp is typing.NoReturn:
+        return "Never"
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_name(a) for a in get_args(tp))
+    if origin is typing.Literal:
+        return f"Literal[{', '.join(repr(a) for a in get_args(tp))}]"
+    if origin is not None:
+        args = get_args(tp)
+        base = type_name(origin)
+        return f"{base}[{', '.join(type_name(a) for a in args)}]" if args else base
+    if isinstance(tp, type):
+        if tp.__module__ == "builtins":
+            return tp.__qualname__
+        return f"{tp.__module__}.{tp.__qualname__}"
+    return repr(tp)
+
+
+def union_members(tp: Any) -> tuple[Any, ...]:
+    """The alternatives of a union annotation, or the annotation itself."""
+    if get_origin(tp) in (Union, types.UnionType):
+        return get_args(tp)
+    if tp is typing.Never or tp is typing.NoReturn:
+        return ()
+    return (tp,)
+
+
+def build_matcher(tp: Any) -> Matcher:
+    """Compile an annotation into a fast runtime check ``value -> bool``."""
+    if tp is Any or tp is object:
+        return lambda value: True
+    if tp in _NONE_TYPES:
+        return lambda value: value is None
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        parts = [build_matcher(a) for a in get_args(tp)]
+        return lambda value: any(p(value) for p in parts)
+    if origin is typing.Literal:
+        allowed = get_args(tp)
+        return lambda value: value in allowed
+    if origin in (list, typing.List):  # noqa: UP006
+        (item_tp,) = get_args(tp) or (Any,)
+        item = build_matcher(item_tp)
+        return lambda value: type(value) is list and all(item(v) for v in value)
+    if origin in (dict, typing.Dict):  # noqa: UP006
+        key_tp, val_tp = get_args(tp) or (Any, Any)
+        key, val = build_matcher(key_tp), build_matcher(val_tp)
+        return lambda value: (
+            isinstance(value, dict) and all(key(k) and val(v) for k, v in value.items())
+        )
+    if origin is tuple:
+        return lambda value: isinstance(value, tuple)
+    if origin is not None and isinstance(origin, type):
+        return lambda value: isinstance(value, origin)
+    if tp is int:
+        # bool is a subclass of int, but a handler for int should not receive True.
+        return lambda value: isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return lambda value: isinstance(value, float | int) and not isinstance(value, bool)
+    if isinstance(tp, type):
+        return lambda value: isinstance(value, tp)
+    raise TypeError(f"unsupported annotation {tp!r}")
+
+
+def is_assignable(source: Any, target: Any) -> bool:
+    """Whether a value declared as ``source`` can be accepted by a parameter declared ``target``.
+
+    Unions are handled per member: a source union is assignable when *any* member is, because the
+    question the builder asks is "can this edge ever carry a message?".
+    """
+    if target is Any or target is object or source is Any:
+        return True
+    targets = union_members(target)
+    sources = union_members(source)
+    if len(targets) > 1 or len(sources) > 1:
+        return any(is_assignable(s, t) for s in sources for t in targets)
+    if source in _NONE_TYPES or target in _NONE_TYPES:
+        return source in _NONE_TYPES and target in _NONE_TYPES
+    s_origin, t_origin = get_origin(source), get_origin(target)
+    if t_origin is typing.Literal:
+        return s_origin is typing.Literal and set(get_args(source)) <= set(get_args(target))
+    if s_origin is typing.Literal:
+        return all(isinstance(v, _plain_class(target)) for v in get_args(source))
+    if t_origin is not None or s_origin is not None:
+        s_base, t_base = s_origin or source, t_origin or target
+        if not (isinstance(s_base, type) and isinstance(t_base, type)):
+            return False
+        if not issubclass(s_base, t_base):
+            return False
+        s_args, t_args = get_args(source), get_args(target)
+        if not s_args or not t_args or len(s_args) != len(t_args):
+            return True
+        return all(is_assignable(a, b) for a, b in zip(s_args, t_args, strict=True))
+    if target is float and source is int:
+        return True
+    return isinstance(source, type) and isinstance(target, type) and issubclass(source, target)
+
+
+def _plain_class(tp: Any) -> type:
+    origin = get_origin(tp)
+    return origin if isinstance(origin, type) else tp if isinstance(tp, type) else object
+
+
+def concrete_classes(tp: Any) -> Iterator[type]:
+    """Every user-defined class mentioned anywhere in an annotation (for the type registry)."""
+    if tp is Any or tp in _NONE_TYPES:
+        return
+    origin = get_origin(tp)
+    if origin is not None:
+        if isinstance(origin, type) and origin.__module__ != "builtins":
+            yield origin
+        for arg in get_args(tp):
+            if not isinstance(arg, str | int | bool | bytes):
+                yield from concrete_classes(arg)
+        return
+    if isinstance(tp, type) and tp.__module__ not in ("builtins", "typing"):
+        yield tp

@@ -1,0 +1,564 @@
+"""Workflow: a validated graph plus the API to run, continue, restore and cancel runs.
+
+A Workflow holds no per-run state, so one object serves many runs at once. A run is identified
+by its ``run_id``; its state travels in :class:`Checkpoint` objects, which is how a paused run is
+continued -- in this process or, with a durable store, in another one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from pydantic import TypeAdapter, ValidationError
+
+from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore
+from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry
+from ._errors import (
+    CheckpointNotFoundError,
+    MessageNotHandledError,
+    RequestAlreadyAnsweredError,
+    RequestCancelledError,
+    ResponseTypeError,
+    RunNotResumableError,
+    SerializationError,
+    SignatureMismatchError,
+    UnknownRequestError,
+)
+from ._events import (
+    ErrorDetails,
+    RequestInfoEvent,
+    WorkflowEvent,
+    WorkflowOutputEvent,
+    WorkflowRunState,
+    WorkflowStartedEvent,
+    WorkflowStatusEvent,
+)
+from ._executor import Executor
+from ._planner import Envelope, Send
+from ._requests import ExternalRequest, ExternalResponse, RequestPort
+from ._runner import RunLoop, RunState
+from ._types import build_matcher, concrete_classes, type_name
+
+if TYPE_CHECKING:
+    from ._graph import Graph
+
+_NO_MESSAGE: Any = object()
+_PRIMITIVE_TYPES: dict[str, Any] = {
+    t.__name__: t for t in (int, float, str, bool, bytes, list, dict, type(None))
+}
+_PRIMITIVE_TYPES["None"] = type(None)
+_PRIMITIVE_TYPES["Any"] = Any
+
+Responses = Mapping[str, Any] | Iterable[ExternalResponse]
+
+
+@dataclass
+class WorkflowRunResult:
+    """What a run (or continuation) ended with."""
+
+    run_id: str
+    status: WorkflowRunState
+    events: list[WorkflowEvent] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)
+    pending_requests: list[ExternalRequest] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None
+    error: ErrorDetails | None = None
+
+    def get_outputs(self) -> list[Any]:
+        return list(self.outputs)
+
+    def get_request_info_events(self) -> list[RequestInfoEvent]:
+        return [e for e in self.events if isinstance(e, RequestInfoEvent)]
+
+    def get_final_state(self) -> WorkflowRunState:
+        return self.status
+
+
+class WorkflowRunStream:
+    """``async for event in workflow.run_stream(...)``; ``result`` is set when it ends.
+
+    ``cancel()`` stops the run at once: it ends CANCELLED and its pending requests are cancelled.
+    Iterate to the end, or close it (``async with aclosing(stream)``) if you stop early.
+    """
+
+    def __init__(self, workflow: Workflow, prepare: Any) -> None:
+        self._workflow = workflow
+        self._prepare = prepare
+        self._loop: RunLoop | None = None
+        self._cancel_early = False
+        self.result: WorkflowRunResult | None = None
+        self._iterator: AsyncIterator[WorkflowEvent] | None = None
+
+    @property
+    def run_id(self) -> str | None:
+        return self._loop.state.run_id if self._loop else None
+
+    def cancel(self) -> None:
+        if self._loop is None:
+            self._cancel_early = True
+        else:
+            self._loop.cancel()
+
+    def __aiter__(self) -> WorkflowRunStream:
+        return self
+
+    async def __anext__(self) -> WorkflowEvent:
+        if self._iterator is None:
+            self._iterator = self._events()
+        return await self._iterator.__anext__()
+
+    async def aclose(self) -> None:
+        if self._iterator is not None:
+            await self._iterator.aclose()  # type: ignore[attr-defined]
+
+    async def _events(self) -> AsyncIterator[WorkflowEvent]:
+        send, receive = anyio.create_memory_object_stream[WorkflowEvent](math.inf)
+        loop, store = await self._prepare(send.send_nowait)
+        self._loop = loop
+        if self._cancel_early:
+            loop.cancel()
+        events: list[WorkflowEvent] = []
+        finished = False
+
+        async def drive() -> None:
+            nonlocal finished
+            async with send:
+                await self._workflow._drive(loop, store, send.send_nowait)
+            finished = True
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            try:
+                async with receive:
+                    async for event in receive:
+                        events.append(event)
+                        yield event
+            finally:
+                if not finished:  # the consumer stopped early: stop the run too
+                    tg.cancel_scope.cancel()
+        self.result = self._workflow._result(loop, events)
+
+
+class Workflow:
+    """A validated graph of executors and request ports. Build one with ``WorkflowBuilder``."""
+
+    def __init__(
+        self,
+        name: str,
+        graph: Graph,
+        extra_types: Sequence[tuple[type, str | None]] = (),
+        max_supersteps: int = 100,
+        codec: JsonCodec | None = None,
+    ) -> None:
+        self.name = name
+        self.graph = graph
+        self.max_supersteps = max_supersteps
+        self.registry = TypeRegistry()
+        self._annotations: dict[str, Any] = dict(_PRIMITIVE_TYPES)
+        for node in graph.nodes.values():
+            for annotation in _node_annotations(node):
+                self._annotate(annotation)
+        for cls, tag in extra_types:
+            self.registry.register(cls, tag)
+            self._annotations.setdefault(type_name(cls), cls)
+        self.codec: JsonCodec = codec or TaggedJsonCodec(self.registry)
+        self.signature = graph.signature()
+        self._adapters: dict[str, TypeAdapter[Any]] = {}
+
+    def _annotate(self, annotation: Any) -> None:
+        self._annotations.setdefault(type_name(annotation), annotation)
+        for cls in concrete_classes(annotation):
+            if cls in self.registry:
+                continue
+            try:
+                self.registry.register(cls)
+            except SerializationError:
+                raise
+            except Exception:  # not representable as JSON; encoding it later names the type
+                continue
+
+    # --- introspection --------------------------------------------------------------------------
+
+    @property
+    def start_executor_id(self) -> str:
+        return self.graph.start_id
+
+    @property
+    def executors(self) -> list[Executor]:
+        return [n for n in self.graph.nodes.values() if isinstance(n, Executor)]
+
+    @property
+    def request_ports(self) -> list[RequestPort]:
+        return [n for n in self.graph.nodes.values() if isinstance(n, RequestPort)]
+
+    def to_mermaid(self) -> str:
+        return self.graph.to_mermaid()
+
+    def to_dot(self) -> str:
+        return self.graph.to_dot()
+
+    def register_types(self, *types: type) -> Workflow:
+        """Allow more classes in state and messages (same as ``WorkflowBuilder.register_types``)."""
+        for t in types:
+            self.registry.register(t)
+            self._annotations.setdefault(type_name(t), t)
+        return self
+
+    def resolve_type(self, name: str) -> Any:
+        """The annotation a stored type name refers to (only names this workflow declares)."""
+        try:
+            return self._annotations[name]
+        except KeyError:
+            raise SerializationError(
+                f"workflow {self.name!r} declares no type named {name!r}"
+            ) from None
+
+    # --- running --------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        message: Any = _NO_MESSAGE,
+        *,
+        responses: Responses | None = None,
+        checkpoint: Checkpoint | None = None,
+        checkpoint_id: str | None = None,
+        checkpoint_store: CheckpointStore | None = None,
+        run_id: str | None = None,
+        max_supersteps: int | None = None,
+    ) -> WorkflowRunResult:
+        """Run until the workflow rests (finished, paused on requests, failed or cancelled).
+
+        Start a run with ``message``; continue one with ``checkpoint`` (or ``checkpoint_id`` and
+        ``checkpoint_store``) plus ``responses`` to its pending requests. Responses are validated
+        before anything runs: a refused one raises a ``ResponseError`` and changes nothing.
+        """
+        events: list[WorkflowEvent] = []
+        loop, store = await self._prepare(
+            events.append,
+            message,
+            responses,
+            checkpoint,
+            checkpoint_id,
+            checkpoint_store,
+            run_id,
+            max_supersteps,
+        )
+        await self._drive(loop, store, events.append)
+        return self._result(loop, events)
+
+    def run_stream(
+        self,
+        message: Any = _NO_MESSAGE,
+        *,
+        responses: Responses | None = None,
+        checkpoint: Checkpoint | None = None,
+        checkpoint_id: str | None = None,
+        checkpoint_store: CheckpointStore | None = None,
+        run_id: str | None = None,
+        max_supersteps: int | None = None,
+    ) -> WorkflowRunStream:
+        """Like :meth:`run`, streaming events as they happen."""
+
+        async def prepare(emit: Any) -> tuple[RunLoop, CheckpointStore | None]:
+            return await self._prepare(
+                emit,
+                message,
+                responses,
+                checkpoint,
+                checkpoint_id,
+                checkpoint_store,
+                run_id,
+                max_supersteps,
+            )
+
+        return WorkflowRunStream(self, prepare)
+
+    async def cancel(
+        self,
+        *,
+        checkpoint: Checkpoint | None = None,
+        checkpoint_id: str | None = None,
+        checkpoint_store: CheckpointStore | None = None,
+    ) -> Checkpoint:
+        """Cancel a paused run: status CANCELLED, pending requests cancelled, saved if a store."""
+        cp = await self._load(checkpoint, checkpoint_id, checkpoint_store)
+        state = self.restore(cp)
+        loop = RunLoop(self, state, lambda e: None, checkpoint_store, self.max_supersteps)
+        await loop.finish_cancelled()
+        assert state.checkpoint is not None
+        return state.checkpoint
+
+    async def _drive(self, loop: RunLoop, store: CheckpointStore | None, emit: Any) -> None:
+        emit(WorkflowStartedEvent(loop.state.run_id))
+        emit(WorkflowStatusEvent(WorkflowRunState.IN_PROGRESS))
+        await loop.run()
+
+    def _result(self, loop: RunLoop, events: list[WorkflowEvent]) -> WorkflowRunResult:
+        s = loop.state
+        return WorkflowRunResult(
+            run_id=s.run_id,
+            status=s.status,
+            events=events,
+            outputs=[e.data for e in events if isinstance(e, WorkflowOutputEvent)],
+            pending_requests=list(s.pending.values()),
+            checkpoint=s.checkpoint,
+            error=s.error,
+        )
+
+    async def _prepare(
+        self,
+        emit: Any,
+        message: Any,
+        responses: Responses | None,
+        checkpoint: Checkpoint | None,
+        checkpoint_id: str | None,
+        store: CheckpointStore | None,
+        run_id: str | None,
+        max_supersteps: int | None,
+    ) -> tuple[RunLoop, CheckpointStore | None]:
+        """Admit a new run or restore one and apply responses; checkpoint that starting point."""
+        limit = max_supersteps or self.max_supersteps
+        if checkpoint is None and checkpoint_id is None:
+            if message is _NO_MESSAGE:
+                raise ValueError("run() needs a message to start a run, or a checkpoint")
+            if responses:
+                raise ValueError("responses can only be given when continuing from a checkpoint")
+            state = RunState(run_id=run_id or uuid.uuid4().hex)
+            self._check_start(message)
+            state.inbox = [Envelope("__input__", self.graph.start_id, message)]
+            loop = RunLoop(self, state, emit, store, limit)
+            await loop.commit()
+            return loop, store
+        cp = await self._load(checkpoint, checkpoint_id, store)
+        state = self.restore(cp)
+        if state.status in (WorkflowRunState.CANCELLED,):
+            raise RunNotResumableError(f"run {state.run_id!r} was cancelled")
+        loop = RunLoop(self, state, emit, store, limit)
+        answers = self.validate_responses(state, responses or {})
+        changed = bool(answers)
+        if answers:
+            await self._apply_answers(loop, answers)
+        if message is not _NO_MESSAGE:
+            self._check_start(message)
+            state.inbox.append(Envelope("__input__", self.graph.start_id, message))
+            changed = True
+        state.status = WorkflowRunState.IN_PROGRESS
+        if changed:
+            await loop.commit(
+                CheckpointChanges.model_construct(requests_answered=[a[0] for a in answers])
+            )
+        return loop, store
+
+    def _check_start(self, message: Any) -> None:
+        start = self.graph.nodes[self.graph.start_id]
+        if isinstance(start, Executor) and start.find_handler(message) is None:
+            accepted = ", ".join(type_name(t) for t in start.input_types)
+            raise MessageNotHandledError(
+                f"workflow {self.name!r}: the start executor {start.id!r} cannot take "
+                f"{type_name(type(message))} (it accepts {accepted})"
+            )
+
+    async def _load(
+        self,
+        checkpoint: Checkpoint | None,
+        checkpoint_id: str | None,
+        store: CheckpointStore | None,
+    ) -> Checkpoint:
+        if checkpoint is not None:
+            return checkpoint
+        if store is None:
+            raise ValueError("checkpoint_id needs a checkpoint_store to load it from")
+        assert checkpoint_id is not None
+        cp = await store.load(checkpoint_id)
+        if cp is None:
+            raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r}")
+        return cp
+
+    # --- restore and responses ------------------------------------------------------------------
+
+    def restore(self, checkpoint: Checkpoint) -> RunState:
+        """Rebuild a run's live state from a checkpoint written by this same graph."""
+        if checkpoint.workflow_signature != self.signature:
+            raise SignatureMismatchError(
+                f"run {checkpoint.run_id!r} was checkpointed by workflow "
+                f"{checkpoint.workflow_name!r} with signature {checkpoint.workflow_signature}, "
+                f"but this workflow {self.name!r} has signature {self.signature}: the graph changed"
+            )
+        if checkpoint.codec != self.codec.name:
+            raise SerializationError(
+                f"run {checkpoint.run_id!r}: checkpoint written with codec {checkpoint.codec!r}, "
+                f"this workflow uses {self.codec.name!r}"
+            )
+        dec = self.codec.decode
+        pending = {
+            rid: ExternalRequest(
+                request_id=r.request_id,
+                port_id=r.port_id,
+                data=dec(r.data),
+                response_type=self.resolve_type(r.response_type),
+                source_executor_id=r.source_executor_id,
+                superstep=r.superstep,
+                run_id=checkpoint.run_id,
+                from_port=r.kind == "port",
+            )
+            for rid, r in checkpoint.pending_requests.items()
+        }
+        answered_requests = {}
+        inbox = []
+        for m in checkpoint.messages:
+            request = None
+            if m.request_id is not None:
+                request = answered_requests.get(m.request_id)
+                if request is None:
+                    request = self._answered_request(checkpoint, m.request_id)
+            inbox.append(Envelope(m.source_id, m.target_id, dec(m.data), request))
+        return RunState(
+            run_id=checkpoint.run_id,
+            superstep=checkpoint.superstep,
+            inbox=inbox,
+            executor_states={k: dict(v) for k, v in checkpoint.executor_states.items()},
+            shared=dict(checkpoint.shared_state),
+            fan_in={
+                g: {s: [dec(m) for m in msgs] for s, msgs in buf.items()}
+                for g, buf in checkpoint.fan_in_buffers.items()
+            },
+            pending=pending,
+            answered=dict(checkpoint.answered_requests),
+            cancelled=list(checkpoint.cancelled_requests),
+            outputs=[dec(o) for o in checkpoint.outputs],
+            encoded_outputs=list(checkpoint.outputs),
+            status=checkpoint.status,
+            checkpoint=checkpoint,
+        )
+
+    def _answered_request(self, checkpoint: Checkpoint, request_id: str) -> ExternalRequest:
+        record = checkpoint.answered_requests.get(request_id)
+        if not isinstance(record, dict) or "request" not in record:
+            raise SerializationError(
+                f"run {checkpoint.run_id!r}: message answers request {request_id!r}, "
+                "which the checkpoint does not record"
+            )
+        r = record["request"]
+        return ExternalRequest(
+            request_id=request_id,
+            port_id=r["port_id"],
+            data=self.codec.decode(r["data"]),
+            response_type=self.resolve_type(r["response_type"]),
+            source_executor_id=r["source_executor_id"],
+            superstep=r["superstep"],
+            run_id=checkpoint.run_id,
+            from_port=False,
+        )
+
+    def validate_responses(
+        self, state: RunState, responses: Responses
+    ) -> list[tuple[str, ExternalRequest, Any]]:
+        """Check every answer before any is applied. Returns the new (id, request, value)s;
+        identical repeats of earlier answers are dropped (idempotent)."""
+        if isinstance(responses, Mapping):
+            items = [ExternalResponse(k, v) for k, v in responses.items()]
+        else:
+            items = list(responses)
+        accepted: dict[str, tuple[str, ExternalRequest, Any]] = {}
+        for response in items:
+            rid = response.request_id
+            if rid in state.answered or rid in accepted:
+                previous = (
+                    state.answered[rid]["data"]
+                    if rid in state.answered
+                    else self.codec.encode(accepted[rid][2])
+                )
+                request = state.pending.get(rid) or (accepted[rid][1] if rid in accepted else None)
+                value = self._coerce(state, rid, request, response.data) if request else None
+                new = self.codec.encode(value if request else response.data)
+                if _canonical(new) != _canonical(previous):
+                    raise RequestAlreadyAnsweredError(
+                        f"run {state.run_id!r}: request {rid!r} was already answered with a "
+                        "different value; an answer cannot be changed"
+                    )
+                continue
+            if rid in state.cancelled:
+                raise RequestCancelledError(f"run {state.run_id!r}: request {rid!r} was cancelled")
+            request = state.pending.get(rid)
+            if request is None:
+                raise UnknownRequestError(
+                    f"run {state.run_id!r} has no request {rid!r} (pending: "
+                    f"{', '.join(state.pending) or 'none'})"
+                )
+            accepted[rid] = (rid, request, self._coerce(state, rid, request, response.data))
+        return list(accepted.values())
+
+    def _coerce(self, state: RunState, rid: str, request: ExternalRequest, data: Any) -> Any:
+        expected = request.response_type
+        if build_matcher(expected)(data):
+            return data
+        name = type_name(expected)
+        adapter = self._adapters.get(name)
+        if adapter is None:
+            adapter = self._adapters[name] = TypeAdapter(expected)
+        try:
+            return adapter.validate_json(json.dumps(data, default=str), strict=True)
+        except (ValidationError, TypeError, ValueError) as exc:
+            raise ResponseTypeError(
+                f"run {state.run_id!r}, request {rid!r}: expected {name}, got "
+                f"{type_name(type(data))}: {exc}"
+            ) from exc
+
+    async def _apply_answers(
+        self, loop: RunLoop, answers: list[tuple[str, ExternalRequest, Any]]
+    ) -> None:
+        state = loop.state
+        sends: list[Send] = []
+        for rid, request, value in answers:
+            del state.pending[rid]
+            record: dict[str, Any] = {"data": self.codec.encode(value)}
+            if request.from_port:
+                sends.append(Send(request.port_id, value))
+            else:
+                record["request"] = {
+                    "port_id": request.port_id,
+                    "data": self.codec.encode(request.data),
+                    "response_type": type_name(request.response_type),
+                    "source_executor_id": request.source_executor_id,
+                    "superstep": request.superstep,
+                }
+                state.inbox.append(Envelope(request.port_id, request.port_id, value, request))
+            state.answered[rid] = record
+        if sends:
+            delivery = await loop.route(sends, state.fan_in)
+            state.inbox.extend(delivery.inbox)
+            state.fan_in = delivery.fan_in
+            for index, env in enumerate(delivery.port_messages):
+                request = loop.port_request(env, state.superstep, 1000 + index)
+                state.pending[request.request_id] = request
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _node_annotations(node: Any) -> list[Any]:
+    if isinstance(node, RequestPort):
+        return [node.request_type, node.response_type]
+    out: list[Any] = []
+    for spec in node.handlers:
+        out.extend([spec.message_type, *spec.output_types, *spec.workflow_output_types])
+    for rspec in node.response_handlers:
+        out.extend(
+            [
+                rspec.request_type,
+                rspec.response_type,
+                *rspec.output_types,
+                *rspec.workflow_output_types,
+            ]
+        )
+    return out
+
+
+__all__ = ["Workflow", "WorkflowRunResult", "WorkflowRunStream"]
