@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/workflow-engine demo
+	$(BIN)/python -m examples.review_loop
 
 test: $(STAMP)
 	$(BIN)/ruff check .

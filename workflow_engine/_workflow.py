@@ -449,7 +449,7 @@ class Workflow:
             request_id=request_id,
             port_id=r["port_id"],
             data=self.codec.decode(r["data"]),
-            response_type=self.resolve_type(r["response_type"]),
+            response_type=self.resolve_type(record["response_type"]),
             source_executor_id=r["source_executor_id"],
             superstep=r["superstep"],
             run_id=checkpoint.run_id,
@@ -468,21 +468,25 @@ class Workflow:
         accepted: dict[str, tuple[str, ExternalRequest, Any]] = {}
         for response in items:
             rid = response.request_id
-            if rid in state.answered or rid in accepted:
-                previous = (
-                    state.answered[rid]["data"]
-                    if rid in state.answered
-                    else self.codec.encode(accepted[rid][2])
-                )
-                request = state.pending.get(rid) or (accepted[rid][1] if rid in accepted else None)
-                value = self._coerce(state, rid, request, response.data) if request else None
-                new = self.codec.encode(value if request else response.data)
-                if _canonical(new) != _canonical(previous):
+            if rid in accepted or rid in state.answered:
+                if rid in accepted:
+                    expected, previous = accepted[rid][1].response_type, accepted[rid][2]
+                    previous = self.codec.encode(previous)
+                else:
+                    record = state.answered[rid]
+                    expected = self.resolve_type(record["response_type"])
+                    previous = record["data"]
+                try:
+                    value = self._coerce(state, rid, expected, response.data)
+                    same = _canonical(self.codec.encode(value)) == _canonical(previous)
+                except ResponseTypeError:
+                    same = False
+                if not same:
                     raise RequestAlreadyAnsweredError(
                         f"run {state.run_id!r}: request {rid!r} was already answered with a "
                         "different value; an answer cannot be changed"
                     )
-                continue
+                continue  # the same answer again: idempotent
             if rid in state.cancelled:
                 raise RequestCancelledError(f"run {state.run_id!r}: request {rid!r} was cancelled")
             request = state.pending.get(rid)
@@ -491,11 +495,12 @@ class Workflow:
                     f"run {state.run_id!r} has no request {rid!r} (pending: "
                     f"{', '.join(state.pending) or 'none'})"
                 )
-            accepted[rid] = (rid, request, self._coerce(state, rid, request, response.data))
+            value = self._coerce(state, rid, request.response_type, response.data)
+            accepted[rid] = (rid, request, value)
         return list(accepted.values())
 
-    def _coerce(self, state: RunState, rid: str, request: ExternalRequest, data: Any) -> Any:
-        expected = request.response_type
+    def _coerce(self, state: RunState, rid: str, expected: Any, data: Any) -> Any:
+        """Validate an answer against the expected type; JSON-shaped data is validated strictly."""
         if build_matcher(expected)(data):
             return data
         name = type_name(expected)
@@ -517,14 +522,16 @@ class Workflow:
         sends: list[Send] = []
         for rid, request, value in answers:
             del state.pending[rid]
-            record: dict[str, Any] = {"data": self.codec.encode(value)}
+            record: dict[str, Any] = {
+                "data": self.codec.encode(value),
+                "response_type": type_name(request.response_type),
+            }
             if request.from_port:
                 sends.append(Send(request.port_id, value))
             else:
                 record["request"] = {
                     "port_id": request.port_id,
                     "data": self.codec.encode(request.data),
-                    "response_type": type_name(request.response_type),
                     "source_executor_id": request.source_executor_id,
                     "superstep": request.superstep,
                 }

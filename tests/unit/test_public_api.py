@@ -1,0 +1,44 @@
+"""The public surface is explicit, sorted and pinned; the kernel depends on nothing above it."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import workflow_engine
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_all_is_sorted_and_complete() -> None:
+    names = workflow_engine.__all__
+    assert names == sorted(names)
+    for name in names:
+        assert hasattr(workflow_engine, name), name
+    public = {n for n in vars(workflow_engine) if not n.startswith("_")}
+    modules = {n for n in public if isinstance(getattr(workflow_engine, n), type(ast))}
+    assert public - modules == set(names)
+
+
+def test_kernel_imports_nothing_from_executors_or_storage() -> None:
+    offenders = []
+    for path in (ROOT / "workflow_engine").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                mods = [node.module or ""]
+            else:
+                continue
+            for mod in mods:
+                if mod.split(".")[0] in {"executors", "storage", "workflow_engine_cli"}:
+                    offenders.append(f"{path.name}: {mod}")
+    assert offenders == []
+
+
+def test_nothing_imports_pickle() -> None:
+    for package in ("workflow_engine", "executors", "storage", "workflow_engine_cli"):
+        for path in (ROOT / package).rglob("*.py"):
+            text = path.read_text()
+            assert "import pickle" not in text and "cloudpickle" not in text, path

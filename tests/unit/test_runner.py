@@ -1,0 +1,363 @@
+"""The superstep runner: delivery, state, requests, responses, failures, limits, cancel."""
+
+from __future__ import annotations
+
+from typing import Never
+
+import anyio
+import pytest
+from pydantic import BaseModel
+
+from workflow_engine import (
+    Checkpoint,
+    CheckpointStoreError,
+    Executor,
+    ExecutorFailedEvent,
+    ExternalResponse,
+    InMemoryCheckpointStore,
+    MessageNotHandledError,
+    RequestAlreadyAnsweredError,
+    RequestCancelledError,
+    RequestInfoEvent,
+    RequestPort,
+    ResponseTypeError,
+    RunNotResumableError,
+    SignatureMismatchError,
+    UndeclaredOutputError,
+    UnknownRequestError,
+    UnknownTargetError,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowFailedEvent,
+    WorkflowOutputEvent,
+    WorkflowRunState,
+    executor,
+    handler,
+    response_handler,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class Approval(BaseModel):
+    approved: bool
+    note: str = ""
+
+
+class Increment(Executor):
+    @handler
+    async def inc(self, n: int, ctx: WorkflowContext[int, int]) -> None:
+        if n >= 5:
+            await ctx.yield_output(n)
+        else:
+            await ctx.send_message(n + 1)
+
+
+@executor(id="echo")
+async def echo(n: int, ctx: WorkflowContext[Never, int]) -> None:
+    await ctx.yield_output(n)
+
+
+def loop_workflow():
+    inc = Increment("inc")
+    return WorkflowBuilder(name="loop", start=inc).add_edge(inc, inc).build()
+
+
+async def test_self_loop_runs_one_superstep_per_message() -> None:
+    result = await loop_workflow().run(0)
+    assert result.status is WorkflowRunState.IDLE
+    assert result.outputs == [5]
+    assert result.checkpoint is not None and result.checkpoint.superstep == 6
+    kinds = [e.type for e in result.events]
+    assert kinds[:2] == ["workflow_started", "workflow_status"]
+    assert kinds.count("superstep_started") == 6
+
+
+async def test_max_supersteps_stops_with_a_status_and_continuing_finishes() -> None:
+    wf = loop_workflow()
+    first = await wf.run(0, max_supersteps=2)
+    assert first.status is WorkflowRunState.MAX_SUPERSTEPS_REACHED
+    assert first.events[-1].state is WorkflowRunState.MAX_SUPERSTEPS_REACHED
+    # the limit counts per continuation
+    second = await wf.run(checkpoint=first.checkpoint, max_supersteps=2)
+    assert second.status is WorkflowRunState.MAX_SUPERSTEPS_REACHED
+    third = await wf.run(checkpoint=second.checkpoint)
+    assert third.outputs == [5]
+
+
+class Counter(Executor):
+    """Counts in its own state and in shared state; outputs the tally it saw."""
+
+    @handler
+    async def tick(self, n: int, ctx: WorkflowContext[int, list]) -> None:
+        mine = await ctx.get_state("seen", [])
+        mine.append(n)
+        await ctx.set_state("seen", mine)
+        shared_before = await ctx.get_shared("total", 0)
+        await ctx.set_shared("total", shared_before + n)
+        if n < 3:
+            await ctx.send_message(n + 1)
+        else:
+            await ctx.yield_output([mine, await ctx.get_shared("total")])
+
+
+async def test_executor_and_shared_state_persist_across_supersteps() -> None:
+    c = Counter("c")
+    wf = WorkflowBuilder(start=c).add_edge(c, c).build()
+    result = await wf.run(0)
+    assert result.outputs == [[[0, 1, 2, 3], 6]]
+    assert result.checkpoint.executor_states == {"c": {"seen": [0, 1, 2, 3]}}
+    assert result.checkpoint.shared_state == {"total": 6}
+
+
+class SharedWriter(Executor):
+    @handler
+    async def write(self, n: int, ctx: WorkflowContext[int]) -> None:
+        await ctx.set_shared("k", f"{self.id}:{n}")
+        await ctx.send_message(n)
+
+
+class SharedReader(Executor):
+    @handler
+    async def read(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(await ctx.get_shared("k", "unset"))
+
+
+async def test_shared_writes_are_visible_after_the_barrier_last_in_graph_order_wins() -> None:
+    start = Increment("start")
+    a, b = SharedWriter("a"), SharedWriter("b")
+    r1, r2 = SharedReader("r1"), SharedReader("r2")
+    wf = (
+        WorkflowBuilder(start=start)
+        .add_fan_out_edges(start, [a, b])
+        .add_edge(a, r1)
+        .add_edge(b, r2)
+        .build()
+    )
+    result = await wf.run(5)  # start yields 5 and sends nothing...
+    assert result.outputs == [5]
+    result = await wf.run(1)  # ...start sends 2 to a and b; readers see b's write
+    assert result.outputs == ["b:2", "b:2"]
+
+
+class Asker(Executor):
+    """Uses ctx.request_info and gets the answer in a @response_handler."""
+
+    @handler
+    async def ask(self, question: str, ctx: WorkflowContext) -> None:
+        await ctx.request_info(question, Approval)
+
+    @response_handler
+    async def answered(
+        self, question: str, answer: Approval, ctx: WorkflowContext[Never, str]
+    ) -> None:
+        verdict = "yes" if answer.approved else "no"
+        await ctx.yield_output(f"{question} -> {verdict} {answer.note}".strip())
+
+
+def asker_workflow():
+    return WorkflowBuilder(name="asker", start=Asker("asker")).build()
+
+
+async def test_request_info_pauses_and_a_response_reaches_the_response_handler() -> None:
+    wf = asker_workflow()
+    paused = await wf.run("deploy?")
+    assert paused.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    (request,) = paused.pending_requests
+    (event,) = paused.get_request_info_events()
+    assert event.request_id == request.request_id and event.data == "deploy?"
+    # the checkpoint goes through JSON text; answers may be dicts (JSON clients)
+    cp = Checkpoint.from_json(paused.checkpoint.to_json())
+    done = await asker_workflow().run(
+        checkpoint=cp, responses=[ExternalResponse(request.request_id, {"approved": True})]
+    )
+    assert done.status is WorkflowRunState.IDLE
+    assert done.outputs == ["deploy? -> yes"]
+
+
+async def test_response_errors_are_specific_and_change_nothing() -> None:
+    wf = asker_workflow()
+    paused = await wf.run("q")
+    (request,) = paused.pending_requests
+    rid = request.request_id
+    with pytest.raises(UnknownRequestError, match=f"run '{paused.run_id}' has no request 'nope'"):
+        await wf.run(checkpoint=paused.checkpoint, responses={"nope": True})
+    with pytest.raises(ResponseTypeError, match="Approval") as info:
+        await wf.run(checkpoint=paused.checkpoint, responses={rid: {"approved": "maybe"}})
+    assert "approved" in str(info.value)  # the pydantic message names the field
+    # nothing changed: the original checkpoint still answers fine
+    done = await wf.run(checkpoint=paused.checkpoint, responses={rid: Approval(approved=False)})
+    assert done.outputs == ["q -> no"]
+    # repeating the same answer is a no-op; a different one is a conflict
+    again = await wf.run(checkpoint=done.checkpoint, responses={rid: {"approved": False}})
+    assert again.outputs == [] and again.status is WorkflowRunState.IDLE
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await wf.run(checkpoint=done.checkpoint, responses={rid: {"approved": True}})
+
+
+async def test_bool_response_is_strict() -> None:
+    port = RequestPort("confirm", request_type=str, response_type=bool)
+    start = _StrToPort("start")
+    wf = WorkflowBuilder(start=start).add_edge(start, port).add_edge(port, _BoolSink("b")).build()
+    paused = await wf.run("go?")
+    rid = paused.pending_requests[0].request_id
+    with pytest.raises(ResponseTypeError):
+        await wf.run(checkpoint=paused.checkpoint, responses={rid: "yes"})
+    done = await wf.run(checkpoint=paused.checkpoint, responses={rid: True})
+    assert done.outputs == [True]
+
+
+class _StrToPort(Executor):
+    @handler
+    async def go(self, s: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(s)
+
+
+class _BoolSink(Executor):
+    @handler
+    async def take(self, b: bool, ctx: WorkflowContext[Never, bool]) -> None:
+        await ctx.yield_output(b)
+
+
+async def test_request_info_event_comes_after_the_checkpoint_is_saved() -> None:
+    order: list[str] = []
+
+    class RecordingStore(InMemoryCheckpointStore):
+        async def save(self, checkpoint: Checkpoint) -> None:
+            order.append(f"save:{len(checkpoint.pending_requests)}")
+            await super().save(checkpoint)
+
+    stream = asker_workflow().run_stream("q", checkpoint_store=RecordingStore())
+    async for event in stream:
+        if isinstance(event, RequestInfoEvent):
+            order.append("request_info")
+    assert order == ["save:0", "save:1", "request_info"]
+
+
+class Boom(Executor):
+    @handler
+    async def explode(self, n: int, ctx: WorkflowContext[int]) -> None:
+        if n == 2:
+            raise RuntimeError("kaboom")
+        await ctx.send_message(n + 1)
+
+
+async def test_handler_exception_fails_the_run_and_keeps_the_last_checkpoint() -> None:
+    b = Boom("boom")
+    wf = WorkflowBuilder(start=b).add_edge(b, b).build()
+    store = InMemoryCheckpointStore()
+    result = await wf.run(0, checkpoint_store=store)
+    assert result.status is WorkflowRunState.FAILED
+    failed = [e for e in result.events if isinstance(e, ExecutorFailedEvent)]
+    assert failed[0].executor_id == "boom" and "kaboom" in failed[0].error.message
+    assert any(isinstance(e, WorkflowFailedEvent) for e in result.events)
+    latest = await store.latest(result.run_id)
+    assert latest.superstep == 2 and latest.status is WorkflowRunState.IN_PROGRESS
+    assert [m.data for m in latest.messages] == [2]  # a retry starts from here
+
+
+async def test_undeclared_output_and_unknown_target_fail_the_run_with_clear_errors() -> None:
+    class Liar(Executor):
+        @handler
+        async def lie(self, n: int, ctx: WorkflowContext[int]) -> None:
+            await ctx.send_message("not an int")
+
+    class Misdirect(Executor):
+        @handler
+        async def go(self, n: int, ctx: WorkflowContext[int]) -> None:
+            await ctx.send_message(n, target_id="nowhere")
+
+    for cls, error in ((Liar, UndeclaredOutputError), (Misdirect, UnknownTargetError)):
+        node = cls("x")
+        wf = WorkflowBuilder(start=node).add_edge(node, echo).build()
+        result = await wf.run(1)
+        assert result.status is WorkflowRunState.FAILED
+        assert result.error is not None and result.error.error_type == error.__name__
+
+
+async def test_start_message_of_the_wrong_type_is_refused_before_admission() -> None:
+    store = InMemoryCheckpointStore()
+    with pytest.raises(MessageNotHandledError, match="start executor 'inc' cannot take str"):
+        await loop_workflow().run("text", checkpoint_store=store, run_id="r1")
+    assert await store.latest("r1") is None
+
+
+async def test_failing_store_fails_loudly() -> None:
+    class BrokenStore(InMemoryCheckpointStore):
+        async def save(self, checkpoint: Checkpoint) -> None:
+            if checkpoint.superstep == 2:
+                raise OSError("disk full")
+            await super().save(checkpoint)
+
+    with pytest.raises(CheckpointStoreError, match="superstep 2 failed: disk full"):
+        await loop_workflow().run(0, checkpoint_store=BrokenStore())
+
+
+async def test_restoring_on_a_different_graph_is_refused_naming_both_signatures() -> None:
+    result = await loop_workflow().run(0, max_supersteps=1)
+    inc = Increment("inc")
+    other = WorkflowBuilder(name="loop", start=inc).add_edge(inc, inc).add_edge(inc, echo).build()
+    with pytest.raises(SignatureMismatchError) as info:
+        await other.run(checkpoint=result.checkpoint)
+    assert result.checkpoint.workflow_signature in str(info.value)
+    assert other.signature in str(info.value)
+
+
+class Slow(Executor):
+    @handler
+    async def wait(self, n: int, ctx: WorkflowContext[int]) -> None:
+        await anyio.sleep(10)
+
+
+async def test_cancel_ends_the_stream_cancelled_and_cancels_pending_requests() -> None:
+    slow = Slow("slow")
+    wf = WorkflowBuilder(start=slow).add_edge(slow, slow).build()
+    store = InMemoryCheckpointStore()
+    stream = wf.run_stream(1, checkpoint_store=store)
+    with anyio.fail_after(5):
+        async for event in stream:
+            if event.type == "executor_invoked":
+                stream.cancel()
+    assert stream.result.status is WorkflowRunState.CANCELLED
+    latest = await store.latest(stream.result.run_id)
+    assert latest.status is WorkflowRunState.CANCELLED and latest.messages == []
+    with pytest.raises(RunNotResumableError):
+        await wf.run(checkpoint=latest)
+
+    paused = await asker_workflow().run("q")
+    rid = paused.pending_requests[0].request_id
+    cancelled = await asker_workflow().cancel(checkpoint=paused.checkpoint)
+    assert cancelled.status is WorkflowRunState.CANCELLED
+    assert cancelled.cancelled_requests == [rid] and cancelled.pending_requests == {}
+    with pytest.raises((RequestCancelledError, RunNotResumableError)):
+        await asker_workflow().run(checkpoint=cancelled, responses={rid: {"approved": True}})
+
+
+async def test_one_workflow_serves_many_concurrent_runs() -> None:
+    wf = loop_workflow()
+    results: dict[int, list[int]] = {}
+
+    async def one(start: int) -> None:
+        results[start] = (await wf.run(start)).outputs
+
+    async with anyio.create_task_group() as tg:
+        for start in range(5):
+            tg.start_soon(one, start)
+    assert results == {i: [5] for i in range(5)}
+
+
+async def test_stream_yields_outputs_live() -> None:
+    seen = []
+    async for event in loop_workflow().run_stream(3):
+        if isinstance(event, WorkflowOutputEvent):
+            seen.append((event.data, event.source_executor_id))
+    assert seen == [(5, "inc")]
+
+
+async def test_events_are_json_serializable() -> None:
+    import json
+
+    wf = asker_workflow()
+    result = await wf.run("q")
+    text = json.dumps([e.to_dict(wf.codec) for e in result.events])
+    assert '"type": "request_info"' in text
