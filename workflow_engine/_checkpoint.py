@@ -139,3 +139,93 @@ class InMemoryCheckpointStore:
         cp = self._by_id.pop(checkpoint_id, None)
         if cp is not None:
             self._by_run[cp.run_id].remove(checkpoint_id)
+
+
+class CheckpointDelta(BaseModel):
+    """A checkpoint written as what changed since its parent: what a durable store persists for
+    every superstep between snapshots. ``apply_delta(parent, delta_of(cp)) == cp``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    schema_version: int = CHECKPOINT_SCHEMA_VERSION
+    checkpoint_id: str
+    parent_id: str
+    superstep: int
+    status: WorkflowRunState
+    created_at: float
+    messages: list[MessageRecord] = Field(default_factory=list)
+    executor_states: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    shared_state: dict[str, Any] = Field(default_factory=dict)
+    fan_in_buffers: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)
+    requests_added: dict[str, RequestRecord] = Field(default_factory=dict)
+    requests_answered: dict[str, Any] = Field(default_factory=dict)
+    requests_cancelled: list[str] = Field(default_factory=list)
+    outputs_added: list[Any] = Field(default_factory=list)
+    changes: CheckpointChanges = Field(default_factory=CheckpointChanges)
+
+
+def delta_of(checkpoint: Checkpoint) -> CheckpointDelta:
+    """The part of ``checkpoint`` that its ``changes`` say is new (it must have a parent)."""
+    if checkpoint.parent_id is None:
+        raise ValueError("a first checkpoint has no parent to be a delta of")
+    ch = checkpoint.changes
+    states = checkpoint.executor_states
+    n_out = ch.outputs_added
+    return CheckpointDelta.model_construct(
+        schema_version=checkpoint.schema_version,
+        checkpoint_id=checkpoint.checkpoint_id,
+        parent_id=checkpoint.parent_id,
+        superstep=checkpoint.superstep,
+        status=checkpoint.status,
+        created_at=checkpoint.created_at,
+        messages=checkpoint.messages,
+        executor_states={
+            e: {k: states[e][k] for k in keys} for e, keys in ch.executor_state_keys.items()
+        },
+        shared_state={k: checkpoint.shared_state[k] for k in ch.shared_state_keys},
+        fan_in_buffers=checkpoint.fan_in_buffers,
+        requests_added={
+            r: checkpoint.pending_requests[r]
+            for r in ch.requests_added
+            if r in checkpoint.pending_requests
+        },
+        requests_answered={r: checkpoint.answered_requests[r] for r in ch.requests_answered},
+        requests_cancelled=list(ch.requests_cancelled),
+        outputs_added=checkpoint.outputs[len(checkpoint.outputs) - n_out :] if n_out else [],
+        changes=ch,
+    )
+
+
+def apply_delta(parent: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
+    """Rebuild the checkpoint ``delta`` was taken from, given its parent."""
+    if delta.parent_id != parent.checkpoint_id:
+        raise ValueError(
+            f"delta {delta.checkpoint_id} follows {delta.parent_id}, not {parent.checkpoint_id}"
+        )
+    states = dict(parent.executor_states)
+    for executor_id, values in delta.executor_states.items():
+        states[executor_id] = {**states.get(executor_id, {}), **values}
+    gone = set(delta.requests_answered) | set(delta.requests_cancelled)
+    pending = {r: rec for r, rec in parent.pending_requests.items() if r not in gone}
+    pending.update(delta.requests_added)
+    return Checkpoint.model_construct(
+        schema_version=delta.schema_version,
+        codec=parent.codec,
+        checkpoint_id=delta.checkpoint_id,
+        parent_id=delta.parent_id,
+        run_id=parent.run_id,
+        workflow_name=parent.workflow_name,
+        workflow_signature=parent.workflow_signature,
+        superstep=delta.superstep,
+        status=delta.status,
+        created_at=delta.created_at,
+        messages=list(delta.messages),
+        executor_states=states,
+        shared_state={**parent.shared_state, **delta.shared_state},
+        fan_in_buffers=dict(delta.fan_in_buffers),
+        pending_requests=pending,
+        answered_requests={**parent.answered_requests, **delta.requests_answered},
+        cancelled_requests=[*parent.cancelled_requests, *delta.requests_cancelled],
+        outputs=[*parent.outputs, *delta.outputs_added],
+        changes=delta.changes,
+    )

@@ -26,8 +26,16 @@ A paused run is not an error: it is a status.
     │   ├── SignatureMismatchError
     │   ├── CheckpointNotFoundError
     │   └── CheckpointStoreError
-    └── SerializationError
-        └── UnregisteredTypeError
+    ├── SerializationError
+    │   └── UnregisteredTypeError
+    ├── StorageError
+    │   ├── RunNotFoundError
+    │   ├── RunBusyError
+    │   ├── StoreUnavailableError
+    │   ├── StoreLockedError
+    │   ├── StoreCorruptError
+    │   └── SchemaVersionError
+    └── WorkflowNotRegisteredError
 """
 
 from __future__ import annotations
@@ -168,3 +176,52 @@ class UnregisteredTypeError(SerializationError):
     """A value's type is not known to the workflow's type registry, so it could not be restored."""
 
     code = "unregistered_type"
+
+
+# --- durable runs -----------------------------------------------------------------------------
+
+
+class StorageError(WorkflowError):
+    """The durable store failed or refused an operation; nothing was half-written."""
+
+    code = "storage_error"
+
+
+class RunNotFoundError(StorageError):
+    code = "run_not_found"
+
+
+class RunBusyError(StorageError):
+    """Another worker holds the run's lease (or committed past us): this one must not proceed."""
+
+    code = "run_busy"
+
+
+class StoreUnavailableError(StorageError):
+    """The database cannot be opened or written (missing/unwritable directory, not a database)."""
+
+    code = "store_unavailable"
+
+
+class StoreLockedError(StorageError):
+    """Another writer held the database lock past the busy timeout."""
+
+    code = "store_locked"
+
+
+class StoreCorruptError(StorageError):
+    """A stored record does not decode; the message names the run and the record."""
+
+    code = "store_corrupt"
+
+
+class SchemaVersionError(StorageError):
+    """The database was written by a newer version of workflow-engine."""
+
+    code = "schema_too_new"
+
+
+class WorkflowNotRegisteredError(WorkflowError):
+    """A stored run names a workflow this process has not registered."""
+
+    code = "workflow_not_registered"

@@ -137,14 +137,28 @@ class RunLoop:
         self.max_supersteps = max_supersteps
         self.cancel_requested = False
         self._cancel_scope: anyio.CancelScope | None = None
+        self._dirty = False
+
+    def ensure_checkpoint(self) -> Checkpoint:
+        """The checkpoint matching the current state (built now if the run had no store)."""
+        if self._dirty or self.state.checkpoint is None:
+            self._dirty = False
+            return self.make_checkpoint(chained=False)
+        return self.state.checkpoint
 
     # --- checkpoints ----------------------------------------------------------------------------
 
-    def make_checkpoint(self, changes: CheckpointChanges | None = None) -> Checkpoint:
-        """Snapshot the state as an immutable Checkpoint (payloads encoded by the codec)."""
+    def make_checkpoint(
+        self, changes: CheckpointChanges | None = None, *, chained: bool = True
+    ) -> Checkpoint:
+        """Snapshot the state as an immutable Checkpoint (payloads encoded by the codec).
+
+        ``chained``: ``changes`` describe exactly what differs from the previous checkpoint, so a
+        store may persist it as a delta; an unchained checkpoint is a standalone snapshot.
+        """
         s = self.state
         enc = self.codec.encode
-        previous = s.checkpoint
+        previous = s.checkpoint if chained else None
         cp = Checkpoint.model_construct(
             schema_version=1,
             codec=self.codec.name,
@@ -183,10 +197,12 @@ class RunLoop:
         return cp
 
     async def commit(self, changes: CheckpointChanges | None = None) -> None:
-        """Checkpoint into the store (if any). A failing store stops the run loudly."""
-        cp = self.make_checkpoint(changes)
+        """Checkpoint into the store. A failing store stops the run loudly. Without a store the
+        checkpoint is built once, when the run rests (see ``ensure_checkpoint``)."""
         if self.store is None:
+            self._dirty = True
             return
+        cp = self.make_checkpoint(changes)
         try:
             await self.store.save(cp)
         except WorkflowError:
@@ -207,8 +223,6 @@ class RunLoop:
                 return await self.finish_cancelled()
             if steps >= self.max_supersteps:
                 s.status = WorkflowRunState.MAX_SUPERSTEPS_REACHED
-                if s.checkpoint is None:
-                    self.make_checkpoint()
                 self.emit(WorkflowStatusEvent(s.status))
                 return s.status
             steps += 1
@@ -222,8 +236,6 @@ class RunLoop:
         if self.cancel_requested:
             return await self.finish_cancelled()
         s.status = s.resting_status()
-        if s.checkpoint is None:
-            self.make_checkpoint()
         self.emit(WorkflowStatusEvent(s.status))
         return s.status
 
@@ -386,10 +398,13 @@ class RunLoop:
         )
         return new_requests, changes
 
-    def port_request(self, env: Envelope, superstep: int, index: int) -> ExternalRequest:
+    def port_request(
+        self, env: Envelope, superstep: int, index: int, salt: str = ""
+    ) -> ExternalRequest:
         port = self.graph.nodes[env.target_id]
+        node_key = f"{env.target_id}#{salt}" if salt else env.target_id
         return ExternalRequest(
-            request_id=request_id_for(self.state.run_id, superstep, env.target_id, index),
+            request_id=request_id_for(self.state.run_id, superstep, node_key, index),
             port_id=env.target_id,
             data=env.data,
             response_type=port.response_type,  # type: ignore[union-attr]

@@ -19,6 +19,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore
 from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry
+from ._context import request_id_for
 from ._errors import (
     CheckpointNotFoundError,
     MessageNotHandledError,
@@ -42,7 +43,7 @@ from ._events import (
 from ._executor import Executor
 from ._planner import Envelope, Send
 from ._requests import ExternalRequest, ExternalResponse, RequestPort
-from ._runner import RunLoop, RunState
+from ._runner import RunLoop, RunState, new_checkpoint_id
 from ._types import build_matcher, concrete_classes, type_name
 
 if TYPE_CHECKING:
@@ -291,8 +292,7 @@ class Workflow:
         state = self.restore(cp)
         loop = RunLoop(self, state, lambda e: None, checkpoint_store, self.max_supersteps)
         await loop.finish_cancelled()
-        assert state.checkpoint is not None
-        return state.checkpoint
+        return loop.ensure_checkpoint()
 
     async def _drive(self, loop: RunLoop, store: CheckpointStore | None, emit: Any) -> None:
         emit(WorkflowStartedEvent(loop.state.run_id))
@@ -301,13 +301,14 @@ class Workflow:
 
     def _result(self, loop: RunLoop, events: list[WorkflowEvent]) -> WorkflowRunResult:
         s = loop.state
+        checkpoint = loop.ensure_checkpoint()
         return WorkflowRunResult(
             run_id=s.run_id,
             status=s.status,
             events=events,
             outputs=[e.data for e in events if isinstance(e, WorkflowOutputEvent)],
             pending_requests=list(s.pending.values()),
-            checkpoint=s.checkpoint,
+            checkpoint=checkpoint,
             error=s.error,
         )
 
@@ -342,8 +343,9 @@ class Workflow:
         loop = RunLoop(self, state, emit, store, limit)
         answers = self.validate_responses(state, responses or {})
         changed = bool(answers)
+        added: list[str] = []
         if answers:
-            await self._apply_answers(loop, answers)
+            added = await self._apply_answers(loop, answers)
         if message is not _NO_MESSAGE:
             self._check_start(message)
             state.inbox.append(Envelope("__input__", self.graph.start_id, message))
@@ -351,9 +353,53 @@ class Workflow:
         state.status = WorkflowRunState.IN_PROGRESS
         if changed:
             await loop.commit(
-                CheckpointChanges.model_construct(requests_answered=[a[0] for a in answers])
+                CheckpointChanges.model_construct(
+                    executor_state_keys={},
+                    shared_state_keys=[],
+                    outputs_added=0,
+                    requests_added=added,
+                    requests_answered=[a[0] for a in answers],
+                    requests_cancelled=[],
+                )
             )
         return loop, store
+
+    def admit(self, message: Any, *, run_id: str | None = None) -> Checkpoint:
+        """The first checkpoint of a new run: ``message`` in flight to the start executor."""
+        self._check_start(message)
+        state = RunState(run_id=run_id or uuid.uuid4().hex)
+        state.inbox = [Envelope("__input__", self.graph.start_id, message)]
+        return RunLoop(self, state, lambda e: None, None, self.max_supersteps).make_checkpoint(
+            chained=False
+        )
+
+    def fork_checkpoint(self, source: Checkpoint, *, new_run_id: str) -> Checkpoint:
+        """A standalone copy of ``source`` as the first checkpoint of a new run.
+
+        Pending requests get new ids (derived from the new run id), so answering the fork never
+        touches the original run.
+        """
+        self.restore(source)  # validates signature and codec
+        rekey = {
+            rid: request_id_for(new_run_id, 0, f"fork:{rid}", 0) for rid in source.pending_requests
+        }
+        pending = {
+            rekey[rid]: record.model_copy(update={"request_id": rekey[rid]})
+            for rid, record in source.pending_requests.items()
+        }
+        status = source.status
+        if status in (WorkflowRunState.FAILED, WorkflowRunState.MAX_SUPERSTEPS_REACHED):
+            status = WorkflowRunState.IN_PROGRESS
+        return source.model_copy(
+            update={
+                "checkpoint_id": new_checkpoint_id(),
+                "parent_id": None,
+                "run_id": new_run_id,
+                "pending_requests": pending,
+                "status": status,
+                "changes": CheckpointChanges(),
+            }
+        )
 
     def _check_start(self, message: Any) -> None:
         start = self.graph.nodes[self.graph.start_id]
@@ -477,7 +523,7 @@ class Workflow:
                     expected = self.resolve_type(record["response_type"])
                     previous = record["data"]
                 try:
-                    value = self._coerce(state, rid, expected, response.data)
+                    value = self.coerce_response(state.run_id, rid, expected, response.data)
                     same = _canonical(self.codec.encode(value)) == _canonical(previous)
                 except ResponseTypeError:
                     same = False
@@ -495,11 +541,11 @@ class Workflow:
                     f"run {state.run_id!r} has no request {rid!r} (pending: "
                     f"{', '.join(state.pending) or 'none'})"
                 )
-            value = self._coerce(state, rid, request.response_type, response.data)
+            value = self.coerce_response(state.run_id, rid, request.response_type, response.data)
             accepted[rid] = (rid, request, value)
         return list(accepted.values())
 
-    def _coerce(self, state: RunState, rid: str, expected: Any, data: Any) -> Any:
+    def coerce_response(self, run_id: str, request_id: str, expected: Any, data: Any) -> Any:
         """Validate an answer against the expected type; JSON-shaped data is validated strictly."""
         if build_matcher(expected)(data):
             return data
@@ -511,13 +557,15 @@ class Workflow:
             return adapter.validate_json(json.dumps(data, default=str), strict=True)
         except (ValidationError, TypeError, ValueError) as exc:
             raise ResponseTypeError(
-                f"run {state.run_id!r}, request {rid!r}: expected {name}, got "
+                f"run {run_id!r}, request {request_id!r}: expected {name}, got "
                 f"{type_name(type(data))}: {exc}"
             ) from exc
 
     async def _apply_answers(
         self, loop: RunLoop, answers: list[tuple[str, ExternalRequest, Any]]
-    ) -> None:
+    ) -> list[str]:
+        """Turn validated answers into in-flight messages; returns ids of requests this created
+        (an answer routed from one port straight into another)."""
         state = loop.state
         sends: list[Send] = []
         for rid, request, value in answers:
@@ -541,9 +589,13 @@ class Workflow:
             delivery = await loop.route(sends, state.fan_in)
             state.inbox.extend(delivery.inbox)
             state.fan_in = delivery.fan_in
+            added = []
             for index, env in enumerate(delivery.port_messages):
-                request = loop.port_request(env, state.superstep, 1000 + index)
+                request = loop.port_request(env, state.superstep, index, salt="answer")
                 state.pending[request.request_id] = request
+                added.append(request.request_id)
+            return added
+        return []
 
 
 def _canonical(value: Any) -> str:

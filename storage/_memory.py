@@ -1,0 +1,297 @@
+"""InMemoryRunStore: the RunStore contract kept in dicts -- for tests and throwaway runs.
+
+It keeps the same rules as the SQLite store (atomic admission, fenced commits, single-valued
+answers) so the conformance suite can hold both to one standard; it just forgets on exit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import anyio
+
+from workflow_engine import (
+    AnswerOutcome,
+    Checkpoint,
+    CheckpointInfo,
+    CheckpointNotFoundError,
+    Lease,
+    RequestAlreadyAnsweredError,
+    RequestCancelledError,
+    RunBusyError,
+    RunNotFoundError,
+    RunRecord,
+    StorageError,
+    StoredRequest,
+    UnknownRequestError,
+    WorkflowRunState,
+    owner_is_dead,
+)
+from workflow_engine._store import RequestStatus
+
+_TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+class InMemoryRunStore:
+    """A RunStore in process memory. Checkpoints are immutable, so they are kept as objects."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunRecord] = {}
+        self._checkpoints: dict[str, list[Checkpoint]] = {}
+        self._requests: dict[str, StoredRequest] = {}
+        self._lease_seconds: dict[str, float] = {}
+        self._seq_offset: dict[str, int] = {}  # checkpoints pruned from the front
+        self._lock = anyio.Lock()
+
+    async def __aenter__(self) -> InMemoryRunStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        return None
+
+    def _run(self, run_id: str) -> RunRecord:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise RunNotFoundError(f"no run {run_id!r} in memory") from None
+
+    def _add_requests(self, checkpoint: Checkpoint, ids: Sequence[str], now: float) -> None:
+        for rid in ids:
+            record = checkpoint.pending_requests.get(rid)
+            if record is not None:
+                self._requests[rid] = StoredRequest(
+                    rid,
+                    checkpoint.run_id,
+                    record.port_id,
+                    record.source_executor_id,
+                    record.kind,
+                    record.data,
+                    record.response_type,
+                    record.superstep,
+                    "pending",
+                    None,
+                    now,
+                    None,
+                )
+
+    async def admit(self, checkpoint: Checkpoint, *, parent_run_id: str | None = None) -> None:
+        async with self._lock:
+            if checkpoint.run_id in self._runs:
+                raise StorageError(f"run {checkpoint.run_id!r} already exists")
+            now = time.time()
+            self._runs[checkpoint.run_id] = RunRecord(
+                run_id=checkpoint.run_id,
+                workflow_name=checkpoint.workflow_name,
+                workflow_signature=checkpoint.workflow_signature,
+                status=checkpoint.status,
+                superstep=checkpoint.superstep,
+                created_at=now,
+                updated_at=now,
+                latest_checkpoint_id=checkpoint.checkpoint_id,
+                parent_run_id=parent_run_id,
+            )
+            self._checkpoints[checkpoint.run_id] = [checkpoint]
+            self._add_requests(checkpoint, list(checkpoint.pending_requests), now)
+
+    async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
+        async with self._lock:
+            run = self._run(run_id)
+            now = time.time()
+            if (
+                run.owner is not None
+                and run.owner != owner
+                and (run.lease_expires_at or 0) > now
+                and not owner_is_dead(run.owner)
+            ):
+                raise RunBusyError(
+                    f"run {run_id!r} is being executed by another worker ({run.owner})"
+                )
+            expires = now + lease_seconds
+            self._runs[run_id] = replace(
+                run, owner=owner, lease_expires_at=expires, version=run.version + 1
+            )
+            self._lease_seconds[run_id] = lease_seconds
+            return Lease(run_id, owner, run.version + 1, expires)
+
+    async def release(self, lease: Lease) -> None:
+        async with self._lock:
+            run = self._runs.get(lease.run_id)
+            if run is not None and run.owner == lease.owner and run.version == lease.version:
+                self._runs[lease.run_id] = replace(run, owner=None, lease_expires_at=None)
+
+    def _fenced(self, lease: Lease) -> RunRecord:
+        run = self._run(lease.run_id)
+        if run.owner != lease.owner or run.version != lease.version:
+            raise RunBusyError(
+                f"run {lease.run_id!r} is being executed by another worker: our lease was taken "
+                "over, so this write is refused"
+            )
+        return run
+
+    async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
+        async with self._lock:
+            run = self._fenced(lease)
+            now = time.time()
+            expires = now + self._lease_seconds.get(lease.run_id, 30.0)
+            changes = checkpoint.changes
+            self._checkpoints[lease.run_id].append(checkpoint)
+            self._add_requests(checkpoint, changes.requests_added, now)
+            for rid in changes.requests_answered:
+                if rid in self._requests:
+                    self._requests[rid] = replace(self._requests[rid], status="applied")
+            for rid in changes.requests_cancelled:
+                if rid in self._requests:
+                    self._requests[rid] = replace(self._requests[rid], status="cancelled")
+            self._runs[lease.run_id] = replace(
+                run,
+                version=run.version + 1,
+                status=checkpoint.status,
+                superstep=checkpoint.superstep,
+                updated_at=now,
+                latest_checkpoint_id=checkpoint.checkpoint_id,
+                lease_expires_at=expires,
+                error=None,
+            )
+            return Lease(lease.run_id, lease.owner, run.version + 1, expires)
+
+    async def set_status(
+        self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
+    ) -> Lease:
+        async with self._lock:
+            run = self._fenced(lease)
+            self._runs[lease.run_id] = replace(
+                run, version=run.version + 1, status=status, updated_at=time.time(), error=error
+            )
+            return Lease(lease.run_id, lease.owner, run.version + 1, lease.expires_at)
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        return self._run(run_id)
+
+    async def list_runs(
+        self,
+        status: WorkflowRunState | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[RunRecord]:
+        out = [
+            r
+            for r in sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id))
+            if (status is None or r.status == status)
+            and (workflow is None or r.workflow_name == workflow)
+        ]
+        return out[:limit] if limit is not None else out
+
+    async def save(self, checkpoint: Checkpoint) -> None:
+        if checkpoint.run_id not in self._runs:
+            await self.admit(checkpoint)
+            return
+        lease = await self.acquire(checkpoint.run_id, "save", 60.0)
+        lease = await self.commit(lease, checkpoint)
+        await self.release(lease)
+
+    async def latest(self, run_id: str) -> Checkpoint | None:
+        items = self._checkpoints.get(run_id)
+        return items[-1] if items else None
+
+    async def load(self, checkpoint_id: str) -> Checkpoint:
+        for items in self._checkpoints.values():
+            for cp in items:
+                if cp.checkpoint_id == checkpoint_id:
+                    return cp
+        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r}")
+
+    async def list(self, run_id: str) -> Sequence[Checkpoint]:
+        return list(self._checkpoints.get(run_id, []))
+
+    async def history(self, run_id: str) -> Sequence[CheckpointInfo]:
+        items = self._checkpoints.get(run_id, [])
+        offset = self._seq_offset.get(run_id, 0)
+        return [
+            CheckpointInfo(
+                cp.checkpoint_id,
+                run_id,
+                offset + i,
+                cp.superstep,
+                cp.status,
+                cp.created_at,
+                "snapshot",
+            )
+            for i, cp in enumerate(items)
+        ]
+
+    async def delete(self, checkpoint_id: str) -> None:
+        raise StorageError("checkpoints are removed with prune(keep_last=...)")
+
+    async def get_request(self, request_id: str) -> StoredRequest:
+        try:
+            return self._requests[request_id]
+        except KeyError:
+            raise UnknownRequestError(f"no request {request_id!r} in memory") from None
+
+    async def list_requests(
+        self, run_id: str | None = None, status: RequestStatus | None = "pending"
+    ) -> Sequence[StoredRequest]:
+        return sorted(
+            (
+                r
+                for r in self._requests.values()
+                if (run_id is None or r.run_id == run_id) and (status is None or r.status == status)
+            ),
+            key=lambda r: (r.created_at, r.request_id),
+        )
+
+    async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
+        async with self._lock:
+            request = await self.get_request(request_id)
+            if request.status == "cancelled":
+                raise RequestCancelledError(
+                    f"run {request.run_id!r}: request {request_id!r} was cancelled"
+                )
+            if request.status in ("answered", "applied"):
+                if _canonical(request.answer) == _canonical(answer):
+                    return AnswerOutcome.DUPLICATE
+                raise RequestAlreadyAnsweredError(
+                    f"run {request.run_id!r}: request {request_id!r} was already answered with "
+                    "a different value; an answer cannot be changed"
+                )
+            self._requests[request_id] = replace(
+                request,
+                status="answered",
+                answer=json.loads(_canonical(answer)),
+                answered_at=time.time(),
+            )
+            return AnswerOutcome.STORED
+
+    async def prune(
+        self, *, finished_before: float | None = None, keep_last: int | None = None
+    ) -> int:
+        deleted = 0
+        async with self._lock:
+            if finished_before is not None:
+                for run_id, run in list(self._runs.items()):
+                    if run.status in _TERMINAL and run.updated_at < finished_before:
+                        deleted += len(self._checkpoints.pop(run_id, []))
+                        del self._runs[run_id]
+                        for rid in [r for r, v in self._requests.items() if v.run_id == run_id]:
+                            del self._requests[rid]
+            if keep_last is not None:
+                if keep_last < 1:
+                    raise ValueError("keep_last must be at least 1")
+                for run_id, items in self._checkpoints.items():
+                    if len(items) > keep_last:
+                        dropped = len(items) - keep_last
+                        deleted += dropped
+                        self._seq_offset[run_id] = self._seq_offset.get(run_id, 0) + dropped
+                        self._checkpoints[run_id] = items[dropped:]
+        return deleted

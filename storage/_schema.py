@@ -1,0 +1,107 @@
+"""The database schema, declared once as SQLAlchemy Core tables, and its forward-only migrations.
+
+Portable SQL only (the same tables will serve PostgreSQL): text JSON bodies, no SQLite-only types.
+Every row that holds encoded data records the codec and schema version that wrote it.
+
+    we_schema     one row: the schema version of this database
+    runs          one row per run; owner/lease_expires_at/version are the lease and fencing token
+    checkpoints   per run, seq 0..n; kind "snapshot" (full JSON) or "delta" (changes vs. parent)
+    requests      the inbox: pending → answered (by respond) → applied (by a commit) | cancelled
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+schema_info = Table(
+    "we_schema",
+    metadata,
+    Column("id", Integer, primary_key=True),
+    Column("version", Integer, nullable=False),
+    Column("written_by", String(64), nullable=False),
+)
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("workflow_name", String(200), nullable=False),
+    Column("workflow_signature", String(64), nullable=False),
+    Column("status", String(40), nullable=False),
+    Column("superstep", Integer, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("owner", String(200)),
+    Column("lease_expires_at", Float),
+    Column("version", Integer, nullable=False),
+    Column("latest_checkpoint_id", String(64)),
+    Column("checkpoint_seq", Integer, nullable=False),
+    Column("since_snapshot", Integer, nullable=False),
+    Column("error", Text),
+    Column("parent_run_id", String(64)),
+    Index("ix_runs_status", "status"),
+    Index("ix_runs_workflow", "workflow_name"),
+)
+
+checkpoints = Table(
+    "checkpoints",
+    metadata,
+    Column("checkpoint_id", String(64), primary_key=True),
+    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("superstep", Integer, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("status", String(40), nullable=False),
+    Column("codec", String(64), nullable=False),
+    Column("schema_version", Integer, nullable=False),
+    Column("body", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+    UniqueConstraint("run_id", "seq", name="uq_checkpoints_run_seq"),
+)
+
+requests = Table(
+    "requests",
+    metadata,
+    Column("request_id", String(64), primary_key=True),
+    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+    Column("port_id", String(200), nullable=False),
+    Column("source_executor_id", String(200), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("data", Text, nullable=False),
+    Column("response_type", String(400), nullable=False),
+    Column("superstep", Integer, nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("answer", Text),
+    Column("codec", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("answered_at", Float),
+    Index("ix_requests_run_status", "run_id", "status"),
+    Index("ix_requests_status", "status"),
+)
+
+
+def _create_v1(conn: Connection) -> None:
+    for table in (runs, checkpoints, requests):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _create_v1}
+"""Version N's migration upgrades a database at version N-1. Never edit one that shipped."""

@@ -1,0 +1,376 @@
+"""Runtime: durable runs over a :class:`RunStore` and a set of registered workflows.
+
+Any process that registers the same workflows against the same store can answer and resume any
+run: ``start`` admits a run durably, ``respond`` puts an answer in the store's inbox (whether or
+not a process is executing the run), ``resume`` takes the run's lease, restores the latest
+checkpoint, delivers the stored answers and continues, committing every superstep under the lease.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+
+from ._checkpoint import Checkpoint
+from ._errors import (
+    CheckpointNotFoundError,
+    RunNotResumableError,
+    SignatureMismatchError,
+    WorkflowNotRegisteredError,
+)
+from ._events import WorkflowEvent, WorkflowRunState
+from ._requests import ExternalRequest, ExternalResponse
+from ._store import (
+    AnswerOutcome,
+    CheckpointInfo,
+    Lease,
+    RunRecord,
+    RunStore,
+    StoredRequest,
+    default_owner,
+)
+from ._workflow import Workflow, WorkflowRunResult
+
+WorkflowFactory = Callable[[], Workflow]
+
+
+@dataclass
+class RunInfo:
+    """A run as users see it: status, progress, outputs so far and what it waits for."""
+
+    run_id: str
+    workflow_name: str
+    status: WorkflowRunState
+    superstep: int
+    created_at: float
+    updated_at: float
+    outputs: list[Any] = field(default_factory=list)
+    pending_requests: list[ExternalRequest] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    parent_run_id: str | None = None
+
+
+@dataclass
+class PendingRequest:
+    """An inbox entry with its data decoded (for approval UIs and the CLI)."""
+
+    request_id: str
+    run_id: str
+    workflow_name: str
+    port_id: str
+    data: Any
+    response_type: str
+    status: str
+    created_at: float
+
+
+class _LeasedStore:
+    """The CheckpointStore the runner writes to: every save is a fenced commit under the lease."""
+
+    def __init__(self, store: RunStore, lease: Lease) -> None:
+        self.store = store
+        self.lease = lease
+
+    async def save(self, checkpoint: Checkpoint) -> None:
+        self.lease = await self.store.commit(self.lease, checkpoint)
+
+    async def load(self, checkpoint_id: str) -> Checkpoint:
+        return await self.store.load(checkpoint_id)
+
+    async def latest(self, run_id: str) -> Checkpoint | None:
+        return await self.store.latest(run_id)
+
+    async def list(self, run_id: str) -> Sequence[Checkpoint]:
+        return [await self.store.load(i.checkpoint_id) for i in await self.store.history(run_id)]
+
+    async def delete(self, checkpoint_id: str) -> None:
+        raise RunNotResumableError("checkpoints of a durable run are deleted with prune()")
+
+
+class Runtime:
+    """Owns a run store and the registered workflows; the API for durable runs."""
+
+    def __init__(
+        self, store: RunStore, *, owner: str | None = None, lease_seconds: float = 30.0
+    ) -> None:
+        self.store = store
+        self.owner = owner or default_owner()
+        self.lease_seconds = lease_seconds
+        self._factories: dict[str, WorkflowFactory] = {}
+        self._workflows: dict[str, Workflow] = {}
+
+    def _lease_owner(self) -> str:
+        """A distinct owner token per execution, so two tasks of one process cannot both hold
+        a run; its ``host:pid`` prefix lets a store see when the owner process died."""
+        return f"{self.owner}:{uuid.uuid4().hex[:8]}"
+
+    # --- registration ---------------------------------------------------------------------------
+
+    def register(self, workflow: Workflow | WorkflowFactory, name: str | None = None) -> str:
+        """Register a workflow (or a function building one) under its name; returns the name."""
+        if isinstance(workflow, Workflow):
+            built = workflow
+        else:
+            built = workflow()
+            if not isinstance(built, Workflow):
+                raise TypeError(f"{workflow!r} did not return a Workflow")
+        key = name or built.name
+        self._workflows[key] = built
+        return key
+
+    @property
+    def workflow_names(self) -> list[str]:
+        return sorted(self._workflows)
+
+    def workflow(self, name: str) -> Workflow:
+        try:
+            return self._workflows[name]
+        except KeyError:
+            raise WorkflowNotRegisteredError(
+                f"no workflow named {name!r} is registered (registered: "
+                f"{', '.join(self.workflow_names) or 'none'})"
+            ) from None
+
+    def _workflow_for(self, run: RunRecord) -> Workflow:
+        wf = self.workflow(run.workflow_name)
+        if wf.signature != run.workflow_signature:
+            raise SignatureMismatchError(
+                f"run {run.run_id!r} was stored by workflow {run.workflow_name!r} with signature "
+                f"{run.workflow_signature}, but the registered graph has signature "
+                f"{wf.signature}: the graph changed, so this run is stranded"
+            )
+        return wf
+
+    # --- starting and resuming ------------------------------------------------------------------
+
+    async def start(self, name: str, message: Any, *, run_id: str | None = None) -> str:
+        """Admit a run durably (nothing executes yet) and return its id."""
+        wf = self.workflow(name)
+        checkpoint = wf.admit(message, run_id=run_id)
+        await self.store.admit(checkpoint)
+        return checkpoint.run_id
+
+    async def run(
+        self,
+        name: str,
+        message: Any,
+        *,
+        run_id: str | None = None,
+        max_supersteps: int | None = None,
+    ) -> WorkflowRunResult:
+        """Admit and execute a run until it rests (finished, paused, failed...)."""
+        rid = await self.start(name, message, run_id=run_id)
+        return await self.resume(rid, max_supersteps=max_supersteps)
+
+    async def resume(self, run_id: str, *, max_supersteps: int | None = None) -> WorkflowRunResult:
+        """Continue a run from its latest checkpoint with every stored answer, until it rests."""
+        stream = self.resume_stream(run_id, max_supersteps=max_supersteps)
+        async with aclosing(stream):
+            async for _ in stream:
+                pass
+        assert stream.result is not None
+        return stream.result
+
+    def resume_stream(self, run_id: str, *, max_supersteps: int | None = None) -> RuntimeRunStream:
+        """Like :meth:`resume`, streaming the run's events."""
+        return RuntimeRunStream(self, run_id, max_supersteps)
+
+    async def _execute(
+        self, run_id: str, max_supersteps: int | None, holder: RuntimeRunStream
+    ) -> AsyncIterator[WorkflowEvent]:
+        run = await self.store.get_run(run_id)
+        wf = self._workflow_for(run)
+        if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
+            raise RunNotResumableError(f"run {run_id!r} is {run.status.value}; nothing to resume")
+        lease = await self.store.acquire(run_id, self._lease_owner(), self.lease_seconds)
+        sink = _LeasedStore(self.store, lease)
+        try:
+            checkpoint = await self.store.latest(run_id)
+            if checkpoint is None:
+                raise CheckpointNotFoundError(f"run {run_id!r} has no checkpoint")
+            answers = [
+                ExternalResponse(r.request_id, wf.codec.decode(r.answer))
+                for r in await self.store.list_requests(run_id, status="answered")
+                if r.request_id in checkpoint.pending_requests
+            ]
+            stream = wf.run_stream(
+                checkpoint=checkpoint,
+                responses=answers,
+                checkpoint_store=sink,
+                max_supersteps=max_supersteps,
+            )
+            async with aclosing(stream):
+                async for event in stream:
+                    yield event
+            result = stream.result
+            assert result is not None
+            holder.result = result
+            if result.status in (
+                WorkflowRunState.FAILED,
+                WorkflowRunState.MAX_SUPERSTEPS_REACHED,
+            ):
+                error = None
+                if result.error is not None:
+                    error = {
+                        "error_type": result.error.error_type,
+                        "message": result.error.message,
+                        "code": result.error.code,
+                        "executor_id": result.error.executor_id,
+                    }
+                sink.lease = await self.store.set_status(sink.lease, result.status, error)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.store.release(sink.lease)
+
+    # --- answers --------------------------------------------------------------------------------
+
+    async def respond(self, request_id: str, data: Any) -> AnswerOutcome:
+        """Store an answer durably after validating it against the request's response type.
+
+        Unknown id → ``UnknownRequestError``; an identical repeat → ``DUPLICATE`` (no-op); a
+        different answer to an answered request → ``RequestAlreadyAnsweredError``.
+        """
+        request = await self.store.get_request(request_id)
+        run = await self.store.get_run(request.run_id)
+        wf = self._workflow_for(run)
+        expected = wf.resolve_type(request.response_type)
+        value = wf.coerce_response(run.run_id, request_id, expected, data)
+        return await self.store.answer(request_id, wf.codec.encode(value))
+
+    # --- queries --------------------------------------------------------------------------------
+
+    async def get_run(self, run_id: str) -> RunInfo:
+        run = await self.store.get_run(run_id)
+        checkpoint = await self.store.latest(run_id)
+        outputs: list[Any] = []
+        pending: list[ExternalRequest] = []
+        if checkpoint is not None and run.workflow_name in self._workflows:
+            wf = self._workflows[run.workflow_name]
+            outputs = [wf.codec.decode(o) for o in checkpoint.outputs]
+            if wf.signature == run.workflow_signature:
+                pending = list(wf.restore(checkpoint).pending.values())
+        return RunInfo(
+            run_id=run.run_id,
+            workflow_name=run.workflow_name,
+            status=run.status,
+            superstep=run.superstep,
+            created_at=run.created_at,
+            updated_at=run.updated_at,
+            outputs=outputs,
+            pending_requests=pending,
+            error=run.error,
+            parent_run_id=run.parent_run_id,
+        )
+
+    async def list_runs(
+        self,
+        status: WorkflowRunState | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> list[RunRecord]:
+        return list(await self.store.list_runs(status=status, workflow=workflow, limit=limit))
+
+    async def pending_requests(self, run_id: str | None = None) -> list[PendingRequest]:
+        """The approval inbox: every pending request (of one run or all), data decoded."""
+        out = []
+        runs: dict[str, RunRecord] = {}
+        for r in await self.store.list_requests(run_id, status="pending"):
+            run = runs.get(r.run_id) or await self.store.get_run(r.run_id)
+            runs[r.run_id] = run
+            wf = self._workflows.get(run.workflow_name)
+            data = wf.codec.decode(r.data) if wf is not None else r.data
+            out.append(
+                PendingRequest(
+                    r.request_id,
+                    r.run_id,
+                    run.workflow_name,
+                    r.port_id,
+                    data,
+                    r.response_type,
+                    r.status,
+                    r.created_at,
+                )
+            )
+        return out
+
+    async def get_request(self, request_id: str) -> StoredRequest:
+        return await self.store.get_request(request_id)
+
+    async def history(self, run_id: str) -> list[CheckpointInfo]:
+        await self.store.get_run(run_id)
+        return list(await self.store.history(run_id))
+
+    async def stranded_runs(self) -> list[RunRecord]:
+        """Unfinished runs whose workflow is not registered or whose graph changed."""
+        out = []
+        for run in await self.store.list_runs():
+            if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
+                continue
+            wf = self._workflows.get(run.workflow_name)
+            if wf is None or wf.signature != run.workflow_signature:
+                out.append(run)
+        return out
+
+    # --- time travel, cancel, retention ---------------------------------------------------------
+
+    async def fork(self, run_id: str, superstep: int) -> str:
+        """Start a new run from the last checkpoint of ``run_id`` at ``superstep``."""
+        run = await self.store.get_run(run_id)
+        wf = self._workflow_for(run)
+        chosen = [i for i in await self.store.history(run_id) if i.superstep == superstep]
+        if not chosen:
+            raise CheckpointNotFoundError(
+                f"run {run_id!r} has no checkpoint at superstep {superstep}"
+            )
+        source = await self.store.load(chosen[-1].checkpoint_id)
+        forked = wf.fork_checkpoint(source, new_run_id=uuid.uuid4().hex)
+        await self.store.admit(forked, parent_run_id=run_id)
+        return forked.run_id
+
+    async def cancel(self, run_id: str) -> RunInfo:
+        """Cancel a run that is not executing: CANCELLED, its pending requests cancelled."""
+        run = await self.store.get_run(run_id)
+        wf = self._workflow_for(run)
+        if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
+            raise RunNotResumableError(f"run {run_id!r} is already {run.status.value}")
+        lease = await self.store.acquire(run_id, self._lease_owner(), self.lease_seconds)
+        sink = _LeasedStore(self.store, lease)
+        try:
+            checkpoint = await self.store.latest(run_id)
+            assert checkpoint is not None
+            await wf.cancel(checkpoint=checkpoint, checkpoint_store=sink)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.store.release(sink.lease)
+        return await self.get_run(run_id)
+
+    async def prune(
+        self, *, finished_before: float | None = None, keep_last: int | None = None
+    ) -> int:
+        return await self.store.prune(finished_before=finished_before, keep_last=keep_last)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+class RuntimeRunStream:
+    """``async for event in runtime.resume_stream(run_id)``; ``result`` is set at the end."""
+
+    def __init__(self, runtime: Runtime, run_id: str, max_supersteps: int | None) -> None:
+        self.run_id = run_id
+        self.result: WorkflowRunResult | None = None
+        self._iterator = runtime._execute(run_id, max_supersteps, self)
+
+    def __aiter__(self) -> RuntimeRunStream:
+        return self
+
+    async def __anext__(self) -> WorkflowEvent:
+        return await self._iterator.__anext__()
+
+    async def aclose(self) -> None:
+        await self._iterator.aclose()  # type: ignore[attr-defined]

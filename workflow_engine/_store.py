@@ -1,0 +1,188 @@
+"""The durable-run store contract: what a store must do for runs to survive any process.
+
+The kernel defines it; ``storage`` implements it (in memory, SQLite; PostgreSQL later) and one
+conformance suite (``tests/integration/store_conformance.py``) holds every implementation to it.
+
+The rules a store keeps:
+
+* **Admission is atomic**: the run row, its first checkpoint and its requests appear together.
+* **One writer per run**: ``acquire`` hands out a lease; every ``commit`` is fenced by the lease's
+  version, so a worker whose lease was taken over can no longer write -- history never forks.
+* **A commit is all or nothing**: the checkpoint (as a delta against its parent, or a snapshot),
+  new requests, answered/cancelled requests and the run's status, in one transaction.
+* **Answers are durable and single-valued**: ``answer`` stores the first answer to a pending
+  request; the identical answer again is a no-op; any other answer is a conflict. Answers wait in
+  the store (the inbox) until a commit applies them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ._checkpoint import Checkpoint
+from ._events import WorkflowRunState
+
+
+def default_owner() -> str:
+    """``host:pid:nonce`` -- lets a store on the same host see that an owner process died."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` (``host:pid:...``) names a process on this host that has exited.
+
+    Lets a crashed worker's lease be taken over at once instead of after it expires.
+    """
+    host, _, rest = owner.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    if int(pid_text) == os.getpid():
+        return False
+    return _is_zombie(int(pid_text))
+
+
+def _is_zombie(pid: int) -> bool:
+    """A killed child that its parent has not reaped yet still answers kill(pid, 0)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+
+
+RequestStatus = Literal["pending", "answered", "applied", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A run as the store knows it."""
+
+    run_id: str
+    workflow_name: str
+    workflow_signature: str
+    status: WorkflowRunState
+    superstep: int
+    created_at: float
+    updated_at: float
+    version: int = 0
+    owner: str | None = None
+    lease_expires_at: float | None = None
+    latest_checkpoint_id: str | None = None
+    error: dict[str, Any] | None = None
+    parent_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRequest:
+    """A request in the inbox. ``data`` and ``answer`` are codec-encoded JSON values."""
+
+    request_id: str
+    run_id: str
+    port_id: str
+    source_executor_id: str
+    kind: str
+    data: Any
+    response_type: str
+    superstep: int
+    status: RequestStatus
+    answer: Any = None
+    created_at: float = 0.0
+    answered_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """The right to execute (and commit to) one run, until ``expires_at``."""
+
+    run_id: str
+    owner: str
+    version: int
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointInfo:
+    """One entry of a run's history."""
+
+    checkpoint_id: str
+    run_id: str
+    seq: int
+    superstep: int
+    status: WorkflowRunState
+    created_at: float
+    kind: str
+
+
+class AnswerOutcome(StrEnum):
+    STORED = "stored"
+    DUPLICATE = "duplicate"
+
+
+@runtime_checkable
+class RunStore(Protocol):
+    """Durable storage of runs, checkpoints and the request inbox. All methods are async."""
+
+    async def admit(self, checkpoint: Checkpoint, *, parent_run_id: str | None = None) -> None:
+        """Create a run from its first checkpoint; ``RunBusyError`` if the id exists."""
+        ...
+
+    async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
+        """Take the run's lease; ``RunBusyError`` while another live owner holds it."""
+        ...
+
+    async def release(self, lease: Lease) -> None: ...
+
+    async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
+        """Persist a checkpoint atomically; ``RunBusyError`` if the lease was lost."""
+        ...
+
+    async def set_status(
+        self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
+    ) -> Lease: ...
+
+    async def get_run(self, run_id: str) -> RunRecord:
+        """``RunNotFoundError`` for an unknown id."""
+        ...
+
+    async def list_runs(
+        self,
+        status: WorkflowRunState | None = None,
+        workflow: str | None = None,
+        limit: int | None = None,
+    ) -> Sequence[RunRecord]: ...
+
+    async def latest(self, run_id: str) -> Checkpoint | None: ...
+
+    async def load(self, checkpoint_id: str) -> Checkpoint: ...
+
+    async def history(self, run_id: str) -> Sequence[CheckpointInfo]: ...
+
+    async def get_request(self, request_id: str) -> StoredRequest: ...
+
+    async def list_requests(
+        self, run_id: str | None = None, status: RequestStatus | None = "pending"
+    ) -> Sequence[StoredRequest]: ...
+
+    async def answer(self, request_id: str, answer: Any) -> AnswerOutcome: ...
+
+    async def prune(
+        self, *, finished_before: float | None = None, keep_last: int | None = None
+    ) -> int:
+        """Delete finished runs older than ``finished_before``; keep only the last ``keep_last``
+        checkpoints of every run. Returns how many checkpoints were deleted."""
+        ...
+
+    async def close(self) -> None: ...
