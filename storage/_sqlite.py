@@ -200,6 +200,8 @@ class SqliteStore:
         try:
             async with self._writer.begin() as conn:
                 yield conn
+        except IntegrityError:
+            raise  # the caller knows which constraint means what
         except DBAPIError as exc:
             raise self._translate(exc) from exc
 

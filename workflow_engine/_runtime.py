@@ -318,16 +318,25 @@ class Runtime:
 
     # --- time travel, cancel, retention ---------------------------------------------------------
 
-    async def fork(self, run_id: str, superstep: int) -> str:
-        """Start a new run from the last checkpoint of ``run_id`` at ``superstep``."""
+    async def fork(
+        self, run_id: str, superstep: int | None = None, *, checkpoint_id: str | None = None
+    ) -> str:
+        """Start a new run from a past checkpoint of ``run_id`` (time travel).
+
+        ``superstep``: the checkpoint that superstep's commit wrote (before any answers were
+        applied on top of it); or name the exact ``checkpoint_id`` from :meth:`history`.
+        """
         run = await self.store.get_run(run_id)
         wf = self._workflow_for(run)
-        chosen = [i for i in await self.store.history(run_id) if i.superstep == superstep]
+        history = await self.store.history(run_id)
+        if checkpoint_id is not None:
+            chosen = [i for i in history if i.checkpoint_id == checkpoint_id]
+        else:
+            chosen = [i for i in history if i.superstep == superstep]
         if not chosen:
-            raise CheckpointNotFoundError(
-                f"run {run_id!r} has no checkpoint at superstep {superstep}"
-            )
-        source = await self.store.load(chosen[-1].checkpoint_id)
+            where = f"checkpoint {checkpoint_id!r}" if checkpoint_id else f"superstep {superstep}"
+            raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
+        source = await self.store.load(chosen[0].checkpoint_id)
         forked = wf.fork_checkpoint(source, new_run_id=uuid.uuid4().hex)
         await self.store.admit(forked, parent_run_id=run_id)
         return forked.run_id

@@ -23,7 +23,7 @@ from typing import Any, Never
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -50,9 +50,11 @@ pytestmark = pytest.mark.anyio
 
 def examples(n: int) -> settings:
     # anyio_backend is a function-scoped constant fixture: safe to share across examples.
+    # No explain phase: it re-runs a failing example hundreds of times (tens of seconds).
     return settings(
         max_examples=n,
         deadline=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     )
 
@@ -347,6 +349,11 @@ items = st.builds(
     counts=st.dictionaries(st.integers(), st.text(max_size=3), max_size=3),
     blob=st.binary(max_size=6),
 )
+# Minimal values that break the round trip (see the module docstring's note on known failures).
+INF_FIELD = Point(x=0, y=math.inf, label="")
+NON_UTF8_BYTES_FIELD = Item(
+    name="", price=0.0, qty=0, color=Color.RED, level=Level.LOW, blob=b"\x80"
+)
 registered_scalars = st.sampled_from(Color) | st.sampled_from(Level) | points | items
 
 
@@ -415,6 +422,8 @@ def test_codec_round_trips_builtin_values(value: Any) -> None:
 
 
 @examples(300)
+@example(value=NON_UTF8_BYTES_FIELD)
+@example(value=INF_FIELD)
 @given(value=all_values)
 def test_codec_round_trips_registered_values(value: Any) -> None:
     decoded = through_json(make_codec(), value)
@@ -423,6 +432,7 @@ def test_codec_round_trips_registered_values(value: Any) -> None:
 
 
 @examples(200)
+@example(value=INF_FIELD)
 @given(value=all_values)
 def test_codec_output_is_strict_json(value: Any) -> None:
     """What the codec produces must be plain JSON (no NaN/Infinity tokens, which a checkpoint's
@@ -509,6 +519,8 @@ async def test_checkpoints_of_a_real_run_round_trip_builtin_values(value: Any) -
 
 
 @examples(50)
+@example(value=NON_UTF8_BYTES_FIELD)
+@example(value=INF_FIELD)
 @given(value=all_values)
 async def test_checkpoints_of_a_real_run_round_trip_registered_values(value: Any) -> None:
     await check_real_run_checkpoints(value)

@@ -1,0 +1,183 @@
+"""Durable runs on real SQLite files: pause, answer from anywhere, resume in a new Runtime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from storage import SqliteStore
+from tests.integration.workflows import (
+    Answer,
+    changed_stepper_workflow,
+    exploding_workflow,
+    stepper_workflow,
+)
+from workflow_engine import (
+    AnswerOutcome,
+    RequestAlreadyAnsweredError,
+    RequestCancelledError,
+    ResponseTypeError,
+    RunNotFoundError,
+    RunNotResumableError,
+    Runtime,
+    SignatureMismatchError,
+    UnknownRequestError,
+    WorkflowNotRegisteredError,
+    WorkflowRunState,
+)
+
+pytestmark = pytest.mark.anyio
+
+EXPECTED = "done: seen=[1, 2, 3, 4, 5, 6] total=21"
+
+
+def open_runtime(path: Path, *factories) -> Runtime:
+    rt = Runtime(SqliteStore(path))
+    for factory in factories or (stepper_workflow, exploding_workflow):
+        rt.register(factory)
+    return rt
+
+
+async def test_pause_answer_and_resume_across_runtimes(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    first = open_runtime(db)
+    run_id = await first.start("stepper", 1)
+    assert (await first.get_run(run_id)).status is WorkflowRunState.IN_PROGRESS
+    paused = await first.resume(run_id)
+    assert paused.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    await first.close()
+
+    second = open_runtime(db)  # e.g. an approval UI in another process
+    (pending,) = await second.pending_requests()
+    assert pending.run_id == run_id and pending.data.question == "continue after 3?"
+    assert await second.respond(pending.request_id, {"approved": True}) is AnswerOutcome.STORED
+    await second.close()
+
+    third = open_runtime(db)
+    done = await third.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [EXPECTED]
+    info = await third.get_run(run_id)
+    assert info.status is WorkflowRunState.IDLE and info.outputs == [EXPECTED]
+    assert info.pending_requests == [] and info.superstep == 7
+    with pytest.raises(RunNotResumableError, match="idle"):
+        await third.resume(run_id)
+    await third.close()
+
+
+async def test_answers_are_validated_and_single_valued(tmp_path: Path) -> None:
+    rt = open_runtime(tmp_path / "runs.db")
+    paused = await rt.run("stepper", 1)
+    rid = paused.pending_requests[0].request_id
+    with pytest.raises(UnknownRequestError, match="'nope'"):
+        await rt.respond("nope", {"approved": True})
+    with pytest.raises(ResponseTypeError, match=f"run '{paused.run_id}', request '{rid}'"):
+        await rt.respond(rid, {"approved": "perhaps"})
+    assert await rt.respond(rid, Answer(approved=False, note="stop")) is AnswerOutcome.STORED
+    assert await rt.respond(rid, {"approved": False, "note": "stop"}) is AnswerOutcome.DUPLICATE
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await rt.respond(rid, {"approved": True})
+    done = await rt.resume(paused.run_id)
+    assert done.outputs == ["stopped at 3: stop"]
+    # answering an applied request again is still a no-op, not a second execution
+    assert await rt.respond(rid, {"approved": False, "note": "stop"}) is AnswerOutcome.DUPLICATE
+    await rt.close()
+
+
+async def test_resume_with_nothing_answered_stays_paused(tmp_path: Path) -> None:
+    rt = open_runtime(tmp_path / "runs.db")
+    paused = await rt.run("stepper", 1)
+    again = await rt.resume(paused.run_id)
+    assert again.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    assert [r.request_id for r in again.pending_requests] == [
+        r.request_id for r in paused.pending_requests
+    ]
+    await rt.close()
+
+
+async def test_changed_graph_strands_the_run_with_a_clear_error(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    rt = open_runtime(db)
+    paused = await rt.run("stepper", 1)
+    old_signature = rt.workflow("stepper").signature
+    await rt.close()
+    changed = open_runtime(db, changed_stepper_workflow)
+    with pytest.raises(SignatureMismatchError) as info:
+        await changed.resume(paused.run_id)
+    message = str(info.value)
+    assert paused.run_id in message and old_signature in message
+    assert changed.workflow("stepper").signature in message
+    assert [r.run_id for r in await changed.stranded_runs()] == [paused.run_id]
+    unregistered = open_runtime(db, exploding_workflow)
+    with pytest.raises(WorkflowNotRegisteredError, match="'stepper'"):
+        await unregistered.resume(paused.run_id)
+    await changed.close()
+    await unregistered.close()
+
+
+async def test_fork_travels_back_and_leaves_the_original_alone(tmp_path: Path) -> None:
+    rt = open_runtime(tmp_path / "runs.db")
+    paused = await rt.run("stepper", 1)
+    await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    done = await rt.resume(paused.run_id)
+    assert done.outputs == [EXPECTED]
+    history = await rt.history(paused.run_id)
+    paused_at = next(i.superstep for i in history if i.status.value.startswith("idle_with"))
+    fork_id = await rt.fork(paused.run_id, paused_at)
+    fork = await rt.get_run(fork_id)
+    assert fork.parent_run_id == paused.run_id
+    (fork_request,) = fork.pending_requests
+    assert fork_request.request_id != paused.pending_requests[0].request_id
+    await rt.respond(fork_request.request_id, {"approved": False, "note": "alt"})
+    alt = await rt.resume(fork_id)
+    assert alt.outputs == ["stopped at 3: alt"]
+    assert (await rt.get_run(paused.run_id)).outputs == [EXPECTED]
+    await rt.close()
+
+
+async def test_cancel_clears_pending_requests(tmp_path: Path) -> None:
+    rt = open_runtime(tmp_path / "runs.db")
+    paused = await rt.run("stepper", 1)
+    rid = paused.pending_requests[0].request_id
+    info = await rt.cancel(paused.run_id)
+    assert info.status is WorkflowRunState.CANCELLED and info.pending_requests == []
+    with pytest.raises(RequestCancelledError):
+        await rt.respond(rid, {"approved": True})
+    with pytest.raises(RunNotResumableError):
+        await rt.resume(paused.run_id)
+    assert await rt.pending_requests() == []
+    await rt.close()
+
+
+async def test_failed_run_records_the_error_and_can_retry_from_the_last_checkpoint(
+    tmp_path: Path,
+) -> None:
+    rt = open_runtime(tmp_path / "runs.db")
+    failed = await rt.run("exploding", 0)
+    assert failed.status is WorkflowRunState.FAILED
+    info = await rt.get_run(failed.run_id)
+    assert info.status is WorkflowRunState.FAILED
+    assert info.error["executor_id"] == "exploder" and "exploded at 2" in info.error["message"]
+    assert info.superstep == 2
+    again = await rt.resume(failed.run_id)  # the same bug fails the same way, nothing lost
+    assert again.status is WorkflowRunState.FAILED
+    assert [i.superstep for i in await rt.history(failed.run_id)] == [0, 1, 2]
+    await rt.close()
+
+
+async def test_max_supersteps_is_recorded_and_resumable(tmp_path: Path) -> None:
+    rt = open_runtime(tmp_path / "runs.db")
+    stopped = await rt.run("stepper", 4, max_supersteps=1)
+    assert stopped.status is WorkflowRunState.MAX_SUPERSTEPS_REACHED
+    assert (await rt.get_run(stopped.run_id)).status is WorkflowRunState.MAX_SUPERSTEPS_REACHED
+    done = await rt.resume(stopped.run_id)
+    assert done.outputs == ["done: seen=[4, 5, 6] total=15"]
+    await rt.close()
+
+
+async def test_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
+    rt = open_runtime(tmp_path / "runs.db")
+    for call in (rt.get_run, rt.resume, rt.cancel, rt.history):
+        with pytest.raises(RunNotFoundError, match="'ghost'"):
+            await call("ghost")
+    await rt.close()

@@ -1,0 +1,160 @@
+"""The RunStore contract, run against every store (in memory, SQLite, SQLite compacting often)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.integration.workflows import Answer, stepper_workflow
+from workflow_engine import (
+    AnswerOutcome,
+    RequestAlreadyAnsweredError,
+    RequestCancelledError,
+    RunBusyError,
+    RunNotFoundError,
+    RunStore,
+    Runtime,
+    StorageError,
+    UnknownRequestError,
+    WorkflowRunState,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def runtime(store: RunStore) -> Runtime:
+    rt = Runtime(store)
+    rt.register(stepper_workflow)
+    return rt
+
+
+async def test_admission_is_visible_and_unique(store: RunStore) -> None:
+    wf = stepper_workflow()
+    checkpoint = wf.admit(1, run_id="run-1")
+    await store.admit(checkpoint)
+    run = await store.get_run("run-1")
+    assert (run.workflow_name, run.status, run.superstep) == ("stepper", "in_progress", 0)
+    assert (await store.latest("run-1")) == checkpoint
+    assert [i.checkpoint_id for i in await store.history("run-1")] == [checkpoint.checkpoint_id]
+    with pytest.raises(StorageError, match="already exists"):
+        await store.admit(wf.admit(1, run_id="run-1"))
+    with pytest.raises(RunNotFoundError, match="'nope'"):
+        await store.get_run("nope")
+
+
+async def test_lease_is_exclusive_and_commits_are_fenced(store: RunStore) -> None:
+    await store.admit(stepper_workflow().admit(1, run_id="r"))
+    lease = await store.acquire("r", "host-a:1:x", 30)
+    with pytest.raises(RunBusyError, match="being executed by another worker"):
+        await store.acquire("r", "host-b:2:y", 30)
+    checkpoint = await store.latest("r")
+    lease = await store.commit(lease, checkpoint.model_copy(update={"checkpoint_id": "c1"}))
+    await store.release(lease)
+    other = await store.acquire("r", "host-b:2:y", 30)
+    with pytest.raises(RunBusyError):  # the old holder's lease is gone: its commit is refused
+        await store.commit(lease, checkpoint.model_copy(update={"checkpoint_id": "c2"}))
+    await store.release(other)
+    assert [i.checkpoint_id for i in await store.history("r")][-1] == "c1"
+
+
+async def test_expired_or_dead_owner_lease_can_be_taken_over(store: RunStore) -> None:
+    await store.admit(stepper_workflow().admit(1, run_id="r"))
+    stale = await store.acquire("r", "host-a:1:x", 0.01)
+    time.sleep(0.02)
+    taken = await store.acquire("r", "host-b:2:y", 30)
+    assert taken.version > stale.version
+    await store.release(taken)
+    import subprocess
+    import sys
+
+    from workflow_engine import default_owner
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    host = default_owner().split(":")[0]
+    await store.acquire("r", f"{host}:{dead}:gone", 300)
+    lease = await store.acquire("r", "host-c:3:z", 30)  # the owner process no longer exists
+    await store.release(lease)
+
+
+async def test_requests_flow_through_the_inbox_once(store: RunStore) -> None:
+    rt = runtime(store)
+    paused = await rt.run("stepper", 1)
+    assert paused.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    (pending,) = await store.list_requests()
+    assert pending.status == "pending" and pending.run_id == paused.run_id
+    answer = {"$type": "tests.integration.workflows.Answer", "data": {"approved": True}}
+    assert await store.answer(pending.request_id, answer) is AnswerOutcome.STORED
+    assert await store.answer(pending.request_id, answer) is AnswerOutcome.DUPLICATE
+    other = {"$type": "tests.integration.workflows.Answer", "data": {"approved": False}}
+    with pytest.raises(RequestAlreadyAnsweredError, match=pending.request_id):
+        await store.answer(pending.request_id, other)
+    with pytest.raises(UnknownRequestError):
+        await store.answer("missing", answer)
+    assert [r.request_id for r in await store.list_requests(status="answered")] == [
+        pending.request_id
+    ]
+    done = await rt.resume(paused.run_id)
+    assert done.status is WorkflowRunState.IDLE
+    assert (await store.get_request(pending.request_id)).status == "applied"
+    assert await store.list_requests() == []
+
+
+async def test_cancelled_requests_refuse_answers(store: RunStore) -> None:
+    rt = runtime(store)
+    paused = await rt.run("stepper", 1)
+    (pending,) = await store.list_requests()
+    await rt.cancel(paused.run_id)
+    assert (await store.get_request(pending.request_id)).status == "cancelled"
+    with pytest.raises(RequestCancelledError):
+        await store.answer(pending.request_id, {"approved": True})
+    assert (await store.get_run(paused.run_id)).status is WorkflowRunState.CANCELLED
+
+
+async def test_latest_reassembles_exactly_what_the_runner_checkpointed(store: RunStore) -> None:
+    rt = runtime(store)
+    paused = await rt.run("stepper", 1)
+    await rt.respond(paused.pending_requests[0].request_id, Answer(approved=True))
+    done = await rt.resume(paused.run_id)
+    assert (await store.latest(paused.run_id)) == done.checkpoint
+    history = await store.history(paused.run_id)
+    assert [i.seq for i in history] == list(range(len(history)))
+    loaded = [await store.load(i.checkpoint_id) for i in history]
+    assert [c.superstep for c in loaded] == [i.superstep for i in history]
+    assert loaded[-1] == done.checkpoint
+
+
+async def test_list_runs_filters(store: RunStore) -> None:
+    rt = runtime(store)
+    a = await rt.run("stepper", 1)
+    b = await rt.run("stepper", 5)
+    assert b.status is WorkflowRunState.IDLE
+    paused = await store.list_runs(status=WorkflowRunState.IDLE_WITH_PENDING_REQUESTS)
+    assert [r.run_id for r in paused] == [a.run_id]
+    assert {r.run_id for r in await store.list_runs(workflow="stepper")} == {a.run_id, b.run_id}
+    assert await store.list_runs(workflow="other") == []
+    assert len(await store.list_runs(limit=1)) == 1
+
+
+async def test_prune_keeps_what_it_must(store: RunStore) -> None:
+    rt = runtime(store)
+    finished = await rt.run("stepper", 5)
+    paused = await rt.run("stepper", 1)
+    before = await store.latest(paused.run_id)
+    assert await store.prune(keep_last=1) > 0
+    assert len(await store.history(paused.run_id)) == 1
+    assert (await store.latest(paused.run_id)) == before
+    await store.prune(finished_before=time.time() + 1)
+    with pytest.raises(RunNotFoundError):
+        await store.get_run(finished.run_id)
+    assert (await store.get_run(paused.run_id)).status is (
+        WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    )
+    # the pruned paused run still resumes
+    await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE

@@ -1,0 +1,119 @@
+"""Bad files and faults give a specific error naming what was wrong, and write nothing half."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from storage import SqliteStore
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import (
+    Runtime,
+    SchemaVersionError,
+    StoreCorruptError,
+    StoreLockedError,
+    StoreUnavailableError,
+    WorkflowRunState,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+def runtime(path: Path, **kwargs) -> Runtime:
+    rt = Runtime(SqliteStore(path, **kwargs))
+    rt.register(stepper_workflow)
+    return rt
+
+
+async def test_corrupted_checkpoint_record_names_run_and_record(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    paused = await rt.run("stepper", 1)
+    await rt.close()
+    with sqlite3.connect(db) as raw:
+        (checkpoint_id,) = raw.execute(
+            "SELECT checkpoint_id FROM checkpoints WHERE seq = 2 AND run_id = ?", (paused.run_id,)
+        ).fetchone()
+        raw.execute(
+            "UPDATE checkpoints SET body = '{\"superstep\": [' WHERE checkpoint_id = ?",
+            (checkpoint_id,),
+        )
+    rt = runtime(db)
+    with pytest.raises(StoreCorruptError) as info:
+        await rt.resume(paused.run_id)
+    assert paused.run_id in str(info.value) and checkpoint_id in str(info.value)
+    assert (await rt.store.get_run(paused.run_id)).owner is None  # the lease was released
+    await rt.close()
+
+
+async def test_truncated_database_file_is_reported_with_its_path(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    await rt.run("stepper", 1)
+    await rt.close()
+    for suffix in ("-wal", "-shm"):
+        (tmp_path / f"runs.db{suffix}").unlink(missing_ok=True)
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 3])
+    rt = runtime(db)
+    with pytest.raises((StoreCorruptError, StoreUnavailableError)) as info:
+        await rt.list_runs()
+    assert str(db) in str(info.value)
+
+
+async def test_garbage_file_is_not_a_database(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    db.write_bytes(b"this is not sqlite, just text " * 200)
+    with pytest.raises(StoreCorruptError, match="runs.db"):
+        await SqliteStore(db).open()
+
+
+async def test_unusable_directory_is_reported(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where a directory should be")
+    store = SqliteStore(blocker / "sub" / "runs.db")
+    with pytest.raises(StoreUnavailableError, match="not-a-dir"):
+        await store.open()
+
+
+async def test_lock_held_past_the_busy_timeout(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    rt = runtime(db, busy_timeout=0.2)
+    paused = await rt.run("stepper", 1)
+    blocker = sqlite3.connect(db, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreLockedError, match="locked by another writer"):
+            await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    # nothing was half-written: the request is still pending and can be answered now
+    (pending,) = await rt.pending_requests()
+    assert pending.status == "pending"
+    await rt.respond(pending.request_id, {"approved": True})
+    assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE
+    await rt.close()
+
+
+async def test_database_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = SqliteStore(db)
+    await store.open()
+    await store.close()
+    with sqlite3.connect(db) as raw:
+        raw.execute("UPDATE we_schema SET version = version + 5")
+    with pytest.raises(SchemaVersionError, match="newer workflow-engine"):
+        await SqliteStore(db).open()
+
+
+async def test_wal_mode_and_synchronous_setting(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "runs.db", synchronous="FULL")
+    await store.open()
+    await store.close()
+    with sqlite3.connect(tmp_path / "runs.db") as raw:
+        assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with pytest.raises(ValueError, match="NORMAL or FULL"):
+        SqliteStore(tmp_path / "x.db", synchronous="OFF")

@@ -1,0 +1,93 @@
+"""Small workflows the integration tests run against real stores."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from workflow_engine import (
+    Executor,
+    RequestPort,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
+    handler,
+)
+
+
+class Ticket(BaseModel):
+    step: int
+    question: str
+
+
+class Answer(BaseModel):
+    approved: bool
+    note: str = ""
+
+
+class Stepper(Executor):
+    """Counts to ``pause_at`` (state + shared state), asks a human, then counts to ``stop_at``."""
+
+    def __init__(self, id: str, pause_at: int = 3, stop_at: int = 6) -> None:
+        super().__init__(id)
+        self.pause_at = pause_at
+        self.stop_at = stop_at
+
+    @handler
+    async def step(self, n: int, ctx: WorkflowContext[int | Ticket, str]) -> None:
+        seen = await ctx.get_state("seen", [])
+        seen.append(n)
+        await ctx.set_state("seen", seen)
+        await ctx.set_shared("total", await ctx.get_shared("total", 0) + n)
+        if n == self.pause_at:
+            await ctx.send_message(Ticket(step=n, question=f"continue after {n}?"))
+        elif n >= self.stop_at:
+            await ctx.yield_output(f"done: seen={seen} total={await ctx.get_shared('total')}")
+        else:
+            await ctx.send_message(n + 1)
+
+    @handler
+    async def answered(self, answer: Answer, ctx: WorkflowContext[int, str]) -> None:
+        seen = await ctx.get_state("seen", [])
+        if not answer.approved:
+            await ctx.yield_output(f"stopped at {seen[-1]}: {answer.note}")
+            return
+        await ctx.send_message(seen[-1] + 1)
+
+
+class Exploder(Executor):
+    @handler
+    async def boom(self, n: int, ctx: WorkflowContext[int]) -> None:
+        if n >= 2:
+            raise RuntimeError(f"exploded at {n}")
+        await ctx.send_message(n + 1)
+
+
+def stepper_workflow(pause_at: int = 3, stop_at: int = 6, name: str = "stepper") -> Workflow:
+    stepper = Stepper("stepper", pause_at, stop_at)
+    port = RequestPort("approve", request_type=Ticket, response_type=Answer)
+    return (
+        WorkflowBuilder(name=name, start=stepper)
+        .add_edge(stepper, stepper)
+        .add_edge(stepper, port)
+        .add_edge(port, stepper)
+        .build()
+    )
+
+
+def changed_stepper_workflow() -> Workflow:
+    """Same name, different graph: runs stored by ``stepper_workflow`` are stranded here."""
+    stepper = Stepper("stepper")
+    port = RequestPort("approve", request_type=Ticket, response_type=Answer)
+    return (
+        WorkflowBuilder(name="stepper", start=stepper)
+        .add_edge(stepper, port)
+        .add_edge(port, stepper)
+        .add_edge(stepper, stepper)
+        .add_edge(stepper, Exploder("extra"))
+        .build()
+    )
+
+
+def exploding_workflow() -> Workflow:
+    e = Exploder("exploder")
+    return WorkflowBuilder(name="exploding", start=e).add_edge(e, e).build()
