@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,23 @@ from ._errors import CheckpointNotFoundError
 from ._events import WorkflowRunState
 
 CHECKPOINT_SCHEMA_VERSION = 1
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def construct(cls: type[_M], **values: Any) -> _M:
+    """Build a model from already-valid values, every field given, without validation.
+
+    The runner builds a checkpoint per superstep from data it produced itself; pydantic's
+    ``model_construct`` spends most of a superstep's budget re-deriving defaults it won't use.
+    """
+    obj = cls.__new__(cls)
+    setattr_ = object.__setattr__
+    setattr_(obj, "__dict__", values)
+    setattr_(obj, "__pydantic_fields_set__", set(values))
+    setattr_(obj, "__pydantic_extra__", None)
+    setattr_(obj, "__pydantic_private__", None)
+    return obj
 
 
 class MessageRecord(BaseModel):
@@ -171,7 +188,8 @@ def delta_of(checkpoint: Checkpoint) -> CheckpointDelta:
     ch = checkpoint.changes
     states = checkpoint.executor_states
     n_out = ch.outputs_added
-    return CheckpointDelta.model_construct(
+    return construct(
+        CheckpointDelta,
         schema_version=checkpoint.schema_version,
         checkpoint_id=checkpoint.checkpoint_id,
         parent_id=checkpoint.parent_id,
@@ -208,7 +226,8 @@ def apply_delta(parent: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
     gone = set(delta.requests_answered) | set(delta.requests_cancelled)
     pending = {r: rec for r, rec in parent.pending_requests.items() if r not in gone}
     pending.update(delta.requests_added)
-    return Checkpoint.model_construct(
+    return construct(
+        Checkpoint,
         schema_version=delta.schema_version,
         codec=parent.codec,
         checkpoint_id=delta.checkpoint_id,

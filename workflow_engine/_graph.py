@@ -57,6 +57,8 @@ class Graph:
     edge_groups: tuple[EdgeGroup, ...]
     outgoing: dict[str, tuple[EdgeGroup, ...]] = field(default_factory=dict)
     successors: dict[str, frozenset[str]] = field(default_factory=dict)
+    conditional: dict[str, tuple[EdgeGroup, ...]] = field(default_factory=dict)
+    """Per source: the groups whose routing needs a predicate evaluated."""
 
     @classmethod
     def create(cls, nodes: Sequence[Node], start_id: str, groups: Sequence[EdgeGroup]) -> Graph:
@@ -74,6 +76,14 @@ class Graph:
             edge_groups=tuple(groups),
             outgoing={k: tuple(v) for k, v in outgoing.items()},
             successors={k: frozenset(v) for k, v in successors.items()},
+            conditional={
+                k: tuple(
+                    g
+                    for g in v
+                    if (g.kind == "single" and g.condition is not None) or g.kind == "switch"
+                )
+                for k, v in outgoing.items()
+            },
         )
 
     def structure(self) -> dict[str, Any]:

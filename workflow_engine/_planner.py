@@ -67,11 +67,7 @@ def plan_superstep(graph: Graph, inbox: Sequence[Envelope]) -> list[tuple[str, l
 
 def conditional_groups(graph: Graph, source_id: str) -> list[EdgeGroup]:
     """The groups whose routing needs a predicate evaluated for a message from ``source_id``."""
-    return [
-        g
-        for g in graph.outgoing.get(source_id, ())
-        if (g.kind == "single" and g.condition is not None) or g.kind == "switch"
-    ]
+    return list(graph.conditional.get(source_id, ()))
 
 
 def targets_for(graph: Graph, send: Send, verdicts: Verdicts) -> list[tuple[EdgeGroup, str]]:
@@ -116,7 +112,11 @@ def deliver(
 
     ``verdicts[i]`` belongs to ``sends[i]``. Fan-in buffers are copied, never mutated.
     """
-    result = Delivery(fan_in={gid: {s: list(m) for s, m in b.items()} for gid, b in fan_in.items()})
+    result = Delivery(
+        fan_in={gid: {s: list(m) for s, m in b.items()} for gid, b in fan_in.items()}
+        if fan_in
+        else {}
+    )
     touched_fan_in: list[EdgeGroup] = []
     for send, verdict in zip(sends, verdicts, strict=True):
         candidates = targets_for(graph, send, verdict)

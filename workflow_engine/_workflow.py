@@ -43,7 +43,7 @@ from ._events import (
 from ._executor import Executor
 from ._planner import Envelope, Send
 from ._requests import ExternalRequest, ExternalResponse, RequestPort
-from ._runner import RunLoop, RunState, new_checkpoint_id
+from ._runner import RunLoop, RunState, changes_of, new_checkpoint_id
 from ._types import build_matcher, concrete_classes, type_name
 
 if TYPE_CHECKING:
@@ -353,14 +353,7 @@ class Workflow:
         state.status = WorkflowRunState.IN_PROGRESS
         if changed:
             await loop.commit(
-                CheckpointChanges.model_construct(
-                    executor_state_keys={},
-                    shared_state_keys=[],
-                    outputs_added=0,
-                    requests_added=added,
-                    requests_answered=[a[0] for a in answers],
-                    requests_cancelled=[],
-                )
+                changes_of(requests_added=added, requests_answered=[a[0] for a in answers])
             )
         return loop, store
 
