@@ -22,6 +22,7 @@ import math
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ._errors import SerializationError, UnregisteredTypeError
 from ._types import type_name
@@ -100,11 +101,15 @@ class TaggedJsonCodec:
             return self._encode_dict(value)
         tag = self.registry.name_of(t)
         if tag is not None:
+            # Dump to Python values, then encode those ourselves: pydantic's JSON mode would let
+            # non-finite floats through and refuses bytes that are not UTF-8.
             if isinstance(value, BaseModel):
-                return {"$type": tag, "data": value.model_dump(mode="json")}
-            adapter = self.registry.adapter(tag)
-            assert adapter is not None
-            return {"$type": tag, "data": adapter.dump_python(value, mode="json")}
+                dumped = value.model_dump(mode="python")
+            else:
+                adapter = self.registry.adapter(tag)
+                assert adapter is not None
+                dumped = adapter.dump_python(value, mode="python")
+            return {"$type": tag, "data": self._encode_fields(dumped)}
         if t is tuple:
             return {"$tuple": [self.encode(v) for v in value]}
         if t is bytes:
@@ -114,6 +119,32 @@ class TaggedJsonCodec:
             "registered with the workflow (declare it in a handler annotation or call "
             "WorkflowBuilder.register_types)"
         )
+
+    def _encode_fields(self, value: Any) -> JSONValue:
+        """Encode a model's dumped fields. Leaves pydantic validates from their JSON form
+        (datetime, UUID, Decimal, enums, sets...) are stored in that form."""
+        t = type(value)
+        if t in _PRIMITIVES or t is float or t is bytes:
+            return self.encode(value)
+        if t is list:
+            return [self._encode_fields(v) for v in value]
+        if t is tuple:
+            return {"$tuple": [self._encode_fields(v) for v in value]}
+        if t is dict:
+            if all(type(k) is str for k in value):
+                encoded = {k: self._encode_fields(v) for k, v in value.items()}
+                return {"$dict": encoded} if any(k.startswith("$") for k in value) else encoded
+            return {
+                "$items": [
+                    [self._encode_fields(k), self._encode_fields(v)] for k, v in value.items()
+                ]
+            }
+        try:
+            return to_jsonable_python(value)
+        except PydanticSerializationError as exc:
+            raise UnregisteredTypeError(
+                f"cannot serialize a field value of type {type_name(t)}: {exc}"
+            ) from exc
 
     def _encode_dict(self, value: dict[Any, Any]) -> JSONValue:
         if all(type(k) is str for k in value):
@@ -159,6 +190,6 @@ class TaggedJsonCodec:
                 f"(registered: {', '.join(self.registry.names()) or 'none'})"
             )
         try:
-            return adapter.validate_python(payload)
+            return adapter.validate_python(self.decode(payload))
         except ValidationError as exc:
             raise SerializationError(f"stored {tag} does not validate: {exc}") from exc

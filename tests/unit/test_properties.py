@@ -9,6 +9,12 @@
     continuing in a freshly built workflow gives exactly the events and outputs of an
     uninterrupted run (with executor state, shared state, fan-in, request ports and
     ``request_info`` answered along the way).
+
+Known failures (kernel bugs, deliberately left failing; explicit ``@example``s reproduce them):
+registered pydantic models / dataclasses are encoded with ``model_dump(mode="json")`` /
+``TypeAdapter.dump_python(mode="json")``, which (1) leaves non-finite floats in fields as raw
+``inf``/``nan`` -- not strict JSON, and ``Checkpoint.to_json`` turns them into ``null`` so the
+restore fails -- and (2) raises on ``bytes`` fields that are not valid UTF-8.
 """
 
 from __future__ import annotations
@@ -349,7 +355,7 @@ items = st.builds(
     counts=st.dictionaries(st.integers(), st.text(max_size=3), max_size=3),
     blob=st.binary(max_size=6),
 )
-# Minimal values that break the round trip (see the module docstring's note on known failures).
+# Minimal values that break the round trip today (see "Known failures" in the module docstring).
 INF_FIELD = Point(x=0, y=math.inf, label="")
 NON_UTF8_BYTES_FIELD = Item(
     name="", price=0.0, qty=0, color=Color.RED, level=Level.LOW, blob=b"\x80"
@@ -386,7 +392,8 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, BaseModel):
         return same(dict(a), dict(b))
     if dataclasses.is_dataclass(a):
-        return same(dataclasses.asdict(a), dataclasses.asdict(b))  # type: ignore[arg-type]
+        names = [f.name for f in dataclasses.fields(a)]
+        return same([getattr(a, n) for n in names], [getattr(b, n) for n in names])
     return bool(a == b)
 
 
@@ -512,7 +519,7 @@ async def check_real_run_checkpoints(value: Any) -> None:
     assert same([decode(o) for o in final.outputs], outputs)
 
 
-@examples(50)
+@examples(100)
 @given(value=builtin_values)
 async def test_checkpoints_of_a_real_run_round_trip_builtin_values(value: Any) -> None:
     await check_real_run_checkpoints(value)
@@ -595,17 +602,17 @@ def durable_fields(cp: Checkpoint) -> dict[str, Any]:
 @given(
     spec=graph_specs(requests=True),
     seed=st.none() | st.integers(0, 2**32),
-    data=st.data(),
+    picks=st.lists(st.integers(0, 10_000), min_size=1, max_size=3),
 )
 async def test_interrupted_and_restored_run_equals_uninterrupted(
-    spec: GraphSpec, seed: int | None, data: st.DataObject
+    spec: GraphSpec, seed: int | None, picks: list[int]
 ) -> None:
+    # Stop points are chosen from pre-drawn integers: drawing inside an async test (st.data())
+    # lets hypothesis abort the test mid-run, which leaks an exception into a later test.
     whole = await drive(spec, seed)
     if not whole.busy:
         return  # a single superstep per call: nowhere to interrupt
-    stops = sorted(
-        data.draw(st.lists(st.sampled_from(whole.busy), min_size=1, max_size=3, unique=True))
-    )
+    stops = sorted({whole.busy[p % len(whole.busy)] for p in picks})
     split = await drive(spec, seed, stops)
     assert split.events == whole.events
     assert split.outputs == whole.outputs
