@@ -49,6 +49,7 @@ class InMemoryRunStore:
         self._requests: dict[str, StoredRequest] = {}
         self._lease_seconds: dict[str, float] = {}
         self._seq_offset: dict[str, int] = {}  # checkpoints pruned from the front
+        self._journal: dict[tuple[str, str], Any] = {}
         self._lock = anyio.Lock()
 
     async def __aenter__(self) -> InMemoryRunStore:
@@ -273,6 +274,12 @@ class InMemoryRunStore:
             )
             return AnswerOutcome.STORED
 
+    async def journal_get(self, run_id: str, key: str) -> Any | None:
+        return self._journal.get((run_id, key))
+
+    async def journal_put(self, run_id: str, key: str, value: Any) -> Any:
+        return self._journal.setdefault((run_id, key), json.loads(_canonical(value)))
+
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:
@@ -285,6 +292,8 @@ class InMemoryRunStore:
                         del self._runs[run_id]
                         for rid in [r for r, v in self._requests.items() if v.run_id == run_id]:
                             del self._requests[rid]
+                        for key in [k for k in self._journal if k[0] == run_id]:
+                            del self._journal[key]
             if keep_last is not None:
                 if keep_last < 1:
                     raise ValueError("keep_last must be at least 1")

@@ -7,6 +7,7 @@ Every row that holds encoded data records the codec and schema version that wrot
     runs          one row per run; owner/lease_expires_at/version are the lease and fencing token
     checkpoints   per run, seq 0..n; kind "snapshot" (full JSON) or "delta" (changes vs. parent)
     requests      the inbox: pending → answered (by respond) → applied (by a commit) | cancelled
+    journal       (v2) results of side effects, per run and key: never recomputed once stored
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 metadata = MetaData()
 
@@ -98,10 +99,24 @@ requests = Table(
 )
 
 
+journal = Table(
+    "journal",
+    metadata,
+    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True),
+    Column("key", String(400), primary_key=True),
+    Column("value", Text, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+
 def _create_v1(conn: Connection) -> None:
     for table in (runs, checkpoints, requests):
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _create_v1}
+def _add_journal_v2(conn: Connection) -> None:
+    journal.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _create_v1, 2: _add_journal_v2}
 """Version N's migration upgrades a database at version N-1. Never edit one that shipped."""

@@ -56,7 +56,15 @@ from workflow_engine._store import (
     owner_is_dead,
 )
 
-from ._schema import MIGRATIONS, SCHEMA_VERSION, checkpoints, requests, runs, schema_info
+from ._schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    checkpoints,
+    journal,
+    requests,
+    runs,
+    schema_info,
+)
 
 FaultHook = Callable[[str], None]
 _TERMINAL = ("idle", "cancelled", "failed")
@@ -579,6 +587,38 @@ class SqliteStore:
         self._fault("answer:after")
         return AnswerOutcome.STORED
 
+    # --- side-effect journal ------------------------------------------------------------------
+
+    async def journal_get(self, run_id: str, key: str) -> Any | None:
+        async with self._read() as conn:
+            value = (
+                await conn.execute(
+                    select(journal.c.value).where(journal.c.run_id == run_id, journal.c.key == key)
+                )
+            ).scalar()
+        return json.loads(value) if value is not None else None
+
+    async def journal_put(self, run_id: str, key: str, value: Any) -> Any:
+        """Insert unless present (first writer wins); returns the stored value."""
+        text = canonical_json(value)
+        self._fault("journal:before")
+        async with self._write() as conn:
+            stored = (
+                await conn.execute(
+                    select(journal.c.value).where(journal.c.run_id == run_id, journal.c.key == key)
+                )
+            ).scalar()
+            if stored is None:
+                await conn.execute(
+                    insert(journal).values(
+                        run_id=run_id, key=key, value=text, created_at=time.time()
+                    )
+                )
+                stored = text
+            self._fault("journal:inside")
+        self._fault("journal:after")
+        return json.loads(stored)
+
     # --- retention ------------------------------------------------------------------------------
 
     async def prune(
@@ -595,7 +635,7 @@ class SqliteStore:
                         )
                     )
                 ]
-                for table in (checkpoints, requests):
+                for table in (checkpoints, requests, journal):
                     result = await conn.execute(delete(table).where(table.c.run_id.in_(doomed)))
                     if table is checkpoints:
                         deleted += result.rowcount

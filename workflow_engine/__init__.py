@@ -69,6 +69,7 @@ from ._events import (
 )
 from ._executor import Executor, FunctionExecutor, executor, handler, response_handler
 from ._graph import Case, Default
+from ._journal import InMemoryJournal, JournalStore
 from ._requests import ExternalRequest, ExternalResponse, RequestPort
 from ._runtime import PendingRequest, RunInfo, Runtime, RuntimeRunStream
 from ._store import (
@@ -112,6 +113,8 @@ __all__ = [
     "FunctionExecutor",
     "GraphValidationError",
     "InMemoryCheckpointStore",
+    "InMemoryJournal",
+    "JournalStore",
     "JsonCodec",
     "Lease",
     "MessageNotHandledError",

@@ -9,7 +9,7 @@ all-or-nothing, and what a checkpoint records is exactly what the next superstep
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, Never
 
 from typing_extensions import TypeVar
@@ -21,6 +21,7 @@ from ._types import Matcher, type_name
 
 if TYPE_CHECKING:
     from ._codec import JsonCodec
+    from ._journal import JournalStore
 
 TOut = TypeVar("TOut", default=Never)
 TWorkflowOut = TypeVar("TWorkflowOut", default=Never)
@@ -64,7 +65,15 @@ class ExecutorStep:
 class StepScope:
     """Per-superstep facts every context shares (read-only for handlers)."""
 
-    __slots__ = ("codec", "run_id", "shared", "successors", "superstep")
+    __slots__ = (
+        "codec",
+        "journal",
+        "journal_scope",
+        "run_id",
+        "shared",
+        "successors",
+        "superstep",
+    )
 
     def __init__(
         self,
@@ -73,12 +82,16 @@ class StepScope:
         codec: JsonCodec,
         shared: dict[str, Any],
         successors: dict[str, frozenset[str]],
+        journal: JournalStore,
+        journal_scope: str = "",
     ) -> None:
         self.run_id = run_id
         self.superstep = superstep
         self.codec = codec
         self.shared = shared  # committed, encoded
         self.successors = successors
+        self.journal = journal
+        self.journal_scope = journal_scope  # the checkpoint this superstep started from
 
 
 class WorkflowContext(Generic[TOut, TWorkflowOut]):
@@ -115,6 +128,31 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     @property
     def executor_id(self) -> str:
         return self._step.executor_id
+
+    @property
+    def successor_ids(self) -> frozenset[str]:
+        """The nodes this executor has edges to (empty: its messages would go nowhere)."""
+        return self._scope.successors.get(self._step.executor_id, frozenset())
+
+    async def run_once(self, key: str, func: Callable[[], Awaitable[Any]]) -> Any:
+        """Run ``func`` at most once per ``key`` in this run, surviving crashes and re-runs.
+
+        The result is journaled durably (when the store supports it) before it is returned; a
+        later call with the same key from the same starting point -- the same superstep
+        re-executed after a crash -- returns the journaled result without calling ``func``.
+        Keys are scoped to this executor and to the checkpoint the superstep started from, so
+        two branches continued from one checkpoint with different answers do not share results.
+        The result must be JSON-serializable by the workflow's codec.
+        """
+        scope = self._scope
+        full_key = f"{scope.journal_scope}/{self._step.executor_id}/{key}"
+        stored = await scope.journal.journal_get(scope.run_id, full_key)
+        if stored is None:
+            value = await func()
+            stored = await scope.journal.journal_put(
+                scope.run_id, full_key, {"value": scope.codec.encode(value)}
+            )
+        return scope.codec.decode(stored["value"])
 
     async def send_message(self, message: Any, target_id: str | None = None) -> None:
         """Send ``message`` along this executor's outgoing edges (or to one successor)."""

@@ -49,6 +49,7 @@ from ._events import (
     WorkflowStatusEvent,
 )
 from ._executor import Executor
+from ._journal import JournalStore
 from ._planner import Envelope, Send, deliver, plan_superstep
 from ._requests import ExternalRequest
 
@@ -159,6 +160,9 @@ class RunLoop:
         self._cancel_scope: anyio.CancelScope | None = None
         self._dirty = False
         self._executing = False
+        self.journal: JournalStore = (
+            store if isinstance(store, JournalStore) else workflow.fallback_journal
+        )
 
     def ensure_checkpoint(self) -> Checkpoint:
         """The checkpoint matching the current state (built now if the run had no store)."""
@@ -299,7 +303,22 @@ class RunLoop:
         number = s.superstep + 1
         self.emit(SuperstepStartedEvent(number))
         plan = plan_superstep(self.graph, s.inbox)
-        scope = StepScope(s.run_id, number, self.codec, s.shared, self.graph.successors)
+        # Journal keys are scoped by the checkpoint this superstep starts from: a re-run after a
+        # crash starts from the same one (and replays), a different branch never does.
+        journal_scope = (
+            s.checkpoint.checkpoint_id
+            if self.store is not None and s.checkpoint is not None
+            else new_checkpoint_id()
+        )
+        scope = StepScope(
+            s.run_id,
+            number,
+            self.codec,
+            s.shared,
+            self.graph.successors,
+            self.journal,
+            journal_scope,
+        )
         steps: list[ExecutorStep] = []
         failures: list[tuple[str, BaseException]] = []
         self._executing = True

@@ -24,6 +24,7 @@ from ._errors import (
     WorkflowNotRegisteredError,
 )
 from ._events import WorkflowEvent, WorkflowRunState
+from ._journal import JournalStore
 from ._requests import ExternalRequest, ExternalResponse
 from ._store import (
     AnswerOutcome,
@@ -72,9 +73,10 @@ class PendingRequest:
 class _LeasedStore:
     """The CheckpointStore the runner writes to: every save is a fenced commit under the lease."""
 
-    def __init__(self, store: RunStore, lease: Lease) -> None:
+    def __init__(self, store: RunStore, lease: Lease, fallback: JournalStore) -> None:
         self.store = store
         self.lease = lease
+        self._journal = store if isinstance(store, JournalStore) else fallback
 
     async def save(self, checkpoint: Checkpoint) -> None:
         self.lease = await self.store.commit(self.lease, checkpoint)
@@ -90,6 +92,12 @@ class _LeasedStore:
 
     async def delete(self, checkpoint_id: str) -> None:
         raise RunNotResumableError("checkpoints of a durable run are deleted with prune()")
+
+    async def journal_get(self, run_id: str, key: str) -> Any | None:
+        return await self._journal.journal_get(run_id, key)
+
+    async def journal_put(self, run_id: str, key: str, value: Any) -> Any:
+        return await self._journal.journal_put(run_id, key, value)
 
 
 class Runtime:
@@ -188,7 +196,7 @@ class Runtime:
         if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
             raise RunNotResumableError(f"run {run_id!r} is {run.status.value}; nothing to resume")
         lease = await self.store.acquire(run_id, self._lease_owner(), self.lease_seconds)
-        sink = _LeasedStore(self.store, lease)
+        sink = _LeasedStore(self.store, lease, wf.fallback_journal)
         try:
             checkpoint = await self.store.latest(run_id)
             if checkpoint is None:
@@ -239,7 +247,14 @@ class Runtime:
         run = await self.store.get_run(request.run_id)
         wf = self._workflow_for(run)
         expected = wf.resolve_type(request.response_type)
-        value = wf.coerce_response(run.run_id, request_id, expected, data)
+        value = wf.check_answer(
+            run.run_id,
+            request_id,
+            request.port_id,
+            wf.codec.decode(request.data),
+            expected,
+            data,
+        )
         return await self.store.answer(request_id, wf.codec.encode(value))
 
     # --- queries --------------------------------------------------------------------------------
@@ -348,7 +363,7 @@ class Runtime:
         if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
             raise RunNotResumableError(f"run {run_id!r} is already {run.status.value}")
         lease = await self.store.acquire(run_id, self._lease_owner(), self.lease_seconds)
-        sink = _LeasedStore(self.store, lease)
+        sink = _LeasedStore(self.store, lease, wf.fallback_journal)
         try:
             checkpoint = await self.store.latest(run_id)
             assert checkpoint is not None

@@ -25,6 +25,7 @@ from ._errors import (
     MessageNotHandledError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
+    ResponseError,
     ResponseTypeError,
     RunNotResumableError,
     SerializationError,
@@ -41,6 +42,7 @@ from ._events import (
     WorkflowStatusEvent,
 )
 from ._executor import Executor
+from ._journal import InMemoryJournal
 from ._planner import Envelope, Send
 from ._requests import ExternalRequest, ExternalResponse, RequestPort
 from ._runner import RunLoop, RunState, changes_of, new_checkpoint_id
@@ -165,12 +167,16 @@ class Workflow:
         for node in graph.nodes.values():
             for annotation in _node_annotations(node):
                 self._annotate(annotation)
+            for cls in getattr(node, "serializable_types", ()):
+                self._annotate(cls)
         for cls, tag in extra_types:
             self.registry.register(cls, tag)
             self._annotations.setdefault(type_name(cls), cls)
         self.codec: JsonCodec = codec or TaggedJsonCodec(self.registry)
         self.signature = graph.signature()
         self._adapters: dict[str, TypeAdapter[Any]] = {}
+        self.fallback_journal = InMemoryJournal()
+        """Journal for runs whose store is not a JournalStore (lives as long as this object)."""
 
     def _annotate(self, annotation: Any) -> None:
         self._annotations.setdefault(type_name(annotation), annotation)
@@ -534,9 +540,42 @@ class Workflow:
                     f"run {state.run_id!r} has no request {rid!r} (pending: "
                     f"{', '.join(state.pending) or 'none'})"
                 )
-            value = self.coerce_response(state.run_id, rid, request.response_type, response.data)
+            value = self.check_answer(
+                state.run_id,
+                rid,
+                request.port_id,
+                request.data,
+                request.response_type,
+                response.data,
+            )
             accepted[rid] = (rid, request, value)
         return list(accepted.values())
+
+    def check_answer(
+        self,
+        run_id: str,
+        request_id: str,
+        port_id: str,
+        request_data: Any,
+        expected: Any,
+        data: Any,
+    ) -> Any:
+        """Validate an answer: its type, then the answering node's own rules.
+
+        An executor that answers requests (``ctx.request_info``) may define
+        ``validate_response(request_data, response)`` and raise ``ValueError`` to refuse an
+        answer its type allows (e.g. edited tool arguments that fail the tool's schema).
+        """
+        value = self.coerce_response(run_id, request_id, expected, data)
+        hook = getattr(self.graph.nodes.get(port_id), "validate_response", None)
+        if hook is not None:
+            try:
+                hook(request_data, value)
+            except ResponseError:
+                raise
+            except (ValueError, TypeError) as exc:
+                raise ResponseTypeError(f"run {run_id!r}, request {request_id!r}: {exc}") from exc
+        return value
 
     def coerce_response(self, run_id: str, request_id: str, expected: Any, data: Any) -> Any:
         """Validate an answer against the expected type; JSON-shaped data is validated strictly."""

@@ -1,0 +1,313 @@
+"""Agent: a model, instructions and tools, with the function-invocation loop.
+
+One turn: ask the model; run the tool calls it makes; feed the results back; repeat until it
+answers without calls (or the round-trip cap is hit). Calls whose tool requires approval stop the
+turn: the whole batch waits, one ``ToolApprovalRequestContent`` per guarded call. When every
+request of the batch has a ``ToolApprovalResponseContent`` in the conversation, the next turn runs
+the batch by each call's decision -- approved calls run (with edited arguments if given), rejected
+ones get a result saying so, free siblings run regardless -- and the model continues.
+
+Every model call and every tool call goes through a *journal* (``ctx.run_once`` inside a
+workflow), so a turn re-executed after a crash replays results instead of redoing side effects.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from workflow_engine import WorkflowEvent
+
+from ._clients import ChatClient, ChatResponseUpdate, message_from_updates
+from ._content import (
+    ChatMessage,
+    FunctionCallContent,
+    FunctionResultContent,
+    TextContent,
+    ToolApprovalRequestContent,
+    ToolApprovalResponseContent,
+)
+from ._tools import Tool, ToolArgumentsError
+
+Journal = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
+"""``journal(key, fn)``: run ``fn`` once per key (``ctx.run_once`` in a workflow)."""
+
+UpdateSink = Callable[["AgentRunUpdateEvent"], Awaitable[None]]
+
+REJECTED = "The user rejected this tool call; it was not executed."
+
+
+async def _no_journal(key: str, fn: Callable[[], Awaitable[Any]]) -> Any:
+    return await fn()
+
+
+@dataclass(slots=True)
+class AgentRunUpdateEvent(WorkflowEvent):
+    """What an agent is doing, as it happens: streamed text, a tool call, a tool result.
+
+    ``kind``: ``text`` (``text`` is a delta), ``function_call`` (``arguments_delta`` is a delta),
+    ``function_result`` (``result``/``error``), ``message_end``.
+    """
+
+    executor_id: str
+    kind: str
+    message_id: str = ""
+    text: str = ""
+    call_id: str | None = None
+    name: str | None = None
+    arguments_delta: str = ""
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass
+class AgentRunResponse:
+    """The messages one turn added, and the approvals it is waiting for (if any)."""
+
+    messages: list[ChatMessage] = field(default_factory=list)
+    pending_approvals: list[ToolApprovalRequestContent] = field(default_factory=list)
+    round_trip_limit_hit: bool = False
+
+    @property
+    def text(self) -> str:
+        return "\n".join(m.text for m in self.messages if m.role == "assistant" and m.text)
+
+
+class Agent:
+    """An LLM agent. Put it into a workflow directly; the builder hosts it in an
+    ``AgentHostExecutor`` whose id is the agent's name."""
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str = "",
+        client: ChatClient | None = None,
+        tools: Sequence[Tool] = (),
+        *,
+        description: str = "",
+        max_round_trips: int = 8,
+        raise_tool_errors: bool = False,
+    ) -> None:
+        if client is None:
+            raise ValueError(f"agent {name!r} needs a chat client")
+        self.name = name
+        self.instructions = instructions
+        self.client = client
+        self.description = description
+        self.max_round_trips = max_round_trips
+        self.raise_tool_errors = raise_tool_errors
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            self.add_tool(t)
+
+    def add_tool(self, t: Tool) -> None:
+        if not isinstance(t, Tool):
+            raise TypeError(f"agent {self.name!r}: {t!r} is not a Tool (decorate it with @tool)")
+        self.tools[t.name] = t
+
+    def as_executor(self, **options: Any) -> Any:
+        from ._host import AgentHostExecutor
+
+        return AgentHostExecutor(self, **options)
+
+    # --- one turn -------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        messages: Sequence[ChatMessage],
+        *,
+        journal: Journal = _no_journal,
+        on_update: UpdateSink | None = None,
+        run_id: str = "local",
+    ) -> AgentRunResponse:
+        """Run one turn over ``messages``; returns what the turn added."""
+        conversation = list(messages)
+        response = AgentRunResponse()
+
+        def add(message: ChatMessage) -> None:
+            conversation.append(message)
+            response.messages.append(message)
+
+        batch = pending_batch(conversation)
+        if batch is not None:
+            calls, requests, answers = batch
+            waiting = [r for r in requests if r.id not in answers]
+            if waiting:
+                response.pending_approvals = waiting
+                return response
+            add(await self._run_batch(calls, answers, journal, on_update, run_id))
+
+        for _ in range(self.max_round_trips):
+            reply = await self._ask_model(conversation, journal, on_update)
+            add(reply)
+            calls = reply.function_calls
+            if not calls:
+                return response
+            guarded = [c for c in calls if self._needs_approval(c)]
+            if guarded:
+                held = [
+                    ToolApprovalRequestContent(id=f"approval_{c.call_id}", function_call=c)
+                    for c in guarded
+                ]
+                add(ChatMessage(role="assistant", contents=held, author_name=self.name))
+                response.pending_approvals = held
+                return response
+            add(await self._run_batch(calls, {}, journal, on_update, run_id))
+        response.round_trip_limit_hit = True
+        add(
+            ChatMessage.assistant(
+                f"(stopped: {self.max_round_trips} model round trips in one turn)", self.name
+            )
+        )
+        return response
+
+    def _model_messages(self, conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
+        system = [ChatMessage(role="system", contents=[TextContent(text=self.instructions)])]
+        return (system if self.instructions else []) + list(conversation)
+
+    async def _ask_model(
+        self, conversation: Sequence[ChatMessage], journal: Journal, on_update: UpdateSink | None
+    ) -> ChatMessage:
+        specs = [t.spec for t in self.tools.values()]
+        prompt = self._model_messages(conversation)
+
+        async def call() -> ChatMessage:
+            updates: list[ChatResponseUpdate] = []
+            async for update in self.client.get_streaming_response(prompt, tools=specs):
+                updates.append(update)
+                if on_update is not None:
+                    await on_update(
+                        AgentRunUpdateEvent(
+                            executor_id=self.name,
+                            kind=update.kind,
+                            message_id=update.message_id,
+                            text=update.text,
+                            call_id=update.call_id,
+                            name=update.name,
+                            arguments_delta=update.arguments_delta,
+                        )
+                    )
+            message = message_from_updates(updates)
+            if on_update is not None and updates:
+                await on_update(
+                    AgentRunUpdateEvent(self.name, "message_end", message_id=updates[0].message_id)
+                )
+            return message.model_copy(update={"author_name": self.name})
+
+        # keyed by the conversation's length: a re-executed turn asks at the same positions
+        return await journal(f"model/{len(conversation)}", call)
+
+    def _needs_approval(self, call: FunctionCallContent) -> bool:
+        t = self.tools.get(call.name)
+        if t is None:
+            return False  # becomes an error result
+        try:
+            arguments = t.validate(call.arguments)
+        except ToolArgumentsError:
+            return False  # the model sees the validation error and may retry
+        return t.needs_approval(arguments)
+
+    async def _run_batch(
+        self,
+        calls: Sequence[FunctionCallContent],
+        answers: dict[str, ToolApprovalResponseContent],
+        journal: Journal,
+        on_update: UpdateSink | None,
+        run_id: str,
+    ) -> ChatMessage:
+        results = []
+        for call in calls:
+            answer = answers.get(f"approval_{call.call_id}")
+            if answer is not None and not answer.approved:
+                result = FunctionResultContent(
+                    call_id=call.call_id,
+                    name=call.name,
+                    error=REJECTED + (f" Reason: {answer.reason}" if answer.reason else ""),
+                )
+            else:
+                arguments = edited_arguments(call, answer)
+                result = await journal(
+                    f"tool/{call.call_id}", lambda c=call, a=arguments: self._invoke(c, a, run_id)
+                )
+            results.append(result)
+            if on_update is not None:
+                await on_update(
+                    AgentRunUpdateEvent(
+                        self.name,
+                        "function_result",
+                        call_id=call.call_id,
+                        name=call.name,
+                        result=result.result,
+                        error=result.error,
+                    )
+                )
+        return ChatMessage(role="tool", contents=results, author_name=self.name)
+
+    async def _invoke(
+        self, call: FunctionCallContent, arguments: dict[str, Any], run_id: str
+    ) -> FunctionResultContent:
+        t = self.tools.get(call.name)
+        if t is None:
+            return FunctionResultContent(
+                call_id=call.call_id,
+                name=call.name,
+                error=f"there is no tool named {call.name!r} (tools: {', '.join(self.tools)})",
+            )
+        try:
+            value = await t.invoke(arguments, idempotency_key=f"{run_id}:{call.call_id}")
+        except ToolArgumentsError as exc:
+            return FunctionResultContent(call_id=call.call_id, name=call.name, error=str(exc))
+        except Exception as exc:
+            if self.raise_tool_errors:
+                raise
+            return FunctionResultContent(
+                call_id=call.call_id, name=call.name, error=f"{type(exc).__name__}: {exc}"
+            )
+        try:
+            value = to_jsonable_python(value)
+        except PydanticSerializationError:
+            value = str(value)
+        return FunctionResultContent(call_id=call.call_id, name=call.name, result=value)
+
+
+def edited_arguments(
+    call: FunctionCallContent, answer: ToolApprovalResponseContent | None
+) -> dict[str, Any]:
+    """The call's arguments with a reviewer's edits applied (edits override, the rest stays)."""
+    if answer is None or answer.arguments is None:
+        return dict(call.arguments)
+    return {**call.arguments, **answer.arguments}
+
+
+def pending_batch(
+    conversation: Sequence[ChatMessage],
+) -> (
+    tuple[
+        list[FunctionCallContent],
+        list[ToolApprovalRequestContent],
+        dict[str, ToolApprovalResponseContent],
+    ]
+    | None
+):
+    """The newest batch of calls held for approval and not yet run, with the answers so far."""
+    for index in range(len(conversation) - 1, -1, -1):
+        message = conversation[index]
+        if message.role == "tool":
+            return None  # the newest batch already ran
+        if message.approval_requests:
+            requests = message.approval_requests
+            calls_message = next(
+                (m for m in reversed(conversation[:index]) if m.function_calls), None
+            )
+            calls = calls_message.function_calls if calls_message else []
+            answers = {
+                r.id: r
+                for m in conversation[index + 1 :]
+                for r in m.approval_responses
+                if r.id is not None
+            }
+            return calls, requests, answers
+    return None

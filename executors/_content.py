@@ -1,0 +1,132 @@
+"""Chat messages and their contents: text, function calls and results, tool approvals.
+
+All pydantic, all JSON: a conversation is checkpointed as it is, and a
+``ToolApprovalRequestContent`` travels to a human as the data of a ``RequestInfoEvent``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class _Content(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class TextContent(_Content):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class FunctionCallContent(_Content):
+    """The model asks to call tool ``name`` with ``arguments`` (a JSON object)."""
+
+    type: Literal["function_call"] = "function_call"
+    call_id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def arguments_json(self) -> str:
+        return json.dumps(self.arguments, sort_keys=True)
+
+
+class FunctionResultContent(_Content):
+    """What a tool returned (or why it did not run) for the call ``call_id``."""
+
+    type: Literal["function_result"] = "function_result"
+    call_id: str
+    name: str = ""
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self.error is not None:
+            return f"Error: {self.error}"
+        return self.result if isinstance(self.result, str) else json.dumps(self.result)
+
+
+class ToolApprovalResponseContent(_Content):
+    """A human's decision on a held tool call. ``arguments`` replaces the call's arguments
+    (validated against the tool's schema) when the human edited them."""
+
+    type: Literal["tool_approval_response"] = "tool_approval_response"
+    approved: bool
+    arguments: dict[str, Any] | None = None
+    id: str | None = None
+    function_call: FunctionCallContent | None = None
+    reason: str | None = None
+
+
+class ToolApprovalRequestContent(_Content):
+    """A tool call held for human approval; answer it with :meth:`create_response`."""
+
+    type: Literal["tool_approval_request"] = "tool_approval_request"
+    id: str
+    function_call: FunctionCallContent
+
+    def create_response(
+        self, approved: bool, arguments: dict[str, Any] | None = None, reason: str | None = None
+    ) -> ToolApprovalResponseContent:
+        return ToolApprovalResponseContent(
+            approved=approved,
+            arguments=arguments,
+            id=self.id,
+            function_call=self.function_call,
+            reason=reason,
+        )
+
+
+Content = Annotated[
+    TextContent
+    | FunctionCallContent
+    | FunctionResultContent
+    | ToolApprovalRequestContent
+    | ToolApprovalResponseContent,
+    Field(discriminator="type"),
+]
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation."""
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    contents: list[Content] = Field(default_factory=list)
+    author_name: str | None = None
+    message_id: str | None = None
+
+    @classmethod
+    def user(cls, text: str) -> ChatMessage:
+        return cls(role="user", contents=[TextContent(text=text)])
+
+    @classmethod
+    def assistant(cls, text: str, author_name: str | None = None) -> ChatMessage:
+        return cls(role="assistant", contents=[TextContent(text=text)], author_name=author_name)
+
+    @property
+    def text(self) -> str:
+        return "".join(c.text for c in self.contents if isinstance(c, TextContent))
+
+    @property
+    def function_calls(self) -> list[FunctionCallContent]:
+        return [c for c in self.contents if isinstance(c, FunctionCallContent)]
+
+    @property
+    def function_results(self) -> list[FunctionResultContent]:
+        return [c for c in self.contents if isinstance(c, FunctionResultContent)]
+
+    @property
+    def approval_requests(self) -> list[ToolApprovalRequestContent]:
+        return [c for c in self.contents if isinstance(c, ToolApprovalRequestContent)]
+
+    @property
+    def approval_responses(self) -> list[ToolApprovalResponseContent]:
+        return [c for c in self.contents if isinstance(c, ToolApprovalResponseContent)]

@@ -1,0 +1,201 @@
+"""AgentHostExecutor: an Agent as a node of a workflow.
+
+It keeps the conversation in its durable state. A ``str`` or an ``AgentResponse`` from another
+agent starts a turn at once; ``ChatMessage``s accumulate until a ``TurnToken`` arrives (or on
+every message with ``run_on_message=True``). After a turn it sends an ``AgentResponse`` along
+its edges -- or yields it as the workflow's output when it has none.
+
+Tool approvals: every ``ToolApprovalRequestContent`` the turn left unanswered goes out through
+the executor's own request port (``ctx.request_info``): a ``RequestInfoEvent`` whose data is the
+content, answered by an ``ExternalResponse`` carrying a ``ToolApprovalResponseContent``
+(``{"approved": true}`` is enough). When the batch is fully answered the agent continues by
+itself. With ``intercept_user_input_requests=True`` no request is made: the response carrying
+the approval requests goes downstream, and whoever asks the user sends back a ``ChatMessage``
+with the answers followed by a ``TurnToken``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from workflow_engine import Executor, WorkflowContext, handler, response_handler
+
+from ._agent import Agent, AgentRunUpdateEvent, edited_arguments
+from ._content import (
+    ChatMessage,
+    FunctionCallContent,
+    FunctionResultContent,
+    TextContent,
+    ToolApprovalRequestContent,
+    ToolApprovalResponseContent,
+)
+
+
+class TurnToken(BaseModel):
+    """Tells an agent host to run a turn over the messages it has accumulated."""
+
+    emit_updates: bool = True
+
+
+class AgentResponse(BaseModel):
+    """What a turn produced, with the whole conversation so the next node can continue it."""
+
+    agent_name: str
+    messages: list[ChatMessage] = Field(default_factory=list)
+    conversation: list[ChatMessage] = Field(default_factory=list)
+    pending_approvals: list[ToolApprovalRequestContent] = Field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n".join(m.text for m in self.messages if m.role == "assistant" and m.text)
+
+
+class AgentHostExecutor(Executor):
+    """Hosts an :class:`Agent` in a workflow (id defaults to the agent's name)."""
+
+    serializable_types = (
+        ChatMessage,
+        TextContent,
+        FunctionCallContent,
+        FunctionResultContent,
+        ToolApprovalRequestContent,
+        ToolApprovalResponseContent,
+        AgentResponse,
+        TurnToken,
+    )
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        id: str | None = None,
+        intercept_user_input_requests: bool = False,
+        run_on_message: bool = False,
+        stream_updates: bool = True,
+    ) -> None:
+        super().__init__(id or agent.name)
+        self.agent = agent
+        self.wrapped = agent
+        self.intercept_user_input_requests = intercept_user_input_requests
+        self.run_on_message = run_on_message
+        self.stream_updates = stream_updates
+
+    # --- inputs ---------------------------------------------------------------------------------
+
+    @handler
+    async def on_text(self, text: str, ctx: WorkflowContext[AgentResponse, AgentResponse]) -> None:
+        await self._append(ctx, [ChatMessage.user(text)])
+        await self._turn(ctx)
+
+    @handler
+    async def on_message(
+        self, message: ChatMessage, ctx: WorkflowContext[AgentResponse, AgentResponse]
+    ) -> None:
+        await self._append(ctx, [message])
+        if self.run_on_message:
+            await self._turn(ctx)
+
+    @handler
+    async def on_messages(
+        self, messages: list[ChatMessage], ctx: WorkflowContext[AgentResponse, AgentResponse]
+    ) -> None:
+        await self._append(ctx, messages)
+        if self.run_on_message:
+            await self._turn(ctx)
+
+    @handler
+    async def on_turn_token(
+        self, token: TurnToken, ctx: WorkflowContext[AgentResponse, AgentResponse]
+    ) -> None:
+        await self._turn(ctx, emit_updates=token.emit_updates)
+
+    @handler
+    async def on_agent_response(
+        self, response: AgentResponse, ctx: WorkflowContext[AgentResponse, AgentResponse]
+    ) -> None:
+        """Another agent handed over: continue its conversation."""
+        await ctx.set_state("conversation", list(response.conversation))
+        await self._turn(ctx)
+
+    @response_handler
+    async def on_approval(
+        self,
+        request: ToolApprovalRequestContent,
+        response: ToolApprovalResponseContent,
+        ctx: WorkflowContext[AgentResponse, AgentResponse],
+    ) -> None:
+        answer = response.model_copy(
+            update={"id": request.id, "function_call": request.function_call}
+        )
+        answers: list[ToolApprovalResponseContent] = await ctx.get_state("answers", [])
+        answers.append(answer)
+        awaiting: list[str] = await ctx.get_state("awaiting", [])
+        if {a.id for a in answers} < set(awaiting):
+            await ctx.set_state("answers", answers)
+            return
+        await ctx.set_state("answers", [])
+        await ctx.set_state("awaiting", [])
+        await self._append(ctx, [ChatMessage(role="user", contents=list(answers))])
+        await self._turn(ctx)
+
+    def validate_response(self, request: Any, response: Any) -> None:
+        """Refuse an approval before it is stored: wrong call, or edited arguments that fail
+        the tool's schema (``ValueError``; the runtime reports it as a ResponseTypeError)."""
+        if not isinstance(request, ToolApprovalRequestContent):
+            return
+        if response.id is not None and response.id != request.id:
+            raise ValueError(
+                f"this approval names call {response.id!r}, but the request is for "
+                f"{request.id!r} ({request.function_call.name})"
+            )
+        if response.approved and response.arguments is not None:
+            t = self.agent.tools.get(request.function_call.name)
+            if t is not None:
+                t.validate(edited_arguments(request.function_call, response))
+
+    # --- the turn -------------------------------------------------------------------------------
+
+    async def _append(self, ctx: WorkflowContext[Any, Any], messages: list[ChatMessage]) -> None:
+        conversation = await ctx.get_state("conversation", [])
+        await ctx.set_state("conversation", conversation + list(messages))
+
+    async def _turn(
+        self, ctx: WorkflowContext[AgentResponse, AgentResponse], emit_updates: bool = True
+    ) -> None:
+        if await ctx.get_state("awaiting", []):
+            return  # still waiting for approvals; they restart the turn when all are in
+        conversation: list[ChatMessage] = await ctx.get_state("conversation", [])
+
+        async def journal(key: str, fn: Any) -> Any:
+            return await ctx.run_once(key, fn)
+
+        async def on_update(event: AgentRunUpdateEvent) -> None:
+            event.executor_id = self.id
+            await ctx.add_event(event)
+
+        stream = self.stream_updates and emit_updates
+        response = await self.agent.run(
+            conversation,
+            journal=journal,
+            on_update=on_update if stream else None,
+            run_id=ctx.run_id,
+        )
+        conversation = conversation + response.messages
+        await ctx.set_state("conversation", conversation)
+        result = AgentResponse(
+            agent_name=self.agent.name,
+            messages=response.messages,
+            conversation=conversation,
+            pending_approvals=response.pending_approvals,
+        )
+        if response.pending_approvals and not self.intercept_user_input_requests:
+            for request in response.pending_approvals:
+                await ctx.request_info(request, ToolApprovalResponseContent)
+            await ctx.set_state("awaiting", [r.id for r in response.pending_approvals])
+            return
+        if ctx.successor_ids:
+            await ctx.send_message(result)
+        else:
+            await ctx.yield_output(result)

@@ -1,0 +1,135 @@
+"""Tools: typed Python functions an agent's model may call, some only with a human's approval.
+
+``@tool`` reads the function's signature: parameter annotations (with
+``Annotated[..., Field(description=...)]``) and the docstring become the JSON schema sent to the
+model, and the same pydantic model validates every call's arguments before the function runs.
+A parameter named ``idempotency_key`` (or annotated :data:`IdempotencyKey`) is not shown to the
+model; it receives the call's stable key (run id + call id), to pass to outside services.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, NewType, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+IdempotencyKey = NewType("IdempotencyKey", str)
+"""Annotate a tool parameter with this to receive the call's idempotency key."""
+
+ApprovalMode = Literal["always_require", "never_require"] | Callable[[dict[str, Any]], bool]
+
+
+class ToolSpec(BaseModel):
+    """What the model sees of a tool."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ToolArgumentsError(ValueError):
+    """Arguments that fail the tool's schema; the message is pydantic's, naming each field."""
+
+
+class Tool:
+    """A callable tool with a schema and an approval mode."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        approval_mode: ApprovalMode = "never_require",
+    ) -> None:
+        if isinstance(approval_mode, str) and approval_mode not in (
+            "always_require",
+            "never_require",
+        ):
+            raise ValueError(
+                f"approval_mode must be 'always_require', 'never_require' or a predicate, "
+                f"not {approval_mode!r}"
+            )
+        self.func = func
+        self.name = name or func.__name__
+        doc = inspect.getdoc(func) or ""
+        self.description = description or doc.split("\n\n")[0].strip() or self.name
+        self.approval_mode = approval_mode
+        self.is_async = inspect.iscoroutinefunction(func)
+        self.idempotency_param: str | None = None
+        hints = get_type_hints(func, include_extras=True)
+        fields: dict[str, Any] = {}
+        for param in inspect.signature(func).parameters.values():
+            annotation = hints.get(param.name, Any)
+            if param.name == "idempotency_key" or annotation is IdempotencyKey:
+                self.idempotency_param = param.name
+                continue
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[param.name] = (annotation, default)
+        self.arguments_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+            f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+
+    @property
+    def spec(self) -> ToolSpec:
+        schema = self.arguments_model.model_json_schema()
+        schema.pop("title", None)
+        return ToolSpec(name=self.name, description=self.description, parameters=schema)
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The arguments as the function will receive them, or ``ToolArgumentsError``."""
+        try:
+            model = self.arguments_model.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self.name!r}: {problems}"
+            ) from exc
+        return {name: getattr(model, name) for name in type(model).model_fields}
+
+    def needs_approval(self, arguments: dict[str, Any]) -> bool:
+        mode = self.approval_mode
+        if mode == "always_require":
+            return True
+        if mode == "never_require":
+            return False
+        assert callable(mode)
+        return bool(mode(arguments))
+
+    async def invoke(self, arguments: dict[str, Any], *, idempotency_key: str) -> Any:
+        """Validate and call. Raises ``ToolArgumentsError`` or whatever the function raises."""
+        kwargs = self.validate(arguments)
+        if self.idempotency_param is not None:
+            kwargs[self.idempotency_param] = idempotency_key
+        result = self.func(**kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Tool({self.name!r}, approval_mode={self.approval_mode!r})"
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    approval_mode: ApprovalMode = "never_require",
+) -> Any:
+    """Make a :class:`Tool` from a typed function (sync or async)."""
+
+    def wrap(f: Callable[..., Any] | Callable[..., Awaitable[Any]]) -> Tool:
+        return Tool(f, name=name, description=description, approval_mode=approval_mode)
+
+    return wrap(func) if func is not None else wrap
