@@ -24,6 +24,7 @@ from ._content import (
     ToolApprovalResponseContent,
 )
 from ._host import AgentHostExecutor, AgentResponse, TurnToken
+from ._openai import OpenAIChatClient
 from ._tools import IdempotencyKey, Tool, ToolArgumentsError, ToolSpec, tool
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "FunctionCallContent",
     "FunctionResultContent",
     "IdempotencyKey",
+    "OpenAIChatClient",
     "Role",
     "Rule",
     "ScriptedChatClient",

@@ -1,0 +1,150 @@
+"""OpenAIChatClient: any OpenAI-compatible chat-completions endpoint.
+
+Works with OpenAI, Azure OpenAI (its v1 endpoint), Ollama, vLLM and llama.cpp's server through the
+``openai`` package (``pip install 'workflow-engine[openai]'``). Configure by arguments or by
+``OPENAI_API_KEY``, ``OPENAI_BASE_URL`` and ``OPENAI_MODEL``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from ._clients import ChatResponse, ChatResponseUpdate
+from ._content import ChatMessage, FunctionCallContent, TextContent
+from ._tools import ToolSpec
+
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+class OpenAIChatClient:
+    """A :class:`~executors.ChatClient` over the chat-completions wire format."""
+
+    def __init__(
+        self,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        temperature: float | None = None,
+        client: Any = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.model = model or os.environ.get("OPENAI_MODEL") or DEFAULT_MODEL
+        self.temperature = temperature
+        if client is None:
+            try:
+                from openai import AsyncOpenAI
+            except ImportError as exc:  # pragma: no cover - depends on the environment
+                raise ImportError(
+                    "OpenAIChatClient needs the 'openai' package: "
+                    "pip install 'workflow-engine[openai]'"
+                ) from exc
+            client = AsyncOpenAI(
+                api_key=api_key or os.environ.get("OPENAI_API_KEY") or "not-needed",
+                base_url=base_url or os.environ.get("OPENAI_BASE_URL") or None,
+                timeout=timeout,
+            )
+        self._client = client
+
+    # --- wire format ----------------------------------------------------------------------------
+
+    @staticmethod
+    def to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
+        """Our messages as chat-completions messages (approval bookkeeping is not sent)."""
+        wire: list[dict[str, Any]] = []
+        for m in messages:
+            if m.role == "tool" or m.function_results:
+                for r in m.function_results:
+                    wire.append({"role": "tool", "tool_call_id": r.call_id, "content": r.text})
+                continue
+            if m.approval_requests or m.approval_responses:
+                continue
+            if m.role == "assistant":
+                entry: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+                if m.function_calls:
+                    entry["tool_calls"] = [
+                        {
+                            "id": c.call_id,
+                            "type": "function",
+                            "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                        }
+                        for c in m.function_calls
+                    ]
+                wire.append(entry)
+            else:
+                wire.append({"role": m.role, "content": m.text})
+        return wire
+
+    @staticmethod
+    def tools_to_wire(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in tools
+        ]
+
+    def _request(
+        self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": self.model, "messages": self.to_wire(messages)}
+        if tools:
+            body["tools"] = self.tools_to_wire(tools)
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        return body
+
+    # --- the protocol ---------------------------------------------------------------------------
+
+    async def get_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
+    ) -> ChatResponse:
+        completion = await self._client.chat.completions.create(**self._request(messages, tools))
+        choice = completion.choices[0].message
+        contents: list[Any] = []
+        if choice.content:
+            contents.append(TextContent(text=choice.content))
+        for call in choice.tool_calls or []:
+            try:
+                arguments = json.loads(call.function.arguments or "{}")
+            except json.JSONDecodeError:
+                arguments = {"__unparsed__": call.function.arguments}
+            contents.append(
+                FunctionCallContent(call_id=call.id, name=call.function.name, arguments=arguments)
+            )
+        message = ChatMessage(role="assistant", contents=contents, message_id=completion.id)
+        return ChatResponse(messages=[message])
+
+    async def get_streaming_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        stream = await self._client.chat.completions.create(
+            **self._request(messages, tools), stream=True
+        )
+        call_ids: dict[int, str] = {}
+        async for chunk in stream:
+            if not chunk.choices:
+                continue
+            delta = chunk.choices[0].delta
+            if delta.content:
+                yield ChatResponseUpdate(kind="text", message_id=chunk.id, text=delta.content)
+            for call in delta.tool_calls or []:
+                if call.id:
+                    call_ids[call.index] = call.id
+                call_id = call_ids.get(call.index, f"call_{call.index}")
+                function = call.function
+                yield ChatResponseUpdate(
+                    kind="function_call",
+                    message_id=chunk.id,
+                    call_id=call_id,
+                    name=function.name if function and function.name else None,
+                    arguments_delta=function.arguments if function and function.arguments else "",
+                )

@@ -1,0 +1,120 @@
+"""A tiny OpenAI-compatible chat-completions server on 127.0.0.1, for testing OpenAIChatClient.
+
+It speaks the real wire format (JSON and server-sent-event streaming, with tool calls): when the
+newest message is the user's and tools are offered, it calls the first tool with the digits it
+finds; after a tool result it answers with text quoting the result.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def _reply(body: dict[str, Any]) -> dict[str, Any]:
+    messages = body["messages"]
+    last = messages[-1]
+    tools = body.get("tools") or []
+    if last["role"] == "tool":
+        return {"content": f"The tool said: {last['content']}", "tool_calls": None}
+    if tools:
+        digits = re.findall(r"\d+", last.get("content") or "")
+        tool = tools[0]["function"]
+        props = list(tool["parameters"].get("properties", {}))
+        arguments = {p: (digits[i] if i < len(digits) else "x") for i, p in enumerate(props)}
+        return {
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"call_{len(messages)}",
+                    "type": "function",
+                    "function": {"name": tool["name"], "arguments": json.dumps(arguments)},
+                }
+            ],
+        }
+    return {"content": f"echo: {last.get('content')}", "tool_calls": None}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: FakeOpenAIServer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("content-length", "0"))
+        body = json.loads(self.rfile.read(length))
+        self.server.requests.append(body)
+        reply = _reply(body)
+        completion_id = f"chatcmpl-{len(self.server.requests)}"
+        if not body.get("stream"):
+            payload = {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": 0,
+                "model": body["model"],
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", **reply},
+                        "finish_reason": "tool_calls" if reply["tool_calls"] else "stop",
+                    }
+                ],
+            }
+            data = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.end_headers()
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> None:
+            event = {
+                "id": completion_id,
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": body["model"],
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+
+        chunk({"role": "assistant"})
+        if reply["content"]:
+            for word in re.findall(r"\S+\s*", reply["content"]):
+                chunk({"content": word})
+        for index, call in enumerate(reply["tool_calls"] or []):
+            arguments = call["function"]["arguments"]
+            head = {"index": index, "id": call["id"], "type": "function"}
+            chunk({"tool_calls": [{**head, "function": {"name": call["function"]["name"]}}]})
+            half = len(arguments) // 2
+            for part in (arguments[:half], arguments[half:]):
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
+        chunk({}, "tool_calls" if reply["tool_calls"] else "stop")
+        self.wfile.write(b"data: [DONE]\n\n")
+
+
+class FakeOpenAIServer(ThreadingHTTPServer):
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.requests: list[dict[str, Any]] = []
+        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def __enter__(self) -> FakeOpenAIServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,60 @@
+"""OpenAIChatClient against a real HTTP server on loopback that speaks chat completions."""
+
+from __future__ import annotations
+
+import pytest
+
+from executors import Agent, ChatMessage, OpenAIChatClient, tool
+from tests.integration.fake_openai import FakeOpenAIServer
+from workflow_engine import WorkflowBuilder, WorkflowRunState
+
+pytestmark = pytest.mark.anyio
+
+
+@tool(approval_mode="always_require")
+def submit_refund(order_id: str, amount: float) -> str:
+    """Refund an order."""
+    return f"refunded {amount} for {order_id}"
+
+
+async def test_plain_and_streaming_responses_with_tool_calls() -> None:
+    with FakeOpenAIServer() as server:
+        client = OpenAIChatClient("test-model", base_url=server.base_url, api_key="k")
+        reply = await client.get_response(
+            [ChatMessage.user("refund order 42 for 10")], tools=[submit_refund.spec]
+        )
+        (call,) = reply.message.function_calls
+        assert call.name == "submit_refund" and call.arguments == {
+            "order_id": "42",
+            "amount": "10",
+        }
+        updates = [
+            u
+            async for u in client.get_streaming_response(
+                [ChatMessage.user("refund order 7 for 3")], tools=[submit_refund.spec]
+            )
+        ]
+        assert {u.kind for u in updates} == {"function_call"}
+        assert len(updates) == 3  # name, then the arguments in two deltas
+        sent = server.requests[0]
+        assert sent["model"] == "test-model"
+        assert sent["tools"][0]["function"]["parameters"]["required"] == ["order_id", "amount"]
+
+
+async def test_agent_in_a_workflow_over_http_with_approval() -> None:
+    with FakeOpenAIServer() as server:
+        client = OpenAIChatClient("m", base_url=server.base_url, api_key="k")
+        agent = Agent("refunds", "You refund orders.", client, [submit_refund])
+        wf = WorkflowBuilder(name="refunds", start=agent).build()
+        paused = await wf.run("refund order 42 for 10")
+        assert paused.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+        (request,) = paused.pending_requests
+        assert request.data.function_call.arguments == {"order_id": "42", "amount": "10"}
+        done = await wf.run(
+            checkpoint=paused.checkpoint, responses={request.request_id: {"approved": True}}
+        )
+        assert done.outputs[0].text == "The tool said: refunded 10.0 for 42"
+        wire = server.requests[-1]["messages"]
+        assert [m["role"] for m in wire] == ["system", "user", "assistant", "tool"]
+        assert wire[2]["tool_calls"][0]["function"]["name"] == "submit_refund"
+        assert wire[3]["tool_call_id"] == wire[2]["tool_calls"][0]["id"]

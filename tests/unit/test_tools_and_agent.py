@@ -1,0 +1,193 @@
+"""Tools, the scripted model and the function-invocation loop, without a workflow."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pytest
+from pydantic import Field
+
+from executors import (
+    Agent,
+    ChatMessage,
+    IdempotencyKey,
+    Rule,
+    ScriptedChatClient,
+    ToolArgumentsError,
+    ToolCall,
+    message_from_updates,
+    tool,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+async def lookup(order_id: Annotated[str, Field(description="the order number")]) -> dict:
+    """Find an order.
+
+    Longer text that is not part of the description."""
+    return {"order_id": order_id, "status": "shipped"}
+
+
+@tool(approval_mode=lambda args: args["amount"] > 100)
+def refund(order_id: str, amount: float, key: IdempotencyKey) -> str:
+    """Refund part of an order."""
+    return f"{order_id}:{amount}:{key}"
+
+
+def test_schema_comes_from_annotations_and_docstring() -> None:
+    spec = lookup.spec
+    assert spec.description == "Find an order."
+    assert spec.parameters["properties"]["order_id"]["description"] == "the order number"
+    assert spec.parameters["required"] == ["order_id"]
+    # the idempotency key is injected, never shown to the model
+    assert set(refund.spec.parameters["properties"]) == {"order_id", "amount"}
+
+
+def test_arguments_are_validated_before_any_call() -> None:
+    with pytest.raises(ToolArgumentsError, match="amount: Input should be a valid number"):
+        refund.validate({"order_id": "1", "amount": "lots"})
+    with pytest.raises(ToolArgumentsError, match="surprise: Extra inputs"):
+        lookup.validate({"order_id": "1", "surprise": True})
+    assert refund.validate({"order_id": "1", "amount": "5"}) == {"order_id": "1", "amount": 5.0}
+
+
+def test_conditional_approval_mode() -> None:
+    assert not refund.needs_approval({"order_id": "1", "amount": 50})
+    assert refund.needs_approval({"order_id": "1", "amount": 500})
+    with pytest.raises(ValueError, match="approval_mode"):
+        tool(approval_mode="sometimes")(lambda: None)  # type: ignore[arg-type]
+
+
+async def test_sync_and_async_tools_receive_the_idempotency_key() -> None:
+    assert await refund.invoke({"order_id": "7", "amount": 1}, idempotency_key="run:call") == (
+        "7:1.0:run:call"
+    )
+    assert (await lookup.invoke({"order_id": "7"}, idempotency_key="x"))["status"] == "shipped"
+
+
+async def test_streaming_deltas_reassemble_the_message() -> None:
+    client = ScriptedChatClient(
+        [
+            Rule(
+                user="refund",
+                reply="One moment please, checking.",
+                calls=[ToolCall("lookup", {"order_id": "9"})],
+            )
+        ],
+        chunk_size=2,
+    )
+    updates = [u async for u in client.get_streaming_response([ChatMessage.user("refund 9")])]
+    assert [u.text for u in updates if u.kind == "text"] == ["One moment ", "please, checking."]
+    message = message_from_updates(updates)
+    assert message.text == "One moment please, checking."
+    assert message.function_calls[0].arguments == {"order_id": "9"}
+
+
+def agent_with(rules, tools=(lookup, refund), **kwargs) -> Agent:
+    return Agent("a", "be helpful", ScriptedChatClient(rules), list(tools), **kwargs)
+
+
+async def test_free_calls_run_and_the_model_continues() -> None:
+    agent = agent_with(
+        [
+            Rule(user=r"order (?P<id>\d+)", calls=[ToolCall("lookup", {"order_id": "{id}"})]),
+            Rule(after_tool="lookup", reply="Status: {result}"),
+        ]
+    )
+    response = await agent.run([ChatMessage.user("where is order 12?")])
+    assert [m.role for m in response.messages] == ["assistant", "tool", "assistant"]
+    assert response.text == 'Status: {"order_id": "12", "status": "shipped"}'
+    assert response.pending_approvals == []
+
+
+async def test_a_guarded_call_holds_the_whole_batch_until_answered() -> None:
+    agent = agent_with(
+        [
+            Rule(
+                user="refund",
+                calls=[
+                    ToolCall("lookup", {"order_id": "1"}),
+                    ToolCall("refund", {"order_id": "1", "amount": "500"}),
+                ],
+            ),
+            Rule(after_tool="refund", reply="done: {result}", rejected="not refunded"),
+        ]
+    )
+    first = await agent.run([ChatMessage.user("refund order 1")])
+    (held,) = first.pending_approvals
+    assert held.function_call.name == "refund" and not first.messages[-1].function_results
+    conversation = [ChatMessage.user("refund order 1"), *first.messages]
+    # rejected: the free sibling still runs, the guarded call does not
+    rejected = await agent.run(
+        [*conversation, ChatMessage(role="user", contents=[held.create_response(False)])]
+    )
+    results = {r.name: r for r in rejected.messages[0].function_results}
+    assert results["lookup"].error is None and "rejected" in results["refund"].error
+    assert rejected.text == "not refunded"
+    # approved with an edited amount (validated, merged with the original arguments)
+    approved = await agent.run(
+        [
+            *conversation,
+            ChatMessage(role="user", contents=[held.create_response(True, {"amount": 120})]),
+        ]
+    )
+    assert approved.text.startswith("done: 1:120.0:local:call_2")
+
+
+async def test_tool_errors_and_unknown_tools_become_results_the_model_sees() -> None:
+    @tool
+    def broken() -> str:
+        """Always fails."""
+        raise RuntimeError("backend down")
+
+    agent = agent_with(
+        [
+            Rule(user="go", calls=[ToolCall("broken"), ToolCall("ghost")]),
+            Rule(after_tool="broken", reply="saw: {result}"),
+        ],
+        tools=[broken],
+    )
+    response = await agent.run([ChatMessage.user("go")])
+    errors = [r.error for r in response.messages[1].function_results]
+    assert errors[0] == "RuntimeError: backend down"
+    assert "no tool named 'ghost'" in errors[1]
+    strict = agent_with([Rule(user="go", calls=[ToolCall("broken")])], tools=[broken])
+    strict.raise_tool_errors = True
+    with pytest.raises(RuntimeError, match="backend down"):
+        await strict.run([ChatMessage.user("go")])
+
+
+async def test_round_trip_cap_stops_a_looping_model() -> None:
+    agent = agent_with([Rule(calls=[ToolCall("lookup", {"order_id": "1"})])], max_round_trips=3)
+    response = await agent.run([ChatMessage.user("loop forever")])
+    assert response.round_trip_limit_hit
+    assert sum(1 for m in response.messages if m.function_calls) == 3
+    assert "3 model round trips" in response.messages[-1].text
+
+
+async def test_journal_replays_model_and_tool_results() -> None:
+    calls = []
+
+    @tool
+    def count() -> int:
+        """Counts its calls."""
+        calls.append(1)
+        return len(calls)
+
+    journal: dict[str, object] = {}
+
+    async def once(key, fn):
+        if key not in journal:
+            journal[key] = await fn()
+        return journal[key]
+
+    client = ScriptedChatClient(
+        [Rule(user="go", calls=[ToolCall("count")]), Rule(after_tool="count", reply="n={result}")]
+    )
+    agent = Agent("a", "", client, [count])
+    first = await agent.run([ChatMessage.user("go")], journal=once)
+    again = await agent.run([ChatMessage.user("go")], journal=once)
+    assert first.text == again.text == "n=1"
+    assert calls == [1] and client.calls == 2  # replayed: no second model call, no second tool run
