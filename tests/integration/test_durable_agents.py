@@ -1,0 +1,58 @@
+"""Tool approval that survives a restart: pause, close everything, answer, resume elsewhere."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from examples import bank_transfer
+from storage import SqliteStore
+from workflow_engine import ResponseTypeError, Runtime, WorkflowRunState
+
+pytestmark = pytest.mark.anyio
+
+MESSAGE = "Please transfer 1000 from account 123456 to account 654321."
+
+
+def runtime(db: Path) -> Runtime:
+    rt = Runtime(SqliteStore(db))
+    rt.register(bank_transfer.build_request_port_workflow)
+    return rt
+
+
+@pytest.mark.parametrize("approved", [True, False])
+async def test_approval_across_restart(tmp_path: Path, approved: bool) -> None:
+    bank_transfer.LEDGER.clear()
+    db = tmp_path / "runs.db"
+    first = runtime(db)
+    paused = await first.run("bank_transfer", MESSAGE)
+    assert paused.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    await first.close()
+
+    inbox = runtime(db)
+    (pending,) = await inbox.pending_requests()
+    assert pending.data.function_call.name == "transfer"
+    with pytest.raises(ResponseTypeError, match="greater than 0"):
+        await inbox.respond(pending.request_id, {"approved": True, "arguments": {"amount": 0}})
+    assert (await inbox.get_request(pending.request_id)).status == "pending"  # unchanged
+    await inbox.respond(pending.request_id, {"approved": approved})
+    await inbox.close()
+
+    worker = runtime(db)
+    done = await worker.resume(paused.run_id)
+    assert done.status is WorkflowRunState.IDLE
+    assert len(bank_transfer.LEDGER) == (1 if approved else 0)
+    info = await worker.get_run(paused.run_id)
+    assert info.outputs[0].text.startswith("Done." if approved else "The transfer was not made")
+    # the journal holds the tool result: replaying the run's last superstep cannot re-run it
+    journal = [r for r in await _journal_rows(db) if "/tool/" in r]
+    assert len(journal) == (1 if approved else 0)
+    await worker.close()
+
+
+async def _journal_rows(db: Path) -> list[str]:
+    import sqlite3
+
+    with sqlite3.connect(db) as raw:
+        return [key for (key,) in raw.execute("SELECT key FROM journal")]
