@@ -23,6 +23,15 @@ from ._content import (
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
 )
+from ._handoff import (
+    HandoffBuilder,
+    HandoffOutcome,
+    HandoffTurn,
+    HandoffTurnResult,
+    HandoffUserInputRequest,
+    HandoffUserResponse,
+    ends_with_case_complete,
+)
 from ._host import AgentHostExecutor, AgentResponse, TurnToken
 from ._openai import OpenAIChatClient
 from ._tools import IdempotencyKey, Tool, ToolArgumentsError, ToolSpec, tool
@@ -40,6 +49,12 @@ __all__ = [
     "Content",
     "FunctionCallContent",
     "FunctionResultContent",
+    "HandoffBuilder",
+    "HandoffOutcome",
+    "HandoffTurn",
+    "HandoffTurnResult",
+    "HandoffUserInputRequest",
+    "HandoffUserResponse",
     "IdempotencyKey",
     "OpenAIChatClient",
     "Role",
@@ -53,6 +68,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "TurnToken",
+    "ends_with_case_complete",
     "message_from_updates",
     "pending_batch",
     "tool",

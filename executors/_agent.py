@@ -122,8 +122,13 @@ class Agent:
         journal: Journal = _no_journal,
         on_update: UpdateSink | None = None,
         run_id: str = "local",
+        stop_after: frozenset[str] = frozenset(),
     ) -> AgentRunResponse:
-        """Run one turn over ``messages``; returns what the turn added."""
+        """Run one turn over ``messages``; returns what the turn added.
+
+        ``stop_after``: tool names that end the turn once they ran (e.g. handoffs), instead of
+        asking the model again.
+        """
         conversation = list(messages)
         response = AgentRunResponse()
 
@@ -139,6 +144,8 @@ class Agent:
                 response.pending_approvals = waiting
                 return response
             add(await self._run_batch(calls, answers, journal, on_update, run_id))
+            if any(c.name in stop_after for c in calls):
+                return response
 
         for _ in range(self.max_round_trips):
             reply = await self._ask_model(conversation, journal, on_update)
@@ -156,6 +163,8 @@ class Agent:
                 response.pending_approvals = held
                 return response
             add(await self._run_batch(calls, {}, journal, on_update, run_id))
+            if any(c.name in stop_after for c in calls):
+                return response
         response.round_trip_limit_hit = True
         add(
             ChatMessage.assistant(

@@ -97,9 +97,10 @@ class ToolCall:
     groups; the tool's schema converts them (``"1000"`` for a ``float`` parameter is fine)."""
 
     name: str
-    arguments: Mapping[str, Any] | Callable[[re.Match[str] | None], dict[str, Any]] = field(
-        default_factory=dict
-    )
+    arguments: (
+        Mapping[str, Any] | Callable[[Mapping[str, str], Sequence[ChatMessage]], dict[str, Any]]
+    ) = field(default_factory=dict)
+    """A dict of templates, or ``f(groups, messages) -> dict`` for anything cleverer."""
 
 
 @dataclass(frozen=True)
@@ -171,8 +172,11 @@ class ScriptedChatClient:
         *,
         default: str = "Sorry, I can't help with that.",
         chunk_size: int = 3,
+        remember: Mapping[str, str] | None = None,
     ) -> None:
         self.rules = list(rules)
+        self.remember = dict(remember or {})
+        """name → regex: the newest user message matching it fills ``{name}`` for every rule."""
         self.default = default
         self.chunk_size = chunk_size
         self.calls = 0  # how many times the model was asked (for tests and demos)
@@ -187,7 +191,7 @@ class ScriptedChatClient:
             found = rule.match(messages)
             if not found:
                 continue
-            groups: dict[str, str] = {"user": user_text}
+            groups: dict[str, str] = {"user": user_text, **self._memory(messages)}
             if isinstance(found, re.Match):
                 groups.update({k: v for k, v in found.groupdict().items() if v is not None})
             if result is not None:
@@ -206,7 +210,7 @@ class ScriptedChatClient:
             issued = sum(len(m.function_calls) for m in messages)
             for index, call in enumerate(rule.calls):
                 if callable(call.arguments):
-                    arguments = call.arguments(found if isinstance(found, re.Match) else None)
+                    arguments = call.arguments(groups, messages)
                 else:
                     arguments = _fill(dict(call.arguments), groups)
                 contents.append(
@@ -218,6 +222,20 @@ class ScriptedChatClient:
         return ChatMessage(
             role="assistant", contents=[TextContent(text=self.default)], message_id=message_id
         )
+
+    def _memory(self, messages: Sequence[ChatMessage]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for name, pattern in self.remember.items():
+            for m in reversed(messages):
+                hit = re.search(pattern, m.text, re.IGNORECASE) if m.role == "user" else None
+                if hit:
+                    found[name] = hit.group(1) if hit.groups() else hit.group(0)
+                    break
+        return found
+
+    def knows(self, name: str, messages: Sequence[ChatMessage]) -> bool:
+        """Whether a remembered value is in the conversation (for ``Rule(when=...)``)."""
+        return name in self._memory(messages)
 
     async def get_response(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()

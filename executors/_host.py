@@ -126,6 +126,15 @@ class AgentHostExecutor(Executor):
         response: ToolApprovalResponseContent,
         ctx: WorkflowContext[AgentResponse, AgentResponse],
     ) -> None:
+        await self._record_approval(request, response, ctx)
+
+    async def _record_approval(
+        self,
+        request: ToolApprovalRequestContent,
+        response: ToolApprovalResponseContent,
+        ctx: WorkflowContext[Any, Any],
+    ) -> None:
+        """Collect one answer; when the batch is complete, continue the turn."""
         answer = response.model_copy(
             update={"id": request.id, "function_call": request.function_call}
         )
@@ -161,9 +170,10 @@ class AgentHostExecutor(Executor):
         conversation = await ctx.get_state("conversation", [])
         await ctx.set_state("conversation", conversation + list(messages))
 
-    async def _turn(
-        self, ctx: WorkflowContext[AgentResponse, AgentResponse], emit_updates: bool = True
-    ) -> None:
+    stop_after: frozenset[str] = frozenset()
+    """Tool names that end a turn once they ran (handoff participants set this)."""
+
+    async def _turn(self, ctx: WorkflowContext[Any, Any], emit_updates: bool = True) -> None:
         if await ctx.get_state("awaiting", []):
             return  # still waiting for approvals; they restart the turn when all are in
         conversation: list[ChatMessage] = await ctx.get_state("conversation", [])
@@ -181,6 +191,7 @@ class AgentHostExecutor(Executor):
             journal=journal,
             on_update=on_update if stream else None,
             run_id=ctx.run_id,
+            stop_after=self.stop_after,
         )
         conversation = conversation + response.messages
         await ctx.set_state("conversation", conversation)
@@ -195,6 +206,10 @@ class AgentHostExecutor(Executor):
                 await ctx.request_info(request, ToolApprovalResponseContent)
             await ctx.set_state("awaiting", [r.id for r in response.pending_approvals])
             return
+        await self.deliver(ctx, result)
+
+    async def deliver(self, ctx: WorkflowContext[Any, Any], result: AgentResponse) -> None:
+        """Where a finished turn goes: along the edges, or out as the workflow's output."""
         if ctx.successor_ids:
             await ctx.send_message(result)
         else:

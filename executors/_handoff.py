@@ -1,0 +1,353 @@
+"""Handoff orchestration: agents pass one shared conversation along declared routes.
+
+``HandoffBuilder`` turns a set of agents into a normal ``Workflow``:
+
+    user ──▶ coordinator ──HandoffTurn──▶ active agent ──handoff_to_<x>──▶ agent x ...
+                 ▲   │                          │
+                 │   └──▶ user_input port ◀─────┘ (answered without a handoff)
+                 └───────────────────────────────
+
+Each participant gets a ``handoff_to_<target>`` tool per declared route (never approval-
+required); calling one ends its turn and the target continues the conversation. A model asking
+for an undeclared target gets an error result (the tool does not exist for it). When the active
+agent answers without a handoff and the termination condition does not hold, the workflow asks
+the user through the ``user_input`` request port (``HandoffUserInputRequest``); the answer is the
+user's next message, or ``{"end": true}``. Tool approvals work as in ``AgentHostExecutor``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from workflow_engine import (
+    Executor,
+    RequestPort,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
+    handler,
+    response_handler,
+)
+
+from ._agent import Agent
+from ._content import ChatMessage, ToolApprovalRequestContent, ToolApprovalResponseContent
+from ._host import AgentHostExecutor, AgentResponse
+from ._tools import Tool
+
+TerminationCondition = Callable[[Sequence[ChatMessage]], bool]
+COORDINATOR_ID = "handoff_coordinator"
+USER_INPUT_PORT_ID = "user_input"
+
+
+def ends_with_case_complete(conversation: Sequence[ChatMessage]) -> bool:
+    """The seed's rule: the newest assistant message ends with "case complete."."""
+    for message in reversed(conversation):
+        if message.role == "assistant" and message.text:
+            return message.text.strip().lower().endswith("case complete.")
+    return False
+
+
+class HandoffTurn(BaseModel):
+    """Your turn, ``agent``: continue this conversation."""
+
+    agent: str
+    conversation: list[ChatMessage]
+    turn: int = 0
+    handed_from: str | None = None
+
+
+class HandoffTurnResult(BaseModel):
+    """An agent finished its turn without handing off."""
+
+    agent: str
+    conversation: list[ChatMessage]
+    turn: int
+
+
+class HandoffUserInputRequest(BaseModel):
+    """The workflow waits for the user's next message (or for them to end the conversation)."""
+
+    agent: str
+    message: str
+    turn: int
+
+
+class HandoffUserResponse(BaseModel):
+    """The user's answer: a message, or ``end=True``."""
+
+    message: str | None = None
+    end: bool = False
+
+
+class HandoffOutcome(BaseModel):
+    """The workflow's output when the conversation ends, and why it ended."""
+
+    status: Literal["completed", "ended_by_user", "turn_limit_reached"]
+    last_agent: str
+    conversation: list[ChatMessage] = Field(default_factory=list)
+    turns: int = 0
+
+    @property
+    def text(self) -> str:
+        for message in reversed(self.conversation):
+            if message.role == "assistant" and message.text:
+                return message.text
+        return ""
+
+
+def handoff_tool(target: str, description: str) -> Tool:
+    def handoff(reason: str = "") -> str:
+        return f"Handed off to {target}."
+
+    return Tool(handoff, name=f"handoff_to_{target}", description=description)
+
+
+class HandoffParticipant(AgentHostExecutor):
+    """An agent host whose turns end in a handoff or a result for the coordinator."""
+
+    def __init__(self, agent: Agent, routes: dict[str, str], turn_limit: int) -> None:
+        tools = [*agent.tools.values()]
+        tools += [handoff_tool(target, description) for target, description in routes.items()]
+        participant = Agent(
+            agent.name,
+            agent.instructions,
+            agent.client,
+            tools,
+            description=agent.description,
+            max_round_trips=agent.max_round_trips,
+            raise_tool_errors=agent.raise_tool_errors,
+        )
+        super().__init__(participant)
+        self.routes = dict(routes)
+        self.turn_limit = turn_limit
+        self.stop_after = frozenset(f"handoff_to_{t}" for t in routes)
+
+    @handler
+    async def on_handoff_turn(
+        self, turn: HandoffTurn, ctx: WorkflowContext[HandoffTurn | HandoffTurnResult]
+    ) -> None:
+        await ctx.set_state("conversation", list(turn.conversation))
+        await ctx.set_state("turn", turn.turn)
+        await self._turn(ctx)
+
+    @response_handler
+    async def on_handoff_approval(
+        self,
+        request: ToolApprovalRequestContent,
+        response: ToolApprovalResponseContent,
+        ctx: WorkflowContext[HandoffTurn | HandoffTurnResult],
+    ) -> None:
+        await self._record_approval(request, response, ctx)
+
+    async def deliver(self, ctx: WorkflowContext[Any, Any], result: AgentResponse) -> None:
+        turn = await ctx.get_state("turn", 0)
+        target = _handoff_target(result.messages, self.routes)
+        if target is not None and turn + 1 < self.turn_limit:
+            await ctx.send_message(
+                HandoffTurn(
+                    agent=target,
+                    conversation=result.conversation,
+                    turn=turn + 1,
+                    handed_from=self.id,
+                ),
+                target_id=target,
+            )
+            return
+        await ctx.send_message(
+            HandoffTurnResult(agent=self.id, conversation=result.conversation, turn=turn + 1),
+            target_id=COORDINATOR_ID,
+        )
+
+
+def _handoff_target(messages: Sequence[ChatMessage], routes: dict[str, str]) -> str | None:
+    for message in reversed(messages):
+        for result in message.function_results:
+            if result.name.startswith("handoff_to_") and result.error is None:
+                target = result.name.removeprefix("handoff_to_")
+                if target in routes:
+                    return target
+    return None
+
+
+class HandoffCoordinator(Executor):
+    """Starts the conversation, asks the user between turns and decides when it ends."""
+
+    def __init__(
+        self, start_agent: str, termination: TerminationCondition, turn_limit: int
+    ) -> None:
+        super().__init__(COORDINATOR_ID)
+        self.start_agent = start_agent
+        self.termination = termination
+        self.turn_limit = turn_limit
+
+    @handler
+    async def on_text(self, text: str, ctx: WorkflowContext[HandoffTurn]) -> None:
+        await self._start(ctx, [ChatMessage.user(text)])
+
+    @handler
+    async def on_messages(
+        self, messages: list[ChatMessage], ctx: WorkflowContext[HandoffTurn]
+    ) -> None:
+        await self._start(ctx, messages)
+
+    async def _start(
+        self, ctx: WorkflowContext[HandoffTurn], conversation: list[ChatMessage]
+    ) -> None:
+        await ctx.set_state("active", self.start_agent)
+        await ctx.send_message(
+            HandoffTurn(agent=self.start_agent, conversation=conversation),
+            target_id=self.start_agent,
+        )
+
+    @handler
+    async def on_result(
+        self,
+        result: HandoffTurnResult,
+        ctx: WorkflowContext[HandoffUserInputRequest, HandoffOutcome],
+    ) -> None:
+        await ctx.set_state("active", result.agent)
+        await ctx.set_state("conversation", result.conversation)
+        await ctx.set_state("turn", result.turn)
+        if self.termination(result.conversation):
+            await ctx.yield_output(
+                HandoffOutcome(
+                    status="completed",
+                    last_agent=result.agent,
+                    conversation=result.conversation,
+                    turns=result.turn,
+                )
+            )
+            return
+        if result.turn >= self.turn_limit:
+            await ctx.yield_output(
+                HandoffOutcome(
+                    status="turn_limit_reached",
+                    last_agent=result.agent,
+                    conversation=result.conversation,
+                    turns=result.turn,
+                )
+            )
+            return
+        last = next(
+            (m.text for m in reversed(result.conversation) if m.role == "assistant" and m.text),
+            "",
+        )
+        await ctx.send_message(
+            HandoffUserInputRequest(agent=result.agent, message=last, turn=result.turn)
+        )
+
+    @handler
+    async def on_user_reply(
+        self,
+        reply: HandoffUserResponse,
+        ctx: WorkflowContext[HandoffTurn, HandoffOutcome],
+    ) -> None:
+        active = await ctx.get_state("active", self.start_agent)
+        conversation: list[ChatMessage] = await ctx.get_state("conversation", [])
+        turn = await ctx.get_state("turn", 0)
+        if reply.end or not (reply.message or "").strip():
+            await ctx.yield_output(
+                HandoffOutcome(
+                    status="ended_by_user",
+                    last_agent=active,
+                    conversation=conversation,
+                    turns=turn,
+                )
+            )
+            return
+        conversation = [*conversation, ChatMessage.user(reply.message or "")]
+        await ctx.send_message(
+            HandoffTurn(agent=active, conversation=conversation, turn=turn), target_id=active
+        )
+
+
+class HandoffBuilder:
+    """Compose agents into a handoff workflow (a normal, checkpointed ``Workflow``)."""
+
+    def __init__(
+        self,
+        name: str = "handoff",
+        participants: Sequence[Agent] = (),
+        termination_condition: TerminationCondition | None = None,
+        *,
+        turn_limit: int = 20,
+    ) -> None:
+        self.name = name
+        self.participants: dict[str, Agent] = {}
+        for agent in participants:
+            self.add_participant(agent)
+        self.termination_condition = termination_condition or ends_with_case_complete
+        self.turn_limit = turn_limit
+        self._routes: dict[str, dict[str, str]] = {}
+        self._start: str | None = None
+
+    def add_participant(self, agent: Agent) -> HandoffBuilder:
+        if agent.name in self.participants:
+            raise ValueError(f"two participants are named {agent.name!r}")
+        if agent.name in (COORDINATOR_ID, USER_INPUT_PORT_ID):
+            raise ValueError(f"{agent.name!r} is reserved by the handoff workflow")
+        self.participants[agent.name] = agent
+        return self
+
+    def _name(self, agent: Agent | str) -> str:
+        name = agent if isinstance(agent, str) else agent.name
+        if name not in self.participants:
+            raise ValueError(
+                f"{name!r} is not a participant (participants: {', '.join(self.participants)})"
+            )
+        return name
+
+    def add_handoff(
+        self,
+        source: Agent | str,
+        targets: Sequence[Agent | str],
+        description: str | None = None,
+    ) -> HandoffBuilder:
+        """Let ``source`` hand the conversation to each of ``targets``."""
+        src = self._name(source)
+        routes = self._routes.setdefault(src, {})
+        for target in targets:
+            dst = self._name(target)
+            if dst == src:
+                raise ValueError(f"{src!r} cannot hand off to itself")
+            agent = self.participants[dst]
+            routes[dst] = description or agent.description or f"Hand the conversation to {dst}."
+        return self
+
+    def with_start_agent(self, agent: Agent | str) -> HandoffBuilder:
+        self._start = self._name(agent)
+        return self
+
+    def with_turn_limit(self, limit: int) -> HandoffBuilder:
+        if limit < 1:
+            raise ValueError("the turn limit must be at least 1")
+        self.turn_limit = limit
+        return self
+
+    def build(self) -> Workflow:
+        if not self.participants:
+            raise ValueError("a handoff workflow needs at least one participant")
+        start = self._start or next(iter(self.participants))
+        coordinator = HandoffCoordinator(start, self.termination_condition, self.turn_limit)
+        port = RequestPort(
+            USER_INPUT_PORT_ID,
+            request_type=HandoffUserInputRequest,
+            response_type=HandoffUserResponse,
+        )
+        hosts = {
+            name: HandoffParticipant(agent, self._routes.get(name, {}), self.turn_limit)
+            for name, agent in self.participants.items()
+        }
+        builder = WorkflowBuilder(name=self.name, start=coordinator)
+        builder.with_max_supersteps(self.turn_limit * 4 + 10)
+        for host in hosts.values():
+            builder.add_edge(coordinator, host)
+            builder.add_edge(host, coordinator)
+        for source, routes in self._routes.items():
+            for target in routes:
+                builder.add_edge(hosts[source], hosts[target])
+        builder.add_edge(coordinator, port).add_edge(port, coordinator)
+        return builder.build()

@@ -1,0 +1,139 @@
+"""Handoff orchestration: the support demo's paths, declared routes only, turn limits."""
+
+from __future__ import annotations
+
+import pytest
+
+from examples.support_handoff import build_support_workflow
+from executors import (
+    Agent,
+    HandoffBuilder,
+    HandoffOutcome,
+    HandoffUserInputRequest,
+    Rule,
+    ScriptedChatClient,
+    ToolApprovalRequestContent,
+    ToolCall,
+)
+from workflow_engine import Workflow, WorkflowRunResult, WorkflowRunState
+
+pytestmark = pytest.mark.anyio
+
+
+async def drive(
+    wf: Workflow, message: str, *, approve: bool = True, replies: list[str] = ()
+) -> tuple[WorkflowRunResult, list[str]]:
+    """Run to the end, answering approvals with ``approve`` and user prompts with ``replies``."""
+    replies = list(replies)
+    asked: list[str] = []
+    result = await wf.run(message)
+    while result.pending_requests:
+        (request,) = result.pending_requests
+        if isinstance(request.data, ToolApprovalRequestContent):
+            asked.append(request.data.function_call.name)
+            answer = {"approved": approve}
+        else:
+            assert isinstance(request.data, HandoffUserInputRequest)
+            asked.append(f"input:{request.data.agent}")
+            answer = {"message": replies.pop(0)} if replies else {"end": True}
+        result = await wf.run(checkpoint=result.checkpoint, responses={request.request_id: answer})
+    return result, asked
+
+
+def speakers(outcome: HandoffOutcome) -> list[str]:
+    return [m.author_name for m in outcome.conversation if m.role == "assistant" and m.text]
+
+
+async def test_refund_path() -> None:
+    result, asked = await drive(build_support_workflow(), "I want a refund for order 12345")
+    (outcome,) = result.outputs
+    assert result.status is WorkflowRunState.IDLE and outcome.status == "completed"
+    assert asked == ["submit_refund"]
+    assert outcome.text == "Refund of 89.99 for order 12345 submitted. case complete."
+    assert speakers(outcome)[0] == "triage_agent" and outcome.last_agent == "refund_agent"
+
+
+async def test_replacement_path_asks_for_the_order_number() -> None:
+    result, asked = await drive(
+        build_support_workflow(), "My lamp arrived broken", replies=["It's order 24680"]
+    )
+    (outcome,) = result.outputs
+    assert asked == ["input:order_agent", "submit_replacement"]
+    assert outcome.text == "Replacement desk lamp for order 24680 is on its way. case complete."
+
+
+async def test_both_goes_refund_then_order() -> None:
+    result, asked = await drive(
+        build_support_workflow(), "Order 67890: I want both a refund and a replacement"
+    )
+    assert asked == ["submit_refund", "submit_replacement"]
+    assert result.outputs[0].last_agent == "order_agent"
+
+
+async def test_rejection_keeps_the_conversation_open_and_user_can_end_it() -> None:
+    result, asked = await drive(
+        build_support_workflow(), "refund order 12345 please", approve=False, replies=[]
+    )
+    (outcome,) = result.outputs
+    assert asked == ["submit_refund", "input:refund_agent"]
+    assert outcome.status == "ended_by_user"
+    assert outcome.text.startswith("Okay, I did not submit the refund.")
+
+
+async def test_anything_else_gets_a_polite_answer_and_a_prompt() -> None:
+    result, asked = await drive(
+        build_support_workflow(), "What's the weather like?", replies=["thanks"]
+    )
+    (outcome,) = result.outputs
+    assert asked == ["input:triage_agent"]
+    assert outcome.status == "completed" and outcome.text == "Glad I could help. case complete."
+
+
+def looping_agents() -> list[Agent]:
+    ping = Agent(
+        "ping",
+        client=ScriptedChatClient([Rule(calls=[ToolCall("handoff_to_pong")])]),
+    )
+    pong = Agent(
+        "pong",
+        client=ScriptedChatClient(
+            [Rule(calls=[ToolCall("handoff_to_ping"), ToolCall("handoff_to_nobody")])]
+        ),
+    )
+    return [ping, pong]
+
+
+async def test_turn_limit_ends_with_a_clear_status() -> None:
+    ping, pong = looping_agents()
+    wf = (
+        HandoffBuilder("loop", [ping, pong], turn_limit=5)
+        .add_handoff(ping, [pong])
+        .add_handoff(pong, [ping])
+        .build()
+    )
+    result = await wf.run("go")
+    (outcome,) = result.outputs
+    assert outcome.status == "turn_limit_reached" and outcome.turns == 5
+    # an undeclared target is not a tool for that agent: the model sees an error result
+    errors = [r.error for m in outcome.conversation for r in m.function_results if r.error]
+    assert errors and "no tool named 'handoff_to_nobody'" in errors[0]
+
+
+def test_builder_refuses_bad_routes() -> None:
+    ping, pong = looping_agents()
+    builder = HandoffBuilder("x", [ping, pong])
+    with pytest.raises(ValueError, match="'ghost' is not a participant"):
+        builder.add_handoff(ping, ["ghost"])
+    with pytest.raises(ValueError, match="cannot hand off to itself"):
+        builder.add_handoff(ping, [ping])
+    with pytest.raises(ValueError, match="two participants"):
+        builder.add_participant(ping)
+
+
+def test_support_workflow_is_a_normal_visualisable_workflow() -> None:
+    wf = build_support_workflow()
+    mermaid = wf.to_mermaid()
+    for node in ("triage_agent", "refund_agent", "order_agent", "user_input"):
+        assert node in mermaid
+    assert "n_refund_agent --> n_order_agent" in mermaid
+    assert "n_refund_agent --> n_triage_agent" not in mermaid
