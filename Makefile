@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m examples.review_loop
+	$(BIN)/workflow-engine demo handoff $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
