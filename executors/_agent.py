@@ -123,12 +123,14 @@ class Agent:
         on_update: UpdateSink | None = None,
         run_id: str = "local",
         stop_after: frozenset[str] = frozenset(),
+        invocation_kwargs: dict[str, Any] | None = None,
     ) -> AgentRunResponse:
         """Run one turn over ``messages``; returns what the turn added.
 
         ``stop_after``: tool names that end the turn once they ran (e.g. handoffs), instead of
-        asking the model again.
+        asking the model again. ``invocation_kwargs`` go to tools declaring ``**kwargs``.
         """
+        extra = dict(invocation_kwargs or {})
         conversation = list(messages)
         response = AgentRunResponse()
 
@@ -143,7 +145,7 @@ class Agent:
             if waiting:
                 response.pending_approvals = waiting
                 return response
-            add(await self._run_batch(calls, answers, journal, on_update, run_id))
+            add(await self._run_batch(calls, answers, journal, on_update, run_id, extra))
             if any(c.name in stop_after for c in calls):
                 return response
 
@@ -162,7 +164,7 @@ class Agent:
                 add(ChatMessage(role="assistant", contents=held, author_name=self.name))
                 response.pending_approvals = held
                 return response
-            add(await self._run_batch(calls, {}, journal, on_update, run_id))
+            add(await self._run_batch(calls, {}, journal, on_update, run_id, extra))
             if any(c.name in stop_after for c in calls):
                 return response
         response.round_trip_limit_hit = True
@@ -226,6 +228,7 @@ class Agent:
         journal: Journal,
         on_update: UpdateSink | None,
         run_id: str,
+        extra: dict[str, Any],
     ) -> ChatMessage:
         results = []
         for call in calls:
@@ -239,7 +242,8 @@ class Agent:
             else:
                 arguments = edited_arguments(call, answer)
                 result = await journal(
-                    f"tool/{call.call_id}", lambda c=call, a=arguments: self._invoke(c, a, run_id)
+                    f"tool/{call.call_id}",
+                    lambda c=call, a=arguments: self._invoke(c, a, run_id, extra),
                 )
             results.append(result)
             if on_update is not None:
@@ -256,7 +260,11 @@ class Agent:
         return ChatMessage(role="tool", contents=results, author_name=self.name)
 
     async def _invoke(
-        self, call: FunctionCallContent, arguments: dict[str, Any], run_id: str
+        self,
+        call: FunctionCallContent,
+        arguments: dict[str, Any],
+        run_id: str,
+        extra: dict[str, Any],
     ) -> FunctionResultContent:
         t = self.tools.get(call.name)
         if t is None:
@@ -266,7 +274,11 @@ class Agent:
                 error=f"there is no tool named {call.name!r} (tools: {', '.join(self.tools)})",
             )
         try:
-            value = await t.invoke(arguments, idempotency_key=f"{run_id}:{call.call_id}")
+            value = await t.invoke(
+                arguments,
+                idempotency_key=f"{run_id}:{call.call_id}",
+                invocation_kwargs=extra,
+            )
         except ToolArgumentsError as exc:
             return FunctionResultContent(call_id=call.call_id, name=call.name, error=str(exc))
         except Exception as exc:

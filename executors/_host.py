@@ -32,6 +32,9 @@ from ._content import (
     ToolApprovalResponseContent,
 )
 
+INVOCATION_KWARGS_KEY = "function_invocation_kwargs"
+"""Shared-state key whose dict reaches tools declaring ``**kwargs`` (never the model)."""
+
 
 class TurnToken(BaseModel):
     """Tells an agent host to run a turn over the messages it has accumulated."""
@@ -192,6 +195,7 @@ class AgentHostExecutor(Executor):
             on_update=on_update if stream else None,
             run_id=ctx.run_id,
             stop_after=self.stop_after,
+            invocation_kwargs=await ctx.get_shared(INVOCATION_KWARGS_KEY, None),
         )
         conversation = conversation + response.messages
         await ctx.set_state("conversation", conversation)

@@ -61,9 +61,13 @@ class Tool:
         self.approval_mode = approval_mode
         self.is_async = inspect.iscoroutinefunction(func)
         self.idempotency_param: str | None = None
+        self.accepts_invocation_kwargs = False
         hints = get_type_hints(func, include_extras=True)
         fields: dict[str, Any] = {}
         for param in inspect.signature(func).parameters.values():
+            if param.kind is inspect.Parameter.VAR_KEYWORD:
+                self.accepts_invocation_kwargs = True  # receives function_invocation_kwargs
+                continue
             annotation = hints.get(param.name, Any)
             if param.name == "idempotency_key" or annotation is IdempotencyKey:
                 self.idempotency_param = param.name
@@ -103,9 +107,21 @@ class Tool:
         assert callable(mode)
         return bool(mode(arguments))
 
-    async def invoke(self, arguments: dict[str, Any], *, idempotency_key: str) -> Any:
-        """Validate and call. Raises ``ToolArgumentsError`` or whatever the function raises."""
+    async def invoke(
+        self,
+        arguments: dict[str, Any],
+        *,
+        idempotency_key: str,
+        invocation_kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        """Validate and call. Raises ``ToolArgumentsError`` or whatever the function raises.
+
+        ``invocation_kwargs`` (e.g. an AG-UI client's forwarded props) reach only tools that
+        declare ``**kwargs``; they are never shown to the model.
+        """
         kwargs = self.validate(arguments)
+        if invocation_kwargs and self.accepts_invocation_kwargs:
+            kwargs = {**invocation_kwargs, **kwargs}
         if self.idempotency_param is not None:
             kwargs[self.idempotency_param] = idempotency_key
         result = self.func(**kwargs)

@@ -363,11 +363,19 @@ class Workflow:
             )
         return loop, store
 
-    def admit(self, message: Any, *, run_id: str | None = None) -> Checkpoint:
-        """The first checkpoint of a new run: ``message`` in flight to the start executor."""
+    def admit(
+        self,
+        message: Any,
+        *,
+        run_id: str | None = None,
+        shared_state: Mapping[str, Any] | None = None,
+    ) -> Checkpoint:
+        """The first checkpoint of a new run: ``message`` in flight to the start executor,
+        ``shared_state`` (e.g. a caller's ``function_invocation_kwargs``) already set."""
         self._check_start(message)
         state = RunState(run_id=run_id or uuid.uuid4().hex)
         state.inbox = [Envelope("__input__", self.graph.start_id, message)]
+        state.shared = {k: self.codec.encode(v) for k, v in (shared_state or {}).items()}
         return RunLoop(self, state, lambda e: None, None, self.max_supersteps).make_checkpoint(
             chained=False
         )
