@@ -561,3 +561,33 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
 
 def main() -> None:
     app()
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="WORKFLOW_ENGINE_TOKEN", help="Bearer token clients must send."),
+    ] = None,
+    cors_origin: Annotated[
+        list[str] | None, typer.Option("--cors-origin", help="Allow this browser origin.")
+    ] = None,
+    max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted.")] = 1_000_000,
+    db: DbOption = None,
+) -> None:
+    """Serve the support demo (/support) and the banking agent (/banking) over AG-UI."""
+    import uvicorn
+
+    from ._server import create_app, is_loopback
+
+    if not is_loopback(host) and not token:
+        err_console().print(
+            f"[red]error:[/] binding {host} exposes the server beyond this machine; "
+            "set --token (or WORKFLOW_ENGINE_TOKEN)"
+        )
+        raise typer.Exit(EXIT_USAGE)
+    app_ = create_app(db, token=token, cors_origins=cors_origin, max_body_bytes=max_body_bytes)
+    Console(stderr=True).print(f"AG-UI endpoints: http://{host}:{port}/support and /banking")
+    uvicorn.run(app_, host=host, port=port, log_level="warning")

@@ -1,0 +1,80 @@
+"""The AG-UI server: the support demo at ``/support`` and the banking assistant at ``/banking``.
+
+Binds 127.0.0.1 by default. A bearer token is optional on loopback and required on any other
+address; CORS is off unless origins are configured; request bodies are capped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
+
+from storage import SqliteStore
+
+from .agui import add_agui_endpoint
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def create_app(
+    db: Path | None = None,
+    *,
+    token: str | None = None,
+    cors_origins: list[str] | None = None,
+    max_body_bytes: int = 1_000_000,
+) -> FastAPI:
+    """The FastAPI app with both demo endpoints over one durable store."""
+    from examples.banking_assistant import banking_agent
+    from examples.support_handoff import build_support_workflow
+
+    store = SqliteStore(db)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await store.close()
+
+    app = FastAPI(title="workflow-engine AG-UI", docs_url=None, redoc_url=None, lifespan=lifespan)
+
+    if cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=cors_origins,
+            allow_methods=["POST", "GET", "OPTIONS"],
+            allow_headers=["*"],
+        )
+
+    if token:
+        expected = f"Bearer {token}"
+
+        @app.middleware("http")
+        async def require_token(request: Request, call_next):  # type: ignore[no-untyped-def]
+            if request.method != "OPTIONS" and request.url.path != "/health":
+                given = request.headers.get("authorization", "")
+                if not secrets.compare_digest(given, expected):
+                    return JSONResponse({"error": "unauthorized"}, status_code=401)
+            return await call_next(request)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    add_agui_endpoint(
+        app, build_support_workflow(), "/support", store=store, max_body_bytes=max_body_bytes
+    )
+    add_agui_endpoint(app, banking_agent(), "/banking", store=store, max_body_bytes=max_body_bytes)
+    return app
