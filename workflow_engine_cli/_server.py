@@ -50,14 +50,6 @@ def create_app(
 
     app = FastAPI(title="workflow-engine AG-UI", docs_url=None, redoc_url=None, lifespan=lifespan)
 
-    if cors_origins:
-        app.add_middleware(
-            CORSMiddleware,
-            allow_origins=cors_origins,
-            allow_methods=["POST", "GET", "OPTIONS"],
-            allow_headers=["*"],
-        )
-
     if token:
         expected = f"Bearer {token}"
 
@@ -68,6 +60,15 @@ def create_app(
                 if not secrets.compare_digest(given, expected):
                     return JSONResponse({"error": "unauthorized"}, status_code=401)
             return await call_next(request)
+
+    # added last, so it wraps the token check: a 401 still carries CORS headers
+    if cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=cors_origins,
+            allow_methods=["POST", "GET", "OPTIONS"],
+            allow_headers=["*"],
+        )
 
     @app.get("/health")
     async def health() -> dict[str, str]:

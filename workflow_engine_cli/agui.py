@@ -8,8 +8,9 @@ resumes the same thread with ``resume`` answers (both forms of the seeds are acc
 go through the durable inbox, so a repeated resume is harmless, a conflicting one is refused, and
 a thread survives a server restart: its state lives in the SQLite store, not in the process.
 
-Thread → runs: a thread's workflow runs have ids ``<thread_id>/<n>``; the newest one that is not
-finished is the one a resume continues.
+Thread → runs: a thread's workflow runs have ids ``<endpoint>:<thread_id>/<n>``; the newest one
+is the one a resume continues. Message and tool-call ids are prefixed with the run id, so a new
+run on a thread never reuses an id a client already holds.
 """
 
 from __future__ import annotations
@@ -140,6 +141,8 @@ class AGUIWorkflow:
 class EventTranslator:
     """Keeps AG-UI's sequence rules: every message, tool call and step opened is closed."""
 
+    scope: str = ""
+    """Prefix for message and tool-call ids, so runs on one thread never reuse an id."""
     open_steps: list[str] = field(default_factory=list)
     open_text: str | None = None
     open_calls: dict[str, str] = field(default_factory=dict)  # call id -> message id
@@ -171,37 +174,36 @@ class EventTranslator:
 
     def _agent(self, event: AgentRunUpdateEvent) -> list[BaseEvent]:
         out: list[BaseEvent] = []
+        call_id = f"{self.scope}:{event.call_id}" if event.call_id else None
         if event.kind == "text" and event.text:
-            message_id = f"{event.executor_id}:{event.message_id}"
+            message_id = f"{self.scope}:{event.executor_id}:{event.message_id}"
             if self.open_text != message_id:
                 out += self._close_text()
                 self.open_text = message_id
                 out.append(TextMessageStartEvent(message_id=message_id, role="assistant"))
             out.append(TextMessageContentEvent(message_id=message_id, delta=event.text))
-        elif event.kind == "function_call" and event.call_id:
+        elif event.kind == "function_call" and call_id:
             out += self._close_text()
-            if event.call_id not in self.open_calls:
-                parent = f"{event.executor_id}:{event.message_id}"
-                self.open_calls[event.call_id] = parent
+            if call_id not in self.open_calls:
+                parent = f"{self.scope}:{event.executor_id}:{event.message_id}"
+                self.open_calls[call_id] = parent
                 out.append(
                     ToolCallStartEvent(
-                        tool_call_id=event.call_id,
+                        tool_call_id=call_id,
                         tool_call_name=event.name or "tool",
                         parent_message_id=parent,
                     )
                 )
             if event.arguments_delta:
-                out.append(
-                    ToolCallArgsEvent(tool_call_id=event.call_id, delta=event.arguments_delta)
-                )
+                out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=event.arguments_delta))
         elif event.kind == "message_end":
             out += self.close_messages()
-        elif event.kind == "function_result" and event.call_id:
+        elif event.kind == "function_result" and call_id:
             content = f"Error: {event.error}" if event.error else json.dumps(event.result)
             out.append(
                 ToolCallResultEvent(
-                    message_id=f"result:{event.call_id}",
-                    tool_call_id=event.call_id,
+                    message_id=f"result:{call_id}",
+                    tool_call_id=call_id,
                     content=content,
                     role="tool",
                 )
@@ -228,7 +230,9 @@ class EventTranslator:
         return out
 
 
-def interrupt_for(request: ExternalRequest) -> Interrupt:
+def interrupt_for(request: ExternalRequest, scope: str = "") -> Interrupt:
+    """The AG-UI interrupt for a pending request (``scope`` prefixes the tool-call id the same
+    way the run's TOOL_CALL events were)."""
     data = request.data
     if isinstance(data, ToolApprovalRequestContent):
         call = data.function_call
@@ -236,7 +240,7 @@ def interrupt_for(request: ExternalRequest) -> Interrupt:
             id=request.request_id,
             reason="tool_call",
             message=f"Approve tool call {call.name}?",
-            tool_call_id=call.call_id,
+            tool_call_id=f"{scope}:{call.call_id}" if scope else call.call_id,
             response_schema=APPROVAL_SCHEMA,
             metadata={
                 "agent_framework": {
@@ -348,9 +352,14 @@ def normalize_forwarded_props(value: Any) -> dict[str, Any]:
 class AGUIService:
     """Runs AG-UI requests for one target against a durable store."""
 
-    def __init__(self, target: AGUIWorkflow, store: RunStore) -> None:
+    def __init__(self, target: AGUIWorkflow, store: RunStore, namespace: str = "") -> None:
         self.target = target
         self.store = store
+        self.namespace = namespace
+        """Keeps endpoints sharing a store apart: run ids are ``<namespace>:<thread>/<n>``."""
+
+    def thread_key(self, thread_id: str) -> str:
+        return f"{self.namespace}:{thread_id}" if self.namespace else thread_id
 
     def runtime_for(self, thread_id: str) -> tuple[Runtime, Workflow]:
         workflow = self.target.for_thread(thread_id)
@@ -362,8 +371,9 @@ class AGUIService:
         """The thread's newest run id (or None) and the next free index."""
         latest: str | None = None
         index = 0
+        key = self.thread_key(thread_id)
         while True:
-            run_id = f"{thread_id}/{index}"
+            run_id = f"{key}/{index}"
             try:
                 await self.store.get_run(run_id)
             except RunNotFoundError:
@@ -390,6 +400,7 @@ class AGUIService:
                     outcome=RunFinishedCancelledOutcome(),
                 )
                 return
+            translator.scope = run_id
             stream = runtime.resume_stream(run_id)
             async with aclosing(stream):
                 async for event in stream:
@@ -408,7 +419,7 @@ class AGUIService:
                     thread_id=thread_id,
                     run_id=client_run_id,
                     outcome=RunFinishedInterruptOutcome(
-                        interrupts=[interrupt_for(r) for r in result.pending_requests]
+                        interrupts=[interrupt_for(r, run_id) for r in result.pending_requests]
                     ),
                 )
                 return
@@ -453,7 +464,7 @@ class AGUIService:
         props = normalize_forwarded_props(run_input.forwarded_props)
         shared = {INVOCATION_KWARGS_KEY: props} if props and _accepts_kwargs(workflow) else None
         checkpoint = workflow.admit(
-            message, run_id=f"{thread_id}/{next_index}", shared_state=shared
+            message, run_id=f"{self.thread_key(thread_id)}/{next_index}", shared_state=shared
         )
         await self.store.admit(checkpoint)
         return checkpoint.run_id
@@ -504,7 +515,8 @@ class AGUIService:
                 response_type=workflow.resolve_type(stored.response_type),
                 run_id=stored.run_id,
             )
-            prepared.append((stored.request_id, answer_for(request, answer.payload)))
+            # repeats first: a conflicting repeat must refuse the batch before anything is stored
+            prepared.insert(0, (stored.request_id, answer_for(request, answer.payload)))
         for request_id, value in prepared:
             try:
                 await runtime.respond(request_id, value)
@@ -522,7 +534,7 @@ class AGUIService:
             raise AGUIError(
                 "unknown_interrupt", f"thread {thread_id} has no interrupt {answer.interrupt_id!r}"
             ) from None
-        if not request.run_id.startswith(f"{thread_id}/"):
+        if not request.run_id.startswith(f"{self.thread_key(thread_id)}/"):
             raise AGUIError(
                 "interrupt_thread_mismatch",
                 f"interrupt {answer.interrupt_id!r} belongs to another thread; resume it there",
@@ -575,7 +587,8 @@ def add_agui_endpoint(
     max_body_bytes: int = 1_000_000,
 ) -> AGUIService:
     """Serve ``target`` (a workflow, a ``workflow_factory(thread_id)`` or an agent) at ``path``."""
-    service = AGUIService(AGUIWorkflow.of(target, workflow_factory), store)
+    namespace = path.strip("/").replace("/", "_")
+    service = AGUIService(AGUIWorkflow.of(target, workflow_factory), store, namespace)
     encoder = EventEncoder()
 
     @app.post(path)

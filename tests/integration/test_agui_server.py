@@ -1,0 +1,438 @@
+"""End to end: ``workflow-engine serve`` as a real process, spoken to over AG-UI like a client.
+
+Every stream is read line by line from a live server, every event validated against the
+ag-ui-protocol models and every stream against AG-UI's sequence rules (see ``agui_harness``).
+One shared server serves the cases that need no configuration of their own; each case uses its
+own thread ids.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from ag_ui.core import EventType
+
+from tests.integration.agui_harness import (
+    Client,
+    Server,
+    Stream,
+    cli,
+    free_port,
+    resolved,
+    run_input,
+    server_env,
+    user,
+)
+
+REFUND = "I want a refund for order 12345"
+APPROVAL_SCHEMA = {
+    "type": "object",
+    "properties": {"accepted": {"type": "boolean"}, "arguments": {"type": "object"}},
+    "required": ["accepted"],
+}
+REFUND_ARGUMENTS = {"order_id": "12345", "amount": 89.99, "reason": "customer request"}
+NOT_SUBMITTED = "Okay, I did not submit the refund."
+MAX_BODY = 64_000
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One default server (loopback, no token, no CORS) with a demo ledger."""
+    base = tmp_path_factory.mktemp("agui")
+    ledger = base / "ledger.jsonl"
+    server = Server(
+        db=base / "runs.db",
+        log=base / "server.log",
+        args=["--max-body-bytes", str(MAX_BODY)],
+        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(ledger)},
+    )
+    with server:
+        yield server
+
+
+@pytest.fixture
+def client(shared: Server) -> Client:
+    return Client(shared.url)
+
+
+def thread() -> str:
+    return f"thread-{uuid.uuid4().hex[:12]}"
+
+
+def ledger_lines(server: Server, thread_id: str) -> list[dict[str, object]]:
+    path = Path(server.env["WORKFLOW_ENGINE_DEMO_LEDGER"])
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    # run ids are "<endpoint>:<thread>/<n>"; the idempotency key is "<run id>:<call id>"
+    return [line for line in lines if str(line["key"]).startswith(f"support:{thread_id}/")]
+
+
+def to_approval(client: Client, thread_id: str) -> Stream:
+    """Start the support demo and run it to its approval interrupt for submit_refund."""
+    stream = client.start("/support", thread_id, REFUND)
+    [interrupt] = stream.interrupts
+    assert interrupt.reason == "tool_call"
+    assert interrupt.metadata["agent_framework"]["name"] == "submit_refund"
+    return stream
+
+
+def assert_success(stream: Stream) -> None:
+    outcome = stream.finished.outcome
+    assert outcome is None or outcome.type == "success", stream.describe()
+
+
+# --- 1. the support demo up to the approval interrupt -------------------------------------------
+
+
+def test_support_demo_streams_up_to_an_approval_interrupt(client: Client) -> None:
+    thread_id = thread()
+    stream = client.start("/support", thread_id, REFUND)
+
+    steps = [e.step_name for e in stream.of(EventType.STEP_STARTED)]
+    assert {"triage_agent", "refund_agent"} <= set(steps)
+    assert steps.index("triage_agent") < steps.index("refund_agent")
+    starts = stream.of(EventType.TEXT_MESSAGE_START)
+    assert starts and all(e.role == "assistant" for e in starts)
+    assert len(stream.of(EventType.TEXT_MESSAGE_CONTENT)) > len(starts)  # streamed in pieces
+    assert "refunds specialist" in stream.text()
+    assert stream.tool_names() == [
+        "handoff_to_refund_agent",
+        "lookup_order_details",
+        "submit_refund",
+    ]
+    calls = {e.tool_call_name: e.tool_call_id for e in stream.of(EventType.TOOL_CALL_START)}
+    arguments: dict[str, str] = {}
+    for e in stream.of(EventType.TOOL_CALL_ARGS):
+        arguments[e.tool_call_id] = arguments.get(e.tool_call_id, "") + e.delta
+    assert json.loads(arguments[calls["submit_refund"]]) == REFUND_ARGUMENTS
+    assert {e.tool_call_id for e in stream.of(EventType.TOOL_CALL_END)} == set(calls.values())
+    results = stream.results()
+    assert calls["lookup_order_details"] in results
+    assert calls["submit_refund"] not in results  # waits for approval
+    assert stream.custom("status")
+    [request_info] = stream.custom("request_info")
+
+    [interrupt] = stream.interrupts
+    assert interrupt.reason == "tool_call"
+    assert interrupt.tool_call_id == calls["submit_refund"]
+    assert interrupt.message == "Approve tool call submit_refund?"
+    assert interrupt.response_schema == APPROVAL_SCHEMA
+    assert interrupt.response_schema["properties"]["accepted"] == {"type": "boolean"}
+    framework = interrupt.metadata["agent_framework"]
+    assert framework["name"] == "submit_refund"
+    assert framework["arguments"] == REFUND_ARGUMENTS
+    assert request_info.value["request_id"] == interrupt.id
+
+
+# --- 2. approve (list form) and reject (dict form) ----------------------------------------------
+
+
+def test_approve_with_the_list_form_submits_the_refund(client: Client, shared: Server) -> None:
+    thread_id = thread()
+    [interrupt] = to_approval(client, thread_id).interrupts
+
+    stream = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+    assert "Refund of 89.99 for order 12345 submitted." in stream.results()[interrupt.tool_call_id]
+    assert stream.custom("workflow_output")
+    assert_success(stream)
+    assert "case complete." in stream.text()
+    assert len(ledger_lines(shared, thread_id)) == 1
+
+
+def reject(client: Client, thread_id: str) -> Stream:
+    """Reject the refund with the dict form of ``resume``: ends in an input_required interrupt."""
+    [interrupt] = to_approval(client, thread_id).interrupts
+    stream = client.resume(
+        "/support",
+        thread_id,
+        {"interrupts": [{"id": interrupt.id, "value": {"approved": False}}]},
+    )
+    assert stream.results()[interrupt.tool_call_id].startswith("Error:")
+    assert NOT_SUBMITTED in stream.text()
+    [question] = stream.interrupts
+    assert question.reason == "input_required"
+    assert question.id != interrupt.id
+    assert NOT_SUBMITTED in (question.message or "")
+    schema = question.response_schema
+    assert schema is not None and schema["type"] == "object"
+    assert {"message", "end"} <= set(schema["properties"])
+    return stream
+
+
+def test_reject_with_the_dict_form_then_answer_with_a_string(
+    client: Client, shared: Server
+) -> None:
+    thread_id = thread()
+    [question] = reject(client, thread_id).interrupts
+
+    stream = client.resume("/support", thread_id, resolved(question.id, "No, thanks"))
+    assert_success(stream)
+    assert "case complete." in stream.text()
+    assert ledger_lines(shared, thread_id) == []
+
+
+def test_reject_then_end_the_conversation(client: Client, shared: Server) -> None:
+    thread_id = thread()
+    [question] = reject(client, thread_id).interrupts
+
+    stream = client.resume("/support", thread_id, resolved(question.id, {"end": True}))
+    assert_success(stream)
+    assert ledger_lines(shared, thread_id) == []
+
+
+# --- 3. cancel ----------------------------------------------------------------------------------
+
+
+def test_cancel_then_a_new_message_starts_a_new_run(client: Client, shared: Server) -> None:
+    thread_id = thread()
+    [interrupt] = to_approval(client, thread_id).interrupts
+
+    cancel = [{"interruptId": interrupt.id, "status": "cancelled"}]
+    stream = client.resume("/support", thread_id, cancel)
+    assert stream.finished.outcome.type == "cancelled"
+
+    late = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+    assert late.error_code == "interrupt_not_pending"
+    assert ledger_lines(shared, thread_id) == []
+
+    again = client.start("/support", thread_id, "I want a refund for order 67890")
+    [fresh] = again.interrupts
+    assert fresh.id != interrupt.id
+    assert fresh.metadata["agent_framework"]["arguments"]["order_id"] == "67890"
+    done = client.resume("/support", thread_id, resolved(fresh.id, {"accepted": True}))
+    assert_success(done)
+    assert [line["order_id"] for line in ledger_lines(shared, thread_id)] == ["67890"]
+
+
+def test_a_new_run_on_a_thread_uses_fresh_message_and_tool_call_ids(client: Client) -> None:
+    """AG-UI clients keep one message list per thread, keyed by messageId / toolCallId: a
+    second conversation on the same thread must not reuse the first one's ids."""
+    thread_id = thread()
+    first = to_approval(client, thread_id)
+    [interrupt] = first.interrupts
+    client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+    second = client.start("/support", thread_id, "I want a refund for order 67890")
+
+    def ids(stream: Stream) -> set[str]:
+        return {e.message_id for e in stream.of(EventType.TEXT_MESSAGE_START)} | {
+            e.tool_call_id for e in stream.of(EventType.TOOL_CALL_START)
+        }
+
+    reused = ids(first) & ids(second)
+    assert not reused, f"ids reused within thread {thread_id}: {sorted(reused)}"
+
+
+# --- 4. a server restart between interrupt and resume -------------------------------------------
+
+
+def test_a_thread_survives_a_server_restart(tmp_path: Path) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    server = Server(
+        db=tmp_path / "runs.db",
+        log=tmp_path / "server.log",
+        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(ledger)},
+    )
+    thread_id = thread()
+    with server:
+        [interrupt] = to_approval(Client(server.url), thread_id).interrupts
+    assert server.proc is None
+    with server:  # a new process (and port) on the same database
+        client = Client(server.url)
+        stream = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+        assert "submitted" in stream.results()[interrupt.tool_call_id]
+        assert_success(stream)
+        assert "case complete." in stream.text()
+    assert len(ledger_lines(server, thread_id)) == 1
+
+
+# --- 5. exactly-once answers --------------------------------------------------------------------
+
+
+def test_a_repeated_resume_is_harmless_and_a_conflicting_one_is_refused(
+    client: Client, shared: Server
+) -> None:
+    thread_id = thread()
+    [interrupt] = to_approval(client, thread_id).interrupts
+    approve = resolved(interrupt.id, {"accepted": True})
+    assert_success(client.resume("/support", thread_id, approve))
+
+    repeat = client.resume("/support", thread_id, approve)
+    assert_success(repeat)
+    assert not repeat.of(EventType.RUN_ERROR)
+    assert not repeat.of(EventType.TOOL_CALL_RESULT)  # nothing ran again
+    assert len(ledger_lines(shared, thread_id)) == 1
+
+    conflict = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": False}))
+    assert conflict.error_code == "request_conflict"
+    assert len(ledger_lines(shared, thread_id)) == 1
+
+
+# --- 6. bad input changes nothing ---------------------------------------------------------------
+
+
+def test_bad_input_is_refused_and_the_interrupt_stays_resumable(
+    client: Client, shared: Server
+) -> None:
+    thread_id = thread()
+    [interrupt] = to_approval(client, thread_id).interrupts
+    other_thread = thread()
+    [other] = to_approval(client, other_thread).interrupts
+
+    def refused(stream: Stream, code: str) -> None:
+        assert stream.error_code == code, stream.describe()
+        assert [e.type for e in stream.events] == [EventType.RUN_STARTED, EventType.RUN_ERROR]
+
+    refused(client.start("/support", thread_id, "Hello?"), "interrupts_pending")
+    unknown = resolved("no-such-interrupt", {"accepted": True})
+    refused(client.resume("/support", thread_id, unknown), "unknown_interrupt")
+    foreign = resolved(other.id, {"accepted": True})
+    refused(client.resume("/support", thread_id, foreign), "interrupt_thread_mismatch")
+    for payload in ({"accepted": "yes"}, {"accepted": True, "arguments": {"amount": -1}}):
+        wrong = resolved(interrupt.id, payload)
+        refused(client.resume("/support", thread_id, wrong), "invalid_resume_payload")
+
+    # HTTP level: refused before any stream starts.
+    malformed = client.post("/support", b'{"threadId": "' + thread_id.encode())
+    assert malformed.status == 422 and not malformed.events
+    no_run_id = {"threadId": thread_id, "messages": [], "resume": resolved(interrupt.id, True)}
+    assert client.post("/support", no_run_id).status == 422
+    odd_resume = run_input(thread_id, [], resume={"accepted": True})
+    assert client.post("/support", odd_resume).body["error"] == "invalid_resume"
+    too_large = run_input(thread_id, [user("x" * MAX_BODY)])
+    over = client.post("/support", too_large)
+    assert over.status == 413 and not over.events
+
+    assert ledger_lines(shared, thread_id) == []
+    stream = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+    assert "submitted" in stream.results()[interrupt.tool_call_id]
+    assert_success(stream)
+    assert len(ledger_lines(shared, thread_id)) == 1
+    # the other thread's interrupt was not touched either
+    stream = client.resume("/support", other_thread, resolved(other.id, {"accepted": False}))
+    assert NOT_SUBMITTED in stream.text()
+
+
+def test_a_refused_resume_batch_stores_none_of_its_answers(client: Client) -> None:
+    """A batch answering the pending question and (conflictingly) an old interrupt is refused
+    as a whole: the pending question may still be answered differently afterwards."""
+    thread_id = thread()
+    [approval] = to_approval(client, thread_id).interrupts
+    rejected = client.resume("/support", thread_id, resolved(approval.id, {"accepted": False}))
+    [question] = rejected.interrupts
+
+    batch = [
+        *resolved(question.id, "No, thanks"),
+        *resolved(approval.id, {"accepted": True}),  # conflicts with the rejection
+    ]
+    assert client.resume("/support", thread_id, batch).error_code == "request_conflict"
+
+    stream = client.resume("/support", thread_id, resolved(question.id, {"end": True}))
+    assert_success(stream)
+
+
+# --- 7. security: token, public bind, CORS ------------------------------------------------------
+
+ORIGIN = "http://app.example"
+PREFLIGHT = {
+    "origin": ORIGIN,
+    "access-control-request-method": "POST",
+    "access-control-request-headers": "authorization,content-type",
+}
+
+
+def test_token_and_cors_origin(tmp_path: Path) -> None:
+    args = ["--token", "secret", "--cors-origin", ORIGIN]
+    with Server(db=tmp_path / "runs.db", log=tmp_path / "server.log", args=args) as server:
+        anonymous = Client(server.url)
+        body = run_input(thread(), [user("Hello")])
+        assert anonymous.post("/support", body).status == 401
+        for header in ("Bearer wrong", "secret", "Basic c2VjcmV0", "Bearer secretx"):
+            answer = anonymous.post("/support", body, headers={"authorization": header})
+            assert answer.status == 401, header
+        assert Client(server.url, token="wrong").post("/banking", body).status == 401
+
+        stream = Client(server.url, token="secret").post("/support", body)
+        assert stream.status == 200
+        assert stream.finished.outcome.type == "interrupt"  # triage asks what it can do
+
+        preflight = httpx.options(f"{server.url}/support", headers=PREFLIGHT)
+        assert preflight.status_code == 200
+        assert preflight.headers["access-control-allow-origin"] == ORIGIN
+        assert "POST" in preflight.headers["access-control-allow-methods"]
+        stream = Client(server.url, token="secret").post(
+            "/support",
+            run_input(thread(), [user("Hello")]),
+            headers={"origin": ORIGIN, "authorization": "Bearer secret"},
+        )
+        assert stream.headers["access-control-allow-origin"] == ORIGIN
+        assert stream.finished.outcome.type == "interrupt"
+
+        stranger = httpx.options(
+            f"{server.url}/support", headers={**PREFLIGHT, "origin": "http://evil.example"}
+        )
+        assert "access-control-allow-origin" not in stranger.headers
+
+
+def test_no_cors_headers_by_default(client: Client, shared: Server) -> None:
+    preflight = httpx.options(f"{shared.url}/support", headers=PREFLIGHT)
+    assert "access-control-allow-origin" not in preflight.headers
+    stream = client.post(
+        "/support", run_input(thread(), [user("Hello")]), headers={"origin": ORIGIN}
+    )
+    assert stream.finished.outcome.type == "interrupt"
+    assert "access-control-allow-origin" not in stream.headers
+
+
+def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
+    port = str(free_port())
+    command = [*cli(), "serve", "--host", "0.0.0.0", "--port", port, "--db", str(tmp_path / "db")]
+    done = subprocess.run(
+        command, env=server_env(), capture_output=True, text=True, timeout=15, check=False
+    )
+    assert done.returncode != 0
+    message = " ".join((done.stderr + done.stdout).split())
+    assert "0.0.0.0" in message and "--token" in message, message
+    assert "AG-UI endpoints" not in message
+
+
+# --- 8. the banking agent: a mixed batch --------------------------------------------------------
+
+
+def test_banking_mixed_batch_waits_for_the_guarded_call(client: Client) -> None:
+    thread_id = thread()
+    stream = client.start(
+        "/banking", thread_id, "Please transfer 300 to savings and show my balance"
+    )
+    assert stream.tool_names() == ["transfer_money", "check_balance"]
+    assert not stream.results()  # the free call waits with the guarded one
+    [interrupt] = stream.interrupts
+    assert interrupt.reason == "tool_call"
+    assert interrupt.message == "Approve tool call transfer_money?"
+    assert interrupt.metadata["agent_framework"]["name"] == "transfer_money"
+    calls = {e.tool_call_name: e.tool_call_id for e in stream.of(EventType.TOOL_CALL_START)}
+    assert interrupt.tool_call_id == calls["transfer_money"]
+
+    done = client.resume("/banking", thread_id, resolved(interrupt.id, {"accepted": True}))
+    results = done.results()
+    assert set(results) == {calls["transfer_money"], calls["check_balance"]}
+    assert "Moved 300.00 EUR from checking to savings." in results[calls["transfer_money"]]
+    assert "checking:" in results[calls["check_balance"]]
+    assert_success(done)
+
+
+# --- 9. forwardedProps --------------------------------------------------------------------------
+
+
+def test_forwarded_props_are_accepted_and_not_passed_to_the_model(client: Client) -> None:
+    for props in ({"tenant": "acme"}, "acme", ["acme"]):
+        stream = client.start("/banking", thread(), "What is my balance?", forwardedProps=props)
+        assert stream.tool_names() == ["check_balance"]
+        assert_success(stream)
+        assert "checking:" in stream.text()
+        wire = " ".join(e.model_dump_json() for e in stream.events)
+        assert "acme" not in wire and "tenant" not in wire
