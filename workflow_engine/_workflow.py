@@ -595,7 +595,14 @@ class Workflow:
             adapter = self._adapters[name] = TypeAdapter(expected)
         try:
             return adapter.validate_json(json.dumps(data, default=str), strict=True)
-        except (ValidationError, TypeError, ValueError) as exc:
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ResponseTypeError(
+                f"run {run_id!r}, request {request_id!r}: expected {name}: {problems}"
+            ) from exc
+        except (TypeError, ValueError) as exc:
             raise ResponseTypeError(
                 f"run {run_id!r}, request {request_id!r}: expected {name}, got "
                 f"{type_name(type(data))}: {exc}"

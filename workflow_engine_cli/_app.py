@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from storage import default_db_path
 from workflow_engine import (
     CheckpointNotFoundError,
     GraphValidationError,
@@ -117,6 +118,14 @@ def run_async(func: Callable[[], Awaitable[int]]) -> None:
 
 
 async def _with_runtime(db: Path | None, body: Callable[[Runtime], Awaitable[T]]) -> T:
+    """Open the runtime for a command that needs an existing database (it never creates one,
+    so a mistyped ``--db`` is reported instead of silently starting an empty file)."""
+    path = db if db is not None else default_db_path()
+    if not Path(path).exists():
+        err_console().print(
+            f"[red]error:[/] no database at {path} (nothing has run there yet; check --db)"
+        )
+        raise Exit(EXIT_NOT_FOUND)
     runtime = open_runtime(db)
     try:
         return await body(runtime)

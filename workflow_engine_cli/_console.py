@@ -6,6 +6,7 @@ Colours only on a TTY (rich decides); ``--json`` prints one JSON object per even
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -108,7 +109,7 @@ class AnswerPolicy:
     replies: list[str] = field(default_factory=list)
     end_when_out_of_replies: bool = False
     console: Console = field(default_factory=Console)
-    read: Callable[[str], str] = input
+    read: Callable[[str], str] = field(default=lambda prompt: interruptible_input(prompt))
 
     def answer(self, request: ExternalRequest) -> Any | None:
         """The answer to send, or None to leave the run paused."""
@@ -163,6 +164,20 @@ class AnswerPolicy:
         if not reply or reply == "/end":
             return {"end": True}
         return {"message": reply}
+
+
+def interruptible_input(prompt: str) -> str:
+    """``input()`` that a single Ctrl-C interrupts.
+
+    Under ``anyio.run`` asyncio's runner owns SIGINT and only cancels the main task, which a
+    blocking ``input()`` never notices; restore Python's default handler while we wait.
+    """
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return input(prompt)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def stdin_is_tty() -> bool:

@@ -1,0 +1,191 @@
+"""Run the real ``workflow-engine`` executable the way a user does: plain pipes or a PTY.
+
+``Cli`` runs one command per call with its own SQLite file and demo ledger (no terminal: stdin
+is /dev/null). ``PtySession`` drives the interactive mode through a pseudo-terminal, with a
+timeout on every read so that a hang fails the test instead of blocking it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# The console script installed next to the interpreter running the tests (.venv/bin).
+ENGINE = Path(sys.executable).parent / "workflow-engine"
+TIMEOUT = 30.0  # per command
+READ_TIMEOUT = 20.0  # per PTY read
+
+# CSI (colours, cursor), OSC (titles, links) and charset escapes, then carriage returns.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text).replace("\r", "")
+
+
+def flat(text: str) -> str:
+    """Whitespace collapsed, so that matching ignores where the terminal wrapped a line."""
+    return " ".join(text.split())
+
+
+def base_env(ledger: Path) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OPENAI_", "WORKFLOW_ENGINE_", "PYTEST_"))
+    }
+    # The scripted (offline) agents, a wide console and the demo's outside system.
+    env.update(COLUMNS="200", WORKFLOW_ENGINE_DEMO_LEDGER=str(ledger), PYTHONIOENCODING="utf-8")
+    env.pop("NO_COLOR", None)
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
+@dataclass
+class Result:
+    args: tuple[str, ...]
+    code: int
+    out: str
+    err: str
+
+    def __str__(self) -> str:
+        return f"$ workflow-engine {' '.join(self.args)}\n-> exit {self.code}\n{self.out}{self.err}"
+
+    def error_line(self) -> str:
+        """The one clear error line on stderr (and no traceback anywhere)."""
+        assert "Traceback" not in self.out + self.err, str(self)
+        lines = [line for line in self.err.splitlines() if line.strip()]
+        assert len(lines) == 1, str(self)
+        assert lines[0].startswith("error: "), str(self)
+        return lines[0]
+
+
+class Cli:
+    """``workflow-engine`` against one test's SQLite file and ledger."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        assert ENGINE.exists(), f"console script not installed: {ENGINE}"
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        self.db = tmp_path / "runs.db"
+        self.ledger_path = tmp_path / "ledger.jsonl"
+        self.env = base_env(self.ledger_path)
+        self.cwd = tmp_path
+
+    def run(self, *args: str, db: bool = True) -> Result:
+        argv = [str(ENGINE), *args, *(["--db", str(self.db)] if db else [])]
+        proc = subprocess.run(
+            argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            env=self.env,
+            cwd=self.cwd,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+
+    def expect(self, code: int, *args: str, db: bool = True) -> Result:
+        """Run; assert the exit code and that nothing printed a traceback."""
+        result = self.run(*args, db=db)
+        assert result.code == code, str(result)
+        assert "Traceback" not in result.out + result.err, str(result)
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.expect(0, *args, "--json").out)
+
+    def ledger(self) -> list[dict[str, Any]]:
+        if not self.ledger_path.exists():
+            return []
+        return [json.loads(line) for line in self.ledger_path.read_text().splitlines() if line]
+
+    def start_paused(self, message: str = "I want a refund for order 12345") -> tuple[str, str]:
+        """A demo run stopped at its first approval: (run id, request id)."""
+        result = self.expect(3, "demo", "handoff", "-m", message, "--detach", "--json")
+        paused = json.loads(result.out.strip().splitlines()[-1])
+        assert len(paused["requests"]) == 1, str(result)
+        return paused["paused"], paused["requests"][0]
+
+
+def run_concurrently(jobs: Sequence[tuple[Cli, Sequence[str], bool]]) -> list[Result]:
+    """Independent commands (each with its own database) at once: (cli, args, with --db)."""
+    with ThreadPoolExecutor(max_workers=len(jobs)) as pool:
+        return list(pool.map(lambda job: job[0].run(*job[1], db=job[2]), jobs))
+
+
+class PtySession:
+    """One ``workflow-engine`` process whose stdin/stdout/stderr are a pseudo-terminal."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
+        master, slave = os.openpty()
+        self.master = master
+        self.raw = b""
+        self.proc = subprocess.Popen(
+            [str(ENGINE), *args],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            env={**env, "TERM": "dumb"},
+            cwd=cwd,
+            close_fds=True,
+            start_new_session=True,  # no controlling terminal shared with the test runner
+        )
+        os.close(slave)  # ours; the master sees EOF once the child is gone
+
+    @property
+    def text(self) -> str:
+        return strip_ansi(self.raw.decode("utf-8", errors="replace"))
+
+    def _read(self, deadline: float) -> bool:
+        """Read what is available before the deadline; False at EOF."""
+        ready, _, _ = select.select([self.master], [], [], max(0.0, deadline - time.monotonic()))
+        if not ready:
+            return True
+        try:
+            chunk = os.read(self.master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            return False
+        if not chunk:
+            return False
+        self.raw += chunk
+        return True
+
+    def expect(self, pattern: str, timeout: float = READ_TIMEOUT) -> str:
+        """Read until the output (after ``start``) contains ``pattern``; returns that output."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if flat(pattern) in flat(self.text):
+                return self.text
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"no {pattern!r} within {timeout:g} s; got:\n{self.text}")
+            if not self._read(deadline):
+                raise AssertionError(f"exited before {pattern!r}; got:\n{self.text}")
+
+    def send(self, line: str) -> None:
+        os.write(self.master, line.encode() + b"\n")
+
+    def wait(self, timeout: float = READ_TIMEOUT) -> int:
+        """Read to EOF, then reap; the exit code."""
+        deadline = time.monotonic() + timeout
+        while self._read(deadline):
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"still running after {timeout:g} s; got:\n{self.text}")
+        return self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        os.close(self.master)

@@ -1,0 +1,337 @@
+"""End to end: the ``workflow-engine`` command line as a user runs it.
+
+Every test runs the installed executable in subprocesses against its own SQLite file and demo
+ledger (``WORKFLOW_ENGINE_DEMO_LEDGER``: one JSON line per refund/replacement the outside system
+received), and checks exit codes, what is printed and what reached the ledger. The interactive
+mode is driven through a pseudo-terminal. Each process costs most of a second to start, so
+commands that share nothing run concurrently, each against its own database.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from storage import SqliteStore
+from tests.integration.cli_harness import Cli, PtySession, flat, run_concurrently
+
+REFUND = "I want a refund for order 12345"
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+# --- 1. the demo, non-interactive ---------------------------------------------------------------
+
+# (flags, what the output says, what reached the outside system: (kind, fields))
+DEMO_PATHS: dict[str, tuple[list[str], list[str], list[tuple[str, dict[str, Any]]]]] = {
+    "approve": (
+        ["-m", REFUND, "--approve"],
+        [
+            "submit_refund",
+            ") approved",
+            "Refund of 89.99 for order 12345 submitted.",
+            "case complete",
+            "conversation completed (last agent: refund_agent)",
+        ],
+        [("refund", {"order_id": "12345", "amount": 89.99})],
+    ),
+    "reject": (
+        ["-m", REFUND, "--reject", "--end"],
+        [
+            ") rejected",
+            "The user rejected this tool call; it was not executed.",
+            "Okay, I did not submit the refund.",
+            "conversation ended by user",
+        ],
+        [],
+    ),
+    "replacement": (
+        ["-m", "My lamp from order 24680 arrived broken", "--approve"],
+        [
+            "handoff to order_agent",
+            "Replacement desk lamp for order 24680 is on its way.",
+            "case complete",
+        ],
+        [("replacement", {"order_id": "24680", "item": "desk lamp"})],
+    ),
+    "both": (
+        ["-m", "I want a refund and a replacement for order 12345", "--approve"],
+        [
+            "Refund of 89.99 for order 12345 submitted.",
+            "handoff to order_agent",
+            "Replacement wireless headphones for order 12345 is on its way.",
+            "case complete",
+        ],
+        [
+            ("refund", {"order_id": "12345", "amount": 89.99}),
+            ("replacement", {"order_id": "12345", "item": "wireless headphones"}),
+        ],
+    ),
+    "no-flags-no-terminal": (
+        ["-m", REFUND],
+        ["no terminal: approving tool calls", "Refund of 89.99", "case complete"],
+        [("refund", {"order_id": "12345", "amount": 89.99})],
+    ),
+}
+
+
+def test_demo_runs_to_the_end_without_a_terminal(tmp_path: Path) -> None:
+    clis = {name: Cli(tmp_path / name) for name in DEMO_PATHS}
+    results = run_concurrently(
+        [(clis[name], ["demo", "handoff", *DEMO_PATHS[name][0]], True) for name in DEMO_PATHS]
+    )
+    for (name, (_, says, ledger)), result in zip(DEMO_PATHS.items(), results, strict=True):
+        context = f"[{name}] {result}"
+        assert result.code == 0, context
+        assert result.err == "", context
+        run_id = re.search(r"run (\w+) · workflow support", result.out)
+        assert run_id, context
+        assert f"Run {run_id[1]} finished." in result.out, context
+        for text in says:
+            assert text in result.out, f"{text!r} missing: {context}"
+        if not ledger:
+            assert "submitted." not in result.out, context
+        entries = clis[name].ledger()
+        assert [e["kind"] for e in entries] == [kind for kind, _ in ledger], context
+        for entry, (_, fields) in zip(entries, ledger, strict=True):
+            assert entry.items() >= fields.items(), context
+            assert entry["key"].startswith(f"{run_id[1]}:"), context  # key: run + tool call
+
+
+# --- 2. pause in one process, answer in a second, resume in a third -----------------------------
+
+
+def test_detach_respond_resume_across_processes(cli: Cli) -> None:
+    paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--detach")
+    run_id = re.search(r"Run (\w+) is paused, waiting for input\.", paused.out)
+    request_id = re.search(r"request (\S+) \(ToolApprovalRequestContent\)", paused.out)
+    assert run_id and request_id, str(paused)
+    run_id, request_id = run_id[1], request_id[1]
+    assert "workflow-engine respond REQUEST_ID --approve" in paused.out
+    assert f"workflow-engine resume {run_id}" in paused.out
+    assert cli.ledger() == []
+
+    [pending] = cli.json("requests", "list")
+    assert pending["request_id"] == request_id
+    assert pending["run_id"] == run_id
+    assert pending["workflow"] == "support"
+    assert pending["what"].startswith("approve submit_refund(")
+    for argument in ('"order_id": "12345"', '"amount": 89.99', '"reason": "customer request"'):
+        assert argument in pending["what"]
+
+    answered = cli.expect(0, "respond", request_id, "--approve")
+    assert "answer stored" in answered.out
+    assert f"workflow-engine resume {run_id}" in answered.out
+    assert cli.ledger() == []  # an answer is stored; nothing runs until `resume`
+
+    resumed = cli.expect(0, "resume", run_id)
+    assert "Refund of 89.99 for order 12345 submitted." in resumed.out
+    assert "case complete" in resumed.out
+    assert f"Run {run_id} finished." in resumed.out
+    [refund] = cli.ledger()
+    assert refund["kind"] == "refund"
+    assert refund["key"].startswith(f"{run_id}:")
+
+    shown = cli.json("runs", "show", run_id)
+    assert shown["run_id"] == run_id
+    assert shown["status"] == "idle"
+    assert shown["pending_requests"] == []
+    assert shown["error"] is None
+    assert shown["outputs"] == ["conversation completed (last agent: refund_agent)"]
+    history = shown["history"]
+    assert [h["seq"] for h in history] == list(range(len(history)))
+    assert [h["superstep"] for h in history] == sorted(h["superstep"] for h in history)
+    statuses = [h["status"] for h in history]
+    assert "idle_with_pending_requests" in statuses
+    assert statuses[-1] == "idle"
+    assert shown["superstep"] == history[-1]["superstep"]
+
+    again = cli.expect(5, "resume", run_id)
+    line = again.error_line()
+    assert run_id in line
+    assert "nothing to resume" in line
+    assert len(cli.ledger()) == 1  # still exactly once
+
+
+def test_conversation_continues_across_processes(cli: Cli) -> None:
+    # --reject without --end and no terminal: no one to ask, so the run pauses at "your turn".
+    paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--reject")
+    assert "(HandoffUserInputRequest)" in paused.out
+    [pending] = cli.json("requests", "list")
+    assert pending["what"].startswith("reply to refund_agent:")
+    assert "did not submit the refund" in pending["what"]
+
+    still = cli.expect(3, "resume", pending["run_id"])  # no answer yet: paused again
+    assert f"Run {pending['run_id']} is paused, waiting for input." in still.out
+
+    cli.expect(0, "respond", pending["request_id"], "--message", "no thanks")
+    done = cli.expect(0, "resume", pending["run_id"])
+    assert "You're welcome. case complete." in done.out
+    assert cli.ledger() == []
+
+
+def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
+    run_id, request_id = cli.start_paused()
+
+    malformed = cli.expect(2, "respond", request_id, "--data", "{not json")
+    assert "malformed JSON" in malformed.error_line()
+
+    invalid = cli.expect(2, "respond", request_id, "--approve", "--arguments", '{"amount": -1}')
+    line = invalid.error_line()
+    assert "submit_refund" in line
+    assert "amount" in line
+    assert "greater than 0" in line
+
+    wrong_type = cli.expect(2, "respond", request_id, "--data", '{"approved": "maybe"}')
+    assert wrong_type.err.startswith("error: ")
+    assert "approved" in wrong_type.err
+
+    edited = ["--approve", "--arguments", '{"amount": 50}']
+    assert "answer stored" in cli.expect(0, "respond", request_id, *edited).out
+    assert "already had this answer" in cli.expect(0, "respond", request_id, *edited).out
+    conflict = cli.expect(5, "respond", request_id, "--reject")
+    assert "already answered with a different value" in conflict.error_line()
+
+    done = cli.expect(0, "resume", run_id)
+    assert "Refund of 50.00 for order 12345 submitted." in done.out
+    [refund] = cli.ledger()
+    assert refund["amount"] == 50.0  # the edited arguments, not the agent's 89.99
+
+
+# --- 3. bad input: one clear error line, the documented exit code, no traceback -----------------
+
+# (arguments, with --db, exit code, what the error line says); the database exists unless the
+# case is about a missing one
+BAD_INPUT: list[tuple[list[str], bool, int, str]] = [
+    (["runs", "list"], True, 4, "no database at"),
+    (["resume", "nope"], True, 4, "no run 'nope'"),
+    (["runs", "show", "nope"], True, 4, "no run 'nope'"),
+    (["respond", "nope", "--approve"], True, 4, "no request 'nope'"),
+    (["respond", "nope", "--data", "{bad"], True, 2, "malformed JSON"),
+    (["respond", "nope"], True, 2, "exactly one of"),
+    (["demo", "nosuch"], True, 2, "no demo named 'nosuch'"),
+    (["runs", "list", "--status", "bogus"], True, 2, "unknown status 'bogus'"),
+    (["graph", "nope"], False, 4, "no workflow named 'nope'"),
+    (["graph", "support", "--format", "svg"], False, 2, "--format must be mermaid or dot"),
+]
+
+
+def test_bad_input(tmp_path: Path) -> None:
+    clis = [Cli(tmp_path / f"case{i}") for i in range(len(BAD_INPUT))]
+    for c, (_, _, _, mentions) in zip(clis, BAD_INPUT, strict=True):
+        if mentions != "no database at":
+            anyio.run(_create_database, c.db)
+    results = run_concurrently(
+        [(c, args, db) for c, (args, db, _, _) in zip(clis, BAD_INPUT, strict=True)]
+    )
+    for c, (_, _, code, mentions), result in zip(clis, BAD_INPUT, results, strict=True):
+        assert result.code == code, str(result)
+        assert mentions in result.error_line(), str(result)
+        assert result.out == "", str(result)
+        assert c.ledger() == []
+
+
+async def _create_database(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    async with SqliteStore(path):
+        pass
+
+
+# --- 4. graph and runs list ---------------------------------------------------------------------
+
+
+def test_graph(cli: Cli) -> None:
+    mermaid, dot = run_concurrently(
+        [(cli, ["graph", "support", "--format", fmt], False) for fmt in ("mermaid", "dot")]
+    )
+    for result in (mermaid, dot):
+        assert result.code == 0, str(result)
+        assert result.err == "", str(result)
+
+    assert mermaid.out.startswith("flowchart TD")
+    for agent in ("triage_agent", "refund_agent", "order_agent"):
+        assert f'n_{agent}["{agent}"]' in mermaid.out
+    for source, target in [("triage", "refund"), ("refund", "order"), ("order", "triage")]:
+        assert f"n_{source}_agent --> n_{target}_agent" in mermaid.out
+
+    assert dot.out.startswith("digraph ")
+    assert dot.out.rstrip().endswith("}")
+    for agent in ("triage_agent", "refund_agent", "order_agent"):
+        assert f'"{agent}" [shape=box' in dot.out
+    assert '"triage_agent" -> "refund_agent";' in dot.out
+    assert '"order_agent" -> "triage_agent";' in dot.out
+
+
+def test_runs_list_and_cancel(cli: Cli) -> None:
+    cli.expect(0, "demo", "handoff", "-m", REFUND, "--approve")
+    paused_id, request_id = cli.start_paused()
+
+    runs = cli.json("runs", "list")
+    assert [(r["workflow"], r["status"]) for r in runs] == [
+        ("support", "idle"),
+        ("support", "idle_with_pending_requests"),
+    ]
+    assert runs[1]["run_id"] == paused_id
+    assert runs[0]["created_at"] <= runs[1]["created_at"]
+    assert all(r["superstep"] > 0 for r in runs)
+    waiting = cli.json("runs", "list", "--status", "idle_with_pending_requests")
+    assert [r["run_id"] for r in waiting] == [paused_id]
+
+    assert f"Run {paused_id} cancelled." in cli.expect(0, "cancel", paused_id).out
+    assert "was cancelled" in cli.expect(5, "respond", request_id, "--approve").error_line()
+    assert "is cancelled" in cli.expect(5, "resume", paused_id).error_line()
+    assert [r["status"] for r in cli.json("runs", "list")] == ["idle", "cancelled"]
+    assert len(cli.ledger()) == 1  # the first run's refund only
+
+
+# --- 5. interactive, through a pseudo-terminal --------------------------------------------------
+
+
+@pytest.fixture
+def pty_demo(cli: Cli) -> Iterator[PtySession]:
+    session = PtySession(["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd)
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def test_interactive_approve(cli: Cli, pty_demo: PtySession) -> None:
+    pty_demo.expect("You:")
+    pty_demo.send(REFUND)
+    pty_demo.expect("Approve? [y]es / [n]o / [e]dit arguments:")
+    assert "Approval needed: submit_refund(" in flat(pty_demo.text)
+    assert cli.ledger() == []  # nothing happens before the user says yes
+    pty_demo.send("y")
+
+    assert pty_demo.wait() == 0, pty_demo.text
+    out = flat(pty_demo.text)
+    assert "Refund of 89.99 for order 12345 submitted." in out
+    assert "case complete" in out
+    assert "Traceback" not in out
+    [refund] = cli.ledger()
+    assert (refund["kind"], refund["order_id"], refund["amount"]) == ("refund", "12345", 89.99)
+
+
+def test_interactive_reject_and_end(cli: Cli, pty_demo: PtySession) -> None:
+    pty_demo.expect("You:")
+    pty_demo.send(REFUND)
+    pty_demo.expect("Approve? [y]es / [n]o / [e]dit arguments:")
+    pty_demo.send("n")
+    pty_demo.expect("You (empty or /end to finish):")
+    assert "Okay, I did not submit the refund." in flat(pty_demo.text)
+    pty_demo.send("/end")
+
+    assert pty_demo.wait() == 0, pty_demo.text
+    out = flat(pty_demo.text)
+    assert "conversation ended by user" in out
+    assert "Traceback" not in out
+    assert cli.ledger() == []
