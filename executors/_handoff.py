@@ -211,20 +211,13 @@ class HandoffCoordinator(Executor):
         await ctx.set_state("active", result.agent)
         await ctx.set_state("conversation", result.conversation)
         await ctx.set_state("turn", result.turn)
-        if self.termination(result.conversation):
+        ended = "completed" if self.termination(result.conversation) else None
+        if ended is None and result.turn >= self.turn_limit:
+            ended = "turn_limit_reached"
+        if ended is not None:
             await ctx.yield_output(
                 HandoffOutcome(
-                    status="completed",
-                    last_agent=result.agent,
-                    conversation=result.conversation,
-                    turns=result.turn,
-                )
-            )
-            return
-        if result.turn >= self.turn_limit:
-            await ctx.yield_output(
-                HandoffOutcome(
-                    status="turn_limit_reached",
+                    status=ended,
                     last_agent=result.agent,
                     conversation=result.conversation,
                     turns=result.turn,
