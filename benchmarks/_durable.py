@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from storage import SqliteStore
@@ -29,10 +29,8 @@ def db_bytes(path: Path) -> int:
     """Size of the database file plus its WAL file (0 for a file that does not exist)."""
     total = 0
     for p in (path, path.with_name(path.name + "-wal")):
-        try:
+        with suppress(FileNotFoundError):
             total += p.stat().st_size
-        except FileNotFoundError:
-            pass
     return total
 
 

@@ -1,0 +1,236 @@
+"""W4: pause on a request port, then answer and resume in a new process (start → port → end).
+
+``start`` sends the topic to the ``RequestPort`` ``review`` (str → bool); the answer flows to
+``end``, which yields the output. Reported (SQLite WAL, ``synchronous=NORMAL``, a fresh file):
+
+* **pause**: ``runtime.run(...)`` until ``IDLE_WITH_PENDING_REQUESTS`` in a warm process (admit +
+  lease + restore + one committed superstep + release), median, split into ``start`` (admit) and
+  ``resume`` (until paused);
+* **resume in a new process**: a subprocess per sample builds ``SqliteStore`` + ``Runtime``,
+  registers the workflow, opens the store, ``respond``s and ``resume``s to completion -- timed
+  inside the subprocess after its imports (cold: first database use in that process), then a
+  second paused run in the same subprocess (warm);
+* **import**: ``import workflow_engine, storage`` in a fresh interpreter (``perf_counter`` around
+  the import, median), and the heaviest packages per ``python -X importtime``.
+
+    .venv/bin/python benchmarks/bench_w4_pause_resume.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from _durable import open_store, temp_dir
+
+from storage import SqliteStore
+from workflow_engine import (
+    Executor,
+    RequestPort,
+    Runtime,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+)
+
+START_MESSAGE = "supersteps"
+ANSWER = True
+ROOT = Path(__file__).resolve().parent.parent
+IMPORT_SNIPPET = (
+    "import time; t = time.perf_counter(); import workflow_engine, storage; "
+    "print(time.perf_counter() - t)"
+)
+
+
+class Start(Executor):
+    @handler
+    async def on_topic(self, topic: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(f"A note about {topic}.")
+
+
+class End(Executor):
+    @handler
+    async def on_verdict(self, approved: bool, ctx: WorkflowContext[None, str]) -> None:
+        await ctx.yield_output("published" if approved else "dropped")
+
+
+def build_review() -> Workflow:
+    start, end = Start("start"), End("end")
+    review = RequestPort("review", request_type=str, response_type=bool)
+    return (
+        WorkflowBuilder("w4-review", start=start).add_edge(start, review).add_edge(review, end)
+    ).build()
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+# --- child process: resume ------------------------------------------------------------------------
+
+
+async def child(db: str, pairs: list[tuple[str, str]]) -> dict[str, list[float]]:
+    """Resume each (run_id, request_id) to completion; timings per phase, first one cold."""
+    out: dict[str, list[float]] = {"setup": [], "open": [], "respond": [], "resume": []}
+    t0 = time.perf_counter()
+    store = SqliteStore(db)
+    runtime = Runtime(store)
+    name = runtime.register(build_review)
+    t1 = time.perf_counter()
+    await store.open()
+    t2 = time.perf_counter()
+    out["setup"].append(t1 - t0)
+    out["open"].append(t2 - t1)
+    for run_id, request_id in pairs:
+        t2 = time.perf_counter()
+        await runtime.respond(request_id, ANSWER)
+        t3 = time.perf_counter()
+        result = await runtime.resume(run_id)
+        t4 = time.perf_counter()
+        assert result.status is WorkflowRunState.IDLE, result.status
+        assert result.outputs == ["published"], result.outputs
+        out["respond"].append(t3 - t2)
+        out["resume"].append(t4 - t3)
+    await runtime.close()
+    assert name == "w4-review"
+    return out
+
+
+# --- parent process -----------------------------------------------------------------------------
+
+
+async def pause_once(runtime: Runtime) -> tuple[float, float, str, str]:
+    t0 = time.perf_counter()
+    run_id = await runtime.start("w4-review", START_MESSAGE)
+    t1 = time.perf_counter()
+    result = await runtime.resume(run_id)
+    t2 = time.perf_counter()
+    assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, result.status
+    return t1 - t0, t2 - t1, run_id, result.pending_requests[0].request_id
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), str(ROOT / "benchmarks"), env.get("PYTHONPATH")) if p
+    )
+    return env
+
+
+def import_times(repeats: int) -> tuple[float, list[tuple[str, float]]]:
+    """Median seconds of ``import workflow_engine, storage`` in fresh interpreters, and the
+    heaviest top-level packages (cumulative µs, from ``-X importtime``)."""
+    env = child_env()
+    samples = []
+    for _ in range(repeats):
+        out = subprocess.run(
+            [sys.executable, "-c", IMPORT_SNIPPET],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env=env,
+        )
+        samples.append(float(out.stdout.strip()))
+    trace = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import workflow_engine, storage"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env=env,
+    ).stderr
+    top: dict[str, float] = {}
+    for line in trace.splitlines():
+        parts = line.split("|")
+        if len(parts) != 3 or not parts[1].strip().isdigit():
+            continue
+        module = parts[2].strip()
+        root = module.split(".")[0]
+        if module == root:  # top-level packages only
+            top[root] = max(top.get(root, 0.0), float(parts[1]) / 1e6)
+    heavy = sorted(top.items(), key=lambda kv: -kv[1])[:7]
+    return statistics.median(samples), heavy
+
+
+async def main(repeats: int) -> None:
+    with temp_dir("w4-") as tmp:
+        db = tmp / "w4.db"
+        store = await open_store(db)
+        runtime = Runtime(store)
+        runtime.register(build_review())
+        await pause_once(runtime)  # warm-up
+        starts, resumes, totals, paused = [], [], [], []
+        for _ in range(2 * repeats):
+            start_s, resume_s, run_id, request_id = await pause_once(runtime)
+            starts.append(start_s)
+            resumes.append(resume_s)
+            totals.append(start_s + resume_s)
+            paused.append((run_id, request_id))
+        await runtime.close()
+        print(
+            f"W4 pause (runtime.run until IDLE_WITH_PENDING_REQUESTS, warm process): "
+            f"{ms(statistics.median(totals))} (median of {len(totals)}; start/admit "
+            f"{ms(statistics.median(starts))} + execute to pause {ms(statistics.median(resumes))})"
+        )
+        phases: dict[str, list[float]] = {"setup": [], "open": [], "cold": [], "warm": []}
+        respond_cold, resume_cold, respond_warm, resume_warm = [], [], [], []
+        for i in range(repeats):
+            pairs = paused[2 * i : 2 * i + 2]
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", str(db), json.dumps(pairs)],
+                capture_output=True,
+                text=True,
+                check=True,
+                cwd=ROOT,
+                env=child_env(),
+            )
+            t = json.loads(proc.stdout.strip().splitlines()[-1])
+            phases["setup"].append(t["setup"][0])
+            phases["open"].append(t["open"][0])
+            respond_cold.append(t["respond"][0])
+            resume_cold.append(t["resume"][0])
+            respond_warm.append(t["respond"][1])
+            resume_warm.append(t["resume"][1])
+            phases["cold"].append(t["setup"][0] + t["open"][0] + t["respond"][0] + t["resume"][0])
+            phases["warm"].append(t["respond"][1] + t["resume"][1])
+        med = statistics.median
+        print(
+            f"W4 resume-complete in a new process (after imports, median of {repeats} "
+            f"subprocesses): {ms(med(phases['cold']))} = Runtime + register "
+            f"{ms(med(phases['setup']))} + open store {ms(med(phases['open']))} + respond "
+            f"{ms(med(respond_cold))} + resume {ms(med(resume_cold))}"
+        )
+        print(
+            f"W4 second resume in that process (warm): {ms(med(phases['warm']))} = respond "
+            f"{ms(med(respond_warm))} + resume {ms(med(resume_warm))}"
+        )
+    imported, heavy = import_times(max(repeats, 5))
+    print(
+        f"W4 import workflow_engine, storage (fresh interpreter, median of {max(repeats, 5)}): "
+        f"{ms(imported)}; heaviest packages (-X importtime, cumulative): "
+        + ", ".join(f"{name} {ms(s)}" for name, s in heavy)
+    )
+    print("  targets: pause ≤ 1 ms, resume ≤ 1 ms, import ≤ 120 ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-r", "--repeats", type=int, default=7, help="samples per figure")
+    parser.add_argument("--child", nargs=2, metavar=("DB", "PAIRS"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        db, pairs = args.child
+        timings = anyio.run(child, db, [tuple(p) for p in json.loads(pairs)])
+        print(json.dumps(timings))
+    else:
+        anyio.run(main, args.repeats)

@@ -1,0 +1,116 @@
+"""W5: throughput of durable pause/resume -- 200 W4 runs started until paused, then all resumed.
+
+Each run is W4's start → review (request port) → end. Phase 1 starts every run with
+``runtime.run(...)`` until it pauses on its request; phase 2 answers each one (``respond``) and
+resumes it to completion (``resume``). Both phases are timed, sequentially (one run after another)
+and concurrently (one anyio task per run in a task group, at most ``--concurrency`` at a time),
+one process, one ``Runtime``, a fresh SQLite file (WAL, ``synchronous=NORMAL``) per mode.
+Figures are runs per second, median over ``--repeats`` rounds (fewer if a mode's rounds have
+already taken ``--budget`` seconds, so the script stays under a minute on a slow store).
+
+    .venv/bin/python benchmarks/bench_w5_throughput.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+from _durable import open_store, temp_dir
+from bench_w4_pause_resume import ANSWER, START_MESSAGE, build_review
+
+from workflow_engine import Runtime, WorkflowRunState
+
+Phase = Callable[[], Awaitable[None]]
+
+
+async def run_all(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) -> None:
+    """Run the jobs one after another (``concurrency`` 1) or as tasks of one task group."""
+    if concurrency <= 1:
+        for job in jobs:
+            await job()
+        return
+    limiter = anyio.CapacityLimiter(concurrency)
+
+    async def limited(job: Callable[[], Awaitable[None]]) -> None:
+        async with limiter:
+            await job()
+
+    async with anyio.create_task_group() as tg:
+        for job in jobs:
+            tg.start_soon(limited, job)
+
+
+async def one_round(path: Path, runs: int, concurrency: int) -> tuple[float, float]:
+    """Seconds to pause ``runs`` runs, then seconds to answer and finish all of them."""
+    store = await open_store(path)
+    runtime = Runtime(store)
+    name = runtime.register(build_review())
+    paused: list[tuple[str, str]] = []
+
+    async def start() -> None:
+        result = await runtime.run(name, START_MESSAGE)
+        assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, result.status
+        paused.append((result.run_id, result.pending_requests[0].request_id))
+
+    def finisher(run_id: str, request_id: str) -> Callable[[], Awaitable[None]]:
+        async def finish() -> None:
+            await runtime.respond(request_id, ANSWER)
+            result = await runtime.resume(run_id)
+            assert result.status is WorkflowRunState.IDLE, result.status
+            assert result.outputs == ["published"], result.outputs
+
+        return finish
+
+    try:
+        await start()  # warm-up run, not counted
+        await finisher(*paused.pop())()
+        t0 = time.perf_counter()
+        await run_all([start] * runs, concurrency)
+        t1 = time.perf_counter()
+        assert len(paused) == runs
+        await run_all([finisher(r, q) for r, q in paused], concurrency)
+        t2 = time.perf_counter()
+    finally:
+        await runtime.close()
+    return t1 - t0, t2 - t1
+
+
+async def main(runs: int, repeats: int, concurrency: int, budget: float) -> None:
+    modes = [("sequential", 1), (f"concurrent (task group, ≤{concurrency} at once)", concurrency)]
+    with temp_dir("w5-") as tmp:
+        for label, limit in modes:
+            pauses, resumes, totals = [], [], []
+            began = time.perf_counter()
+            for i in range(repeats):
+                if i and time.perf_counter() - began > budget:
+                    break
+                pause_s, resume_s = await one_round(tmp / f"w5-{limit}-{i}.db", runs, limit)
+                pauses.append(runs / pause_s)
+                resumes.append(runs / resume_s)
+                totals.append(runs / (pause_s + resume_s))
+            med = statistics.median
+            print(
+                f"W5 {runs} runs, {label}: start→paused {med(pauses):,.0f} runs/s, "
+                f"respond+resume→done {med(resumes):,.0f} runs/s, whole lifecycle "
+                f"{med(totals):,.0f} runs/s (median of {len(totals)} rounds)"
+            )
+    print("  target ≥ 2,000 runs/s (peers ≈ 250/s)")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="runs per round (default 200)")
+    parser.add_argument("-r", "--repeats", type=int, default=5, help="rounds per mode")
+    parser.add_argument(
+        "-c", "--concurrency", type=int, default=200, help="task-group concurrency limit"
+    )
+    parser.add_argument(
+        "--budget", type=float, default=12.0, help="seconds per mode before rounds stop early"
+    )
+    args = parser.parse_args()
+    anyio.run(main, args.runs, args.repeats, args.concurrency, args.budget)

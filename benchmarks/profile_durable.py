@@ -1,0 +1,184 @@
+"""Profile the durable workloads (W3 chain; W5 = W4's pause/answer/resume lifecycle x runs).
+
+    .venv/bin/python benchmarks/profile_durable.py w3 -n 1000 --sort tottime
+    .venv/bin/python benchmarks/profile_durable.py w5 --runs 200 --sort cumtime --limit 40
+    .venv/bin/python benchmarks/profile_durable.py w5 --no-profile   # hops and worker time only
+
+cProfile sees only the event-loop thread (engine, SQLAlchemy, greenlet, anyio, pydantic); time
+spent waiting for aiosqlite's worker thread shows there as ``epoll.poll``. So the script also
+counts the calls that cross to the worker thread per superstep (W3) or per run (W5) -- each
+crossing is a queue put, a thread wake-up and a ``call_soon_threadsafe`` back -- and how long the
+worker was busy running them (the sqlite3 work itself). ``--no-profile`` gives those figures
+without profiler overhead. Besides the usual pstats table it prints the profile's own time
+grouped by package. cProfile inflates call-heavy code: read shares, not absolute times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import cProfile
+import pstats
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiosqlite.core
+import anyio
+from _durable import open_store, temp_dir
+from bench_w3_durable_chain import build_chain
+from bench_w4_pause_resume import ANSWER, START_MESSAGE, build_review
+
+from workflow_engine import Runtime, WorkflowRunState
+
+HOPS: collections.Counter[str] = collections.Counter()
+WORKER_BUSY: collections.Counter[str] = collections.Counter()  # seconds inside each call kind
+_original_execute = aiosqlite.core.Connection._execute
+
+Workload = Callable[[], Awaitable[None]]
+
+
+async def _counting_execute(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    HOPS[getattr(fn, "__name__", type(fn).__name__)] += 1
+    return await _original_execute(self, fn, *args, **kwargs)
+
+
+def _timed_worker(tx: Any) -> None:
+    """aiosqlite's worker loop, adding the time each queued call takes to ``WORKER_BUSY``."""
+    while True:
+        future, function = tx.get()
+        try:
+            start = time.perf_counter()
+            try:
+                result = function()
+            finally:
+                name = getattr(getattr(function, "func", function), "__name__", "?")
+                WORKER_BUSY[name] += time.perf_counter() - start
+            if future:
+                future.get_loop().call_soon_threadsafe(aiosqlite.core.set_result, future, result)
+            if result is aiosqlite.core._STOP_RUNNING_SENTINEL:
+                break
+        except BaseException as e:
+            if future:
+                future.get_loop().call_soon_threadsafe(aiosqlite.core.set_exception, future, e)
+
+
+async def w3(tmp: Path, n: int, runs: int) -> tuple[Workload, int]:
+    """``runs`` durable chains of ``n`` supersteps, each on a store opened beforehand."""
+    workflow = build_chain(n)
+    runtimes = []
+    for i in range(runs):
+        runtime = Runtime(await open_store(tmp / f"w3-{n}-{time.perf_counter_ns()}-{i}.db"))
+        runtime.register(workflow)
+        runtimes.append(runtime)
+
+    async def go() -> None:
+        for runtime in runtimes:
+            result = await runtime.run(workflow.name, 0, max_supersteps=n + 10)
+            assert result.outputs == [n]
+            await runtime.close()
+
+    return go, n * runs
+
+
+async def w5(tmp: Path, n: int, runs: int) -> tuple[Workload, int]:
+    """``runs`` W4 runs paused one after another, then each answered and resumed."""
+    runtime = Runtime(await open_store(tmp / f"w5-{time.perf_counter_ns()}.db"))
+    name = runtime.register(build_review())
+
+    async def go() -> None:
+        paused = []
+        for _ in range(runs):
+            result = await runtime.run(name, START_MESSAGE)
+            assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+            paused.append((result.run_id, result.pending_requests[0].request_id))
+        for run_id, request_id in paused:
+            await runtime.respond(request_id, ANSWER)
+            result = await runtime.resume(run_id)
+            assert result.status is WorkflowRunState.IDLE
+        await runtime.close()
+
+    return go, runs
+
+
+WORKLOADS = {"w3": w3, "w5": w5}
+GROUPS = (
+    ("select.epoll", "wait for the worker thread (epoll)"),
+    ("sqlalchemy", "sqlalchemy"),
+    ("greenlet", "greenlet"),
+    ("aiosqlite", "aiosqlite"),
+    ("SimpleQueue", "queue put (thread wake-up)"),
+    ("pydantic", "pydantic"),
+    ("anyio", "anyio"),
+    ("asyncio", "asyncio loop"),
+    ("selectors", "asyncio loop"),
+    ("workflow_engine/_codec", "kernel: codec"),
+    ("workflow_engine", "kernel: other"),
+    ("storage", "storage/_sqlite.py"),
+    ("json", "json"),
+)
+
+
+def shares(stats: pstats.Stats) -> list[tuple[str, float]]:
+    """The profile's own (tottime) seconds grouped by package, largest first."""
+    totals: collections.Counter[str] = collections.Counter()
+    for (filename, _line, func), row in stats.stats.items():  # type: ignore[attr-defined]
+        where = f"{filename}:{func}"
+        group = next((g for key, g in GROUPS if key in where), "other")
+        totals[group] += row[2]
+    return totals.most_common()
+
+
+async def main(args: argparse.Namespace) -> None:
+    runs = args.runs if args.runs is not None else (3 if args.workload == "w3" else 200)
+    unit = "superstep" if args.workload == "w3" else "run"
+    with temp_dir("profile-durable-") as tmp:
+        warm, _ = await WORKLOADS[args.workload](tmp, args.n, 1)
+        await warm()
+        go, units = await WORKLOADS[args.workload](tmp, args.n, runs)
+        HOPS.clear()
+        WORKER_BUSY.clear()
+        profiler = cProfile.Profile()
+        start = time.perf_counter()
+        if args.no_profile:
+            await go()
+        else:
+            profiler.enable()
+            await go()
+            profiler.disable()
+        elapsed = time.perf_counter() - start
+    print(
+        f"{args.workload}: {units} {unit}s in {elapsed:.3f} s ({elapsed / units * 1e6:.0f} µs per "
+        f"{unit}{'' if args.no_profile else ', under the profiler'}); aiosqlite thread hops per "
+        f"{unit}: {sum(HOPS.values()) / units:.2f} "
+        f"({', '.join(f'{k} {v / units:.2f}' for k, v in HOPS.most_common())})"
+    )
+    busy = sum(WORKER_BUSY.values())
+    print(
+        f"  aiosqlite worker busy {busy / units * 1e6:.0f} µs per {unit} "
+        f"({busy / elapsed:.0%} of wall time): "
+        + ", ".join(f"{k} {v / units * 1e6:.0f} µs" for k, v in WORKER_BUSY.most_common(6))
+    )
+    if args.no_profile:
+        return
+    stats = pstats.Stats(profiler)
+    total = sum(s for _, s in shares(stats)) or 1.0
+    print(
+        "  own time by package: "
+        + ", ".join(f"{group} {s / total:.0%}" for group, s in shares(stats) if s / total >= 0.01)
+    )
+    stats.strip_dirs().sort_stats(args.sort).print_stats(args.limit)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("-n", type=int, default=1_000, help="W3 chain length")
+    parser.add_argument("--runs", type=int, help="W3 runs (default 3) / W5 runs (default 200)")
+    parser.add_argument("--no-profile", action="store_true", help="only count thread hops")
+    parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime, cumtime)")
+    parser.add_argument("--limit", type=int, default=30, help="rows to print")
+    aiosqlite.core.Connection._execute = _counting_execute  # type: ignore[method-assign]
+    aiosqlite.core._connection_worker_thread = _timed_worker  # type: ignore[assignment]
+    anyio.run(main, parser.parse_args())
