@@ -19,7 +19,7 @@ def temp_dir(prefix: str) -> Iterator[Path]:
 
 
 async def open_store(path: Path, synchronous: str = "NORMAL") -> SqliteStore:
-    """A SqliteStore on a fresh file, opened (engines created, schema migrated) before timing."""
+    """A SqliteStore on a fresh file, opened (connected, schema created) before timing."""
     store = SqliteStore(path, synchronous=synchronous)
     await store.open()
     return store

@@ -4,8 +4,8 @@
 ``end``, which yields the output. Reported (SQLite WAL, ``synchronous=NORMAL``, a fresh file):
 
 * **pause**: ``runtime.run(...)`` until ``IDLE_WITH_PENDING_REQUESTS`` in a warm process (admit +
-  lease + restore + one committed superstep + release), median, split into ``start`` (admit) and
-  ``resume`` (until paused);
+  lease + one committed superstep + release), median; and the same as ``start`` (admit) followed
+  by ``resume`` (lease + restore + superstep + release), timed separately;
 * **resume in a new process**: a subprocess per sample builds ``SqliteStore`` + ``Runtime``,
   registers the workflow, opens the store, ``respond``s and ``resume``s to completion -- timed
   inside the subprocess after its imports (cold: first database use in that process), then a
@@ -108,7 +108,17 @@ async def child(db: str, pairs: list[tuple[str, str]]) -> dict[str, list[float]]
 # --- parent process -----------------------------------------------------------------------------
 
 
-async def pause_once(runtime: Runtime) -> tuple[float, float, str, str]:
+async def pause_once(runtime: Runtime) -> tuple[float, str, str]:
+    """``runtime.run`` until paused: seconds, run id, request id."""
+    t0 = time.perf_counter()
+    result = await runtime.run("w4-review", START_MESSAGE)
+    t1 = time.perf_counter()
+    assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, result.status
+    return t1 - t0, result.run_id, result.pending_requests[0].request_id
+
+
+async def pause_split(runtime: Runtime) -> tuple[float, float, str, str]:
+    """``start`` then ``resume`` until paused: seconds of each, run id, request id."""
     t0 = time.perf_counter()
     run_id = await runtime.start("w4-review", START_MESSAGE)
     t1 = time.perf_counter()
@@ -169,18 +179,21 @@ async def main(repeats: int) -> None:
         runtime = Runtime(store)
         runtime.register(build_review())
         await pause_once(runtime)  # warm-up
+        await pause_split(runtime)
         starts, resumes, totals, paused = [], [], [], []
         for _ in range(2 * repeats):
-            start_s, resume_s, run_id, request_id = await pause_once(runtime)
+            total_s, run_id, request_id = await pause_once(runtime)
+            totals.append(total_s)
+            paused.append((run_id, request_id))
+            start_s, resume_s, _, _ = await pause_split(runtime)
             starts.append(start_s)
             resumes.append(resume_s)
-            totals.append(start_s + resume_s)
-            paused.append((run_id, request_id))
         await runtime.close()
         print(
             f"W4 pause (runtime.run until IDLE_WITH_PENDING_REQUESTS, warm process): "
-            f"{ms(statistics.median(totals))} (median of {len(totals)}; start/admit "
-            f"{ms(statistics.median(starts))} + execute to pause {ms(statistics.median(resumes))})"
+            f"{ms(statistics.median(totals))} (median of {len(totals)}); as start + resume: "
+            f"start/admit {ms(statistics.median(starts))} + execute to pause "
+            f"{ms(statistics.median(resumes))}"
         )
         phases: dict[str, list[float]] = {"setup": [], "open": [], "cold": [], "warm": []}
         respond_cold, resume_cold, respond_warm, resume_warm = [], [], [], []

@@ -4,13 +4,14 @@
     .venv/bin/python benchmarks/profile_durable.py w5 --runs 200 --sort cumtime --limit 40
     .venv/bin/python benchmarks/profile_durable.py w5 --no-profile   # hops and worker time only
 
-cProfile sees only the event-loop thread (engine, SQLAlchemy, greenlet, anyio, pydantic); time
-spent waiting for aiosqlite's worker thread shows there as ``epoll.poll``. So the script also
-counts the calls that cross to the worker thread per superstep (W3) or per run (W5) -- each
-crossing is a queue put, a thread wake-up and a ``call_soon_threadsafe`` back -- and how long the
-worker was busy running them (the sqlite3 work itself). ``--no-profile`` gives those figures
-without profiler overhead. Besides the usual pstats table it prints the profile's own time
-grouped by package. cProfile inflates call-heavy code: read shares, not absolute times.
+cProfile sees only the event-loop thread (kernel, runtime, anyio, pydantic); time spent waiting
+for the store's worker thread shows there as ``epoll.poll``. So the script also counts the calls
+that cross to that thread per superstep (W3) or per run (W5) -- each crossing is a queue put, a
+thread wake-up and a ``call_soon_threadsafe`` back -- and how long the worker was busy running
+them (the sqlite3 work itself, plus decoding checkpoints read back), by operation.
+``--no-profile`` gives those figures without profiler overhead. Besides the usual pstats table
+it prints the profile's own time grouped by package. cProfile inflates call-heavy code: read
+shares, not absolute times.
 """
 
 from __future__ import annotations
@@ -24,44 +25,42 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiosqlite.core
 import anyio
 from _durable import open_store, temp_dir
 from bench_w3_durable_chain import build_chain
 from bench_w4_pause_resume import ANSWER, START_MESSAGE, build_review
 
+from storage import _sqlite
 from workflow_engine import Runtime, WorkflowRunState
 
 HOPS: collections.Counter[str] = collections.Counter()
 WORKER_BUSY: collections.Counter[str] = collections.Counter()  # seconds inside each call kind
-_original_execute = aiosqlite.core.Connection._execute
+_original_call = _sqlite._Worker.call
 
 Workload = Callable[[], Awaitable[None]]
 
 
-async def _counting_execute(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    HOPS[getattr(fn, "__name__", type(fn).__name__)] += 1
-    return await _original_execute(self, fn, *args, **kwargs)
+def _op_name(fn: Any, args: tuple[Any, ...]) -> str:
+    """The store operation a hop runs (the transaction body for ``_transaction``)."""
+    name = getattr(fn, "__name__", type(fn).__name__)
+    if name == "_transaction" and len(args) > 1:
+        name = getattr(args[1], "__name__", name)
+    return name.lstrip("_")
 
 
-def _timed_worker(tx: Any) -> None:
-    """aiosqlite's worker loop, adding the time each queued call takes to ``WORKER_BUSY``."""
-    while True:
-        future, function = tx.get()
+async def _counting_call(self: Any, fn: Any, *args: Any) -> Any:
+    """One hop to the store's thread, counted, with the time the thread spends on it."""
+    name = _op_name(fn, args)
+    HOPS[name] += 1
+
+    def timed(*inner: Any) -> Any:
+        start = time.perf_counter()
         try:
-            start = time.perf_counter()
-            try:
-                result = function()
-            finally:
-                name = getattr(getattr(function, "func", function), "__name__", "?")
-                WORKER_BUSY[name] += time.perf_counter() - start
-            if future:
-                future.get_loop().call_soon_threadsafe(aiosqlite.core.set_result, future, result)
-            if result is aiosqlite.core._STOP_RUNNING_SENTINEL:
-                break
-        except BaseException as e:
-            if future:
-                future.get_loop().call_soon_threadsafe(aiosqlite.core.set_exception, future, e)
+            return fn(*inner)
+        finally:
+            WORKER_BUSY[name] += time.perf_counter() - start
+
+    return await _original_call(self, timed, *args)
 
 
 async def w3(tmp: Path, n: int, runs: int) -> tuple[Workload, int]:
@@ -106,8 +105,6 @@ WORKLOADS = {"w3": w3, "w5": w5}
 GROUPS = (
     ("select.epoll", "wait for the worker thread (epoll)"),
     ("sqlalchemy", "sqlalchemy"),
-    ("greenlet", "greenlet"),
-    ("aiosqlite", "aiosqlite"),
     ("SimpleQueue", "queue put (thread wake-up)"),
     ("pydantic", "pydantic"),
     ("anyio", "anyio"),
@@ -150,13 +147,13 @@ async def main(args: argparse.Namespace) -> None:
         elapsed = time.perf_counter() - start
     print(
         f"{args.workload}: {units} {unit}s in {elapsed:.3f} s ({elapsed / units * 1e6:.0f} µs per "
-        f"{unit}{'' if args.no_profile else ', under the profiler'}); aiosqlite thread hops per "
+        f"{unit}{'' if args.no_profile else ', under the profiler'}); store-thread hops per "
         f"{unit}: {sum(HOPS.values()) / units:.2f} "
         f"({', '.join(f'{k} {v / units:.2f}' for k, v in HOPS.most_common())})"
     )
     busy = sum(WORKER_BUSY.values())
     print(
-        f"  aiosqlite worker busy {busy / units * 1e6:.0f} µs per {unit} "
+        f"  store thread busy {busy / units * 1e6:.0f} µs per {unit} "
         f"({busy / elapsed:.0%} of wall time): "
         + ", ".join(f"{k} {v / units * 1e6:.0f} µs" for k, v in WORKER_BUSY.most_common(6))
     )
@@ -179,6 +176,5 @@ if __name__ == "__main__":
     parser.add_argument("--no-profile", action="store_true", help="only count thread hops")
     parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime, cumtime)")
     parser.add_argument("--limit", type=int, default=30, help="rows to print")
-    aiosqlite.core.Connection._execute = _counting_execute  # type: ignore[method-assign]
-    aiosqlite.core._connection_worker_thread = _timed_worker  # type: ignore[assignment]
+    _sqlite._Worker.call = _counting_call  # type: ignore[method-assign]
     anyio.run(main, parser.parse_args())

@@ -149,6 +149,8 @@ class AgentHostExecutor(Executor):
             return
         await ctx.set_state("answers", [])
         await ctx.set_state("awaiting", [])
+        # in the order the calls were held, whatever order the answers arrived in
+        answers.sort(key=lambda a: awaiting.index(a.id) if a.id in awaiting else len(awaiting))
         await self._append(ctx, [ChatMessage(role="user", contents=list(answers))])
         await self._turn(ctx)
 

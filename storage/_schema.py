@@ -8,115 +8,154 @@ Every row that holds encoded data records the codec and schema version that wrot
     checkpoints   per run, seq 0..n; kind "snapshot" (full JSON) or "delta" (changes vs. parent)
     requests      the inbox: pending → answered (by respond) → applied (by a commit) | cancelled
     journal       (v2) results of side effects, per run and key: never recomputed once stored
+
+The tables (and ``MIGRATIONS``) are built on first access: SQLAlchemy is needed only to create
+and migrate a database, not to import ``storage`` or to open a database that is up to date.
+The store's hot paths run constant SQL text that names exactly these tables and columns.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import (
-    Column,
-    Connection,
-    Float,
-    ForeignKey,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    UniqueConstraint,
-)
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from sqlalchemy import Connection, MetaData, Table
+
+    metadata: MetaData
+    schema_info: Table
+    runs: Table
+    checkpoints: Table
+    requests: Table
+    journal: Table
+    MIGRATIONS: dict[int, Callable[[Connection], None]]
 
 SCHEMA_VERSION = 2
 
-metadata = MetaData()
-
-schema_info = Table(
-    "we_schema",
-    metadata,
-    Column("id", Integer, primary_key=True),
-    Column("version", Integer, nullable=False),
-    Column("written_by", String(64), nullable=False),
-)
-
-runs = Table(
-    "runs",
-    metadata,
-    Column("run_id", String(64), primary_key=True),
-    Column("workflow_name", String(200), nullable=False),
-    Column("workflow_signature", String(64), nullable=False),
-    Column("status", String(40), nullable=False),
-    Column("superstep", Integer, nullable=False),
-    Column("created_at", Float, nullable=False),
-    Column("updated_at", Float, nullable=False),
-    Column("owner", String(200)),
-    Column("lease_expires_at", Float),
-    Column("version", Integer, nullable=False),
-    Column("latest_checkpoint_id", String(64)),
-    Column("checkpoint_seq", Integer, nullable=False),
-    Column("since_snapshot", Integer, nullable=False),
-    Column("error", Text),
-    Column("parent_run_id", String(64)),
-    Index("ix_runs_status", "status"),
-    Index("ix_runs_workflow", "workflow_name"),
-)
-
-checkpoints = Table(
-    "checkpoints",
-    metadata,
-    Column("checkpoint_id", String(64), primary_key=True),
-    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
-    Column("seq", Integer, nullable=False),
-    Column("superstep", Integer, nullable=False),
-    Column("kind", String(16), nullable=False),
-    Column("status", String(40), nullable=False),
-    Column("codec", String(64), nullable=False),
-    Column("schema_version", Integer, nullable=False),
-    Column("body", Text, nullable=False),
-    Column("created_at", Float, nullable=False),
-    UniqueConstraint("run_id", "seq", name="uq_checkpoints_run_seq"),
-)
-
-requests = Table(
-    "requests",
-    metadata,
-    Column("request_id", String(64), primary_key=True),
-    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
-    Column("port_id", String(200), nullable=False),
-    Column("source_executor_id", String(200), nullable=False),
-    Column("kind", String(16), nullable=False),
-    Column("data", Text, nullable=False),
-    Column("response_type", String(400), nullable=False),
-    Column("superstep", Integer, nullable=False),
-    Column("status", String(16), nullable=False),
-    Column("answer", Text),
-    Column("codec", String(64), nullable=False),
-    Column("created_at", Float, nullable=False),
-    Column("answered_at", Float),
-    Index("ix_requests_run_status", "run_id", "status"),
-    Index("ix_requests_status", "status"),
-)
+_DECLARED = ("metadata", "schema_info", "runs", "checkpoints", "requests", "journal", "MIGRATIONS")
+_LOCK = threading.Lock()  # stores migrate from their own threads: declare the tables once
 
 
-journal = Table(
-    "journal",
-    metadata,
-    Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True),
-    Column("key", String(400), primary_key=True),
-    Column("value", Text, nullable=False),
-    Column("created_at", Float, nullable=False),
-)
+def __getattr__(name: str) -> Any:
+    if name in _DECLARED:
+        with _LOCK:
+            if "metadata" not in globals():
+                globals().update(_declare())
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _create_v1(conn: Connection) -> None:
-    for table in (runs, checkpoints, requests):
-        table.create(conn, checkfirst=True)
+def _declare() -> dict[str, Any]:
+    from sqlalchemy import (
+        Column,
+        Float,
+        ForeignKey,
+        Index,
+        Integer,
+        MetaData,
+        String,
+        Table,
+        Text,
+        UniqueConstraint,
+    )
 
+    metadata = MetaData()
 
-def _add_journal_v2(conn: Connection) -> None:
-    journal.create(conn, checkfirst=True)
+    schema_info = Table(
+        "we_schema",
+        metadata,
+        Column("id", Integer, primary_key=True),
+        Column("version", Integer, nullable=False),
+        Column("written_by", String(64), nullable=False),
+    )
 
+    runs = Table(
+        "runs",
+        metadata,
+        Column("run_id", String(64), primary_key=True),
+        Column("workflow_name", String(200), nullable=False),
+        Column("workflow_signature", String(64), nullable=False),
+        Column("status", String(40), nullable=False),
+        Column("superstep", Integer, nullable=False),
+        Column("created_at", Float, nullable=False),
+        Column("updated_at", Float, nullable=False),
+        Column("owner", String(200)),
+        Column("lease_expires_at", Float),
+        Column("version", Integer, nullable=False),
+        Column("latest_checkpoint_id", String(64)),
+        Column("checkpoint_seq", Integer, nullable=False),
+        Column("since_snapshot", Integer, nullable=False),
+        Column("error", Text),
+        Column("parent_run_id", String(64)),
+        Index("ix_runs_status", "status"),
+        Index("ix_runs_workflow", "workflow_name"),
+    )
 
-MIGRATIONS: dict[int, Callable[[Connection], None]] = {1: _create_v1, 2: _add_journal_v2}
-"""Version N's migration upgrades a database at version N-1. Never edit one that shipped."""
+    checkpoints = Table(
+        "checkpoints",
+        metadata,
+        Column("checkpoint_id", String(64), primary_key=True),
+        Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+        Column("seq", Integer, nullable=False),
+        Column("superstep", Integer, nullable=False),
+        Column("kind", String(16), nullable=False),
+        Column("status", String(40), nullable=False),
+        Column("codec", String(64), nullable=False),
+        Column("schema_version", Integer, nullable=False),
+        Column("body", Text, nullable=False),
+        Column("created_at", Float, nullable=False),
+        UniqueConstraint("run_id", "seq", name="uq_checkpoints_run_seq"),
+    )
+
+    requests = Table(
+        "requests",
+        metadata,
+        Column("request_id", String(64), primary_key=True),
+        Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+        Column("port_id", String(200), nullable=False),
+        Column("source_executor_id", String(200), nullable=False),
+        Column("kind", String(16), nullable=False),
+        Column("data", Text, nullable=False),
+        Column("response_type", String(400), nullable=False),
+        Column("superstep", Integer, nullable=False),
+        Column("status", String(16), nullable=False),
+        Column("answer", Text),
+        Column("codec", String(64), nullable=False),
+        Column("created_at", Float, nullable=False),
+        Column("answered_at", Float),
+        Index("ix_requests_run_status", "run_id", "status"),
+        Index("ix_requests_status", "status"),
+    )
+
+    journal = Table(
+        "journal",
+        metadata,
+        Column(
+            "run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+        ),
+        Column("key", String(400), primary_key=True),
+        Column("value", Text, nullable=False),
+        Column("created_at", Float, nullable=False),
+    )
+
+    def _create_v1(conn: Connection) -> None:
+        for table in (runs, checkpoints, requests):
+            table.create(conn, checkfirst=True)
+
+    def _add_journal_v2(conn: Connection) -> None:
+        journal.create(conn, checkfirst=True)
+
+    migrations: dict[int, Callable[[Connection], None]] = {1: _create_v1, 2: _add_journal_v2}
+    """Version N's migration upgrades a database at version N-1. Never edit one that shipped."""
+
+    return {
+        "metadata": metadata,
+        "schema_info": schema_info,
+        "runs": runs,
+        "checkpoints": checkpoints,
+        "requests": requests,
+        "journal": journal,
+        "MIGRATIONS": migrations,
+    }

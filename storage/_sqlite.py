@@ -1,9 +1,15 @@
-"""SqliteStore: durable runs in one SQLite file (WAL), through SQLAlchemy Core over aiosqlite.
+"""SqliteStore: durable runs in one SQLite file (WAL), one worker thread, constant SQL text.
 
 Every write is one ``BEGIN IMMEDIATE`` transaction, so a superstep commit -- checkpoint, new
 requests, applied answers, run status -- lands whole or not at all, and two processes never
 interleave writes. A commit writes a *delta* (what the superstep changed) and, every
 ``snapshot_every`` commits, a full *snapshot*, so restore reads one snapshot plus a bounded tail.
+
+Execution: the store owns one ``sqlite3`` connection, used only by one dedicated thread. Each
+operation is one function run on that thread -- the whole transaction, ``BEGIN`` to ``COMMIT``,
+in one hop from the event loop -- over constant SQL text (``sqlite3`` caches the prepared
+statements). The schema is declared once, as SQLAlchemy Core tables in ``_schema.py``, which
+creates and migrates databases; SQLAlchemy is imported only when a database needs that.
 
 Durability: ``synchronous=NORMAL`` (default) survives a process crash at any point, and loses at
 most the last transactions on power loss; pass ``synchronous="FULL"`` (or set
@@ -12,18 +18,19 @@ most the last transactions on power loss; pass ``synchronous="FULL"`` (or set
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import ValidationError
-from sqlalchemy import delete, event, func, insert, select, update
-from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from workflow_engine import (
     Checkpoint,
@@ -34,7 +41,6 @@ from workflow_engine import (
     UnknownRequestError,
     WorkflowRunState,
     apply_delta,
-    delta_of,
 )
 from workflow_engine import __version__ as engine_version
 from workflow_engine._errors import (
@@ -56,18 +62,49 @@ from workflow_engine._store import (
     owner_is_dead,
 )
 
-from ._schema import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    checkpoints,
-    journal,
-    requests,
-    runs,
-    schema_info,
+from ._rows import admit_rows, checkpoint_row, new_request_rows, run_record, stored_request
+from ._schema import SCHEMA_VERSION
+from ._sql import (
+    REQUEST_COLUMNS,
+    RUN_COLUMNS,
+    SQL_ANSWER_STATE,
+    SQL_ANSWERED,
+    SQL_CHAIN,
+    SQL_CHECKPOINT_PLACE,
+    SQL_COMMIT_RUN,
+    SQL_COMMIT_RUN_RELEASE,
+    SQL_DROP_BEFORE,
+    SQL_HISTORY,
+    SQL_INSERT_CHECKPOINT,
+    SQL_INSERT_REQUEST,
+    SQL_INSERT_RUN,
+    SQL_JOURNAL_GET,
+    SQL_JOURNAL_PUT,
+    SQL_LATEST_CHAIN,
+    SQL_LATEST_SEQ,
+    SQL_LEASE_STATE,
+    SQL_LONG_HISTORIES,
+    SQL_MAKE_SNAPSHOT,
+    SQL_PRUNE,
+    SQL_RELEASE,
+    SQL_REQUEST,
+    SQL_REQUEST_AND_RUN,
+    SQL_REQUEST_STATUS,
+    SQL_RUN,
+    SQL_RUN_FOR_LEASE,
+    SQL_SCHEMA_VERSION,
+    SQL_SET_STATUS,
+    SQL_STORE_ANSWER,
+    SQL_TAKE_LEASE,
+    filtered,
 )
+from ._worker import Worker
 
 FaultHook = Callable[[str], None]
-_TERMINAL = ("idle", "cancelled", "failed")
+_RECENT_RUNS = 256  # latest checkpoints kept in memory (per store), most recently used first
+Conn = sqlite3.Connection
+
+# --- SQL (constant text: prepared once per connection by sqlite3's statement cache) -------------
 
 
 def default_db_path() -> Path:
@@ -104,10 +141,15 @@ class SqliteStore:
         self.busy_timeout = busy_timeout
         self.snapshot_every = snapshot_every
         self.fault_hook = fault_hook
-        self._writer: AsyncEngine | None = None
-        self._reader: AsyncEngine | None = None
+        self._worker: Worker | None = None
+        self._conn: Conn | None = None  # used only on the worker thread
+        self._opening = anyio.Lock()
+        self._finalizer: weakref.finalize[Any, Any] | None = None
         self._meta: dict[str, tuple[int, int]] = {}  # run_id -> (checkpoint_seq, since_snapshot)
         self._lease_seconds: dict[str, float] = {}
+        # run_id -> the latest checkpoint this store wrote or read, kept (on the store's thread
+        # only) so that resuming a run this process paused skips reading and parsing it again
+        self._recent: OrderedDict[str, Checkpoint] = OrderedDict()
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -119,80 +161,137 @@ class SqliteStore:
         await self.close()
 
     async def open(self) -> None:
-        if self._writer is not None:
+        """Connect (one connection, on the store's own thread) and check the schema version;
+        create or migrate the schema only when the database is new or older."""
+        if self._worker is not None:
             return
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreUnavailableError(
-                f"cannot create the directory for the database {self.path}: {exc.strerror}"
-            ) from exc
-        if not os.access(self.path.parent, os.W_OK):
-            raise StoreUnavailableError(
-                f"cannot write the database {self.path}: directory {self.path.parent} is not "
-                "writable"
-            )
-        self._writer = self._engine(immediate=True)
-        self._reader = self._engine(immediate=False)
-        try:
-            await self._migrate()
-        except BaseException:
-            await self.close()
-            raise
-
-    def _engine(self, *, immediate: bool) -> AsyncEngine:
-        engine = create_async_engine(
-            f"sqlite+aiosqlite:///{self.path}",
-            connect_args={"timeout": self.busy_timeout},
-        )
-        sync_mode = self.synchronous
-        busy_ms = int(self.busy_timeout * 1000)
-
-        @event.listens_for(engine.sync_engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
-            cursor = dbapi_conn.cursor()
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute(f"PRAGMA synchronous={sync_mode}")
-            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.close()
-
-        @event.listens_for(engine.sync_engine, "begin")
-        def _on_begin(conn: Any) -> None:
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-        return engine
+        async with self._opening:
+            if self._worker is not None:
+                return
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StoreUnavailableError(
+                    f"cannot create the directory for the database {self.path}: {exc.strerror}"
+                ) from exc
+            if not os.access(self.path.parent, os.W_OK):
+                raise StoreUnavailableError(
+                    f"cannot write the database {self.path}: directory {self.path.parent} is "
+                    "not writable"
+                )
+            worker = Worker(f"workflow-engine-sqlite:{self.path.name}")
+            try:
+                await worker.call(self._connect)
+            except BaseException:
+                worker.post(self._disconnect)
+                worker.stop()
+                raise
+            self._worker = worker
+            # a store dropped without close() must not leave its thread behind
+            self._finalizer = weakref.finalize(self, worker.stop)
 
     async def close(self) -> None:
-        for engine in (self._writer, self._reader):
-            if engine is not None:
-                await engine.dispose()
-        self._writer = self._reader = None
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        try:
+            await worker.call(self._disconnect)
+        finally:
+            if self._finalizer is not None:
+                self._finalizer.detach()
+            worker.stop()
 
-    async def _migrate(self) -> None:
-        async with self._write() as conn:
-            await conn.run_sync(lambda c: schema_info.create(c, checkfirst=True))
-            row = (await conn.execute(select(schema_info.c.version))).first()
-            current = row[0] if row else 0
-            if current > SCHEMA_VERSION:
-                raise SchemaVersionError(
-                    f"database {self.path} has schema version {current}, written by a newer "
-                    f"workflow-engine; this version understands up to {SCHEMA_VERSION}. Upgrade "
-                    "workflow-engine or use another database file."
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                await conn.run_sync(MIGRATIONS[version])
-            if current == 0:
-                await conn.execute(
-                    insert(schema_info).values(
-                        id=1, version=SCHEMA_VERSION, written_by=engine_version
+    # --- on the worker thread: connection and schema ------------------------------------------
+
+    def _connect(self) -> None:
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            current = self._schema_version(conn)
+            self._check_version(current)
+            if current < SCHEMA_VERSION:
+                self._migrate()
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._translate(exc) from exc
+            raise
+        self._conn = conn
+
+    def _disconnect(self) -> None:
+        self._recent.clear()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    @staticmethod
+    def _schema_version(conn: Conn) -> int:
+        try:
+            row = conn.execute(SQL_SCHEMA_VERSION).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return 0
+            raise
+        return row[0] if row else 0
+
+    def _check_version(self, current: int) -> None:
+        if current > SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"database {self.path} has schema version {current}, written by a newer "
+                f"workflow-engine; this version understands up to {SCHEMA_VERSION}. Upgrade "
+                "workflow-engine or use another database file."
+            )
+
+    def _migrate(self) -> None:
+        """Create or upgrade the schema through SQLAlchemy, on a connection of its own, in one
+        ``BEGIN IMMEDIATE`` transaction (a concurrent opener waits, then finds it done)."""
+        from sqlalchemy import create_engine, event, insert, select, update
+        from sqlalchemy.exc import DBAPIError
+        from sqlalchemy.pool import NullPool
+
+        from ._schema import MIGRATIONS, schema_info
+
+        def connect() -> Conn:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+            conn.execute("PRAGMA foreign_keys=ON")
+            return conn
+
+        engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+        event.listen(
+            engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"), named=False
+        )
+        try:
+            with engine.begin() as conn:
+                schema_info.create(conn, checkfirst=True)
+                row = conn.execute(select(schema_info.c.version)).first()
+                current = row[0] if row else 0
+                self._check_version(current)
+                for version in range(current + 1, SCHEMA_VERSION + 1):
+                    MIGRATIONS[version](conn)
+                if current == 0:
+                    conn.execute(
+                        insert(schema_info).values(
+                            id=1, version=SCHEMA_VERSION, written_by=engine_version
+                        )
                     )
-                )
-            elif current < SCHEMA_VERSION:
-                await conn.execute(
-                    update(schema_info).values(version=SCHEMA_VERSION, written_by=engine_version)
-                )
+                elif current < SCHEMA_VERSION:
+                    conn.execute(
+                        update(schema_info).values(
+                            version=SCHEMA_VERSION, written_by=engine_version
+                        )
+                    )
+        except DBAPIError as exc:
+            orig = exc.orig
+            raise (self._translate(orig) if isinstance(orig, sqlite3.Error) else exc) from exc
+        finally:
+            engine.dispose()
 
     # --- plumbing -------------------------------------------------------------------------------
 
@@ -200,32 +299,45 @@ class SqliteStore:
         if self.fault_hook is not None:
             self.fault_hook(point)
 
-    @asynccontextmanager
-    async def _write(self) -> AsyncIterator[AsyncConnection]:
-        if self._writer is None:
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the store's thread (one hop), opening the store if needed."""
+        worker = self._worker
+        if worker is None:
             await self.open()
-        assert self._writer is not None
+            worker = self._worker
+            assert worker is not None
+        return await worker.call(fn, *args)
+
+    async def _in_write(self, body: Callable[..., Any], *args: Any) -> Any:
+        """``body(conn, *args)`` in one ``BEGIN IMMEDIATE`` ... ``COMMIT`` on the store's thread."""
+        return await self._run(self._transaction, "BEGIN IMMEDIATE", body, args)
+
+    async def _query(self, body: Callable[..., Any], *args: Any) -> Any:
+        """``body(conn, *args)`` in autocommit mode: one statement, its own transaction."""
+        return await self._run(self._transaction, None, body, args)
+
+    def _transaction(self, begin: str | None, body: Callable[..., Any], args: tuple) -> Any:
+        conn = self._conn
+        if conn is None:
+            raise StorageError(f"database {self.path}: the store is closed")
         try:
-            async with self._writer.begin() as conn:
-                yield conn
-        except IntegrityError:
-            raise  # the caller knows which constraint means what
-        except DBAPIError as exc:
+            if begin is None:
+                return body(conn, *args)
+            conn.execute(begin)
+            try:
+                result = body(conn, *args)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                raise
+            return result
+        except sqlite3.Error as exc:
             raise self._translate(exc) from exc
 
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
-        if self._reader is None:
-            await self.open()
-        assert self._reader is not None
-        try:
-            async with self._reader.begin() as conn:
-                yield conn
-        except DBAPIError as exc:
-            raise self._translate(exc) from exc
-
-    def _translate(self, exc: DBAPIError) -> StorageError:
-        text = str(exc.orig) if exc.orig is not None else str(exc)
+    def _translate(self, exc: sqlite3.Error) -> StorageError:
+        text = str(exc)
         lowered = text.lower()
         if "locked" in lowered or "busy" in lowered:
             return StoreLockedError(
@@ -243,173 +355,327 @@ class SqliteStore:
     async def admit(self, checkpoint: Checkpoint, *, parent_run_id: str | None = None) -> None:
         now = time.time()
         self._fault("admit:before")
-        try:
-            async with self._write() as conn:
-                await conn.execute(
-                    insert(runs).values(
-                        run_id=checkpoint.run_id,
-                        workflow_name=checkpoint.workflow_name,
-                        workflow_signature=checkpoint.workflow_signature,
-                        status=checkpoint.status.value,
-                        superstep=checkpoint.superstep,
-                        created_at=now,
-                        updated_at=now,
-                        version=0,
-                        latest_checkpoint_id=checkpoint.checkpoint_id,
-                        checkpoint_seq=0,
-                        since_snapshot=0,
-                        parent_run_id=parent_run_id,
-                    )
-                )
-                await conn.execute(insert(checkpoints).values(**_checkpoint_row(checkpoint, 0)))
-                rows = _request_rows(checkpoint, list(checkpoint.pending_requests), now)
-                if rows:
-                    await conn.execute(insert(requests), rows)
-                self._fault("admit:inside")
-        except IntegrityError as exc:
-            raise StorageError(f"run {checkpoint.run_id!r} already exists") from exc
+        rows = admit_rows(checkpoint, now, parent_run_id, None, None, 0)
+        await self._run(self._admit_op, checkpoint, rows, None)
         self._fault("admit:after")
 
-    async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
+    async def admit_and_acquire(
+        self,
+        checkpoint: Checkpoint,
+        owner: str,
+        lease_seconds: float,
+        *,
+        parent_run_id: str | None = None,
+    ) -> Lease:
+        """``admit`` and ``acquire`` in one transaction (the run is born leased to ``owner``);
+        the same fault points as ``admit``. Optional: the Runtime uses it when a store has it."""
         now = time.time()
-        async with self._write() as conn:
-            row = (
-                await conn.execute(
-                    select(
-                        runs.c.owner,
-                        runs.c.lease_expires_at,
-                        runs.c.version,
-                        runs.c.checkpoint_seq,
-                        runs.c.since_snapshot,
-                    ).where(runs.c.run_id == run_id)
-                )
-            ).first()
-            if row is None:
-                raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
-            holder, expires, version, seq, since = row
-            if (
-                holder is not None
-                and holder != owner
-                and (expires or 0) > now
-                and not owner_is_dead(holder)
-            ):
-                raise RunBusyError(
-                    f"run {run_id!r} is being executed by another worker ({holder}); its lease "
-                    f"runs for {expires - now:.1f} s more"
-                )
-            expires_at = now + lease_seconds
-            await conn.execute(
-                update(runs)
-                .where(runs.c.run_id == run_id, runs.c.version == version)
-                .values(owner=owner, lease_expires_at=expires_at, version=version + 1)
+        expires_at = now + lease_seconds
+        self._fault("admit:before")
+        rows = admit_rows(checkpoint, now, parent_run_id, owner, expires_at, 1)
+        lease = Lease(checkpoint.run_id, owner, 1, expires_at)
+        await self._run(self._admit_op, checkpoint, rows, (lease, lease_seconds))
+        self._fault("admit:after")
+        return lease
+
+    def _admit_op(
+        self,
+        checkpoint: Checkpoint,
+        rows: tuple[tuple, tuple, list[tuple]],
+        leased: tuple[Lease, float] | None,
+    ) -> None:
+        self._transaction("BEGIN IMMEDIATE", self._admit, (checkpoint.run_id, *rows))
+        if leased is not None:  # after COMMIT, like every lease we take
+            self._leased(leased[0], (0, 0), leased[1])
+        self._remember(checkpoint)
+
+    def _admit(
+        self, conn: Conn, run_id: str, run: tuple, body: tuple, requests: list[tuple]
+    ) -> None:
+        try:
+            conn.execute(SQL_INSERT_RUN, run)
+        except sqlite3.IntegrityError as exc:
+            raise StorageError(f"run {run_id!r} already exists") from exc
+        conn.execute(SQL_INSERT_CHECKPOINT, body)
+        if requests:
+            conn.executemany(SQL_INSERT_REQUEST, requests)
+        self._fault("admit:inside")
+
+    async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
+        return await self._run(self._acquire, run_id, owner, lease_seconds)
+
+    def _acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
+        lease, meta = self._transaction(
+            "BEGIN IMMEDIATE", self._acquire_rows, (run_id, owner, lease_seconds)
+        )
+        self._leased(lease, meta, lease_seconds)
+        return lease
+
+    def _acquire_rows(
+        self, conn: Conn, run_id: str, owner: str, lease_seconds: float
+    ) -> tuple[Lease, tuple[int, int]]:
+        now = time.time()
+        row = conn.execute(SQL_LEASE_STATE, (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
+        return self._take_lease(conn, run_id, owner, lease_seconds, now, *row)
+
+    def _leased(self, lease: Lease, meta: tuple[int, int], lease_seconds: float) -> None:
+        """After the COMMIT that took ``lease``: where the run's checkpoint chain stands."""
+        self._meta[lease.run_id] = meta
+        self._lease_seconds[lease.run_id] = lease_seconds
+
+    def _take_lease(
+        self,
+        conn: Conn,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+        now: float,
+        holder: str | None,
+        expires: float | None,
+        version: int,
+        seq: int,
+        since: int,
+    ) -> tuple[Lease, tuple[int, int]]:
+        if (
+            holder is not None
+            and holder != owner
+            and (expires or 0) > now
+            and not owner_is_dead(holder)
+        ):
+            raise RunBusyError(
+                f"run {run_id!r} is being executed by another worker ({holder}); its lease "
+                f"runs for {expires - now:.1f} s more"  # type: ignore[operator]
             )
-        self._meta[run_id] = (seq, since)
-        self._lease_seconds[run_id] = lease_seconds
-        return Lease(run_id, owner, version + 1, expires_at)
+        expires_at = now + lease_seconds
+        conn.execute(SQL_TAKE_LEASE, (owner, expires_at, version + 1, run_id, version))
+        return Lease(run_id, owner, version + 1, expires_at), (seq, since)
+
+    async def acquire_latest(
+        self,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None = None,
+    ) -> tuple[RunRecord, Lease, Checkpoint | None, list[StoredRequest]]:
+        """What resuming needs, in one transaction: the run, its lease, its latest checkpoint
+        and its answered requests. ``check(run)`` runs first (on the store's thread); whatever
+        it raises aborts with nothing written. Optional: the Runtime uses it when a store has it.
+
+        A checkpoint that cannot be read releases the lease again and raises
+        ``StoreCorruptError``; a run without checkpoints gives ``None``.
+        """
+        return await self._run(self._acquire_latest, run_id, owner, lease_seconds, check)
+
+    def _acquire_latest(
+        self,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None,
+    ) -> tuple[RunRecord, Lease, Checkpoint | None, list[StoredRequest]]:
+        run, lease, meta, chain, answered = self._transaction(
+            "BEGIN IMMEDIATE", self._acquire_with_rows, (run_id, owner, lease_seconds, check)
+        )
+        self._leased(lease, meta, lease_seconds)
+        checkpoint = self._recall(run_id, run.latest_checkpoint_id) if chain is None else None
+        if chain is not None:
+            try:
+                checkpoint = self._fold(run_id, chain)
+            except BaseException:
+                self._release_lease(lease)
+                raise
+            self._remember(checkpoint)
+        return run, lease, checkpoint, answered
+
+    def _remember(self, checkpoint: Checkpoint) -> None:
+        """Keep ``checkpoint`` as its run's latest (after the COMMIT that wrote it, or a read).
+        Checkpoints are immutable, and each id names one content (``prune`` rewrites a body
+        as a snapshot of the same checkpoint), so a kept one is valid for as long as it is its
+        run's ``latest_checkpoint_id``."""
+        recent = self._recent
+        recent[checkpoint.run_id] = checkpoint
+        recent.move_to_end(checkpoint.run_id)
+        if len(recent) > _RECENT_RUNS:
+            recent.popitem(last=False)
+
+    def _recall(self, run_id: str, checkpoint_id: str | None) -> Checkpoint | None:
+        kept = self._recent.get(run_id)
+        return kept if kept is not None and kept.checkpoint_id == checkpoint_id else None
+
+    def _acquire_with_rows(
+        self,
+        conn: Conn,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None,
+    ) -> tuple[RunRecord, Lease, tuple[int, int], list[tuple] | None, list[StoredRequest]]:
+        now = time.time()
+        row = conn.execute(SQL_RUN_FOR_LEASE, (run_id,)).fetchone()
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
+        run = run_record(row)
+        if check is not None:
+            check(run)
+        lease, meta = self._take_lease(
+            conn, run_id, owner, lease_seconds, now, row[8], row[9], row[7], row[13], row[14]
+        )
+        known = self._recall(run_id, run.latest_checkpoint_id) is not None
+        chain = None if known else self._latest_chain(conn, run_id)
+        answered = [stored_request(r) for r in conn.execute(SQL_ANSWERED, (run_id,)).fetchall()]
+        return run, lease, meta, chain, answered
 
     async def release(self, lease: Lease) -> None:
-        async with self._write() as conn:
-            await conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == lease.run_id,
-                    runs.c.owner == lease.owner,
-                    runs.c.version == lease.version,
-                )
-                .values(owner=None, lease_expires_at=None)
-            )
+        await self._run(self._release_lease, lease)
+
+    def _release_lease(self, lease: Lease) -> None:
+        if self._transaction(None, self._release, (lease,)):
+            self._forget(lease.run_id)
+
+    @staticmethod
+    def _release(conn: Conn, lease: Lease) -> bool:
+        return conn.execute(SQL_RELEASE, (lease.run_id, lease.owner, lease.version)).rowcount == 1
+
+    def _forget(self, run_id: str) -> None:
+        """Our lease on ``run_id`` ended: drop what we kept for committing under it."""
+        self._meta.pop(run_id, None)
+        self._lease_seconds.pop(run_id, None)
 
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         """One transaction: fenced run update, checkpoint row, request changes."""
+        return await self._commit_checkpoint(lease, checkpoint, False)
+
+    async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
+        """``commit`` and ``release`` in one transaction, for a checkpoint after which this
+        execution writes nothing more (the run rests). The same fault points as ``commit``.
+        Optional: the Runtime uses it when a store has it."""
+        return await self._commit_checkpoint(lease, checkpoint, True)
+
+    async def _commit_checkpoint(
+        self, lease: Lease, checkpoint: Checkpoint, release: bool
+    ) -> Lease:
         now = time.time()
-        seq, since = self._meta.get(lease.run_id, (None, None))  # type: ignore[assignment]
-        if seq is None:
-            raise RunBusyError(f"run {lease.run_id!r}: commit without acquiring its lease")
+        run_id = lease.run_id
+        meta = self._meta.get(run_id)
+        if meta is None:
+            raise RunBusyError(f"run {run_id!r}: commit without acquiring its lease")
+        seq, since = meta
         seq += 1
         snapshot = checkpoint.parent_id is None or since + 1 >= self.snapshot_every
         since = 0 if snapshot else since + 1
         changes = checkpoint.changes
-        expires_at = now + self._lease_seconds.get(lease.run_id, 30.0)  # each commit renews
+        expires_at = now + self._lease_seconds.get(run_id, 30.0)  # each commit renews
         self._fault("commit:before")
-        async with self._write() as conn:
-            result = await conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == lease.run_id,
-                    runs.c.version == lease.version,
-                    runs.c.owner == lease.owner,
-                )
-                .values(
-                    version=lease.version + 1,
-                    status=checkpoint.status.value,
-                    superstep=checkpoint.superstep,
-                    updated_at=now,
-                    latest_checkpoint_id=checkpoint.checkpoint_id,
-                    checkpoint_seq=seq,
-                    since_snapshot=since,
-                    lease_expires_at=expires_at,
-                    error=None,
-                )
-            )
-            if result.rowcount != 1:
-                raise RunBusyError(
-                    f"run {lease.run_id!r} is being executed by another worker: our lease "
-                    "was taken over, so this superstep is not committed"
-                )
-            await conn.execute(
-                insert(checkpoints).values(**_checkpoint_row(checkpoint, seq, snapshot=snapshot))
-            )
-            if changes.requests_added:
-                rows = _request_rows(checkpoint, changes.requests_added, now)
-                if rows:
-                    await conn.execute(insert(requests), rows)
-            if changes.requests_answered:
-                await conn.execute(
-                    update(requests)
-                    .where(requests.c.request_id.in_(changes.requests_answered))
-                    .values(status="applied")
-                )
-            if changes.requests_cancelled:
-                await conn.execute(
-                    update(requests)
-                    .where(requests.c.request_id.in_(changes.requests_cancelled))
-                    .values(status="cancelled")
-                )
-            self._fault("commit:inside")
-        self._meta[lease.run_id] = (seq, since)
+        text = SQL_COMMIT_RUN_RELEASE if release else SQL_COMMIT_RUN
+        run = (
+            lease.version + 1,
+            checkpoint.status.value,
+            checkpoint.superstep,
+            now,
+            checkpoint.checkpoint_id,
+            seq,
+            since,
+            None if release else expires_at,
+            run_id,
+            lease.version,
+            lease.owner,
+        )
+        added = changes.requests_added
+        request_rows = new_request_rows(checkpoint, added, now) if added else None
+        status_rows = [("applied", r) for r in changes.requests_answered]
+        status_rows += [("cancelled", r) for r in changes.requests_cancelled]
+        body = checkpoint_row(checkpoint, seq, snapshot=snapshot)
+        meta = (seq, since)
+        await self._run(self._commit, checkpoint, text, run, body, request_rows, status_rows, meta)
         self._fault("commit:after")
-        return Lease(lease.run_id, lease.owner, lease.version + 1, expires_at)
+        return Lease(run_id, lease.owner, lease.version + 1, expires_at)
+
+    def _commit(
+        self,
+        checkpoint: Checkpoint,
+        text: str,
+        run: tuple,
+        body: tuple,
+        request_rows: list[tuple] | None,
+        status_rows: list[tuple[str, str]],
+        meta: tuple[int, int],
+    ) -> None:
+        rows = (text, run, body, request_rows, status_rows)
+        self._transaction("BEGIN IMMEDIATE", self._commit_rows, rows)
+        # after COMMIT, on this thread (even if the caller gave up waiting)
+        if text is SQL_COMMIT_RUN_RELEASE:
+            self._forget(run[8])
+        else:
+            self._meta[run[8]] = meta
+        self._remember(checkpoint)
+
+    def _commit_rows(
+        self,
+        conn: Conn,
+        text: str,
+        run: tuple,
+        body: tuple,
+        request_rows: list[tuple] | None,
+        status_rows: list[tuple[str, str]],
+    ) -> None:
+        run_id = run[8]
+        if conn.execute(text, run).rowcount != 1:
+            raise RunBusyError(
+                f"run {run_id!r} is being executed by another worker: our lease "
+                "was taken over, so this superstep is not committed"
+            )
+        conn.execute(SQL_INSERT_CHECKPOINT, body)
+        if request_rows:
+            conn.executemany(SQL_INSERT_REQUEST, request_rows)
+        if status_rows:
+            conn.executemany(SQL_REQUEST_STATUS, status_rows)
+        self._fault("commit:inside")
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
     ) -> Lease:
-        async with self._write() as conn:
-            result = await conn.execute(
-                update(runs)
-                .where(
-                    runs.c.run_id == lease.run_id,
-                    runs.c.version == lease.version,
-                    runs.c.owner == lease.owner,
-                )
-                .values(
-                    version=lease.version + 1,
-                    status=status.value,
-                    updated_at=time.time(),
-                    error=json.dumps(error) if error else None,
-                )
+        params = (
+            lease.version + 1,
+            status.value,
+            time.time(),
+            json.dumps(error) if error else None,
+            lease.run_id,
+            lease.version,
+            lease.owner,
+        )
+        if not await self._query(_update_one, SQL_SET_STATUS, params):
+            raise RunBusyError(
+                f"run {lease.run_id!r} is being executed by another worker: status not set"
             )
-            if result.rowcount != 1:
-                raise RunBusyError(
-                    f"run {lease.run_id!r} is being executed by another worker: status not set"
-                )
         return Lease(lease.run_id, lease.owner, lease.version + 1, lease.expires_at)
 
     async def get_run(self, run_id: str) -> RunRecord:
-        async with self._read() as conn:
-            row = (await conn.execute(select(runs).where(runs.c.run_id == run_id))).first()
+        row = await self._query(_fetch_one, SQL_RUN, (run_id,))
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
-        return _run_record(row)
+        return run_record(row)
+
+    async def get_run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
+        """``get_run`` and ``latest`` in one read. Optional: the Runtime uses it if present."""
+        return await self._run(self._get_run_and_latest, run_id)
+
+    def _get_run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
+        row, chain = self._transaction("BEGIN", self._run_and_chain, (run_id,))
+        if row is None:
+            raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
+        if chain is None:
+            return run_record(row), self._recall(run_id, row[10])
+        checkpoint = self._fold(run_id, chain)
+        self._remember(checkpoint)
+        return run_record(row), checkpoint
+
+    def _run_and_chain(self, conn: Conn, run_id: str) -> tuple[tuple | None, list | None]:
+        row = conn.execute(SQL_RUN, (run_id,)).fetchone()
+        if row is None or self._recall(run_id, row[10]) is not None:
+            return row, None
+        return row, self._latest_chain(conn, run_id)
 
     async def list_runs(
         self,
@@ -417,15 +683,19 @@ class SqliteStore:
         workflow: str | None = None,
         limit: int | None = None,
     ) -> Sequence[RunRecord]:
-        query = select(runs).order_by(runs.c.created_at, runs.c.run_id)
-        if status is not None:
-            query = query.where(runs.c.status == WorkflowRunState(status).value)
-        if workflow is not None:
-            query = query.where(runs.c.workflow_name == workflow)
+        text, params = filtered(
+            f"SELECT {RUN_COLUMNS} FROM runs",
+            (
+                ("status", WorkflowRunState(status).value if status is not None else None),
+                ("workflow_name", workflow),
+            ),
+            "created_at, run_id",
+        )
         if limit is not None:
-            query = query.limit(limit)
-        async with self._read() as conn:
-            return [_run_record(r) for r in await conn.execute(query)]
+            text += " LIMIT ?"
+            params.append(limit)
+        rows = await self._query(_fetch_all, text, params)
+        return [run_record(r) for r in rows]
 
     # --- checkpoints ----------------------------------------------------------------------------
 
@@ -442,56 +712,43 @@ class SqliteStore:
         await self.release(lease)
 
     async def latest(self, run_id: str) -> Checkpoint | None:
-        async with self._read() as conn:
-            seq = (
-                await conn.execute(
-                    select(func.max(checkpoints.c.seq)).where(checkpoints.c.run_id == run_id)
-                )
-            ).scalar()
-            if seq is None:
-                return None
-            return await self._materialize(conn, run_id, seq)
+        return await self._run(self._latest, run_id)
+
+    def _latest(self, run_id: str) -> Checkpoint | None:
+        chain = self._transaction("BEGIN", self._latest_chain, (run_id,))
+        return self._fold(run_id, chain) if chain is not None else None
+
+    def _latest_chain(self, conn: Conn, run_id: str) -> list[tuple] | None:
+        """The rows to fold for the run's latest checkpoint; None if it has none."""
+        rows = conn.execute(SQL_LATEST_CHAIN, (run_id, run_id)).fetchall()
+        if rows:
+            return rows
+        seq = conn.execute(SQL_LATEST_SEQ, (run_id,)).fetchone()[0]
+        return self._chain(conn, run_id, seq) if seq is not None else None  # raises: no snapshot
 
     async def load(self, checkpoint_id: str) -> Checkpoint:
-        async with self._read() as conn:
-            row = (
-                await conn.execute(
-                    select(checkpoints.c.run_id, checkpoints.c.seq).where(
-                        checkpoints.c.checkpoint_id == checkpoint_id
-                    )
-                )
-            ).first()
-            if row is None:
-                raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in {self.path}")
-            return await self._materialize(conn, row[0], row[1])
+        return await self._run(self._load, checkpoint_id)
 
-    async def _materialize(self, conn: AsyncConnection, run_id: str, seq: int) -> Checkpoint:
-        """Fold the latest snapshot at or before ``seq`` and the deltas after it."""
-        base = (
-            await conn.execute(
-                select(func.max(checkpoints.c.seq)).where(
-                    checkpoints.c.run_id == run_id,
-                    checkpoints.c.seq <= seq,
-                    checkpoints.c.kind == "snapshot",
-                )
-            )
-        ).scalar()
-        if base is None:
+    def _load(self, checkpoint_id: str) -> Checkpoint:
+        run_id, chain = self._transaction("BEGIN", self._load_chain, (checkpoint_id,))
+        return self._fold(run_id, chain)
+
+    def _load_chain(self, conn: Conn, checkpoint_id: str) -> tuple[str, list[tuple]]:
+        row = conn.execute(SQL_CHECKPOINT_PLACE, (checkpoint_id,)).fetchone()
+        if row is None:
+            raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in {self.path}")
+        return row[0], self._chain(conn, row[0], row[1])
+
+    def _chain(self, conn: Conn, run_id: str, seq: int) -> list[tuple]:
+        """The rows to fold for checkpoint ``seq``: the latest snapshot at or before it and the
+        deltas after that snapshot."""
+        rows = conn.execute(SQL_CHAIN, (run_id, seq, run_id, seq)).fetchall()
+        if not rows:
             raise StoreCorruptError(f"run {run_id!r}: no snapshot at or before checkpoint #{seq}")
-        rows = await conn.execute(
-            select(
-                checkpoints.c.checkpoint_id,
-                checkpoints.c.seq,
-                checkpoints.c.kind,
-                checkpoints.c.body,
-            )
-            .where(
-                checkpoints.c.run_id == run_id,
-                checkpoints.c.seq >= base,
-                checkpoints.c.seq <= seq,
-            )
-            .order_by(checkpoints.c.seq)
-        )
+        return rows
+
+    @staticmethod
+    def _fold(run_id: str, rows: list[tuple]) -> Checkpoint:
         current: Checkpoint | None = None
         for checkpoint_id, row_seq, kind, body in rows:
             try:
@@ -512,23 +769,11 @@ class SqliteStore:
         return [await self.load(info.checkpoint_id) for info in await self.history(run_id)]
 
     async def history(self, run_id: str) -> Sequence[CheckpointInfo]:
-        async with self._read() as conn:
-            rows = await conn.execute(
-                select(
-                    checkpoints.c.checkpoint_id,
-                    checkpoints.c.seq,
-                    checkpoints.c.superstep,
-                    checkpoints.c.status,
-                    checkpoints.c.created_at,
-                    checkpoints.c.kind,
-                )
-                .where(checkpoints.c.run_id == run_id)
-                .order_by(checkpoints.c.seq)
-            )
-            return [
-                CheckpointInfo(cid, run_id, seq, step, WorkflowRunState(status), created, kind)
-                for cid, seq, step, status, created, kind in rows
-            ]
+        rows = await self._query(_fetch_all, SQL_HISTORY, (run_id,))
+        return [
+            CheckpointInfo(cid, run_id, seq, step, WorkflowRunState(status), created, kind)
+            for cid, seq, step, status, created, kind in rows
+        ]
 
     async def delete(self, checkpoint_id: str) -> None:
         raise StorageError("checkpoints are removed with prune(keep_last=...)")
@@ -536,88 +781,81 @@ class SqliteStore:
     # --- requests -------------------------------------------------------------------------------
 
     async def get_request(self, request_id: str) -> StoredRequest:
-        async with self._read() as conn:
-            row = (
-                await conn.execute(select(requests).where(requests.c.request_id == request_id))
-            ).first()
+        row = await self._query(_fetch_one, SQL_REQUEST, (request_id,))
         if row is None:
             raise UnknownRequestError(f"no request {request_id!r} in {self.path}")
-        return _request(row)
+        return stored_request(row)
+
+    async def get_request_and_run(self, request_id: str) -> tuple[StoredRequest, RunRecord]:
+        """``get_request`` and the ``get_run`` of its run in one read. Optional: the Runtime
+        uses it when a store has it."""
+        row = await self._query(_fetch_one, SQL_REQUEST_AND_RUN, (request_id,))
+        if row is None:
+            raise UnknownRequestError(f"no request {request_id!r} in {self.path}")
+        if row[12] is None:
+            raise RunNotFoundError(f"no run {row[1]!r} in {self.path}")
+        return stored_request(row), run_record(row[12:])
 
     async def list_requests(
         self, run_id: str | None = None, status: RequestStatus | None = "pending"
     ) -> Sequence[StoredRequest]:
-        query = select(requests).order_by(requests.c.created_at, requests.c.request_id)
-        if run_id is not None:
-            query = query.where(requests.c.run_id == run_id)
-        if status is not None:
-            query = query.where(requests.c.status == status)
-        async with self._read() as conn:
-            return [_request(r) for r in await conn.execute(query)]
+        text, params = filtered(
+            f"SELECT {REQUEST_COLUMNS} FROM requests",
+            (("run_id", run_id), ("status", status)),
+            "created_at, request_id",
+        )
+        return [stored_request(r) for r in await self._query(_fetch_all, text, params)]
 
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
         text = canonical_json(answer)
         self._fault("answer:before")
-        async with self._write() as conn:
-            row = (
-                await conn.execute(
-                    select(requests.c.status, requests.c.answer, requests.c.run_id).where(
-                        requests.c.request_id == request_id
-                    )
-                )
-            ).first()
-            if row is None:
-                raise UnknownRequestError(f"no request {request_id!r} in {self.path}")
-            status, previous, run_id = row
-            if status == "cancelled":
-                raise RequestCancelledError(f"run {run_id!r}: request {request_id!r} was cancelled")
-            if status in ("answered", "applied"):
-                if previous == text:
-                    return AnswerOutcome.DUPLICATE
-                raise RequestAlreadyAnsweredError(
-                    f"run {run_id!r}: request {request_id!r} was already answered with a "
-                    "different value; an answer cannot be changed"
-                )
-            await conn.execute(
-                update(requests)
-                .where(requests.c.request_id == request_id, requests.c.status == "pending")
-                .values(status="answered", answer=text, answered_at=time.time())
+        outcome = await self._in_write(self._answer, request_id, text)
+        if outcome is AnswerOutcome.STORED:
+            self._fault("answer:after")
+        return outcome
+
+    def _answer(self, conn: Conn, request_id: str, text: str) -> AnswerOutcome:
+        if conn.execute(SQL_STORE_ANSWER, (text, time.time(), request_id)).rowcount == 1:
+            self._fault("answer:inside")  # it was pending: stored
+            return AnswerOutcome.STORED
+        row = conn.execute(SQL_ANSWER_STATE, (request_id,)).fetchone()
+        if row is None:
+            raise UnknownRequestError(f"no request {request_id!r} in {self.path}")
+        status, previous, run_id = row
+        if status == "cancelled":
+            raise RequestCancelledError(f"run {run_id!r}: request {request_id!r} was cancelled")
+        if status in ("answered", "applied"):
+            if previous == text:
+                return AnswerOutcome.DUPLICATE
+            raise RequestAlreadyAnsweredError(
+                f"run {run_id!r}: request {request_id!r} was already answered with a "
+                "different value; an answer cannot be changed"
             )
-            self._fault("answer:inside")
-        self._fault("answer:after")
-        return AnswerOutcome.STORED
+        raise StorageError(f"request {request_id!r} has an unknown status {status!r}")
 
     # --- side-effect journal ------------------------------------------------------------------
 
     async def journal_get(self, run_id: str, key: str) -> Any | None:
-        async with self._read() as conn:
-            value = (
-                await conn.execute(
-                    select(journal.c.value).where(journal.c.run_id == run_id, journal.c.key == key)
-                )
-            ).scalar()
-        return json.loads(value) if value is not None else None
+        row = await self._query(_fetch_one, SQL_JOURNAL_GET, (run_id, key))
+        return json.loads(row[0]) if row is not None else None
 
     async def journal_put(self, run_id: str, key: str, value: Any) -> Any:
         """Insert unless present (first writer wins); returns the stored value."""
         text = canonical_json(value)
         self._fault("journal:before")
-        async with self._write() as conn:
-            stored = (
-                await conn.execute(
-                    select(journal.c.value).where(journal.c.run_id == run_id, journal.c.key == key)
-                )
-            ).scalar()
-            if stored is None:
-                await conn.execute(
-                    insert(journal).values(
-                        run_id=run_id, key=key, value=text, created_at=time.time()
-                    )
-                )
-                stored = text
-            self._fault("journal:inside")
+        stored = await self._in_write(self._journal_put, run_id, key, text)
         self._fault("journal:after")
         return json.loads(stored)
+
+    def _journal_put(self, conn: Conn, run_id: str, key: str, text: str) -> str:
+        row = conn.execute(SQL_JOURNAL_GET, (run_id, key)).fetchone()
+        if row is None:
+            conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, time.time()))
+            stored = text
+        else:
+            stored = row[0]
+        self._fault("journal:inside")
+        return stored
 
     # --- retention ------------------------------------------------------------------------------
 
@@ -626,126 +864,41 @@ class SqliteStore:
     ) -> int:
         deleted = 0
         if finished_before is not None:
-            async with self._write() as conn:
-                doomed = [
-                    r[0]
-                    for r in await conn.execute(
-                        select(runs.c.run_id).where(
-                            runs.c.status.in_(_TERMINAL), runs.c.updated_at < finished_before
-                        )
-                    )
-                ]
-                for table in (checkpoints, requests, journal):
-                    result = await conn.execute(delete(table).where(table.c.run_id.in_(doomed)))
-                    if table is checkpoints:
-                        deleted += result.rowcount
-                await conn.execute(delete(runs).where(runs.c.run_id.in_(doomed)))
+            deleted += await self._in_write(_prune_finished, finished_before)
         if keep_last is not None:
             if keep_last < 1:
                 raise ValueError("keep_last must be at least 1")
-            deleted += await self._keep_last(keep_last)
+            deleted += await self._in_write(self._keep_last, keep_last)
         return deleted
 
-    async def _keep_last(self, keep: int) -> int:
+    def _keep_last(self, conn: Conn, keep: int) -> int:
         deleted = 0
-        async with self._write() as conn:
-            counts = await conn.execute(
-                select(checkpoints.c.run_id, func.max(checkpoints.c.seq), func.count())
-                .group_by(checkpoints.c.run_id)
-                .having(func.count() > keep)
-            )
-            for run_id, max_seq, _count in list(counts):
-                first_kept = max_seq - keep + 1
-                # the oldest kept checkpoint becomes a snapshot, so nothing kept needs the rest
-                full = await self._materialize(conn, run_id, first_kept)
-                await conn.execute(
-                    update(checkpoints)
-                    .where(checkpoints.c.run_id == run_id, checkpoints.c.seq == first_kept)
-                    .values(kind="snapshot", body=full.model_dump_json())
-                )
-                result = await conn.execute(
-                    delete(checkpoints).where(
-                        checkpoints.c.run_id == run_id, checkpoints.c.seq < first_kept
-                    )
-                )
-                deleted += result.rowcount
+        for run_id, max_seq, _count in conn.execute(SQL_LONG_HISTORIES, (keep,)).fetchall():
+            first_kept = max_seq - keep + 1
+            # the oldest kept checkpoint becomes a snapshot, so nothing kept needs the rest
+            full = self._fold(run_id, self._chain(conn, run_id, first_kept))
+            conn.execute(SQL_MAKE_SNAPSHOT, (full.model_dump_json(), run_id, first_kept))
+            deleted += conn.execute(SQL_DROP_BEFORE, (run_id, first_kept)).rowcount
         return deleted
 
 
-def _checkpoint_row(checkpoint: Checkpoint, seq: int, *, snapshot: bool = True) -> dict[str, Any]:
-    body = checkpoint.model_dump_json() if snapshot else delta_of(checkpoint).model_dump_json()
-    return {
-        "checkpoint_id": checkpoint.checkpoint_id,
-        "run_id": checkpoint.run_id,
-        "seq": seq,
-        "superstep": checkpoint.superstep,
-        "kind": "snapshot" if snapshot else "delta",
-        "status": checkpoint.status.value,
-        "codec": checkpoint.codec,
-        "schema_version": checkpoint.schema_version,
-        "body": body,
-        "created_at": checkpoint.created_at,
-    }
+# --- statements and rows ------------------------------------------------------------------------
 
 
-def _request_rows(checkpoint: Checkpoint, ids: Sequence[str], now: float) -> list[dict[str, Any]]:
-    rows = []
-    for rid in ids:
-        record = checkpoint.pending_requests.get(rid)
-        if record is None:
-            continue
-        rows.append(
-            {
-                "request_id": rid,
-                "run_id": checkpoint.run_id,
-                "port_id": record.port_id,
-                "source_executor_id": record.source_executor_id,
-                "kind": record.kind,
-                "data": json.dumps(record.data),
-                "response_type": record.response_type,
-                "superstep": record.superstep,
-                "status": "pending",
-                "answer": None,
-                "codec": checkpoint.codec,
-                "created_at": now,
-                "answered_at": None,
-            }
-        )
-    return rows
+def _fetch_one(conn: Conn, text: str, params: Sequence[Any]) -> tuple | None:
+    return conn.execute(text, params).fetchone()
 
 
-def _run_record(row: Any) -> RunRecord:
-    m = row._mapping
-    return RunRecord(
-        run_id=m["run_id"],
-        workflow_name=m["workflow_name"],
-        workflow_signature=m["workflow_signature"],
-        status=WorkflowRunState(m["status"]),
-        superstep=m["superstep"],
-        created_at=m["created_at"],
-        updated_at=m["updated_at"],
-        version=m["version"],
-        owner=m["owner"],
-        lease_expires_at=m["lease_expires_at"],
-        latest_checkpoint_id=m["latest_checkpoint_id"],
-        error=json.loads(m["error"]) if m["error"] else None,
-        parent_run_id=m["parent_run_id"],
-    )
+def _fetch_all(conn: Conn, text: str, params: Sequence[Any]) -> list[tuple]:
+    return conn.execute(text, params).fetchall()
 
 
-def _request(row: Any) -> StoredRequest:
-    m = row._mapping
-    return StoredRequest(
-        request_id=m["request_id"],
-        run_id=m["run_id"],
-        port_id=m["port_id"],
-        source_executor_id=m["source_executor_id"],
-        kind=m["kind"],
-        data=json.loads(m["data"]),
-        response_type=m["response_type"],
-        superstep=m["superstep"],
-        status=m["status"],
-        answer=json.loads(m["answer"]) if m["answer"] is not None else None,
-        created_at=m["created_at"],
-        answered_at=m["answered_at"],
-    )
+def _update_one(conn: Conn, text: str, params: Sequence[Any]) -> bool:
+    return conn.execute(text, params).rowcount == 1
+
+
+def _prune_finished(conn: Conn, finished_before: float) -> int:
+    deleted = conn.execute(SQL_PRUNE["checkpoints"], (finished_before,)).rowcount
+    for table in ("requests", "journal", "runs"):
+        conn.execute(SQL_PRUNE[table], (finished_before,))
+    return deleted

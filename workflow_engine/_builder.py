@@ -6,8 +6,6 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, get_args, get_origin
 
-import networkx as nx
-
 from ._errors import (
     DuplicateExecutorError,
     EdgeTypeMismatchError,
@@ -236,6 +234,8 @@ def _check_fan_in(nodes: dict[str, Node], group: EdgeGroup) -> None:
 def _check_reachable(
     name: str, nodes: dict[str, Node], start: str, groups: Sequence[EdgeGroup]
 ) -> None:
+    import networkx as nx  # imported here: it costs ~100 ms, and only build() needs it
+
     g = nx.DiGraph()
     g.add_nodes_from(nodes)
     for group in groups:

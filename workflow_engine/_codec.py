@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import math
+from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -31,6 +32,16 @@ JSONValue = Any
 """A value made only of dict (str keys), list, str, int, float, bool and None."""
 
 _PRIMITIVES = frozenset({str, int, bool, type(None)})
+_SCALARS = frozenset({str, int, bool, float, type(None)})
+"""JSON scalars: encoded as they are (floats if finite) and decoded as they are. A list or dict
+of only these is encoded and decoded by copying it, after one type check over its items."""
+_STR_ONLY = frozenset({str})
+
+
+def _finite(values: Iterable[Any]) -> bool:
+    """No float in ``values`` is NaN or infinite (those are encoded as ``{"$float": ...}``)."""
+    isfinite = math.isfinite
+    return all(isfinite(v) for v in values if type(v) is float)
 
 
 @runtime_checkable
@@ -96,6 +107,11 @@ class TaggedJsonCodec:
         if t is float:
             return value if math.isfinite(value) else {"$float": repr(value)}
         if t is list:
+            # fast path: a list of JSON scalars (one C-level type pass) is copied as it is
+            if _PRIMITIVES.issuperset(map(type, value)):
+                return value.copy()
+            if _SCALARS.issuperset(map(type, value)) and _finite(value):
+                return value.copy()
             return [self.encode(v) for v in value]
         if t is dict:
             return self._encode_dict(value)
@@ -147,6 +163,13 @@ class TaggedJsonCodec:
             ) from exc
 
     def _encode_dict(self, value: dict[Any, Any]) -> JSONValue:
+        if (
+            _STR_ONLY.issuperset(map(type, value))
+            and _SCALARS.issuperset(map(type, value.values()))
+            and not any(k.startswith("$") for k in value)
+            and _finite(value.values())
+        ):
+            return value.copy()  # fast path: plain keys, JSON scalar values
         if all(type(k) is str for k in value):
             encoded = {k: self.encode(v) for k, v in value.items()}
             if any(k.startswith("$") for k in value):
@@ -159,6 +182,8 @@ class TaggedJsonCodec:
     def decode(self, data: JSONValue) -> Any:
         t = type(data)
         if t is list:
+            if _SCALARS.issuperset(map(type, data)):
+                return data.copy()  # fast path: nothing nested, nothing tagged
             return [self.decode(v) for v in data]
         if t is not dict:
             return data
@@ -166,6 +191,8 @@ class TaggedJsonCodec:
             return {}
         marker = next(iter(data))
         if not marker.startswith("$"):
+            if _SCALARS.issuperset(map(type, data.values())):
+                return data.copy()
             return {k: self.decode(v) for k, v in data.items()}
         body = data[marker]
         if marker == "$type":

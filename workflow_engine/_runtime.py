@@ -70,15 +70,40 @@ class PendingRequest:
     created_at: float
 
 
-class _LeasedStore:
-    """The CheckpointStore the runner writes to: every save is a fenced commit under the lease."""
+_RESTING = frozenset(
+    {WorkflowRunState.IDLE, WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, WorkflowRunState.CANCELLED}
+)
 
-    def __init__(self, store: RunStore, lease: Lease, fallback: JournalStore) -> None:
+
+class _LeasedStore:
+    """The CheckpointStore the runner writes to: every save is a fenced commit under the lease.
+
+    ``release_on_rest``: the caller guarantees that nothing is written after a checkpoint in
+    which the run rests (no one can cancel the run loop), so that commit may also end the lease
+    -- one transaction instead of two -- when the store has ``commit_and_release``.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        lease: Lease,
+        journal: JournalStore,
+        *,
+        release_on_rest: bool = False,
+    ) -> None:
         self.store = store
         self.lease = lease
-        self._journal = store if isinstance(store, JournalStore) else fallback
+        self._journal = journal  # the store itself if it is a JournalStore, else the fallback
+        self._commit_and_release = (
+            getattr(store, "commit_and_release", None) if release_on_rest else None
+        )
+        self.released = False
 
     async def save(self, checkpoint: Checkpoint) -> None:
+        if self._commit_and_release is not None and checkpoint.status in _RESTING:
+            self.lease = await self._commit_and_release(self.lease, checkpoint)
+            self.released = True
+            return
         self.lease = await self.store.commit(self.lease, checkpoint)
 
     async def load(self, checkpoint_id: str) -> Checkpoint:
@@ -111,6 +136,23 @@ class Runtime:
         self.lease_seconds = lease_seconds
         self._factories: dict[str, WorkflowFactory] = {}
         self._workflows: dict[str, Workflow] = {}
+        self._store_journal: tuple[RunStore, bool] | None = None
+
+    def _sink(self, wf: Workflow, lease: Lease, *, streaming: bool = False) -> _LeasedStore:
+        """What the runner commits to under ``lease`` (journal: the store's, if it keeps one).
+        Without a stream no one can cancel the run loop, so a resting commit ends the lease."""
+        store = self.store
+        known = self._store_journal
+        if known is None or known[0] is not store:  # a protocol isinstance check is slow
+            known = self._store_journal = (store, isinstance(store, JournalStore))
+        journal: Any = store if known[1] else wf.fallback_journal
+        return _LeasedStore(store, lease, journal, release_on_rest=not streaming)
+
+    async def _release(self, sink: _LeasedStore) -> None:
+        """End the lease (unless the last commit did), even when the caller is cancelled."""
+        if not sink.released:
+            with anyio.CancelScope(shield=True):
+                await self.store.release(sink.lease)
 
     def _lease_owner(self) -> str:
         """A distinct owner token per execution, so two tasks of one process cannot both hold
@@ -172,40 +214,127 @@ class Runtime:
         max_supersteps: int | None = None,
     ) -> WorkflowRunResult:
         """Admit and execute a run until it rests (finished, paused, failed...)."""
-        rid = await self.start(name, message, run_id=run_id)
-        return await self.resume(rid, max_supersteps=max_supersteps)
+        admit_and_acquire = getattr(self.store, "admit_and_acquire", None)
+        if admit_and_acquire is None:
+            rid = await self.start(name, message, run_id=run_id)
+            return await self.resume(rid, max_supersteps=max_supersteps)
+        # one transaction admits the run already leased to us: nothing to read back
+        wf = self.workflow(name)
+        checkpoint = wf.admit(message, run_id=run_id)
+        lease = await admit_and_acquire(checkpoint, self._lease_owner(), self.lease_seconds)
+        sink = self._sink(wf, lease)
+        try:
+            return await self._drive(wf, sink, checkpoint, [], max_supersteps)
+        finally:
+            await self._release(sink)
 
     async def resume(self, run_id: str, *, max_supersteps: int | None = None) -> WorkflowRunResult:
         """Continue a run from its latest checkpoint with every stored answer, until it rests."""
-        stream = self.resume_stream(run_id, max_supersteps=max_supersteps)
-        async with aclosing(stream):
-            async for _ in stream:
-                pass
-        assert stream.result is not None
-        return stream.result
+        wf, sink, loaded = await self._acquire(run_id)
+        try:
+            checkpoint, answers = await self._resume_point(wf, run_id, loaded)
+            return await self._drive(wf, sink, checkpoint, answers, max_supersteps)
+        finally:
+            await self._release(sink)
 
     def resume_stream(self, run_id: str, *, max_supersteps: int | None = None) -> RuntimeRunStream:
         """Like :meth:`resume`, streaming the run's events."""
         return RuntimeRunStream(self, run_id, max_supersteps)
 
+    async def _acquire(
+        self, run_id: str, *, cancelling: bool = False, streaming: bool = False
+    ) -> tuple[Workflow, _LeasedStore, tuple[Checkpoint | None, Sequence[StoredRequest]] | None]:
+        """Check the run can be resumed (or cancelled) and take its lease.
+
+        With a store that has ``acquire_latest`` this is one transaction that also returns the
+        latest checkpoint and the answered requests (the third element); otherwise those are
+        read by :meth:`_resume_point`, under the lease.
+        """
+
+        chosen: list[Workflow] = []
+
+        def check(run: RunRecord) -> None:
+            chosen.append(self._workflow_for(run))
+            if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
+                if cancelling:
+                    raise RunNotResumableError(f"run {run_id!r} is already {run.status.value}")
+                raise RunNotResumableError(
+                    f"run {run_id!r} is {run.status.value}; nothing to resume"
+                )
+
+        owner = self._lease_owner()
+        acquire_latest = getattr(self.store, "acquire_latest", None)
+        if acquire_latest is not None:
+            _, lease, checkpoint, answered = await acquire_latest(
+                run_id, owner, self.lease_seconds, check
+            )
+            wf = chosen[0]
+            return wf, self._sink(wf, lease, streaming=streaming), (checkpoint, answered)
+        check(await self.store.get_run(run_id))
+        wf = chosen[0]
+        lease = await self.store.acquire(run_id, owner, self.lease_seconds)
+        return wf, self._sink(wf, lease, streaming=streaming), None
+
+    async def _resume_point(
+        self,
+        wf: Workflow,
+        run_id: str,
+        loaded: tuple[Checkpoint | None, Sequence[StoredRequest]] | None,
+    ) -> tuple[Checkpoint, list[ExternalResponse]]:
+        """The latest checkpoint and the stored answers to its pending requests."""
+        if loaded is None:
+            checkpoint = await self.store.latest(run_id)
+            answered: Sequence[StoredRequest] = ()
+            if checkpoint is not None:
+                answered = await self.store.list_requests(run_id, status="answered")
+        else:
+            checkpoint, answered = loaded
+        if checkpoint is None:
+            raise CheckpointNotFoundError(f"run {run_id!r} has no checkpoint")
+        answers = [
+            ExternalResponse(r.request_id, wf.codec.decode(r.answer))
+            for r in answered
+            if r.request_id in checkpoint.pending_requests
+        ]
+        return checkpoint, answers
+
+    async def _drive(
+        self,
+        wf: Workflow,
+        sink: _LeasedStore,
+        checkpoint: Checkpoint,
+        answers: list[ExternalResponse],
+        max_supersteps: int | None,
+    ) -> WorkflowRunResult:
+        """Run to rest without streaming: no task group, no event stream, events collected."""
+        result = await wf.run(
+            checkpoint=checkpoint,
+            responses=answers,
+            checkpoint_store=sink,
+            max_supersteps=max_supersteps,
+        )
+        await self._record_outcome(sink, result)
+        return result
+
+    async def _record_outcome(self, sink: _LeasedStore, result: WorkflowRunResult) -> None:
+        """A run that stopped FAILED or at its superstep limit records that (and the error)."""
+        if result.status in (WorkflowRunState.FAILED, WorkflowRunState.MAX_SUPERSTEPS_REACHED):
+            error = None
+            if result.error is not None:
+                error = {
+                    "error_type": result.error.error_type,
+                    "message": result.error.message,
+                    "code": result.error.code,
+                    "executor_id": result.error.executor_id,
+                }
+            sink.lease = await self.store.set_status(sink.lease, result.status, error)
+
     async def _execute(
         self, run_id: str, max_supersteps: int | None, holder: RuntimeRunStream
     ) -> AsyncIterator[WorkflowEvent]:
-        run = await self.store.get_run(run_id)
-        wf = self._workflow_for(run)
-        if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
-            raise RunNotResumableError(f"run {run_id!r} is {run.status.value}; nothing to resume")
-        lease = await self.store.acquire(run_id, self._lease_owner(), self.lease_seconds)
-        sink = _LeasedStore(self.store, lease, wf.fallback_journal)
+        wf, sink, loaded = await self._acquire(run_id, streaming=True)
         try:
-            checkpoint = await self.store.latest(run_id)
-            if checkpoint is None:
-                raise CheckpointNotFoundError(f"run {run_id!r} has no checkpoint")
-            answers = [
-                ExternalResponse(r.request_id, wf.codec.decode(r.answer))
-                for r in await self.store.list_requests(run_id, status="answered")
-                if r.request_id in checkpoint.pending_requests
-            ]
+            checkpoint, answers = await self._resume_point(wf, run_id, loaded)
             stream = wf.run_stream(
                 checkpoint=checkpoint,
                 responses=answers,
@@ -218,22 +347,9 @@ class Runtime:
             result = stream.result
             assert result is not None
             holder.result = result
-            if result.status in (
-                WorkflowRunState.FAILED,
-                WorkflowRunState.MAX_SUPERSTEPS_REACHED,
-            ):
-                error = None
-                if result.error is not None:
-                    error = {
-                        "error_type": result.error.error_type,
-                        "message": result.error.message,
-                        "code": result.error.code,
-                        "executor_id": result.error.executor_id,
-                    }
-                sink.lease = await self.store.set_status(sink.lease, result.status, error)
+            await self._record_outcome(sink, result)
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.store.release(sink.lease)
+            await self._release(sink)
 
     # --- answers --------------------------------------------------------------------------------
 
@@ -243,8 +359,12 @@ class Runtime:
         Unknown id → ``UnknownRequestError``; an identical repeat → ``DUPLICATE`` (no-op); a
         different answer to an answered request → ``RequestAlreadyAnsweredError``.
         """
-        request = await self.store.get_request(request_id)
-        run = await self.store.get_run(request.run_id)
+        both = getattr(self.store, "get_request_and_run", None)
+        if both is not None:  # one read instead of two
+            request, run = await both(request_id)
+        else:
+            request = await self.store.get_request(request_id)
+            run = await self.store.get_run(request.run_id)
         wf = self._workflow_for(run)
         expected = wf.resolve_type(request.response_type)
         value = wf.check_answer(
@@ -260,8 +380,12 @@ class Runtime:
     # --- queries --------------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo:
-        run = await self.store.get_run(run_id)
-        checkpoint = await self.store.latest(run_id)
+        both = getattr(self.store, "get_run_and_latest", None)
+        if both is not None:  # one read instead of two
+            run, checkpoint = await both(run_id)
+        else:
+            run = await self.store.get_run(run_id)
+            checkpoint = await self.store.latest(run_id)
         outputs: list[Any] = []
         pending: list[ExternalRequest] = []
         if checkpoint is not None and run.workflow_name in self._workflows:
@@ -358,19 +482,13 @@ class Runtime:
 
     async def cancel(self, run_id: str) -> RunInfo:
         """Cancel a run that is not executing: CANCELLED, its pending requests cancelled."""
-        run = await self.store.get_run(run_id)
-        wf = self._workflow_for(run)
-        if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
-            raise RunNotResumableError(f"run {run_id!r} is already {run.status.value}")
-        lease = await self.store.acquire(run_id, self._lease_owner(), self.lease_seconds)
-        sink = _LeasedStore(self.store, lease, wf.fallback_journal)
+        wf, sink, loaded = await self._acquire(run_id, cancelling=True)
         try:
-            checkpoint = await self.store.latest(run_id)
+            checkpoint = loaded[0] if loaded is not None else await self.store.latest(run_id)
             assert checkpoint is not None
             await wf.cancel(checkpoint=checkpoint, checkpoint_store=sink)
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.store.release(sink.lease)
+            await self._release(sink)
         return await self.get_run(run_id)
 
     async def prune(

@@ -16,11 +16,13 @@ single-threaded and creates its own loop, SQLite connections and aiosqlite threa
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import select
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -33,6 +35,7 @@ from typing import Any
 import anyio
 
 from storage import SqliteStore
+from tests.integration import ledger_workflow
 from tests.integration.crash_workflow import (
     LOG_ENV,
     WORKFLOW_NAME,
@@ -205,7 +208,68 @@ async def op_inspect(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[
     }
 
 
+async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[str, Any]:
+    """The side-effect tests' command, on ``ledger_workflow`` (an agent whose approved transfer
+    tool appends to the ledger file ``cmd["ledger"]``). ``action``: ``start`` (admit and run
+    until the run pauses for approval), ``respond`` (``decisions``: call id -> approved, for
+    every pending request), ``resume`` or ``inspect``. Every journal write is reported first as
+    a ``journal`` event naming its key, so a fault point can be told apart by the call it
+    journals."""
+    os.environ[ledger_workflow.LEDGER_ENV] = cmd["ledger"]
+    os.environ[ledger_workflow.INVOCATIONS_ENV] = cmd["invocations"]
+    name = runtime.register(ledger_workflow.build_workflow)
+    store = runtime.store
+    assert isinstance(store, SqliteStore)
+    journal_put = store.journal_put
+
+    async def reporting_journal_put(run_id: str, key: str, value: Any) -> Any:
+        send("journal", key=key)
+        return await journal_put(run_id, key, value)
+
+    store.journal_put = reporting_journal_put  # type: ignore[method-assign]
+    run_id = cmd["run_id"]
+    action = cmd["action"]
+    if action == "start":
+        await runtime.start(name, cmd["prompt"], run_id=run_id)
+        send("admitted", run_id=run_id)
+        return {"status": (await runtime.resume(run_id)).status.value}
+    if action == "respond":
+        outcomes = {}
+        for request in await runtime.pending_requests(run_id):
+            call = request.data.function_call
+            approved = cmd["decisions"][call.call_id]
+            outcome = await runtime.respond(request.request_id, {"approved": approved})
+            outcomes[call.call_id] = outcome.value
+        return {"outcomes": outcomes}
+    if action == "resume":
+        return {"status": (await runtime.resume(run_id)).status.value}
+    assert action == "inspect", action
+    info = await runtime.get_run(run_id)
+    requests = [
+        {
+            "call_id": runtime.workflow(name).codec.decode(r.data).function_call.call_id,
+            "status": r.status,
+            "answer": r.answer,
+        }
+        for r in await store.list_requests(run_id, status=None)
+    ]
+    with contextlib.closing(sqlite3.connect(store.path)) as raw:
+        rows = raw.execute(
+            "SELECT key, value FROM journal WHERE run_id = ? ORDER BY created_at", (run_id,)
+        ).fetchall()
+    journal = [[key, json.loads(value)] for key, value in rows]
+    return {
+        "status": info.status.value,
+        "outputs": [o.model_dump(mode="json") for o in info.outputs],
+        "pending": [p.data.function_call.call_id for p in info.pending_requests],
+        "requests": requests,
+        "history": len(await store.history(run_id)),
+        "journal": journal,
+    }
+
+
 OPS = {
+    "ledger": op_ledger,
     "start": op_start,
     "respond": op_respond,
     "resume": op_resume,
@@ -321,6 +385,7 @@ def main() -> None:
     for module in PRELOAD:
         import_module(module)
     build_workflow()  # import and validate everything before the first fork
+    ledger_workflow.build_workflow()
     gc.freeze()  # children's collections skip the zygote's objects: fewer copy-on-write faults
     print(json.dumps({"ready": True, "pid": os.getpid()}), flush=True)
     for line in sys.stdin:

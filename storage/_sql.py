@@ -1,0 +1,120 @@
+"""The SQL text the SQLite store runs: constant strings, so ``sqlite3`` caches each prepared
+statement. Plain standard SQL over the tables declared in ``_schema.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+RUN_COLUMNS = (
+    "run_id, workflow_name, workflow_signature, status, superstep, created_at, updated_at, "
+    "version, owner, lease_expires_at, latest_checkpoint_id, error, parent_run_id"
+)  # RunRecord's field order
+REQUEST_COLUMNS = (
+    "request_id, run_id, port_id, source_executor_id, kind, data, response_type, superstep, "
+    "status, answer, created_at, answered_at"
+)  # StoredRequest's field order
+TERMINAL_SQL = "('idle', 'cancelled', 'failed')"
+
+SQL_SCHEMA_VERSION = "SELECT version FROM we_schema WHERE id = 1"
+SQL_INSERT_RUN = (
+    "INSERT INTO runs (run_id, workflow_name, workflow_signature, status, superstep, created_at, "
+    "updated_at, owner, lease_expires_at, version, latest_checkpoint_id, checkpoint_seq, "
+    "since_snapshot, error, parent_run_id) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, NULL, ?)"
+)
+SQL_INSERT_CHECKPOINT = (
+    "INSERT INTO checkpoints (checkpoint_id, run_id, seq, superstep, kind, status, codec, "
+    "schema_version, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+SQL_INSERT_REQUEST = (
+    "INSERT INTO requests (request_id, run_id, port_id, source_executor_id, kind, data, "
+    "response_type, superstep, status, answer, codec, created_at, answered_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'pending', NULL, ?, ?, NULL)"
+)
+SQL_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?"
+SQL_RUN_FOR_LEASE = (
+    f"SELECT {RUN_COLUMNS}, checkpoint_seq, since_snapshot FROM runs WHERE run_id = ?"
+)
+SQL_LEASE_STATE = (
+    "SELECT owner, lease_expires_at, version, checkpoint_seq, since_snapshot "
+    "FROM runs WHERE run_id = ?"
+)
+SQL_TAKE_LEASE = (
+    "UPDATE runs SET owner = ?, lease_expires_at = ?, version = ? WHERE run_id = ? AND version = ?"
+)
+SQL_RELEASE = (
+    "UPDATE runs SET owner = NULL, lease_expires_at = NULL "
+    "WHERE run_id = ? AND owner = ? AND version = ?"
+)
+SQL_COMMIT_RUN = (
+    "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "
+    "latest_checkpoint_id = ?, checkpoint_seq = ?, since_snapshot = ?, lease_expires_at = ?, "
+    "error = NULL WHERE run_id = ? AND version = ? AND owner = ?"
+)
+SQL_COMMIT_RUN_RELEASE = (  # the same, and the lease ends (lease_expires_at is given as NULL)
+    "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "
+    "latest_checkpoint_id = ?, checkpoint_seq = ?, since_snapshot = ?, lease_expires_at = ?, "
+    "error = NULL, owner = NULL WHERE run_id = ? AND version = ? AND owner = ?"
+)
+SQL_SET_STATUS = (
+    "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ? "
+    "WHERE run_id = ? AND version = ? AND owner = ?"
+)
+SQL_REQUEST_STATUS = "UPDATE requests SET status = ? WHERE request_id = ?"
+SQL_LATEST_SEQ = "SELECT max(seq) FROM checkpoints WHERE run_id = ?"
+# what to fold for a checkpoint: the latest snapshot at or before it, then the deltas after it
+SQL_CHAIN = (
+    "SELECT checkpoint_id, seq, kind, body FROM checkpoints WHERE run_id = ? AND seq <= ? "
+    "AND seq >= (SELECT max(seq) FROM checkpoints WHERE run_id = ? AND seq <= ? "
+    "AND kind = 'snapshot') ORDER BY seq"
+)
+SQL_LATEST_CHAIN = (
+    "SELECT checkpoint_id, seq, kind, body FROM checkpoints WHERE run_id = ? "
+    "AND seq >= (SELECT max(seq) FROM checkpoints WHERE run_id = ? AND kind = 'snapshot') "
+    "ORDER BY seq"
+)
+SQL_CHECKPOINT_PLACE = "SELECT run_id, seq FROM checkpoints WHERE checkpoint_id = ?"
+SQL_HISTORY = (
+    "SELECT checkpoint_id, seq, superstep, status, created_at, kind FROM checkpoints "
+    "WHERE run_id = ? ORDER BY seq"
+)
+SQL_REQUEST = f"SELECT {REQUEST_COLUMNS} FROM requests WHERE request_id = ?"
+SQL_REQUEST_AND_RUN = (
+    "SELECT "
+    + ", ".join(f"q.{c.strip()}" for c in REQUEST_COLUMNS.split(","))
+    + ", "
+    + ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
+    + " FROM requests q LEFT JOIN runs r ON r.run_id = q.run_id WHERE q.request_id = ?"
+)
+SQL_ANSWERED = (
+    f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status = 'answered' "
+    "ORDER BY created_at, request_id"
+)
+SQL_ANSWER_STATE = "SELECT status, answer, run_id FROM requests WHERE request_id = ?"
+SQL_STORE_ANSWER = (
+    "UPDATE requests SET status = 'answered', answer = ?, answered_at = ? "
+    "WHERE request_id = ? AND status = 'pending'"
+)
+SQL_JOURNAL_GET = "SELECT value FROM journal WHERE run_id = ? AND key = ?"
+SQL_JOURNAL_PUT = "INSERT INTO journal (run_id, key, value, created_at) VALUES (?, ?, ?, ?)"
+SQL_DOOMED = f"SELECT run_id FROM runs WHERE status IN {TERMINAL_SQL} AND updated_at < ?"
+SQL_PRUNE = {
+    table: f"DELETE FROM {table} WHERE run_id IN ({SQL_DOOMED})"
+    for table in ("checkpoints", "requests", "journal", "runs")
+}
+SQL_LONG_HISTORIES = (
+    "SELECT run_id, max(seq), count(*) FROM checkpoints GROUP BY run_id HAVING count(*) > ?"
+)
+SQL_MAKE_SNAPSHOT = (
+    "UPDATE checkpoints SET kind = 'snapshot', body = ? WHERE run_id = ? AND seq = ?"
+)
+SQL_DROP_BEFORE = "DELETE FROM checkpoints WHERE run_id = ? AND seq < ?"
+
+
+def filtered(select: str, filters: Sequence[tuple[str, Any]], order: str) -> tuple[str, list]:
+    """``select`` with the given ``column = ?`` filters (None: no filter) and ``order``."""
+    where = [f"{column} = ?" for column, value in filters if value is not None]
+    params = [value for _, value in filters if value is not None]
+    text = select + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY " + order
+    return text, params
