@@ -11,7 +11,7 @@ the events it reported. The child kills *itself* with SIGKILL on the ``kill_at``
 the store's fault hook, so it dies exactly before, inside or after a given transaction.
 
 The zygote never creates a thread or an event loop, so forking it is safe: every child starts
-single-threaded and creates its own loop, SQLite connections and aiosqlite threads.
+single-threaded and creates its own loop, SQLite connection and store worker thread.
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ PRELOAD = (
     "anyio._core._sockets",
     "anyio._core._streams",
     "anyio.lowlevel",
-    "aiosqlite",
-    "sqlalchemy.dialects.sqlite.aiosqlite",
 )
 
 
