@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -124,6 +124,42 @@ class InMemoryRunStore:
             )
             self._lease_seconds[run_id] = lease_seconds
             return Lease(run_id, owner, run.version + 1, expires)
+
+    async def admit_and_acquire(
+        self,
+        checkpoint: Checkpoint,
+        owner: str,
+        lease_seconds: float,
+        *,
+        parent_run_id: str | None = None,
+    ) -> Lease:
+        await self.admit(checkpoint, parent_run_id=parent_run_id)
+        return await self.acquire(checkpoint.run_id, owner, lease_seconds)
+
+    async def acquire_latest(
+        self,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None = None,
+    ) -> tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]]:
+        if check is not None:
+            check(self._run(run_id))
+        lease = await self.acquire(run_id, owner, lease_seconds)
+        answered = await self.list_requests(run_id, status="answered")
+        return self._run(run_id), lease, await self.latest(run_id), answered
+
+    async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
+        lease = await self.commit(lease, checkpoint)
+        await self.release(lease)
+        return lease
+
+    async def get_run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
+        return self._run(run_id), await self.latest(run_id)
+
+    async def get_request_and_run(self, request_id: str) -> tuple[StoredRequest, RunRecord]:
+        request = await self.get_request(request_id)
+        return request, self._run(request.run_id)
 
     async def release(self, lease: Lease) -> None:
         async with self._lock:

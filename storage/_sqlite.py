@@ -368,7 +368,7 @@ class SqliteStore:
         parent_run_id: str | None = None,
     ) -> Lease:
         """``admit`` and ``acquire`` in one transaction (the run is born leased to ``owner``);
-        the same fault points as ``admit``. Optional: the Runtime uses it when a store has it."""
+        the same fault points as ``admit``."""
         now = time.time()
         expires_at = now + lease_seconds
         self._fault("admit:before")
@@ -461,7 +461,7 @@ class SqliteStore:
     ) -> tuple[RunRecord, Lease, Checkpoint | None, list[StoredRequest]]:
         """What resuming needs, in one transaction: the run, its lease, its latest checkpoint
         and its answered requests. ``check(run)`` runs first (on the store's thread); whatever
-        it raises aborts with nothing written. Optional: the Runtime uses it when a store has it.
+        it raises aborts with nothing written.
 
         A checkpoint that cannot be read releases the lease again and raises
         ``StoreCorruptError``; a run without checkpoints gives ``None``.
@@ -550,7 +550,7 @@ class SqliteStore:
     async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         """``commit`` and ``release`` in one transaction, for a checkpoint after which this
         execution writes nothing more (the run rests). The same fault points as ``commit``.
-        Optional: the Runtime uses it when a store has it."""
+        """
         return await self._commit_checkpoint(lease, checkpoint, True)
 
     async def _commit_checkpoint(
@@ -658,7 +658,7 @@ class SqliteStore:
         return run_record(row)
 
     async def get_run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
-        """``get_run`` and ``latest`` in one read. Optional: the Runtime uses it if present."""
+        """``get_run`` and ``latest`` in one read."""
         return await self._run(self._get_run_and_latest, run_id)
 
     def _get_run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
@@ -787,8 +787,7 @@ class SqliteStore:
         return stored_request(row)
 
     async def get_request_and_run(self, request_id: str) -> tuple[StoredRequest, RunRecord]:
-        """``get_request`` and the ``get_run`` of its run in one read. Optional: the Runtime
-        uses it when a store has it."""
+        """``get_request`` and the ``get_run`` of its run in one read."""
         row = await self._query(_fetch_one, SQL_REQUEST_AND_RUN, (request_id,))
         if row is None:
             raise UnknownRequestError(f"no request {request_id!r} in {self.path}")

@@ -94,14 +94,12 @@ class _LeasedStore:
         self.store = store
         self.lease = lease
         self._journal = journal  # the store itself if it is a JournalStore, else the fallback
-        self._commit_and_release = (
-            getattr(store, "commit_and_release", None) if release_on_rest else None
-        )
+        self.release_on_rest = release_on_rest
         self.released = False
 
     async def save(self, checkpoint: Checkpoint) -> None:
-        if self._commit_and_release is not None and checkpoint.status in _RESTING:
-            self.lease = await self._commit_and_release(self.lease, checkpoint)
+        if self.release_on_rest and checkpoint.status in _RESTING:
+            self.lease = await self.store.commit_and_release(self.lease, checkpoint)
             self.released = True
             return
         self.lease = await self.store.commit(self.lease, checkpoint)
@@ -214,14 +212,12 @@ class Runtime:
         max_supersteps: int | None = None,
     ) -> WorkflowRunResult:
         """Admit and execute a run until it rests (finished, paused, failed...)."""
-        admit_and_acquire = getattr(self.store, "admit_and_acquire", None)
-        if admit_and_acquire is None:
-            rid = await self.start(name, message, run_id=run_id)
-            return await self.resume(rid, max_supersteps=max_supersteps)
         # one transaction admits the run already leased to us: nothing to read back
         wf = self.workflow(name)
         checkpoint = wf.admit(message, run_id=run_id)
-        lease = await admit_and_acquire(checkpoint, self._lease_owner(), self.lease_seconds)
+        lease = await self.store.admit_and_acquire(
+            checkpoint, self._lease_owner(), self.lease_seconds
+        )
         sink = self._sink(wf, lease)
         try:
             return await self._drive(wf, sink, checkpoint, [], max_supersteps)
@@ -243,13 +239,9 @@ class Runtime:
 
     async def _acquire(
         self, run_id: str, *, cancelling: bool = False, streaming: bool = False
-    ) -> tuple[Workflow, _LeasedStore, tuple[Checkpoint | None, Sequence[StoredRequest]] | None]:
-        """Check the run can be resumed (or cancelled) and take its lease.
-
-        With a store that has ``acquire_latest`` this is one transaction that also returns the
-        latest checkpoint and the answered requests (the third element); otherwise those are
-        read by :meth:`_resume_point`, under the lease.
-        """
+    ) -> tuple[Workflow, _LeasedStore, tuple[Checkpoint | None, Sequence[StoredRequest]]]:
+        """Check the run can be resumed (or cancelled) and take its lease -- one transaction that
+        also returns the latest checkpoint and the answered requests."""
 
         chosen: list[Workflow] = []
 
@@ -262,33 +254,20 @@ class Runtime:
                     f"run {run_id!r} is {run.status.value}; nothing to resume"
                 )
 
-        owner = self._lease_owner()
-        acquire_latest = getattr(self.store, "acquire_latest", None)
-        if acquire_latest is not None:
-            _, lease, checkpoint, answered = await acquire_latest(
-                run_id, owner, self.lease_seconds, check
-            )
-            wf = chosen[0]
-            return wf, self._sink(wf, lease, streaming=streaming), (checkpoint, answered)
-        check(await self.store.get_run(run_id))
+        _, lease, checkpoint, answered = await self.store.acquire_latest(
+            run_id, self._lease_owner(), self.lease_seconds, check
+        )
         wf = chosen[0]
-        lease = await self.store.acquire(run_id, owner, self.lease_seconds)
-        return wf, self._sink(wf, lease, streaming=streaming), None
+        return wf, self._sink(wf, lease, streaming=streaming), (checkpoint, answered)
 
     async def _resume_point(
         self,
         wf: Workflow,
         run_id: str,
-        loaded: tuple[Checkpoint | None, Sequence[StoredRequest]] | None,
+        loaded: tuple[Checkpoint | None, Sequence[StoredRequest]],
     ) -> tuple[Checkpoint, list[ExternalResponse]]:
         """The latest checkpoint and the stored answers to its pending requests."""
-        if loaded is None:
-            checkpoint = await self.store.latest(run_id)
-            answered: Sequence[StoredRequest] = ()
-            if checkpoint is not None:
-                answered = await self.store.list_requests(run_id, status="answered")
-        else:
-            checkpoint, answered = loaded
+        checkpoint, answered = loaded
         if checkpoint is None:
             raise CheckpointNotFoundError(f"run {run_id!r} has no checkpoint")
         answers = [
@@ -359,12 +338,7 @@ class Runtime:
         Unknown id → ``UnknownRequestError``; an identical repeat → ``DUPLICATE`` (no-op); a
         different answer to an answered request → ``RequestAlreadyAnsweredError``.
         """
-        both = getattr(self.store, "get_request_and_run", None)
-        if both is not None:  # one read instead of two
-            request, run = await both(request_id)
-        else:
-            request = await self.store.get_request(request_id)
-            run = await self.store.get_run(request.run_id)
+        request, run = await self.store.get_request_and_run(request_id)
         wf = self._workflow_for(run)
         expected = wf.resolve_type(request.response_type)
         value = wf.check_answer(
@@ -380,12 +354,7 @@ class Runtime:
     # --- queries --------------------------------------------------------------------------------
 
     async def get_run(self, run_id: str) -> RunInfo:
-        both = getattr(self.store, "get_run_and_latest", None)
-        if both is not None:  # one read instead of two
-            run, checkpoint = await both(run_id)
-        else:
-            run = await self.store.get_run(run_id)
-            checkpoint = await self.store.latest(run_id)
+        run, checkpoint = await self.store.get_run_and_latest(run_id)
         outputs: list[Any] = []
         pending: list[ExternalRequest] = []
         if checkpoint is not None and run.workflow_name in self._workflows:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -143,10 +143,36 @@ class RunStore(Protocol):
         """Take the run's lease; ``RunBusyError`` while another live owner holds it."""
         ...
 
+    async def admit_and_acquire(
+        self,
+        checkpoint: Checkpoint,
+        owner: str,
+        lease_seconds: float,
+        *,
+        parent_run_id: str | None = None,
+    ) -> Lease:
+        """``admit`` and ``acquire`` in one transaction: the run is born leased to ``owner``."""
+        ...
+
+    async def acquire_latest(
+        self,
+        run_id: str,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None = None,
+    ) -> tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]]:
+        """What resuming needs, atomically: the run, its lease, its latest checkpoint and its
+        answered requests. ``check(run)`` runs first; whatever it raises aborts, nothing written."""
+        ...
+
     async def release(self, lease: Lease) -> None: ...
 
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         """Persist a checkpoint atomically; ``RunBusyError`` if the lease was lost."""
+        ...
+
+    async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
+        """``commit`` and ``release`` in one transaction (the run rests after this checkpoint)."""
         ...
 
     async def set_status(
@@ -155,6 +181,10 @@ class RunStore(Protocol):
 
     async def get_run(self, run_id: str) -> RunRecord:
         """``RunNotFoundError`` for an unknown id."""
+        ...
+
+    async def get_run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
+        """``get_run`` and ``latest`` in one read."""
         ...
 
     async def list_runs(
@@ -171,6 +201,10 @@ class RunStore(Protocol):
     async def history(self, run_id: str) -> Sequence[CheckpointInfo]: ...
 
     async def get_request(self, request_id: str) -> StoredRequest: ...
+
+    async def get_request_and_run(self, request_id: str) -> tuple[StoredRequest, RunRecord]:
+        """``get_request`` and its run in one read."""
+        ...
 
     async def list_requests(
         self, run_id: str | None = None, status: RequestStatus | None = "pending"

@@ -13,6 +13,7 @@ from workflow_engine import (
     RequestCancelledError,
     RunBusyError,
     RunNotFoundError,
+    RunNotResumableError,
     RunStore,
     Runtime,
     StorageError,
@@ -158,3 +159,37 @@ async def test_prune_keeps_what_it_must(store: RunStore) -> None:
     # the pruned paused run still resumes
     await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
     assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE
+
+
+async def test_combined_operations_are_atomic_shortcuts(store: RunStore) -> None:
+    wf = stepper_workflow()
+    first = wf.admit(1, run_id="r")
+    lease = await store.admit_and_acquire(first, "host-a:1:x", 30)
+    with pytest.raises(RunBusyError):
+        await store.acquire("r", "host-b:2:y", 30)
+    run, checkpoint = await store.get_run_and_latest("r")
+    assert run.owner == "host-a:1:x" and checkpoint == first
+    lease = await store.commit_and_release(
+        lease, first.model_copy(update={"checkpoint_id": "c1", "parent_id": None})
+    )
+    assert (await store.get_run("r")).owner is None  # released with the commit
+
+    def refuse(run) -> None:
+        raise RunNotResumableError(f"not {run.run_id}")
+
+    version = (await store.get_run("r")).version
+    with pytest.raises(RunNotResumableError, match="not r"):
+        await store.acquire_latest("r", "host-b:2:y", 30, refuse)
+    assert (await store.get_run("r")).version == version  # the check ran before any write
+    run, lease, latest, answered = await store.acquire_latest("r", "host-b:2:y", 30)
+    assert run.run_id == "r" and latest.checkpoint_id == "c1" and list(answered) == []
+    await store.release(lease)
+
+
+async def test_request_and_its_run_in_one_read(store: RunStore) -> None:
+    paused = await runtime(store).run("stepper", 1)
+    (pending,) = await store.list_requests()
+    request, run = await store.get_request_and_run(pending.request_id)
+    assert request == pending and run.run_id == paused.run_id
+    with pytest.raises(UnknownRequestError):
+        await store.get_request_and_run("missing")
