@@ -1,4 +1,4 @@
-"""``workflow-engine``: run the demos, inspect runs, answer requests, resume after restarts.
+"""workflow-engine: run the demos, inspect runs, answer requests, resume after restarts.
 
 Exit codes (also in ``--help`` and the README):
 
