@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
+
+import pytest
 
 import workflow_engine
 
@@ -18,6 +21,17 @@ def test_all_is_complete_and_has_no_duplicates() -> None:
     public = {n for n in vars(workflow_engine) if not n.startswith("_")} | {"__version__"}
     modules = {n for n in public if isinstance(getattr(workflow_engine, n), type(ast))}
     assert public - modules == set(names)
+
+
+@pytest.mark.parametrize("package", ["executors", "storage"])
+def test_other_packages_export_exactly_their_all(package: str) -> None:
+    module = importlib.import_module(package)
+    names = module.__all__
+    assert len(names) == len(set(names))
+    public = {
+        n for n, v in vars(module).items() if not n.startswith("_") and not isinstance(v, type(ast))
+    }
+    assert public == set(names)
 
 
 def test_kernel_imports_nothing_from_executors_or_storage() -> None:
