@@ -117,3 +117,20 @@ async def test_wal_mode_and_synchronous_setting(tmp_path: Path) -> None:
         assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with pytest.raises(ValueError, match="NORMAL or FULL"):
         SqliteStore(tmp_path / "x.db", synchronous="OFF")
+
+
+async def test_older_database_is_migrated_forward(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    paused = await rt.run("stepper", 1)
+    await rt.close()
+    with sqlite3.connect(db) as raw:  # make it look like a version-1 database (no journal)
+        raw.execute("DROP TABLE journal")
+        raw.execute("UPDATE we_schema SET version = 1")
+    rt = runtime(db)
+    await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE
+    await rt.close()
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT version FROM we_schema").fetchone()[0] == 2
+        assert raw.execute("SELECT count(*) FROM journal").fetchone()[0] >= 0
