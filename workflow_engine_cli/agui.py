@@ -585,6 +585,7 @@ def add_agui_endpoint(
     store: RunStore,
     workflow_factory: WorkflowFactory | None = None,
     max_body_bytes: int = 1_000_000,
+    keepalive_seconds: float = KEEPALIVE_SECONDS,
 ) -> AGUIService:
     """Serve ``target`` (a workflow, a ``workflow_factory(thread_id)`` or an agent) at ``path``."""
     namespace = path.strip("/").replace("/", "_")
@@ -625,7 +626,7 @@ def add_agui_endpoint(
                 tg.start_soon(pump)
                 async with receive:
                     while True:
-                        with anyio.move_on_after(KEEPALIVE_SECONDS) as waited:
+                        with anyio.move_on_after(keepalive_seconds) as waited:
                             try:
                                 event = await receive.receive()
                             except anyio.EndOfStream:

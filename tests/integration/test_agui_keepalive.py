@@ -1,0 +1,63 @@
+"""Keep-alive comments flow while a run is busy, through a real uvicorn server in-process."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from storage import SqliteStore
+from workflow_engine import Executor, WorkflowBuilder, WorkflowContext, handler
+from workflow_engine_cli.agui import add_agui_endpoint
+
+
+class Slow(Executor):
+    @handler
+    async def work(self, text: str, ctx: WorkflowContext[str, str]) -> None:
+        await anyio.sleep(0.6)
+        await ctx.yield_output(text.upper())
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_keepalive_comments_during_a_long_step(tmp_path: Path) -> None:
+    app = FastAPI()
+    workflow = WorkflowBuilder(name="slow", start=Slow("slow")).build()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, workflow, "/slow", store=store, keepalive_seconds=0.1)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        body = {
+            "threadId": "t",
+            "runId": "r",
+            "messages": [{"id": "m", "role": "user", "content": "hello"}],
+        }
+        lines = []
+        with httpx.stream("POST", f"http://127.0.0.1:{port}/slow", json=body, timeout=10) as r:
+            assert r.status_code == 200
+            lines = [line for line in r.iter_lines() if line]
+        comments = [line for line in lines if line.startswith(":")]
+        data = [line for line in lines if line.startswith("data:")]
+        assert len(comments) >= 3  # ~0.6 s of work at one comment per 0.1 s of silence
+        assert '"RUN_STARTED"' in data[0] and '"RUN_FINISHED"' in data[-1]
+        assert any("HELLO" in line for line in data)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        anyio.run(store.close)
