@@ -16,11 +16,13 @@ The store's hot paths run constant SQL text that names exactly these tables and 
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from pathlib import Path
 
     from sqlalchemy import Connection, MetaData, Table
 
@@ -159,3 +161,49 @@ def _declare() -> dict[str, Any]:
         "journal": journal,
         "MIGRATIONS": migrations,
     }
+
+
+def migrate(
+    path: Path, busy_timeout: float, check_version: Callable[[int], None], written_by: str
+) -> None:
+    """Create or upgrade the schema through SQLAlchemy, on a connection of its own, in one
+    ``BEGIN IMMEDIATE`` transaction (a concurrent opener waits, then finds it done).
+
+    ``check_version`` refuses a database newer than this code. SQLite errors surface as
+    ``sqlite3.Error`` for the store to translate.
+    """
+    from sqlalchemy import create_engine, event, insert, select, update
+    from sqlalchemy.exc import DBAPIError
+    from sqlalchemy.pool import NullPool
+
+    info = __getattr__("schema_info")
+    migrations = __getattr__("MIGRATIONS")
+
+    def connect() -> sqlite3.Connection:
+        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        return conn
+
+    engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
+    event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"), named=False)
+    try:
+        with engine.begin() as conn:
+            info.create(conn, checkfirst=True)
+            row = conn.execute(select(info.c.version)).first()
+            current = row[0] if row else 0
+            check_version(current)
+            for version in range(current + 1, SCHEMA_VERSION + 1):
+                migrations[version](conn)
+            if current == 0:
+                conn.execute(
+                    insert(info).values(id=1, version=SCHEMA_VERSION, written_by=written_by)
+                )
+            elif current < SCHEMA_VERSION:
+                conn.execute(update(info).values(version=SCHEMA_VERSION, written_by=written_by))
+    except DBAPIError as exc:
+        if isinstance(exc.orig, sqlite3.Error):
+            raise exc.orig from exc
+        raise
+    finally:
+        engine.dispose()

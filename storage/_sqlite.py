@@ -63,7 +63,7 @@ from workflow_engine._store import (
 )
 
 from ._rows import admit_rows, checkpoint_row, new_request_rows, run_record, stored_request
-from ._schema import SCHEMA_VERSION
+from ._schema import SCHEMA_VERSION, migrate
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
@@ -249,49 +249,10 @@ class SqliteStore:
             )
 
     def _migrate(self) -> None:
-        """Create or upgrade the schema through SQLAlchemy, on a connection of its own, in one
-        ``BEGIN IMMEDIATE`` transaction (a concurrent opener waits, then finds it done)."""
-        from sqlalchemy import create_engine, event, insert, select, update
-        from sqlalchemy.exc import DBAPIError
-        from sqlalchemy.pool import NullPool
-
-        from ._schema import MIGRATIONS, schema_info
-
-        def connect() -> Conn:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
-            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
-            conn.execute("PRAGMA foreign_keys=ON")
-            return conn
-
-        engine = create_engine("sqlite://", creator=connect, poolclass=NullPool)
-        event.listen(
-            engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"), named=False
-        )
         try:
-            with engine.begin() as conn:
-                schema_info.create(conn, checkfirst=True)
-                row = conn.execute(select(schema_info.c.version)).first()
-                current = row[0] if row else 0
-                self._check_version(current)
-                for version in range(current + 1, SCHEMA_VERSION + 1):
-                    MIGRATIONS[version](conn)
-                if current == 0:
-                    conn.execute(
-                        insert(schema_info).values(
-                            id=1, version=SCHEMA_VERSION, written_by=engine_version
-                        )
-                    )
-                elif current < SCHEMA_VERSION:
-                    conn.execute(
-                        update(schema_info).values(
-                            version=SCHEMA_VERSION, written_by=engine_version
-                        )
-                    )
-        except DBAPIError as exc:
-            orig = exc.orig
-            raise (self._translate(orig) if isinstance(orig, sqlite3.Error) else exc) from exc
-        finally:
-            engine.dispose()
+            migrate(self.path, self.busy_timeout, self._check_version, engine_version)
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
 
     # --- plumbing -------------------------------------------------------------------------------
 
