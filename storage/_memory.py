@@ -43,7 +43,9 @@ def _canonical(value: Any) -> str:
 class InMemoryRunStore:
     """A RunStore in process memory. Checkpoints are immutable, so they are kept as objects."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        """Wall-clock seconds for leases and timestamps (a simulator passes its own)."""
         self._runs: dict[str, RunRecord] = {}
         self._checkpoints: dict[str, list[Checkpoint]] = {}
         self._requests: dict[str, StoredRequest] = {}
@@ -90,7 +92,7 @@ class InMemoryRunStore:
         async with self._lock:
             if checkpoint.run_id in self._runs:
                 raise StorageError(f"run {checkpoint.run_id!r} already exists")
-            now = time.time()
+            now = self.clock()
             self._runs[checkpoint.run_id] = RunRecord(
                 run_id=checkpoint.run_id,
                 workflow_name=checkpoint.workflow_name,
@@ -108,7 +110,7 @@ class InMemoryRunStore:
     async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
         async with self._lock:
             run = self._run(run_id)
-            now = time.time()
+            now = self.clock()
             if (
                 run.owner is not None
                 and run.owner != owner
@@ -179,7 +181,7 @@ class InMemoryRunStore:
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         async with self._lock:
             run = self._fenced(lease)
-            now = time.time()
+            now = self.clock()
             expires = now + self._lease_seconds.get(lease.run_id, 30.0)
             changes = checkpoint.changes
             self._checkpoints[lease.run_id].append(checkpoint)
@@ -208,7 +210,7 @@ class InMemoryRunStore:
         async with self._lock:
             run = self._fenced(lease)
             self._runs[lease.run_id] = replace(
-                run, version=run.version + 1, status=status, updated_at=time.time(), error=error
+                run, version=run.version + 1, status=status, updated_at=self.clock(), error=error
             )
             return Lease(lease.run_id, lease.owner, run.version + 1, lease.expires_at)
 
@@ -306,7 +308,7 @@ class InMemoryRunStore:
                 request,
                 status="answered",
                 answer=json.loads(_canonical(answer)),
-                answered_at=time.time(),
+                answered_at=self.clock(),
             )
             return AnswerOutcome.STORED
 

@@ -131,7 +131,10 @@ class SqliteStore:
         busy_timeout: float = 5.0,
         snapshot_every: int = 64,
         fault_hook: FaultHook | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self.clock = clock
+        """Wall-clock seconds for leases and timestamps (a simulator passes its own)."""
         self.path = Path(path) if path is not None else default_db_path()
         self.synchronous = (
             synchronous or os.environ.get("WORKFLOW_ENGINE_SQLITE_SYNC") or "NORMAL"
@@ -314,7 +317,7 @@ class SqliteStore:
     # --- runs -----------------------------------------------------------------------------------
 
     async def admit(self, checkpoint: Checkpoint, *, parent_run_id: str | None = None) -> None:
-        now = time.time()
+        now = self.clock()
         self._fault("admit:before")
         rows = admit_rows(checkpoint, now, parent_run_id, None, None, 0)
         await self._run(self._admit_op, checkpoint, rows, None)
@@ -330,7 +333,7 @@ class SqliteStore:
     ) -> Lease:
         """``admit`` and ``acquire`` in one transaction (the run is born leased to ``owner``);
         the same fault points as ``admit``."""
-        now = time.time()
+        now = self.clock()
         expires_at = now + lease_seconds
         self._fault("admit:before")
         rows = admit_rows(checkpoint, now, parent_run_id, owner, expires_at, 1)
@@ -375,7 +378,7 @@ class SqliteStore:
     def _acquire_rows(
         self, conn: Conn, run_id: str, owner: str, lease_seconds: float
     ) -> tuple[Lease, tuple[int, int]]:
-        now = time.time()
+        now = self.clock()
         row = conn.execute(SQL_LEASE_STATE, (run_id,)).fetchone()
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
@@ -473,7 +476,7 @@ class SqliteStore:
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None,
     ) -> tuple[RunRecord, Lease, tuple[int, int], list[tuple] | None, list[StoredRequest]]:
-        now = time.time()
+        now = self.clock()
         row = conn.execute(SQL_RUN_FOR_LEASE, (run_id,)).fetchone()
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
@@ -517,7 +520,7 @@ class SqliteStore:
     async def _commit_checkpoint(
         self, lease: Lease, checkpoint: Checkpoint, release: bool
     ) -> Lease:
-        now = time.time()
+        now = self.clock()
         run_id = lease.run_id
         meta = self._meta.get(run_id)
         if meta is None:
@@ -600,7 +603,7 @@ class SqliteStore:
         params = (
             lease.version + 1,
             status.value,
-            time.time(),
+            self.clock(),
             json.dumps(error) if error else None,
             lease.run_id,
             lease.version,
@@ -775,7 +778,7 @@ class SqliteStore:
         return outcome
 
     def _answer(self, conn: Conn, request_id: str, text: str) -> AnswerOutcome:
-        if conn.execute(SQL_STORE_ANSWER, (text, time.time(), request_id)).rowcount == 1:
+        if conn.execute(SQL_STORE_ANSWER, (text, self.clock(), request_id)).rowcount == 1:
             self._fault("answer:inside")  # it was pending: stored
             return AnswerOutcome.STORED
         row = conn.execute(SQL_ANSWER_STATE, (request_id,)).fetchone()
@@ -810,7 +813,7 @@ class SqliteStore:
     def _journal_put(self, conn: Conn, run_id: str, key: str, text: str) -> str:
         row = conn.execute(SQL_JOURNAL_GET, (run_id, key)).fetchone()
         if row is None:
-            conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, time.time()))
+            conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, self.clock()))
             stored = text
         else:
             stored = row[0]
