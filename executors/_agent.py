@@ -9,13 +9,17 @@ ones get a result saying so, free siblings run regardless -- and the model conti
 
 Every model call and every tool call goes through a *journal* (``ctx.run_once`` inside a
 workflow), so a turn re-executed after a crash replays results instead of redoing side effects.
+Steps are named by kind and call order within the handler invocation (``model#0``, ``tool#0``,
+...), never by the model's call ids (a server may repeat or omit them), and a tool receives the
+engine's idempotency key for its step.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
@@ -32,16 +36,36 @@ from ._content import (
 )
 from ._tools import Tool, ToolArgumentsError
 
-Journal = Callable[[str, Callable[[], Awaitable[Any]]], Awaitable[Any]]
-"""``journal(key, fn)``: run ``fn`` once per key (``ctx.run_once`` in a workflow)."""
+
+class Journal(Protocol):
+    """``journal(kind, fn, idempotent=..., description=...)``: run the next step of ``kind``
+    once; ``fn`` receives the step's idempotency key. In a workflow this is ``ctx.run_once``
+    under ``ctx.next_step_name(kind)``."""
+
+    def __call__(
+        self,
+        kind: str,
+        fn: Callable[[str], Awaitable[Any]],
+        *,
+        idempotent: bool = False,
+        description: Any = None,
+    ) -> Awaitable[Any]: ...
+
 
 UpdateSink = Callable[["AgentRunUpdateEvent"], Awaitable[None]]
 
 REJECTED = "The user rejected this tool call; it was not executed."
 
 
-async def _no_journal(key: str, fn: Callable[[], Awaitable[Any]]) -> Any:
-    return await fn()
+async def _no_journal(
+    kind: str,
+    fn: Callable[[str], Awaitable[Any]],
+    *,
+    idempotent: bool = False,
+    description: Any = None,
+) -> Any:
+    """Outside a workflow nothing is journaled; each call gets a fresh idempotency key."""
+    return await fn(uuid.uuid4().hex)
 
 
 @dataclass(slots=True)
@@ -145,7 +169,7 @@ class Agent:
             if waiting:
                 response.pending_approvals = waiting
                 return response
-            add(await self._run_batch(calls, answers, journal, on_update, run_id, extra))
+            add(await self._run_batch(calls, answers, journal, on_update, extra))
             if any(c.name in stop_after for c in calls):
                 return response
 
@@ -164,7 +188,7 @@ class Agent:
                 add(ChatMessage(role="assistant", contents=held, author_name=self.name))
                 response.pending_approvals = held
                 return response
-            add(await self._run_batch(calls, {}, journal, on_update, run_id, extra))
+            add(await self._run_batch(calls, {}, journal, on_update, extra))
             if any(c.name in stop_after for c in calls):
                 return response
         response.round_trip_limit_hit = True
@@ -185,7 +209,7 @@ class Agent:
         specs = [t.spec for t in self.tools.values()]
         prompt = self._model_messages(conversation)
 
-        async def call() -> ChatMessage:
+        async def call(_key: str) -> ChatMessage:
             updates: list[ChatResponseUpdate] = []
             async for update in self.client.get_streaming_response(prompt, tools=specs):
                 updates.append(update)
@@ -208,8 +232,8 @@ class Agent:
                 )
             return message.model_copy(update={"author_name": self.name})
 
-        # keyed by the conversation's length: a re-executed turn asks at the same positions
-        return await journal(f"model/{len(conversation)}", call)
+        # asking a model again is harmless: a call cut off by a crash is simply asked again
+        return await journal("model", call, idempotent=True)
 
     def _needs_approval(self, call: FunctionCallContent) -> bool:
         t = self.tools.get(call.name)
@@ -227,7 +251,6 @@ class Agent:
         answers: dict[str, ToolApprovalResponseContent],
         journal: Journal,
         on_update: UpdateSink | None,
-        run_id: str,
         extra: dict[str, Any],
     ) -> ChatMessage:
         results = []
@@ -241,9 +264,23 @@ class Agent:
                 )
             else:
                 arguments = edited_arguments(call, answer)
+                t = self.tools.get(call.name)
+
+                async def invoke(
+                    key: str, c: FunctionCallContent = call, a: dict[str, Any] = arguments
+                ) -> FunctionResultContent:
+                    return await self._invoke(c, a, key, extra)
+
                 result = await journal(
-                    f"tool/{call.call_id}",
-                    lambda c=call, a=arguments: self._invoke(c, a, run_id, extra),
+                    "tool",
+                    invoke,
+                    idempotent=t is None or t.idempotent,
+                    description={
+                        "tool": call.name,
+                        "arguments": arguments,
+                        "call_id": call.call_id,
+                        "agent": self.name,
+                    },
                 )
             results.append(result)
             if on_update is not None:
@@ -263,7 +300,7 @@ class Agent:
         self,
         call: FunctionCallContent,
         arguments: dict[str, Any],
-        run_id: str,
+        idempotency_key: str,
         extra: dict[str, Any],
     ) -> FunctionResultContent:
         t = self.tools.get(call.name)
@@ -276,7 +313,7 @@ class Agent:
         try:
             value = await t.invoke(
                 arguments,
-                idempotency_key=f"{run_id}:{call.call_id}",
+                idempotency_key=idempotency_key,
                 invocation_kwargs=extra,
             )
         except ToolArgumentsError as exc:

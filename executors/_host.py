@@ -20,7 +20,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from workflow_engine import Executor, WorkflowContext, handler, response_handler
+from workflow_engine import (
+    EffectResolution,
+    Executor,
+    InDoubtEffect,
+    WorkflowContext,
+    handler,
+    response_handler,
+)
 
 from ._agent import Agent, AgentRunUpdateEvent, edited_arguments
 from ._content import (
@@ -154,6 +161,16 @@ class AgentHostExecutor(Executor):
         await self._append(ctx, [ChatMessage(role="user", contents=list(answers))])
         await self._turn(ctx)
 
+    def resolve_in_doubt(self, question: InDoubtEffect, resolution: EffectResolution) -> Any:
+        """A person said an in-doubt tool call happened: its result, as the turn expects it."""
+        described = question.description if isinstance(question.description, dict) else {}
+        result = resolution.result
+        return FunctionResultContent(
+            call_id=str(described.get("call_id", "")),
+            name=str(described.get("tool", "")),
+            result=result if result is not None else "done (confirmed by a person after a crash)",
+        )
+
     def validate_response(self, request: Any, response: Any) -> None:
         """Refuse an approval before it is stored: wrong call, or edited arguments that fail
         the tool's schema (``ValueError``; the runtime reports it as a ResponseTypeError)."""
@@ -183,8 +200,14 @@ class AgentHostExecutor(Executor):
             return  # still waiting for approvals; they restart the turn when all are in
         conversation: list[ChatMessage] = await ctx.get_state("conversation", [])
 
-        async def journal(key: str, fn: Any) -> Any:
-            return await ctx.run_once(key, fn)
+        async def journal(
+            kind: str, fn: Any, *, idempotent: bool = False, description: Any = None
+        ) -> Any:
+            name = ctx.next_step_name(kind)
+            key = ctx.idempotency_key(name)
+            return await ctx.run_once(
+                name, lambda: fn(key), idempotent=idempotent, description=description
+            )
 
         async def on_update(event: AgentRunUpdateEvent) -> None:
             event.executor_id = self.id

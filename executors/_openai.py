@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -112,13 +113,15 @@ class OpenAIChatClient:
         contents: list[Any] = []
         if choice.content:
             contents.append(TextContent(text=choice.content))
-        for call in choice.tool_calls or []:
+        used: set[str] = set()
+        for index, call in enumerate(choice.tool_calls or []):
             try:
                 arguments = json.loads(call.function.arguments or "{}")
             except json.JSONDecodeError:
                 arguments = {"__unparsed__": call.function.arguments}
+            call_id = _unique_call_id(call.id, index, used)
             contents.append(
-                FunctionCallContent(call_id=call.id, name=call.function.name, arguments=arguments)
+                FunctionCallContent(call_id=call_id, name=call.function.name, arguments=arguments)
             )
         message = ChatMessage(role="assistant", contents=contents, message_id=completion.id)
         return ChatResponse(messages=[message])
@@ -130,6 +133,7 @@ class OpenAIChatClient:
             **self._request(messages, tools), stream=True
         )
         call_ids: dict[int, str] = {}
+        used: set[str] = set()
         async for chunk in stream:
             if not chunk.choices:
                 continue
@@ -137,9 +141,9 @@ class OpenAIChatClient:
             if delta.content:
                 yield ChatResponseUpdate(kind="text", message_id=chunk.id, text=delta.content)
             for call in delta.tool_calls or []:
-                if call.id:
-                    call_ids[call.index] = call.id
-                call_id = call_ids.get(call.index, f"call_{call.index}")
+                call_id = call_ids.get(call.index)
+                if call_id is None:
+                    call_id = call_ids[call.index] = _unique_call_id(call.id, call.index, used)
                 function = call.function
                 yield ChatResponseUpdate(
                     kind="function_call",
@@ -148,3 +152,14 @@ class OpenAIChatClient:
                     name=function.name if function and function.name else None,
                     arguments_delta=function.arguments if function and function.arguments else "",
                 )
+
+
+def _unique_call_id(given: str | None, index: int, used: set[str]) -> str:
+    """The model's call id if it gave a fresh one; otherwise a new unique one. Servers that
+    omit ids (or repeat one within a reply) must not make two calls look like one; the reply is
+    journaled, so a replay sees the same ids."""
+    call_id = given or f"call_{uuid.uuid4().hex[:16]}"
+    if call_id in used:
+        call_id = f"{call_id}_{index}_{uuid.uuid4().hex[:8]}"
+    used.add(call_id)
+    return call_id

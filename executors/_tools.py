@@ -9,10 +9,12 @@ model; it receives the call's stable key (run id + call id), to pass to outside 
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, NewType, get_type_hints
 
+import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 IdempotencyKey = NewType("IdempotencyKey", str)
@@ -45,6 +47,7 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         approval_mode: ApprovalMode = "never_require",
+        idempotent: bool = False,
     ) -> None:
         if isinstance(approval_mode, str) and approval_mode not in (
             "always_require",
@@ -59,6 +62,9 @@ class Tool:
         doc = inspect.getdoc(func) or ""
         self.description = description or doc.split("\n\n")[0].strip() or self.name
         self.approval_mode = approval_mode
+        self.idempotent = idempotent
+        """Safe to call again with the same idempotency key: if a crash leaves a call in doubt,
+        it is retried; otherwise the run asks a person whether it happened."""
         self.is_async = inspect.iscoroutinefunction(func)
         self.idempotency_param: str | None = None
         self.accepts_invocation_kwargs = False
@@ -124,6 +130,10 @@ class Tool:
             kwargs = {**invocation_kwargs, **kwargs}
         if self.idempotency_param is not None:
             kwargs[self.idempotency_param] = idempotency_key
+        if not self.is_async:
+            # a sync tool (blocking I/O, a slow computation) runs in a worker thread, so the
+            # event loop keeps streaming, renewing leases and serving other runs meanwhile
+            return await anyio.to_thread.run_sync(functools.partial(self.func, **kwargs))
         result = self.func(**kwargs)
         if inspect.isawaitable(result):
             result = await result
@@ -142,10 +152,22 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     approval_mode: ApprovalMode = "never_require",
+    idempotent: bool = False,
 ) -> Any:
-    """Make a :class:`Tool` from a typed function (sync or async)."""
+    """Make a :class:`Tool` from a typed function (sync or async).
+
+    ``idempotent=True``: calling it twice with the same ``idempotency_key`` does no harm, so a
+    call cut off by a crash is simply retried; otherwise such a call pauses the run and asks a
+    person whether it happened.
+    """
 
     def wrap(f: Callable[..., Any] | Callable[..., Awaitable[Any]]) -> Tool:
-        return Tool(f, name=name, description=description, approval_mode=approval_mode)
+        return Tool(
+            f,
+            name=name,
+            description=description,
+            approval_mode=approval_mode,
+            idempotent=idempotent,
+        )
 
     return wrap(func) if func is not None else wrap

@@ -19,7 +19,9 @@ from workflow_engine import (
     Checkpoint,
     CheckpointInfo,
     CheckpointNotFoundError,
+    CheckpointNotLatestError,
     Lease,
+    LeaseLostError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
     RunBusyError,
@@ -51,7 +53,8 @@ class InMemoryRunStore:
         self._requests: dict[str, StoredRequest] = {}
         self._lease_seconds: dict[str, float] = {}
         self._seq_offset: dict[str, int] = {}  # checkpoints pruned from the front
-        self._journal: dict[tuple[str, str], Any] = {}
+        self._journal: dict[tuple[str, str], tuple[int, Any]] = {}  # -> (superstep, entry)
+        self._cancel_requested: set[str] = set()
         self._lock = anyio.Lock()
 
     async def __aenter__(self) -> InMemoryRunStore:
@@ -125,7 +128,8 @@ class InMemoryRunStore:
                 run, owner=owner, lease_expires_at=expires, version=run.version + 1
             )
             self._lease_seconds[run_id] = lease_seconds
-            return Lease(run_id, owner, run.version + 1, expires)
+            cancel = run_id in self._cancel_requested
+            return Lease(run_id, owner, run.version + 1, expires, cancel)
 
     async def admit_and_acquire(
         self,
@@ -172,15 +176,37 @@ class InMemoryRunStore:
     def _fenced(self, lease: Lease) -> RunRecord:
         run = self._run(lease.run_id)
         if run.owner != lease.owner or run.version != lease.version:
-            raise RunBusyError(
+            raise LeaseLostError(
                 f"run {lease.run_id!r} is being executed by another worker: our lease was taken "
                 "over, so this write is refused"
             )
         return run
 
+    async def renew(self, lease: Lease) -> Lease:
+        async with self._lock:
+            run = self._fenced(lease)
+            expires = self.clock() + self._lease_seconds.get(lease.run_id, 30.0)
+            self._runs[lease.run_id] = replace(run, lease_expires_at=expires)
+            cancel = lease.run_id in self._cancel_requested
+            return Lease(lease.run_id, lease.owner, lease.version, expires, cancel)
+
+    async def request_cancel(self, run_id: str) -> None:
+        async with self._lock:
+            self._run(run_id)
+            self._cancel_requested.add(run_id)
+
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         async with self._lock:
             run = self._fenced(lease)
+            if (
+                checkpoint.parent_id is not None
+                and checkpoint.parent_id != run.latest_checkpoint_id
+            ):
+                raise CheckpointNotLatestError(
+                    f"run {lease.run_id!r}: checkpoint {checkpoint.checkpoint_id} follows "
+                    f"{checkpoint.parent_id}, but the run's latest checkpoint is "
+                    f"{run.latest_checkpoint_id}; continue from the latest or fork"
+                )
             now = self.clock()
             expires = now + self._lease_seconds.get(lease.run_id, 30.0)
             changes = checkpoint.changes
@@ -202,7 +228,16 @@ class InMemoryRunStore:
                 lease_expires_at=expires,
                 error=None,
             )
-            return Lease(lease.run_id, lease.owner, run.version + 1, expires)
+            for key in [
+                k
+                for k, (step, _) in self._journal.items()
+                if k[0] == lease.run_id and step <= checkpoint.superstep
+            ]:
+                del self._journal[key]
+            if checkpoint.status is WorkflowRunState.CANCELLED:
+                self._cancel_requested.discard(lease.run_id)
+            cancel = lease.run_id in self._cancel_requested
+            return Lease(lease.run_id, lease.owner, run.version + 1, expires, cancel)
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
@@ -313,10 +348,34 @@ class InMemoryRunStore:
             return AnswerOutcome.STORED
 
     async def journal_get(self, run_id: str, key: str) -> Any | None:
-        return self._journal.get((run_id, key))
+        found = self._journal.get((run_id, key))
+        return None if found is None else json.loads(_canonical(found[1]))
 
-    async def journal_put(self, run_id: str, key: str, value: Any) -> Any:
-        return self._journal.setdefault((run_id, key), json.loads(_canonical(value)))
+    async def journal_intent(
+        self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None
+    ) -> None:
+        async with self._lock:
+            if lease is not None:
+                self._fenced(lease)
+            self._journal.setdefault((run_id, key), (superstep, json.loads(_canonical(entry))))
+
+    async def journal_put(
+        self, run_id: str, key: str, value: Any, superstep: int, *, lease: Lease | None = None
+    ) -> Any:
+        async with self._lock:
+            if lease is not None:
+                self._fenced(lease)
+            found = self._journal.get((run_id, key))
+            if found is not None and "value" in found[1]:
+                return json.loads(_canonical(found[1]))
+            self._journal[(run_id, key)] = (superstep, json.loads(_canonical(value)))
+            return json.loads(_canonical(value))
+
+    async def journal_clear(self, run_id: str, key: str, *, lease: Lease | None = None) -> None:
+        async with self._lock:
+            if lease is not None:
+                self._fenced(lease)
+            self._journal.pop((run_id, key), None)
 
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
@@ -324,8 +383,10 @@ class InMemoryRunStore:
         deleted = 0
         async with self._lock:
             if finished_before is not None:
+                now = self.clock()
                 for run_id, run in list(self._runs.items()):
-                    if run.status in _TERMINAL and run.updated_at < finished_before:
+                    leased = run.owner is not None and (run.lease_expires_at or 0) > now
+                    if run.status in _TERMINAL and run.updated_at < finished_before and not leased:
                         deleted += len(self._checkpoints.pop(run_id, []))
                         del self._runs[run_id]
                         for rid in [r for r, v in self._requests.items() if v.run_id == run_id]:

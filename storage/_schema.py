@@ -7,7 +7,10 @@ Every row that holds encoded data records the codec and schema version that wrot
     runs          one row per run; owner/lease_expires_at/version are the lease and fencing token
     checkpoints   per run, seq 0..n; kind "snapshot" (full JSON) or "delta" (changes vs. parent)
     requests      the inbox: pending → answered (by respond) → applied (by a commit) | cancelled
-    journal       (v2) results of side effects, per run and key: never recomputed once stored
+    journal       (v2) results of side effects, per run and step key: never recomputed once
+                  stored; (v3) the superstep each entry belongs to (compacted at its commit),
+                  intents of steps that started
+    runs.cancel_requested (v3) a durable request to cancel the run at its next boundary
 
 The tables (and ``MIGRATIONS``) are built on first access: SQLAlchemy is needed only to create
 and migrate a database, not to import ``storage`` or to open a database that is up to date.
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
     journal: Table
     MIGRATIONS: dict[int, Callable[[Connection], None]]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _DECLARED = ("metadata", "schema_info", "runs", "checkpoints", "requests", "journal", "MIGRATIONS")
 _LOCK = threading.Lock()  # stores migrate from their own threads: declare the tables once
@@ -91,6 +94,7 @@ def _declare() -> dict[str, Any]:
         Column("since_snapshot", Integer, nullable=False),
         Column("error", Text),
         Column("parent_run_id", String(64)),
+        Column("cancel_requested", Integer, nullable=False, server_default="0"),
         Index("ix_runs_status", "status"),
         Index("ix_runs_workflow", "workflow_name"),
     )
@@ -140,6 +144,7 @@ def _declare() -> dict[str, Any]:
         Column("key", String(400), primary_key=True),
         Column("value", Text, nullable=False),
         Column("created_at", Float, nullable=False),
+        Column("superstep", Integer, nullable=False, server_default="0"),
     )
 
     def _create_v1(conn: Connection) -> None:
@@ -149,7 +154,23 @@ def _declare() -> dict[str, Any]:
     def _add_journal_v2(conn: Connection) -> None:
         journal.create(conn, checkfirst=True)
 
-    migrations: dict[int, Callable[[Connection], None]] = {1: _create_v1, 2: _add_journal_v2}
+    def _step_identity_v3(conn: Connection) -> None:
+        # the tables are declared as of the newest version, so a database created by this code
+        # already has these columns: add each only where it is missing
+        from sqlalchemy import text
+
+        for table, column in (("runs", "cancel_requested"), ("journal", "superstep")):
+            present = {row[1] for row in conn.exec_driver_sql(f"PRAGMA table_info({table})")}
+            if column not in present:
+                conn.execute(
+                    text(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+                )
+
+    migrations: dict[int, Callable[[Connection], None]] = {
+        1: _create_v1,
+        2: _add_journal_v2,
+        3: _step_identity_v3,
+    }
     """Version N's migration upgrades a database at version N-1. Never edit one that shipped."""
 
     return {

@@ -34,10 +34,11 @@ SQL_INSERT_REQUEST = (
 )
 SQL_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?"
 SQL_RUN_FOR_LEASE = (
-    f"SELECT {RUN_COLUMNS}, checkpoint_seq, since_snapshot FROM runs WHERE run_id = ?"
+    f"SELECT {RUN_COLUMNS}, checkpoint_seq, since_snapshot, cancel_requested "
+    "FROM runs WHERE run_id = ?"
 )
 SQL_LEASE_STATE = (
-    "SELECT owner, lease_expires_at, version, checkpoint_seq, since_snapshot "
+    "SELECT owner, lease_expires_at, version, checkpoint_seq, since_snapshot, cancel_requested "
     "FROM runs WHERE run_id = ?"
 )
 SQL_TAKE_LEASE = (
@@ -97,8 +98,22 @@ SQL_STORE_ANSWER = (
     "WHERE request_id = ? AND status = 'pending'"
 )
 SQL_JOURNAL_GET = "SELECT value FROM journal WHERE run_id = ? AND key = ?"
-SQL_JOURNAL_PUT = "INSERT INTO journal (run_id, key, value, created_at) VALUES (?, ?, ?, ?)"
-SQL_DOOMED = f"SELECT run_id FROM runs WHERE status IN {TERMINAL_SQL} AND updated_at < ?"
+SQL_JOURNAL_PUT = (
+    "INSERT INTO journal (run_id, key, value, created_at, superstep) VALUES (?, ?, ?, ?, ?)"
+)
+SQL_JOURNAL_REPLACE = "UPDATE journal SET value = ?, created_at = ? WHERE run_id = ? AND key = ?"
+SQL_JOURNAL_CLEAR = "DELETE FROM journal WHERE run_id = ? AND key = ?"
+SQL_JOURNAL_COMPACT = "DELETE FROM journal WHERE run_id = ? AND superstep <= ?"
+SQL_FENCE = (
+    "SELECT owner, version, latest_checkpoint_id, cancel_requested FROM runs WHERE run_id = ?"
+)
+SQL_RENEW = "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ? AND version = ?"
+SQL_REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ?"
+SQL_CANCEL_DONE = "UPDATE runs SET cancel_requested = 0 WHERE run_id = ?"
+SQL_DOOMED = (  # finished, old, and not leased (a failed run being retried is kept)
+    f"SELECT run_id FROM runs WHERE status IN {TERMINAL_SQL} AND updated_at < ? "
+    "AND (owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ?)"
+)
 SQL_PRUNE = {
     table: f"DELETE FROM {table} WHERE run_id IN ({SQL_DOOMED})"
     for table in ("checkpoints", "requests", "journal", "runs")

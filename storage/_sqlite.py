@@ -36,6 +36,7 @@ from workflow_engine import (
     Checkpoint,
     CheckpointDelta,
     CheckpointNotFoundError,
+    CheckpointNotLatestError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
     UnknownRequestError,
@@ -44,6 +45,7 @@ from workflow_engine import (
 )
 from workflow_engine import __version__ as engine_version
 from workflow_engine._errors import (
+    LeaseLostError,
     RunBusyError,
     RunNotFoundError,
     SchemaVersionError,
@@ -69,17 +71,22 @@ from ._sql import (
     RUN_COLUMNS,
     SQL_ANSWER_STATE,
     SQL_ANSWERED,
+    SQL_CANCEL_DONE,
     SQL_CHAIN,
     SQL_CHECKPOINT_PLACE,
     SQL_COMMIT_RUN,
     SQL_COMMIT_RUN_RELEASE,
     SQL_DROP_BEFORE,
+    SQL_FENCE,
     SQL_HISTORY,
     SQL_INSERT_CHECKPOINT,
     SQL_INSERT_REQUEST,
     SQL_INSERT_RUN,
+    SQL_JOURNAL_CLEAR,
+    SQL_JOURNAL_COMPACT,
     SQL_JOURNAL_GET,
     SQL_JOURNAL_PUT,
+    SQL_JOURNAL_REPLACE,
     SQL_LATEST_CHAIN,
     SQL_LATEST_SEQ,
     SQL_LEASE_STATE,
@@ -87,8 +94,10 @@ from ._sql import (
     SQL_MAKE_SNAPSHOT,
     SQL_PRUNE,
     SQL_RELEASE,
+    SQL_RENEW,
     SQL_REQUEST,
     SQL_REQUEST_AND_RUN,
+    SQL_REQUEST_CANCEL,
     SQL_REQUEST_STATUS,
     SQL_RUN,
     SQL_RUN_FOR_LEASE,
@@ -401,6 +410,7 @@ class SqliteStore:
         version: int,
         seq: int,
         since: int,
+        cancel_requested: int = 0,
     ) -> tuple[Lease, tuple[int, int]]:
         if (
             holder is not None
@@ -414,7 +424,8 @@ class SqliteStore:
             )
         expires_at = now + lease_seconds
         conn.execute(SQL_TAKE_LEASE, (owner, expires_at, version + 1, run_id, version))
-        return Lease(run_id, owner, version + 1, expires_at), (seq, since)
+        lease = Lease(run_id, owner, version + 1, expires_at, bool(cancel_requested))
+        return lease, (seq, since)
 
     async def acquire_latest(
         self,
@@ -484,7 +495,17 @@ class SqliteStore:
         if check is not None:
             check(run)
         lease, meta = self._take_lease(
-            conn, run_id, owner, lease_seconds, now, row[8], row[9], row[7], row[13], row[14]
+            conn,
+            run_id,
+            owner,
+            lease_seconds,
+            now,
+            row[8],
+            row[9],
+            row[7],
+            row[13],
+            row[14],
+            row[15],
         )
         known = self._recall(run_id, run.latest_checkpoint_id) is not None
         chain = None if known else self._latest_chain(conn, run_id)
@@ -501,6 +522,34 @@ class SqliteStore:
     @staticmethod
     def _release(conn: Conn, lease: Lease) -> bool:
         return conn.execute(SQL_RELEASE, (lease.run_id, lease.owner, lease.version)).rowcount == 1
+
+    async def renew(self, lease: Lease) -> Lease:
+        """Extend the lease (same version); ``LeaseLostError`` if another worker took it."""
+        expires = self.clock() + self._lease_seconds.get(lease.run_id, 30.0)
+        return await self._in_write(self._renew, lease, expires)
+
+    def _renew(self, conn: Conn, lease: Lease, expires: float) -> Lease:
+        cancel = self._fence(conn, lease)[1]
+        conn.execute(SQL_RENEW, (expires, lease.run_id, lease.owner, lease.version))
+        return Lease(lease.run_id, lease.owner, lease.version, expires, cancel)
+
+    async def request_cancel(self, run_id: str) -> None:
+        if not await self._in_write(_update_one, SQL_REQUEST_CANCEL, (run_id,)):
+            raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
+
+    @staticmethod
+    def _fence(conn: Conn, lease: Lease) -> tuple[str | None, bool]:
+        """Inside a write transaction: refuse unless ``lease`` still holds the run. Returns the
+        run's latest checkpoint id and whether a cancel was requested."""
+        row = conn.execute(SQL_FENCE, (lease.run_id,)).fetchone()
+        if row is None:
+            raise RunNotFoundError(f"no run {lease.run_id!r}")
+        if row[0] != lease.owner or row[1] != lease.version:
+            raise LeaseLostError(
+                f"run {lease.run_id!r} is being executed by another worker ({row[0]}): our "
+                "lease was taken over, so this write is refused"
+            )
+        return row[2], bool(row[3])
 
     def _forget(self, run_id: str) -> None:
         """Our lease on ``run_id`` ended: drop what we kept for committing under it."""
@@ -552,9 +601,11 @@ class SqliteStore:
         status_rows += [("cancelled", r) for r in changes.requests_cancelled]
         body = checkpoint_row(checkpoint, seq, snapshot=snapshot)
         meta = (seq, since)
-        await self._run(self._commit, checkpoint, text, run, body, request_rows, status_rows, meta)
+        cancel = await self._run(
+            self._commit, checkpoint, text, run, body, request_rows, status_rows, meta
+        )
         self._fault("commit:after")
-        return Lease(run_id, lease.owner, lease.version + 1, expires_at)
+        return Lease(run_id, lease.owner, lease.version + 1, expires_at, cancel)
 
     def _commit(
         self,
@@ -565,28 +616,37 @@ class SqliteStore:
         request_rows: list[tuple] | None,
         status_rows: list[tuple[str, str]],
         meta: tuple[int, int],
-    ) -> None:
-        rows = (text, run, body, request_rows, status_rows)
-        self._transaction("BEGIN IMMEDIATE", self._commit_rows, rows)
+    ) -> bool:
+        rows = (checkpoint, text, run, body, request_rows, status_rows)
+        cancel = self._transaction("BEGIN IMMEDIATE", self._commit_rows, rows)
         # after COMMIT, on this thread (even if the caller gave up waiting)
         if text is SQL_COMMIT_RUN_RELEASE:
             self._forget(run[8])
         else:
             self._meta[run[8]] = meta
         self._remember(checkpoint)
+        return cancel
 
     def _commit_rows(
         self,
         conn: Conn,
+        checkpoint: Checkpoint,
         text: str,
         run: tuple,
         body: tuple,
         request_rows: list[tuple] | None,
         status_rows: list[tuple[str, str]],
-    ) -> None:
+    ) -> bool:
         run_id = run[8]
+        latest, cancel = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
+        parent = checkpoint.parent_id
+        if parent is not None and parent != latest:
+            raise CheckpointNotLatestError(
+                f"run {run_id!r}: checkpoint {checkpoint.checkpoint_id} follows {parent}, but "
+                f"the run's latest checkpoint is {latest}; continue from the latest, or fork"
+            )
         if conn.execute(text, run).rowcount != 1:
-            raise RunBusyError(
+            raise LeaseLostError(
                 f"run {run_id!r} is being executed by another worker: our lease "
                 "was taken over, so this superstep is not committed"
             )
@@ -595,7 +655,13 @@ class SqliteStore:
             conn.executemany(SQL_INSERT_REQUEST, request_rows)
         if status_rows:
             conn.executemany(SQL_REQUEST_STATUS, status_rows)
+        # entries of committed supersteps are never read again
+        conn.execute(SQL_JOURNAL_COMPACT, (run_id, checkpoint.superstep))
+        if cancel and checkpoint.status is WorkflowRunState.CANCELLED:
+            conn.execute(SQL_CANCEL_DONE, (run_id,))
+            cancel = False
         self._fault("commit:inside")
+        return cancel
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
@@ -800,25 +866,68 @@ class SqliteStore:
 
     async def journal_get(self, run_id: str, key: str) -> Any | None:
         row = await self._query(_fetch_one, SQL_JOURNAL_GET, (run_id, key))
-        return json.loads(row[0]) if row is not None else None
+        if row is None:
+            return None
+        try:
+            return json.loads(row[0])
+        except ValueError as exc:
+            raise StoreCorruptError(
+                f"run {run_id!r}: journal entry {key!r} is not valid JSON ({exc})"
+            ) from None
 
-    async def journal_put(self, run_id: str, key: str, value: Any) -> Any:
-        """Insert unless present (first writer wins); returns the stored value."""
+    async def journal_intent(
+        self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None
+    ) -> None:
+        """Record that a step is starting (kept if the key has an entry), fenced by ``lease``."""
+        text = canonical_json(entry)
+        self._fault("intent:before")
+        await self._in_write(self._journal_write, run_id, key, text, superstep, lease, False)
+        self._fault("intent:after")
+
+    async def journal_put(
+        self, run_id: str, key: str, value: Any, superstep: int, *, lease: Lease | None = None
+    ) -> Any:
+        """Store a result unless one exists (first writer wins; it replaces an intent);
+        returns the stored result. Fenced by ``lease`` when given."""
         text = canonical_json(value)
         self._fault("journal:before")
-        stored = await self._in_write(self._journal_put, run_id, key, text)
+        stored = await self._in_write(
+            self._journal_write, run_id, key, text, superstep, lease, True
+        )
         self._fault("journal:after")
         return json.loads(stored)
 
-    def _journal_put(self, conn: Conn, run_id: str, key: str, text: str) -> str:
+    def _journal_write(
+        self,
+        conn: Conn,
+        run_id: str,
+        key: str,
+        text: str,
+        superstep: int,
+        lease: Lease | None,
+        result: bool,
+    ) -> str:
+        if lease is not None:
+            self._fence(conn, lease)
         row = conn.execute(SQL_JOURNAL_GET, (run_id, key)).fetchone()
         if row is None:
-            conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, self.clock()))
+            conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, self.clock(), superstep))
+            stored = text
+        elif result and not row[0].startswith('{"value":'):  # an intent: the result replaces it
+            conn.execute(SQL_JOURNAL_REPLACE, (text, self.clock(), run_id, key))
             stored = text
         else:
             stored = row[0]
         self._fault("journal:inside")
         return stored
+
+    async def journal_clear(self, run_id: str, key: str, *, lease: Lease | None = None) -> None:
+        await self._in_write(self._journal_clear, run_id, key, lease)
+
+    def _journal_clear(self, conn: Conn, run_id: str, key: str, lease: Lease | None) -> None:
+        if lease is not None:
+            self._fence(conn, lease)
+        conn.execute(SQL_JOURNAL_CLEAR, (run_id, key))
 
     # --- retention ------------------------------------------------------------------------------
 
@@ -827,7 +936,7 @@ class SqliteStore:
     ) -> int:
         deleted = 0
         if finished_before is not None:
-            deleted += await self._in_write(_prune_finished, finished_before)
+            deleted += await self._in_write(_prune_finished, finished_before, self.clock())
         if keep_last is not None:
             if keep_last < 1:
                 raise ValueError("keep_last must be at least 1")
@@ -860,8 +969,8 @@ def _update_one(conn: Conn, text: str, params: Sequence[Any]) -> bool:
     return conn.execute(text, params).rowcount == 1
 
 
-def _prune_finished(conn: Conn, finished_before: float) -> int:
-    deleted = conn.execute(SQL_PRUNE["checkpoints"], (finished_before,)).rowcount
+def _prune_finished(conn: Conn, finished_before: float, now: float) -> int:
+    deleted = conn.execute(SQL_PRUNE["checkpoints"], (finished_before, now)).rowcount
     for table in ("requests", "journal", "runs"):
-        conn.execute(SQL_PRUNE[table], (finished_before,))
+        conn.execute(SQL_PRUNE[table], (finished_before, now))
     return deleted

@@ -21,12 +21,15 @@ from ._context import WorkflowContext
 from ._errors import (
     CheckpointError,
     CheckpointNotFoundError,
+    CheckpointNotLatestError,
     CheckpointStoreError,
     DuplicateExecutorError,
     EdgeTypeMismatchError,
+    EffectInDoubtError,
     ExecutionError,
     FanInTypeMismatchError,
     GraphValidationError,
+    LeaseLostError,
     MessageNotHandledError,
     MissingStartError,
     RequestAlreadyAnsweredError,
@@ -70,7 +73,13 @@ from ._events import (
 from ._executor import Executor, FunctionExecutor, executor, handler, response_handler
 from ._graph import Case, Default
 from ._journal import InMemoryJournal, JournalStore
-from ._requests import ExternalRequest, ExternalResponse, RequestPort
+from ._requests import (
+    EffectResolution,
+    ExternalRequest,
+    ExternalResponse,
+    InDoubtEffect,
+    RequestPort,
+)
 from ._runtime import PendingRequest, RunInfo, Runtime, RuntimeRunStream
 from ._store import (
     AnswerOutcome,
@@ -96,11 +105,14 @@ __all__ = [
     "CheckpointError",
     "CheckpointInfo",
     "CheckpointNotFoundError",
+    "CheckpointNotLatestError",
     "CheckpointStore",
     "CheckpointStoreError",
     "Default",
     "DuplicateExecutorError",
     "EdgeTypeMismatchError",
+    "EffectInDoubtError",
+    "EffectResolution",
     "ErrorDetails",
     "ExecutionError",
     "Executor",
@@ -112,11 +124,13 @@ __all__ = [
     "FanInTypeMismatchError",
     "FunctionExecutor",
     "GraphValidationError",
+    "InDoubtEffect",
     "InMemoryCheckpointStore",
     "InMemoryJournal",
     "JournalStore",
     "JsonCodec",
     "Lease",
+    "LeaseLostError",
     "MessageNotHandledError",
     "MessageRecord",
     "MissingStartError",

@@ -46,6 +46,8 @@ class MessageRecord(BaseModel):
     target_id: str
     data: Any
     request_id: str | None = None
+    message_id: str | None = None
+    """The delivery's deterministic id (``_identity``); None in checkpoints before it existed."""
 
 
 class RequestRecord(BaseModel):
@@ -56,7 +58,7 @@ class RequestRecord(BaseModel):
     request_id: str
     port_id: str
     source_executor_id: str
-    kind: Literal["port", "executor"]
+    kind: Literal["port", "executor", "effect"]
     data: Any
     response_type: str
     superstep: int
@@ -90,6 +92,8 @@ class Checkpoint(BaseModel):
     superstep: int
     status: WorkflowRunState
     created_at: float = Field(default_factory=time.time)
+    step_secret: str = ""
+    """The run's random secret for request ids and idempotency keys ("" in old checkpoints)."""
     messages: list[MessageRecord] = Field(default_factory=list)
     executor_states: dict[str, dict[str, Any]] = Field(default_factory=dict)
     shared_state: dict[str, Any] = Field(default_factory=dict)
@@ -238,6 +242,7 @@ def apply_delta(parent: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
         superstep=delta.superstep,
         status=delta.status,
         created_at=delta.created_at,
+        step_secret=parent.step_secret,
         messages=list(delta.messages),
         executor_states=states,
         shared_state={**parent.shared_state, **delta.shared_state},

@@ -8,14 +8,15 @@ all-or-nothing, and what a checkpoint records is exactly what the next superstep
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Generic, Never
 
+import anyio
 from typing_extensions import TypeVar
 
-from ._errors import UndeclaredOutputError, UnknownTargetError
+from ._errors import EffectInDoubtError, LeaseLostError, UndeclaredOutputError, UnknownTargetError
 from ._events import WorkflowEvent, WorkflowOutputEvent
+from ._identity import derive_id, step_key
 from ._requests import ExternalRequest
 from ._types import Matcher, type_name
 
@@ -27,12 +28,6 @@ TOut = TypeVar("TOut", default=Never)
 TWorkflowOut = TypeVar("TWorkflowOut", default=Never)
 
 _MISSING: Any = object()
-REQUEST_NAMESPACE = uuid.UUID("6f1c7a52-8a53-4c0e-9a59-0d6f4ad3b1e1")
-
-
-def request_id_for(run_id: str, superstep: int, node_id: str, index: int) -> str:
-    """Deterministic request ids: a restored run emits the same events as an uninterrupted one."""
-    return str(uuid.uuid5(REQUEST_NAMESPACE, f"{run_id}/{superstep}/{node_id}/{index}"))
 
 
 class ExecutorStep:
@@ -68,8 +63,10 @@ class StepScope:
     __slots__ = (
         "codec",
         "journal",
-        "journal_scope",
+        "journal_run",
+        "lease_lost",
         "run_id",
+        "secret",
         "shared",
         "successors",
         "superstep",
@@ -83,7 +80,9 @@ class StepScope:
         shared: dict[str, Any],
         successors: dict[str, frozenset[str]],
         journal: JournalStore,
-        journal_scope: str = "",
+        journal_run: str = "",
+        secret: str = "",
+        lease_lost: Callable[[], bool] | None = None,
     ) -> None:
         self.run_id = run_id
         self.superstep = superstep
@@ -91,7 +90,9 @@ class StepScope:
         self.shared = shared  # committed, encoded
         self.successors = successors
         self.journal = journal
-        self.journal_scope = journal_scope  # the checkpoint this superstep started from
+        self.journal_run = journal_run or run_id  # the journal's namespace for this run
+        self.secret = secret  # the run's step secret (derives request ids, idempotency keys)
+        self.lease_lost = lease_lost  # True once another worker took the run over
 
 
 class WorkflowContext(Generic[TOut, TWorkflowOut]):
@@ -101,7 +102,16 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     ``WorkflowContext`` does neither. Sending an undeclared type raises ``UndeclaredOutputError``.
     """
 
-    __slots__ = ("_handler_name", "_scope", "_sends", "_step", "_yields")
+    __slots__ = (
+        "_counters",
+        "_delivery",
+        "_handler_name",
+        "_locks",
+        "_scope",
+        "_sends",
+        "_step",
+        "_yields",
+    )
 
     def __init__(
         self,
@@ -110,12 +120,16 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         sends: Matcher,
         yields: Matcher,
         handler_name: str = "",
+        delivery: str = "",
     ) -> None:
         self._scope = scope
         self._step = step
         self._sends = sends
         self._yields = yields
         self._handler_name = handler_name
+        self._delivery = delivery
+        self._counters: dict[str, int] | None = None
+        self._locks: dict[str, anyio.Lock] | None = None
 
     @property
     def run_id(self) -> str:
@@ -134,25 +148,100 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """The nodes this executor has edges to (empty: its messages would go nowhere)."""
         return self._scope.successors.get(self._step.executor_id, frozenset())
 
-    async def run_once(self, key: str, func: Callable[[], Awaitable[Any]]) -> Any:
-        """Run ``func`` at most once per ``key`` in this run, surviving crashes and re-runs.
+    @property
+    def delivery_id(self) -> str:
+        """The deterministic id of the message this handler invocation is handling."""
+        return self._delivery
 
-        The result is journaled durably (when the store supports it) before it is returned; a
-        later call with the same key from the same starting point -- the same superstep
-        re-executed after a crash -- returns the journaled result without calling ``func``.
-        Keys are scoped to this executor and to the checkpoint the superstep started from, so
-        two branches continued from one checkpoint with different answers do not share results.
-        The result must be JSON-serializable by the workflow's codec.
+    def step_key(self, name: str) -> str:
+        """The identity of step ``name`` of this handler invocation (see ``_identity``)."""
+        scope = self._scope
+        return step_key(scope.superstep, self._step.executor_id, self._delivery, name)
+
+    def next_step_name(self, kind: str) -> str:
+        """``kind#0``, ``kind#1``, ...: steps of one kind numbered in call order within this
+        invocation (how agents name their model and tool calls)."""
+        counters = self._counters
+        if counters is None:
+            counters = self._counters = {}
+        n = counters.get(kind, 0)
+        counters[kind] = n + 1
+        return f"{kind}#{n}"
+
+    def idempotency_key(self, name: str) -> str:
+        """The key to hand an outside service for step ``name``: the same every time this
+        delivery is re-executed (after a crash, in any process), different for every other
+        step, run, branch and executor. ``<run id>:<opaque step id>``, so an outside system's
+        log says which run asked."""
+        scope = self._scope
+        return (
+            f"{scope.run_id}:{derive_id(scope.secret, 'effect', scope.run_id, self.step_key(name))}"
+        )
+
+    async def run_once(
+        self,
+        key: str,
+        func: Callable[[], Awaitable[Any]],
+        *,
+        idempotent: bool = False,
+        description: Any = None,
+    ) -> Any:
+        """Run ``func`` once for step ``key`` of this delivery, surviving crashes and re-runs.
+
+        The step's identity is (superstep, executor, the message being handled, ``key``): the
+        same delivery re-executed after a crash -- in any process, whatever answers arrived
+        meanwhile -- returns the journaled result without calling ``func``; a different message,
+        a later superstep (a loop) or another run is a different step and runs ``func``.
+
+        Before calling ``func`` an *intent* is journaled. If the process dies after ``func``
+        started and before its result was journaled, the effect may or may not have happened:
+        on recovery an ``idempotent`` step simply runs again (with the same
+        :meth:`idempotency_key`), any other step pauses the run with a request asking a person
+        whether it happened (``description`` is shown to them) -- never a blind repeat.
+
+        Two concurrent calls with one key in one invocation are one step: the second waits for
+        the first and returns its result. The result must be encodable by the workflow's codec.
         """
         scope = self._scope
-        full_key = f"{scope.journal_scope}/{self._step.executor_id}/{key}"
-        stored = await scope.journal.journal_get(scope.run_id, full_key)
-        if stored is None:
-            value = await func()
-            stored = await scope.journal.journal_put(
-                scope.run_id, full_key, {"value": scope.codec.encode(value)}
-            )
-        return scope.codec.decode(stored["value"])
+        name = self.step_key(key)
+        locks = self._locks
+        if locks is None:
+            locks = self._locks = {}
+        lock = locks.get(name)
+        if lock is None:
+            lock = locks[name] = anyio.Lock()
+        journal = scope.journal
+        run = scope.journal_run
+        codec = scope.codec
+        async with lock:
+            entry = await journal.journal_get(run, name)
+            if entry is not None and "value" in entry:
+                return codec.decode(entry["value"])
+            if scope.lease_lost is not None and scope.lease_lost():
+                raise LeaseLostError(
+                    f"run {scope.run_id!r}: this worker lost its lease; step {key!r} not started"
+                )
+            if entry is not None and not idempotent:
+                raise EffectInDoubtError(
+                    f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} "
+                    "started before a crash and recorded no result",
+                    step_key=name,
+                    description=entry.get("intent"),
+                )
+            if entry is None and not idempotent:
+                await journal.journal_intent(run, name, {"intent": description}, scope.superstep)
+            try:
+                value = await func()
+            except Exception:
+                # it failed cleanly (no crash): nothing is in doubt, a retry may run it again
+                if not idempotent:
+                    with anyio.CancelScope(shield=True):
+                        await journal.journal_clear(run, name)
+                raise
+            encoded = codec.encode(value)
+            codec.decode(encoded)  # an unreadable result fails now, not on replay
+            stored = await journal.journal_put(run, name, {"value": encoded}, scope.superstep)
+        return codec.decode(stored["value"])
 
     async def send_message(self, message: Any, target_id: str | None = None) -> None:
         """Send ``message`` along this executor's outgoing edges (or to one successor)."""
@@ -198,8 +287,12 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         return default
 
     async def set_state(self, key: str, value: Any) -> None:
-        """Write this executor's durable state; committed with the superstep."""
-        self._step.state_writes[key] = self._scope.codec.encode(value)
+        """Write this executor's durable state; committed with the superstep. The value is
+        encoded (and checked decodable) now, so a later read is a copy."""
+        codec = self._scope.codec
+        encoded = codec.encode(value)
+        codec.decode(encoded)
+        self._step.state_writes[key] = encoded
 
     async def get_shared(self, key: str, default: Any = None) -> Any:
         """Shared state as committed at the last barrier, plus this handler's own writes."""
@@ -213,7 +306,10 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     async def set_shared(self, key: str, value: Any) -> None:
         """Write shared state; visible to every executor after the barrier. If two executors write
         the same key in one superstep, the later one in graph order wins."""
-        self._step.shared_writes[key] = self._scope.codec.encode(value)
+        codec = self._scope.codec
+        encoded = codec.encode(value)
+        codec.decode(encoded)
+        self._step.shared_writes[key] = encoded
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -224,10 +320,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """
         step = self._step
         scope = self._scope
+        name = self.step_key(self.next_step_name("request"))
         request = ExternalRequest(
-            request_id=request_id_for(
-                scope.run_id, scope.superstep, step.executor_id, len(step.requests)
-            ),
+            request_id=derive_id(scope.secret, "request", scope.run_id, name),
             port_id=step.executor_id,
             data=request_data,
             response_type=response_type,

@@ -16,7 +16,8 @@ A paused run is not an error: it is a status.
     │   ├── MessageNotHandledError
     │   ├── UndeclaredOutputError
     │   ├── UnknownTargetError
-    │   └── RunNotResumableError
+    │   ├── RunNotResumableError
+    │   └── EffectInDoubtError          a side effect may have happened before a crash
     ├── ResponseError                   an ExternalResponse was refused; nothing changed
     │   ├── UnknownRequestError
     │   ├── RequestAlreadyAnsweredError
@@ -25,12 +26,14 @@ A paused run is not an error: it is a status.
     ├── CheckpointError
     │   ├── SignatureMismatchError
     │   ├── CheckpointNotFoundError
+    │   ├── CheckpointNotLatestError    continuing from a checkpoint history moved past
     │   └── CheckpointStoreError
     ├── SerializationError
     │   └── UnregisteredTypeError
     ├── StorageError
     │   ├── RunNotFoundError
     │   ├── RunBusyError
+    │   │   └── LeaseLostError          our lease was taken over: stop before the next effect
     │   ├── StoreUnavailableError
     │   ├── StoreLockedError
     │   ├── StoreCorruptError
@@ -107,6 +110,19 @@ class UnknownTargetError(ExecutionError):
     code = "unknown_target"
 
 
+class EffectInDoubtError(ExecutionError):
+    """A journaled step started (its intent is recorded) but its result is not: the process
+    died in between, so whether the effect happened is unknown. The runner turns this into a
+    request asking a person, never a blind repeat."""
+
+    code = "effect_in_doubt"
+
+    def __init__(self, message: str, *, step_key: str = "", description: object = None) -> None:
+        super().__init__(message)
+        self.step_key = step_key
+        self.description = description
+
+
 class RunNotResumableError(ExecutionError):
     """The run is finished, cancelled or otherwise cannot continue."""
 
@@ -159,6 +175,13 @@ class CheckpointNotFoundError(CheckpointError):
     code = "checkpoint_not_found"
 
 
+class CheckpointNotLatestError(CheckpointError):
+    """A run was continued from a checkpoint that is not its latest: writing after it would
+    fork the history. ``Runtime.fork`` makes a proper branch (a new run) instead."""
+
+    code = "checkpoint_not_latest"
+
+
 class CheckpointStoreError(CheckpointError):
     """The configured store failed; the run stops rather than continue without a checkpoint."""
 
@@ -195,6 +218,13 @@ class RunBusyError(StorageError):
     """Another worker holds the run's lease (or committed past us): this one must not proceed."""
 
     code = "run_busy"
+
+
+class LeaseLostError(RunBusyError):
+    """This worker's lease on the run expired and another worker took it: nothing more is
+    written and no further side effect starts; the other worker continues the run."""
+
+    code = "lease_lost"
 
 
 class StoreUnavailableError(StorageError):

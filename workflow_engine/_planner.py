@@ -21,24 +21,37 @@ from ._graph import EdgeGroup, Graph
 from ._requests import ExternalRequest, RequestPort
 from ._types import type_name
 
+NOT_ENCODED: Any = object()
+
 
 @dataclass(slots=True)
 class Envelope:
-    """A message in flight to ``target_id``. ``request`` is set when it answers request_info."""
+    """A message in flight to ``target_id``. ``request`` is set when it answers request_info.
+
+    ``message_id`` is the delivery's deterministic id (see ``_identity``); ``encoded`` is the
+    codec's form of ``data`` once the runner has encoded it (each receiver decodes its own copy).
+    """
 
     source_id: str
     target_id: str
     data: Any
     request: ExternalRequest | None = None
+    message_id: str = ""
+    encoded: Any = NOT_ENCODED
 
 
 @dataclass(slots=True)
 class Send:
-    """A message an executor (or a port, for an answer) sent during a superstep."""
+    """A message an executor (or a port, for an answer) sent during a superstep.
+
+    ``send_id`` names it deterministically (``_identity.send_id``); each delivery of it gets the
+    id ``<send_id>>target``."""
 
     source_id: str
     data: Any
     target_id: str | None = None
+    send_id: str = ""
+    encoded: Any = NOT_ENCODED
 
 
 Verdicts = Mapping[str, Any]
@@ -117,7 +130,7 @@ def deliver(
         if fan_in
         else {}
     )
-    touched_fan_in: list[EdgeGroup] = []
+    touched_fan_in: dict[str, tuple[EdgeGroup, str]] = {}  # id -> (group, last send to it)
     for send, verdict in zip(sends, verdicts, strict=True):
         candidates = targets_for(graph, send, verdict)
         if not candidates:
@@ -133,13 +146,14 @@ def deliver(
                 delivered = True
                 buf = result.fan_in.setdefault(group.id, {})
                 buf.setdefault(send.source_id, []).append(send.data)
-                if group not in touched_fan_in:
-                    touched_fan_in.append(group)
+                touched_fan_in[group.id] = (group, send.send_id)
                 continue
             if not accepts(graph, target, send.data):
                 continue  # type-based routing: another candidate may take it
             delivered = True
-            env = Envelope(send.source_id, target, send.data)
+            env = Envelope(
+                send.source_id, target, send.data, None, f"{send.send_id}>{target}", send.encoded
+            )
             if isinstance(graph.nodes[target], RequestPort):
                 result.port_messages.append(env)
             else:
@@ -150,7 +164,7 @@ def deliver(
                 f"{send.source_id!r} sent {type_name(type(send.data))}, which none of its targets "
                 f"({names}) can handle"
             )
-    for group in touched_fan_in:
+    for group, last_send in touched_fan_in.values():
         buf = result.fan_in[group.id]
         if all(buf.get(s) for s in group.sources):
             batch = [m for s in group.sources for m in buf[s]]
@@ -159,6 +173,7 @@ def deliver(
                 raise MessageNotHandledError(
                     f"fan-in into {target!r} produced a list it cannot handle"
                 )
-            result.inbox.append(Envelope(group.id, target, batch))
+            # named after the send that completed it: unique, and the same on re-execution
+            result.inbox.append(Envelope(group.id, target, batch, None, f"{last_send}>{target}"))
             del result.fan_in[group.id]
     return result

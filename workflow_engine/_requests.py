@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
+
 from ._types import build_matcher, type_name
 
 if TYPE_CHECKING:
@@ -62,6 +64,15 @@ class ExternalRequest:
     superstep: int = 0
     run_id: str = ""
     from_port: bool = field(default=True)
+    effect_key: str | None = None
+    """Set for a request asking whether an in-doubt effect happened (the step's key)."""
+
+    @property
+    def kind(self) -> str:
+        """``port`` (a RequestPort), ``executor`` (ctx.request_info) or ``effect``."""
+        if self.effect_key is not None:
+            return "effect"
+        return "port" if self.from_port else "executor"
 
     @property
     def response_type_name(self) -> str:
@@ -87,3 +98,24 @@ class ExternalResponse:
 
     request_id: str
     data: Any
+
+
+class InDoubtEffect(BaseModel):
+    """The question a run asks when a journaled step started before a crash and recorded no
+    result: did the effect happen? (A step declared idempotent is simply retried instead.)"""
+
+    executor_id: str
+    step: str
+    """The step's key within its handler invocation (e.g. ``tool#0`` or a ``run_once`` key)."""
+    description: Any = None
+    """What the step was doing, as its code described it (tool name and arguments, ...)."""
+    step_key: str = ""
+    question: str = "Did this effect happen before the process stopped?"
+
+
+class EffectResolution(BaseModel):
+    """The answer to an :class:`InDoubtEffect`. ``happened=True`` records ``result`` as the
+    step's result (the step is not run again); ``happened=False`` lets the step run again."""
+
+    happened: bool
+    result: Any = None

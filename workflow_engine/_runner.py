@@ -33,8 +33,8 @@ from ._checkpoint import (
     RequestRecord,
     construct,
 )
-from ._context import ExecutorStep, StepScope, WorkflowContext, request_id_for
-from ._errors import CheckpointStoreError, WorkflowError
+from ._context import ExecutorStep, StepScope, WorkflowContext
+from ._errors import CheckpointStoreError, EffectInDoubtError, LeaseLostError, WorkflowError
 from ._events import (
     ErrorDetails,
     ExecutorCompletedEvent,
@@ -49,9 +49,10 @@ from ._events import (
     WorkflowStatusEvent,
 )
 from ._executor import Executor
-from ._journal import JournalStore
-from ._planner import Envelope, Send, deliver, plan_superstep
-from ._requests import ExternalRequest
+from ._identity import derive_id, send_id
+from ._journal import InMemoryJournal, JournalStore
+from ._planner import NOT_ENCODED, Envelope, Send, deliver, plan_superstep
+from ._requests import EffectResolution, ExternalRequest, InDoubtEffect
 
 if TYPE_CHECKING:
     from ._workflow import Workflow
@@ -66,6 +67,7 @@ class RunState:
 
     run_id: str
     superstep: int = 0
+    secret: str = ""
     inbox: list[Envelope] = field(default_factory=list)
     executor_states: dict[str, dict[str, Any]] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
@@ -79,9 +81,13 @@ class RunState:
     checkpoint: Checkpoint | None = None
     error: ErrorDetails | None = None
 
+    def in_doubt(self) -> bool:
+        """A step's effect is in doubt: no superstep runs until a person says what happened."""
+        return any(r.effect_key is not None for r in self.pending.values())
+
     def resting_status(self) -> WorkflowRunState:
         """The status this state has if the run stops here."""
-        if self.inbox:
+        if self.inbox and not self.in_doubt():
             return WorkflowRunState.IN_PROGRESS
         if self.pending:
             return WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
@@ -163,6 +169,13 @@ class RunLoop:
         self.journal: JournalStore = (
             store if isinstance(store, JournalStore) else workflow.fallback_journal
         )
+        # Without a store nothing survives the process, and continuing one checkpoint twice is
+        # legal: each continuation journals under its own namespace. With a store, history is
+        # linear (a store refuses a commit that does not follow its latest checkpoint), so the
+        # run id is the namespace and a re-executed superstep finds its journal.
+        self.journal_run = state.run_id if store is not None else new_checkpoint_id()
+        self.committed_outputs: list[Any] = []
+        """Outputs of supersteps committed by this continuation (a failed one adds none)."""
 
     def ensure_checkpoint(self) -> Checkpoint:
         """The checkpoint matching the current state (built now if the run had no store)."""
@@ -196,13 +209,15 @@ class RunLoop:
             superstep=s.superstep,
             status=s.status if s.status.is_terminal else s.resting_status(),
             created_at=_now(),
+            step_secret=s.secret,
             messages=[
                 construct(
                     MessageRecord,
                     source_id=e.source_id,
                     target_id=e.target_id,
-                    data=enc(e.data),
+                    data=enc(e.data) if e.encoded is NOT_ENCODED else e.encoded,
                     request_id=e.request.request_id if e.request else None,
+                    message_id=e.message_id,
                 )
                 for e in s.inbox
             ],
@@ -239,6 +254,11 @@ class RunLoop:
                 f"run {self.state.run_id!r}: saving the checkpoint of superstep "
                 f"{cp.superstep} failed: {exc}"
             ) from exc
+        journal = self.journal
+        if type(journal) is InMemoryJournal:  # durable stores compact inside their commit
+            journal.compact(self.journal_run, cp.superstep)
+        if getattr(self.store, "cancel_requested", False):
+            self.cancel_requested = True  # a durable cancel request: honoured at this boundary
 
     # --- the loop -------------------------------------------------------------------------------
 
@@ -260,7 +280,7 @@ class RunLoop:
     async def _supersteps(self) -> WorkflowRunState | None:
         s = self.state
         steps = 0
-        while s.inbox:
+        while s.inbox and not s.in_doubt():
             if self.cancel_requested:
                 return None
             if steps >= self.max_supersteps:
@@ -303,13 +323,6 @@ class RunLoop:
         number = s.superstep + 1
         self.emit(SuperstepStartedEvent(number))
         plan = plan_superstep(self.graph, s.inbox)
-        # Journal keys are scoped by the checkpoint this superstep starts from: a re-run after a
-        # crash starts from the same one (and replays), a different branch never does.
-        journal_scope = (
-            s.checkpoint.checkpoint_id
-            if self.store is not None and s.checkpoint is not None
-            else new_checkpoint_id()
-        )
         scope = StepScope(
             s.run_id,
             number,
@@ -317,7 +330,9 @@ class RunLoop:
             s.shared,
             self.graph.successors,
             self.journal,
-            journal_scope,
+            self.journal_run,
+            s.secret,
+            getattr(self.store, "lease_lost", None),
         )
         steps: list[ExecutorStep] = []
         failures: list[tuple[str, BaseException]] = []
@@ -347,7 +362,15 @@ class RunLoop:
             return False
         if failures:
             order = self.graph.order
-            executor_id, exc = min(failures, key=lambda f: order[f[0]])
+            failures.sort(key=lambda f: order[f[0]])
+            for _, exc in failures:
+                if isinstance(exc, LeaseLostError):
+                    raise exc  # another worker owns the run now: write nothing, stop
+            in_doubt = [(e, x) for e, x in failures if isinstance(x, EffectInDoubtError)]
+            if in_doubt:
+                await self._ask_about_effects(number, in_doubt)
+                return True
+            executor_id, exc = failures[0]
             self.fail(exc, executor_id)
             return False
         try:
@@ -360,6 +383,43 @@ class RunLoop:
         for request in new_requests:
             self.emit(RequestInfoEvent(request))
         return True
+
+    async def _ask_about_effects(
+        self, number: int, in_doubt: list[tuple[str, BaseException]]
+    ) -> None:
+        """Steps whose effect may have happened before a crash: the superstep is not applied;
+        the run pauses with one request per step asking a person what happened."""
+        s = self.state
+        added: list[ExternalRequest] = []
+        for executor_id, exc in in_doubt:
+            assert isinstance(exc, EffectInDoubtError)
+            request_id = derive_id(s.secret, "effect", s.run_id, exc.step_key)
+            if request_id in s.pending or any(r.request_id == request_id for r in added):
+                continue
+            question = InDoubtEffect(
+                executor_id=executor_id,
+                step=exc.step_key.rsplit("/", 1)[-1],
+                description=exc.description,
+                step_key=exc.step_key,
+            )
+            added.append(
+                ExternalRequest(
+                    request_id=request_id,
+                    port_id=executor_id,
+                    data=question,
+                    response_type=EffectResolution,
+                    source_executor_id=executor_id,
+                    superstep=number,
+                    run_id=s.run_id,
+                    from_port=False,
+                    effect_key=exc.step_key,
+                )
+            )
+        for request in added:
+            s.pending[request.request_id] = request
+        await self.commit(changes_of(requests_added=[r.request_id for r in added]))
+        for request in added:
+            self.emit(RequestInfoEvent(request))
 
     async def _invoke(
         self,
@@ -378,13 +438,15 @@ class RunLoop:
                 if request is not None:
                     rspec = node.find_response_handler(request.data, env.data)
                     ctx: WorkflowContext[Any, Any] = WorkflowContext(
-                        scope, step, rspec.sends, rspec.yields, rspec.name
+                        scope, step, rspec.sends, rspec.yields, rspec.name, env.message_id
                     )
                     await rspec.func(node, request.data, env.data, ctx)
                     continue
                 spec = node.require_handler(env.data)
                 if spec.takes_context:
-                    ctx = WorkflowContext(scope, step, spec.sends, spec.yields, spec.name)
+                    ctx = WorkflowContext(
+                        scope, step, spec.sends, spec.yields, spec.name, env.message_id
+                    )
                     if spec.bound:
                         await spec.func(node, env.data, ctx)
                     else:
@@ -406,6 +468,8 @@ class RunLoop:
     ) -> tuple[list[ExternalRequest], CheckpointChanges]:
         """Apply every effect of the superstep; compute everything before mutating the state."""
         s = self.state
+        encode = self.codec.encode
+        decode = self.codec.decode
         executor_states = s.executor_states
         shared = s.shared
         state_keys: dict[str, list[str]] = {}
@@ -426,15 +490,21 @@ class RunLoop:
                 shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
             new_outputs.extend(step.outputs)
             new_requests.extend(step.requests)
-            for message, target in step.sent:
-                sends.append(Send(step.executor_id, message, target))
+            source = step.executor_id
+            for ordinal, (message, target) in enumerate(step.sent):
+                sends.append(
+                    Send(source, message, target, send_id(number, ordinal, source), encode(message))
+                )
+        for request in new_requests:  # the published request is a checked copy
+            request.data = decode(encode(request.data))
         delivery = await self.route(sends, s.fan_in)
-        port_counts: dict[str, int] = {}
+        self.give_copies(delivery.inbox)
+        self.give_copies(delivery.port_messages)
         for env in delivery.port_messages:
-            index = port_counts.get(env.target_id, 0)
-            port_counts[env.target_id] = index + 1
-            new_requests.append(self.port_request(env, number, index))
-        encoded_outputs = [self.codec.encode(o) for o in new_outputs]
+            new_requests.append(self.port_request(env, number))
+        encoded_outputs = [encode(o) for o in new_outputs]
+        for value in encoded_outputs:
+            decode(value)  # every stored value is readable, or this superstep fails now
         # -- commit point: nothing below can fail --
         s.superstep = number
         s.executor_states = executor_states
@@ -443,6 +513,7 @@ class RunLoop:
         s.fan_in = delivery.fan_in
         s.outputs.extend(new_outputs)
         s.encoded_outputs.extend(encoded_outputs)
+        self.committed_outputs.extend(new_outputs)
         for request in new_requests:
             s.pending[request.request_id] = request
         changes = changes_of(
@@ -453,13 +524,24 @@ class RunLoop:
         )
         return new_requests, changes
 
-    def port_request(
-        self, env: Envelope, superstep: int, index: int, salt: str = ""
-    ) -> ExternalRequest:
+    def give_copies(self, envelopes: list[Envelope]) -> None:
+        """Each receiver gets its own decoded copy of its message (a receiver that mutates it
+        affects no sibling, exactly as after a restore); the encoded form goes to the
+        checkpoint, so decoding it here also proves it readable."""
+        encode = self.codec.encode
+        decode = self.codec.decode
+        for env in envelopes:
+            if env.encoded is NOT_ENCODED:
+                env.encoded = encode(env.data)
+            env.data = decode(env.encoded)
+
+    def port_request(self, env: Envelope, superstep: int) -> ExternalRequest:
+        """The request a message delivered to a RequestPort becomes; its id derives from the
+        delivery's id, so it is unique in the run and the same on re-execution."""
         port = self.graph.nodes[env.target_id]
-        node_key = f"{env.target_id}#{salt}" if salt else env.target_id
+        s = self.state
         return ExternalRequest(
-            request_id=request_id_for(self.state.run_id, superstep, node_key, index),
+            request_id=derive_id(s.secret, "port", s.run_id, env.message_id),
             port_id=env.target_id,
             data=env.data,
             response_type=port.response_type,  # type: ignore[union-attr]
@@ -521,7 +603,7 @@ def request_record(request: ExternalRequest, encode: Callable[[Any], Any]) -> Re
         request_id=request.request_id,
         port_id=request.port_id,
         source_executor_id=request.source_executor_id,
-        kind="port" if request.from_port else "executor",
+        kind=request.kind,
         data=encode(request.data),
         response_type=type_name(request.response_type),
         superstep=request.superstep,

@@ -19,6 +19,7 @@ import anyio
 from ._checkpoint import Checkpoint
 from ._errors import (
     CheckpointNotFoundError,
+    RunBusyError,
     RunNotResumableError,
     SignatureMismatchError,
     WorkflowNotRegisteredError,
@@ -76,11 +77,18 @@ _RESTING = frozenset(
 
 
 class _LeasedStore:
-    """The CheckpointStore the runner writes to: every save is a fenced commit under the lease.
+    """The CheckpointStore the runner writes to: every save is a fenced commit under the lease,
+    and every journal write is fenced by the same lease.
 
     ``release_on_rest``: the caller guarantees that nothing is written after a checkpoint in
     which the run rests (no one can cancel the run loop), so that commit may also end the lease
-    -- one transaction instead of two -- when the store has ``commit_and_release``.
+    -- one transaction instead of two.
+
+    While a run executes, :meth:`keep_alive` renews the lease in the background. If another
+    worker took the run over (our lease expired), ``lease_lost`` turns true: the next journaled
+    step refuses to start and the next commit is refused, so nothing happens twice. A cancel
+    requested durably by another process shows up as ``cancel_requested`` after a commit or a
+    renewal; the run loop honours it at the next superstep boundary.
     """
 
     def __init__(
@@ -89,20 +97,57 @@ class _LeasedStore:
         lease: Lease,
         journal: JournalStore,
         *,
+        lease_seconds: float = 30.0,
         release_on_rest: bool = False,
     ) -> None:
         self.store = store
         self.lease = lease
         self._journal = journal  # the store itself if it is a JournalStore, else the fallback
+        self._fenced = journal is store
+        self.lease_seconds = lease_seconds
         self.release_on_rest = release_on_rest
         self.released = False
+        self.lost = False
+        self.cancel_requested = lease.cancel_requested
+
+    def lease_lost(self) -> bool:
+        return self.lost
+
+    def _took(self, lease: Lease) -> None:
+        self.lease = lease
+        if lease.cancel_requested:
+            self.cancel_requested = True
 
     async def save(self, checkpoint: Checkpoint) -> None:
-        if self.release_on_rest and checkpoint.status in _RESTING:
-            self.lease = await self.store.commit_and_release(self.lease, checkpoint)
-            self.released = True
-            return
-        self.lease = await self.store.commit(self.lease, checkpoint)
+        # shielded: a caller cancelled mid-commit must still learn the new lease version, or
+        # it could not release the lease and the run would stay locked until it expires
+        with anyio.CancelScope(shield=True):
+            try:
+                if self.release_on_rest and checkpoint.status in _RESTING:
+                    self._took(await self.store.commit_and_release(self.lease, checkpoint))
+                    self.released = True
+                    return
+                self._took(await self.store.commit(self.lease, checkpoint))
+            except RunBusyError:
+                self.lost = True
+                raise
+
+    async def keep_alive(self) -> None:
+        """Renew the lease every third of its length until cancelled (runs beside the run)."""
+        while not self.released and not self.lost:
+            await anyio.sleep(self.lease_seconds / 3)
+            lease = self.lease
+            try:
+                renewed = await self.store.renew(lease)
+            except RunBusyError:
+                if self.lease is lease:  # not a commit racing us: another worker took over
+                    self.lost = True
+                    return
+                continue
+            if self.lease is lease:
+                self._took(renewed)
+            elif renewed.cancel_requested:
+                self.cancel_requested = True
 
     async def load(self, checkpoint_id: str) -> Checkpoint:
         return await self.store.load(checkpoint_id)
@@ -116,11 +161,33 @@ class _LeasedStore:
     async def delete(self, checkpoint_id: str) -> None:
         raise RunNotResumableError("checkpoints of a durable run are deleted with prune()")
 
+    # the journal: reads are plain, writes are fenced by the lease when the store keeps it
+
     async def journal_get(self, run_id: str, key: str) -> Any | None:
         return await self._journal.journal_get(run_id, key)
 
-    async def journal_put(self, run_id: str, key: str, value: Any) -> Any:
-        return await self._journal.journal_put(run_id, key, value)
+    async def journal_intent(self, run_id: str, key: str, entry: Any, superstep: int) -> None:
+        if self._fenced:
+            await self.store.journal_intent(  # type: ignore[attr-defined]
+                run_id, key, entry, superstep, lease=self.lease
+            )
+        else:
+            await self._journal.journal_intent(run_id, key, entry, superstep)
+
+    async def journal_put(self, run_id: str, key: str, value: Any, superstep: int) -> Any:
+        if self._fenced:
+            return await self.store.journal_put(  # type: ignore[attr-defined]
+                run_id, key, value, superstep, lease=self.lease
+            )
+        return await self._journal.journal_put(run_id, key, value, superstep)
+
+    async def journal_clear(self, run_id: str, key: str) -> None:
+        if self._fenced:
+            await self.store.journal_clear(  # type: ignore[attr-defined]
+                run_id, key, lease=self.lease
+            )
+        else:
+            await self._journal.journal_clear(run_id, key)
 
 
 class Runtime:
@@ -144,7 +211,13 @@ class Runtime:
         if known is None or known[0] is not store:  # a protocol isinstance check is slow
             known = self._store_journal = (store, isinstance(store, JournalStore))
         journal: Any = store if known[1] else wf.fallback_journal
-        return _LeasedStore(store, lease, journal, release_on_rest=not streaming)
+        return _LeasedStore(
+            store,
+            lease,
+            journal,
+            lease_seconds=self.lease_seconds,
+            release_on_rest=not streaming,
+        )
 
     async def _release(self, sink: _LeasedStore) -> None:
         """End the lease (unless the last commit did), even when the caller is cancelled."""
@@ -285,13 +358,20 @@ class Runtime:
         answers: list[ExternalResponse],
         max_supersteps: int | None,
     ) -> WorkflowRunResult:
-        """Run to rest without streaming: no task group, no event stream, events collected."""
-        result = await wf.run(
-            checkpoint=checkpoint,
-            responses=answers,
-            checkpoint_store=sink,
-            max_supersteps=max_supersteps,
-        )
+        """Run to rest without streaming (events collected), renewing the lease beside it."""
+        result: WorkflowRunResult | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sink.keep_alive)
+            try:
+                result = await wf.run(
+                    checkpoint=checkpoint,
+                    responses=answers,
+                    checkpoint_store=sink,
+                    max_supersteps=max_supersteps,
+                )
+            finally:
+                tg.cancel_scope.cancel()
+        assert result is not None
         await self._record_outcome(sink, result)
         return result
 
@@ -320,9 +400,14 @@ class Runtime:
                 checkpoint_store=sink,
                 max_supersteps=max_supersteps,
             )
-            async with aclosing(stream):
-                async for event in stream:
-                    yield event
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sink.keep_alive)
+                try:
+                    async with aclosing(stream):
+                        async for event in stream:
+                            yield event
+                finally:
+                    tg.cancel_scope.cancel()
             result = stream.result
             assert result is not None
             holder.result = result
@@ -450,8 +535,17 @@ class Runtime:
         return forked.run_id
 
     async def cancel(self, run_id: str) -> RunInfo:
-        """Cancel a run that is not executing: CANCELLED, its pending requests cancelled."""
-        wf, sink, loaded = await self._acquire(run_id, cancelling=True)
+        """Cancel a run: CANCELLED, its pending requests cancelled.
+
+        A run another worker is executing cannot be stopped mid-superstep from here: the cancel
+        is stored as a request, and that worker honours it at its next superstep boundary
+        (the returned info then still shows it running).
+        """
+        try:
+            wf, sink, loaded = await self._acquire(run_id, cancelling=True)
+        except RunBusyError:
+            await self.store.request_cancel(run_id)
+            return await self.get_run(run_id)
         try:
             checkpoint = loaded[0] if loaded is not None else await self.store.latest(run_id)
             assert checkpoint is not None

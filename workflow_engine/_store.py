@@ -111,6 +111,8 @@ class Lease:
     owner: str
     version: int
     expires_at: float
+    cancel_requested: bool = False
+    """Someone asked (durably) to cancel the run; honour it at the next superstep boundary."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +167,24 @@ class RunStore(Protocol):
         answered requests. ``check(run)`` runs first; whatever it raises aborts, nothing written."""
         ...
 
-    async def release(self, lease: Lease) -> None: ...
+    async def release(self, lease: Lease) -> None:
+        """End the lease (fenced: a lease that was taken over releases nothing)."""
+        ...
+
+    async def renew(self, lease: Lease) -> Lease:
+        """Extend the lease by its length, same version (``RunBusyError`` if it was lost).
+        The returned lease says whether a cancel was requested."""
+        ...
+
+    async def request_cancel(self, run_id: str) -> None:
+        """Ask the worker executing the run to cancel it at its next superstep boundary."""
+        ...
 
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
-        """Persist a checkpoint atomically; ``RunBusyError`` if the lease was lost."""
+        """Persist a checkpoint atomically; ``LeaseLostError`` if the lease was lost,
+        ``CheckpointNotLatestError`` if its parent is not the run's latest checkpoint (history
+        never forks). The commit also deletes the run's journal entries of supersteps up to the
+        checkpoint's (they are never read again)."""
         ...
 
     async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
@@ -215,8 +231,23 @@ class RunStore(Protocol):
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:
-        """Delete finished runs older than ``finished_before``; keep only the last ``keep_last``
-        checkpoints of every run. Returns how many checkpoints were deleted."""
+        """Delete finished runs older than ``finished_before`` (with their requests and journal;
+        never a run whose lease is live: it is being retried); keep only the last
+        ``keep_last`` checkpoints of every run. Returns how many checkpoints were deleted."""
         ...
+
+    # the side-effect journal (see ``JournalStore``); writes are fenced by ``lease`` if given
+
+    async def journal_get(self, run_id: str, key: str) -> Any | None: ...
+
+    async def journal_intent(
+        self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None
+    ) -> None: ...
+
+    async def journal_put(
+        self, run_id: str, key: str, value: Any, superstep: int, *, lease: Lease | None = None
+    ) -> Any: ...
+
+    async def journal_clear(self, run_id: str, key: str, *, lease: Lease | None = None) -> None: ...
 
     async def close(self) -> None: ...

@@ -19,7 +19,6 @@ from pydantic import TypeAdapter, ValidationError
 
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore
 from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry
-from ._context import request_id_for
 from ._errors import (
     CheckpointNotFoundError,
     MessageNotHandledError,
@@ -36,15 +35,27 @@ from ._events import (
     ErrorDetails,
     RequestInfoEvent,
     WorkflowEvent,
-    WorkflowOutputEvent,
     WorkflowRunState,
     WorkflowStartedEvent,
     WorkflowStatusEvent,
 )
 from ._executor import Executor
+from ._identity import (
+    INPUT_SOURCE,
+    answer_send_id,
+    derive_id,
+    input_message_id,
+    new_step_secret,
+)
 from ._journal import InMemoryJournal
 from ._planner import Envelope, Send
-from ._requests import ExternalRequest, ExternalResponse, RequestPort
+from ._requests import (
+    EffectResolution,
+    ExternalRequest,
+    ExternalResponse,
+    InDoubtEffect,
+    RequestPort,
+)
 from ._runner import RunLoop, RunState, changes_of, new_checkpoint_id
 from ._types import build_matcher, concrete_classes, type_name
 
@@ -169,6 +180,8 @@ class Workflow:
                 self._annotate(annotation)
             for cls in getattr(node, "serializable_types", ()):
                 self._annotate(cls)
+        for cls in (InDoubtEffect, EffectResolution):  # asked by every durable run
+            self._annotate(cls)
         for cls, tag in extra_types:
             self.registry.register(cls, tag)
             self._annotations.setdefault(type_name(cls), cls)
@@ -312,7 +325,7 @@ class Workflow:
             run_id=s.run_id,
             status=s.status,
             events=events,
-            outputs=[e.data for e in events if isinstance(e, WorkflowOutputEvent)],
+            outputs=list(loop.committed_outputs),
             pending_requests=list(s.pending.values()),
             checkpoint=checkpoint,
             error=s.error,
@@ -336,9 +349,9 @@ class Workflow:
                 raise ValueError("run() needs a message to start a run, or a checkpoint")
             if responses:
                 raise ValueError("responses can only be given when continuing from a checkpoint")
-            state = RunState(run_id=run_id or uuid.uuid4().hex)
+            state = RunState(run_id=run_id or uuid.uuid4().hex, secret=new_step_secret())
             self._check_start(message)
-            state.inbox = [Envelope("__input__", self.graph.start_id, message)]
+            state.inbox = [self._input_envelope(state, message)]
             loop = RunLoop(self, state, emit, store, limit)
             await loop.commit()
             return loop, store
@@ -354,7 +367,7 @@ class Workflow:
             added = await self._apply_answers(loop, answers)
         if message is not _NO_MESSAGE:
             self._check_start(message)
-            state.inbox.append(Envelope("__input__", self.graph.start_id, message))
+            state.inbox.append(self._input_envelope(state, message))
             changed = True
         state.status = WorkflowRunState.IN_PROGRESS
         if changed:
@@ -373,23 +386,36 @@ class Workflow:
         """The first checkpoint of a new run: ``message`` in flight to the start executor,
         ``shared_state`` (e.g. a caller's ``function_invocation_kwargs``) already set."""
         self._check_start(message)
-        state = RunState(run_id=run_id or uuid.uuid4().hex)
-        state.inbox = [Envelope("__input__", self.graph.start_id, message)]
+        state = RunState(run_id=run_id or uuid.uuid4().hex, secret=new_step_secret())
+        state.inbox = [self._input_envelope(state, message)]
         state.shared = {k: self.codec.encode(v) for k, v in (shared_state or {}).items()}
         return RunLoop(self, state, lambda e: None, None, self.max_supersteps).make_checkpoint(
             chained=False
         )
 
+    def _input_envelope(self, state: RunState, message: Any) -> Envelope:
+        """A start message, named by the superstep it arrives at and how many came before."""
+        index = sum(1 for e in state.inbox if e.source_id == INPUT_SOURCE)
+        encoded = self.codec.encode(message)
+        return Envelope(
+            INPUT_SOURCE,
+            self.graph.start_id,
+            self.codec.decode(encoded),
+            None,
+            input_message_id(state.superstep, index),
+            encoded,
+        )
+
     def fork_checkpoint(self, source: Checkpoint, *, new_run_id: str) -> Checkpoint:
         """A standalone copy of ``source`` as the first checkpoint of a new run.
 
-        Pending requests get new ids (derived from the new run id), so answering the fork never
+        The fork gets its own step secret, so its request ids and idempotency keys are its own
+        and its journal is empty: its side effects are new ones. Answering the fork never
         touches the original run.
         """
         self.restore(source)  # validates signature and codec
-        rekey = {
-            rid: request_id_for(new_run_id, 0, f"fork:{rid}", 0) for rid in source.pending_requests
-        }
+        secret = new_step_secret()
+        rekey = {rid: derive_id(secret, "fork", new_run_id, rid) for rid in source.pending_requests}
         pending = {
             rekey[rid]: record.model_copy(update={"request_id": rekey[rid]})
             for rid, record in source.pending_requests.items()
@@ -402,6 +428,7 @@ class Workflow:
                 "checkpoint_id": new_checkpoint_id(),
                 "parent_id": None,
                 "run_id": new_run_id,
+                "step_secret": secret,
                 "pending_requests": pending,
                 "status": status,
                 "changes": CheckpointChanges(),
@@ -449,31 +476,33 @@ class Workflow:
                 f"this workflow uses {self.codec.name!r}"
             )
         dec = self.codec.decode
-        pending = {
-            rid: ExternalRequest(
+        pending = {}
+        for rid, r in checkpoint.pending_requests.items():
+            data = dec(r.data)
+            pending[rid] = ExternalRequest(
                 request_id=r.request_id,
                 port_id=r.port_id,
-                data=dec(r.data),
+                data=data,
                 response_type=self.resolve_type(r.response_type),
                 source_executor_id=r.source_executor_id,
                 superstep=r.superstep,
                 run_id=checkpoint.run_id,
                 from_port=r.kind == "port",
+                effect_key=data.step_key if isinstance(data, InDoubtEffect) else None,
             )
-            for rid, r in checkpoint.pending_requests.items()
-        }
-        answered_requests = {}
         inbox = []
-        for m in checkpoint.messages:
+        for index, m in enumerate(checkpoint.messages):
             request = None
             if m.request_id is not None:
-                request = answered_requests.get(m.request_id)
-                if request is None:
-                    request = self._answered_request(checkpoint, m.request_id)
-            inbox.append(Envelope(m.source_id, m.target_id, dec(m.data), request))
+                request = self._answered_request(checkpoint, m.request_id)
+            message_id = m.message_id or f"legacy.{checkpoint.superstep}.{index}"
+            inbox.append(
+                Envelope(m.source_id, m.target_id, dec(m.data), request, message_id, m.data)
+            )
         return RunState(
             run_id=checkpoint.run_id,
             superstep=checkpoint.superstep,
+            secret=checkpoint.step_secret,
             inbox=inbox,
             executor_states={k: dict(v) for k, v in checkpoint.executor_states.items()},
             shared=dict(checkpoint.shared_state),
@@ -612,37 +641,73 @@ class Workflow:
         self, loop: RunLoop, answers: list[tuple[str, ExternalRequest, Any]]
     ) -> list[str]:
         """Turn validated answers into in-flight messages; returns ids of requests this created
-        (an answer routed from one port straight into another)."""
+        (an answer routed from one port straight into another).
+
+        Each answer's message is named after the request it answers (``r:<id>``), so the
+        delivery keeps its identity whatever else is in flight. An answer about an in-doubt
+        effect is written to the journal instead: the step's result, or leave to run again.
+        """
         state = loop.state
+        encode = self.codec.encode
         sends: list[Send] = []
         for rid, request, value in answers:
             del state.pending[rid]
             record: dict[str, Any] = {
-                "data": self.codec.encode(value),
+                "data": encode(value),
                 "response_type": type_name(request.response_type),
             }
-            if request.from_port:
-                sends.append(Send(request.port_id, value))
+            if request.effect_key is not None:
+                await self._resolve_effect(loop, request, value)
+            elif request.from_port:
+                sends.append(Send(request.port_id, value, None, answer_send_id(rid), encode(value)))
             else:
                 record["request"] = {
                     "port_id": request.port_id,
-                    "data": self.codec.encode(request.data),
+                    "data": encode(request.data),
                     "source_executor_id": request.source_executor_id,
                     "superstep": request.superstep,
                 }
-                state.inbox.append(Envelope(request.port_id, request.port_id, value, request))
+                state.inbox.append(
+                    Envelope(request.port_id, request.port_id, value, request, answer_send_id(rid))
+                )
             state.answered[rid] = record
-        if sends:
-            delivery = await loop.route(sends, state.fan_in)
-            state.inbox.extend(delivery.inbox)
-            state.fan_in = delivery.fan_in
-            added = []
-            for index, env in enumerate(delivery.port_messages):
-                request = loop.port_request(env, state.superstep, index, salt="answer")
-                state.pending[request.request_id] = request
-                added.append(request.request_id)
-            return added
-        return []
+        if not sends:
+            return []
+        delivery = await loop.route(sends, state.fan_in)
+        loop.give_copies(delivery.inbox)
+        loop.give_copies(delivery.port_messages)
+        state.inbox.extend(delivery.inbox)
+        state.fan_in = delivery.fan_in
+        added = []
+        for env in delivery.port_messages:
+            request = loop.port_request(env, state.superstep)
+            state.pending[request.request_id] = request
+            added.append(request.request_id)
+        return added
+
+    async def _resolve_effect(self, loop: RunLoop, request: ExternalRequest, value: Any) -> None:
+        """Record what a person said about an in-doubt step. The executor may turn the answer
+        into its step's result type with ``resolve_in_doubt(question, resolution)``."""
+        assert request.effect_key is not None
+        resolution = value if isinstance(value, EffectResolution) else EffectResolution(**value)
+        journal, run = loop.journal, loop.journal_run
+        if not resolution.happened:
+            await journal.journal_clear(run, request.effect_key)
+            return
+        result = resolution.result
+        hook = getattr(self.graph.nodes.get(request.port_id), "resolve_in_doubt", None)
+        if hook is not None:
+            result = hook(request.data, resolution)
+        superstep = int(request.effect_key.partition("/")[0])
+        await journal.journal_put(
+            run, request.effect_key, {"value": encode_checked(self, result)}, superstep
+        )
+
+
+def encode_checked(workflow: Workflow, value: Any) -> Any:
+    encoded = workflow.codec.encode(value)
+    workflow.codec.decode(encoded)
+    return encoded
 
 
 def _canonical(value: Any) -> str:

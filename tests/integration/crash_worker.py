@@ -220,9 +220,11 @@ async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[s
     assert isinstance(store, SqliteStore)
     journal_put = store.journal_put
 
-    async def reporting_journal_put(run_id: str, key: str, value: Any) -> Any:
+    async def reporting_journal_put(
+        run_id: str, key: str, value: Any, superstep: int, *, lease: Any = None
+    ) -> Any:
         send("journal", key=key)
-        return await journal_put(run_id, key, value)
+        return await journal_put(run_id, key, value, superstep, lease=lease)
 
     store.journal_put = reporting_journal_put  # type: ignore[method-assign]
     run_id = cmd["run_id"]

@@ -1,0 +1,75 @@
+"""Step identity: one deterministic name for every step a run takes.
+
+Durable execution rests on naming work the same way every time it is re-executed (DBOS numbers a
+workflow's steps, Temporal uses history event ids). Here a step is named by
+
+    superstep / executor / delivery / name
+
+* **delivery** -- the id of the message being handled. Every message gets one when it is created,
+  derived from where it came from, never from timing or from what else is in flight:
+  ``in.<superstep>.<k>`` (the k-th start message added at that superstep),
+  ``<superstep>.<k>:<source>>target`` (the k-th send of ``source`` in that superstep's barrier,
+  delivered to ``target``), ``r:<request id>`` / ``r:<request id>>target`` (an answer). So a
+  superstep re-executed after a crash -- in any process, whatever answers arrived meanwhile --
+  hands each executor the same deliveries, and different deliveries, loops and branches never
+  share a name.
+* **name** -- chosen by the handler (``ctx.run_once(key, ...)``) or numbered by kind in call order
+  within one handler invocation (``model#0``, ``tool#1``, ``request#0``).
+
+Journal keys are step keys. Ids that leave the engine (request ids, idempotency keys handed to
+tools) are an HMAC of the step key under the run's random ``step_secret``: stable across
+re-execution, unique, and not derivable by anyone who does not hold the run's checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+
+INPUT_SOURCE = "__input__"
+
+
+def new_step_secret() -> str:
+    """A run's secret for deriving outward-facing ids (128 random bits)."""
+    return os.urandom(16).hex()
+
+
+def input_message_id(superstep: int, index: int) -> str:
+    return f"in.{superstep}.{index}"
+
+
+def send_id(superstep: int, ordinal: int, source_id: str) -> str:
+    """The id of the ``ordinal``-th message ``source_id`` sent in ``superstep``."""
+    return f"{superstep}.{ordinal}:{source_id}"
+
+
+def answer_send_id(request_id: str) -> str:
+    return f"r:{request_id}"
+
+
+def delivery_id(send: str, target_id: str) -> str:
+    """A send delivered to one target (fan-out delivers one send to several)."""
+    return f"{send}>{target_id}"
+
+
+def step_key(superstep: int, executor_id: str, delivery: str, name: str) -> str:
+    return f"{superstep}/{executor_id}/{delivery}/{name}"
+
+
+def derive_id(secret: str, *parts: str) -> str:
+    """128 bits of HMAC-SHA256 over ``parts``: deterministic for the run, opaque to others."""
+    message = "\x1f".join(parts).encode("utf-8", "surrogatepass")
+    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()[:32]
+
+
+__all__ = [
+    "INPUT_SOURCE",
+    "answer_send_id",
+    "delivery_id",
+    "derive_id",
+    "input_message_id",
+    "new_step_secret",
+    "send_id",
+    "step_key",
+]
