@@ -250,9 +250,20 @@ class Executor:
         spec = next((h for h in handlers if h.message_type is t), None)
         if spec is None:
             spec = next((h for h in handlers if h.matches(message)), None)
-        if t is not list and t is not dict:  # containers are matched per value, never cached
+        # Only the type decides for most annotations, so the answer is cached per type. Not when
+        # any handler's annotation looks at the value (Literal["yes"], list[int], ...): then
+        # "no" must not reach the handler that "yes" found, nor stay refused once "yes" comes.
+        if t is not list and t is not dict and not self._value_dependent():
             self._dispatch[t] = spec
         return spec
+
+    def _value_dependent(self) -> bool:
+        known = self.__dict__.get("_by_value")
+        if known is None:
+            known = self.__dict__["_by_value"] = any(
+                _looks_at_value(h.message_type) for h in self.handlers
+            )
+        return known
 
     def can_handle(self, message: Any) -> bool:
         return self.find_handler(message) is not None
@@ -310,3 +321,17 @@ def executor(func: Callable[..., Awaitable[Any]] | None = None, *, id: str | Non
         return FunctionExecutor(f, id=id)
 
     return wrap(func) if func is not None else wrap
+
+
+def _looks_at_value(annotation: Any) -> bool:
+    """Whether matching ``annotation`` depends on a value beyond its type."""
+    origin = get_origin(annotation)
+    if origin is typing.Literal:
+        return True
+    if origin is typing.Annotated:
+        return True
+    if origin is not None:
+        return origin in (list, dict, tuple, set, frozenset) or any(
+            _looks_at_value(a) for a in get_args(annotation)
+        )
+    return False

@@ -9,8 +9,8 @@ checkpoint, delivers the stored answers and continues, committing every superste
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -360,17 +360,18 @@ class Runtime:
     ) -> WorkflowRunResult:
         """Run to rest without streaming (events collected), renewing the lease beside it."""
         result: WorkflowRunResult | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(sink.keep_alive)
-            try:
-                result = await wf.run(
-                    checkpoint=checkpoint,
-                    responses=answers,
-                    checkpoint_store=sink,
-                    max_supersteps=max_supersteps,
-                )
-            finally:
-                tg.cancel_scope.cancel()
+        with _sole_exception():
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(sink.keep_alive)
+                try:
+                    result = await wf.run(
+                        checkpoint=checkpoint,
+                        responses=answers,
+                        checkpoint_store=sink,
+                        max_supersteps=max_supersteps,
+                    )
+                finally:
+                    tg.cancel_scope.cancel()
         assert result is not None
         await self._record_outcome(sink, result)
         return result
@@ -400,14 +401,15 @@ class Runtime:
                 checkpoint_store=sink,
                 max_supersteps=max_supersteps,
             )
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(sink.keep_alive)
-                try:
-                    async with aclosing(stream):
-                        async for event in stream:
-                            yield event
-                finally:
-                    tg.cancel_scope.cancel()
+            with _sole_exception():
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(sink.keep_alive)
+                    try:
+                        async with aclosing(stream):
+                            async for event in stream:
+                                yield event
+                    finally:
+                        tg.cancel_scope.cancel()
             result = stream.result
             assert result is not None
             holder.result = result
@@ -561,6 +563,18 @@ class Runtime:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+@contextmanager
+def _sole_exception() -> Iterator[None]:
+    """The lease keeper runs beside the run in a task group; what the run raises (a
+    ``WorkflowError``, a cancellation) reaches the caller as itself, not in an exception group."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 class RuntimeRunStream:

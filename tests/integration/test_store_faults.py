@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from storage import SqliteStore
+from storage._schema import SCHEMA_VERSION
 from tests.integration.workflows import stepper_workflow
 from workflow_engine import (
     Runtime,
@@ -132,5 +133,26 @@ async def test_older_database_is_migrated_forward(tmp_path: Path) -> None:
     assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE
     await rt.close()
     with sqlite3.connect(db) as raw:
-        assert raw.execute("SELECT version FROM we_schema").fetchone()[0] == 2
+        assert raw.execute("SELECT version FROM we_schema").fetchone()[0] == SCHEMA_VERSION
         assert raw.execute("SELECT count(*) FROM journal").fetchone()[0] >= 0
+
+
+async def test_version_2_database_gains_step_identity_columns(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    paused = await rt.run("stepper", 1)
+    await rt.close()
+    with sqlite3.connect(db) as raw:  # as version 2 wrote it: no cancel flag, no journal step
+        raw.execute("ALTER TABLE runs DROP COLUMN cancel_requested")
+        raw.execute("ALTER TABLE journal DROP COLUMN superstep")
+        raw.execute("UPDATE we_schema SET version = 2")
+    rt = runtime(db)
+    await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE
+    await rt.close()
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT version FROM we_schema").fetchone()[0] == SCHEMA_VERSION
+        columns = {row[1] for row in raw.execute("PRAGMA table_info(runs)")}
+        assert "cancel_requested" in columns
+        columns = {row[1] for row in raw.execute("PRAGMA table_info(journal)")}
+        assert "superstep" in columns

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import pytest
@@ -133,7 +134,8 @@ async def test_a_guarded_call_holds_the_whole_batch_until_answered() -> None:
             ChatMessage(role="user", contents=[held.create_response(True, {"amount": 120})]),
         ]
     )
-    assert approved.text.startswith("done: 1:120.0:local:call_2")
+    # the idempotency key comes from the engine (outside a workflow: a fresh one per call)
+    assert re.fullmatch(r"done: 1:120\.0:[0-9a-f]{32}", approved.text)
 
 
 async def test_tool_errors_and_unknown_tools_become_results_the_model_sees() -> None:
@@ -177,10 +179,14 @@ async def test_journal_replays_model_and_tool_results() -> None:
         return len(calls)
 
     journal: dict[str, object] = {}
+    keys: list[str] = []
 
-    async def once(key, fn):
+    async def once(kind, fn, *, idempotent=False, description=None):
+        # like ctx.run_once under ctx.next_step_name(kind): steps numbered per invocation
+        key = f"{kind}#{sum(1 for k in keys if k.startswith(kind + '#'))}"
+        keys.append(key)
         if key not in journal:
-            journal[key] = await fn()
+            journal[key] = await fn(f"idem-{key}")
         return journal[key]
 
     client = ScriptedChatClient(
@@ -188,6 +194,7 @@ async def test_journal_replays_model_and_tool_results() -> None:
     )
     agent = Agent("a", "", client, [count])
     first = await agent.run([ChatMessage.user("go")], journal=once)
+    keys.clear()  # a new invocation of the same delivery numbers its steps from 0 again
     again = await agent.run([ChatMessage.user("go")], journal=once)
     assert first.text == again.text == "n=1"
     assert calls == [1] and client.calls == 2  # replayed: no second model call, no second tool run

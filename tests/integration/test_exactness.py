@@ -1,0 +1,650 @@
+"""Exactly once, for real: each failure users reported, reproduced on a real SQLite file.
+
+Every test here failed before the step identity existed (journal keyed by checkpoint, request ids
+restarting per resume, leases renewed only at commit, ...). A crash is a ``Crash``
+(``BaseException``) raised inside a handler: it escapes the engine like a kill would, leaving
+the store exactly as a dead process leaves it.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Literal, Never
+
+import anyio
+import pytest
+
+from storage import SqliteStore
+from workflow_engine import (
+    Checkpoint,
+    CheckpointNotLatestError,
+    EffectResolution,
+    Executor,
+    InDoubtEffect,
+    RequestPort,
+    RunBusyError,
+    Runtime,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class Crash(BaseException):
+    """Stands in for kill -9 inside the process."""
+
+
+class Ledger:
+    """The outside world: counts every effect, keyed by what the test calls it."""
+
+    def __init__(self) -> None:
+        self.effects: list[str] = []
+
+    def record(self, what: str) -> str:
+        self.effects.append(what)
+        return what
+
+
+async def crashing(runtime_call: Any) -> None:
+    with pytest.raises(Crash):
+        await runtime_call
+
+
+def open_runtime(db: Path, build: Any, **options: Any) -> Runtime:
+    runtime = Runtime(SqliteStore(db), **options)
+    runtime.register(build)
+    return runtime
+
+
+# --- journal identity -----------------------------------------------------------------------
+
+
+def build_fan(ledger: Ledger, crash_once: list[bool]) -> Any:
+    """start fans out to an effect executor and a request port; the port's answer goes on."""
+
+    class Start(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.send_message(message)
+
+    class Effect(Executor):
+        @handler
+        async def do(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            done = await ctx.run_once("charge", lambda: _async(ledger.record(f"charge:{message}")))
+            if crash_once and crash_once.pop():
+                raise Crash
+            await ctx.yield_output(done)
+
+    class After(Executor):
+        @handler
+        async def got(self, answer: bool, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output(f"answered:{answer}")
+
+    def build() -> Any:
+        start, effect, after = Start("start"), Effect("effect"), After("after")
+        ask = RequestPort("ask", request_type=str, response_type=bool)
+        return (
+            WorkflowBuilder(name="fan", start=start)
+            .add_fan_out_edges(start, [effect, ask])
+            .add_edge(ask, after)
+            .build()
+        )
+
+    return build
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
+async def test_an_answer_arriving_before_recovery_does_not_repeat_a_journaled_effect(
+    tmp_path: Path,
+) -> None:
+    ledger, crash = Ledger(), [True]
+    db = tmp_path / "runs.db"
+    runtime = open_runtime(db, build_fan(ledger, crash))
+    run_id = await runtime.start("fan", "x")
+    # superstep 1 fans out (the port's request is committed); superstep 2 charges, then dies
+    await crashing(runtime.resume(run_id))
+    assert ledger.effects == ["charge:x"]
+    (request,) = await runtime.pending_requests(run_id)
+    await runtime.respond(request.request_id, True)  # an answer arrives before recovery
+    await runtime.close()
+
+    again = open_runtime(db, build_fan(ledger, crash))
+    done = await again.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE
+    assert ledger.effects == ["charge:x"]  # journaled before the crash: replayed, not re-run
+    assert sorted(done.outputs) == ["answered:True", "charge:x"]
+    await again.close()
+
+
+async def test_answer_stored_between_crash_and_recovery_keeps_the_journal(
+    tmp_path: Path,
+) -> None:
+    """The reported case: the crash comes first, then an answer, then recovery."""
+    ledger, crash = Ledger(), [True]
+    db = tmp_path / "runs.db"
+
+    class Start(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.send_message(message)
+
+    class Effect(Executor):
+        @handler
+        async def do(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.run_once("charge", lambda: _async(ledger.record(f"charge:{message}")))
+            if crash and crash.pop():
+                raise Crash
+            await ctx.yield_output(f"charged:{message}")
+
+        @handler
+        async def answered(self, answer: bool, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output(f"answered:{answer}")
+
+    def build() -> Any:
+        start, effect = Start("start"), Effect("effect")
+        ask = RequestPort("ask", request_type=str, response_type=bool)
+        return (
+            WorkflowBuilder(name="late", start=start)
+            .add_edge(start, ask)
+            .add_edge(ask, effect)
+            .add_edge(start, effect)
+            .build()
+        )
+
+    runtime = open_runtime(db, build)
+    run_id = await runtime.start("late", "x")
+    await crashing(runtime.resume(run_id))  # superstep 1 routes; 2 dies after the charge
+    assert ledger.effects == ["charge:x"]
+    (request,) = await runtime.pending_requests(run_id)
+    await runtime.respond(request.request_id, True)  # arrives before recovery
+    await runtime.close()
+
+    again = open_runtime(db, build)
+    done = await again.resume(run_id)
+    assert ledger.effects == ["charge:x"]
+    assert done.status is WorkflowRunState.IDLE, done.error
+    await again.close()
+
+
+def build_two_senders(ledger: Ledger) -> Any:
+    class Split(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.send_message(f"{message}-a")
+            await ctx.send_message(f"{message}-b")
+
+    class Payer(Executor):
+        @handler
+        async def pay(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            paid = await ctx.run_once("pay", lambda: _async(ledger.record(message)))
+            await ctx.yield_output(paid)
+
+    def build() -> Any:
+        split, payer = Split("split"), Payer("payer")
+        return WorkflowBuilder(name="two", start=split).add_edge(split, payer).build()
+
+    return build
+
+
+async def test_two_messages_to_one_executor_in_one_superstep_are_two_steps(
+    tmp_path: Path,
+) -> None:
+    ledger = Ledger()
+    runtime = open_runtime(tmp_path / "runs.db", build_two_senders(ledger))
+    result = await runtime.run("two", "m")
+    assert result.outputs == ["m-a", "m-b"]  # the second did not get the first's result
+    assert ledger.effects == ["m-a", "m-b"]
+    await runtime.close()
+
+
+async def test_the_same_key_in_a_loop_is_a_new_step_each_superstep(tmp_path: Path) -> None:
+    ledger = Ledger()
+
+    class Loop(Executor):
+        @handler
+        async def tick(self, n: int, ctx: WorkflowContext[int, int]) -> None:
+            await ctx.run_once("tick", lambda: _async(ledger.record(f"tick{n}")))
+            if n < 3:
+                await ctx.send_message(n + 1)
+            else:
+                await ctx.yield_output(n)
+
+    def build() -> Any:
+        loop = Loop("loop")
+        return WorkflowBuilder(name="loop", start=loop).add_edge(loop, loop).build()
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    assert (await runtime.run("loop", 1)).outputs == [3]
+    assert ledger.effects == ["tick1", "tick2", "tick3"]
+    await runtime.close()
+
+
+async def test_concurrent_run_once_with_one_key_is_one_step(tmp_path: Path) -> None:
+    ledger = Ledger()
+
+    class Twice(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Never, list[str]]) -> None:
+            async def effect() -> str:
+                await anyio.sleep(0.01)
+                return ledger.record(message)
+
+            results: list[str] = []
+
+            async def call() -> None:
+                results.append(await ctx.run_once("same", effect))
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(call)
+                tg.start_soon(call)
+            await ctx.yield_output(results)
+
+    def build() -> Any:
+        return WorkflowBuilder(name="twice", start=Twice("twice")).build()
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    assert (await runtime.run("twice", "m")).outputs == [["m", "m"]]
+    assert ledger.effects == ["m"]
+    await runtime.close()
+
+
+async def test_idempotency_keys_differ_per_executor_and_are_stable(tmp_path: Path) -> None:
+    keys: list[str] = []
+
+    class Keyed(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[str, str]) -> None:
+            keys.append(ctx.idempotency_key("tool#0"))
+            keys.append(ctx.idempotency_key("tool#0"))
+            if ctx.successor_ids:
+                await ctx.send_message(message)
+            else:
+                await ctx.yield_output(message)
+
+    def build() -> Any:
+        a, b = Keyed("a"), Keyed("b")
+        return WorkflowBuilder(name="keys", start=a).add_edge(a, b).build()
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    result = await runtime.run("keys", "m")
+    assert keys[0] == keys[1] and keys[2] == keys[3]  # stable within a step
+    assert keys[0] != keys[2]  # two executors never share one
+    assert all(k.startswith(f"{result.run_id}:") and len(k.split(":")[-1]) == 32 for k in keys)
+    await runtime.close()
+
+
+# --- request identity -----------------------------------------------------------------------
+
+
+def build_chained_ports() -> Any:
+    class Start(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.send_message(message)
+
+    class End(Executor):
+        @handler
+        async def done(self, answer: int, ctx: WorkflowContext[Never, int]) -> None:
+            await ctx.yield_output(answer)
+
+    def build() -> Any:
+        start, end = Start("start"), End("end")
+        first = RequestPort("first", request_type=str, response_type=str)
+        second = RequestPort("second", request_type=str, response_type=int)
+        return (
+            WorkflowBuilder(name="chain", start=start)
+            .add_edge(start, first)
+            .add_edge(first, second)
+            .add_edge(second, end)
+            .build()
+        )
+
+    return build
+
+
+async def test_answers_routed_into_another_port_get_fresh_request_ids(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    runtime = open_runtime(db, build_chained_ports())
+    paused = await runtime.run("chain", "go")
+    (first,) = paused.pending_requests
+    await runtime.respond(first.request_id, "one")
+    second_pause = await runtime.resume(paused.run_id)
+    (second,) = second_pause.pending_requests
+    assert second.request_id != first.request_id
+    assert len(second.request_id) == 32 and int(second.request_id, 16) >= 0  # 128 bits, hex
+    await runtime.respond(second.request_id, 7)
+    done = await runtime.resume(paused.run_id)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [7]
+    ids = [r.request_id for r in await runtime.store.list_requests(paused.run_id, status=None)]
+    assert len(ids) == len(set(ids)) == 2
+    await runtime.close()
+
+
+async def test_two_runs_of_one_workflow_never_share_a_request_id(tmp_path: Path) -> None:
+    runtime = open_runtime(tmp_path / "runs.db", build_chained_ports())
+    a = await runtime.run("chain", "go", run_id="same-shape-1")
+    b = await runtime.run("chain", "go", run_id="same-shape-2")
+    assert a.pending_requests[0].request_id != b.pending_requests[0].request_id
+    await runtime.close()
+
+
+# --- history --------------------------------------------------------------------------------
+
+
+async def test_continuing_from_an_older_checkpoint_is_refused_and_prune_still_works(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    runtime = open_runtime(db, build_chained_ports())
+    paused = await runtime.run("chain", "go")
+    old: Checkpoint = paused.checkpoint  # type: ignore[assignment]
+    await runtime.respond(paused.pending_requests[0].request_id, "one")
+    await runtime.resume(paused.run_id)  # history moved on
+    wf = runtime.workflow("chain")
+    store = runtime.store
+    lease = await store.acquire(paused.run_id, "someone", 30)
+    with pytest.raises(CheckpointNotLatestError, match="latest checkpoint"):
+        await store.commit(lease, old.model_copy(update={"checkpoint_id": "f" * 32}))
+    await store.release(lease)
+    # the store is intact: latest, history and prune all work, and a fork branches properly
+    assert (await store.latest(paused.run_id)) is not None
+    forked = await runtime.fork(paused.run_id, 1)
+    assert (await runtime.get_run(forked)).status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    assert await runtime.prune(keep_last=1) >= 1
+    assert wf.signature == (await store.get_run(forked)).workflow_signature
+    await runtime.close()
+
+
+# --- leases ---------------------------------------------------------------------------------
+
+
+async def test_a_superstep_longer_than_the_lease_keeps_its_run(tmp_path: Path) -> None:
+    ledger = Ledger()
+    db = tmp_path / "runs.db"
+
+    class Slow(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            await anyio.sleep(2.5)  # an agent turn with several model round trips
+            await ctx.yield_output(
+                await ctx.run_once("effect", lambda: _async(ledger.record(message)))
+            )
+
+    def build() -> Any:
+        return WorkflowBuilder(name="slow", start=Slow("slow")).build()
+
+    first = open_runtime(db, build, lease_seconds=1.0)
+    second = open_runtime(db, build, lease_seconds=1.0)
+    run_id = await first.start("slow", "m")
+    outcome: dict[str, Any] = {}
+
+    async def take_over() -> None:
+        await anyio.sleep(1.6)  # well past one lease length
+        try:
+            await second.resume(run_id)
+            outcome["second"] = "ran"
+        except RunBusyError:
+            outcome["second"] = "busy"
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(take_over)
+        result = await first.resume(run_id)
+    assert outcome["second"] == "busy"
+    assert result.status is WorkflowRunState.IDLE and ledger.effects == ["m"]
+    await first.close()
+    await second.close()
+
+
+async def test_a_resumer_cancelled_mid_run_releases_the_lease_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+
+    class Sleepy(Executor):
+        @handler
+        async def go(self, n: int, ctx: WorkflowContext[int, int]) -> None:
+            await anyio.sleep(0.05)
+            if n < 40:
+                await ctx.send_message(n + 1)
+            else:
+                await ctx.yield_output(n)
+
+    def build() -> Any:
+        sleepy = Sleepy("sleepy")
+        return WorkflowBuilder(name="sleepy", start=sleepy).add_edge(sleepy, sleepy).build()
+
+    runtime = open_runtime(db, build, lease_seconds=60)
+    run_id = await runtime.start("sleepy", 1)
+    with anyio.move_on_after(0.4):  # the client gives up part-way, maybe mid-commit
+        await runtime.resume(run_id)
+    other = open_runtime(db, build, lease_seconds=60)
+    done = await other.resume(run_id)  # no 60-second wait for a lease nobody holds
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [40]
+    await runtime.close()
+    await other.close()
+
+
+async def test_prune_keeps_a_failed_run_that_is_being_retried(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    attempts: list[int] = []
+    retrying = anyio.Event()
+    go_on = anyio.Event()
+
+    class Flaky(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise RuntimeError("first attempt fails")
+            retrying.set()
+            await go_on.wait()
+            await ctx.yield_output(message)
+
+    def build() -> Any:
+        return WorkflowBuilder(name="flaky", start=Flaky("flaky")).build()
+
+    runtime = open_runtime(db, build)
+    failed = await runtime.run("flaky", "m")
+    assert failed.status is WorkflowRunState.FAILED
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(runtime.resume, failed.run_id)
+        await retrying.wait()
+        assert await runtime.prune(finished_before=time.time() + 60) == 0
+        go_on.set()
+    assert (await runtime.get_run(failed.run_id)).status is WorkflowRunState.IDLE
+    await runtime.close()
+
+
+async def test_cancel_of_an_executing_run_is_honoured_between_supersteps(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    started = anyio.Event()
+
+    class Ticker(Executor):
+        @handler
+        async def tick(self, n: int, ctx: WorkflowContext[int, int]) -> None:
+            started.set()
+            await anyio.sleep(0.02)
+            await ctx.send_message(n + 1)
+
+    def build() -> Any:
+        ticker = Ticker("ticker")
+        return (
+            WorkflowBuilder(name="ticker", start=ticker)
+            .with_max_supersteps(10_000)
+            .add_edge(ticker, ticker)
+            .build()
+        )
+
+    worker = open_runtime(db, build, lease_seconds=0.6)
+    other = open_runtime(db, build)
+    run_id = await worker.start("ticker", 0)
+    async with anyio.create_task_group() as tg:
+        results: list[Any] = []
+
+        async def execute() -> None:
+            results.append(await worker.resume(run_id))
+
+        tg.start_soon(execute)
+        await started.wait()
+        info = await other.cancel(run_id)  # durable request; the worker is mid-run
+        assert info.status is WorkflowRunState.IN_PROGRESS
+    (result,) = results
+    assert result.status is WorkflowRunState.CANCELLED
+    assert (await other.get_run(run_id)).status is WorkflowRunState.CANCELLED
+    await worker.close()
+    await other.close()
+
+
+# --- effects cut off mid-flight ---------------------------------------------------------------
+
+
+def build_in_doubt(ledger: Ledger, crash: list[bool], *, idempotent: bool) -> Any:
+    class Payer(Executor):
+        @handler
+        async def pay(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            async def effect() -> str:
+                ledger.record(message)
+                if crash and crash.pop():
+                    raise Crash  # died after the effect, before its result was journaled
+                return f"paid:{message}"
+
+            paid = await ctx.run_once(
+                "pay", effect, idempotent=idempotent, description={"paying": message}
+            )
+            await ctx.yield_output(paid)
+
+    def build() -> Any:
+        return WorkflowBuilder(name="doubt", start=Payer("payer")).build()
+
+    return build
+
+
+@pytest.mark.parametrize("happened", [True, False])
+async def test_an_effect_cut_off_mid_flight_asks_a_person(tmp_path: Path, happened: bool) -> None:
+    ledger, crash = Ledger(), [True]
+    db = tmp_path / "runs.db"
+    runtime = open_runtime(db, build_in_doubt(ledger, crash, idempotent=False))
+    run_id = await runtime.start("doubt", "m")
+    await crashing(runtime.resume(run_id))
+    await runtime.close()
+
+    again = open_runtime(db, build_in_doubt(ledger, crash, idempotent=False))
+    paused = await again.resume(run_id)
+    assert ledger.effects == ["m"]  # never a blind repeat
+    assert paused.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    (request,) = paused.pending_requests
+    assert isinstance(request.data, InDoubtEffect)
+    assert request.data.description == {"paying": "m"} and request.data.step == "pay"
+    assert request.response_type is EffectResolution
+    await again.respond(request.request_id, {"happened": happened, "result": "paid:m"})
+    done = await again.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert done.outputs == ["paid:m"]
+    assert ledger.effects == (["m"] if happened else ["m", "m"])
+    await again.close()
+
+
+async def test_an_idempotent_effect_cut_off_mid_flight_is_retried(tmp_path: Path) -> None:
+    ledger, crash = Ledger(), [True]
+    db = tmp_path / "runs.db"
+    runtime = open_runtime(db, build_in_doubt(ledger, crash, idempotent=True))
+    run_id = await runtime.start("doubt", "m")
+    await crashing(runtime.resume(run_id))
+    done = await open_runtime(db, build_in_doubt(ledger, crash, idempotent=True)).resume(run_id)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == ["paid:m"]
+    assert ledger.effects == ["m", "m"]  # retried (with the same idempotency key)
+
+
+# --- isolation and failure semantics ------------------------------------------------------------
+
+
+async def test_each_receiver_gets_its_own_copy_of_a_message(tmp_path: Path) -> None:
+    class Split(Executor):
+        @handler
+        async def go(self, items: list[int], ctx: WorkflowContext[list[int]]) -> None:
+            await ctx.send_message(items)
+
+    class Mutator(Executor):
+        @handler
+        async def take(self, items: list[int], ctx: WorkflowContext[Never, list[int]]) -> None:
+            items.append(99)
+            await ctx.yield_output(items)
+
+    def build() -> Any:
+        split, a, b = Split("split"), Mutator("a"), Mutator("b")
+        return WorkflowBuilder(name="copies", start=split).add_fan_out_edges(split, [a, b]).build()
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    result = await runtime.run("copies", [1])
+    assert result.outputs == [[1, 99], [1, 99]]
+    await runtime.close()
+
+
+async def test_outputs_of_a_failed_superstep_are_not_results(tmp_path: Path) -> None:
+    failures = [True]
+
+    class Both(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output(f"out:{message}")
+            if failures and failures.pop():
+                raise RuntimeError("then fails")
+
+    def build() -> Any:
+        return WorkflowBuilder(name="both", start=Both("both")).build()
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    failed = await runtime.run("both", "m")
+    assert failed.status is WorkflowRunState.FAILED and failed.outputs == []
+    retried = await runtime.resume(failed.run_id)
+    assert retried.outputs == ["out:m"]
+    assert (await runtime.get_run(failed.run_id)).outputs == ["out:m"]
+    await runtime.close()
+
+
+async def test_literal_handlers_dispatch_on_the_value(tmp_path: Path) -> None:
+    class Gate(Executor):
+        @handler
+        async def yes(self, message: Literal["yes"], ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output("said yes")
+
+        @handler
+        async def other(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output(f"said {message}")
+
+    def build() -> Any:
+        return WorkflowBuilder(name="gate", start=Gate("gate")).build()
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    assert (await runtime.run("gate", "yes")).outputs == ["said yes"]
+    assert (await runtime.run("gate", "no")).outputs == ["said no"]
+    assert (await runtime.run("gate", "yes")).outputs == ["said yes"]
+    await runtime.close()
+
+
+async def test_a_value_that_cannot_be_stored_fails_the_run_with_the_error_recorded(
+    tmp_path: Path,
+) -> None:
+    class Opaque:
+        pass
+
+    class Sender(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Never, Any]) -> None:
+            await ctx.yield_output(Opaque())
+
+    def build() -> Any:
+        return WorkflowBuilder(name="opaque", start=Sender("sender")).build()
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    result = await runtime.run("opaque", "m")
+    assert result.status is WorkflowRunState.FAILED
+    info = await runtime.get_run(result.run_id)
+    assert info.status is WorkflowRunState.FAILED
+    assert info.error is not None and "Opaque" in info.error["message"]
+    await runtime.close()
