@@ -9,6 +9,8 @@ import pytest
 from tests.integration.workflows import Answer, stepper_workflow
 from workflow_engine import (
     AnswerOutcome,
+    CheckpointNotLatestError,
+    LeaseLostError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
     RunBusyError,
@@ -193,3 +195,90 @@ async def test_request_and_its_run_in_one_read(store: RunStore) -> None:
     assert request == pending and run.run_id == paused.run_id
     with pytest.raises(UnknownRequestError):
         await store.get_request_and_run("missing")
+
+
+# --- step identity: renewal, fenced journal, compaction, linear history, durable cancel -------
+
+
+async def test_renewal_keeps_the_version_and_fails_once_taken_over(store: RunStore) -> None:
+    await store.admit(stepper_workflow().admit(1, run_id="r"))
+    lease = await store.acquire("r", "host-a:1:x", 0.05)
+    renewed = await store.renew(lease)
+    assert renewed.version == lease.version and renewed.expires_at >= lease.expires_at
+    time.sleep(0.1)  # expired: another worker may take the run
+    taker = await store.acquire("r", "host-b:2:y", 30)
+    with pytest.raises(LeaseLostError):
+        await store.renew(renewed)
+    await store.release(renewed)  # a lost lease releases nothing
+    assert (await store.get_run("r")).owner == taker.owner
+
+
+async def test_journal_intents_results_fencing_and_compaction(store: RunStore) -> None:
+    wf = stepper_workflow()
+    await store.admit(wf.admit(1, run_id="r"))
+    lease = await store.acquire("r", "host-a:1:x", 30)
+    await store.journal_intent("r", "1/a/d/x", {"intent": {"tool": "t"}}, 1, lease=lease)
+    assert await store.journal_get("r", "1/a/d/x") == {"intent": {"tool": "t"}}
+    stored = await store.journal_put("r", "1/a/d/x", {"value": 1}, 1, lease=lease)
+    assert stored == {"value": 1}  # a result replaces the intent
+    assert await store.journal_put("r", "1/a/d/x", {"value": 2}, 1, lease=lease) == {"value": 1}
+    await store.journal_put("r", "2/a/d/y", {"value": 3}, 2, lease=lease)
+    await store.journal_intent("r", "2/a/d/z", {"intent": None}, 2, lease=lease)
+    await store.journal_clear("r", "2/a/d/z", lease=lease)
+    assert await store.journal_get("r", "2/a/d/z") is None
+    # a commit of superstep 1 compacts that superstep's entries and keeps later ones
+    latest = await store.latest("r")
+    assert latest is not None
+    step1 = latest.model_copy(
+        update={"checkpoint_id": "c1", "parent_id": latest.checkpoint_id, "superstep": 1}
+    )
+    lease = await store.commit(lease, step1)
+    assert await store.journal_get("r", "1/a/d/x") is None
+    assert await store.journal_get("r", "2/a/d/y") == {"value": 3}
+    await store.release(lease)
+    other = await store.acquire("r", "host-b:2:y", 30)
+    with pytest.raises(LeaseLostError):  # the old holder can no longer journal anything
+        await store.journal_put("r", "2/a/d/w", {"value": 4}, 2, lease=lease)
+    with pytest.raises(LeaseLostError):
+        await store.journal_intent("r", "2/a/d/w", {"intent": None}, 2, lease=lease)
+    assert await store.journal_get("r", "2/a/d/w") is None
+    await store.release(other)
+
+
+async def test_a_commit_must_follow_the_latest_checkpoint(store: RunStore) -> None:
+    await store.admit(stepper_workflow().admit(1, run_id="r"))
+    first = await store.latest("r")
+    assert first is not None
+    lease = await store.acquire("r", "host-a:1:x", 30)
+    second = first.model_copy(update={"checkpoint_id": "c1", "parent_id": first.checkpoint_id})
+    lease = await store.commit(lease, second)
+    stale = first.model_copy(update={"checkpoint_id": "c2", "parent_id": first.checkpoint_id})
+    with pytest.raises(CheckpointNotLatestError, match="latest checkpoint is c1"):
+        await store.commit(lease, stale)
+    await store.release(lease)
+    assert [i.checkpoint_id for i in await store.history("r")][-1] == "c1"
+    assert (await store.latest("r")).checkpoint_id == "c1"  # type: ignore[union-attr]
+    assert await store.prune(keep_last=1) == 1
+
+
+async def test_a_cancel_request_reaches_the_lease_holder(store: RunStore) -> None:
+    await store.admit(stepper_workflow().admit(1, run_id="r"))
+    lease = await store.acquire("r", "host-a:1:x", 30)
+    assert not lease.cancel_requested
+    await store.request_cancel("r")
+    assert (await store.renew(lease)).cancel_requested
+    with pytest.raises(RunNotFoundError):
+        await store.request_cancel("nope")
+    await store.release(lease)
+
+
+async def test_prune_removes_a_runs_journal_with_it(store: RunStore) -> None:
+    rt = runtime(store)
+    result = await rt.run("stepper", 1)
+    run_id = result.run_id
+    lease = await store.acquire(run_id, "host-a:1:x", 30)
+    await store.journal_put(run_id, "99/a/d/x", {"value": 1}, 99, lease=lease)
+    await store.release(lease)
+    await rt.cancel(run_id)
+    await store.prune(finished_before=time.time() + 60)
+    assert await store.journal_get(run_id, "99/a/d/x") is None
