@@ -34,6 +34,7 @@ from typing import Any
 
 import anyio
 
+from executors import ToolApprovalRequestContent
 from storage import SqliteStore
 from tests.integration import ledger_workflow
 from tests.integration.crash_workflow import (
@@ -43,7 +44,14 @@ from tests.integration.crash_workflow import (
     Start,
     build_workflow,
 )
-from workflow_engine import RunBusyError, RunNotFoundError, Runtime, WorkflowRunState
+from workflow_engine import (
+    EffectResolution,
+    InDoubtEffect,
+    RunBusyError,
+    RunNotFoundError,
+    Runtime,
+    WorkflowRunState,
+)
 
 Send = Callable[..., None]
 ZOMBIES: set[int] = set()  # killed children the zygote was asked not to reap yet
@@ -206,12 +214,29 @@ async def op_inspect(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[
     }
 
 
+def describe_request(data: Any) -> dict[str, Any]:
+    """A ledger run's request, as the side-effect tests see it: an approval of a tool call, or
+    a question about a step whose effect is in doubt after a crash."""
+    if isinstance(data, InDoubtEffect):
+        return {
+            "kind": "effect",
+            "executor_id": data.executor_id,
+            "step": data.step,
+            "step_key": data.step_key,
+            "description": data.description,
+        }
+    assert isinstance(data, ToolApprovalRequestContent), data
+    return {"kind": "approval", "call_id": data.function_call.call_id}
+
+
 async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[str, Any]:
     """The side-effect tests' command, on ``ledger_workflow`` (an agent whose approved transfer
     tool appends to the ledger file ``cmd["ledger"]``). ``action``: ``start`` (admit and run
-    until the run pauses for approval), ``respond`` (``decisions``: call id -> approved, for
-    every pending request), ``resume`` or ``inspect``. Every journal write is reported first as
-    a ``journal`` event naming its key, so a fault point can be told apart by the call it
+    until the run pauses for approval), ``respond`` (answer every pending request: an approval
+    from ``decisions``, call id -> approved; a question about an in-doubt effect from
+    ``resolutions``, request id -> answer), ``resume`` or ``inspect``. Every journal write is
+    reported first, as an ``intent`` or ``journal`` event naming its key (and a ``clear`` event
+    before a step's entry is forgotten), so a fault point can be told apart by the step it
     journals."""
     os.environ[ledger_workflow.LEDGER_ENV] = cmd["ledger"]
     os.environ[ledger_workflow.INVOCATIONS_ENV] = cmd["invocations"]
@@ -219,6 +244,8 @@ async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[s
     store = runtime.store
     assert isinstance(store, SqliteStore)
     journal_put = store.journal_put
+    journal_intent = store.journal_intent
+    journal_clear = store.journal_clear
 
     async def reporting_journal_put(
         run_id: str, key: str, value: Any, superstep: int, *, lease: Any = None
@@ -226,7 +253,19 @@ async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[s
         send("journal", key=key)
         return await journal_put(run_id, key, value, superstep, lease=lease)
 
+    async def reporting_journal_intent(
+        run_id: str, key: str, entry: Any, superstep: int, *, lease: Any = None
+    ) -> None:
+        send("intent", key=key)
+        await journal_intent(run_id, key, entry, superstep, lease=lease)
+
+    async def reporting_journal_clear(run_id: str, key: str, *, lease: Any = None) -> None:
+        send("clear", key=key)
+        await journal_clear(run_id, key, lease=lease)
+
     store.journal_put = reporting_journal_put  # type: ignore[method-assign]
+    store.journal_intent = reporting_journal_intent  # type: ignore[method-assign]
+    store.journal_clear = reporting_journal_clear  # type: ignore[method-assign]
     run_id = cmd["run_id"]
     action = cmd["action"]
     if action == "start":
@@ -236,23 +275,33 @@ async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[s
     if action == "respond":
         outcomes = {}
         for request in await runtime.pending_requests(run_id):
-            call = request.data.function_call
-            approved = cmd["decisions"][call.call_id]
-            outcome = await runtime.respond(request.request_id, {"approved": approved})
-            outcomes[call.call_id] = outcome.value
+            data = request.data
+            if isinstance(data, InDoubtEffect):
+                answered = request.request_id
+                answer = cmd["resolutions"][answered]
+            else:
+                answered = data.function_call.call_id
+                answer = {"approved": cmd["decisions"][answered]}
+            outcome = await runtime.respond(request.request_id, answer)
+            outcomes[answered] = outcome.value
         return {"outcomes": outcomes}
     if action == "resume":
         return {"status": (await runtime.resume(run_id)).status.value}
     assert action == "inspect", action
     info = await runtime.get_run(run_id)
-    requests = [
-        {
-            "call_id": runtime.workflow(name).codec.decode(r.data).function_call.call_id,
-            "status": r.status,
-            "answer": r.answer,
-        }
-        for r in await store.list_requests(run_id, status=None)
-    ]
+    codec = runtime.workflow(name).codec
+    requests = []
+    for r in await store.list_requests(run_id, status=None):
+        described = describe_request(codec.decode(r.data))
+        assert r.kind == ("effect" if described["kind"] == "effect" else "executor"), r.kind
+        answer = r.answer
+        if answer is not None and described["kind"] == "effect":
+            resolution = codec.decode(answer)
+            assert isinstance(resolution, EffectResolution), resolution
+            answer = resolution.model_dump(mode="json")
+        requests.append(
+            {"request_id": r.request_id, **described, "status": r.status, "answer": answer}
+        )
     with contextlib.closing(sqlite3.connect(store.path)) as raw:
         rows = raw.execute(
             "SELECT key, value FROM journal WHERE run_id = ? ORDER BY created_at", (run_id,)
@@ -261,7 +310,9 @@ async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[s
     return {
         "status": info.status.value,
         "outputs": [o.model_dump(mode="json") for o in info.outputs],
-        "pending": [p.data.function_call.call_id for p in info.pending_requests],
+        "pending": [
+            {"request_id": p.request_id, **describe_request(p.data)} for p in info.pending_requests
+        ],
         "requests": requests,
         "history": len(await store.history(run_id)),
         "journal": journal,
