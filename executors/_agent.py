@@ -28,6 +28,7 @@ from workflow_engine import WorkflowEvent
 from ._clients import ChatClient, ChatResponseUpdate, message_from_updates
 from ._content import (
     ChatMessage,
+    Content,
     FunctionCallContent,
     FunctionResultContent,
     TextContent,
@@ -185,7 +186,7 @@ class Agent:
                     ToolApprovalRequestContent(id=f"approval_{c.call_id}", function_call=c)
                     for c in guarded
                 ]
-                add(ChatMessage(role="assistant", contents=held, author_name=self.name))
+                add(ChatMessage(role="assistant", contents=_contents(held), author_name=self.name))
                 response.pending_approvals = held
                 return response
             add(await self._run_batch(calls, {}, journal, on_update, extra))
@@ -294,7 +295,7 @@ class Agent:
                         error=result.error,
                     )
                 )
-        return ChatMessage(role="tool", contents=results, author_name=self.name)
+        return ChatMessage(role="tool", contents=_contents(results), author_name=self.name)
 
     async def _invoke(
         self,
@@ -369,3 +370,8 @@ def pending_batch(
             }
             return calls, requests, answers
     return None
+
+
+def _contents(items: Sequence[Content]) -> list[Content]:
+    """A message's contents from a homogeneous list (``list`` is invariant for type checkers)."""
+    return list(items)

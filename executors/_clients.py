@@ -154,7 +154,7 @@ def _fill(value: Any, groups: Mapping[str, str]) -> Any:
     return value
 
 
-class _Defaulting(dict):  # type: ignore[type-arg]
+class _Defaulting(dict):
     def __missing__(self, key: str) -> str:
         return "{" + key + "}"
 

@@ -211,7 +211,9 @@ class HandoffCoordinator(Executor):
         await ctx.set_state("active", result.agent)
         await ctx.set_state("conversation", result.conversation)
         await ctx.set_state("turn", result.turn)
-        ended = "completed" if self.termination(result.conversation) else None
+        ended: Literal["completed", "ended_by_user", "turn_limit_reached"] | None = (
+            "completed" if self.termination(result.conversation) else None
+        )
         if ended is None and result.turn >= self.turn_limit:
             ended = "turn_limit_reached"
         if ended is not None:

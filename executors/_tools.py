@@ -80,7 +80,7 @@ class Tool:
                 continue
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[param.name] = (annotation, default)
-        self.arguments_model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        self.arguments_model: type[BaseModel] = create_model(
             f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
         )
 

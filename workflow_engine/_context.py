@@ -243,7 +243,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             stored = await journal.journal_put(run, name, {"value": encoded}, scope.superstep)
         return codec.decode(stored["value"])
 
-    async def send_message(self, message: Any, target_id: str | None = None) -> None:
+    async def send_message(self, message: TOut, target_id: str | None = None) -> None:
         """Send ``message`` along this executor's outgoing edges (or to one successor)."""
         if not self._sends(message):
             raise UndeclaredOutputError(
@@ -259,7 +259,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             )
         self._step.sent.append((message, target_id))
 
-    async def yield_output(self, output: Any) -> None:
+    async def yield_output(self, output: TWorkflowOut) -> None:
         """Publish a workflow output (``WorkflowOutputEvent``; kept in the run's outputs)."""
         if not self._yields(output):
             raise UndeclaredOutputError(

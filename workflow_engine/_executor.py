@@ -209,7 +209,7 @@ class Executor:
                         responses.append(_resolve_response_handler(member))
             cls._handler_specs = tuple(specs)
             cls._response_specs = tuple(responses)
-        return cls._handler_specs  # type: ignore[return-value]
+        return cls._handler_specs
 
     @property
     def response_handlers(self) -> tuple[ResponseHandlerSpec, ...]:
@@ -223,7 +223,11 @@ class Executor:
     @property
     def output_types(self) -> tuple[Any, ...]:
         seen: dict[str, Any] = {}
-        for spec in (*self.handlers, *self.response_handlers):
+        specs: tuple[HandlerSpec | ResponseHandlerSpec, ...] = (
+            *self.handlers,
+            *self.response_handlers,
+        )
+        for spec in specs:
             for t in spec.output_types:
                 seen.setdefault(type_name(t), t)
         return tuple(seen.values())
@@ -231,7 +235,11 @@ class Executor:
     @property
     def workflow_output_types(self) -> tuple[Any, ...]:
         seen: dict[str, Any] = {}
-        for spec in (*self.handlers, *self.response_handlers):
+        specs: tuple[HandlerSpec | ResponseHandlerSpec, ...] = (
+            *self.handlers,
+            *self.response_handlers,
+        )
+        for spec in specs:
             for t in spec.workflow_output_types:
                 seen.setdefault(type_name(t), t)
         return tuple(seen.values())

@@ -88,7 +88,7 @@ class Graph:
 
     def structure(self) -> dict[str, Any]:
         """A canonical, JSON-able description of the structure (the signature's input)."""
-        nodes = []
+        nodes: list[dict[str, Any]] = []
         for node in self.nodes.values():
             if isinstance(node, RequestPort):
                 nodes.append(

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -127,7 +127,9 @@ def new_checkpoint_id() -> str:
     return os.urandom(16).hex()
 
 
-async def run_concurrently(calls: Sequence[tuple[Callable[..., Awaitable[None]], tuple]]) -> None:
+async def run_concurrently(
+    calls: Sequence[tuple[Callable[..., Coroutine[Any, Any, None]], tuple[Any, ...]]],
+) -> None:
     """Run the calls as concurrent tasks and wait for all of them.
 
     On asyncio this uses ``asyncio.TaskGroup`` directly: spawning a thousand tasks through anyio
@@ -385,7 +387,7 @@ class RunLoop:
         return True
 
     async def _ask_about_effects(
-        self, number: int, in_doubt: list[tuple[str, BaseException]]
+        self, number: int, in_doubt: Sequence[tuple[str, BaseException]]
     ) -> None:
         """Steps whose effect may have happened before a crash: the superstep is not applied;
         the run pauses with one request per step asking a person what happened."""

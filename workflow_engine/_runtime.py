@@ -168,24 +168,18 @@ class _LeasedStore:
 
     async def journal_intent(self, run_id: str, key: str, entry: Any, superstep: int) -> None:
         if self._fenced:
-            await self.store.journal_intent(  # type: ignore[attr-defined]
-                run_id, key, entry, superstep, lease=self.lease
-            )
+            await self.store.journal_intent(run_id, key, entry, superstep, lease=self.lease)
         else:
             await self._journal.journal_intent(run_id, key, entry, superstep)
 
     async def journal_put(self, run_id: str, key: str, value: Any, superstep: int) -> Any:
         if self._fenced:
-            return await self.store.journal_put(  # type: ignore[attr-defined]
-                run_id, key, value, superstep, lease=self.lease
-            )
+            return await self.store.journal_put(run_id, key, value, superstep, lease=self.lease)
         return await self._journal.journal_put(run_id, key, value, superstep)
 
     async def journal_clear(self, run_id: str, key: str) -> None:
         if self._fenced:
-            await self.store.journal_clear(  # type: ignore[attr-defined]
-                run_id, key, lease=self.lease
-            )
+            await self.store.journal_clear(run_id, key, lease=self.lease)
         else:
             await self._journal.journal_clear(run_id, key)
 
