@@ -32,13 +32,12 @@ same rules, so a datetime in an ``Any`` field, or a subclass instance in a base-
 back as it was. Decoding validates the decoded Python values against the class by field name, so
 declared types are still checked; data that fails is a :class:`CorruptValueError`.
 
-Type tags are stable names, not module paths: a class's tag is ``name=`` given to
-:meth:`TypeRegistry.register`, else a ``__workflow_type__ = "Name"`` string set in the class body
-(not inherited), else its ``__qualname__``. Two classes with the same tag are refused at
-registration. Tags written by older versions (``module.qualname``) still decode. A subclass of a
-registered class is encoded under its own tag and decoded in any process where it is imported:
-the registry looks through the subclasses of the classes it knows -- it never imports a module or
-constructs a class named only by the data, so a checkpoint cannot run arbitrary code.
+Which classes can be decoded comes from a :class:`TypeRegistry` (``_registry``) that the workflow
+fills from its own annotations and ``register_types`` calls. Tags are stable names, not module
+paths: ``name=``, else a ``__workflow_type__ = "Name"`` set in the class body, else
+``__qualname__``; the ``module.qualname`` tags older versions wrote still decode. A subclass of a
+registered class gets its own tag and decodes wherever it is imported. Nothing named only by the
+data is ever imported or constructed, so a checkpoint cannot run arbitrary code.
 
 Values may nest at most :data:`MAX_DEPTH` JSON arrays/objects deep (so that a checkpoint holding
 them stays within the 200 levels pydantic's JSON parser accepts). Anything that cannot be encoded,
@@ -49,23 +48,20 @@ was wrong and where (a path such as ``data.order.items[3]``). No pickle anywhere
 from __future__ import annotations
 
 import base64
-import dataclasses
 import datetime as _dt
-import enum
 import math
-import threading
-import typing
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, RootModel, TypeAdapter, ValidationError
+from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
 from ._errors import CorruptValueError, SerializationError, UnregisteredTypeError
-from ._types import concrete_classes, type_name
+from ._registry import DATACLASS, ENUM, MODEL, NAMEDTUPLE, ROOT, TypeEntry, TypeRegistry
+from ._types import type_name
 
 JSONValue = Any
 """A value made only of dict (str keys), list, str, int, float, bool and None."""
@@ -83,8 +79,6 @@ _NON_FINITE = frozenset({"nan", "inf", "-inf"})
 _NONE = type(None)
 _MINUTE = _dt.timedelta(minutes=1)
 _MICROSECOND = _dt.timedelta(microseconds=1)
-_NATIVE = frozenset({_dt.datetime, _dt.date, _dt.time, _dt.timedelta, Decimal, uuid.UUID})
-"""Classes with their own marker: registering one only keeps its old ``$type`` tag decodable."""
 
 
 def _finite(values: Iterable[Any]) -> bool:
@@ -153,270 +147,6 @@ def _kind(data: Any) -> str:
     return names.get(type(data), type(data).__name__)
 
 
-# --- the registry -------------------------------------------------------------------------------
-
-_MODEL, _ROOT, _DATACLASS, _ENUM, _NAMEDTUPLE, _OTHER, _LEGACY = range(7)
-
-
-def default_tag(cls: type) -> str:
-    """The tag a class gets unless registered with ``name=``: a ``__workflow_type__`` string set
-    in the class body itself, else ``__qualname__``."""
-    own = cls.__dict__.get("__workflow_type__")
-    return own if isinstance(own, str) and own else cls.__qualname__
-
-
-def legacy_tag(cls: type) -> str:
-    """The tag older versions wrote by default (``module.qualname``); still decoded."""
-    return type_name(cls)
-
-
-class _Entry:
-    """How one registered class is encoded and rebuilt."""
-
-    __slots__ = ("adapter", "cls", "fields", "kind", "late", "tag")
-
-    def __init__(self, cls: type, tag: str, kind: int, adapter: TypeAdapter[Any] | None) -> None:
-        self.cls = cls
-        self.tag = tag
-        self.kind = kind
-        self.adapter = adapter
-        self.fields: tuple[str, ...] = ()
-        self.late: frozenset[str] = frozenset()  # dataclass fields with init=False
-
-    def annotations(self) -> list[Any]:
-        """The declared types of this class's fields (their classes get registered too)."""
-        cls = self.cls
-        if self.kind in (_MODEL, _ROOT):
-            return [f.annotation for f in cls.model_fields.values()]  # type: ignore[attr-defined]
-        if self.kind in (_DATACLASS, _NAMEDTUPLE):
-            try:
-                return list(typing.get_type_hints(cls).values())
-            except Exception:  # unresolvable forward reference: the field classes stay unknown
-                return []
-        return []
-
-    def rebuild(self, value: Any) -> Any:
-        """The instance for decoded payload ``value`` (a CorruptValueError if it is invalid)."""
-        kind, cls = self.kind, self.cls
-        try:
-            if kind in (_MODEL, _DATACLASS) and type(value) is not dict:
-                raise _corrupt(f"stored {self.tag} must be an object of fields, not {_kind(value)}")
-            if kind == _MODEL:
-                return cls.model_validate(value, by_alias=False, by_name=True)  # type: ignore[attr-defined]
-            if kind == _DATACLASS:
-                late = {k: value.pop(k) for k in self.late if k in value}
-                assert self.adapter is not None
-                obj = self.adapter.validate_python(value, by_alias=False, by_name=True)
-                for name, item in late.items():
-                    object.__setattr__(obj, name, item)
-                return obj
-            if kind == _ENUM:
-                try:
-                    return cls(value)
-                except Exception:
-                    if self.adapter is None:
-                        raise
-                    return self.adapter.validate_python(value)
-            assert self.adapter is not None
-            return self.adapter.validate_python(value)
-        except _Failure:
-            raise
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or '(value)'}: {e['msg']}" for e in exc.errors()
-            )
-            raise _corrupt(f"stored {self.tag} does not validate: {problems}") from exc
-        except Exception as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-            raise _corrupt(f"stored {self.tag} cannot be rebuilt: {reason}") from exc
-
-
-def _kind_of(cls: type) -> int:
-    if isinstance(cls, type) and issubclass(cls, RootModel):
-        return _ROOT
-    if isinstance(cls, type) and issubclass(cls, BaseModel):
-        return _MODEL
-    if dataclasses.is_dataclass(cls):
-        return _DATACLASS
-    if isinstance(cls, type) and issubclass(cls, enum.Enum):
-        return _ENUM
-    if isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields"):
-        return _NAMEDTUPLE
-    return _OTHER
-
-
-class TypeRegistry:
-    """The closed set of classes a workflow may decode, keyed by a stable tag.
-
-    Registering a class also registers the classes its fields declare, and admits its
-    subclasses: one that is not registered is found (and registered) when a value of it is
-    encoded, or when its tag is decoded in a process where it is imported.
-    """
-
-    def __init__(self) -> None:
-        self._by_class: dict[type, _Entry] = {}
-        self._by_tag: dict[str, _Entry] = {}
-        self._aliases: dict[str, _Entry] = {}  # legacy module.qualname tags, old names
-        self._lock = threading.RLock()
-
-    # public -------------------------------------------------------------------------------------
-
-    def register(self, cls: type, name: str | None = None) -> str:
-        """Allow ``cls`` to be encoded and decoded under ``name`` (default: see module docs).
-
-        Raises a :class:`SerializationError` if the tag is taken by another class. Registering
-        an already registered class under a new ``name`` renames it (the old tag still decodes).
-        Classes pydantic cannot build a schema for raise pydantic's error.
-        """
-        with self._lock:
-            entry = self._register(cls, name)
-            return entry.tag
-
-    def name_of(self, cls: type) -> str | None:
-        """The tag values of ``cls`` are stored under (None if the codec cannot store them)."""
-        try:
-            entry = self._entry_for_class(cls)
-        except SerializationError:
-            return None
-        return entry.tag if entry is not None and entry.kind != _LEGACY else None
-
-    def adapter(self, name: str) -> TypeAdapter[Any] | None:
-        """The pydantic adapter for a tag (current or legacy), or None if it is unknown."""
-        entry = self._entry_for_tag(name)
-        return entry.adapter if entry is not None else None
-
-    def resolve(self, name: str) -> type | None:
-        """The class a stored tag (current or legacy) names, or None if it is unknown."""
-        entry = self._entry_for_tag(name)
-        return entry.cls if entry is not None else None
-
-    def names(self) -> list[str]:
-        """Every current tag, sorted."""
-        return sorted(self._by_tag)
-
-    def annotation_name(self, tp: Any) -> str:
-        """A stable name for an annotation: like ``type_name`` with registered classes spelled
-        by their tags (``list[Answer] | None``), so a module move does not change it."""
-        return type_name(tp, naming=self.name_of)
-
-    def __contains__(self, cls: object) -> bool:
-        return cls in self._by_class
-
-    # internals ----------------------------------------------------------------------------------
-
-    def _register(self, cls: type, name: str | None, lazy: bool = False) -> _Entry:
-        known = self._by_class.get(cls)
-        if known is not None:
-            if name is not None and name != known.tag and known.kind != _LEGACY:
-                self._claim(name, cls)
-                self._aliases[known.tag] = known
-                del self._by_tag[known.tag]
-                known.tag = name
-                self._by_tag[name] = known
-            return known
-        if cls in _NATIVE:
-            entry = _Entry(cls, name or legacy_tag(cls), _LEGACY, TypeAdapter(cls))
-            self._by_class[cls] = entry
-            self._aliases.setdefault(entry.tag, entry)
-            return entry
-        tag = name or default_tag(cls)
-        if lazy and tag in self._by_tag:
-            tag = legacy_tag(cls)  # a found subclass whose short name is taken
-        self._claim(tag, cls)
-        kind = _kind_of(cls)
-        entry = _Entry(cls, tag, kind, TypeAdapter(cls))
-        if kind == _MODEL:
-            entry.fields = tuple(cls.model_fields)  # type: ignore[attr-defined]
-        elif kind == _DATACLASS:
-            fields = dataclasses.fields(cls)  # type: ignore[arg-type]
-            entry.fields = tuple(f.name for f in fields)
-            entry.late = frozenset(f.name for f in fields if not f.init)
-        self._by_class[cls] = entry
-        self._by_tag[tag] = entry
-        legacy = legacy_tag(cls)
-        if legacy != tag and legacy not in self._by_tag:
-            self._aliases.setdefault(legacy, entry)
-        for annotation in entry.annotations():
-            for field_cls in concrete_classes(annotation):
-                if field_cls in self._by_class:
-                    continue
-                try:
-                    self._register(field_cls, None)
-                except SerializationError:
-                    raise
-                except Exception:  # not representable: encoding such a value names the type
-                    continue
-        return entry
-
-    def _claim(self, tag: str, cls: type) -> None:
-        other = self._by_tag.get(tag)
-        if other is not None and other.cls is not cls:
-            raise SerializationError(
-                f"type name {tag!r} is already registered for {type_name(other.cls)}, so "
-                f"{type_name(cls)} cannot use it: register one of them with name=... "
-                "(WorkflowBuilder.register_types(cls, name=...)) or set "
-                "__workflow_type__ = '...' in its class body"
-            )
-
-    def _entry_for_class(self, cls: type) -> _Entry | None:
-        entry = self._by_class.get(cls)
-        if entry is not None:
-            return entry
-        bases = getattr(cls, "__mro__", ())[1:]
-        if not any(b in self._by_class and self._by_class[b].kind != _LEGACY for b in bases):
-            return None
-        with self._lock:
-            try:
-                return self._register(cls, None, lazy=True)
-            except SerializationError:
-                raise
-            except Exception as exc:
-                raise UnregisteredTypeError(
-                    f"{type_name(cls)} (a subclass of a registered class) cannot be registered: "
-                    f"{exc}"
-                ) from exc
-
-    def _entry_for_tag(self, tag: str) -> _Entry | None:
-        entry = self._by_tag.get(tag) or self._aliases.get(tag)
-        if entry is not None:
-            return entry
-        with self._lock:
-            found = {c for c in self._subclasses() if tag in (default_tag(c), legacy_tag(c))}
-            if not found:
-                return None
-            if len(found) > 1:
-                names = ", ".join(sorted(type_name(c) for c in found))
-                raise SerializationError(
-                    f"stored type name {tag!r} matches several subclasses ({names}); give them "
-                    "distinct __workflow_type__ names"
-                )
-            (cls,) = found
-            try:
-                return self._register(cls, None, lazy=True)
-            except SerializationError:
-                raise
-            except Exception:
-                return None
-
-    def _subclasses(self) -> Iterator[type]:
-        """Every imported, not yet registered subclass of a registered class."""
-        seen: set[type] = set()
-        todo = [e.cls for e in self._by_class.values() if e.kind != _LEGACY]
-        while todo:
-            cls = todo.pop()
-            try:
-                subs = type.__subclasses__(cls)
-            except TypeError:
-                continue
-            for sub in subs:
-                if sub in seen:
-                    continue
-                seen.add(sub)
-                todo.append(sub)
-                if sub not in self._by_class:
-                    yield sub
-
-
 # --- the codec ----------------------------------------------------------------------------------
 
 
@@ -459,6 +189,10 @@ class TaggedJsonCodec:
             return self._enc(value, 1)
         except _Failure as failure:
             raise failure.public("encode", at) from failure.__cause__
+        except SerializationError:
+            raise
+        except Exception as exc:  # a case no rule foresaw: still a clear, typed error
+            raise SerializationError(f"cannot encode {at}: {type(exc).__name__}: {exc}") from exc
 
     def decode(self, data: JSONValue, *, at: str = "data") -> Any:
         """The value ``data`` encodes; any problem is a :class:`SerializationError` naming the
@@ -525,7 +259,7 @@ class TaggedJsonCodec:
         if leaf is not None:
             return leaf(self, value, depth)
         try:
-            entry = self.registry._entry_for_class(t)
+            entry = self.registry.entry_for_class(t)
         except SerializationError as exc:
             raise _Failure(type(exc), str(exc)) from exc
         if entry is None:
@@ -535,7 +269,15 @@ class TaggedJsonCodec:
                 "workflow (declare it in a handler annotation or call "
                 "WorkflowBuilder.register_types)",
             )
-        return {"$type": entry.tag, "data": self._enc_payload(entry, value, depth + 1)}
+        try:
+            payload = self._enc_payload(entry, value, depth + 1)
+        except _Failure:
+            raise
+        except Exception as exc:  # e.g. a field missing from a model_construct()ed instance
+            raise _Failure(
+                SerializationError, f"cannot read a {type_name(t)}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return {"$type": entry.tag, "data": payload}
 
     def _enc_seq(self, values: Iterable[Any], depth: int) -> list[JSONValue]:
         """Encode items that sit at ``depth`` (inside an array one level up)."""
@@ -638,29 +380,28 @@ class TaggedJsonCodec:
     def _enc_uuid(self, value: uuid.UUID, depth: int) -> JSONValue:
         return {"$uuid": str(value)}
 
-    def _enc_payload(self, entry: _Entry, value: Any, depth: int) -> JSONValue:
+    def _enc_payload(self, entry: TypeEntry, value: Any, depth: int) -> JSONValue:
         """The ``data`` of a ``$type`` object (at ``depth``)."""
         kind = entry.kind
-        if kind == _MODEL:
+        if kind == MODEL:
             fields = {name: getattr(value, name) for name in entry.fields}
             extra = value.__pydantic_extra__
             if extra:
                 fields.update(extra)
             return self._enc_object(fields, depth)
-        if kind == _DATACLASS:
+        if kind == DATACLASS:
             return self._enc_object({n: getattr(value, n) for n in entry.fields}, depth)
-        if kind == _ENUM:
+        if kind == ENUM:
             return self._enc(value.value, depth)
-        if kind == _ROOT:
+        if kind == ROOT:
             return self._enc(value.root, depth)
-        if kind == _NAMEDTUPLE:
+        if kind == NAMEDTUPLE:
             return self._enc(tuple(value), depth)
         return self._enc(self._other_form(entry, value), depth)
 
-    def _other_form(self, entry: _Entry, value: Any) -> Any:
+    def _other_form(self, entry: TypeEntry, value: Any) -> Any:
         """Pydantic's form of a value of a class the codec has no rule for, checked to validate
         back to an equal value (so e.g. a SecretStr is refused rather than stored masked)."""
-        assert entry.adapter is not None
         try:
             form = entry.adapter.dump_python(value, mode="python")
             if isinstance(form, entry.cls):
@@ -757,7 +498,7 @@ class TaggedJsonCodec:
                 + (f" (it also has {extra})" if extra else " ('data' is missing)")
             )
         try:
-            entry = self.registry._entry_for_tag(tag)
+            entry = self.registry.entry_for_tag(tag)
         except SerializationError as exc:
             raise _Failure(type(exc), str(exc)) from exc
         if entry is None:
@@ -768,7 +509,41 @@ class TaggedJsonCodec:
                 f"stored data names type {tag!r}, which this workflow does not register "
                 f"(registered: {shown or 'none'})",
             )
-        return entry.rebuild(self._dec(data["data"], depth + 1))
+        return self._rebuild(entry, self._dec(data["data"], depth + 1))
+
+    @staticmethod
+    def _rebuild(entry: TypeEntry, value: Any) -> Any:
+        """The instance of ``entry``'s class for its decoded ``data``, validated by field name."""
+        kind, cls = entry.kind, entry.cls
+        try:
+            if kind in (MODEL, DATACLASS) and type(value) is not dict:
+                raise _corrupt(
+                    f"stored {entry.tag} must be an object of fields, not {_kind(value)}"
+                )
+            if kind == MODEL:
+                return cls.model_validate(value, by_alias=False, by_name=True)  # type: ignore[attr-defined]
+            if kind == DATACLASS:
+                late = {k: value.pop(k) for k in entry.late if k in value}
+                obj = entry.adapter.validate_python(value, by_alias=False, by_name=True)
+                for name, item in late.items():  # init=False fields: set as they were
+                    object.__setattr__(obj, name, item)
+                return obj
+            if kind == ENUM:
+                try:
+                    return cls(value)
+                except ValueError:
+                    pass  # some other form pydantic accepts, or a clear validation error
+            return entry.adapter.validate_python(value)
+        except _Failure:
+            raise
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '(value)'}: {e['msg']}" for e in exc.errors()
+            )
+            raise _corrupt(f"stored {entry.tag} does not validate: {problems}") from exc
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise _corrupt(f"stored {entry.tag} cannot be rebuilt: {reason}") from exc
 
     def _dec_dict(self, data: dict[str, Any], depth: int) -> Any:
         return self._dec_object(self._body(data, "$dict", dict, depth), depth + 2)

@@ -500,6 +500,30 @@ def test_a_subclass_of_a_registered_class_round_trips_between_processes() -> Non
     assert reader.registry.name_of(Dog) == "Dog" and Dog in reader.registry
 
 
+def test_subclasses_sharing_a_name_are_refused_not_guessed() -> None:
+    @dataclass
+    class Base:
+        n: int
+
+    twins = [
+        dataclasses.make_dataclass("Twin", [], bases=(Base,), namespace={"__module__": m})
+        for m in ("pkg_a", "pkg_b")
+    ]
+    codec = make_codec(Base)
+    with pytest.raises(SerializationError, match=r"'Twin' fits several.*pkg_a\.Twin.*pkg_b"):
+        codec.encode(twins[0](1))
+    with pytest.raises(SerializationError, match="fits several"):
+        codec.decode({"$type": "Twin", "data": {"n": 1}})
+    legacy = {"$type": "pkg_b.Twin", "data": {"n": 2}}  # a module-qualified tag is unambiguous
+    assert type(codec.decode(legacy)) is twins[1]
+
+
+def test_an_instance_missing_a_field_is_a_serialization_error() -> None:
+    broken = Animal.model_construct()  # no "name"
+    with pytest.raises(SerializationError, match=r"value\.pet: cannot read a .*Animal"):
+        CODEC.encode({"pet": broken})
+
+
 # --------------------------------------------------------------------------------------------
 # Stable tags
 # --------------------------------------------------------------------------------------------
