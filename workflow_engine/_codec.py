@@ -198,22 +198,22 @@ class TaggedJsonCodec:
         """The value ``data`` encodes; any problem is a :class:`SerializationError` naming the
         place (``at`` is the name of the root in that path)."""
         t = type(data)
-        if t is dict:
-            if not data:
-                return {}
-            first = next(iter(data))
-            if (
-                type(first) is str
-                and not first.startswith("$")
-                and _SCALARS.issuperset(map(type, data.values()))
-            ):
-                return data.copy()  # fast path: nothing nested, nothing tagged
-        elif t is list:
-            if _SCALARS.issuperset(map(type, data)):
-                return data.copy()
-        elif t in _SCALARS:
-            return data
         try:
+            if t is dict:
+                if not data:
+                    return {}
+                first = next(iter(data))
+                if type(first) is str and not first.startswith("$"):
+                    if _SCALARS.issuperset(map(type, data.values())):
+                        return data.copy()  # fast path: nothing nested, nothing tagged
+                    return self._dec_object(data, 2)
+                return self._dec(data, 1)
+            if t is list:
+                if _SCALARS.issuperset(map(type, data)):
+                    return data.copy()
+                return self._dec_seq(data, 2)
+            if t in _SCALARS:
+                return data
             return self._dec(data, 1)
         except _Failure as failure:
             raise failure.public("decode", at) from failure.__cause__
@@ -424,16 +424,18 @@ class TaggedJsonCodec:
 
     def _dec(self, data: JSONValue, depth: int) -> Any:
         t = type(data)
-        if t in _SCALARS:
-            return data
-        if depth > MAX_DEPTH:
-            raise _too_deep("decode")
         if t is list:
+            if depth > MAX_DEPTH:
+                raise _too_deep("decode")
             if _SCALARS.issuperset(map(type, data)):
                 return data.copy()
             return self._dec_seq(data, depth + 1)
         if t is not dict:
+            if t in _SCALARS:
+                return data
             raise _corrupt(f"{_kind(data)} is not JSON data")
+        if depth > MAX_DEPTH:
+            raise _too_deep("decode")
         if not data:
             return {}
         first = next(iter(data))
@@ -445,7 +447,7 @@ class TaggedJsonCodec:
                 extra = ", ".join(repr(k) for k in data if k != first)
                 raise _corrupt(f"a {first} object has other keys too ({extra})")
             return handler(self, data, depth)
-        if _SCALARS.issuperset(map(type, data.values())) and _STR_ONLY.issuperset(map(type, data)):
+        if _SCALARS.issuperset(map(type, data.values())):
             return data.copy()
         return self._dec_object(data, depth + 1)
 
@@ -470,6 +472,9 @@ class TaggedJsonCodec:
         for k, item in data.items():
             if type(k) is not str:
                 raise _corrupt(f"object key {k!r} is not a string")
+            if type(item) in _SCALARS:
+                out[k] = item
+                continue
             try:
                 out[k] = dec(item, depth)
             except _Failure as failure:
@@ -520,8 +525,9 @@ class TaggedJsonCodec:
                 raise _corrupt(
                     f"stored {entry.tag} must be an object of fields, not {_kind(value)}"
                 )
-            if kind == MODEL:
-                return cls.model_validate(value, by_alias=False, by_name=True)  # type: ignore[attr-defined]
+            if kind == MODEL:  # (model_validate, minus a wrapper call)
+                validator = cls.__pydantic_validator__  # type: ignore[attr-defined]
+                return validator.validate_python(value, by_alias=False, by_name=True)
             if kind == DATACLASS:
                 late = {k: value.pop(k) for k in entry.late if k in value}
                 obj = entry.adapter.validate_python(value, by_alias=False, by_name=True)
