@@ -232,9 +232,8 @@ class TypeRegistry:
         if other is not None and other.cls is not cls:
             raise SerializationError(
                 f"type name {tag!r} is already registered for {type_name(other.cls)}, so "
-                f"{type_name(cls)} cannot use it: register one of them with name=... "
-                "(WorkflowBuilder.register_types(cls, name=...)) or set "
-                "__workflow_type__ = '...' in its class body"
+                f"{type_name(cls)} cannot use it: set __workflow_type__ = '...' in the body of "
+                "one of them, or register it with WorkflowBuilder.register_types(cls, name=...)"
             )
 
     @staticmethod

@@ -14,7 +14,7 @@ import math
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Never
 from zoneinfo import ZoneInfo
 
 import pytest
@@ -25,11 +25,15 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 from workflow_engine import (
     Checkpoint,
     CorruptValueError,
+    Executor,
     SerializationError,
     TaggedJsonCodec,
     TypeRegistry,
     UnregisteredTypeError,
+    WorkflowBuilder,
+    WorkflowContext,
     WorkflowRunState,
+    handler,
 )
 from workflow_engine._codec import _MARKERS, MAX_DEPTH
 from workflow_engine._types import build_matcher, concrete_classes, depends_on_value, is_assignable
@@ -464,6 +468,12 @@ class Unregistered:
     pass
 
 
+class Echo(Executor):
+    @handler
+    async def echo(self, text: str, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(text)
+
+
 def test_unencodable_value_names_type_and_path() -> None:
     with pytest.raises(UnregisteredTypeError, match=r"value\.a\[1\].*Unregistered"):
         CODEC.encode({"a": [1, Unregistered()]})
@@ -570,6 +580,19 @@ def test_two_classes_with_one_name_are_refused_at_registration() -> None:
     assert registry.register(second, name="b.Answer") == "b.Answer"
     renamed = _answer_class("pkg_c", __workflow_type__="c.Answer")
     assert registry.register(renamed) == "c.Answer"
+
+
+def test_a_workflow_with_two_classes_of_one_name_does_not_build() -> None:
+    first, second = _answer_class("pkg_a"), _answer_class("pkg_b")
+    with pytest.raises(SerializationError, match="__workflow_type__"):
+        WorkflowBuilder(name="w", start=Echo("echo")).register_types(first, second).build()
+    workflow = (
+        WorkflowBuilder(name="w", start=Echo("echo"))
+        .register_types(first)
+        .register_types(second, name="b.Answer")
+        .build()
+    )
+    assert workflow.codec.encode(second(True)) == {"$type": "b.Answer", "data": {"ok": True}}
 
 
 def test_registering_again_with_a_name_renames_and_keeps_the_old_tag_decodable() -> None:
