@@ -414,8 +414,8 @@ class TaggedJsonCodec:
         if type(back) is not type(value) or back != value:
             raise _Failure(
                 SerializationError,
-                f"{type_name(entry.cls)} does not survive serialization ({value!r} would come "
-                f"back as {back!r})",
+                f"a {type_name(entry.cls)} cannot be stored exactly: pydantic's serialized form "
+                f"of it does not validate back to an equal value (stored as {form!r})",
             )
         return form
 

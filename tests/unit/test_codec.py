@@ -9,18 +9,21 @@ import contextlib
 import dataclasses
 import datetime as dt
 import enum
+import ipaddress
 import json
 import math
+import pathlib
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Literal, NamedTuple, Never
+from typing import Any, Generic, Literal, NamedTuple, Never, TypeVar
 from zoneinfo import ZoneInfo
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, RootModel, SecretStr
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from workflow_engine import (
     Checkpoint,
@@ -41,6 +44,9 @@ from workflow_engine._types import build_matcher, concrete_classes, depends_on_v
 # --------------------------------------------------------------------------------------------
 # Types used throughout (module level, so their legacy tags are "<module>.<qualname>")
 # --------------------------------------------------------------------------------------------
+
+
+T = TypeVar("T")
 
 
 class Color(enum.Enum):
@@ -397,6 +403,40 @@ def test_exact_round_trip(value: Any) -> None:
     assert same(
         through_json(Bag(anything=value, things=[value])), Bag(anything=value, things=[value])
     )
+
+
+class Box(BaseModel, Generic[T]):
+    item: T
+
+
+class Names(RootModel[list[str]]):
+    pass
+
+
+@pydantic_dataclass
+class Settings:
+    retries: int = Field(alias="Retries")
+
+
+class Location(BaseModel):
+    home: pathlib.Path
+    ip: ipaddress.IPv4Address
+    token: SecretStr | None = None
+
+
+def test_generic_root_pydantic_dataclass_and_other_pydantic_types() -> None:
+    codec = make_codec(Box[int], Names, Settings, Location)
+    values = [
+        Box[int](item=3),
+        Names(["a", "b"]),
+        Settings(Retries=2),
+        Location(home=pathlib.Path("/srv"), ip=ipaddress.IPv4Address("10.0.0.1")),
+    ]
+    assert same(through_json(values, codec), values)
+    assert codec.encode(values[0])["$type"] == "Box[int]"
+    assert codec.encode(values[3])["data"]["ip"] == {"$type": "IPv4Address", "data": "10.0.0.1"}
+    with pytest.raises(SerializationError, match=r"value\.token: .*SecretStr cannot be stored"):
+        codec.encode(Location(home=pathlib.Path("/"), ip="10.0.0.2", token="s3cret"))
 
 
 def test_frozen_dataclass_keeps_fields_set_after_init() -> None:
