@@ -1,41 +1,84 @@
 """JSON codecs: how messages, state, requests and outputs become JSON and come back.
 
-A codec turns any supported value into a JSON-compatible structure and back, exactly. The default,
+A codec turns any supported value into a JSON-compatible structure and back, exactly:
+``decode(encode(v)) == v`` with the same types at every depth. The default,
 :class:`TaggedJsonCodec` (name ``tagged-json/1``), keeps JSON primitives as they are and wraps
-everything else in a one-key marker object, so a stored record can always be decoded to the same
-Python types it was written from:
+everything else in a marker object whose first key starts with ``$``:
 
-    {"$type": "<registered name>", "data": {...}}   pydantic model, dataclass, enum, ...
-    {"$tuple": [...]}  {"$bytes": "<base64>"}  {"$float": "nan"}
-    {"$dict": {...}}   a dict whose keys start with "$" (escaped)
-    {"$items": [[k, v], ...]}   a dict with non-string keys
+    null, true/false, integers, strings, finite floats   as they are
+    [...]                                  a list
+    {...}                                  a dict whose keys are strings not starting with "$"
+    {"$dict": {...}}                       a dict with str keys, some starting with "$"
+    {"$items": [[k, v], ...]}              a dict with a key that is not a str
+    {"$tuple": [...]}  {"$set": [...]}  {"$frozenset": [...]}   (set items in a canonical order)
+    {"$float": "nan" | "inf" | "-inf"}     a non-finite float (-0.0 is stored as -0.0)
+    {"$bytes": "<base64>"}
+    {"$decimal": "1.10"}                   str(Decimal): keeps the exponent, NaN and Infinity
+    {"$uuid": "<canonical form>"}
+    {"$date": "2024-05-01"}
+    {"$datetime": "<isoformat()>"}         naive, or aware with a fixed UTC offset
+    {"$datetime": ["<isoformat()>", zone, fold]}   when the text alone is not exact: zone is
+                                           an IANA name (zoneinfo; the text has no offset), an
+                                           offset in microseconds (not whole minutes), or null
+    {"$time": ...}                         like $datetime
+    {"$timedelta": [days, seconds, microseconds]}
+    {"$type": "<tag>", "data": ...}        a registered class (see below)
 
-Which classes can be decoded comes from a :class:`TypeRegistry` that the workflow fills from its own
-annotations (and explicit ``register_types`` calls) -- never from a module path found in the data,
-so a checkpoint cannot make the process import or construct arbitrary code. No pickle anywhere.
+``data`` of a ``$type`` is, for a pydantic model, an object of its fields by field name (never by
+alias) plus any extra fields (``extra="allow"``); for a ``RootModel`` its root; for a dataclass
+an object of all its fields; for an enum its member's value; for a ``NamedTuple`` a ``$tuple``;
+for any other class pydantic's Python (else JSON) form. Every field value is encoded by these
+same rules, so a datetime in an ``Any`` field, or a subclass instance in a base-typed field, comes
+back as it was. Decoding validates the decoded Python values against the class by field name, so
+declared types are still checked; data that fails is a :class:`CorruptValueError`.
+
+Which classes can be decoded comes from a :class:`TypeRegistry` (``_registry``) that the workflow
+fills from its own annotations and ``register_types`` calls. Tags are stable names, not module
+paths: ``name=``, else a ``__workflow_type__ = "Name"`` set in the class body, else
+``__qualname__``; the ``module.qualname`` tags older versions wrote still decode. A subclass of a
+registered class gets its own tag and decodes wherever it is imported. Nothing named only by the
+data is ever imported or constructed, so a checkpoint cannot run arbitrary code.
+
+Values may nest at most :data:`MAX_DEPTH` JSON arrays/objects deep (so that a checkpoint holding
+them stays within the 200 levels pydantic's JSON parser accepts). Anything that cannot be encoded,
+and any stored data that is not a valid encoding, raises a :class:`SerializationError` naming what
+was wrong and where (a path such as ``data.order.items[3]``). No pickle anywhere.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as _dt
 import math
-from collections.abc import Iterable
+import uuid
+from collections.abc import Callable, Iterable
+from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
+from zoneinfo import ZoneInfo
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError, to_jsonable_python
+from pydantic import ValidationError
+from pydantic_core import to_jsonable_python
 
-from ._errors import SerializationError, UnregisteredTypeError
+from ._errors import CorruptValueError, SerializationError, UnregisteredTypeError
+from ._registry import DATACLASS, ENUM, MODEL, NAMEDTUPLE, ROOT, TypeEntry, TypeRegistry
 from ._types import type_name
 
 JSONValue = Any
 """A value made only of dict (str keys), list, str, int, float, bool and None."""
+
+MAX_DEPTH = 180
+"""How many JSON arrays/objects an encoded value may nest (encoding and decoding both refuse
+more). A checkpoint wraps values in a few more levels; pydantic's JSON parser stops at 200."""
 
 _PRIMITIVES = frozenset({str, int, bool, type(None)})
 _SCALARS = frozenset({str, int, bool, float, type(None)})
 """JSON scalars: encoded as they are (floats if finite) and decoded as they are. A list or dict
 of only these is encoded and decoded by copying it, after one type check over its items."""
 _STR_ONLY = frozenset({str})
+_NON_FINITE = frozenset({"nan", "inf", "-inf"})
+_NONE = type(None)
+_MINUTE = _dt.timedelta(minutes=1)
+_MICROSECOND = _dt.timedelta(microseconds=1)
 
 
 def _finite(values: Iterable[Any]) -> bool:
@@ -55,39 +98,60 @@ class JsonCodec(Protocol):
     def decode(self, data: JSONValue) -> Any: ...
 
 
-class TypeRegistry:
-    """The closed set of classes a workflow may decode, keyed by a stable name."""
+# --- errors collected on the way out of the recursion -----------------------------------------
 
-    def __init__(self) -> None:
-        self._adapters: dict[str, TypeAdapter[Any]] = {}
-        self._names: dict[type, str] = {}
 
-    def register(self, cls: type, name: str | None = None) -> str:
-        """Allow ``cls`` to be encoded and decoded under ``name`` (default: module.qualname)."""
-        if cls in self._names:
-            return self._names[cls]
-        tag = name or type_name(cls)
-        known = self._adapters.get(tag)
-        if known is not None:
-            raise SerializationError(
-                f"type name {tag!r} is already registered for another class; pass name=... "
-                "to register_types to tell them apart"
-            )
-        self._adapters[tag] = TypeAdapter(cls)
-        self._names[cls] = tag
-        return tag
+class _Failure(Exception):
+    """Raised deep inside encode/decode; each level it passes adds its path segment, and the
+    public entry point turns it into ``error`` with the whole path in the message."""
 
-    def name_of(self, cls: type) -> str | None:
-        return self._names.get(cls)
+    def __init__(self, error: type[SerializationError], reason: str) -> None:
+        super().__init__(reason)
+        self.error = error
+        self.reason = reason
+        self.segments: list[str] = []  # innermost first
 
-    def adapter(self, name: str) -> TypeAdapter[Any] | None:
-        return self._adapters.get(name)
+    def at(self, segment: str) -> _Failure:
+        self.segments.append(segment)
+        return self
 
-    def names(self) -> list[str]:
-        return sorted(self._adapters)
+    def public(self, verb: str, root: str) -> SerializationError:
+        segments = self.segments[::-1]
+        if len(segments) > 16:
+            hidden = len(segments) - 12
+            segments = [*segments[:8], f"...({hidden} more)...", *segments[-4:]]
+        return self.error(f"cannot {verb} {root}{''.join(segments)}: {self.reason}")
 
-    def __contains__(self, cls: object) -> bool:
-        return cls in self._names
+
+def _corrupt(reason: str) -> _Failure:
+    return _Failure(CorruptValueError, reason)
+
+
+def _too_deep(verb: str) -> _Failure:
+    if verb == "decode":
+        return _corrupt(f"it nests deeper than {MAX_DEPTH} levels")
+    return _Failure(SerializationError, f"it nests deeper than {MAX_DEPTH} levels (a cycle?)")
+
+
+def _key(key: str) -> str:
+    return f".{key}" if key.isidentifier() else f"[{key!r}]"
+
+
+def _kind(data: Any) -> str:
+    """How a stored value looks, for error messages."""
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean"}
+    if data is None:
+        return "null"
+    if type(data) in (int, float):
+        return "a number"
+    return names.get(type(data), type(data).__name__)
+
+
+# --- the codec ----------------------------------------------------------------------------------
+
+
+def _zone_key(tz: Any) -> str | None:
+    return tz.key if type(tz) is ZoneInfo else None
 
 
 class TaggedJsonCodec:
@@ -98,9 +162,10 @@ class TaggedJsonCodec:
     def __init__(self, registry: TypeRegistry) -> None:
         self.registry = registry
 
-    # encode ------------------------------------------------------------------------------------
+    # public -------------------------------------------------------------------------------------
 
-    def encode(self, value: Any) -> JSONValue:
+    def encode(self, value: Any, *, at: str = "value") -> JSONValue:
+        """JSON-compatible data for ``value``; ``at`` names it in error messages."""
         t = type(value)
         if t in _PRIMITIVES:
             return value
@@ -112,111 +177,507 @@ class TaggedJsonCodec:
                 return value.copy()
             if _SCALARS.issuperset(map(type, value)) and _finite(value):
                 return value.copy()
-            return [self.encode(v) for v in value]
-        if t is dict:
-            return self._encode_dict(value)
-        tag = self.registry.name_of(t)
-        if tag is not None:
-            # Dump to Python values, then encode those ourselves: pydantic's JSON mode would let
-            # non-finite floats through and refuses bytes that are not UTF-8.
-            if isinstance(value, BaseModel):
-                dumped = value.model_dump(mode="python")
-            else:
-                adapter = self.registry.adapter(tag)
-                assert adapter is not None
-                dumped = adapter.dump_python(value, mode="python")
-            return {"$type": tag, "data": self._encode_fields(dumped)}
-        if t is tuple:
-            return {"$tuple": [self.encode(v) for v in value]}
-        if t is bytes:
-            return {"$bytes": base64.b64encode(value).decode("ascii")}
-        raise UnregisteredTypeError(
-            f"cannot serialize a value of type {type_name(t)}: it is not a JSON type and not "
-            "registered with the workflow (declare it in a handler annotation or call "
-            "WorkflowBuilder.register_types)"
-        )
-
-    def _encode_fields(self, value: Any) -> JSONValue:
-        """Encode a model's dumped fields. Leaves pydantic validates from their JSON form
-        (datetime, UUID, Decimal, enums, sets...) are stored in that form."""
-        t = type(value)
-        if t in _PRIMITIVES or t is float or t is bytes:
-            return self.encode(value)
-        if t is list:
-            return [self._encode_fields(v) for v in value]
-        if t is tuple:
-            return {"$tuple": [self._encode_fields(v) for v in value]}
-        if t is dict:
-            if all(type(k) is str for k in value):
-                encoded = {k: self._encode_fields(v) for k, v in value.items()}
-                return {"$dict": encoded} if any(k.startswith("$") for k in value) else encoded
-            return {
-                "$items": [
-                    [self._encode_fields(k), self._encode_fields(v)] for k, v in value.items()
-                ]
-            }
-        try:
-            return to_jsonable_python(value)
-        except PydanticSerializationError as exc:
-            raise UnregisteredTypeError(
-                f"cannot serialize a field value of type {type_name(t)}: {exc}"
-            ) from exc
-
-    def _encode_dict(self, value: dict[Any, Any]) -> JSONValue:
-        if (
-            _STR_ONLY.issuperset(map(type, value))
+        elif (
+            t is dict
+            and _STR_ONLY.issuperset(map(type, value))
             and _SCALARS.issuperset(map(type, value.values()))
             and not any(k.startswith("$") for k in value)
             and _finite(value.values())
         ):
             return value.copy()  # fast path: plain keys, JSON scalar values
-        if all(type(k) is str for k in value):
-            encoded = {k: self.encode(v) for k, v in value.items()}
-            if any(k.startswith("$") for k in value):
-                return {"$dict": encoded}
-            return encoded
-        return {"$items": [[self.encode(k), self.encode(v)] for k, v in value.items()]}
+        try:
+            return self._enc(value, 1)
+        except _Failure as failure:
+            raise failure.public("encode", at) from failure.__cause__
+        except SerializationError:
+            raise
+        except Exception as exc:  # a case no rule foresaw: still a clear, typed error
+            raise SerializationError(f"cannot encode {at}: {type(exc).__name__}: {exc}") from exc
 
-    # decode ------------------------------------------------------------------------------------
-
-    def decode(self, data: JSONValue) -> Any:
+    def decode(self, data: JSONValue, *, at: str = "data") -> Any:
+        """The value ``data`` encodes; any problem is a :class:`SerializationError` naming the
+        place (``at`` is the name of the root in that path)."""
         t = type(data)
-        if t is list:
-            if _SCALARS.issuperset(map(type, data)):
-                return data.copy()  # fast path: nothing nested, nothing tagged
-            return [self.decode(v) for v in data]
-        if t is not dict:
-            return data
-        if not data:
-            return {}
-        marker = next(iter(data))
-        if not marker.startswith("$"):
-            if _SCALARS.issuperset(map(type, data.values())):
-                return data.copy()
-            return {k: self.decode(v) for k, v in data.items()}
-        body = data[marker]
-        if marker == "$type":
-            return self._decode_tagged(body, data.get("data"))
-        if marker == "$dict":
-            return {k: self.decode(v) for k, v in body.items()}
-        if marker == "$items":
-            return {self.decode(k): self.decode(v) for k, v in body}
-        if marker == "$tuple":
-            return tuple(self.decode(v) for v in body)
-        if marker == "$bytes":
-            return base64.b64decode(body)
-        if marker == "$float":
-            return float(body)
-        raise SerializationError(f"unknown marker {marker!r} in encoded data")
+        try:
+            if t is dict:
+                if not data:
+                    return {}
+                first = next(iter(data))
+                if type(first) is str and not first.startswith("$"):
+                    if _SCALARS.issuperset(map(type, data.values())):
+                        return data.copy()  # fast path: nothing nested, nothing tagged
+                    return self._dec_object(data, 2)
+                return self._dec(data, 1)
+            if t is list:
+                if _SCALARS.issuperset(map(type, data)):
+                    return data.copy()
+                return self._dec_seq(data, 2)
+            if t in _SCALARS:
+                return data
+            return self._dec(data, 1)
+        except _Failure as failure:
+            raise failure.public("decode", at) from failure.__cause__
+        except SerializationError:
+            raise
+        except Exception as exc:  # a shape no check foresaw: still a clear, typed error
+            raise CorruptValueError(f"cannot decode {at}: {type(exc).__name__}: {exc}") from exc
 
-    def _decode_tagged(self, tag: str, payload: JSONValue) -> Any:
-        adapter = self.registry.adapter(tag)
-        if adapter is None:
-            raise UnregisteredTypeError(
-                f"stored data names type {tag!r}, which this workflow does not register "
-                f"(registered: {', '.join(self.registry.names()) or 'none'})"
+    def copy(self, value: Any) -> Any:
+        """An independent deep copy of ``value`` made by encoding and decoding it: what a
+        receiver or a restored run would get. Raises like :meth:`encode` if it is not storable."""
+        t = type(value)
+        if t in _SCALARS:
+            return value
+        if t is list and _SCALARS.issuperset(map(type, value)):
+            return value.copy()
+        if (
+            t is dict
+            and _SCALARS.issuperset(map(type, value))
+            and _SCALARS.issuperset(map(type, value.values()))
+        ):
+            return value.copy()
+        return self.decode(self.encode(value))
+
+    # encode -------------------------------------------------------------------------------------
+    # ``depth`` is the JSON nesting level the encoded value will sit at (the root is 1).
+
+    def _enc(self, value: Any, depth: int) -> JSONValue:
+        t = type(value)
+        if t in _PRIMITIVES:
+            return value
+        if t is float:
+            return value if math.isfinite(value) else {"$float": repr(value)}
+        if depth > MAX_DEPTH:
+            raise _too_deep("encode")
+        if t is list:
+            if _SCALARS.issuperset(map(type, value)) and _finite(value):
+                return value.copy()
+            return self._enc_seq(value, depth + 1)
+        if t is dict:
+            return self._enc_dict(value, depth)
+        leaf = _LEAF_ENCODERS.get(t)
+        if leaf is not None:
+            return leaf(self, value, depth)
+        try:
+            entry = self.registry.entry_for_class(t)
+        except SerializationError as exc:
+            raise _Failure(type(exc), str(exc)) from exc
+        if entry is None:
+            raise _Failure(
+                UnregisteredTypeError,
+                f"a value of type {type_name(t)} is not a JSON type and not registered with the "
+                "workflow (declare it in a handler annotation or call "
+                "WorkflowBuilder.register_types)",
             )
         try:
-            return adapter.validate_python(self.decode(payload))
+            payload = self._enc_payload(entry, value, depth + 1)
+        except _Failure:
+            raise
+        except Exception as exc:  # e.g. a field missing from a model_construct()ed instance
+            raise _Failure(
+                SerializationError, f"cannot read a {type_name(t)}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return {"$type": entry.tag, "data": payload}
+
+    def _enc_seq(self, values: Iterable[Any], depth: int) -> list[JSONValue]:
+        """Encode items that sit at ``depth`` (inside an array one level up)."""
+        if depth - 1 > MAX_DEPTH:
+            raise _too_deep("encode")
+        out: list[JSONValue] = []
+        append, enc = out.append, self._enc
+        for i, item in enumerate(values):
+            if type(item) in _PRIMITIVES:
+                append(item)
+                continue
+            try:
+                append(enc(item, depth))
+            except _Failure as failure:
+                raise failure.at(f"[{i}]") from failure.__cause__
+        return out
+
+    def _enc_object(self, value: dict[str, Any], depth: int) -> JSONValue:
+        """Encode a dict with str keys as an object at ``depth`` (escaped if a key starts
+        with "$")."""
+        escaped = any(k.startswith("$") for k in value)
+        inner = depth + 1 if escaped else depth
+        if inner > MAX_DEPTH:
+            raise _too_deep("encode")
+        out: dict[str, JSONValue] = {}
+        enc = self._enc
+        for k, item in value.items():
+            if type(item) in _PRIMITIVES:
+                out[k] = item
+                continue
+            try:
+                out[k] = enc(item, inner + 1)
+            except _Failure as failure:
+                raise failure.at(_key(k)) from failure.__cause__
+        return {"$dict": out} if escaped else out
+
+    def _enc_dict(self, value: dict[Any, Any], depth: int) -> JSONValue:
+        if _STR_ONLY.issuperset(map(type, value)):
+            return self._enc_object(value, depth)
+        if depth + 2 > MAX_DEPTH:
+            raise _too_deep("encode")
+        pairs: list[JSONValue] = []
+        enc = self._enc
+        for i, (k, item) in enumerate(value.items()):
+            try:
+                key = enc(k, depth + 3)
+            except _Failure as failure:
+                raise failure.at(f"{{key #{i}}}") from failure.__cause__
+            try:
+                pairs.append([key, enc(item, depth + 3)])
+            except _Failure as failure:
+                raise failure.at(f"[{k!r}]") from failure.__cause__
+        return {"$items": pairs}
+
+    def _enc_tuple(self, value: tuple[Any, ...], depth: int) -> JSONValue:
+        return {"$tuple": self._enc_seq(value, depth + 2)}
+
+    def _enc_set(self, value: set[Any] | frozenset[Any], depth: int) -> JSONValue:
+        # Sets iterate in an order that changes between processes: sort the encoded items so the
+        # same set is always stored the same way (reprs of JSON data are deterministic).
+        items = sorted(self._enc_seq(value, depth + 2), key=repr)
+        return {"$set" if type(value) is set else "$frozenset": items}
+
+    def _enc_bytes(self, value: bytes, depth: int) -> JSONValue:
+        return {"$bytes": base64.b64encode(value).decode("ascii")}
+
+    def _enc_clock(self, value: _dt.datetime | _dt.time, depth: int) -> JSONValue:
+        marker = "$datetime" if type(value) is _dt.datetime else "$time"
+        tz = value.tzinfo
+        zone: str | int | None = None  # an IANA key, or an offset in microseconds
+        if type(tz) is ZoneInfo and tz.key is not None:
+            zone = tz.key
+        elif tz is not None:
+            offset = value.utcoffset()
+            if offset is None:
+                raise _Failure(
+                    SerializationError,
+                    f"{marker[1:]} with a tzinfo that has no UTC offset ({tz!r}) is not supported",
+                )
+            if offset % _MINUTE:  # isoformat() writes it, fromisoformat() may not read it back
+                zone = offset // _MICROSECOND
+        if zone is None and not value.fold:
+            return {marker: value.isoformat()}  # naive, or a whole-minute offset in the text
+        if depth + 1 > MAX_DEPTH:
+            raise _too_deep("encode")
+        text = (value.replace(tzinfo=None) if zone is not None else value).isoformat()
+        return {marker: [text, zone, value.fold]}
+
+    def _enc_date(self, value: _dt.date, depth: int) -> JSONValue:
+        return {"$date": value.isoformat()}
+
+    def _enc_timedelta(self, value: _dt.timedelta, depth: int) -> JSONValue:
+        if depth + 1 > MAX_DEPTH:
+            raise _too_deep("encode")
+        return {"$timedelta": [value.days, value.seconds, value.microseconds]}
+
+    def _enc_decimal(self, value: Decimal, depth: int) -> JSONValue:
+        return {"$decimal": str(value)}
+
+    def _enc_uuid(self, value: uuid.UUID, depth: int) -> JSONValue:
+        return {"$uuid": str(value)}
+
+    def _enc_payload(self, entry: TypeEntry, value: Any, depth: int) -> JSONValue:
+        """The ``data`` of a ``$type`` object (at ``depth``)."""
+        kind = entry.kind
+        if kind == MODEL:
+            fields = {name: getattr(value, name) for name in entry.fields}
+            extra = value.__pydantic_extra__
+            if extra:
+                fields.update(extra)
+            return self._enc_object(fields, depth)
+        if kind == DATACLASS:
+            return self._enc_object({n: getattr(value, n) for n in entry.fields}, depth)
+        if kind == ENUM:
+            return self._enc(value.value, depth)
+        if kind == ROOT:
+            return self._enc(value.root, depth)
+        if kind == NAMEDTUPLE:
+            return self._enc(tuple(value), depth)
+        return self._enc(self._other_form(entry, value), depth)
+
+    def _other_form(self, entry: TypeEntry, value: Any) -> Any:
+        """Pydantic's form of a value of a class the codec has no rule for, checked to validate
+        back to an equal value (so e.g. a SecretStr is refused rather than stored masked)."""
+        try:
+            form = entry.adapter.dump_python(value, mode="python")
+            if isinstance(form, entry.cls):
+                form = to_jsonable_python(value)
+            back = entry.adapter.validate_python(form)
+        except Exception as exc:
+            raise _Failure(
+                UnregisteredTypeError, f"{type_name(entry.cls)} cannot be serialized: {exc}"
+            ) from exc
+        if type(back) is not type(value) or back != value:
+            raise _Failure(
+                SerializationError,
+                f"a {type_name(entry.cls)} cannot be stored exactly: pydantic's serialized form "
+                f"of it does not validate back to an equal value (stored as {form!r})",
+            )
+        return form
+
+    # decode -------------------------------------------------------------------------------------
+    # ``depth`` is the JSON nesting level of ``data`` (the root is 1).
+
+    def _dec(self, data: JSONValue, depth: int) -> Any:
+        t = type(data)
+        if t is list:
+            if depth > MAX_DEPTH:
+                raise _too_deep("decode")
+            if _SCALARS.issuperset(map(type, data)):
+                return data.copy()
+            return self._dec_seq(data, depth + 1)
+        if t is not dict:
+            if t in _SCALARS:
+                return data
+            raise _corrupt(f"{_kind(data)} is not JSON data")
+        if depth > MAX_DEPTH:
+            raise _too_deep("decode")
+        if not data:
+            return {}
+        first = next(iter(data))
+        if type(first) is str and first.startswith("$"):
+            handler = _MARKERS.get(first)
+            if handler is None:
+                raise _corrupt(f"unknown marker {first!r}")
+            if len(data) != 1 and first != "$type":
+                extra = ", ".join(repr(k) for k in data if k != first)
+                raise _corrupt(f"a {first} object has other keys too ({extra})")
+            return handler(self, data, depth)
+        if _SCALARS.issuperset(map(type, data.values())):
+            return data.copy()
+        return self._dec_object(data, depth + 1)
+
+    def _dec_seq(self, data: list[JSONValue], depth: int) -> list[Any]:
+        """Decode the items of an array; they sit at ``depth``."""
+        out: list[Any] = []
+        append, dec = out.append, self._dec
+        for i, item in enumerate(data):
+            if type(item) in _SCALARS:
+                append(item)
+                continue
+            try:
+                append(dec(item, depth))
+            except _Failure as failure:
+                raise failure.at(f"[{i}]") from failure.__cause__
+        return out
+
+    def _dec_object(self, data: dict[str, JSONValue], depth: int) -> dict[str, Any]:
+        """Decode the values of an object; they sit at ``depth``."""
+        out: dict[str, Any] = {}
+        dec = self._dec
+        for k, item in data.items():
+            if type(k) is not str:
+                raise _corrupt(f"object key {k!r} is not a string")
+            if type(item) in _SCALARS:
+                out[k] = item
+                continue
+            try:
+                out[k] = dec(item, depth)
+            except _Failure as failure:
+                raise failure.at(_key(k)) from failure.__cause__
+        return out
+
+    @staticmethod
+    def _body(data: dict[str, Any], marker: str, kind: type, depth: int) -> Any:
+        """The body of a marker object, checked to be a ``kind`` (list/dict/str)."""
+        body = data[marker]
+        if type(body) is not kind:
+            expected = {list: "an array", dict: "an object", str: "a string"}[kind]
+            raise _corrupt(f"{marker} must hold {expected}, not {_kind(body)}")
+        if kind is not str and depth + 1 > MAX_DEPTH:
+            raise _too_deep("decode")
+        return body
+
+    def _dec_type(self, data: dict[str, Any], depth: int) -> Any:
+        tag = data["$type"]
+        if type(tag) is not str:
+            raise _corrupt(f"$type must be a string, not {_kind(tag)}")
+        if "data" not in data or len(data) != 2:
+            extra = ", ".join(repr(k) for k in data if k not in ("$type", "data"))
+            raise _corrupt(
+                "a $type object needs exactly the keys '$type' and 'data'"
+                + (f" (it also has {extra})" if extra else " ('data' is missing)")
+            )
+        try:
+            entry = self.registry.entry_for_tag(tag)
+        except SerializationError as exc:
+            raise _Failure(type(exc), str(exc)) from exc
+        if entry is None:
+            names = self.registry.names()
+            shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+            raise _Failure(
+                UnregisteredTypeError,
+                f"stored data names type {tag!r}, which this workflow does not register "
+                f"(registered: {shown or 'none'})",
+            )
+        return self._rebuild(entry, self._dec(data["data"], depth + 1))
+
+    @staticmethod
+    def _rebuild(entry: TypeEntry, value: Any) -> Any:
+        """The instance of ``entry``'s class for its decoded ``data``, validated by field name."""
+        kind, cls = entry.kind, entry.cls
+        try:
+            if kind in (MODEL, DATACLASS) and type(value) is not dict:
+                raise _corrupt(
+                    f"stored {entry.tag} must be an object of fields, not {_kind(value)}"
+                )
+            if kind == MODEL:  # (model_validate, minus a wrapper call)
+                validator = cls.__pydantic_validator__  # type: ignore[attr-defined]
+                return validator.validate_python(value, by_alias=False, by_name=True)
+            if kind == DATACLASS:
+                late = {k: value.pop(k) for k in entry.late if k in value}
+                obj = entry.adapter.validate_python(value, by_alias=False, by_name=True)
+                for name, item in late.items():  # init=False fields: set as they were
+                    object.__setattr__(obj, name, item)
+                return obj
+            if kind == ENUM:
+                try:
+                    return cls(value)
+                except ValueError:
+                    pass  # some other form pydantic accepts, or a clear validation error
+            return entry.adapter.validate_python(value)
+        except _Failure:
+            raise
         except ValidationError as exc:
-            raise SerializationError(f"stored {tag} does not validate: {exc}") from exc
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '(value)'}: {e['msg']}" for e in exc.errors()
+            )
+            raise _corrupt(f"stored {entry.tag} does not validate: {problems}") from exc
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise _corrupt(f"stored {entry.tag} cannot be rebuilt: {reason}") from exc
+
+    def _dec_dict(self, data: dict[str, Any], depth: int) -> Any:
+        return self._dec_object(self._body(data, "$dict", dict, depth), depth + 2)
+
+    def _dec_items(self, data: dict[str, Any], depth: int) -> Any:
+        body = self._body(data, "$items", list, depth)
+        if depth + 2 > MAX_DEPTH:
+            raise _too_deep("decode")
+        out: dict[Any, Any] = {}
+        for i, pair in enumerate(body):
+            if type(pair) is not list or len(pair) != 2:
+                raise _corrupt(f"$items[{i}] must be a [key, value] pair, not {_kind(pair)}")
+            try:
+                key = self._dec(pair[0], depth + 3)
+            except _Failure as failure:
+                raise failure.at(f"{{key #{i}}}") from failure.__cause__
+            try:
+                item = self._dec(pair[1], depth + 3)
+            except _Failure as failure:
+                raise failure.at(f"[{key!r}]") from failure.__cause__
+            try:
+                out[key] = item
+            except TypeError:
+                raise _corrupt(f"$items[{i}] has a key that is not hashable ({key!r})") from None
+        return out
+
+    def _dec_tuple(self, data: dict[str, Any], depth: int) -> Any:
+        return tuple(self._dec_seq(self._body(data, "$tuple", list, depth), depth + 2))
+
+    def _dec_set(self, data: dict[str, Any], depth: int) -> Any:
+        marker = next(iter(data))
+        items = self._dec_seq(self._body(data, marker, list, depth), depth + 2)
+        try:
+            return set(items) if marker == "$set" else frozenset(items)
+        except TypeError as exc:
+            raise _corrupt(f"{marker} holds an item that is not hashable: {exc}") from None
+
+    def _dec_float(self, data: dict[str, Any], depth: int) -> Any:
+        body = data["$float"]
+        if type(body) is not str or body not in _NON_FINITE:
+            raise _corrupt(f'$float must be "nan", "inf" or "-inf", not {body!r}')
+        return float(body)  # a new object each time: a set may hold several NaNs
+
+    def _dec_bytes(self, data: dict[str, Any], depth: int) -> Any:
+        body = self._body(data, "$bytes", str, depth)
+        try:
+            return base64.b64decode(body, validate=True)
+        except ValueError as exc:  # binascii.Error, or non-ASCII text
+            raise _corrupt(f"$bytes is not valid base64: {exc}") from None
+
+    def _dec_text(self, data: dict[str, Any], marker: str, parse: Callable[[str], Any]) -> Any:
+        body = self._body(data, marker, str, 0)
+        try:
+            return parse(body)
+        except Exception as exc:
+            raise _corrupt(f"{marker} {body!r} is not valid: {exc}") from None
+
+    def _dec_decimal(self, data: dict[str, Any], depth: int) -> Any:
+        return self._dec_text(data, "$decimal", Decimal)
+
+    def _dec_uuid(self, data: dict[str, Any], depth: int) -> Any:
+        return self._dec_text(data, "$uuid", uuid.UUID)
+
+    def _dec_date(self, data: dict[str, Any], depth: int) -> Any:
+        return self._dec_text(data, "$date", _dt.date.fromisoformat)
+
+    def _dec_clock(self, data: dict[str, Any], depth: int) -> Any:
+        marker = next(iter(data))
+        parse = _dt.datetime.fromisoformat if marker == "$datetime" else _dt.time.fromisoformat
+        if type(data[marker]) is str:
+            return self._dec_text(data, marker, parse)
+        body = self._body(data, marker, list, depth)
+        shape = f"{marker} must be [text, zone (IANA name, offset in microseconds or null), fold]"
+        if len(body) != 3 or type(body[0]) is not str or type(body[1]) not in (str, int, _NONE):
+            raise _corrupt(f"{shape}, not {body!r}")
+        text, zone, fold = body
+        if type(fold) is not int or fold not in (0, 1):
+            raise _corrupt(f"{shape}, not {body!r}")
+        try:
+            value = parse(text)
+        except ValueError as exc:
+            raise _corrupt(f"{marker} {text!r} is not valid: {exc}") from None
+        if zone is not None:
+            if value.tzinfo is not None:
+                raise _corrupt(f"{marker} {text!r} has both an offset and the zone {zone!r}")
+            try:
+                tz = ZoneInfo(zone) if type(zone) is str else _dt.timezone(zone * _MICROSECOND)
+            except Exception as exc:
+                raise _corrupt(f"{marker} has an unknown time zone {zone!r}: {exc}") from None
+            value = value.replace(tzinfo=tz)
+        return value.replace(fold=fold)
+
+    def _dec_timedelta(self, data: dict[str, Any], depth: int) -> Any:
+        body = self._body(data, "$timedelta", list, depth)
+        if len(body) != 3 or any(type(n) is not int for n in body):
+            raise _corrupt(f"$timedelta must be [days, seconds, microseconds], not {body!r}")
+        try:
+            return _dt.timedelta(days=body[0], seconds=body[1], microseconds=body[2])
+        except OverflowError as exc:
+            raise _corrupt(f"$timedelta {body!r} is out of range: {exc}") from None
+
+
+_LEAF_ENCODERS: dict[type, Callable[[TaggedJsonCodec, Any, int], JSONValue]] = {
+    tuple: TaggedJsonCodec._enc_tuple,
+    bytes: TaggedJsonCodec._enc_bytes,
+    set: TaggedJsonCodec._enc_set,
+    frozenset: TaggedJsonCodec._enc_set,
+    _dt.datetime: TaggedJsonCodec._enc_clock,
+    _dt.time: TaggedJsonCodec._enc_clock,
+    _dt.date: TaggedJsonCodec._enc_date,
+    _dt.timedelta: TaggedJsonCodec._enc_timedelta,
+    Decimal: TaggedJsonCodec._enc_decimal,
+    uuid.UUID: TaggedJsonCodec._enc_uuid,
+}
+
+_MARKERS: dict[str, Callable[[TaggedJsonCodec, dict[str, Any], int], Any]] = {
+    "$type": TaggedJsonCodec._dec_type,
+    "$dict": TaggedJsonCodec._dec_dict,
+    "$items": TaggedJsonCodec._dec_items,
+    "$tuple": TaggedJsonCodec._dec_tuple,
+    "$set": TaggedJsonCodec._dec_set,
+    "$frozenset": TaggedJsonCodec._dec_set,
+    "$float": TaggedJsonCodec._dec_float,
+    "$bytes": TaggedJsonCodec._dec_bytes,
+    "$decimal": TaggedJsonCodec._dec_decimal,
+    "$uuid": TaggedJsonCodec._dec_uuid,
+    "$date": TaggedJsonCodec._dec_date,
+    "$datetime": TaggedJsonCodec._dec_clock,
+    "$time": TaggedJsonCodec._dec_clock,
+    "$timedelta": TaggedJsonCodec._dec_timedelta,
+}

@@ -29,7 +29,8 @@ A paused run is not an error: it is a status.
     │   ├── CheckpointNotLatestError    continuing from a checkpoint history moved past
     │   └── CheckpointStoreError
     ├── SerializationError
-    │   └── UnregisteredTypeError
+    │   ├── UnregisteredTypeError
+    │   └── CorruptValueError
     ├── StorageError
     │   ├── RunNotFoundError
     │   ├── RunBusyError
@@ -199,6 +200,13 @@ class UnregisteredTypeError(SerializationError):
     """A value's type is not known to the workflow's type registry, so it could not be restored."""
 
     code = "unregistered_type"
+
+
+class CorruptValueError(SerializationError):
+    """Stored data is not a valid encoding (bad marker, wrong shape, a value that fails its
+    declared type, nesting too deep); the message says what was wrong and where."""
+
+    code = "corrupt_value"
 
 
 # --- durable runs -----------------------------------------------------------------------------

@@ -11,6 +11,7 @@ questions about them, all without I/O:
 
 from __future__ import annotations
 
+import enum
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -21,8 +22,12 @@ Matcher = Callable[[Any], bool]
 _NONE_TYPES: tuple[Any, ...] = (None, type(None))
 
 
-def type_name(tp: Any) -> str:
-    """A stable, readable name for an annotation (used in errors, signatures and type tags)."""
+def type_name(tp: Any, naming: Callable[[type], str | None] | None = None) -> str:
+    """A readable name for an annotation (used in errors, signatures and type tags).
+
+    Classes are spelled ``module.qualname`` unless ``naming`` gives them another name (the codec
+    passes its registry's stable tags, see ``TypeRegistry.annotation_name``).
+    """
     if tp in _NONE_TYPES:
         return "None"
     if tp is Any:
@@ -31,17 +36,18 @@ def type_name(tp: Any) -> str:
         return "Never"
     origin = get_origin(tp)
     if origin in (Union, types.UnionType):
-        return " | ".join(type_name(a) for a in get_args(tp))
+        return " | ".join(type_name(a, naming) for a in get_args(tp))
     if origin is typing.Literal:
         return f"Literal[{', '.join(repr(a) for a in get_args(tp))}]"
     if origin is not None:
         args = get_args(tp)
-        base = type_name(origin)
-        return f"{base}[{', '.join(type_name(a) for a in args)}]" if args else base
+        base = type_name(origin, naming)
+        return f"{base}[{', '.join(type_name(a, naming) for a in args)}]" if args else base
     if isinstance(tp, type):
         if tp.__module__ == "builtins":
             return tp.__qualname__
-        return f"{tp.__module__}.{tp.__qualname__}"
+        name = naming(tp) if naming is not None else None
+        return name or f"{tp.__module__}.{tp.__qualname__}"
     return repr(tp)
 
 
@@ -65,8 +71,9 @@ def build_matcher(tp: Any) -> Matcher:
         parts = [build_matcher(a) for a in get_args(tp)]
         return lambda value: any(p(value) for p in parts)
     if origin is typing.Literal:
-        allowed = get_args(tp)
-        return lambda value: value in allowed
+        # by type and value: ``1 == True == 1.0``, but Literal[1] accepts neither True nor 1.0
+        allowed = frozenset(_literal_keys(get_args(tp)))
+        return lambda value: _literal_key(value) in allowed
     if origin in (list, typing.List):  # noqa: UP006
         (item_tp,) = get_args(tp) or (Any,)
         item = build_matcher(item_tp)
@@ -107,9 +114,12 @@ def is_assignable(source: Any, target: Any) -> bool:
         return source in _NONE_TYPES and target in _NONE_TYPES
     s_origin, t_origin = get_origin(source), get_origin(target)
     if t_origin is typing.Literal:
-        return s_origin is typing.Literal and set(get_args(source)) <= set(get_args(target))
+        return s_origin is typing.Literal and set(_literal_keys(get_args(source))) <= set(
+            _literal_keys(get_args(target))
+        )
     if s_origin is typing.Literal:
-        return all(isinstance(v, _plain_class(target)) for v in get_args(source))
+        accepts = build_matcher(target)
+        return all(accepts(v) for v in get_args(source))
     if t_origin is not None or s_origin is not None:
         s_base, t_base = s_origin or source, t_origin or target
         if not (isinstance(s_base, type) and isinstance(t_base, type)):
@@ -125,9 +135,34 @@ def is_assignable(source: Any, target: Any) -> bool:
     return isinstance(source, type) and isinstance(target, type) and issubclass(source, target)
 
 
-def _plain_class(tp: Any) -> type:
+def _literal_key(value: Any) -> tuple[type, Any]:
+    try:
+        hash(value)
+    except TypeError:
+        return (type(value), id(value))  # never equal to a (hashable) Literal member
+    return (type(value), value)
+
+
+def _literal_keys(values: tuple[Any, ...]) -> list[tuple[type, Any]]:
+    return [(type(v), v) for v in values]
+
+
+def depends_on_value(tp: Any) -> bool:
+    """Whether matching ``tp`` looks at a value's contents, not only at its class.
+
+    ``Literal["yes"]`` accepts the str "yes" but not "no", and ``list[int]`` a list of ints only:
+    a dispatch cache keyed by ``type(message)`` must not remember a choice made on such a type.
+    """
+    if tp is Any or tp is object or tp in _NONE_TYPES:
+        return False
     origin = get_origin(tp)
-    return origin if isinstance(origin, type) else tp if isinstance(tp, type) else object
+    if origin in (Union, types.UnionType):
+        return any(depends_on_value(a) for a in get_args(tp))
+    if origin is typing.Literal:
+        return True
+    if origin in (list, typing.List, dict, typing.Dict):  # noqa: UP006
+        return any(a is not Any for a in get_args(tp))
+    return False
 
 
 def concrete_classes(tp: Any) -> Iterator[type]:
@@ -135,6 +170,11 @@ def concrete_classes(tp: Any) -> Iterator[type]:
     if tp is Any or tp in _NONE_TYPES:
         return
     origin = get_origin(tp)
+    if origin is typing.Literal:  # Literal[Color.RED] needs Color to be decodable
+        for arg in get_args(tp):
+            if isinstance(arg, enum.Enum):
+                yield type(arg)
+        return
     if origin is not None:
         if isinstance(origin, type) and origin.__module__ != "builtins":
             yield origin

@@ -10,11 +10,9 @@
     uninterrupted run (with executor state, shared state, fan-in, request ports and
     ``request_info`` answered along the way).
 
-Known failures (kernel bugs, deliberately left failing; explicit ``@example``s reproduce them):
-registered pydantic models / dataclasses are encoded with ``model_dump(mode="json")`` /
-``TypeAdapter.dump_python(mode="json")``, which (1) leaves non-finite floats in fields as raw
-``inf``/``nan`` -- not strict JSON, and ``Checkpoint.to_json`` turns them into ``null`` so the
-restore fails -- and (2) raises on ``bytes`` fields that are not valid UTF-8.
+Explicit ``@example``s keep two former bugs fixed: a non-finite float and a non-UTF-8 ``bytes``
+value in fields of registered models/dataclasses (``tests/unit/test_codec.py`` covers the codec
+in depth).
 """
 
 from __future__ import annotations
@@ -356,7 +354,7 @@ items = st.builds(
     counts=st.dictionaries(st.integers(), st.text(max_size=3), max_size=3),
     blob=st.binary(max_size=6),
 )
-# Minimal values that break the round trip today (see "Known failures" in the module docstring).
+# Minimal values that once broke the round trip (see the module docstring).
 INF_FIELD = Point(x=0, y=math.inf, label="")
 NON_UTF8_BYTES_FIELD = Item(
     name="", price=0.0, qty=0, color=Color.RED, level=Level.LOW, blob=b"\x80"
