@@ -486,7 +486,8 @@ class TaggedJsonCodec:
         """The body of a marker object, checked to be a ``kind`` (list/dict/str)."""
         body = data[marker]
         if type(body) is not kind:
-            expected = {list: "an array", dict: "an object", str: "a string"}[kind]
+            names: dict[type, str] = {list: "an array", dict: "an object", str: "a string"}
+            expected = names[kind]
             raise _corrupt(f"{marker} must hold {expected}, not {_kind(body)}")
         if kind is not str and depth + 1 > MAX_DEPTH:
             raise _too_deep("decode")

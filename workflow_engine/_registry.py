@@ -82,7 +82,7 @@ class TypeEntry:
         if kind == MODEL:
             self.fields = tuple(cls.model_fields)  # type: ignore[attr-defined]
         elif kind == DATACLASS:
-            fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+            fields = dataclasses.fields(cls)
             self.fields = tuple(f.name for f in fields)
             self.late = frozenset(f.name for f in fields if not f.init)
 
@@ -249,7 +249,8 @@ class TypeRegistry:
         seen: set[type] = set()
         todo = [e.cls for e in self._by_class.values() if e.kind != LEGACY]
         while todo:
-            for sub in type.__subclasses__(todo.pop()):
+            subclasses: list[type] = type.__subclasses__(todo.pop())
+            for sub in subclasses:
                 if sub not in seen:
                     seen.add(sub)
                     todo.append(sub)

@@ -230,7 +230,8 @@ class RunLoop:
                 for g, buf in s.fan_in.items()
             },
             pending_requests={
-                r.request_id: request_record(r, self.codec.encode) for r in s.pending.values()
+                r.request_id: request_record(r, enc, self.workflow.stored_type_name)
+                for r in s.pending.values()
             },
             answered_requests=dict(s.answered),
             cancelled_requests=list(s.cancelled),
@@ -597,9 +598,9 @@ def changes_of(
     )
 
 
-def request_record(request: ExternalRequest, encode: Callable[[Any], Any]) -> RequestRecord:
-    from ._types import type_name
-
+def request_record(
+    request: ExternalRequest, encode: Callable[[Any], Any], name_of: Callable[[Any], str]
+) -> RequestRecord:
     return construct(
         RequestRecord,
         request_id=request.request_id,
@@ -607,7 +608,7 @@ def request_record(request: ExternalRequest, encode: Callable[[Any], Any]) -> Re
         source_executor_id=request.source_executor_id,
         kind=request.kind,
         data=encode(request.data),
-        response_type=type_name(request.response_type),
+        response_type=name_of(request.response_type),
         superstep=request.superstep,
     )
 

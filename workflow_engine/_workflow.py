@@ -7,6 +7,7 @@ continued -- in this process or, with a durable store, in another one.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import uuid
@@ -175,24 +176,47 @@ class Workflow:
         self.max_supersteps = max_supersteps
         self.registry = TypeRegistry()
         self._annotations: dict[str, Any] = dict(_PRIMITIVE_TYPES)
-        for node in graph.nodes.values():
-            for annotation in _node_annotations(node):
-                self._annotate(annotation)
-            for cls in getattr(node, "serializable_types", ()):
-                self._annotate(cls)
-        for cls in (InDoubtEffect, EffectResolution):  # asked by every durable run
-            self._annotate(cls)
+        self._stored_names: dict[Any, str] = {}
+        seen: list[Any] = []
+        # explicit names first: they settle clashes between classes the annotations name
         for cls, tag in extra_types:
             self.registry.register(cls, tag)
-            self._annotations.setdefault(type_name(cls), cls)
+            seen.append(cls)
+        for node in graph.nodes.values():
+            for annotation in _node_annotations(node):
+                seen.append(annotation)
+                self._annotate(annotation)
+            for cls in getattr(node, "serializable_types", ()):
+                seen.append(cls)
+                self._annotate(cls)
+        for cls in (InDoubtEffect, EffectResolution):  # asked by every durable run
+            seen.append(cls)
+            self._annotate(cls)
+        for annotation in seen:  # names settle once everything is registered
+            self._name_annotation(annotation)
         self.codec: JsonCodec = codec or TaggedJsonCodec(self.registry)
         self.signature = graph.signature()
         self._adapters: dict[str, TypeAdapter[Any]] = {}
         self.fallback_journal = InMemoryJournal()
         """Journal for runs whose store is not a JournalStore (lives as long as this object)."""
 
-    def _annotate(self, annotation: Any) -> None:
+    def _name_annotation(self, annotation: Any) -> None:
+        """Stored records name response types by their stable name (``annotation_name``);
+        records written before stable names used ``type_name``: both resolve."""
+        self._annotations.setdefault(self.registry.annotation_name(annotation), annotation)
         self._annotations.setdefault(type_name(annotation), annotation)
+
+    def stored_type_name(self, annotation: Any) -> str:
+        """The name a request record stores for its response type (survives module moves)."""
+        try:
+            return self._stored_names[annotation]
+        except (KeyError, TypeError):
+            name = self.registry.annotation_name(annotation)
+        with contextlib.suppress(TypeError):  # unhashable annotations are simply not cached
+            self._stored_names[annotation] = name
+        return name
+
+    def _annotate(self, annotation: Any) -> None:
         for cls in concrete_classes(annotation):
             if cls in self.registry:
                 continue
@@ -227,7 +251,7 @@ class Workflow:
         """Allow more classes in state and messages (same as ``WorkflowBuilder.register_types``)."""
         for t in types:
             self.registry.register(t)
-            self._annotations.setdefault(type_name(t), t)
+            self._name_annotation(t)
         return self
 
     def resolve_type(self, name: str) -> Any:
@@ -557,7 +581,8 @@ class Workflow:
                 else:
                     record = state.answered[rid]
                     expected = self.resolve_type(record["response_type"])
-                    previous = record["data"]
+                    # re-encoded: an answer stored by an older codec version compares equal
+                    previous = self.codec.encode(self.codec.decode(record["data"]))
                 try:
                     value = self.coerce_response(state.run_id, rid, expected, response.data)
                     same = _canonical(self.codec.encode(value)) == _canonical(previous)
@@ -654,7 +679,7 @@ class Workflow:
             del state.pending[rid]
             record: dict[str, Any] = {
                 "data": encode(value),
-                "response_type": type_name(request.response_type),
+                "response_type": self.stored_type_name(request.response_type),
             }
             if request.effect_key is not None:
                 await self._resolve_effect(loop, request, value)
