@@ -180,11 +180,18 @@ def describe_validation(exc: ValidationError) -> str:
     return f"invalid RunAgentInput: {where}: {first['msg']}{more}"
 
 
+# Line breaks to str.splitlines (and so to httpx's line reader, among others) that JSON leaves
+# unescaped; SSE itself ends lines only at CR/LF. They can only occur inside JSON strings.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def encode_event(encoder: EventEncoder, event: BaseEvent) -> str:
-    """One SSE event. A string that is not valid text (stored, say, by a library caller that
-    bypassed this server) goes out as a JSON escape instead of breaking the stream."""
+    """One SSE event, safe for any line reader. A string that is not valid text (stored, say,
+    by a library caller that bypassed this server) goes out as a JSON escape instead of breaking
+    the stream; so do U+0085, U+2028 and U+2029, which some clients split lines at."""
     try:
-        return encoder.encode(event)
+        text = encoder.encode(event)
     except (PydanticSerializationError, UnicodeError):
         data = event.model_dump(mode="json", by_alias=True, exclude_none=True)
         return f"data: {json.dumps(data, ensure_ascii=True)}\n\n"
+    return text.translate(_LINE_BREAKS)
