@@ -701,8 +701,10 @@ def add_agui_endpoint(
     Which origins may call is the app's policy (see ``workflow_engine_cli._server``).
     """
     namespace = path.strip("/").replace("/", "_")
-    taken: set[str] = app.state.__dict__.setdefault("agui_namespaces", set())
-    if namespace in taken:
+    taken: set[str] | None = getattr(app.state, "agui_namespaces", None)
+    if taken is None:
+        taken = app.state.agui_namespaces = set()
+    if namespace in taken:  # e.g. /a/b and /a_b: their threads' run ids would collide
         raise ValueError(f"another AG-UI endpoint of this app already uses run ids {namespace!r}")
     taken.add(namespace)
     service = AGUIService(AGUIWorkflow.of(target, workflow_factory), store, namespace)

@@ -495,3 +495,19 @@ def test_the_cli_reports_a_malformed_stored_value_in_one_line_exit_6(
     result = Cli(tmp_path).run("runs", "show", run_id, "--db", str(damaged.server.db), db=False)
     assert result.code == 6, str(result)
     assert run_id in result.error_line()
+
+
+def test_two_endpoints_of_one_app_cannot_share_run_ids(tmp_path: Path) -> None:
+    """``/a/b`` and ``/a_b`` would both name their runs ``a_b:<thread>/<n>``: one thread's
+    interrupts would then be answerable through the other endpoint."""
+    from fastapi import FastAPI
+
+    from examples.banking_assistant import banking_agent
+    from workflow_engine_cli.agui import add_agui_endpoint
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, banking_agent(), "/a/b", store=store)
+    with pytest.raises(ValueError, match="already uses run ids 'a_b'"):
+        add_agui_endpoint(app, banking_agent(), "/a_b", store=store)
+    anyio.run(store.close)
