@@ -127,6 +127,8 @@ def run_async(func: Callable[[], Awaitable[int]]) -> None:
     except WorkflowError as exc:
         print_error(str(exc))
         code = exit_code_for(exc)
+    except (typer.Exit, typer.Abort):  # click's own control flow (RuntimeErrors)
+        raise
     except Exception as exc:  # a bug: still one line (WORKFLOW_ENGINE_DEBUG=1 shows where)
         if os.environ.get("WORKFLOW_ENGINE_DEBUG"):
             raise
