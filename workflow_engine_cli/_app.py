@@ -8,12 +8,16 @@ Exit codes (also in ``--help`` and the README):
     3  paused: the run waits for input (answer with ``respond``, continue with ``resume``)
     4  not found: unknown run, request or workflow
     5  conflict: already answered differently, cancelled, finished, or run by another worker
-    6  storage problem: the database is unusable, damaged or locked
+    6  storage problem: the database is unusable, damaged or locked (or a record is corrupt)
+
+Errors are one line on stderr. Arguments that are not UTF-8 text, and JSON that is malformed,
+too large or too deeply nested, are refused before anything runs (exit 2).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import aclosing
@@ -38,6 +42,7 @@ from workflow_engine import (
     RunNotFoundError,
     RunNotResumableError,
     Runtime,
+    SerializationError,
     SignatureMismatchError,
     StorageError,
     UnknownRequestError,
@@ -47,6 +52,7 @@ from workflow_engine import (
 )
 
 from ._console import AnswerPolicy, EventPrinter, describe_output, stdin_is_tty
+from ._input import InputError, check_text, parse_json
 from ._registry import DEMO_ALIASES, apply_model_flags, open_runtime, workflow_factories
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
@@ -98,11 +104,18 @@ def exit_code_for(exc: WorkflowError) -> int:
         | SignatureMismatchError,
     ):
         return EXIT_CONFLICT
-    if isinstance(exc, StorageError):
+    if isinstance(exc, StorageError | SerializationError):
+        # a value the CLI reads back that does not decode is a damaged (or foreign) record
         return EXIT_STORAGE
     if isinstance(exc, ResponseTypeError | GraphValidationError):
         return EXIT_USAGE
     return EXIT_FAILED
+
+
+def print_error(message: str) -> None:
+    """The one line on stderr every failure ends with."""
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    err_console().print(f"[red]error:[/] {escape(first)}", highlight=False)
 
 
 def run_async(func: Callable[[], Awaitable[int]]) -> None:
@@ -112,8 +125,18 @@ def run_async(func: Callable[[], Awaitable[int]]) -> None:
     except Exit as stop:
         code = stop.code
     except WorkflowError as exc:
-        err_console().print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        print_error(str(exc))
         code = exit_code_for(exc)
+    except (typer.Exit, typer.Abort):  # click's own control flow (RuntimeErrors)
+        raise
+    except Exception as exc:  # a bug: still one line (WORKFLOW_ENGINE_DEBUG=1 shows where)
+        if os.environ.get("WORKFLOW_ENGINE_DEBUG"):
+            raise
+        print_error(
+            f"internal error: {type(exc).__name__}: {exc} "
+            "(set WORKFLOW_ENGINE_DEBUG=1 for the traceback)"
+        )
+        code = EXIT_FAILED
     raise typer.Exit(code)
 
 
@@ -361,17 +384,19 @@ def respond(
         raise typer.Exit(EXIT_USAGE)
     try:
         if data is not None:
-            answer: Any = json.loads(data)
+            answer: Any = parse_json(data, what="--data", max_bytes=MAX_ANSWER_BYTES)
         elif approve is not None:
             answer = {"approved": approve}
             if arguments is not None:
-                answer["arguments"] = json.loads(arguments)
+                answer["arguments"] = parse_json(
+                    arguments, what="--arguments", max_bytes=MAX_ANSWER_BYTES
+                )
         elif message is not None:
-            answer = {"message": message}
+            answer = {"message": check_text(message, "--message")}
         else:
             answer = {"end": True}
-    except json.JSONDecodeError as exc:
-        err_console().print(f"[red]error:[/] malformed JSON: {exc}")
+    except InputError as exc:
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
 
     async def body() -> int:
@@ -568,7 +593,26 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
     run_async(body)
 
 
+MAX_ANSWER_BYTES = 1_000_000
+
+
 def main() -> None:
+    """The console script: refuse what cannot be text before click parses it, then run."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:  # never die printing a character the terminal lacks
+            reconfigure(errors="backslashreplace")
+    try:
+        for position, argument in enumerate(sys.argv[1:], start=1):
+            check_text(argument, f"argument {position}")
+        for name, value in os.environ.items():
+            if name.startswith("WORKFLOW_ENGINE_"):
+                check_text(value, f"environment variable {name}")
+    except InputError as exc:
+        # argv arrives decoded with surrogateescape: a byte that was not UTF-8 becomes a lone
+        # surrogate, which no file name, SQLite query or terminal can take. Say so once.
+        print_error(str(exc))
+        raise SystemExit(EXIT_USAGE) from None
     app()
 
 
@@ -589,6 +633,7 @@ def serve(
     """Serve the support demo (/support) and the banking agent (/banking) over AG-UI."""
     import uvicorn
 
+    from ._http import normalize_origin
     from ._server import create_app, is_loopback
 
     if not is_loopback(host) and not token:
@@ -596,6 +641,19 @@ def serve(
             f"[red]error:[/] binding {host} exposes the server beyond this machine; "
             "set --token (or WORKFLOW_ENGINE_TOKEN)"
         )
+        raise typer.Exit(EXIT_USAGE)
+    for origin in cors_origin or []:
+        if origin == "*" and not token:
+            print_error("--cors-origin '*' lets every web page call the server; set --token too")
+            raise typer.Exit(EXIT_USAGE)
+        if origin != "*" and normalize_origin(origin) != origin:
+            print_error(
+                f"--cors-origin {origin!r} is not an origin as browsers send it: "
+                "scheme://host[:port], lower case, no path or default port"
+            )
+            raise typer.Exit(EXIT_USAGE)
+    if max_body_bytes < 1:
+        print_error("--max-body-bytes must be at least 1")
         raise typer.Exit(EXIT_USAGE)
     app_ = create_app(db, token=token, cors_origins=cors_origin, max_body_bytes=max_body_bytes)
     Console(stderr=True).print(f"AG-UI endpoints: http://{host}:{port}/support and /banking")

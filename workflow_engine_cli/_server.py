@@ -1,12 +1,13 @@
 """The AG-UI server: the support demo at ``/support`` and the banking assistant at ``/banking``.
 
 Binds 127.0.0.1 by default. A bearer token is optional on loopback and required on any other
-address; CORS is off unless origins are configured; request bodies are capped.
+address; CORS is off unless origins are configured; request bodies are capped. Whatever the
+token, a state-changing request from a browser page whose origin is not allowed is refused, and
+without a token only loopback host names are answered (see ``_http``: the threat model).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -18,16 +19,10 @@ from fastapi.responses import JSONResponse
 
 from storage import SqliteStore
 
+from ._http import BrowserGuard, is_loopback
 from .agui import add_agui_endpoint
 
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+__all__ = ["create_app", "is_loopback"]
 
 
 def create_app(
@@ -61,7 +56,7 @@ def create_app(
                     return JSONResponse({"error": "unauthorized"}, status_code=401)
             return await call_next(request)
 
-    # added last, so it wraps the token check: a 401 still carries CORS headers
+    # added after the token check, so it wraps it: a 401 still carries CORS headers
     if cors_origins:
         app.add_middleware(
             CORSMiddleware,
@@ -69,6 +64,10 @@ def create_app(
             allow_methods=["POST", "GET", "OPTIONS"],
             allow_headers=["*"],
         )
+    # added last, so it runs first: a page of another site is refused whatever it sends
+    app.add_middleware(
+        BrowserGuard, allowed_origins=cors_origins or (), loopback_hosts_only=not token
+    )
 
     @app.get("/health")
     async def health() -> dict[str, str]:

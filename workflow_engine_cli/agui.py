@@ -11,11 +11,19 @@ a thread survives a server restart: its state lives in the SQLite store, not in 
 Thread → runs: a thread's workflow runs have ids ``<endpoint>:<thread_id>/<n>``; the newest one
 is the one a resume continues. Message and tool-call ids are prefixed with the run id, so a new
 run on a thread never reuses an id a client already holds.
+
+Hostile input: a body must be ``application/json`` (415), within ``max_body_bytes`` (413), no
+deeper than 64 levels and made of real text (400, see ``_input``). Interrupt ids cannot be
+guessed: ``<request id>.<HMAC-SHA256 of it under the run's random 128-bit key>`` (truncated to
+128 bits), the key stored with the run when the server admits it -- so an id is stable across
+restarts and re-execution, but an outsider who knows the thread cannot forge one. An answer is
+taken only for a request of the exact thread and endpoint it is sent to.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -44,7 +52,7 @@ from ag_ui.core import (
 )
 from ag_ui.encoder import EventEncoder
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import StreamingResponse
 from pydantic import TypeAdapter, ValidationError
 
 from executors import (
@@ -65,6 +73,10 @@ from workflow_engine import (
     RunNotFoundError,
     RunStore,
     Runtime,
+    SerializationError,
+    StoreCorruptError,
+    StoredRequest,
+    UnknownRequestError,
     Workflow,
     WorkflowBuilder,
     WorkflowError,
@@ -75,9 +87,23 @@ from workflow_engine import (
     WorkflowStatusEvent,
 )
 
+from ._http import describe_validation, encode_event, is_json_media_type, read_body, refusal
+from ._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
+from ._interrupts import (
+    INTERRUPT_KEY,
+    ids_equal,
+    interrupt_id_for,
+    new_interrupt_key,
+    run_key,
+    split_interrupt_id,
+)
+
+log = logging.getLogger(__name__)
+
 WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
 NOTHING_TO_DO = "<nothing to do>"
+MAX_THREAD_ID_LENGTH = 256
 APPROVAL_SCHEMA = {
     "type": "object",
     "properties": {
@@ -143,6 +169,8 @@ class EventTranslator:
 
     scope: str = ""
     """Prefix for message and tool-call ids, so runs on one thread never reuse an id."""
+    interrupt_key: str | None = None
+    """The run's key: ``request_info`` events carry the interrupt id, not the request id."""
     open_steps: list[str] = field(default_factory=list)
     open_text: str | None = None
     open_calls: dict[str, str] = field(default_factory=dict)  # call id -> message id
@@ -162,7 +190,9 @@ class EventTranslator:
         elif isinstance(event, WorkflowStatusEvent):
             out.append(CustomEvent(name="status", value={"state": event.state.value}))
         elif isinstance(event, RequestInfoEvent):
-            out.append(CustomEvent(name="request_info", value=event.to_dict(codec)))
+            value = event.to_dict(codec)
+            value["request_id"] = interrupt_id_for(event.request_id, self.interrupt_key)
+            out.append(CustomEvent(name="request_info", value=value))
         elif isinstance(event, WorkflowOutputEvent):
             out.append(
                 CustomEvent(
@@ -230,14 +260,15 @@ class EventTranslator:
         return out
 
 
-def interrupt_for(request: ExternalRequest, scope: str = "") -> Interrupt:
+def interrupt_for(request: ExternalRequest, scope: str = "", key: str | None = None) -> Interrupt:
     """The AG-UI interrupt for a pending request (``scope`` prefixes the tool-call id the same
-    way the run's TOOL_CALL events were)."""
+    way the run's TOOL_CALL events were; ``key`` is the run's interrupt key)."""
     data = request.data
+    interrupt_id = interrupt_id_for(request.request_id, key)
     if isinstance(data, ToolApprovalRequestContent):
         call = data.function_call
         return Interrupt(
-            id=request.request_id,
+            id=interrupt_id,
             reason="tool_call",
             message=f"Approve tool call {call.name}?",
             tool_call_id=f"{scope}:{call.call_id}" if scope else call.call_id,
@@ -252,7 +283,7 @@ def interrupt_for(request: ExternalRequest, scope: str = "") -> Interrupt:
         )
     message = getattr(data, "message", None)
     return Interrupt(
-        id=request.request_id,
+        id=interrupt_id,
         reason="input_required",
         message=message if isinstance(message, str) and message else "Input required",
         response_schema=TypeAdapter(request.response_type).json_schema(),
@@ -308,6 +339,13 @@ def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
                 "each resume entry needs interruptId and status resolved|cancelled",
             )
         answers.append(ResumeAnswer(interrupt_id, status, entry.get("payload")))
+    seen: set[str] = set()
+    for answer in answers:
+        if answer.interrupt_id in seen:  # two answers to one request: which one would count?
+            raise AGUIError(
+                "invalid_resume", f"interrupt {answer.interrupt_id!r} is answered twice"
+            )
+        seen.add(answer.interrupt_id)
     return answers
 
 
@@ -349,6 +387,15 @@ def normalize_forwarded_props(value: Any) -> dict[str, Any]:
 # --- the endpoint -----------------------------------------------------------------------------
 
 
+@dataclass
+class Turn:
+    """What a request leads to once validated: the run to continue (``None``: the run was
+    cancelled; ``NOTHING_TO_DO``: a repeated resume) and that run's interrupt key."""
+
+    run_id: str | None
+    key: str | None = None
+
+
 class AGUIService:
     """Runs AG-UI requests for one target against a durable store."""
 
@@ -360,6 +407,21 @@ class AGUIService:
 
     def thread_key(self, thread_id: str) -> str:
         return f"{self.namespace}:{thread_id}" if self.namespace else thread_id
+
+    def owns(self, thread_id: str, run_id: str) -> bool:
+        """Whether ``run_id`` is one of this endpoint's runs of exactly ``thread_id``.
+
+        Not a prefix test: thread ``p`` must not reach the runs of thread ``p/0``
+        (``<ns>:p/0/<n>``), nor another endpoint's runs of a thread with the same id.
+        """
+        key, slash, index = run_id.rpartition("/")
+        return (
+            bool(slash)
+            and index.isascii()
+            and index.isdigit()
+            and index == str(int(index))
+            and key == self.thread_key(thread_id)
+        )
 
     def runtime_for(self, thread_id: str) -> tuple[Runtime, Workflow]:
         workflow = self.target.for_thread(thread_id)
@@ -389,7 +451,8 @@ class AGUIService:
         translator = EventTranslator()
         try:
             runtime, workflow = self.runtime_for(thread_id)
-            run_id = await self._prepare(runtime, workflow, run_input, resume)
+            turn = await self._prepare(runtime, workflow, run_input, resume)
+            run_id = turn.run_id
             if run_id == NOTHING_TO_DO:  # a repeated resume: already done, nothing changes
                 yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id)
                 return
@@ -401,6 +464,7 @@ class AGUIService:
                 )
                 return
             translator.scope = run_id
+            translator.interrupt_key = turn.key
             stream = runtime.resume_stream(run_id)
             async with aclosing(stream):
                 async for event in stream:
@@ -415,12 +479,11 @@ class AGUIService:
             if result.status is WorkflowRunState.FAILED:
                 raise AGUIError("workflow_failed", f"run {run_id} failed")
             if result.pending_requests:
+                interrupts = [interrupt_for(r, run_id, turn.key) for r in result.pending_requests]
                 yield RunFinishedEvent(
                     thread_id=thread_id,
                     run_id=client_run_id,
-                    outcome=RunFinishedInterruptOutcome(
-                        interrupts=[interrupt_for(r, run_id) for r in result.pending_requests]
-                    ),
+                    outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
                 )
                 return
             yield RunFinishedEvent(
@@ -428,14 +491,18 @@ class AGUIService:
                 run_id=client_run_id,
                 result=[workflow.codec.encode(o) for o in result.outputs] or None,
             )
-        except AGUIError as exc:
+        except (AGUIError, WorkflowError) as exc:
             for out in translator.close_all():
                 yield out
             yield RunErrorEvent(message=str(exc), code=exc.code)
-        except WorkflowError as exc:
+        except Exception as exc:  # a bug: the client still gets a well-formed end of stream
+            log.exception("AG-UI run on thread %r failed", thread_id)
             for out in translator.close_all():
                 yield out
-            yield RunErrorEvent(message=str(exc), code=exc.code)
+            yield RunErrorEvent(
+                message=f"internal error ({type(exc).__name__}); see the server log",
+                code="internal_error",
+            )
 
     async def _prepare(
         self,
@@ -443,31 +510,39 @@ class AGUIService:
         workflow: Workflow,
         run_input: RunAgentInput,
         resume: list[ResumeAnswer] | None,
-    ) -> str | None:
+    ) -> Turn:
         """Validate everything first; only then store answers or admit a run."""
         thread_id = run_input.thread_id
         current, next_index = await self.current_run(thread_id)
         pending: dict[str, ExternalRequest] = {}
+        key: str | None = None
         if current is not None:
+            _, checkpoint = await self.store.get_run_and_latest(current)
+            key = run_key(current, checkpoint)
             info = await runtime.get_run(current)
             if info.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
-                pending = {r.request_id: r for r in info.pending_requests}
+                pending = {interrupt_id_for(r.request_id, key): r for r in info.pending_requests}
         if resume:
-            return await self._resume(runtime, workflow, current, pending, resume, thread_id)
+            run_id = await self._resume(runtime, workflow, current, pending, resume, thread_id)
+            return Turn(run_id, key)
         if pending:
             raise AGUIError(
                 "interrupts_pending",
-                f"thread {thread_id} waits for answers to {', '.join(pending)}; resume them "
-                "(or cancel) before sending a new message",
+                # not the interrupt ids: whoever can post to a thread must not learn them
+                f"thread {thread_id} waits for answers to {len(pending)} interrupt(s); resume "
+                "them (or cancel) before sending a new message",
             )
         message = self._start_message(workflow, run_input.messages)
+        key = new_interrupt_key()
+        shared: dict[str, Any] = {INTERRUPT_KEY: key}
         props = normalize_forwarded_props(run_input.forwarded_props)
-        shared = {INVOCATION_KWARGS_KEY: props} if props and _accepts_kwargs(workflow) else None
+        if props and _accepts_kwargs(workflow):
+            shared[INVOCATION_KWARGS_KEY] = props
         checkpoint = workflow.admit(
             message, run_id=f"{self.thread_key(thread_id)}/{next_index}", shared_state=shared
         )
         await self.store.admit(checkpoint)
-        return checkpoint.run_id
+        return Turn(checkpoint.run_id, key)
 
     async def _resume(
         self,
@@ -480,17 +555,21 @@ class AGUIService:
     ) -> str | None:
         """Check every answer, then store them. Answers to interrupts that were already
         answered identically are accepted again (a repeated resume is harmless)."""
-        repeats: list[ResumeAnswer] = []
-        for answer in resume:
-            if answer.interrupt_id not in pending:
-                await self._check_repeat(answer, thread_id)
-                repeats.append(answer)
-        fresh = [a for a in resume if a not in repeats]
+        fresh = [a for a in resume if a.interrupt_id in pending]
+        repeats = [
+            (a, await self._answered_before(a, thread_id))
+            for a in resume
+            if a.interrupt_id not in pending
+        ]
         if any(a.status == "cancelled" for a in fresh):
             assert current is not None
             await runtime.cancel(current)
             return None
         prepared: list[tuple[str, Any]] = []
+        # repeats first: a conflicting repeat must refuse the batch before anything is stored
+        for answer, stored in repeats:
+            request = self._decode_request(workflow, stored)
+            prepared.append((stored.request_id, answer_for(request, answer.payload)))
         for answer in fresh:
             request = pending[answer.interrupt_id]
             value = answer_for(request, answer.payload)
@@ -506,17 +585,6 @@ class AGUIService:
             except ResponseError as exc:
                 raise AGUIError("invalid_resume_payload", str(exc)) from exc
             prepared.append((request.request_id, value))
-        for answer in repeats:
-            stored = await self.store.get_request(answer.interrupt_id)
-            request = ExternalRequest(
-                request_id=stored.request_id,
-                port_id=stored.port_id,
-                data=workflow.codec.decode(stored.data),
-                response_type=workflow.resolve_type(stored.response_type),
-                run_id=stored.run_id,
-            )
-            # repeats first: a conflicting repeat must refuse the batch before anything is stored
-            prepared.insert(0, (stored.request_id, answer_for(request, answer.payload)))
         for request_id, value in prepared:
             try:
                 await runtime.respond(request_id, value)
@@ -526,23 +594,60 @@ class AGUIService:
             return NOTHING_TO_DO
         return current
 
-    async def _check_repeat(self, answer: ResumeAnswer, thread_id: str) -> None:
-        """An interrupt that is not pending may only be repeated, never answered anew."""
+    async def _answered_before(self, answer: ResumeAnswer, thread_id: str) -> StoredRequest:
+        """The request an interrupt that is not pending names -- only to repeat its answer.
+
+        Refused (each with its own code, nothing changed): an id that is not a genuine
+        interrupt id (``unknown_interrupt``, also for a forged MAC), an interrupt of another
+        thread or endpoint (``interrupt_thread_mismatch``), a cancelled one or a cancel of an
+        answered one (``interrupt_not_pending``), and one still pending in an earlier run that
+        the thread has left behind (``interrupt_not_current``).
+        """
+        interrupt_id = answer.interrupt_id
+        unknown = AGUIError(
+            "unknown_interrupt", f"thread {thread_id} has no interrupt {interrupt_id!r}"
+        )
         try:
-            request = await self.store.get_request(answer.interrupt_id)
-        except WorkflowError:
-            raise AGUIError(
-                "unknown_interrupt", f"thread {thread_id} has no interrupt {answer.interrupt_id!r}"
-            ) from None
-        if not request.run_id.startswith(f"{self.thread_key(thread_id)}/"):
+            stored, run = await self.store.get_request_and_run(split_interrupt_id(interrupt_id))
+        except (UnknownRequestError, RunNotFoundError):
+            raise unknown from None
+        _, checkpoint = await self.store.get_run_and_latest(run.run_id)
+        genuine = interrupt_id_for(stored.request_id, run_key(run.run_id, checkpoint))
+        if not ids_equal(genuine, interrupt_id):
+            raise unknown
+        if not self.owns(thread_id, stored.run_id):
             raise AGUIError(
                 "interrupt_thread_mismatch",
-                f"interrupt {answer.interrupt_id!r} belongs to another thread; resume it there",
+                f"interrupt {interrupt_id!r} belongs to another thread; resume it there",
             )
-        if request.status == "cancelled" or answer.status == "cancelled":
+        if stored.status == "cancelled" or answer.status == "cancelled":
             raise AGUIError(
-                "interrupt_not_pending", f"interrupt {answer.interrupt_id!r} is {request.status}"
+                "interrupt_not_pending", f"interrupt {interrupt_id!r} is {stored.status}"
             )
+        if stored.status == "pending":
+            raise AGUIError(
+                "interrupt_not_current",
+                f"interrupt {interrupt_id!r} belongs to an earlier run of thread {thread_id} "
+                "that no longer waits for it",
+            )
+        return stored
+
+    @staticmethod
+    def _decode_request(workflow: Workflow, stored: StoredRequest) -> ExternalRequest:
+        """A stored request as the engine's type; a record that does not decode is corrupt."""
+        try:
+            return ExternalRequest(
+                request_id=stored.request_id,
+                port_id=stored.port_id,
+                data=workflow.codec.decode(stored.data),
+                response_type=workflow.resolve_type(stored.response_type),
+                run_id=stored.run_id,
+            )
+        except (SerializationError, ValueError, TypeError, AttributeError, KeyError) as exc:
+            raise StoreCorruptError(
+                f"run {stored.run_id!r}: request {stored.request_id} is corrupt and cannot be "
+                f"read: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ) from exc
 
     @staticmethod
     def _start_message(workflow: Workflow, messages: Sequence[Any]) -> Any:
@@ -585,33 +690,49 @@ def add_agui_endpoint(
     store: RunStore,
     workflow_factory: WorkflowFactory | None = None,
     max_body_bytes: int = 1_000_000,
+    max_depth: int = MAX_JSON_DEPTH,
     keepalive_seconds: float = KEEPALIVE_SECONDS,
 ) -> AGUIService:
-    """Serve ``target`` (a workflow, a ``workflow_factory(thread_id)`` or an agent) at ``path``."""
+    """Serve ``target`` (a workflow, a ``workflow_factory(thread_id)`` or an agent) at ``path``.
+
+    Refused before anything runs, with a JSON ``{"error": code, "message": ...}``: a body that
+    is not ``application/json`` (415), larger than ``max_body_bytes`` (413), nested deeper than
+    ``max_depth`` or not valid text (400), not JSON or not a valid ``RunAgentInput`` (422).
+    Which origins may call is the app's policy (see ``workflow_engine_cli._server``).
+    """
     namespace = path.strip("/").replace("/", "_")
+    taken: set[str] | None = getattr(app.state, "agui_namespaces", None)
+    if taken is None:
+        taken = app.state.agui_namespaces = set()
+    if namespace in taken:  # e.g. /a/b and /a_b: their threads' run ids would collide
+        raise ValueError(f"another AG-UI endpoint of this app already uses run ids {namespace!r}")
+    taken.add(namespace)
     service = AGUIService(AGUIWorkflow.of(target, workflow_factory), store, namespace)
     encoder = EventEncoder()
 
     @app.post(path)
     async def run_endpoint(request: Request) -> Any:
-        raw = await request.body()
-        if len(raw) > max_body_bytes:
-            return JSONResponse(
-                {"error": "request_too_large", "limit": max_body_bytes}, status_code=413
+        if not is_json_media_type(request.headers.get("content-type")):
+            return refusal(
+                415,
+                "unsupported_media_type",
+                "send the RunAgentInput as Content-Type: application/json",
             )
         try:
-            body = json.loads(raw)
+            raw = await read_body(request, max_body_bytes)
+            body = parse_json(raw, max_bytes=max_body_bytes, max_depth=max_depth)
             if not isinstance(body, dict):
-                raise ValueError("the body must be a JSON object")
+                raise AGUIError("invalid_run_input", "the body must be a JSON object")
             resume = normalize_resume(body)
             run_input = RunAgentInput.model_validate(body)
+            check_thread_id(run_input.thread_id)
+        except InputError as exc:
+            extra = {"limit": max_body_bytes} if isinstance(exc, InputTooLargeError) else {}
+            return refusal(exc.status, exc.code, str(exc), **extra)
         except AGUIError as exc:
-            return JSONResponse({"error": exc.code, "message": str(exc)}, status_code=422)
-        except (ValueError, ValidationError) as exc:
-            return JSONResponse(
-                {"error": "invalid_run_input", "message": str(exc).splitlines()[0]},
-                status_code=422,
-            )
+            return refusal(422, exc.code, str(exc))
+        except ValidationError as exc:
+            return refusal(422, "invalid_run_input", describe_validation(exc))
 
         async def sse() -> AsyncIterator[str]:
             events = service.stream(run_input, resume)
@@ -635,8 +756,19 @@ def add_agui_endpoint(
                             yield ": keep-alive\n\n"
                             continue
                         if event is not None:
-                            yield encoder.encode(event)
+                            yield encode_event(encoder, event)
 
         return StreamingResponse(sse(), media_type=encoder.get_content_type())
 
     return service
+
+
+def check_thread_id(thread_id: str) -> None:
+    """A thread id becomes part of run ids: it must be non-empty and of bounded length."""
+    if not thread_id:
+        raise AGUIError("invalid_run_input", "threadId must not be empty")
+    if len(thread_id) > MAX_THREAD_ID_LENGTH:
+        raise AGUIError(
+            "invalid_run_input",
+            f"threadId has {len(thread_id)} characters; the limit is {MAX_THREAD_ID_LENGTH}",
+        )

@@ -381,11 +381,17 @@ def test_token_and_cors_origin(tmp_path: Path) -> None:
 def test_no_cors_headers_by_default(client: Client, shared: Server) -> None:
     preflight = httpx.options(f"{shared.url}/support", headers=PREFLIGHT)
     assert "access-control-allow-origin" not in preflight.headers
-    stream = client.post(
+    # a page of a site that was not allowed is refused (see test_agui_hostile.py)
+    refused = client.post(
         "/support", run_input(thread(), [user("Hello")]), headers={"origin": ORIGIN}
     )
-    assert stream.finished.outcome.type == "interrupt"
-    assert "access-control-allow-origin" not in stream.headers
+    assert refused.status == 403 and refused.body["error"] == "origin_not_allowed"
+    assert "access-control-allow-origin" not in refused.headers
+    # no Origin (curl, a server-side AG-UI runtime) and the server's own origin are fine
+    for headers in ({}, {"origin": shared.url}):
+        stream = client.post("/support", run_input(thread(), [user("Hello")]), headers=headers)
+        assert stream.finished.outcome.type == "interrupt"
+        assert "access-control-allow-origin" not in stream.headers
 
 
 def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:

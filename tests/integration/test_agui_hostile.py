@@ -1,0 +1,513 @@
+"""Hostile input against a real ``workflow-engine serve``: other web pages, other threads, bad
+bytes and damaged records. Each case is one issue of the hostile-input report.
+
+Every refusal is checked twice: the answer (HTTP status and error code, or a stream that is
+exactly RUN_STARTED + RUN_ERROR with a code) and the store, read through the Runtime API before
+and after (``store_state``), which must not have changed. No server log may hold a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from ag_ui.core import EventType
+
+from storage import SqliteStore
+from tests.integration.agui_harness import Client, Server, Stream, resolved, run_input, user
+from tests.integration.cli_harness import Cli
+from tests.integration.hostile_harness import (
+    BAD_VALUES,
+    EVIL,
+    browser_headers,
+    corrupt_checkpoint_body,
+    corrupt_pending_data,
+    corrupt_request_data,
+    server_log_clean,
+    store_state,
+)
+from workflow_engine_cli._interrupts import INTERRUPT_KEY, interrupt_id_for
+
+REFUND = "I want a refund for order 12345"
+APP = "http://app.example"
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """The default server: loopback, no token, no CORS origins."""
+    base = tmp_path_factory.mktemp("hostile")
+    with Server(
+        db=base / "runs.db",
+        log=base / "server.log",
+        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(base / "ledger.jsonl")},
+    ) as running:
+        yield running
+    server_log_clean(running)
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[Client]:
+    yield Client(server.url)
+    server_log_clean(server)
+
+
+def thread() -> str:
+    return f"thread-{uuid.uuid4().hex[:12]}"
+
+
+def ledger(server: Server, thread_id: str) -> list[dict[str, Any]]:
+    """What reached the demo's outside system from the support runs of exactly ``thread_id``
+    (an entry's key is ``<run id>:<call id>``, a run id ``support:<thread>/<n>``)."""
+    path = Path(server.env["WORKFLOW_ENGINE_DEMO_LEDGER"])
+    lines = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    mine = f"support:{thread_id}"
+    return [e for e in lines if str(e["key"]).rpartition(":")[0].rpartition("/")[0] == mine]
+
+
+def pause(client: Client, thread_id: str, path: str = "/support") -> Any:
+    """Start the support demo on ``thread_id``; its submit_refund approval interrupt."""
+    text = REFUND if path == "/support" else "Please transfer 300 to savings"
+    [interrupt] = client.start(path, thread_id, text).interrupts
+    assert interrupt.reason == "tool_call"
+    return interrupt
+
+
+def post_raw(server: Server, body: bytes, headers: dict[str, str]) -> httpx.Response:
+    return httpx.post(f"{server.url}/support", content=body, headers=headers, timeout=30)
+
+
+def refused_http(response: httpx.Response | Stream, status: int, code: str) -> None:
+    if isinstance(response, Stream):
+        assert response.status == status and not response.events, response.describe()
+        assert response.body["error"] == code, response.body
+        return
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == code, response.text
+    assert "text/event-stream" not in response.headers.get("content-type", "")
+
+
+def refused_stream(stream: Stream, code: str) -> None:
+    assert [e.type for e in stream.events] == [EventType.RUN_STARTED, EventType.RUN_ERROR], (
+        stream.describe()
+    )
+    assert stream.error_code == code, stream.describe()
+
+
+# --- 1. any web page could start a run and approve its tool calls -------------------------------
+
+
+def test_a_cross_site_text_plain_post_is_refused_and_changes_nothing(
+    client: Client, server: Server
+) -> None:
+    """Exactly what a page on another site sends: no preflight, text/plain, its Origin."""
+    before = store_state(server.db)
+    thread_id = thread()
+    body = json.dumps(run_input(thread_id, [user(REFUND)])).encode()
+    for content_type in (
+        "text/plain;charset=UTF-8",  # fetch(..., {mode: "no-cors", body: string})
+        "text/plain",  # <form enctype="text/plain">
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        "application/json",  # would need a preflight, which CORS refuses; refused anyway
+    ):
+        answer = post_raw(server, body, browser_headers(content_type=content_type))
+        refused_http(answer, 403, "origin_not_allowed")
+        assert "access-control-allow-origin" not in answer.headers
+    for origin in ("null", "http://127.0.0.1.evil.example", f"{EVIL}:443/", "file://"):
+        answer = post_raw(server, body, browser_headers(origin, "application/json"))
+        refused_http(answer, 403, "origin_not_allowed")
+    assert store_state(server.db) == before
+    assert ledger(server, thread_id) == []
+
+
+def test_two_blind_posts_cannot_start_a_run_and_approve_submit_refund(
+    client: Client, server: Server
+) -> None:
+    """The attack of the report: start a run, then approve its refund by a predictable id."""
+    thread_id = thread()
+    interrupt = pause(client, thread_id)  # the user's own run, paused at submit_refund
+    request_id = interrupt.id.rpartition(".")[0]  # what an outsider could derive
+    before = store_state(server.db)
+
+    page = browser_headers()
+    start = json.dumps(run_input(thread(), [user(REFUND)])).encode()
+    refused_http(post_raw(server, start, page), 403, "origin_not_allowed")
+    for guess in (request_id, interrupt.id):  # even knowing the real id, a page is refused
+        approve = json.dumps(run_input(thread_id, [], resume=resolved(guess, True))).encode()
+        refused_http(post_raw(server, approve, page), 403, "origin_not_allowed")
+    # Without a browser (no Origin), the derivable id is not an interrupt id either.
+    for guess in (request_id, f"{request_id}.{'0' * 32}", interrupt.id[:-1] + "x"):
+        refused_stream(
+            client.resume("/support", thread_id, resolved(guess, True)), "unknown_interrupt"
+        )
+    assert store_state(server.db) == before
+    assert ledger(server, thread_id) == []
+
+    done = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+    assert "submitted" in done.results()[interrupt.tool_call_id]
+    assert len(ledger(server, thread_id)) == 1
+
+
+def test_json_endpoints_accept_only_application_json(client: Client, server: Server) -> None:
+    before = store_state(server.db)
+    body = json.dumps(run_input(thread(), [user("Hello")])).encode()
+    for content_type in (None, "text/plain", "application/json; charset=latin-1", "text/json"):
+        headers = {} if content_type is None else {"content-type": content_type}
+        refused_http(post_raw(server, body, headers), 415, "unsupported_media_type")
+    assert store_state(server.db) == before
+    for content_type in ("application/json; charset=utf-8", "Application/JSON"):
+        stream = client.post(
+            "/support",
+            run_input(thread(), [user("Hello")]),
+            headers={"content-type": content_type, "accept": "text/event-stream"},
+        )
+        assert stream.finished.outcome.type == "interrupt"
+
+
+def test_only_allowed_origins_may_call_even_with_a_token(tmp_path: Path) -> None:
+    args = ["--token", "secret", "--cors-origin", APP]
+    with Server(db=tmp_path / "runs.db", log=tmp_path / "server.log", args=args) as server:
+        client = Client(server.url, token="secret")
+        for origin in (APP, "HTTP://APP.EXAMPLE:80", server.url):
+            stream = client.post(
+                "/support",
+                run_input(thread(), [user("Hello")]),
+                headers={**client.headers(), "origin": origin},
+            )
+            assert stream.finished.outcome.type == "interrupt", origin
+        before = store_state(server.db)
+        for origin in (EVIL, "http://app.example:8080", "https://app.example", "null"):
+            refused = client.post(
+                "/support",
+                run_input(thread(), [user("Hello")]),
+                headers={**client.headers(), "origin": origin},
+            )
+            refused_http(refused, 403, "origin_not_allowed")
+        assert store_state(server.db) == before
+        # A token set: any Host name may be used (behind a proxy, say).
+        named = client.post(
+            "/support",
+            run_input(thread(), [user("Hello")]),
+            headers={**client.headers(), "host": "agents.internal"},
+        )
+        assert named.finished.outcome.type == "interrupt"
+        server_log_clean(server)
+
+
+def test_a_dns_name_rebound_to_loopback_is_refused(client: Client, server: Server) -> None:
+    """A page on evil.example whose name now resolves to 127.0.0.1 is "same-origin" with the
+    server; without a token only loopback host names are answered."""
+    before = store_state(server.db)
+    rebound = f"evil.example:{server.port}"
+    for origin in (f"http://{rebound}", None):
+        headers = {"host": rebound, "content-type": "application/json"}
+        if origin:
+            headers["origin"] = origin
+        body = json.dumps(run_input(thread(), [user(REFUND)])).encode()
+        refused_http(post_raw(server, body, headers), 403, "host_not_allowed")
+    assert store_state(server.db) == before
+    for host in (f"localhost:{server.port}", f"127.0.0.1:{server.port}"):
+        stream = client.post(
+            "/support",
+            run_input(thread(), [user("Hello")]),
+            headers={**client.headers(), "host": host, "origin": f"http://{host}"},
+        )
+        assert stream.finished.outcome.type == "interrupt"
+
+
+def test_interrupt_ids_are_unguessable_and_derived_from_stored_state(
+    client: Client, server: Server
+) -> None:
+    first, second = thread(), thread()
+    one, two = pause(client, first), pause(client, second)
+    for interrupt in (one, two):
+        request_id, dot, mac = interrupt.id.rpartition(".")
+        assert dot and re.fullmatch(r"[0-9a-f]{32}", mac), interrupt.id  # 128 bits
+    assert one.id.rpartition(".")[2] != two.id.rpartition(".")[2]
+
+    # The id is a function of what the store holds (the run's key and the request id), so it
+    # is the same after a restart or a re-execution; test_a_thread_survives_a_server_restart
+    # answers one across a restart.
+    async def recompute(run_id: str, request_id: str) -> str:
+        async with SqliteStore(server.db) as store:
+            _, checkpoint = await store.get_run_and_latest(run_id)
+        assert checkpoint is not None
+        key = checkpoint.shared_state[INTERRUPT_KEY]
+        assert re.fullmatch(r"[0-9a-f]{32}", key)
+        return interrupt_id_for(request_id, key)
+
+    request_id = one.id.rpartition(".")[0]
+    assert anyio.run(recompute, f"support:{first}/0", request_id) == one.id
+
+    # A new message on the paused thread is refused without telling the interrupt ids.
+    busy = client.start("/support", first, "Hello?")
+    refused_stream(busy, "interrupts_pending")
+    assert one.id not in busy.last.message and request_id not in busy.last.message
+    # request_info events carry the interrupt id too, never the bare request id
+    again = client.start("/support", thread(), REFUND)
+    [info] = again.custom("request_info")
+    assert info.value["request_id"] == again.interrupts[0].id
+
+
+# --- 2. one thread could answer another thread's interrupt --------------------------------------
+
+
+def test_a_thread_cannot_answer_the_interrupt_of_a_thread_it_prefixes(
+    client: Client, server: Server
+) -> None:
+    """Runs of thread ``p`` are ``support:p/<n>``, of thread ``p/0`` ``support:p/0/<n>``."""
+    parent = thread()
+    child = f"{parent}/0"
+    mine, theirs = pause(client, parent), pause(client, child)
+    before = store_state(server.db)
+    for on_thread, interrupt in ((parent, theirs), (child, mine)):
+        for payload in ({"accepted": True}, {"accepted": False}):
+            stream = client.resume("/support", on_thread, resolved(interrupt.id, payload))
+            refused_stream(stream, "interrupt_thread_mismatch")
+    batch = [*resolved(mine.id, {"accepted": False}), *resolved(theirs.id, {"accepted": True})]
+    refused_stream(client.resume("/support", parent, batch), "interrupt_thread_mismatch")
+    assert store_state(server.db) == before
+    assert ledger(server, parent) == ledger(server, child) == []
+
+    done = client.resume("/support", child, resolved(theirs.id, {"accepted": True}))
+    assert "submitted" in done.results()[theirs.tool_call_id]
+    rejected = client.resume("/support", parent, resolved(mine.id, {"accepted": False}))
+    assert rejected.results()[mine.tool_call_id].startswith("Error:")
+
+
+def test_an_endpoint_cannot_answer_another_endpoints_interrupt(
+    client: Client, server: Server
+) -> None:
+    thread_id = thread()
+    support = pause(client, thread_id, "/support")
+    banking = pause(client, thread_id, "/banking")  # same thread id, other endpoint
+    before = store_state(server.db)
+    stream = client.resume("/banking", thread_id, resolved(support.id, {"accepted": True}))
+    refused_stream(stream, "interrupt_thread_mismatch")
+    stream = client.resume("/support", thread_id, resolved(banking.id, {"accepted": True}))
+    refused_stream(stream, "interrupt_thread_mismatch")
+    assert store_state(server.db) == before
+
+
+def test_an_interrupt_left_pending_by_an_earlier_run_is_not_answered(
+    client: Client, server: Server
+) -> None:
+    """Thread T's run 0 still waits, but run 1 has taken over (admitted by another process):
+    an answer to run 0's interrupt is neither a repeat nor a fresh answer."""
+    from examples.support_handoff import build_support_workflow
+
+    thread_id = thread()
+    old = pause(client, thread_id)
+
+    async def admit_next() -> None:
+        checkpoint = build_support_workflow().admit("Hello", run_id=f"support:{thread_id}/1")
+        async with SqliteStore(server.db) as store:
+            await store.admit(checkpoint)
+
+    anyio.run(admit_next)
+    before = store_state(server.db)
+    stream = client.resume("/support", thread_id, resolved(old.id, {"accepted": True}))
+    refused_stream(stream, "interrupt_not_current")
+    assert store_state(server.db) == before
+    assert ledger(server, thread_id) == []
+
+
+def test_a_resume_answering_one_interrupt_twice_is_refused(client: Client, server: Server) -> None:
+    thread_id = thread()
+    interrupt = pause(client, thread_id)
+    before = store_state(server.db)
+    twice = [*resolved(interrupt.id, {"accepted": True}), *resolved(interrupt.id, False)]
+    refused_http(client.resume("/support", thread_id, twice), 422, "invalid_resume")
+    assert store_state(server.db) == before
+
+
+# --- 3. deeply nested JSON ----------------------------------------------------------------------
+
+DEPTH = 50_000
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+@pytest.mark.parametrize("where", ["body", "forwardedProps", "resume payload", "message"])
+def test_deeply_nested_json_is_a_400(client: Client, server: Server, where: str) -> None:
+    thread_id = thread()
+    before = store_state(server.db)
+    template = {
+        "body": "@",
+        "forwardedProps": json.dumps(run_input(thread_id, [user("Hi")], forwardedProps="@")),
+        "resume payload": json.dumps(run_input(thread_id, [], resume=resolved("x", "@"))),
+        "message": json.dumps(run_input(thread_id, [{"id": "m", "role": "user", "content": "@"}])),
+    }[where]
+    body = template.replace('"@"', nested(DEPTH)) if where != "body" else nested(DEPTH)
+    answer = post_raw(server, body.encode(), JSON)
+    refused_http(answer, 400, "json_too_deep")
+    assert "levels deep; the limit is 64" in answer.json()["message"]
+    # just past the limit is refused the same way; a reasonable depth is fine
+    shallow = json.dumps(run_input(thread_id, [user("Hi")], forwardedProps="@"))
+    too_deep = shallow.replace('"@"', nested(65)).encode()
+    refused_http(post_raw(server, too_deep, JSON), 400, "json_too_deep")
+    assert store_state(server.db) == before
+    ok = client.post("/support", json.loads(shallow.replace('"@"', nested(40))))
+    assert ok.status == 200 and ok.last.type == EventType.RUN_FINISHED
+
+
+# --- 4. lone surrogates and bytes that are not UTF-8 --------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["message", "threadId", "interruptId", "runId", "props key"])
+def test_lone_surrogates_are_a_400_before_the_stream(
+    client: Client, server: Server, field: str
+) -> None:
+    thread_id = thread()
+    interrupt = pause(client, thread_id)
+    before = store_state(server.db)
+    body: dict[str, Any] = {
+        "message": run_input(thread(), [user("refund \ud800 please")]),
+        "threadId": run_input("\udfff" + thread_id, [user("Hi")]),
+        "interruptId": run_input(thread_id, [], resume=resolved(interrupt.id + "\ud83d", True)),
+        "runId": {**run_input(thread(), [user("Hi")]), "runId": "\udc80"},
+        "props key": run_input(thread(), [user("Hi")], forwardedProps={"\ud800": 1}),
+    }[field]
+    raw = json.dumps(body).encode()  # ensure_ascii: "\ud800" travels as valid JSON
+    answer = post_raw(server, raw, {"content-type": "application/json"})
+    refused_http(answer, 400, "invalid_text")
+    assert "surrogate" in answer.json()["message"]
+    assert store_state(server.db) == before
+
+
+def test_bytes_that_are_not_utf8_are_a_400(client: Client, server: Server) -> None:
+    before = store_state(server.db)
+    good = json.dumps(run_input(thread(), [user("café")]), ensure_ascii=False).encode()
+    for bad in (good.replace("é".encode(), b"\xe9"), b"\xff\xfe" + good, b'"\xed\xa0\x80"'):
+        refused_http(
+            post_raw(server, bad, {"content-type": "application/json"}), 400, "invalid_text"
+        )
+    assert store_state(server.db) == before
+    assert client.post("/support", json.loads(good)).status == 200
+
+
+# --- 5. corrupt stored data ---------------------------------------------------------------------
+
+KERNEL_WRAPS_DECODE = pytest.mark.xfail(
+    strict=True,
+    reason="kernel: Runtime must wrap codec decode failures in StoreCorruptError naming the "
+    "run and record (today raw ValueError/TypeError/AttributeError or UnregisteredTypeError)",
+)
+
+
+@dataclass
+class Damaged:
+    """A server started on a database whose records were damaged while it was down."""
+
+    server: Server
+    threads: dict[str, str]  # kind of damage -> thread id (its run is support:<thread>/0)
+    answered: dict[str, str]  # kind -> an interrupt that was answered before the damage
+
+    def stream(self, kind: str) -> Stream:
+        client = Client(self.server.url)
+        if kind in self.answered:  # a repeated resume reads the answered request back
+            return client.resume(
+                "/support", self.threads[kind], resolved(self.answered[kind], False)
+            )
+        return client.start("/support", self.threads[kind], "Hello again")
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Damaged]:
+    """Threads paused at their approval, then damaged on disk while no server runs (a running
+    server keeps the latest checkpoint of a run it touched in memory)."""
+    base = tmp_path_factory.mktemp("corrupt")
+    server = Server(db=base / "runs.db", log=base / "server.log")
+    kinds = ["checkpoint-body", "repeat-request-data", *BAD_VALUES]
+    damaged = Damaged(server, {kind: thread() for kind in kinds}, {})
+    with server:
+        client = Client(server.url)
+        for kind, thread_id in damaged.threads.items():
+            interrupt = pause(client, thread_id)
+            if kind == "repeat-request-data":
+                client.resume("/support", thread_id, resolved(interrupt.id, False))
+                damaged.answered[kind] = interrupt.id
+    for kind, thread_id in damaged.threads.items():
+        run_id = f"support:{thread_id}/0"
+        if kind == "checkpoint-body":
+            corrupt_checkpoint_body(server.db, run_id)
+        elif kind == "repeat-request-data":
+            request_id = damaged.answered[kind].rpartition(".")[0]
+            corrupt_request_data(server.db, request_id, json.dumps({"$float": "x"}))
+        else:
+            corrupt_pending_data(server.db, run_id, BAD_VALUES[kind])
+    with server:
+        yield damaged
+
+
+def log_tail(server: Server) -> int:
+    return server.log.stat().st_size
+
+
+@pytest.mark.parametrize("kind", ["checkpoint-body", "repeat-request-data"])
+def test_a_corrupt_record_is_a_run_error_with_a_code(damaged: Damaged, kind: str) -> None:
+    before = store_state(damaged.server.db) if kind != "checkpoint-body" else None
+    log_from = log_tail(damaged.server)
+    stream = damaged.stream(kind)
+    assert b"Traceback" not in damaged.server.log.read_bytes()[log_from:]
+    assert stream.error_code == "store_corrupt", stream.describe()
+    assert f"support:{damaged.threads[kind]}/0" in stream.last.message  # names the run
+    if before is not None:
+        assert store_state(damaged.server.db) == before
+
+
+@pytest.mark.parametrize("kind", list(BAD_VALUES))
+@KERNEL_WRAPS_DECODE
+def test_a_malformed_stored_value_is_a_run_error_store_corrupt(damaged: Damaged, kind: str) -> None:
+    stream = damaged.stream(kind)
+    assert stream.error_code == "store_corrupt", stream.describe()
+    assert f"support:{damaged.threads[kind]}/0" in stream.last.message
+
+
+def test_the_cli_reports_a_corrupt_checkpoint_in_one_line_exit_6(
+    damaged: Damaged, tmp_path: Path
+) -> None:
+    run_id = f"support:{damaged.threads['checkpoint-body']}/0"
+    for args in (["runs", "show", run_id], ["resume", run_id]):
+        result = Cli(tmp_path).run(*args, "--db", str(damaged.server.db), db=False)
+        assert result.code == 6, str(result)
+        line = result.error_line()
+        assert run_id in line and "corrupt" in line
+
+
+@pytest.mark.parametrize("kind", list(BAD_VALUES))
+@KERNEL_WRAPS_DECODE
+def test_the_cli_reports_a_malformed_stored_value_in_one_line_exit_6(
+    damaged: Damaged, tmp_path: Path, kind: str
+) -> None:
+    run_id = f"support:{damaged.threads[kind]}/0"
+    result = Cli(tmp_path).run("runs", "show", run_id, "--db", str(damaged.server.db), db=False)
+    assert result.code == 6, str(result)
+    assert run_id in result.error_line()
+
+
+def test_two_endpoints_of_one_app_cannot_share_run_ids(tmp_path: Path) -> None:
+    """``/a/b`` and ``/a_b`` would both name their runs ``a_b:<thread>/<n>``: one thread's
+    interrupts would then be answerable through the other endpoint."""
+    from fastapi import FastAPI
+
+    from examples.banking_assistant import banking_agent
+    from workflow_engine_cli.agui import add_agui_endpoint
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, banking_agent(), "/a/b", store=store)
+    with pytest.raises(ValueError, match="already uses run ids 'a_b'"):
+        add_agui_endpoint(app, banking_agent(), "/a_b", store=store)
+    anyio.run(store.close)

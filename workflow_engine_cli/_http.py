@@ -1,0 +1,197 @@
+"""The HTTP boundary of the AG-UI server: who may call, and what a request body may be.
+
+The threat is a web page the user happens to visit (or a DNS name rebound to 127.0.0.1) that
+sends requests to the server on the user's machine. A browser sends a cross-site ``POST`` with
+``Content-Type: text/plain`` without asking first (no CORS preflight), and it always says where
+the request comes from in ``Origin``. So, for every state-changing request:
+
+* an ``Origin`` that is neither the server's own nor one allowed by ``--cors-origin`` gets 403
+  (a request without ``Origin`` -- curl, a server-side AG-UI runtime -- is not from a browser);
+* without a token, the ``Host`` must be a loopback name (403 otherwise): a rebound DNS name
+  would otherwise make the attacker's page "same-origin";
+* the body must be ``application/json`` (415): browsers send that only after a preflight, which
+  the CORS settings answer.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from ag_ui.core import BaseEvent
+from ag_ui.encoder import EventEncoder
+from fastapi import Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ._input import InputTooLargeError
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def refusal(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
+    """The JSON answer to a refused request: ``{"error": code, "message": ..., **extra}``."""
+    return JSONResponse({"error": code, "message": message, **extra}, status_code=status)
+
+
+# --- origins and hosts --------------------------------------------------------------------------
+
+
+def normalize_origin(value: str) -> str | None:
+    """``scheme://host[:port]`` in the form browsers send (lower case, no default port), or
+    None if ``value`` is not an http(s) origin (``null``, a path, credentials...)."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), parts.hostname
+    if scheme not in _DEFAULT_PORTS or not host:
+        return None
+    if parts.path or parts.query or parts.fragment or parts.username or parts.password:
+        return None
+    if ":" in host:
+        host = f"[{host}]"
+    suffix = "" if port is None or port == _DEFAULT_PORTS[scheme] else f":{port}"
+    return f"{scheme}://{host}{suffix}"
+
+
+def is_loopback(host: str) -> bool:
+    """``localhost`` (and ``*.localhost``, which browsers resolve to loopback themselves) or
+    a loopback address."""
+    host = host.lower().rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def host_name(host_header: str) -> str | None:
+    """The name in a ``Host`` header (without the port), or None if it is malformed."""
+    try:
+        return urlsplit(f"//{host_header}").hostname
+    except ValueError:
+        return None
+
+
+class BrowserGuard:
+    """ASGI middleware refusing state-changing requests a browser sends on another site's
+    behalf (see the module docstring). Safe methods pass untouched."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        allowed_origins: Iterable[str] = (),
+        loopback_hosts_only: bool = True,
+    ) -> None:
+        self.app = app
+        origins = list(allowed_origins)
+        self.any_origin = "*" in origins
+        self.allowed = {o for o in map(normalize_origin, origins) if o is not None}
+        self.loopback_hosts_only = loopback_hosts_only
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in SAFE_METHODS:
+            refused = self.check(scope)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def check(self, scope: Scope) -> JSONResponse | None:
+        headers = Headers(scope=scope)
+        host = headers.get("host", "")
+        if self.loopback_hosts_only:
+            name = host_name(host)
+            if name is None or not is_loopback(name):
+                return refusal(
+                    403,
+                    "host_not_allowed",
+                    f"this server answers only to loopback host names, not {host!r}; "
+                    "serve with --token to use another name",
+                )
+        origin = headers.get("origin")
+        if origin is None or self.any_origin:
+            return None
+        normalized = normalize_origin(origin)
+        own = normalize_origin(f"{scope.get('scheme', 'http')}://{host}")
+        if normalized is not None and (normalized in self.allowed or normalized == own):
+            return None
+        return refusal(
+            403,
+            "origin_not_allowed",
+            f"requests from the web page at {origin!r} are not allowed; "
+            "allow its origin with --cors-origin",
+        )
+
+
+# --- request bodies -----------------------------------------------------------------------------
+
+
+def is_json_media_type(value: str | None) -> bool:
+    """``application/json``, optionally with ``charset=utf-8``. Anything else -- notably
+    ``text/plain``, which a browser sends cross-site without a preflight -- is refused."""
+    if not value:
+        return False
+    media_type, *params = value.split(";")
+    if media_type.strip().lower() != "application/json":
+        return False
+    for param in params:
+        name, _, param_value = param.partition("=")
+        charset = param_value.strip().strip('"').lower()
+        if name.strip().lower() == "charset" and charset not in ("utf-8", "utf8"):
+            return False
+    return True
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, read no further than ``limit`` bytes (``InputTooLargeError`` beyond)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise InputTooLargeError(f"the body has {int(declared)} bytes; the limit is {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise InputTooLargeError(f"the body has more than {limit} bytes, the limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def describe_validation(exc: ValidationError) -> str:
+    """The first problem pydantic found, as one line naming the field (not echoing input)."""
+    errors = exc.errors(include_input=False, include_url=False)
+    if not errors:
+        return "the body is not a valid RunAgentInput"
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"]) or "body"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"invalid RunAgentInput: {where}: {first['msg']}{more}"
+
+
+# Line breaks to str.splitlines (and so to httpx's line reader, among others) that JSON leaves
+# unescaped; SSE itself ends lines only at CR/LF. They can only occur inside JSON strings.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def encode_event(encoder: EventEncoder, event: BaseEvent) -> str:
+    """One SSE event, safe for any line reader. A string that is not valid text (stored, say,
+    by a library caller that bypassed this server) goes out as a JSON escape instead of breaking
+    the stream; so do U+0085, U+2028 and U+2029, which some clients split lines at."""
+    try:
+        text = encoder.encode(event)
+    except (PydanticSerializationError, UnicodeError):
+        data = event.model_dump(mode="json", by_alias=True, exclude_none=True)
+        return f"data: {json.dumps(data, ensure_ascii=True)}\n\n"
+    return text.translate(_LINE_BREAKS)
