@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workflow_engine import Checkpoint, WorkflowRunState, delta_of
+from workflow_engine._errors import StoreCorruptError
 from workflow_engine._store import RunRecord, StoredRequest
 
 
@@ -90,23 +91,33 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         owner=row[8],
         lease_expires_at=row[9],
         latest_checkpoint_id=row[10],
-        error=json.loads(row[11]) if row[11] else None,
+        error=_json_field(row[11], row[0], "the run's error") if row[11] else None,
         parent_run_id=row[12],
     )
 
 
+def _json_field(text: str, run_id: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise StoreCorruptError(f"run {run_id!r}: {what} is not valid JSON ({exc})") from None
+
+
 def stored_request(row: Sequence[Any]) -> StoredRequest:
+    where = f"request {row[0]!r}"
     return StoredRequest(
         request_id=row[0],
         run_id=row[1],
         port_id=row[2],
         source_executor_id=row[3],
         kind=row[4],
-        data=json.loads(row[5]),
+        data=_json_field(row[5], row[1], f"the data of {where}"),
         response_type=row[6],
         superstep=row[7],
         status=row[8],
-        answer=json.loads(row[9]) if row[9] is not None else None,
+        answer=_json_field(row[9], row[1], f"the answer to {where}")
+        if row[9] is not None
+        else None,
         created_at=row[10],
         answered_at=row[11],
     )

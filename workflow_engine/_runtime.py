@@ -338,7 +338,12 @@ class Runtime:
         if checkpoint is None:
             raise CheckpointNotFoundError(f"run {run_id!r} has no checkpoint")
         answers = [
-            ExternalResponse(r.request_id, wf.codec.decode(r.answer))
+            ExternalResponse(
+                r.request_id,
+                wf.decode_stored(
+                    r.answer, run_id, f"the stored answer to request {r.request_id!r}"
+                ),
+            )
             for r in answered
             if r.request_id in checkpoint.pending_requests
         ]
@@ -426,7 +431,7 @@ class Runtime:
             run.run_id,
             request_id,
             request.port_id,
-            wf.codec.decode(request.data),
+            wf.decode_stored(request.data, run.run_id, f"the data of request {request_id!r}"),
             expected,
             data,
         )
@@ -440,7 +445,10 @@ class Runtime:
         pending: list[ExternalRequest] = []
         if checkpoint is not None and run.workflow_name in self._workflows:
             wf = self._workflows[run.workflow_name]
-            outputs = [wf.codec.decode(o) for o in checkpoint.outputs]
+            outputs = [
+                wf.decode_stored(o, run_id, f"output {i} of checkpoint {checkpoint.checkpoint_id}")
+                for i, o in enumerate(checkpoint.outputs)
+            ]
             if wf.signature == run.workflow_signature:
                 pending = list(wf.restore(checkpoint).pending.values())
         return RunInfo(
@@ -472,7 +480,11 @@ class Runtime:
             run = runs.get(r.run_id) or await self.store.get_run(r.run_id)
             runs[r.run_id] = run
             wf = self._workflows.get(run.workflow_name)
-            data = wf.codec.decode(r.data) if wf is not None else r.data
+            data = (
+                wf.decode_stored(r.data, r.run_id, f"the data of request {r.request_id!r}")
+                if wf is not None
+                else r.data
+            )
             out.append(
                 PendingRequest(
                     r.request_id,

@@ -30,6 +30,7 @@ from ._errors import (
     RunNotResumableError,
     SerializationError,
     SignatureMismatchError,
+    StoreCorruptError,
     UnknownRequestError,
 )
 from ._events import (
@@ -487,7 +488,10 @@ class Workflow:
     # --- restore and responses ------------------------------------------------------------------
 
     def restore(self, checkpoint: Checkpoint) -> RunState:
-        """Rebuild a run's live state from a checkpoint written by this same graph."""
+        """Rebuild a run's live state from a checkpoint written by this same graph.
+
+        A value in it that does not decode is a ``StoreCorruptError`` naming the run and the
+        checkpoint: stored data is damaged, never a raw codec error."""
         if checkpoint.workflow_signature != self.signature:
             raise SignatureMismatchError(
                 f"run {checkpoint.run_id!r} was checkpointed by workflow "
@@ -499,6 +503,25 @@ class Workflow:
                 f"run {checkpoint.run_id!r}: checkpoint written with codec {checkpoint.codec!r}, "
                 f"this workflow uses {self.codec.name!r}"
             )
+        try:
+            return self._restore(checkpoint)
+        except (SignatureMismatchError, StoreCorruptError):
+            raise
+        except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StoreCorruptError(
+                f"run {checkpoint.run_id!r}: checkpoint {checkpoint.checkpoint_id} (superstep "
+                f"{checkpoint.superstep}) holds a value that does not decode: {exc}"
+            ) from exc
+
+    def decode_stored(self, data: Any, run_id: str, record: str) -> Any:
+        """Decode a value read from a store; damage is a ``StoreCorruptError`` naming the run
+        and the record (``record``: e.g. "request 1f…'s data")."""
+        try:
+            return self.codec.decode(data)
+        except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StoreCorruptError(f"run {run_id!r}: {record} does not decode: {exc}") from exc
+
+    def _restore(self, checkpoint: Checkpoint) -> RunState:
         dec = self.codec.decode
         pending = {}
         for rid, r in checkpoint.pending_requests.items():

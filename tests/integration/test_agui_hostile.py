@@ -399,12 +399,6 @@ def test_bytes_that_are_not_utf8_are_a_400(client: Client, server: Server) -> No
 
 # --- 5. corrupt stored data ---------------------------------------------------------------------
 
-KERNEL_WRAPS_DECODE = pytest.mark.xfail(
-    strict=True,
-    reason="kernel: Runtime must wrap codec decode failures in StoreCorruptError naming the "
-    "run and record (today raw ValueError/TypeError/AttributeError or UnregisteredTypeError)",
-)
-
 
 @dataclass
 class Damaged:
@@ -468,7 +462,6 @@ def test_a_corrupt_record_is_a_run_error_with_a_code(damaged: Damaged, kind: str
 
 
 @pytest.mark.parametrize("kind", list(BAD_VALUES))
-@KERNEL_WRAPS_DECODE
 def test_a_malformed_stored_value_is_a_run_error_store_corrupt(damaged: Damaged, kind: str) -> None:
     stream = damaged.stream(kind)
     assert stream.error_code == "store_corrupt", stream.describe()
@@ -487,7 +480,6 @@ def test_the_cli_reports_a_corrupt_checkpoint_in_one_line_exit_6(
 
 
 @pytest.mark.parametrize("kind", list(BAD_VALUES))
-@KERNEL_WRAPS_DECODE
 def test_the_cli_reports_a_malformed_stored_value_in_one_line_exit_6(
     damaged: Damaged, tmp_path: Path, kind: str
 ) -> None:

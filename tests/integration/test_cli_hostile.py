@@ -148,11 +148,6 @@ def test_a_corrupt_checkpoint_is_one_line_exit_6(tmp_path: Path) -> None:
         assert run_id in line and checkpoint_id in line and "corrupt" in line
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="storage: SqliteStore must raise StoreCorruptError naming the run and request when "
-    "a request row's JSON does not parse (storage/_rows.stored_request calls json.loads bare)",
-)
 def test_a_corrupt_request_row_is_one_line_exit_6(tmp_path: Path) -> None:
     cli = Cli(tmp_path)
     run_id, request_id = cli.start_paused()

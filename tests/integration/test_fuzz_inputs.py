@@ -23,7 +23,7 @@ from typing import Any
 import anyio
 import pytest
 from ag_ui.core import EventType
-from hypothesis import HealthCheck, Phase, assume, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from tests.integration.agui_harness import Client, Server
@@ -40,7 +40,7 @@ from workflow_engine_cli._registry import open_runtime, workflow_factories
 from workflow_engine_cli.agui import AGUIService
 
 MAX_BODY = 200_000
-EXAMPLES = {  # hypothesis examples per test: 1,047 in all (plus up to 25 in the xfail below)
+EXAMPLES = {  # hypothesis examples per test: 1,072 in all
     "run_agent_input": 100,
     "resume_on_a_paused_thread": 70,
     "raw_bodies_and_headers": 40,
@@ -489,13 +489,8 @@ def test_fuzz_a_damaged_checkpoint_row_is_store_corrupt(
         assert run_id in str(exc) and checkpoint_id in str(exc)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kernel: Runtime must wrap codec decode failures in StoreCorruptError naming the run "
-    "and record (today raw ValueError/TypeError/AttributeError or UnregisteredTypeError)",
-)
 @given(value=tagged_garbage)
-@settings(FAST, max_examples=25, phases=[Phase.generate])  # fails at once today: no shrinking
+@settings(FAST, max_examples=25)
 def test_fuzz_a_malformed_stored_value_is_store_corrupt(
     cli: tuple[Cli, str, str], tmp_path_factory: pytest.TempPathFactory, value: Any
 ) -> None:
