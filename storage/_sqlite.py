@@ -129,6 +129,10 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+_MAX_CHAIN = 1024
+"""At most this many deltas follow a snapshot, however small they are."""
+
+
 class SqliteStore:
     """A :class:`~workflow_engine.RunStore` (and ``CheckpointStore``) in one SQLite file."""
 
@@ -159,6 +163,7 @@ class SqliteStore:
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._meta: dict[str, tuple[int, int]] = {}  # run_id -> (checkpoint_seq, since_snapshot)
         self._lease_seconds: dict[str, float] = {}
+        self._sizes: dict[str, tuple[int, int]] = {}  # run_id -> (delta bytes since, snapshot)
         # run_id -> the latest checkpoint this store wrote or read, kept (on the store's thread
         # only) so that resuming a run this process paused skips reading and parsing it again
         self._recent: OrderedDict[str, Checkpoint] = OrderedDict()
@@ -462,6 +467,8 @@ class SqliteStore:
                 self._release_lease(lease)
                 raise
             self._remember(checkpoint)
+            # the chain is the latest snapshot and the deltas after it: the snapshot policy's sizes
+            self._sizes[run_id] = (sum(len(r[3]) for r in chain[1:]), len(chain[0][3]))
         return run, lease, checkpoint, answered
 
     def _remember(self, checkpoint: Checkpoint) -> None:
@@ -473,7 +480,8 @@ class SqliteStore:
         recent[checkpoint.run_id] = checkpoint
         recent.move_to_end(checkpoint.run_id)
         if len(recent) > _RECENT_RUNS:
-            recent.popitem(last=False)
+            gone, _ = recent.popitem(last=False)
+            self._sizes.pop(gone, None)
 
     def _recall(self, run_id: str, checkpoint_id: str | None) -> Checkpoint | None:
         kept = self._recent.get(run_id)
@@ -576,7 +584,21 @@ class SqliteStore:
             raise RunBusyError(f"run {run_id!r}: commit without acquiring its lease")
         seq, since = meta
         seq += 1
-        snapshot = checkpoint.parent_id is None or since + 1 >= self.snapshot_every
+        # Snapshot policy. A snapshot bounds how many deltas a restore folds; but a run whose
+        # state only grows (a conversation, outputs) would copy all of it into every snapshot,
+        # so storage would grow quadratically. So a snapshot is also due only once the deltas
+        # since the last one add up to as many bytes as it had: snapshots then grow
+        # geometrically and storage stays linear in the run's length. ``_MAX_CHAIN`` caps the
+        # fold anyway.
+        body = None
+        if checkpoint.parent_id is None:
+            snapshot = True
+        else:
+            body = checkpoint_row(checkpoint, seq, snapshot=False)
+            since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
+            snapshot = since + 1 >= _MAX_CHAIN or (
+                since + 1 >= self.snapshot_every and since_bytes + len(body[8]) >= snapshot_bytes
+            )
         since = 0 if snapshot else since + 1
         changes = checkpoint.changes
         expires_at = now + self._lease_seconds.get(run_id, 30.0)  # each commit renews
@@ -599,11 +621,17 @@ class SqliteStore:
         request_rows = new_request_rows(checkpoint, added, now) if added else None
         status_rows = [("applied", r) for r in changes.requests_answered]
         status_rows += [("cancelled", r) for r in changes.requests_cancelled]
-        body = checkpoint_row(checkpoint, seq, snapshot=snapshot)
+        if body is None or snapshot:
+            body = checkpoint_row(checkpoint, seq, snapshot=True)
         meta = (seq, since)
         cancel = await self._run(
             self._commit, checkpoint, text, run, body, request_rows, status_rows, meta
         )
+        if snapshot:
+            self._sizes[run_id] = (0, len(body[8]))
+        else:
+            since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
+            self._sizes[run_id] = (since_bytes + len(body[8]), snapshot_bytes)
         self._fault("commit:after")
         return Lease(run_id, lease.owner, lease.version + 1, expires_at, cancel)
 

@@ -70,6 +70,9 @@ class CheckpointChanges(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     executor_state_keys: dict[str, list[str]] = Field(default_factory=dict)
+    executor_state_appends: dict[str, dict[str, int]] = Field(default_factory=dict)
+    """Of those keys, the ones whose list value only grew: key -> items kept from the parent
+    (a delta then stores only the new items, so a growing conversation is stored once)."""
     shared_state_keys: list[str] = Field(default_factory=list)
     outputs_added: int = 0
     requests_added: list[str] = Field(default_factory=list)
@@ -202,7 +205,8 @@ def delta_of(checkpoint: Checkpoint) -> CheckpointDelta:
         created_at=checkpoint.created_at,
         messages=checkpoint.messages,
         executor_states={
-            e: {k: states[e][k] for k in keys} for e, keys in ch.executor_state_keys.items()
+            e: {k: _tail(states[e][k], ch.executor_state_appends.get(e, {}).get(k)) for k in keys}
+            for e, keys in ch.executor_state_keys.items()
         },
         shared_state={k: checkpoint.shared_state[k] for k in ch.shared_state_keys},
         fan_in_buffers=checkpoint.fan_in_buffers,
@@ -225,8 +229,12 @@ def apply_delta(parent: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
             f"delta {delta.checkpoint_id} follows {delta.parent_id}, not {parent.checkpoint_id}"
         )
     states = dict(parent.executor_states)
+    appends = delta.changes.executor_state_appends
     for executor_id, values in delta.executor_states.items():
-        states[executor_id] = {**states.get(executor_id, {}), **values}
+        merged = {**states.get(executor_id, {}), **values}
+        for key, kept in appends.get(executor_id, {}).items():
+            merged[key] = [*parent.executor_states[executor_id][key][:kept], *values[key]]
+        states[executor_id] = merged
     gone = set(delta.requests_answered) | set(delta.requests_cancelled)
     pending = {r: rec for r, rec in parent.pending_requests.items() if r not in gone}
     pending.update(delta.requests_added)
@@ -253,3 +261,8 @@ def apply_delta(parent: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
         outputs=[*parent.outputs, *delta.outputs_added],
         changes=delta.changes,
     )
+
+
+def _tail(value: Any, kept: int | None) -> Any:
+    """What a delta stores for a state value: the new items of a list that only grew."""
+    return value if kept is None else value[kept:]

@@ -476,6 +476,7 @@ class RunLoop:
         executor_states = s.executor_states
         shared = s.shared
         state_keys: dict[str, list[str]] = {}
+        state_appends: dict[str, dict[str, int]] = {}
         shared_keys: list[str] = []
         new_outputs: list[Any] = []
         new_requests: list[ExternalRequest] = []
@@ -486,6 +487,9 @@ class RunLoop:
                     executor_states = dict(executor_states)
                 executor_states[step.executor_id] = {**step.state, **step.state_writes}
                 state_keys[step.executor_id] = list(step.state_writes)
+                grown = appended_prefixes(step.state, step.state_writes)
+                if grown:
+                    state_appends[step.executor_id] = grown
             if step.shared_writes:
                 if shared is s.shared:
                     shared = dict(shared)
@@ -521,6 +525,7 @@ class RunLoop:
             s.pending[request.request_id] = request
         changes = changes_of(
             executor_state_keys=state_keys,
+            executor_state_appends=state_appends,
             shared_state_keys=shared_keys,
             outputs_added=len(new_outputs),
             requests_added=[r.request_id for r in new_requests],
@@ -578,9 +583,23 @@ class RunLoop:
 NO_CHANGES = CheckpointChanges()
 
 
+def appended_prefixes(old: dict[str, Any], writes: dict[str, Any]) -> dict[str, int]:
+    """Keys whose new (encoded) value is a list that extends the old one: key -> how many items
+    it kept. A conversation that grows by a turn is then stored as the turn, not again whole."""
+    out: dict[str, int] = {}
+    for key, new in writes.items():
+        before = old.get(key)
+        if type(new) is list and type(before) is list and before:
+            n = len(before)
+            if len(new) >= n and new[:n] == before:
+                out[key] = n
+    return out
+
+
 def changes_of(
     *,
     executor_state_keys: dict[str, list[str]] | None = None,
+    executor_state_appends: dict[str, dict[str, int]] | None = None,
     shared_state_keys: list[str] | None = None,
     outputs_added: int = 0,
     requests_added: list[str] | None = None,
@@ -590,6 +609,7 @@ def changes_of(
     return construct(
         CheckpointChanges,
         executor_state_keys=executor_state_keys or {},
+        executor_state_appends=executor_state_appends or {},
         shared_state_keys=shared_state_keys or [],
         outputs_added=outputs_added,
         requests_added=requests_added or [],
