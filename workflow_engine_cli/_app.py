@@ -550,11 +550,9 @@ def graph(
 def _print_table(headers: list[str], rows: list[list[str]], wrap: Sequence[str] = ()) -> None:
     """Aligned columns, ids and statuses whole; only ``wrap`` columns fold at the terminal's
     width (none when the output is not a terminal, so pipes get one line per row)."""
-    import shutil
+    from ._term import format_table, is_live, terminal_columns
 
-    from ._term import format_table, is_live
-
-    width = shutil.get_terminal_size().columns - 1 if sys.stdout.isatty() else 0
+    width = terminal_columns(sys.stdout) - 1 if sys.stdout.isatty() else 0
     for line in format_table(headers, rows, width=width, wrap=wrap, live=is_live(sys.stdout)):
         print(line)
 

@@ -18,6 +18,7 @@ change the terminal's state with escape sequences of its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -56,6 +57,17 @@ def is_live(stream: TextIO) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def terminal_columns(stream: TextIO) -> int:
+    """The terminal's width: ``COLUMNS`` if set (as for ``shutil.get_terminal_size``), else
+    asked of the terminal ``stream`` is on (it may change between calls: a resized window)."""
+    with contextlib.suppress(KeyError, ValueError):
+        return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 80
 
 
 def clean(text: str) -> str:
@@ -112,11 +124,7 @@ class Terminal:
         last column leaves some terminals in a deferred-wrap state we would rather not model."""
         if not self.live:
             return 0
-        try:
-            columns = os.get_terminal_size(self.out.fileno()).columns
-        except (AttributeError, OSError, ValueError):
-            columns = 80
-        return max(columns - 1, 20)
+        return max(terminal_columns(self.out) - 1, 20)
 
     def line(self, *parts: Part, indent: int = 2) -> None:
         """Write one whole line (closing any open one first)."""
@@ -168,9 +176,16 @@ class Terminal:
             prompt = "".join(
                 self._prompt_part(*((p, "") if isinstance(p, str) else p)) for p in parts
             )
-        answer = read(prompt)
-        with self._lock:
-            self._column = 0
+        try:
+            answer = read(prompt)
+        except (EOFError, KeyboardInterrupt):
+            # no Enter was echoed: the cursor is still after the prompt
+            self.out.write("\n")
+            self.out.flush()
+            raise
+        finally:
+            with self._lock:
+                self._column = 0
         return answer
 
     def _prompt_part(self, text: str, style: str) -> str:
