@@ -762,6 +762,7 @@ def serve(
     server's own messages (uvicorn.error) and the engine's (workflow_engine*, executors,
     storage) -- one format, one level.
     """
+    import contextlib
     import logging
 
     if log_level.lower() not in LOG_LEVELS:
@@ -798,7 +799,10 @@ def serve(
     logging.getLogger("workflow_engine.cli").info(
         "AG-UI endpoints: http://%s:%d/support and /banking", host, bound
     )
-    uvicorn.Server(config).run(sockets=[sock])
+    # uvicorn shuts down gracefully on Ctrl-C, then raises it again: that is a normal stop
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.Server(config).run(sockets=[sock])
+    logging.getLogger("workflow_engine.cli").info("stopped")
 
 
 def _configure_logging(level: str) -> None:
