@@ -120,6 +120,7 @@ def test_demo_runs_to_the_end_without_a_terminal(tmp_path: Path) -> None:
 # --- 2. pause in one process, answer in a second, resume in a third -----------------------------
 
 
+@pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_detach_respond_resume_across_processes(cli: Cli) -> None:
     paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--detach")
     run_id = re.search(r"Run (\w+) is paused, waiting for input\.", paused.out)
@@ -189,6 +190,7 @@ def test_conversation_continues_across_processes(cli: Cli) -> None:
     assert cli.ledger() == []
 
 
+@pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     run_id, request_id = cli.start_paused()
 
@@ -282,6 +284,7 @@ def test_graph(cli: Cli) -> None:
     assert '"order_agent" -> "triage_agent";' in dot.out
 
 
+@pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_runs_list_and_cancel(cli: Cli) -> None:
     cli.expect(0, "demo", "handoff", "-m", REFUND, "--approve")
     paused_id, request_id = cli.start_paused()

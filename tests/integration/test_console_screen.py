@@ -16,7 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.integration.cli_harness import Cli, ScreenSession, flat
+from tests.integration.cli_harness import Cli, ScreenSession, flat, run_concurrently
 from workflow_engine_cli._registry import open_runtime
 
 REFUND = "I want a refund for order 12345"
@@ -272,6 +272,7 @@ def _table(session: ScreenSession) -> list[str]:
     return screen
 
 
+@pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_tables_show_whole_ids_and_statuses_at_80_columns(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
@@ -320,11 +321,15 @@ def test_tables_show_whole_ids_and_statuses_at_80_columns(
 
 def test_an_ambiguous_prefix_lists_the_candidates(cli: Cli) -> None:
     anyio.run(_paused_runs, cli.db, [RUN_A, RUN_B])
-    for command in (["resume", "abc1"], ["runs", "show", "abc12345"], ["cancel", "abc"]):
-        result = cli.expect(2, *command)
+    ambiguous = [["resume", "abc1"], ["runs", "show", "abc12345"], ["cancel", "abc"]]
+    unknown = [["resume", "abd"], ["runs", "show", "abd"]]
+    results = run_concurrently([(cli, command, True) for command in ambiguous + unknown])
+    for result in results[: len(ambiguous)]:
+        assert result.code == 2, str(result)
         line = result.error_line()
         assert "is ambiguous" in line
         assert RUN_A in line and RUN_B in line
-    cli.expect(4, "resume", "abd")  # no run starts with it: "not found", as for a whole id
-    assert "no run 'abd'" in cli.expect(4, "runs", "show", "abd").error_line()
+    for result in results[len(ambiguous) :]:  # no run starts with it: as for a whole id
+        assert result.code == 4, str(result)
+        assert "no run 'abd'" in result.error_line()
     assert [r["status"] for r in cli.json("runs", "list")] == ["idle_with_pending_requests"] * 2
