@@ -4,7 +4,7 @@ Exit codes (also in ``--help`` and the README):
 
     0  done (the run finished, or the command succeeded)
     1  the run failed
-    2  bad usage or invalid input (malformed JSON, an answer of the wrong type)
+    2  bad usage or invalid input (malformed JSON, an answer of the wrong type, an ambiguous id)
     3  paused: the run waits for input (answer with ``respond``, continue with ``resume``)
     4  not found: unknown run, request or workflow
     5  conflict: already answered differently, cancelled, finished, or run by another worker
@@ -20,13 +20,22 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import aclosing, nullcontext
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
+from ._exits import (
+    EXIT_CANNOT_LISTEN,
+    EXIT_CONFLICT,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_PAUSED,
+    EXIT_STORAGE,
+    EXIT_USAGE,
+)
 from ._ids import AmbiguousIdError, match, short_ids
 from ._registry import DEMO_ALIASES, apply_model_flags, open_runtime, register, workflow_factories
 
@@ -35,13 +44,8 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from workflow_engine import ExternalRequest, Runtime, WorkflowError
+    from workflow_engine import Runtime, WorkflowError
 
-    from ._console import AnswerPolicy
-    from ._term import Terminal
-
-EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
-EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_STORAGE, EXIT_CANNOT_LISTEN = 4, 5, 6, 7
 
 HELP = __doc__ or ""
 app = typer.Typer(
@@ -237,100 +241,6 @@ async def _run_for(runtime: Runtime, given: str, model: str | None = None) -> st
 # --- running ----------------------------------------------------------------------------------
 
 
-async def drive(
-    runtime: Runtime,
-    run_id: str,
-    policy: AnswerPolicy,
-    *,
-    json_mode: bool,
-    detach: bool,
-    term: Terminal,
-) -> int:
-    """Resume, stream, answer what the policy can, repeat; returns the exit code."""
-    from workflow_engine import WorkflowRunState
-
-    from ._console import EventPrinter, describe_output
-
-    run = await runtime.store.get_run(run_id)
-    codec = runtime.workflow(run.workflow_name).codec
-    printer = EventPrinter(term, json_mode=json_mode, codec=codec)
-    while True:
-        stream = runtime.resume_stream(run_id)
-        try:
-            async with aclosing(stream):
-                with nullcontext() if json_mode else term.working():
-                    async for event in stream:
-                        printer.show(event)
-        finally:
-            printer.finish()
-        result = stream.result
-        assert result is not None
-        if result.status is WorkflowRunState.IDLE:
-            if not json_mode:
-                for output in result.outputs:
-                    if output not in printer.outputs_shown:
-                        term.line((f"✓ {describe_output(output)}", "bold green"))
-                term.line(f"Run {run_id} finished.")
-            return EXIT_DONE
-        if result.status is not WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
-            if not json_mode:
-                term.line((f"Run {run_id} ended {result.status.value}.", "red"))
-            return EXIT_FAILED
-        waiting = []
-        for request in result.pending_requests:
-
-            async def submit(answer: Any, request_id: str = request.request_id) -> None:
-                await runtime.respond(request_id, answer)
-
-            if detach or not await policy.settle(request, submit):
-                waiting.append(request)
-        if waiting:
-            _print_paused(term, run_id, waiting, json_mode)
-            return EXIT_PAUSED
-
-
-def _print_paused(
-    term: Terminal, run_id: str, pending: list[ExternalRequest], json_mode: bool
-) -> None:
-    if json_mode:
-        print(json.dumps({"paused": run_id, "requests": [r.request_id for r in pending]}))
-        return
-    term.line((f"Run {run_id} is paused, waiting for input.", "bold"))
-    for request in pending:
-        term.line(f"  request {request.request_id} ({type(request.data).__name__})")
-    term.line(
-        "Answer with `workflow-engine respond REQUEST_ID --approve|--reject|--message TEXT`, "
-        f"then `workflow-engine resume {run_id}`."
-    )
-
-
-def _policy(
-    approve: bool | None, replies: list[str], end: bool, interactive: bool | None, term: Terminal
-) -> AnswerPolicy:
-    from ._console import AnswerPolicy, enable_line_editing, stdin_is_tty
-
-    tty = stdin_is_tty() if interactive is None else interactive
-    if tty and term.live:
-        enable_line_editing()
-    approvals = "ask" if approve is None else ("approve" if approve else "reject")
-    return AnswerPolicy(
-        interactive=tty,
-        approvals=approvals,
-        replies=list(replies),
-        end_when_out_of_replies=end,
-        term=term,
-    )
-
-
-def _terminals(json_mode: bool) -> tuple[Terminal, Terminal]:
-    """Where the run is shown, and where prompts and answers go: with ``--json`` stdout carries
-    only JSON, so the conversation with the user moves to stderr."""
-    from ._term import Terminal
-
-    shown = Terminal()
-    return shown, (Terminal(sys.stderr) if json_mode else shown)
-
-
 ApproveOption = Annotated[
     bool | None,
     typer.Option("--approve/--reject", help="Answer every tool approval yes/no instead of asking."),
@@ -375,8 +285,10 @@ def demo(
         )
         raise typer.Exit(EXIT_USAGE)
     apply_model_flags(model, base_url, api_key)
-    term, talk = _terminals(json_mode)
-    policy = _policy(approve, reply or [], end, interactive, talk)
+    from ._console import drive, make_policy, terminals
+
+    term, talk = terminals(json_mode)
+    policy = make_policy(approve, reply or [], end, interactive, talk)
     if not policy.interactive and not detach and approve is None:
         # No one to ask: a demo should still run to the end (say so; --reject/--detach exist).
         talk.line(("no terminal: approving tool calls and ending at the next prompt", "dim"))
@@ -441,8 +353,10 @@ def resume(
     json_mode: JsonOption = False,
 ) -> None:
     """Continue a run (after answers, a restart or a crash), streaming like the demo."""
-    term, talk = _terminals(json_mode)
-    policy = _policy(approve, reply or [], end, interactive, talk)
+    from ._console import drive, make_policy, terminals
+
+    term, talk = terminals(json_mode)
+    policy = make_policy(approve, reply or [], end, interactive, talk)
 
     async def body() -> int:
         runtime = open_runtime(db, workflows=())

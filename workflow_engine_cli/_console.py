@@ -1,5 +1,8 @@
 """A streamed run on the terminal, and the questions a paused run asks.
 
+:func:`drive` resumes a run, shows its events and answers what it asks, until it finishes or
+pauses with questions no one here can answer.
+
 :class:`EventPrinter` turns a run's events into lines a person can follow: what each agent says
 (streamed in place), the tools it calls and what they return, handoffs, failures. ``--json``
 prints one JSON object per event instead.
@@ -17,6 +20,7 @@ import re
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,11 +40,14 @@ from workflow_engine import (
     ExternalRequest,
     JsonCodec,
     ResponseTypeError,
+    Runtime,
     WorkflowEvent,
     WorkflowFailedEvent,
     WorkflowOutputEvent,
+    WorkflowRunState,
 )
 
+from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED
 from ._term import Part, Terminal
 from ._views import compact, field_notes, shape
 
@@ -316,3 +323,92 @@ def _fields(data: Any) -> list[tuple[str, str]]:
     if isinstance(value, dict) and value:
         return [(str(k), v if isinstance(v, str) else compact(v)) for k, v in value.items()]
     return [("", value if isinstance(value, str) else compact(value))]
+
+
+# --- driving a run ----------------------------------------------------------------------------
+
+
+async def drive(
+    runtime: Runtime,
+    run_id: str,
+    policy: AnswerPolicy,
+    *,
+    json_mode: bool,
+    detach: bool,
+    term: Terminal,
+) -> int:
+    """Resume, stream, answer what the policy can, repeat; returns the exit code."""
+    run = await runtime.store.get_run(run_id)
+    codec = runtime.workflow(run.workflow_name).codec
+    printer = EventPrinter(term, json_mode=json_mode, codec=codec)
+    while True:
+        stream = runtime.resume_stream(run_id)
+        try:
+            async with aclosing(stream):
+                with nullcontext() if json_mode else term.working():
+                    async for event in stream:
+                        printer.show(event)
+        finally:
+            printer.finish()
+        result = stream.result
+        assert result is not None
+        if result.status is WorkflowRunState.IDLE:
+            if not json_mode:
+                for output in result.outputs:
+                    if output not in printer.outputs_shown:
+                        term.line((f"✓ {describe_output(output)}", "bold green"))
+                term.line(f"Run {run_id} finished.")
+            return EXIT_DONE
+        if result.status is not WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+            if not json_mode:
+                term.line((f"Run {run_id} ended {result.status.value}.", "red"))
+            return EXIT_FAILED
+        waiting = []
+        for request in result.pending_requests:
+
+            async def submit(answer: Any, request_id: str = request.request_id) -> None:
+                await runtime.respond(request_id, answer)
+
+            if detach or not await policy.settle(request, submit):
+                waiting.append(request)
+        if waiting:
+            print_paused(term, run_id, waiting, json_mode)
+            return EXIT_PAUSED
+
+
+def print_paused(
+    term: Terminal, run_id: str, pending: list[ExternalRequest], json_mode: bool
+) -> None:
+    if json_mode:
+        print(json.dumps({"paused": run_id, "requests": [r.request_id for r in pending]}))
+        return
+    term.line((f"Run {run_id} is paused, waiting for input.", "bold"))
+    for request in pending:
+        term.line(f"  request {request.request_id} ({type(request.data).__name__})")
+    term.line(
+        "Answer with `workflow-engine respond REQUEST_ID --approve|--reject|--message TEXT`, "
+        f"then `workflow-engine resume {run_id}`."
+    )
+
+
+def make_policy(
+    approve: bool | None, replies: list[str], end: bool, interactive: bool | None, term: Terminal
+) -> AnswerPolicy:
+    tty = stdin_is_tty() if interactive is None else interactive
+    if tty and term.live:
+        enable_line_editing()
+    approvals = "ask" if approve is None else ("approve" if approve else "reject")
+    return AnswerPolicy(
+        interactive=tty,
+        approvals=approvals,
+        replies=list(replies),
+        end_when_out_of_replies=end,
+        term=term,
+    )
+
+
+def terminals(json_mode: bool) -> tuple[Terminal, Terminal]:
+    """Where the run is shown, and where prompts and answers go: with ``--json`` stdout carries
+    only JSON, so the conversation with the user moves to stderr."""
+    shown = Terminal()
+    return shown, (Terminal(sys.stderr) if json_mode else shown)
