@@ -176,6 +176,10 @@ class Terminal:
             prompt = "".join(
                 self._prompt_part(*((p, "") if isinstance(p, str) else p)) for p in parts
             )
+        if self.out is not sys.stdout:  # input() writes its prompt to stdout: not ours to use
+            self.out.write(prompt)
+            self.out.flush()
+            prompt = ""
         try:
             answer = read(prompt)
         except (EOFError, KeyboardInterrupt):
