@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Never
 
 import anyio
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from workflow_engine import (
     Executor,
@@ -35,8 +35,8 @@ class Draft(BaseModel):
 class ReviewDecision(BaseModel):
     """The reviewer's answer to a Draft."""
 
-    approved: bool
-    feedback: str = ""
+    approved: bool = Field(description="publish this version as it is?")
+    feedback: str = Field("", description="what to change, when not approved")
 
 
 class ApprovedDraft(BaseModel):

@@ -4,14 +4,18 @@ Exit codes (also in ``--help`` and the README):
 
     0  done (the run finished, or the command succeeded)
     1  the run failed
-    2  bad usage or invalid input (malformed JSON, an answer of the wrong type)
+    2  bad usage or invalid input (malformed JSON, an answer of the wrong type, an ambiguous id)
     3  paused: the run waits for input (answer with ``respond``, continue with ``resume``)
     4  not found: unknown run, request or workflow
     5  conflict: already answered differently, cancelled, finished, or run by another worker
     6  storage problem: the database is unusable, damaged or locked (or a record is corrupt)
+    7  the server cannot listen: the address is in use or not allowed
 
 Errors are one line on stderr. Arguments that are not UTF-8 text, and JSON that is malformed,
 too large or too deeply nested, are refused before anything runs (exit 2).
+
+Start-up time counts for a command line: this module imports typer and the standard library
+only; the engine, storage, agents, rich and the server load inside the commands that use them.
 """
 
 from __future__ import annotations
@@ -19,50 +23,40 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
-import anyio
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from storage import default_db_path
-from workflow_engine import (
-    CheckpointNotFoundError,
-    GraphValidationError,
-    RequestAlreadyAnsweredError,
-    RequestCancelledError,
-    ResponseTypeError,
-    RunBusyError,
-    RunNotFoundError,
-    RunNotResumableError,
-    Runtime,
-    SerializationError,
-    SignatureMismatchError,
-    StorageError,
-    UnknownRequestError,
-    WorkflowError,
-    WorkflowNotRegisteredError,
-    WorkflowRunState,
+from ._exits import (
+    EXIT_CANNOT_LISTEN,
+    EXIT_CONFLICT,
+    EXIT_DONE,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_PAUSED,
+    EXIT_STORAGE,
+    EXIT_USAGE,
 )
-
-from ._console import AnswerPolicy, EventPrinter, describe_output, stdin_is_tty
+from ._ids import AmbiguousIdError, match, short_ids
 from ._input import InputError, check_text, parse_json
-from ._registry import DEMO_ALIASES, apply_model_flags, open_runtime, workflow_factories
+from ._registry import DEMO_ALIASES, apply_model_flags, open_runtime, register, workflow_factories
 
-EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
-EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_STORAGE = 4, 5, 6
+if TYPE_CHECKING:
+    import socket
+
+    from rich.console import Console
+
+    from workflow_engine import Runtime, WorkflowError
+
 
 HELP = __doc__ or ""
 app = typer.Typer(
     help=HELP.split("\n\n")[0],
     epilog="Exit codes: 0 done · 1 run failed · 2 bad input · 3 paused (waiting for input) · "
-    "4 not found · 5 conflict · 6 storage problem",
+    "4 not found · 5 conflict · 6 storage problem · 7 server cannot listen",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -71,6 +65,32 @@ runs_app = typer.Typer(help="List and inspect runs.", no_args_is_help=True)
 requests_app = typer.Typer(help="The inbox of pending requests.", no_args_is_help=True)
 app.add_typer(runs_app, name="runs")
 app.add_typer(requests_app, name="requests")
+
+
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("workflow-engine")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        installed = "unknown"
+    print(f"workflow-engine {installed}")
+    raise typer.Exit(EXIT_DONE)
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    pass
+
 
 DbOption = Annotated[
     Path | None,
@@ -87,10 +107,36 @@ class Exit(Exception):
 
 
 def err_console() -> Console:
+    from rich.console import Console
+
     return Console(stderr=True, soft_wrap=True)
 
 
+def escape(text: str) -> str:
+    """``text`` safe inside rich markup (rich loads only when an error is printed)."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
 def exit_code_for(exc: WorkflowError) -> int:
+    from workflow_engine import (
+        CheckpointNotFoundError,
+        CheckpointNotLatestError,
+        GraphValidationError,
+        RequestAlreadyAnsweredError,
+        RequestCancelledError,
+        ResponseTypeError,
+        RunBusyError,
+        RunNotFoundError,
+        RunNotResumableError,
+        SerializationError,
+        SignatureMismatchError,
+        StorageError,
+        UnknownRequestError,
+        WorkflowNotRegisteredError,
+    )
+
     if isinstance(exc, RunNotFoundError | UnknownRequestError | WorkflowNotRegisteredError):
         return EXIT_NOT_FOUND
     if isinstance(exc, CheckpointNotFoundError):
@@ -101,6 +147,7 @@ def exit_code_for(exc: WorkflowError) -> int:
         | RequestCancelledError
         | RunBusyError
         | RunNotResumableError
+        | CheckpointNotLatestError
         | SignatureMismatchError,
     ):
         return EXIT_CONFLICT
@@ -120,6 +167,10 @@ def print_error(message: str) -> None:
 
 def run_async(func: Callable[[], Awaitable[int]]) -> None:
     """Run a command body; turn engine errors into one clear line and an exit code."""
+    import anyio
+
+    from workflow_engine import WorkflowError
+
     try:
         code = anyio.run(func)
     except Exit as stop:
@@ -140,16 +191,26 @@ def run_async(func: Callable[[], Awaitable[int]]) -> None:
     raise typer.Exit(code)
 
 
-async def _with_runtime(db: Path | None, body: Callable[[Runtime], Awaitable[T]]) -> T:
+async def _with_runtime(
+    db: Path | None,
+    body: Callable[[Runtime], Awaitable[T]],
+    workflows: Sequence[str] = (),
+) -> T:
     """Open the runtime for a command that needs an existing database (it never creates one,
-    so a mistyped ``--db`` is reported instead of silently starting an empty file)."""
+    so a mistyped ``--db`` is reported instead of silently starting an empty file).
+
+    Only ``workflows`` are registered up front; commands register the workflow of the run they
+    act on once they know it (building every graph would dominate a listing's start-up time).
+    """
+    from storage import default_db_path
+
     path = db if db is not None else default_db_path()
     if not Path(path).exists():
         err_console().print(
             f"[red]error:[/] no database at {path} (nothing has run there yet; check --db)"
         )
         raise Exit(EXIT_NOT_FOUND)
-    runtime = open_runtime(db)
+    runtime = open_runtime(db, workflows=workflows)
     try:
         return await body(runtime)
     finally:
@@ -160,84 +221,49 @@ def _when(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+# --- ids: any unique prefix -----------------------------------------------------------------
+
+
+async def _full_run_id(runtime: Runtime, given: str) -> str:
+    """The run ``given`` names: its id or a unique prefix of one (unknown: ``given``)."""
+    from workflow_engine import RunNotFoundError
+
+    try:
+        return (await runtime.store.get_run(given)).run_id
+    except RunNotFoundError:
+        pass
+    return _matched("run", given, [r.run_id for r in await runtime.list_runs()])
+
+
+async def _full_request_id(runtime: Runtime, given: str) -> str:
+    """The request ``given`` names: its id or a unique prefix of one (unknown: ``given``)."""
+    from workflow_engine import UnknownRequestError
+
+    try:
+        return (await runtime.store.get_request(given)).request_id
+    except UnknownRequestError:
+        pass
+    every = await runtime.store.list_requests(None, status=None)
+    return _matched("request", given, [r.request_id for r in every])
+
+
+def _matched(kind: str, given: str, ids: list[str]) -> str:
+    try:
+        return match(kind, given, ids)
+    except AmbiguousIdError as exc:
+        err_console().print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        raise Exit(EXIT_USAGE) from None
+
+
+async def _run_for(runtime: Runtime, given: str, model: str | None = None) -> str:
+    """Resolve a run id (prefix) and register the workflow that run belongs to."""
+    run_id = await _full_run_id(runtime, given)
+    run = await runtime.store.get_run(run_id)
+    register(runtime, [run.workflow_name], model)
+    return run_id
+
+
 # --- running ----------------------------------------------------------------------------------
-
-
-async def drive(
-    runtime: Runtime,
-    run_id: str,
-    policy: AnswerPolicy,
-    *,
-    json_mode: bool,
-    detach: bool,
-    console: Console,
-) -> int:
-    """Resume, stream, answer what the policy can, repeat; returns the exit code."""
-    while True:
-        run = await runtime.store.get_run(run_id)
-        printer = EventPrinter(
-            console, json_mode=json_mode, codec=runtime.workflow(run.workflow_name).codec
-        )
-        stream = runtime.resume_stream(run_id)
-        try:
-            async with aclosing(stream):
-                if not json_mode and console.is_terminal:
-                    with console.status("working…", spinner="dots"):
-                        async for event in stream:
-                            printer.show(event)
-                else:
-                    async for event in stream:
-                        printer.show(event)
-        finally:
-            printer.finish()
-        result = stream.result
-        assert result is not None
-        if result.status is WorkflowRunState.IDLE:
-            if not json_mode:
-                for output in result.outputs:
-                    console.print(f"[bold green]✓ {escape(describe_output(output))}[/]")
-                console.print(f"Run {run_id} finished.")
-            return EXIT_DONE
-        if result.status is not WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
-            if not json_mode:
-                console.print(f"[red]Run {run_id} ended {result.status.value}.[/]")
-            return EXIT_FAILED
-        answers: list[tuple[str, Any]] = []
-        for request in result.pending_requests:
-            answer = None if detach else policy.answer(request)
-            if answer is None:
-                _print_paused(console, run_id, result.pending_requests, json_mode)
-                return EXIT_PAUSED
-            answers.append((request.request_id, answer))
-        for request_id, answer in answers:
-            await runtime.respond(request_id, answer)
-
-
-def _print_paused(console: Console, run_id: str, pending: list[Any], json_mode: bool) -> None:
-    if json_mode:
-        print(json.dumps({"paused": run_id, "requests": [r.request_id for r in pending]}))
-        return
-    console.print(f"[bold]Run {run_id} is paused, waiting for input.[/]")
-    for request in pending:
-        console.print(f"  request {request.request_id} ({type(request.data).__name__})")
-    console.print(
-        "Answer with `workflow-engine respond REQUEST_ID --approve|--reject|--message TEXT`, "
-        f"then `workflow-engine resume {run_id}`."
-    )
-
-
-def _policy(
-    approve: bool | None, replies: list[str], end: bool, interactive: bool | None, console: Console
-) -> AnswerPolicy:
-    tty = stdin_is_tty() if interactive is None else interactive
-    approvals = "ask" if approve is None else ("approve" if approve else "reject")
-    return AnswerPolicy(
-        interactive=tty,
-        approvals=approvals,
-        replies=list(replies),
-        end_when_out_of_replies=end,
-        console=console,
-    )
 
 
 ApproveOption = Annotated[
@@ -277,7 +303,6 @@ def demo(
     json_mode: JsonOption = False,
 ) -> None:
     """Run a demo workflow durably: streams agents, asks for approvals and input."""
-    console = Console()
     workflow = DEMO_ALIASES.get(name)
     if workflow is None:
         err_console().print(
@@ -285,30 +310,37 @@ def demo(
         )
         raise typer.Exit(EXIT_USAGE)
     apply_model_flags(model, base_url, api_key)
-    policy = _policy(approve, reply or [], end, interactive, console)
+    from ._console import drive, make_policy, terminals
+
+    term, talk = terminals(json_mode)
+    policy = make_policy(approve, reply or [], end, interactive, talk)
     if not policy.interactive and not detach and approve is None:
         # No one to ask: a demo should still run to the end (say so; --reject/--detach exist).
-        console.print("[dim]no terminal: approving tool calls and ending at the next prompt[/]")
+        talk.line(("no terminal: approving tool calls and ending at the next prompt", "dim"))
         policy.approvals = "approve"
         policy.end_when_out_of_replies = True
-    if message is None:
-        if policy.interactive:
-            message = policy.read("You: ").strip() or _DEFAULT_MESSAGES[workflow]
-        else:
-            message = _DEFAULT_MESSAGES[workflow]
-    first = message
+    typed = False
+    if message is None and policy.interactive:
+        talk.line((f"{workflow} demo · type the first message (empty: a sample one)", "dim"))
+        try:
+            message = talk.ask(policy.read, ("You: ", "bold green")).strip()
+        except (EOFError, KeyboardInterrupt):
+            talk.end()
+            talk.line("Nothing started.")
+            raise typer.Exit(EXIT_DONE) from None
+        typed = bool(message)
+    first = message or _DEFAULT_MESSAGES[workflow]
 
     async def body() -> int:
-        runtime = open_runtime(db, model)
+        runtime = open_runtime(db, model, workflows=[workflow])
         try:
             run_id = await runtime.start(workflow, first)
             if not json_mode:
-                console.print(
-                    f"[dim]run {run_id} · workflow {workflow} · db {runtime.store.path}[/]"
-                )
-                console.print(f"[bold]You:[/] {escape(first)}")
+                term.line((f"run {run_id} · workflow {workflow} · db {runtime.store.path}", "dim"))
+                if not typed:
+                    term.line(("You: ", "bold green"), first, indent=5)
             return await drive(
-                runtime, run_id, policy, json_mode=json_mode, detach=detach, console=console
+                runtime, run_id, policy, json_mode=json_mode, detach=detach, term=term
             )
         finally:
             await runtime.close()
@@ -337,7 +369,7 @@ def _interruptible(body: Callable[[], Awaitable[int]]) -> None:
 
 @app.command()
 def resume(
-    run_id: str,
+    run_id: Annotated[str, typer.Argument(help="A run id, or any unique prefix of one.")],
     approve: ApproveOption = None,
     reply: ReplyOption = None,
     end: EndOption = False,
@@ -346,15 +378,16 @@ def resume(
     json_mode: JsonOption = False,
 ) -> None:
     """Continue a run (after answers, a restart or a crash), streaming like the demo."""
-    console = Console()
-    policy = _policy(approve, reply or [], end, interactive, console)
+    from ._console import drive, make_policy, terminals
+
+    term, talk = terminals(json_mode)
+    policy = make_policy(approve, reply or [], end, interactive, talk)
 
     async def body() -> int:
-        runtime = open_runtime(db)
+        runtime = open_runtime(db, workflows=())
         try:
-            return await drive(
-                runtime, run_id, policy, json_mode=json_mode, detach=False, console=console
-            )
+            full = await _run_for(runtime, run_id)
+            return await drive(runtime, full, policy, json_mode=json_mode, detach=False, term=term)
         finally:
             await runtime.close()
 
@@ -363,7 +396,7 @@ def resume(
 
 @app.command()
 def respond(
-    request_id: str,
+    request_id: Annotated[str, typer.Argument(help="A request id, or any unique prefix of one.")],
     approve: Annotated[
         bool | None, typer.Option("--approve/--reject", help="Approve or reject a tool call.")
     ] = None,
@@ -401,10 +434,12 @@ def respond(
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
-            outcome = await runtime.respond(request_id, answer)
-            request = await runtime.get_request(request_id)
+            full = await _full_request_id(runtime, request_id)
+            _, run = await runtime.store.get_request_and_run(full)
+            register(runtime, [run.workflow_name])
+            outcome = await runtime.respond(full, answer)
             note = "already had this answer" if outcome.value == "duplicate" else "answer stored"
-            Console().print(f"{note}; continue with `workflow-engine resume {request.run_id}`")
+            print(f"{note}; continue with `workflow-engine resume {run.run_id}`")
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -413,13 +448,16 @@ def respond(
 
 
 @app.command()
-def cancel(run_id: str, db: DbOption = None) -> None:
+def cancel(
+    run_id: Annotated[str, typer.Argument(help="A run id, or any unique prefix of one.")],
+    db: DbOption = None,
+) -> None:
     """Cancel a run: it ends CANCELLED and its pending requests can no longer be answered."""
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
-            info = await runtime.cancel(run_id)
-            Console().print(f"Run {run_id} {info.status.value}.")
+            info = await runtime.cancel(await _run_for(runtime, run_id))
+            print(f"Run {info.run_id} {info.status.value}.")
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -450,6 +488,16 @@ def graph(
 # --- inspecting -------------------------------------------------------------------------------
 
 
+def _print_table(headers: list[str], rows: list[list[str]], wrap: Sequence[str] = ()) -> None:
+    """Aligned columns, ids and statuses whole; only ``wrap`` columns fold at the terminal's
+    width (none when the output is not a terminal, so pipes get one line per row)."""
+    from ._term import format_table, is_live, terminal_columns
+
+    width = terminal_columns(sys.stdout) - 1 if sys.stdout.isatty() else 0
+    for line in format_table(headers, rows, width=width, wrap=wrap, live=is_live(sys.stdout)):
+        print(line)
+
+
 @runs_app.command("list")
 def runs_list(
     status: Annotated[str | None, typer.Option(help="e.g. idle_with_pending_requests")] = None,
@@ -458,6 +506,8 @@ def runs_list(
     json_mode: JsonOption = False,
 ) -> None:
     """List runs, oldest first."""
+    from workflow_engine import WorkflowRunState
+
     try:
         state = WorkflowRunState(status) if status else None
     except ValueError:
@@ -487,12 +537,23 @@ def runs_list(
                     )
                 )
                 return EXIT_DONE
-            table = Table("run", "workflow", "status", "superstep", "updated (UTC)")
-            for r in runs:
-                table.add_row(
-                    r.run_id, r.workflow_name, r.status.value, str(r.superstep), _when(r.updated_at)
-                )
-            Console().print(table)
+            if not runs:
+                print("No runs." if state is None and workflow is None else "No matching runs.")
+                return EXIT_DONE
+            every = runs if state is None and workflow is None else await runtime.list_runs()
+            short = short_ids(r.run_id for r in every)
+            rows = [
+                [
+                    short[r.run_id],
+                    r.workflow_name,
+                    r.status.value,
+                    str(r.superstep),
+                    _when(r.updated_at),
+                ]
+                for r in runs
+            ]
+            headers = ["RUN", "WORKFLOW", "STATUS", "STEP", "UPDATED (UTC)"]
+            _print_table(headers, rows, wrap=["UPDATED (UTC)"])
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -501,13 +562,20 @@ def runs_list(
 
 
 @runs_app.command("show")
-def runs_show(run_id: str, db: DbOption = None, json_mode: JsonOption = False) -> None:
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="A run id, or any unique prefix of one.")],
+    db: DbOption = None,
+    json_mode: JsonOption = False,
+) -> None:
     """A run's timeline (checkpoints per superstep), outputs and pending requests."""
 
     async def body() -> int:
+        from ._console import describe_output
+
         async def go(runtime: Runtime) -> int:
-            info = await runtime.get_run(run_id)
-            history = await runtime.history(run_id)
+            full = await _run_for(runtime, run_id)
+            info = await runtime.get_run(full)
+            history = await runtime.history(full)
             if json_mode:
                 print(
                     json.dumps(
@@ -527,25 +595,27 @@ def runs_show(run_id: str, db: DbOption = None, json_mode: JsonOption = False) -
                     )
                 )
                 return EXIT_DONE
-            console = Console()
-            console.print(
-                f"[bold]Run {info.run_id}[/] · {info.workflow_name} · {info.status.value} · "
-                f"superstep {info.superstep}"
+            from ._term import Terminal
+
+            term = Terminal()
+            term.line(
+                (f"Run {info.run_id}", "bold"),
+                f" · {info.workflow_name} · {info.status.value} · superstep {info.superstep}",
             )
-            table = Table("#", "superstep", "status", "kind", "at (UTC)", title="timeline")
-            for h in history:
-                table.add_row(
-                    str(h.seq), str(h.superstep), h.status.value, h.kind, _when(h.created_at)
-                )
-            console.print(table)
+            rows = [
+                [str(h.seq), str(h.superstep), h.status.value, h.kind, _when(h.created_at)]
+                for h in history
+            ]
+            _print_table(["#", "SUPERSTEP", "STATUS", "KIND", "AT (UTC)"], rows, wrap=["AT (UTC)"])
             for output in info.outputs:
-                console.print(f"[green]output:[/] {escape(describe_output(output))}")
+                term.line(("output: ", "green"), describe_output(output))
             for request in info.pending_requests:
-                console.print(
-                    f"[yellow]waiting:[/] {request.request_id} ({type(request.data).__name__})"
+                term.line(
+                    ("waiting: ", "yellow"),
+                    f"{request.request_id} ({type(request.data).__name__})",
                 )
             if info.error:
-                console.print(f"[red]error:[/] {escape(str(info.error.get('message')))}")
+                term.line(("error: ", "red"), str(info.error.get("message")))
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -558,34 +628,40 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
     """Pending requests across all runs (approvals show the tool and its arguments)."""
 
     async def body() -> int:
+        from ._views import describe_request
+
         async def go(runtime: Runtime) -> int:
+            # No workflow is registered, so the data stays as stored; describe_request reads it.
             pending = await runtime.pending_requests()
-            rows = []
-            for r in pending:
-                call = getattr(r.data, "function_call", None)
-                if call is not None:
-                    what = f"approve {call.name}({json.dumps(call.arguments)})"
-                elif hasattr(r.data, "message"):
-                    what = f"reply to {getattr(r.data, 'agent', '')}: {r.data.message}"
-                else:
-                    what = str(r.data)
-                rows.append(
-                    {
-                        "request_id": r.request_id,
-                        "run_id": r.run_id,
-                        "workflow": r.workflow_name,
-                        "what": what,
-                    }
-                )
+            rows = [
+                {
+                    "request_id": r.request_id,
+                    "run_id": r.run_id,
+                    "workflow": r.workflow_name,
+                    "what": describe_request(r.data, r.port_id),
+                }
+                for r in pending
+            ]
             if json_mode:
                 print(json.dumps(rows))
                 return EXIT_DONE
-            table = Table("request", "run", "workflow", "what")
-            for row in rows:
-                table.add_row(
-                    row["request_id"], row["run_id"], row["workflow"], escape(row["what"])
-                )
-            Console().print(table)
+            if not rows:
+                print("No pending requests.")
+                return EXIT_DONE
+            every = await runtime.store.list_requests(None, status=None)
+            short_request = short_ids(r.request_id for r in every)
+            short_run = short_ids(r.run_id for r in await runtime.list_runs())
+            table = [
+                [
+                    short_request[row["request_id"]],
+                    short_run.get(row["run_id"], row["run_id"]),
+                    row["workflow"],
+                    row["what"],
+                ]
+                for row in rows
+            ]
+            headers = ["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"]
+            _print_table(headers, table, wrap=["WAITING FOR"])
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -616,10 +692,13 @@ def main() -> None:
     app()
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    port: Annotated[int, typer.Option(help="Port to listen on (0: any free port).")] = 8000,
     token: Annotated[
         str | None,
         typer.Option(envvar="WORKFLOW_ENGINE_TOKEN", help="Bearer token clients must send."),
@@ -628,9 +707,31 @@ def serve(
         list[str] | None, typer.Option("--cors-origin", help="Allow this browser origin.")
     ] = None,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted.")] = 1_000_000,
+    log_level: Annotated[
+        str,
+        typer.Option(
+            envvar="WORKFLOW_ENGINE_LOG_LEVEL",
+            help="debug, info (with one access-log line per request), warning or error.",
+        ),
+    ] = "info",
     db: DbOption = None,
 ) -> None:
-    """Serve the support demo (/support) and the banking agent (/banking) over AG-UI."""
+    """Serve the support demo (/support) and the banking agent (/banking) over AG-UI.
+
+    Logs go to stderr through Python's logging: uvicorn's access log (uvicorn.access), the
+    server's own messages (uvicorn.error) and the engine's (workflow_engine*, executors,
+    storage) -- one format, one level.
+    """
+    import contextlib
+    import logging
+
+    if log_level.lower() not in LOG_LEVELS:
+        err_console().print(
+            f"[red]error:[/] --log-level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}"
+        )
+        raise typer.Exit(EXIT_USAGE)
+    level = log_level.upper()
+
     import uvicorn
 
     from ._http import normalize_origin
@@ -655,6 +756,62 @@ def serve(
     if max_body_bytes < 1:
         print_error("--max-body-bytes must be at least 1")
         raise typer.Exit(EXIT_USAGE)
+    _configure_logging(level)
+    try:
+        sock = _listen(host, port)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        err_console().print(
+            f"[red]error:[/] cannot listen on {host}:{port}: {escape(reason)}"
+            + (" (another server is using it; pick another --port)" if _in_use(exc) else ""),
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_CANNOT_LISTEN) from None
+    bound = sock.getsockname()[1]
     app_ = create_app(db, token=token, cors_origins=cors_origin, max_body_bytes=max_body_bytes)
-    Console(stderr=True).print(f"AG-UI endpoints: http://{host}:{port}/support and /banking")
-    uvicorn.run(app_, host=host, port=port, log_level="warning")
+    config = uvicorn.Config(app_, log_config=None, log_level=level.lower(), access_log=True)
+    logging.getLogger("workflow_engine.cli").info(
+        "AG-UI endpoints: http://%s:%d/support and /banking", host, bound
+    )
+    # uvicorn shuts down gracefully on Ctrl-C, then raises it again: that is a normal stop
+    with contextlib.suppress(KeyboardInterrupt):
+        uvicorn.Server(config).run(sockets=[sock])
+    logging.getLogger("workflow_engine.cli").info("stopped")
+
+
+def _configure_logging(level: str) -> None:
+    """One handler on stderr for everything: uvicorn's loggers propagate to it (uvicorn is
+    given no logging config of its own)."""
+    import logging
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers.clear()
+        logging.getLogger(name).propagate = True
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A bound socket for uvicorn, so that a busy port is our one-line error, not its exit 3."""
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT is ok
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _in_use(exc: OSError) -> bool:
+    import errno
+
+    return exc.errno == errno.EADDRINUSE

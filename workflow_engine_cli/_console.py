@@ -1,19 +1,31 @@
-"""Terminal output and prompts: stream a run's events readably, ask for approvals and input.
+"""A streamed run on the terminal, and the questions a paused run asks.
 
-Colours only on a TTY (rich decides); ``--json`` prints one JSON object per event instead.
+:func:`drive` resumes a run, shows its events and answers what it asks, until it finishes or
+pauses with questions no one here can answer.
+
+:class:`EventPrinter` turns a run's events into lines a person can follow: what each agent says
+(streamed in place), the tools it calls and what they return, handoffs, failures. ``--json``
+prints one JSON object per event instead.
+
+:class:`AnswerPolicy` answers pending requests, from flags or by asking. Asking never crashes:
+an answer that cannot be parsed or that the request refuses (pydantic's message) is explained
+and asked again; Ctrl-D leaves the run paused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
+from pydantic import TypeAdapter
+from pydantic_core import to_jsonable_python
 
 from executors import (
     AgentResponse,
@@ -24,12 +36,26 @@ from executors import (
 )
 from workflow_engine import (
     ExecutorFailedEvent,
+    ExecutorInvokedEvent,
     ExternalRequest,
     JsonCodec,
+    ResponseTypeError,
+    Runtime,
     WorkflowEvent,
     WorkflowFailedEvent,
     WorkflowOutputEvent,
+    WorkflowRunState,
 )
+
+from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED
+from ._term import Part, Terminal
+from ._views import compact, field_notes, shape
+
+_WHERE = re.compile(r"^run '[^']*', request '[^']*': ")  # said once already: the prompt is it
+RESULT_CHARS = 400  # a tool result longer than this is shortened on screen (--json has it all)
+
+Submit = Callable[[Any], Awaitable[None]]
+"""Stores an answer; raises ``ResponseTypeError`` (with pydantic's message) for an invalid one."""
 
 
 def describe_output(value: Any) -> str:
@@ -43,39 +69,47 @@ def describe_output(value: Any) -> str:
 class EventPrinter:
     """Prints a run's events as they stream: agent text live, tool calls, handoffs, results."""
 
-    def __init__(self, console: Console, *, json_mode: bool, codec: JsonCodec | None) -> None:
-        self.console = console
+    def __init__(self, term: Terminal, *, json_mode: bool, codec: JsonCodec | None) -> None:
+        self.term = term
         self.json_mode = json_mode
         self.codec = codec
-        self._open_line: str | None = None  # the agent whose text line is open
+        self._speaker: str | None = None  # the agent whose line of text is open
         self._calls: dict[str, dict[str, Any]] = {}
+        self.outputs_shown: list[Any] = []  # so that the summary at the end does not repeat them
 
     def _close_line(self) -> None:
-        if self._open_line is not None:
-            self.console.print()
-            self._open_line = None
+        if self._speaker is not None:
+            self.term.end()
+            self._speaker = None
 
     def show(self, event: WorkflowEvent) -> None:
         if self.json_mode:
             print(json.dumps(event.to_dict(self.codec), default=str), flush=True)
             return
-        if isinstance(event, AgentRunUpdateEvent):
+        if isinstance(event, ExecutorInvokedEvent):
+            self.term.status = f"{event.executor_id} is working…"
+        elif isinstance(event, AgentRunUpdateEvent):
             self._agent_update(event)
         elif isinstance(event, ExecutorFailedEvent | WorkflowFailedEvent):
             self._close_line()
-            self.console.print(f"[bold red]✗ {escape(event.error.message)}[/]")
+            self.term.line((f"✗ {event.error.message}", "bold red"))
         elif isinstance(event, WorkflowOutputEvent):
             self._close_line()
             if not isinstance(event.data, HandoffOutcome | AgentResponse):
-                self.console.print(f"[bold green]output:[/] {escape(describe_output(event.data))}")
+                self.term.line(("output: ", "bold green"), describe_output(event.data))
+                self.outputs_shown.append(event.data)
 
     def _agent_update(self, event: AgentRunUpdateEvent) -> None:
         if event.kind == "text":
-            if self._open_line != event.executor_id:
+            text = event.text
+            if self._speaker != event.executor_id:
                 self._close_line()
-                self.console.print(f"[bold cyan]{event.executor_id}:[/] ", end="")
-                self._open_line = event.executor_id
-            self.console.print(escape(event.text), end="", soft_wrap=True)
+                prefix = f"{event.executor_id}:"
+                indent = len(prefix) + 1 if len(prefix) < 24 else 2  # continue under the text
+                self.term.begin((prefix, "bold cyan"), " ", indent=indent)
+                self._speaker = event.executor_id
+                text = text.lstrip()
+            self.term.write(text)
         elif event.kind == "function_call" and event.call_id:
             call = self._calls.setdefault(event.call_id, {"name": event.name, "args": ""})
             call["name"] = event.name or call["name"]
@@ -86,84 +120,20 @@ class EventPrinter:
                 name = call["name"] or "?"
                 if name.startswith("handoff_to_"):
                     target = name.removeprefix("handoff_to_")
-                    self.console.print(f"  [magenta]↪ handoff to {target}[/]")
+                    self.term.line(("  ↪ handoff to ", "magenta"), (target, "bold magenta"))
                 else:
-                    self.console.print(f"  [yellow]→ {escape(name)}({escape(call['args'])})[/]")
+                    self.term.line((f"  → {name}({call['args']})", "yellow"), indent=4)
             self._calls.clear()
         elif event.kind == "function_result":
             if (event.name or "").startswith("handoff_to_"):
                 return
-            text = f"error: {event.error}" if event.error else json.dumps(event.result)
-            self.console.print(f"  [dim]← {escape(event.name or '')}: {escape(text)}[/]")
+            text = f"error: {event.error}" if event.error else compact(event.result)
+            if len(text) > RESULT_CHARS:
+                text = text[: RESULT_CHARS - 1] + "…"
+            self.term.line((f"  ← {event.name or ''}: {text}", "dim"), indent=4)
 
     def finish(self) -> None:
         self._close_line()
-
-
-@dataclass
-class AnswerPolicy:
-    """How pending requests get answered: by asking on the terminal, or from flags."""
-
-    interactive: bool
-    approvals: str = "ask"  # ask | approve | reject
-    replies: list[str] = field(default_factory=list)
-    end_when_out_of_replies: bool = False
-    console: Console = field(default_factory=Console)
-    read: Callable[[str], str] = field(default=lambda prompt: interruptible_input(prompt))
-
-    def answer(self, request: ExternalRequest) -> Any | None:
-        """The answer to send, or None to leave the run paused."""
-        data = request.data
-        if isinstance(data, ToolApprovalRequestContent):
-            return self._approval(data)
-        if isinstance(data, HandoffUserInputRequest):
-            return self._user_input(data)
-        if self.interactive:
-            self.console.print(f"[bold]Request {request.request_id}[/] ({request.port_id}):")
-            self.console.print(escape(json.dumps(data, default=str)))
-            return json.loads(self.read("Answer (JSON): "))
-        return None
-
-    def _approval(self, request: ToolApprovalRequestContent) -> Any | None:
-        call = request.function_call
-        arguments = json.dumps(call.arguments)
-        if self.approvals in ("approve", "reject"):
-            verdict = "approved" if self.approvals == "approve" else "rejected"
-            self.console.print(
-                f"[bold]Approval:[/] {escape(call.name)}({escape(arguments)}) {verdict}"
-            )
-            return {"approved": self.approvals == "approve"}
-        if not self.interactive:
-            return None
-        self.console.print(
-            f"[bold yellow]Approval needed:[/] {escape(call.name)}({escape(arguments)})"
-        )
-        while True:
-            choice = self.read("Approve? [y]es / [n]o / [e]dit arguments: ").strip().lower()
-            if choice in ("y", "yes"):
-                return {"approved": True}
-            if choice in ("n", "no"):
-                return {"approved": False}
-            if choice in ("e", "edit"):
-                raw = self.read("New arguments as JSON (only the fields to change): ")
-                try:
-                    edits = json.loads(raw)
-                except json.JSONDecodeError as exc:
-                    self.console.print(f"[red]not JSON: {exc}[/]")
-                    continue
-                return {"approved": True, "arguments": edits}
-
-    def _user_input(self, request: HandoffUserInputRequest) -> Any | None:
-        if self.replies:
-            reply = self.replies.pop(0)
-            self.console.print(f"[bold]You:[/] {escape(reply)}")
-            return {"message": reply}
-        if not self.interactive:
-            return {"end": True} if self.end_when_out_of_replies else None
-        reply = self.read("You (empty or /end to finish): ").strip()
-        if not reply or reply == "/end":
-            return {"end": True}
-        return {"message": reply}
 
 
 def interruptible_input(prompt: str) -> str:
@@ -180,5 +150,265 @@ def interruptible_input(prompt: str) -> str:
         signal.signal(signal.SIGINT, previous)
 
 
+def enable_line_editing() -> None:
+    """Arrow keys and history at the prompts (GNU readline, where Python has it)."""
+    with contextlib.suppress(ImportError):
+        import readline  # noqa: F401  (importing it is what makes input() use it)
+
+
 def stdin_is_tty() -> bool:
     return sys.stdin.isatty()
+
+
+@dataclass
+class AnswerPolicy:
+    """How pending requests get answered: from flags, or by asking on the terminal."""
+
+    interactive: bool
+    approvals: str = "ask"  # ask | approve | reject
+    replies: list[str] = field(default_factory=list)
+    end_when_out_of_replies: bool = False
+    term: Terminal = field(default_factory=Terminal)
+    read: Callable[[str], str] = field(default=interruptible_input)
+
+    async def settle(self, request: ExternalRequest, submit: Submit) -> bool:
+        """Answer ``request`` through ``submit``; False leaves it unanswered (the run pauses)."""
+        data = request.data
+        try:
+            if isinstance(data, ToolApprovalRequestContent):
+                return await self._approval(data, submit)
+            if isinstance(data, HandoffUserInputRequest):
+                return await self._user_input(data, submit)
+            return await self._other(request, submit)
+        except EOFError:  # Ctrl-D at a prompt: no answer now, the run waits
+            self.term.end()
+            return False
+
+    def _ask(self, *prompt: Part) -> str:
+        return self.term.ask(self.read, *prompt)
+
+    def _problem(self, text: str) -> None:
+        self.term.line((f"  {_WHERE.sub('', text)}", "red"), indent=4)
+
+    async def _approval(self, request: ToolApprovalRequestContent, submit: Submit) -> bool:
+        call = request.function_call
+        shown = f"{call.name}({compact(call.arguments)})"
+        if self.approvals in ("approve", "reject"):
+            verdict = "approved" if self.approvals == "approve" else "rejected"
+            self.term.line(("Approval: ", "bold"), f"{shown} {verdict}", indent=4)
+            await submit({"approved": self.approvals == "approve"})
+            return True
+        if not self.interactive:
+            return False
+        self.term.line(("Approval needed: ", "bold yellow"), shown, indent=4)
+        while True:
+            choice = self._ask(("Approve? ", "bold"), "[y]es / [n]o / [e]dit arguments: ")
+            choice = choice.strip().lower()
+            if choice in ("y", "yes"):
+                await submit({"approved": True})
+                return True
+            if choice in ("n", "no"):
+                await submit({"approved": False})
+                return True
+            if choice in ("e", "edit"):
+                if await self._edit(call.name, call.arguments, submit):
+                    return True
+                continue
+            self._problem("answer y (run it), n (do not run it) or e (edit its arguments)")
+
+    async def _edit(self, tool: str, arguments: dict[str, Any], submit: Submit) -> bool:
+        """Ask for edited arguments until the tool's schema accepts them; False: back out."""
+        self.term.line(("  now: ", "dim"), compact(arguments), indent=4)
+        while True:
+            raw = self._ask("Arguments to change, as JSON (empty: back): ").strip()
+            if not raw:
+                return False
+            try:
+                edits = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                self._problem(f"not JSON: {exc.msg} at column {exc.colno}")
+                continue
+            if not isinstance(edits, dict):
+                self._problem(f'not a JSON object: write {{"name": value, ...}} for {tool}')
+                continue
+            try:
+                await submit({"approved": True, "arguments": edits})
+            except ResponseTypeError as exc:
+                self._problem(str(exc))
+                continue
+            return True
+
+    async def _user_input(self, request: HandoffUserInputRequest, submit: Submit) -> bool:
+        if self.replies:
+            reply = self.replies.pop(0)
+            self.term.line(("You: ", "bold green"), reply, indent=5)
+            await submit({"message": reply})
+            return True
+        if not self.interactive:
+            if not self.end_when_out_of_replies:
+                return False
+            await submit({"end": True})
+            return True
+        reply = self._ask(("You", "bold green"), " (empty or /end to finish): ").strip()
+        await submit({"end": True} if not reply or reply == "/end" else {"message": reply})
+        return True
+
+    async def _other(self, request: ExternalRequest, submit: Submit) -> bool:
+        """Any other request: show its data, ask in the form its response type suggests."""
+        if not self.interactive:
+            return False
+        schema = _schema(request.response_type)
+        kind = _answer_kind(schema)
+        self.term.line((f"Request {request.port_id}", "bold"), " is waiting for an answer:")
+        for label, value in _fields(request.data):
+            self.term.line(f"  {label}: " if label else "  ", value, indent=4)
+        hint = {"bool": "y/n", "text": "text"}.get(kind, "JSON")
+        if kind == "json" and schema:
+            self.term.line(("  answer as JSON: ", "dim"), shape(schema), indent=4)
+            for name, note in field_notes(schema):
+                self.term.line((f"    {name}: {note}", "dim"), indent=6)
+        while True:
+            raw = self._ask(("Answer", "bold"), f" ({hint}): ").strip()
+            try:
+                value = _parse(raw, kind, schema)
+            except ValueError as exc:
+                self._problem(str(exc))
+                continue
+            try:
+                await submit(value)
+            except ResponseTypeError as exc:
+                self._problem(str(exc))
+                continue
+            return True
+
+
+def _schema(response_type: Any) -> dict[str, Any]:
+    try:
+        return TypeAdapter(response_type).json_schema()
+    except Exception:  # a type pydantic cannot describe: no hint, the answer is still validated
+        return {}
+
+
+def _answer_kind(schema: dict[str, Any]) -> str:
+    """``text`` (plain text is the answer), ``bool`` (y/n) or ``json``."""
+    kind = schema.get("type")
+    if kind == "string":
+        return "text"
+    if kind == "boolean":
+        return "bool"
+    return "json"
+
+
+def _parse(raw: str, kind: str, schema: dict[str, Any]) -> Any:
+    if kind == "text":
+        if not raw:
+            raise ValueError("type an answer (Ctrl-D leaves the run waiting)")
+        return raw
+    if kind == "bool":
+        if raw.lower() in ("y", "yes", "true"):
+            return True
+        if raw.lower() in ("n", "no", "false"):
+            return False
+        raise ValueError("answer y or n")
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        expected = f"; expected {shape(schema)}" if schema else ""
+        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno}){expected}") from None
+
+
+def _fields(data: Any) -> list[tuple[str, str]]:
+    """A request's data as ``(label, value)`` lines: one per field of an object."""
+    value = to_jsonable_python(data, fallback=str)
+    if isinstance(value, dict) and value:
+        return [(str(k), v if isinstance(v, str) else compact(v)) for k, v in value.items()]
+    return [("", value if isinstance(value, str) else compact(value))]
+
+
+# --- driving a run ----------------------------------------------------------------------------
+
+
+async def drive(
+    runtime: Runtime,
+    run_id: str,
+    policy: AnswerPolicy,
+    *,
+    json_mode: bool,
+    detach: bool,
+    term: Terminal,
+) -> int:
+    """Resume, stream, answer what the policy can, repeat; returns the exit code."""
+    run = await runtime.store.get_run(run_id)
+    codec = runtime.workflow(run.workflow_name).codec
+    printer = EventPrinter(term, json_mode=json_mode, codec=codec)
+    while True:
+        stream = runtime.resume_stream(run_id)
+        try:
+            async with aclosing(stream):
+                with nullcontext() if json_mode else term.working():
+                    async for event in stream:
+                        printer.show(event)
+        finally:
+            printer.finish()
+        result = stream.result
+        assert result is not None
+        if result.status is WorkflowRunState.IDLE:
+            if not json_mode:
+                for output in result.outputs:
+                    if output not in printer.outputs_shown:
+                        term.line((f"✓ {describe_output(output)}", "bold green"))
+                term.line(f"Run {run_id} finished.")
+            return EXIT_DONE
+        if result.status is not WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+            if not json_mode:
+                term.line((f"Run {run_id} ended {result.status.value}.", "red"))
+            return EXIT_FAILED
+        waiting = []
+        for request in result.pending_requests:
+
+            async def submit(answer: Any, request_id: str = request.request_id) -> None:
+                await runtime.respond(request_id, answer)
+
+            if detach or not await policy.settle(request, submit):
+                waiting.append(request)
+        if waiting:
+            print_paused(term, run_id, waiting, json_mode)
+            return EXIT_PAUSED
+
+
+def print_paused(
+    term: Terminal, run_id: str, pending: list[ExternalRequest], json_mode: bool
+) -> None:
+    if json_mode:
+        print(json.dumps({"paused": run_id, "requests": [r.request_id for r in pending]}))
+        return
+    term.line((f"Run {run_id} is paused, waiting for input.", "bold"))
+    for request in pending:
+        term.line(f"  request {request.request_id} ({type(request.data).__name__})")
+    term.line(
+        "Answer with `workflow-engine respond REQUEST_ID --approve|--reject|--message TEXT`, "
+        f"then `workflow-engine resume {run_id}`."
+    )
+
+
+def make_policy(
+    approve: bool | None, replies: list[str], end: bool, interactive: bool | None, term: Terminal
+) -> AnswerPolicy:
+    tty = stdin_is_tty() if interactive is None else interactive
+    if tty and term.live:
+        enable_line_editing()
+    approvals = "ask" if approve is None else ("approve" if approve else "reject")
+    return AnswerPolicy(
+        interactive=tty,
+        approvals=approvals,
+        replies=list(replies),
+        end_when_out_of_replies=end,
+        term=term,
+    )
+
+
+def terminals(json_mode: bool) -> tuple[Terminal, Terminal]:
+    """Where the run is shown, and where prompts and answers go: with ``--json`` stdout carries
+    only JSON, so the conversation with the user moves to stderr."""
+    shown = Terminal()
+    return shown, (Terminal(sys.stderr) if json_mode else shown)

@@ -2,23 +2,30 @@
 
 ``Cli`` runs one command per call with its own SQLite file and demo ledger (no terminal: stdin
 is /dev/null). ``PtySession`` drives the interactive mode through a pseudo-terminal, with a
-timeout on every read so that a hang fails the test instead of blocking it.
+timeout on every read so that a hang fails the test instead of blocking it. ``ScreenSession``
+is a PTY of a given size behind a terminal emulator (pyte): tests read the rendered screen, as a
+person would, rather than the bytes -- text that is printed and then erased is not on it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import select
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import pyte
 
 # The console script installed next to the interpreter running the tests (.venv/bin).
 ENGINE = Path(sys.executable).parent / "workflow-engine"
@@ -128,8 +135,19 @@ def run_concurrently(jobs: Sequence[tuple[Cli, Sequence[str], bool]]) -> list[Re
 class PtySession:
     """One ``workflow-engine`` process whose stdin/stdout/stderr are a pseudo-terminal."""
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path) -> None:
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        term: str = "dumb",
+        size: tuple[int, int] | None = None,  # (columns, lines)
+    ) -> None:
         master, slave = os.openpty()
+        if size is not None:  # what the program's get_terminal_size() will see
+            columns, lines = size
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
         self.master = master
         self.raw = b""
         self.proc = subprocess.Popen(
@@ -137,7 +155,7 @@ class PtySession:
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            env={**env, "TERM": "dumb"},
+            env={**env, "TERM": term},
             cwd=cwd,
             close_fds=True,
             start_new_session=True,  # no controlling terminal shared with the test runner
@@ -160,7 +178,11 @@ class PtySession:
         if not chunk:
             return False
         self.raw += chunk
+        self._received(chunk)
         return True
+
+    def _received(self, chunk: bytes) -> None:
+        """Hook for subclasses: every chunk of output, in order."""
 
     def expect(self, pattern: str, timeout: float = READ_TIMEOUT) -> str:
         """Read until the output (after ``start``) contains ``pattern``; returns that output."""
@@ -176,6 +198,10 @@ class PtySession:
     def send(self, line: str) -> None:
         os.write(self.master, line.encode() + b"\n")
 
+    def send_raw(self, data: bytes) -> None:
+        """Keys as bytes, e.g. ``b"\x04"`` (Ctrl-D) or ``b"\x03"`` (Ctrl-C)."""
+        os.write(self.master, data)
+
     def wait(self, timeout: float = READ_TIMEOUT) -> int:
         """Read to EOF, then reap; the exit code."""
         deadline = time.monotonic() + timeout
@@ -189,3 +215,68 @@ class PtySession:
             self.proc.kill()
             self.proc.wait(timeout=5)
         os.close(self.master)
+
+
+class ScreenSession(PtySession):
+    """A PTY of ``columns`` by ``lines`` behind a terminal emulator: ``screen()`` is what a
+    person sees (lines scrolled off the top included), not the byte stream."""
+
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        columns: int = 80,
+        lines: int = 40,
+        term: str = "xterm-256color",
+    ) -> None:
+        self._screen = pyte.HistoryScreen(columns, lines, history=10_000)
+        self._stream = pyte.ByteStream(self._screen)
+        # the window size comes from the PTY: COLUMNS/LINES would override it
+        env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
+        super().__init__(args, env, cwd, term=term, size=(columns, lines))
+
+    def _received(self, chunk: bytes) -> None:
+        self._stream.feed(chunk)
+
+    def screen(self) -> list[str]:
+        """Every rendered line, from the oldest scrolled-off one to the bottom of the window,
+        without trailing blanks."""
+        columns = self._screen.columns
+        scrolled = [
+            "".join(line[x].data for x in range(columns)) for line in self._screen.history.top
+        ]
+        rows = [*scrolled, *self._screen.display]
+        rows = [row.rstrip() for row in rows]
+        while rows and not rows[-1]:
+            rows.pop()
+        return rows
+
+    def screen_text(self) -> str:
+        return "\n".join(self.screen())
+
+    def expect_screen(self, text: str, timeout: float = READ_TIMEOUT) -> list[str]:
+        """Read until ``text`` is on the screen (whitespace collapsed, so a wrapped sentence
+        still matches); returns the screen."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if flat(text) in flat(self.screen_text()):
+                return self.screen()
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"no {text!r} on the screen within {timeout:g} s; screen:\n"
+                    + self.screen_text()
+                )
+            if not self._read(deadline):
+                raise AssertionError(f"exited before {text!r}; screen:\n{self.screen_text()}")
+
+    def settle(self, quiet: float = 0.3, timeout: float = READ_TIMEOUT) -> None:
+        """Read until no output arrived for ``quiet`` seconds (a prompt waits for input)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            before = len(self.raw)
+            if not self._read(min(deadline, time.monotonic() + quiet)):
+                return
+            if len(self.raw) == before:
+                return

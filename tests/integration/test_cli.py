@@ -9,16 +9,26 @@ commands that share nothing run concurrently, each against its own database.
 
 from __future__ import annotations
 
+import json
+import queue
 import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 
 from storage import SqliteStore
-from tests.integration.cli_harness import Cli, PtySession, flat, run_concurrently
+from tests.integration.cli_harness import ENGINE, Cli, PtySession, flat, run_concurrently
 
 REFUND = "I want a refund for order 12345"
 
@@ -95,6 +105,7 @@ def test_demo_runs_to_the_end_without_a_terminal(tmp_path: Path) -> None:
         run_id = re.search(r"run (\w+) · workflow support", result.out)
         assert run_id, context
         assert f"Run {run_id[1]} finished." in result.out, context
+        assert "\x1b" not in result.out, context  # no terminal: plain lines, no escape codes
         for text in says:
             assert text in result.out, f"{text!r} missing: {context}"
         if not ledger:
@@ -109,6 +120,7 @@ def test_demo_runs_to_the_end_without_a_terminal(tmp_path: Path) -> None:
 # --- 2. pause in one process, answer in a second, resume in a third -----------------------------
 
 
+@pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_detach_respond_resume_across_processes(cli: Cli) -> None:
     paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--detach")
     run_id = re.search(r"Run (\w+) is paused, waiting for input\.", paused.out)
@@ -178,6 +190,7 @@ def test_conversation_continues_across_processes(cli: Cli) -> None:
     assert cli.ledger() == []
 
 
+@pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     run_id, request_id = cli.start_paused()
 
@@ -221,6 +234,7 @@ BAD_INPUT: list[tuple[list[str], bool, int, str]] = [
     (["runs", "list", "--status", "bogus"], True, 2, "unknown status 'bogus'"),
     (["graph", "nope"], False, 4, "no workflow named 'nope'"),
     (["graph", "support", "--format", "svg"], False, 2, "--format must be mermaid or dot"),
+    (["serve", "--log-level", "loud"], True, 2, "--log-level must be one of"),
 ]
 
 
@@ -270,6 +284,7 @@ def test_graph(cli: Cli) -> None:
     assert '"order_agent" -> "triage_agent";' in dot.out
 
 
+@pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_runs_list_and_cancel(cli: Cli) -> None:
     cli.expect(0, "demo", "handoff", "-m", REFUND, "--approve")
     paused_id, request_id = cli.start_paused()
@@ -335,3 +350,148 @@ def test_interactive_reject_and_end(cli: Cli, pty_demo: PtySession) -> None:
     assert "conversation ended by user" in out
     assert "Traceback" not in out
     assert cli.ledger() == []
+
+
+# --- 6. version, start-up imports, the server's logs and a busy port ----------------------------
+
+
+def test_version(cli: Cli) -> None:
+    result = cli.expect(0, "--version", db=False)
+    assert result.out == f"workflow-engine {version('workflow-engine')}\n"
+
+
+HEAVY = {"executors", "examples", "fastapi", "uvicorn", "openai", "rich", "networkx"}
+PROBE = """
+import json, sys
+out, args = sys.argv[1], json.loads(sys.argv[2])
+sys.argv = ["workflow-engine", *args]
+from workflow_engine_cli import main
+try:
+    main()
+finally:
+    with open(out, "w") as f:
+        json.dump(sorted({m.split(".")[0] for m in sys.modules}), f)
+"""
+
+
+def test_read_only_commands_do_not_load_agents_server_or_rich(cli: Cli, tmp_path: Path) -> None:
+    """What makes them start fast (timing itself is measured, not asserted)."""
+    cli.start_paused()
+    for n, args in enumerate([["--version"], ["--help"], ["runs", "list"], ["requests", "list"]]):
+        out = tmp_path / f"modules{n}.json"
+        argv = [*args, "--db", str(cli.db)] if args[0] in ("runs", "requests") else args
+        proc = subprocess.run(
+            [sys.executable, "-c", PROBE, str(out), json.dumps(argv)],
+            capture_output=True,
+            text=True,
+            env=cli.env,
+            cwd=cli.cwd,
+            timeout=30,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        loaded = set(json.loads(out.read_text()))
+        heavy = HEAVY - {"rich"} if args == ["--help"] else HEAVY  # typer formats help with rich
+        assert loaded.isdisjoint(heavy), (args, sorted(loaded & heavy))
+        if args in (["--version"], ["--help"]):
+            assert "workflow_engine" not in loaded and "storage" not in loaded, args
+    assert "approve submit_refund(" in proc.stdout  # requests list still says what is waiting
+
+
+class ServerProcess:
+    """``workflow-engine serve --port 0`` with its stderr (the log) collected line by line."""
+
+    def __init__(self, cli: Cli, *args: str, port: int = 0) -> None:
+        self.proc = subprocess.Popen(
+            [str(ENGINE), "serve", "--port", str(port), "--db", str(cli.db), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli.env,
+            cwd=cli.cwd,
+        )
+        self.log: list[str] = []
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        assert self.proc.stderr is not None
+        self._pumping = threading.Thread(target=self._pump, args=(self.proc.stderr,), daemon=True)
+        self._pumping.start()
+
+    def _pump(self, stream: Any) -> None:
+        for line in stream:
+            self._lines.put(line)
+        self._lines.put(None)  # end of the log
+
+    def rest(self) -> list[str]:
+        """The whole log, once the process has ended."""
+        while (line := self._lines.get(timeout=10)) is not None:
+            self.log.append(line)
+        return self.log
+
+    def expect(self, pattern: str, timeout: float = 20.0) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            for line in self.log:
+                if found := re.search(pattern, line):
+                    return found
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                line = None
+            if line is None:
+                raise AssertionError(f"no {pattern!r} in the log:\n{''.join(self.log)}")
+            self.log.append(line)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+        finally:
+            self._pumping.join(timeout=10)
+            for pipe in (self.proc.stdout, self.proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+
+
+def test_serve_logs_each_request_and_a_busy_port_is_one_error(cli: Cli) -> None:
+    anyio.run(_create_database, cli.db)
+    server = ServerProcess(cli)
+    try:
+        port = int(server.expect(r"AG-UI endpoints: http://127\.0\.0\.1:(\d+)/support")[1])
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+        access = server.expect(r'uvicorn\.access: 127\.0\.0\.1:\d+ - "GET /health HTTP/1\.1" 200')
+        assert re.match(r"\d\d:\d\d:\d\d INFO ", access.string)
+
+        busy = cli.expect(7, "serve", "--port", str(port))
+        line = busy.error_line()
+        assert f"cannot listen on 127.0.0.1:{port}" in line
+        assert "in use" in line
+        assert busy.out == ""
+    finally:
+        assert server.stop() == 0, "".join(server.log)
+
+
+def test_serve_log_level_warning_is_quiet(cli: Cli) -> None:
+    anyio.run(_create_database, cli.db)
+    with socket.socket() as probe:  # a free port (the server binds it a moment later)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ServerProcess(cli, "--log-level", "warning", port=port)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline and server.proc.poll() is None
+                time.sleep(0.1)
+    finally:
+        assert server.stop() == 0
+    log = "".join(server.rest())
+    assert "uvicorn.access" not in log and "AG-UI endpoints" not in log, log

@@ -1,0 +1,409 @@
+"""What a person sees: the installed ``workflow-engine`` in an 80-column pseudo-terminal, read
+through a terminal emulator (pyte) from the rendered screen.
+
+The byte stream is not enough: agent text that is printed and then erased by a spinner's redraw
+is in the bytes but not on the screen, which is how the demo once hid everything the agents said
+while every byte-level test passed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.integration.cli_harness import Cli, ScreenSession, flat, run_concurrently
+from workflow_engine_cli._registry import open_runtime
+
+REFUND = "I want a refund for order 12345"
+SPINNER = set("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+APPROVE = "Approve? [y]es / [n]o / [e]dit arguments:"
+
+# What the agents say before the approval, each on its own screen line(s), in this order.
+BEFORE_APPROVAL = [
+    "triage_agent: I'll hand you to our refunds specialist.",
+    "↪ handoff to refund_agent",
+    "refund_agent: Let me look up order 12345.",
+    '→ lookup_order_details({"order_id": "12345"})',
+    "← lookup_order_details:",
+    "refund_agent: I found order 12345. I'll submit a refund for the full amount.",
+    "→ submit_refund(",
+    "Approval needed: submit_refund(",
+]
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+@pytest.fixture
+def sessions() -> Iterator[list[ScreenSession]]:
+    opened: list[ScreenSession] = []
+    yield opened
+    for session in opened:
+        session.close()
+
+
+def open_screen(
+    sessions: list[ScreenSession], cli: Cli, *args: str, env: dict[str, str] | None = None
+) -> ScreenSession:
+    session = ScreenSession([*args, "--db", str(cli.db)], {**cli.env, **(env or {})}, cli.cwd)
+    sessions.append(session)
+    return session
+
+
+def in_order(screen: list[str], expected: list[str]) -> None:
+    """Each expected text on the screen, in this order (a wrapped line still matches)."""
+    text = flat("\n".join(screen))
+    at = 0
+    for item in expected:
+        found = text.find(flat(item), at)
+        assert found >= 0, f"{item!r} not on the screen after position {at}:\n" + "\n".join(screen)
+        at = found + len(flat(item))
+
+
+def assert_clean(screen: list[str], columns: int = 80) -> None:
+    """No spinner left behind, nothing wider than the window, no traceback."""
+    for row in screen:
+        assert not SPINNER & set(row), f"spinner left on the screen: {row!r}"
+        assert len(row) <= columns
+    assert "Traceback" not in "\n".join(screen)
+
+
+def start_demo(sessions: list[ScreenSession], cli: Cli) -> ScreenSession:
+    demo = open_screen(sessions, cli, "demo", "handoff")
+    demo.expect_screen("You:")
+    demo.send(REFUND)
+    demo.expect_screen(APPROVE)
+    demo.settle()
+    return demo
+
+
+# --- the demo, approved, rejected, edited -------------------------------------------------------
+
+
+def test_demo_approved_shows_every_agent_line(cli: Cli, sessions: list[ScreenSession]) -> None:
+    demo = start_demo(sessions, cli)
+    screen = demo.screen()
+    in_order(screen, [*BEFORE_APPROVAL, APPROVE])
+    assert cli.ledger() == []  # nothing happens before the user says yes
+    # the agent's sentence is one screen line, whole, starting at the left edge
+    assert "refund_agent: Let me look up order 12345." in screen
+
+    demo.send("y")
+    assert demo.wait() == 0, demo.screen_text()
+    screen = demo.screen()
+    in_order(
+        screen,
+        [
+            *BEFORE_APPROVAL,
+            f"{APPROVE} y",
+            '← submit_refund: "Refund of 89.99 for order 12345 submitted."',
+            "refund_agent: Refund of 89.99 for order 12345 submitted. case complete.",
+            "✓ conversation completed (last agent: refund_agent)",
+            "finished.",
+        ],
+    )
+    assert_clean(screen)
+    [refund] = cli.ledger()
+    assert (refund["kind"], refund["amount"]) == ("refund", 89.99)
+
+
+def test_demo_rejected_shows_the_reply_before_asking(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    demo = start_demo(sessions, cli)
+    demo.send("n")
+    demo.expect_screen("You (empty or /end to finish):")
+    demo.settle()
+    # what the agent just said is on the screen when the user is asked to answer it
+    in_order(
+        demo.screen(),
+        [
+            *BEFORE_APPROVAL,
+            f"{APPROVE} n",
+            "← submit_refund: error: The user rejected this tool call; it was not executed.",
+            "refund_agent: Okay, I did not submit the refund. Is there anything else I can do?",
+            "You (empty or /end to finish):",
+        ],
+    )
+    demo.send("/end")
+    assert demo.wait() == 0, demo.screen_text()
+    screen = demo.screen()
+    in_order(screen, ["You (empty or /end to finish): /end", "conversation ended by user"])
+    assert_clean(screen)
+    assert cli.ledger() == []
+
+
+def test_demo_edited_arguments_are_asked_again_until_valid(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    demo = start_demo(sessions, cli)
+    demo.send("e")
+    demo.expect_screen("Arguments to change, as JSON (empty: back):")
+    demo.send('{"amount": "lots"}')
+    demo.expect_screen("Input should be a valid number")
+    demo.send("{oops")
+    demo.expect_screen("not JSON")
+    demo.send("")  # back to the question, which still accepts y/n/e
+    demo.settle()
+    assert demo.screen()[-1] == APPROVE
+    demo.send("maybe")
+    demo.expect_screen("answer y (run it), n (do not run it) or e (edit its arguments)")
+    demo.send("e")
+    demo.settle()
+    demo.send('{"amount": 50}')
+    assert demo.wait() == 0, demo.screen_text()
+    screen = demo.screen()
+    in_order(
+        screen,
+        [
+            "Approval needed: submit_refund(",
+            f"{APPROVE} e",
+            '{"amount": "lots"}',
+            "invalid arguments for tool 'submit_refund': amount: Input should be a valid number",
+            "{oops",
+            "not JSON",
+            f"{APPROVE} maybe",
+            f"{APPROVE} e",
+            '{"amount": 50}',
+            '← submit_refund: "Refund of 50.00 for order 12345 submitted."',
+            "refund_agent: Refund of 50.00 for order 12345 submitted. case complete.",
+        ],
+    )
+    assert_clean(screen)
+    [refund] = cli.ledger()
+    assert refund["amount"] == 50.0
+
+
+def test_ctrl_d_at_a_prompt_leaves_the_run_paused(cli: Cli, sessions: list[ScreenSession]) -> None:
+    demo = start_demo(sessions, cli)
+    demo.send_raw(b"\x04")  # Ctrl-D on an empty line: end of input
+    assert demo.wait() == 3, demo.screen_text()
+    screen = demo.screen()
+    in_order(screen, [APPROVE, "is paused, waiting for input.", "workflow-engine resume"])
+    assert_clean(screen)
+    [pending] = cli.json("requests", "list")
+    assert pending["what"].startswith("approve submit_refund(")
+
+
+# --- the review demo: any request type -----------------------------------------------------------
+
+
+def test_review_prompt_shows_the_shape_and_asks_again(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    review = open_screen(sessions, cli, "demo", "review", "-m", "durable workflows")
+    review.expect_screen("Answer (JSON):")
+    review.settle()
+    in_order(
+        review.screen(),
+        [
+            "Request review is waiting for an answer:",
+            "topic: durable workflows",
+            "version: 1",
+            "text: A short note about durable workflows.",
+            'answer as JSON: {"approved": true|false, "feedback"?: "text"}',
+            "approved: publish this version as it is?",
+            "Answer (JSON):",
+        ],
+    )
+    review.send("yes")
+    review.expect_screen("not JSON")
+    review.send('{"approved": "maybe"}')
+    review.expect_screen("Input should be a valid boolean")
+    review.send('{"approved": false, "feedback": "add an example"}')
+    review.expect_screen("version: 2")
+    review.send('{"approved": true}')
+    assert review.wait() == 0, review.screen_text()
+    screen = review.screen()
+    in_order(
+        screen,
+        [
+            "Answer (JSON): yes",
+            'not JSON (Expecting value at column 1); expected {"approved": true|false,',
+            "approved: Input should be a valid boolean",
+            "text: A short note about durable workflows. (revised: add an example)",
+            "output: Published v2: A short note about durable workflows. (revised: add an",
+        ],
+    )
+    assert flat("\n".join(screen)).count("Published v2") == 1  # shown once, not again at the end
+    assert_clean(screen)
+
+
+# --- a real model streaming slowly: text and spinner take turns --------------------------------
+
+SLOW_REPLY = (
+    "Thank you for writing. I am sorry the headphones arrived broken; let me see what we can "
+    "do about order 12345 for you today."
+)
+
+
+class SlowModel(ThreadingHTTPServer):
+    """An OpenAI-compatible endpoint that thinks for a while, then streams its answer a word at
+    a time, slowly enough for the spinner to tick before and while it speaks."""
+
+    def __init__(self, think: float = 0.6, per_word: float = 0.05) -> None:
+        model = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.end_headers()
+                time.sleep(model.think)
+                for word in re.findall(r"\S+\s*", SLOW_REPLY):
+                    self.chunk({"content": word})
+                    time.sleep(model.per_word)
+                self.chunk({}, "stop")
+                self.wfile.write(b"data: [DONE]\n\n")
+
+            def chunk(self, delta: dict[str, object], finish: str | None = None) -> None:
+                choice = {"index": 0, "delta": delta, "finish_reason": finish}
+                event = {"id": "c1", "object": "chat.completion.chunk", "created": 0}
+                event |= {"model": "slow", "choices": [choice]}
+                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.flush()
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.think, self.per_word = think, per_word
+        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+
+    def __enter__(self) -> SlowModel:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+def test_streamed_text_stays_while_the_spinner_works(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    with SlowModel() as model:
+        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+        demo = open_screen(
+            sessions, cli, "demo", "handoff", "-m", "My headphones arrived broken",
+            "--model", "slow", "--base-url", url, "--api-key", "k",
+        )  # fmt: skip
+        demo.expect_screen("You (empty or /end to finish):")
+        demo.settle()
+        assert any(frame.encode() in demo.raw for frame in SPINNER)  # it did spin meanwhile
+        screen = demo.screen()
+        in_order(screen, ["You: My headphones arrived broken", f"triage_agent: {SLOW_REPLY}"])
+        assert screen[-3].startswith("triage_agent: Thank you for writing.")  # wrapped, whole
+        demo.send("/end")
+        assert demo.wait() == 0, demo.screen_text()
+    assert_clean(demo.screen())
+
+
+# --- plain lines: NO_COLOR ----------------------------------------------------------------------
+
+
+def test_no_color_means_plain_lines(cli: Cli, sessions: list[ScreenSession]) -> None:
+    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND, env={"NO_COLOR": "1"})
+    demo.expect_screen(APPROVE)
+    demo.send("y")
+    assert demo.wait() == 0, demo.screen_text()
+    assert b"\x1b" not in demo.raw  # no colour, no cursor movement, no spinner
+    in_order(demo.screen(), [*BEFORE_APPROVAL, "case complete", "finished."])
+
+
+# --- tables and ids at 80 columns ---------------------------------------------------------------
+
+RUN_A = "abc12345" + "0" * 24
+RUN_B = "abc12345" + "1" * 24
+
+
+async def _paused_runs(db: Path, run_ids: list[str]) -> None:
+    """Support runs with chosen ids, each paused at its refund approval."""
+    runtime = open_runtime(db, workflows=["support"])
+    try:
+        for run_id in run_ids:
+            await runtime.start("support", REFUND, run_id=run_id)
+            await runtime.resume(run_id)
+    finally:
+        await runtime.close()
+
+
+def _table(session: ScreenSession) -> list[str]:
+    assert session.wait() == 0, session.screen_text()
+    screen = session.screen()
+    assert_clean(screen)
+    return screen
+
+
+@pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
+def test_tables_show_whole_ids_and_statuses_at_80_columns(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    anyio.run(_paused_runs, cli.db, [RUN_A, RUN_B])
+    cli.expect(0, "demo", "handoff", "-m", REFUND, "--approve")
+
+    runs = _table(open_screen(sessions, cli, "runs", "list"))
+    assert re.split(r"\s{2,}", runs[0]) == ["RUN", "WORKFLOW", "STATUS", "STEP", "UPDATED (UTC)"]
+    rows = [re.split(r"\s{2,}", row) for row in runs[1:]]
+    # the two runs share 8 characters, so their short ids take one more
+    assert [row[:3] for row in rows[:2]] == [
+        ["abc123450", "support", "idle_with_pending_requests"],
+        ["abc123451", "support", "idle_with_pending_requests"],
+    ]
+    finished = rows[2]
+    assert len(finished[0]) == 8 and finished[1:3] == ["support", "idle"]
+
+    requests = _table(open_screen(sessions, cli, "requests", "list"))
+    assert re.split(r"\s{2,}", requests[0]) == ["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"]
+    starts = [row for row in requests[1:] if not row.startswith(" ")]
+    assert len(starts) == 2
+    column = requests[0].index("WAITING FOR")
+    for row in requests[1:]:  # only the last column wraps, under its own heading
+        if row.startswith(" "):
+            assert row[:column].strip() == "" and row[column] != " "
+    pending = cli.json("requests", "list")
+    for row, full in zip(starts, pending, strict=True):
+        request_id, run_id, workflow, *_ = re.split(r"\s{2,}", row)
+        assert full["request_id"].startswith(request_id) and len(request_id) >= 8
+        assert full["run_id"].startswith(run_id) and workflow == "support"
+    second = requests.index(starts[1])
+    waiting_for = flat(" ".join(row[column:] for row in requests[1:second]))
+    assert second > 2  # wrapped, not cut
+    assert waiting_for.startswith("approve submit_refund({")
+    assert waiting_for.endswith('"reason": "customer request"})')
+
+    # what the table shows is what the user types
+    shown_request = re.split(r"\s{2,}", starts[0])[0]
+    answered = cli.expect(0, "respond", shown_request, "--approve")
+    assert f"workflow-engine resume {pending[0]['run_id']}" in answered.out
+    done = cli.expect(0, "resume", "abc123450")
+    assert f"Run {RUN_A} finished." in done.out
+    shown = cli.expect(0, "runs", "show", "abc123450", "--json")
+    assert json.loads(shown.out)["status"] == "idle"
+
+
+def test_an_ambiguous_prefix_lists_the_candidates(cli: Cli) -> None:
+    anyio.run(_paused_runs, cli.db, [RUN_A, RUN_B])
+    ambiguous = [["resume", "abc1"], ["runs", "show", "abc12345"], ["cancel", "abc"]]
+    unknown = [["resume", "abd"], ["runs", "show", "abd"]]
+    results = run_concurrently([(cli, command, True) for command in ambiguous + unknown])
+    for result in results[: len(ambiguous)]:
+        assert result.code == 2, str(result)
+        line = result.error_line()
+        assert "is ambiguous" in line
+        assert RUN_A in line and RUN_B in line
+    for result in results[len(ambiguous) :]:  # no run starts with it: as for a whole id
+        assert result.code == 4, str(result)
+        assert "no run 'abd'" in result.error_line()
+    assert [r["status"] for r in cli.json("runs", "list")] == ["idle_with_pending_requests"] * 2

@@ -1,0 +1,167 @@
+"""The command line's pure pieces: the terminal writer (read back through a pyte screen), short
+ids and prefixes, and how stored data and JSON schemas are shown."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pyte
+import pytest
+
+from workflow_engine_cli._ids import AmbiguousIdError, match, short_ids
+from workflow_engine_cli._term import Terminal, cell_width, clean, format_table
+from workflow_engine_cli._views import describe_request, plain, shape
+
+
+def rendered(raw: str, columns: int = 40, lines: int = 12) -> list[str]:
+    screen = pyte.Screen(columns, lines)
+    pyte.Stream(screen).feed(raw.replace("\n", "\r\n"))  # a tty's output translation
+    rows = [row.rstrip() for row in screen.display]
+    while rows and not rows[-1]:
+        rows.pop()
+    return rows
+
+
+@pytest.fixture
+def live(monkeypatch: pytest.MonkeyPatch) -> tuple[Terminal, io.StringIO]:
+    monkeypatch.setenv("COLUMNS", "41")  # wraps at 40
+    out = io.StringIO()
+    return Terminal(out, live=True), out
+
+
+# --- the terminal writer ------------------------------------------------------------------------
+
+
+def test_streamed_words_wrap_whole_with_a_hanging_indent(
+    live: tuple[Terminal, io.StringIO],
+) -> None:
+    term, out = live
+    term.begin(("agent:", "bold cyan"), " ", indent=7)
+    for delta in ["I found ord", "er 12345. I'll sub", "mit a refund for the full amo", "unt."]:
+        term.write(delta)
+    term.end()
+    term.line("next line")
+    assert rendered(out.getvalue()) == [
+        "agent: I found order 12345. I'll submit",
+        "       a refund for the full amount.",
+        "next line",
+    ]
+
+
+def test_a_word_wider_than_the_line_is_broken(live: tuple[Terminal, io.StringIO]) -> None:
+    term, out = live
+    term.line("x:", " ", "a" * 50, indent=2)
+    assert rendered(out.getvalue()) == ["x: " + "a" * 37, "  " + "a" * 13]
+
+
+def test_the_spinner_never_erases_an_open_line(live: tuple[Terminal, io.StringIO]) -> None:
+    term, out = live
+    with term.working("thinking…"):
+        term.line("first line")
+        time.sleep(0.35)  # the spinner draws below it
+        assert rendered(out.getvalue())[-1].endswith("thinking…")
+        term.begin(("agent:", "bold"), " ")
+        term.write("half a sentence ")
+        time.sleep(0.35)  # a line is open: no spinner may draw over it
+        term.write("and the rest.")
+        term.end()
+    assert rendered(out.getvalue()) == ["first line", "agent: half a sentence and the rest."]
+
+
+def test_plain_mode_has_no_escapes_and_no_wrapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "20")
+    out = io.StringIO()
+    term = Terminal(out, live=False)
+    with term.working():
+        term.begin(("agent:", "bold cyan"), " ")
+        term.write("a sentence far longer than twenty columns")
+        term.end()
+    assert out.getvalue() == "agent: a sentence far longer than twenty columns\n"
+
+
+def test_text_from_a_model_cannot_drive_the_terminal(live: tuple[Terminal, io.StringIO]) -> None:
+    term, out = live
+    term.line("evil \x1b[2J\x1b[31mred\r\x07 text")
+    assert "\x1b[2J" not in out.getvalue() and "\x07" not in out.getvalue()
+    assert clean("a\tb\r\nc\x1b") == "a    b\nc\N{REPLACEMENT CHARACTER}"
+    assert cell_width("日本") == 4
+
+
+def test_tables_wrap_only_the_free_text_column() -> None:
+    rows = [["abcdef012", "idle_with_pending_requests", "approve submit_refund(x) now"]]
+    lines = format_table(["ID", "STATUS", "WHAT"], rows, width=56, wrap=["WHAT"])
+    assert lines == [
+        "ID         STATUS                      WHAT",
+        "abcdef012  idle_with_pending_requests  approve",
+        "                                       submit_refund(x)",
+        "                                       now",
+    ]
+    # too narrow even for the fixed columns: they stay whole, the line is just longer
+    narrow = format_table(["ID", "STATUS", "WHAT"], rows, width=20, wrap=["WHAT"])
+    assert narrow[1].startswith("abcdef012  idle_with_pending_requests  approve")
+    assert format_table(["A"], [["x y"]], width=0, wrap=["A"]) == ["A", "x y"]
+
+
+# --- ids ----------------------------------------------------------------------------------------
+
+
+def test_short_ids_are_unique_and_at_least_eight_characters() -> None:
+    ids = ["abc123450000", "abc123451111", "ffff00001111", "abc1234"]
+    assert short_ids(ids) == {
+        "abc123450000": "abc123450",
+        "abc123451111": "abc123451",
+        "ffff00001111": "ffff0000",
+        "abc1234": "abc1234",  # a whole id shorter than the minimum is itself
+    }
+
+
+def test_a_prefix_names_one_id_or_is_reported() -> None:
+    ids = ["abc123450000", "abc123451111", "ffff00001111"]
+    assert match("run", "ffff", ids) == "ffff00001111"
+    assert match("run", "abc123451", ids) == "abc123451111"
+    assert match("run", "abc123450000", ids) == "abc123450000"
+    assert match("run", "zzz", ids) == "zzz"  # unknown: the lookup reports it as not found
+    with pytest.raises(AmbiguousIdError) as caught:
+        match("run", "abc", ids)
+    assert caught.value.matches == ["abc123450000", "abc123451111"]
+    assert str(caught.value) == (
+        "run id 'abc' is ambiguous: 2 runs start with it (abc123450000, abc123451111); "
+        "type more of the id"
+    )
+
+
+# --- stored data and schemas --------------------------------------------------------------------
+
+
+def test_tagged_json_reads_as_plain_json() -> None:
+    stored = {
+        "$type": "executors._content.ToolApprovalRequestContent",
+        "data": {
+            "id": "approval_call_3",
+            "function_call": {"name": "submit_refund", "arguments": {"amount": 89.99}},
+        },
+    }
+    assert describe_request(stored) == 'approve submit_refund({"amount": 89.99})'
+    reply = {"$type": "x.HandoffUserInputRequest", "data": {"agent": "a", "message": "m"}}
+    assert describe_request(reply) == "reply to a: m"
+    assert describe_request({"$type": "x.Draft", "data": {"v": 1}}, "review") == 'review: {"v": 1}'
+    assert plain({"$tuple": [1, {"$dict": {"$k": 2}}]}) == [1, {"$k": 2}]
+    assert plain({"$items": [[1, "a"]]}) == {"1": "a"}
+
+
+def test_schema_shapes() -> None:
+    from pydantic import BaseModel, Field
+
+    class Decision(BaseModel):
+        approved: bool
+        feedback: str = Field("", description="why")
+        tags: list[str] = []
+        level: int | None = None
+
+    assert shape(Decision.model_json_schema()) == (
+        '{"approved": true|false, "feedback"?: "text", "tags"?: ["text", …], '
+        '"level"?: integer|null}'
+    )
+    assert shape({"enum": ["a", "b"]}) == '"a"|"b"'
+    assert shape({}) == "…"

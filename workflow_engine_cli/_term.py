@@ -1,0 +1,368 @@
+"""Writing for a person at a terminal: styled lines, agent text streamed in place, a spinner.
+
+A :class:`Terminal` works in one of two modes, decided once by :func:`is_live`:
+
+* **live** -- stdout is a terminal, ``TERM`` is not ``dumb`` and ``NO_COLOR`` is unset: colours,
+  words wrapped at the terminal's width with continuation lines indented, and a spinner while a
+  run works.
+* **plain** -- the same words without any escape code, never wrapped, no spinner: pipes, files,
+  CI logs, dumb terminals and ``NO_COLOR``.
+
+The spinner never erases content: it draws only while no line is open (the cursor is at the
+start of an empty line) and every write first erases exactly that line. A spinner redrawn over a
+half-printed line is how agent text used to vanish from the screen.
+
+Text from models and tools goes through :func:`clean` first, so it cannot move the cursor or
+change the terminal's state with escape sequences of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import threading
+import time
+import unicodedata
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TextIO
+
+Part = str | tuple[str, str]
+"""Text, or ``(text, style)`` where style is space-separated words from :data:`STYLES`."""
+
+STYLES = {
+    "bold": "1",
+    "dim": "2",
+    "red": "31",
+    "green": "32",
+    "yellow": "33",
+    "blue": "34",
+    "magenta": "35",
+    "cyan": "36",
+}
+_RESET = "\x1b[0m"
+_ERASE_LINE = "\r\x1b[K"
+_FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but \t and \n
+_TOKENS = re.compile(r"\n|[^\S\n]+|\S+")
+
+
+def is_live(stream: TextIO) -> bool:
+    """Colours, wrapping and a spinner: only for a real terminal that wants them."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def terminal_columns(stream: TextIO) -> int:
+    """The terminal's width: ``COLUMNS`` if set (as for ``shutil.get_terminal_size``), else
+    asked of the terminal ``stream`` is on (it may change between calls: a resized window)."""
+    with contextlib.suppress(KeyError, ValueError):
+        return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return 80
+
+
+def clean(text: str) -> str:
+    """``text`` with control characters (escape sequences, carriage returns) made visible and
+    harmless; newlines stay, tabs become spaces."""
+    text = text.replace("\r\n", "\n").replace("\t", "    ")
+    return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", text)
+
+
+def cell_width(text: str) -> int:
+    """Columns ``text`` takes on a terminal (wide East Asian characters take two)."""
+    width = 0
+    for char in text:
+        if unicodedata.combining(char):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in "WF" else 1
+    return width
+
+
+def styled(text: str, style: str, *, live: bool) -> str:
+    if not live or not style:
+        return text
+    codes = ";".join(STYLES[word] for word in style.split())
+    return f"\x1b[{codes}m{text}{_RESET}"
+
+
+class Terminal:
+    """One output stream, written line by line or streamed word by word, thread-safe.
+
+    ``line(...)`` writes a whole line; ``begin(...)`` opens a line that ``write(...)`` extends
+    as text arrives and ``end()`` closes. Words are placed whole: a word that would cross the
+    right edge starts the next line (at ``indent``), so the screen never shows a word cut in
+    two unless it is wider than the terminal.
+    """
+
+    def __init__(self, out: TextIO | None = None, *, live: bool | None = None) -> None:
+        self.out = out if out is not None else sys.stdout
+        self.live = is_live(self.out) if live is None else live
+        self._lock = threading.RLock()
+        self._column = 0  # cursor column on the current screen line
+        self._open = False  # a line was begun and not ended
+        self._indent = 0  # where continuation lines of the open line start
+        self._pad = 0  # spaces still to write before the next word (continuation indent)
+        self._gap = ""  # whitespace between the last word written and the next
+        self._word: list[tuple[str, str]] = []  # a streamed word that may not be complete yet
+        self._status: str | None = None  # the spinner's label while working
+        self._spinner_drawn = False
+
+    # --- writing ------------------------------------------------------------------------------
+
+    @property
+    def width(self) -> int:
+        """Columns to wrap at (0: never wrap). One short of the terminal's width: writing the
+        last column leaves some terminals in a deferred-wrap state we would rather not model."""
+        if not self.live:
+            return 0
+        return max(terminal_columns(self.out) - 1, 20)
+
+    def line(self, *parts: Part, indent: int = 2) -> None:
+        """Write one whole line (closing any open one first)."""
+        with self._lock:
+            self.begin(*parts, indent=indent)
+            self.end()
+
+    def begin(self, *parts: Part, indent: int = 2) -> None:
+        """Open a new line starting with ``parts``; continuation lines start at ``indent``."""
+        with self._lock:
+            self.end()
+            self._open = True
+            self._indent = indent
+            for part in parts:
+                self.write(*((part, "") if isinstance(part, str) else part))
+
+    def write(self, text: str, style: str = "") -> None:
+        """Append streamed ``text`` to the open line (opening one if needed)."""
+        with self._lock:
+            self._erase_spinner()
+            self._open = True
+            for token in _TOKENS.findall(clean(text)):
+                if token == "\n":
+                    self._place_word()
+                    self._newline()
+                elif token.isspace():
+                    self._place_word()
+                    self._gap += token
+                else:
+                    self._word.append((token, style))
+            self.out.flush()
+
+    def end(self) -> None:
+        """Close the open line: write what is held back, then a newline."""
+        with self._lock:
+            self._erase_spinner()
+            self._place_word()
+            if self._column > 0:
+                self.out.write("\n")
+            self._column = self._pad = self._indent = 0
+            self._gap = ""
+            self._open = False
+            self.out.flush()
+
+    def ask(self, read: Callable[[str], str], *parts: Part) -> str:
+        """Show a prompt and read one line; the answer's newline leaves the cursor at column 0."""
+        with self._lock:
+            self.end()
+            prompt = "".join(
+                self._prompt_part(*((p, "") if isinstance(p, str) else p)) for p in parts
+            )
+        if self.out is not sys.stdout:  # input() writes its prompt to stdout: not ours to use
+            self.out.write(prompt)
+            self.out.flush()
+            prompt = ""
+        try:
+            answer = read(prompt)
+        except (EOFError, KeyboardInterrupt):
+            # no Enter was echoed: the cursor is still after the prompt
+            self.out.write("\n")
+            self.out.flush()
+            raise
+        finally:
+            with self._lock:
+                self._column = 0
+        return answer
+
+    def _prompt_part(self, text: str, style: str) -> str:
+        text = clean(text)
+        if not self.live or not style:
+            return text
+        # GNU readline counts every byte of the prompt as a column unless escapes are marked.
+        mark = ("\x01", "\x02") if "readline" in sys.modules else ("", "")
+        codes = ";".join(STYLES[word] for word in style.split())
+        return f"{mark[0]}\x1b[{codes}m{mark[1]}{text}{mark[0]}{_RESET}{mark[1]}"
+
+    def _place_word(self) -> None:
+        """Write the held word: on this line if it fits after the gap, else on the next."""
+        if not self._word:
+            return
+        pieces, self._word = self._word, []
+        size = sum(cell_width(text) for text, _ in pieces)
+        width = self.width
+        room = width - max(self._column, self._pad)
+        if width and self._column > self._indent and cell_width(self._gap) + size > room:
+            self._newline()
+        if self._column == 0 and self._pad:
+            self.out.write(" " * self._pad)
+            self._column, self._pad = self._pad, 0
+        elif self._gap:
+            self._emit(self._gap, "")
+        self._gap = ""
+        for text, style in pieces:
+            self._emit(text, style)
+
+    def _emit(self, text: str, style: str) -> None:
+        """Write ``text``, breaking it (mid-word) only where it is wider than the line."""
+        width = self.width
+        run = ""
+        for char in text:
+            size = cell_width(char)
+            if width and self._column + size > width:
+                self.out.write(styled(run, style, live=self.live))
+                run = ""
+                self._newline()
+                self.out.write(" " * self._pad)
+                self._column, self._pad = self._pad, 0
+            run += char
+            self._column += size
+        self.out.write(styled(run, style, live=self.live))
+
+    def _newline(self) -> None:
+        self.out.write("\n")
+        self._column = 0
+        self._pad = self._indent
+        self._gap = ""
+
+    # --- the spinner --------------------------------------------------------------------------
+
+    @property
+    def status(self) -> str | None:
+        return self._status
+
+    @status.setter
+    def status(self, label: str) -> None:
+        with self._lock:
+            if self._status is not None:
+                self._status = label
+
+    @contextmanager
+    def working(self, label: str = "working…") -> Iterator[None]:
+        """Show a spinner with ``label`` on its own line until the block ends (live mode only)."""
+        if not self.live:
+            yield
+            return
+        with self._lock:
+            self._status = label
+        stop = threading.Event()
+        spinner = threading.Thread(target=self._spin, args=(stop,), name="spinner", daemon=True)
+        spinner.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            spinner.join()
+            with self._lock:
+                self._erase_spinner()
+                self._status = None
+                self.out.flush()
+
+    def _spin(self, stop: threading.Event) -> None:
+        started = time.monotonic()
+        frame = 0
+        while not stop.wait(0.1):
+            with self._lock:
+                if self._open or self._column or self._status is None:
+                    continue  # a line is open: the arriving text is the progress
+                elapsed = int(time.monotonic() - started)
+                label = f"{_FRAMES[frame % len(_FRAMES)]} {self._status}"
+                if elapsed >= 2:
+                    label += f" {elapsed}s"
+                label = label[: max(self.width - 1, 1)]
+                self.out.write(_ERASE_LINE + styled(label, "dim", live=True))
+                self.out.flush()
+                self._spinner_drawn = True
+                frame += 1
+
+    def _erase_spinner(self) -> None:
+        if self._spinner_drawn:
+            self.out.write(_ERASE_LINE)
+            self._spinner_drawn = False
+
+
+def format_table(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    width: int,
+    wrap: Sequence[str] = (),
+    live: bool = False,
+) -> list[str]:
+    """Rows as aligned columns, two spaces apart, headers first (bold when ``live``).
+
+    Only the columns named in ``wrap`` may be narrowed; they wrap onto continuation lines. All
+    other cells (ids, statuses) are written whole, even when that makes a line longer than
+    ``width`` (0: no limit) -- a cut id cannot be copied.
+    """
+    cells = [[clean(cell) for cell in row] for row in rows]
+    natural = [
+        max([cell_width(h), *(cell_width(row[i]) for row in cells)]) for i, h in enumerate(headers)
+    ]
+    widths = list(natural)
+    flexible = [i for i, h in enumerate(headers) if h in wrap]
+    if width and flexible:
+        fixed = sum(widths[i] for i in range(len(headers)) if i not in flexible)
+        room = width - fixed - 2 * (len(headers) - 1)
+        share = max(room // len(flexible), 12)
+        for i in flexible:
+            widths[i] = min(natural[i], share)
+    lines = [_table_line(list(headers), widths, "bold" if live else "", live)]
+    for row in cells:
+        wrapped = [_wrap_cell(cell, widths[i]) for i, cell in enumerate(row)]
+        for n in range(max(len(w) for w in wrapped)):
+            cells_n = [w[n] if n < len(w) else "" for w in wrapped]
+            lines.append(_table_line(cells_n, widths, "", live))
+    return lines
+
+
+def _table_line(cells: list[str], widths: list[int], style: str, live: bool) -> str:
+    padded = [cell + " " * (w - cell_width(cell)) for cell, w in zip(cells, widths, strict=True)]
+    return styled("  ".join(padded).rstrip(), style, live=live)
+
+
+def _wrap_cell(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken between words where possible."""
+    lines: list[str] = []
+    current = ""
+    for word in text.split(" "):
+        candidate = f"{current} {word}" if current else word
+        if cell_width(candidate) <= width:
+            current = candidate
+            continue
+        if current:
+            lines.append(current)
+        while cell_width(word) > width:
+            cut = _fit(word, width)
+            lines.append(word[:cut])
+            word = word[cut:]
+        current = word
+    lines.append(current)
+    return lines
+
+
+def _fit(text: str, width: int) -> int:
+    """How many leading characters of ``text`` fit in ``width`` columns (at least one)."""
+    used = 0
+    for n, char in enumerate(text):
+        used += cell_width(char)
+        if used > width:
+            return max(n, 1)
+    return len(text)
