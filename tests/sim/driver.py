@@ -75,6 +75,7 @@ class Scenario:
     api: str  # "start" (start, then resume) or "run" (admit and execute at once)
     fork_at: float | None  # fork at this fraction of the run's supersteps and finish the fork
     cancel_at: float | None  # fork at a paused superstep (this fraction) and cancel it
+    batching: str = "seeded"  # which pending requests to answer at a rest; "one": one at a time
 
     def describe(self) -> str:
         extra = [f"api={self.api}"]
@@ -121,6 +122,7 @@ class Outcome:
     crashes: list[str] = field(default_factory=list)
     trace: list[str] = field(default_factory=list)
     stalled: list[str] = field(default_factory=list)
+    user_labels: list[str] = field(default_factory=list)  # every user point, in order
     points: int = 0
     user_points: int = 0
     resumes: int = 0
@@ -167,13 +169,18 @@ def classify(exc: BaseException) -> str:
 
 class Driver:
     def __init__(
-        self, scenario: Scenario, plan: FaultPlan, world: World, workdir: Path | None
+        self,
+        scenario: Scenario,
+        plan: FaultPlan,
+        world: World,
+        workdir: Path | None,
+        memory_store: Callable[..., Any] = InMemoryRunStore,
     ) -> None:
         self.scenario = scenario
         self.spec = scenario.spec
         self.plan = plan
         self.world = world
-        self.memory = InMemoryRunStore(clock=world.now) if plan.store == "memory" else None
+        self.memory = memory_store(clock=world.now) if plan.store == "memory" else None
         if plan.store == "sqlite" and workdir is None:
             raise ValueError("a SQLite plan needs a directory")
         self.db = (workdir / "sim.db") if workdir is not None else None
@@ -190,6 +197,7 @@ class Driver:
         self.log: list[str] = []
         self.violations: list[tuple[str, str]] = []  # (invariant, what broke)
         self.seen: dict[str, str] = {}  # request id -> logical identity
+        self._identities: dict[tuple[str, str], str] = {}
         self.answers: dict[str, tuple[str, Any]] = {}  # request id -> (logical, answer JSON)
         if plan.stall is not None:
             world.hooks[plan.stall] = self._stall
@@ -294,10 +302,9 @@ class Driver:
             run = await runtime.store.get_run(run_id)
         except RunNotFoundError:
             return None, []
-        codec = runtime.workflow(self.spec.name).codec
         requests = []
         for r in await runtime.store.list_requests(run_id, status=None):
-            logical = request_identity(r.port_id, codec.decode(r.data))
+            logical = self._identity(r)
             known = self.seen.setdefault(r.request_id, logical)
             if known != logical:
                 self.violate(
@@ -307,6 +314,16 @@ class Driver:
                 self.seen[r.request_id] = logical
             requests.append((r, logical))
         return run, requests
+
+    def _identity(self, request: StoredRequest) -> str:
+        """The logical identity of a stored request (cached by its id and raw data)."""
+        key = (request.request_id, json.dumps(request.data, sort_keys=True))
+        logical = self._identities.get(key)
+        if logical is None:
+            codec = self.helper.runtime.workflow(self.spec.name).codec
+            logical = request_identity(request.port_id, codec.decode(request.data))
+            self._identities[key] = logical
+        return logical
 
     # --- actions --------------------------------------------------------------------------------
 
@@ -463,6 +480,8 @@ class Driver:
 
     def _choose(self, label: str, rest: int, pending: list[str]) -> list[str]:
         """Which requests the user answers at this rest, in which order (from the seed)."""
+        if self.scenario.batching == "one":
+            return pending[:1]
         rng = random.Random(f"{self.scenario.seed}:{label}:rest:{rest}")
         order = list(pending)
         rng.shuffle(order)
@@ -658,9 +677,16 @@ class Driver:
                 self.violate("integrity", f"SQLite foreign_key_check: {broken}")
 
 
-async def play(scenario: Scenario, plan: FaultPlan, world: World, workdir: Path | None) -> Outcome:
-    """Play ``scenario`` under ``plan`` in ``world``; never raises for a broken invariant."""
-    driver = Driver(scenario, plan, world, workdir)
+async def play(
+    scenario: Scenario,
+    plan: FaultPlan,
+    world: World,
+    workdir: Path | None,
+    memory_store: Callable[..., Any] = InMemoryRunStore,
+) -> Outcome:
+    """Play ``scenario`` under ``plan`` in ``world``; never raises for a broken invariant.
+    ``memory_store``: the in-memory store class (the simulator's own tests pass broken ones)."""
+    driver = Driver(scenario, plan, world, workdir, memory_store)
     outcome = Outcome(scenario, plan, world.ledger)
     try:
         try:
@@ -685,6 +711,7 @@ async def play(scenario: Scenario, plan: FaultPlan, world: World, workdir: Path 
     outcome.crashes = list(world.crashes)
     outcome.trace = list(world.trace)
     outcome.stalled = list(world.stalled)
+    outcome.user_labels = list(world.user_labels)
     outcome.points = world.points
     outcome.user_points = world.user_points
     outcome.resumes = driver.resumes

@@ -23,7 +23,6 @@ import random
 import re
 import sys
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ from pydantic import BaseModel
 from tests.sim.vtime import VirtualClock
 
 RECEIPT = re.compile(r"rcpt-[0-9a-f]{12}")
-TRACE_LENGTH = 40
 
 current_branch: ContextVar[str] = ContextVar("current_branch", default="?")
 """The branch (``main``, ``fork``...) the driver is executing; read by the scripted model,
@@ -152,7 +150,11 @@ class Ledger:
 
 
 def _receipts(value: Any) -> list[str]:
-    """Every receipt mentioned anywhere in ``value`` (args of a store call)."""
+    """Every receipt mentioned anywhere in ``value`` (args of a store call).
+
+    Checkpoints are not searched (walking them is most of the cost): a superstep that
+    committed is never executed again anyway, and a journal entry reaches the store before the
+    superstep commits."""
     found: list[str] = []
     stack = [value]
     while stack:
@@ -164,7 +166,7 @@ def _receipts(value: Any) -> list[str]:
             stack.extend(item.values())
         elif isinstance(item, list | tuple | set | frozenset):
             stack.extend(item)
-        elif isinstance(item, BaseModel):
+        elif isinstance(item, BaseModel) and not hasattr(item, "executor_states"):
             stack.extend(item.__dict__.values())
     return found
 
@@ -181,8 +183,9 @@ class World:
         self.crash_at = crash_at
         self.points = 0  # every point of every counted process
         self.user_points = 0  # points inside workflow code only
+        self.user_labels: list[str] = []
         self.crashes: list[str] = []
-        self.trace: deque[str] = deque(maxlen=TRACE_LENGTH)
+        self.trace: list[str] = []  # "<ordinal>:<process>:<label>" for every counted point
         self.hooks: dict[int, Hook] = {}  # user-point ordinal -> what happens there
         self.branches: dict[str, str] = {}  # run id -> branch label
         self.stalled: list[str] = []  # processes that stalled past their lease
@@ -239,6 +242,7 @@ class SimProcess:
             return
         world = self.world
         world.user_points += 1
+        world.user_labels.append(label)
         hook = world.hooks.pop(world.user_points, None)
         if hook is not None:
             await hook(self, label)
