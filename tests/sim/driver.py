@@ -75,7 +75,7 @@ class Scenario:
     api: str  # "start" (start, then resume) or "run" (admit and execute at once)
     fork_at: float | None  # fork at this fraction of the run's supersteps and finish the fork
     cancel_at: float | None  # fork at a paused superstep (this fraction) and cancel it
-    batching: str = "seeded"  # which pending requests to answer at a rest; "one": one at a time
+    batching: str = "seeded"  # which requests to answer at a rest: seeded, "one" or "all"
 
     def describe(self) -> str:
         extra = [f"api={self.api}"]
@@ -175,8 +175,10 @@ class Driver:
         world: World,
         workdir: Path | None,
         memory_store: Callable[..., Any] = InMemoryRunStore,
+        sqlite_hook: Callable[[SimProcess], Callable[[str], None]] | None = None,
     ) -> None:
         self.scenario = scenario
+        self.sqlite_hook = sqlite_hook  # a process's SqliteStore fault_hook (SIGKILL sweep)
         self.spec = scenario.spec
         self.plan = plan
         self.world = world
@@ -217,7 +219,10 @@ class Driver:
         else:
             assert self.db is not None
             real = sqlite = SqliteStore(
-                self.db, clock=self.world.now, snapshot_every=self.plan.snapshot_every
+                self.db,
+                clock=self.world.now,
+                snapshot_every=self.plan.snapshot_every,
+                fault_hook=self.sqlite_hook(proc) if self.sqlite_hook else None,
             )
         runtime = Runtime(CrashingStore(real, proc), lease_seconds=LEASE)  # type: ignore[arg-type]
         runtime.register(self.spec.build())
@@ -482,6 +487,8 @@ class Driver:
         """Which requests the user answers at this rest, in which order (from the seed)."""
         if self.scenario.batching == "one":
             return pending[:1]
+        if self.scenario.batching == "all":  # depends on nothing but what is pending
+            return list(pending)
         rng = random.Random(f"{self.scenario.seed}:{label}:rest:{rest}")
         order = list(pending)
         rng.shuffle(order)

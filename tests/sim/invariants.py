@@ -40,7 +40,14 @@ class Violation:
         return f"[{self.invariant}] {self.detail}"
 
 
-def check(reference: Outcome, faulted: Outcome) -> list[Violation]:
+def check(
+    reference: Outcome, faulted: Outcome, *, same_schedule: bool | None = None
+) -> list[Violation]:
+    """Every violation of ``faulted`` against ``reference``. ``same_schedule``: answers were
+    applied at the same supersteps, so order and schedule must match too (default: unless the
+    fault plan moved answers)."""
+    if same_schedule is None:
+        same_schedule = not faulted.plan.reordered
     out: list[Violation] = []
     for invariant, detail in reference.violations:
         out.append(Violation(invariant, f"(uninterrupted run) {detail}"))
@@ -49,7 +56,7 @@ def check(reference: Outcome, faulted: Outcome) -> list[Violation]:
         out.append(Violation(invariant, detail))
     out.extend(_ledger_alone(faulted.ledger, ""))
     out.extend(_ledgers(reference.ledger, faulted.ledger))
-    out.extend(_branches(reference, faulted))
+    out.extend(_branches(reference, faulted, same_schedule))
     return _dedupe(out)
 
 
@@ -105,9 +112,9 @@ def _ledgers(reference: Ledger, faulted: Ledger) -> list[Violation]:
     return out
 
 
-def _branches(reference: Outcome, faulted: Outcome) -> list[Violation]:
+def _branches(reference: Outcome, faulted: Outcome, same_schedule: bool) -> list[Violation]:
     out = []
-    reordered = faulted.plan.reordered
+    reordered = not same_schedule
     for label, ref in sorted(reference.branches.items()):
         got = faulted.branches.get(label)
         if got is None:

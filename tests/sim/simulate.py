@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from storage import InMemoryRunStore
-from tests.sim.driver import Outcome, Scenario, draw_scenario, play
+from tests.sim.driver import RUN_ID, Driver, Outcome, Scenario, draw_scenario, play
 from tests.sim.faults import FaultPlan, ReferenceStats, draw_plan
 from tests.sim.invariants import Violation, check
 from tests.sim.vtime import VirtualClock, run_virtual
@@ -121,3 +121,21 @@ def compare(
     faulted = run_world(scenario, plan, memory_store=memory_store)
     violations = check(reference, faulted)
     return SeedResult(scenario.seed, scenario, plan, reference, faulted, violations)
+
+
+def inspect_sqlite(scenario: Scenario, workdir: Path) -> Outcome:
+    """What a SQLite file left by other processes holds (the store-side invariants checked)."""
+
+    async def main(clock: VirtualClock) -> Outcome:
+        world = World(clock)
+        world.branches[RUN_ID] = "main"
+        driver = Driver(scenario, FaultPlan(store="sqlite"), world, workdir)
+        outcome = Outcome(scenario, driver.plan, world.ledger)
+        try:
+            await driver.collect(outcome)
+        finally:
+            await driver.close()
+        outcome.violations = driver.violations
+        return outcome
+
+    return run_virtual(main)

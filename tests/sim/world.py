@@ -191,6 +191,8 @@ class World:
         self.stalled: list[str] = []  # processes that stalled past their lease
         self.stalls_active = 0
         self.store_lock = asyncio.Lock()
+        self.on_crash: Callable[[SimProcess, str], None] = lambda proc, label: None
+        """Called as a process dies, before it raises (the SIGKILL sweep kills itself here)."""
         self._next_pid = 0
 
     def now(self) -> float:
@@ -228,6 +230,7 @@ class SimProcess:
         world.trace.append(f"{world.points}:{self.name}:{label}")
         if world.points in world.crash_at:
             self.die(f"#{world.points} {label}")
+            world.on_crash(self, label)
             raise SimulatedCrash(f"{self.name} killed at point #{world.points} ({label})")
 
     def check_alive(self, label: str) -> None:
