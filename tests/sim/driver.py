@@ -1,7 +1,7 @@
 """The driver: plays one seed's run against the engine, through crashes, to the end.
 
 It behaves like the world around a deployment: worker processes (each a ``Runtime`` with its own
-store connection and its own copy of the workflow) resume the run; a client answers pending
+store connection, and its own store proxy that can kill it) resume the run; a client answers pending
 requests -- in an order drawn from the seed at each point where the run rests, with answers that
 are a pure function of the request -- and an observer reads the store. When a worker dies
 (:class:`~tests.sim.world.SimulatedCrash`) the driver discards it, lets the world do what the

@@ -22,7 +22,7 @@ from tests.sim.faults import FaultPlan, single_crash_plan
 from tests.sim.generator import Segment, WorkflowSpec
 from tests.sim.regressions import KNOWN_FAILING, REGRESSIONS
 from tests.sim.simulate import SeedResult, compare, reference_of, run_world, simulate
-from tests.sim.triage import CAUSES, diagnose
+from tests.sim.triage import diagnose
 
 pytestmark = pytest.mark.sim
 
@@ -34,7 +34,7 @@ SWEEP_SEEDS = (292, 46)
 def _param(seed: int, prefix: str = "seed") -> object:
     marks = []
     if seed in KNOWN_FAILING:
-        reason = "; ".join(CAUSES.get(c, c) for c in KNOWN_FAILING[seed].split("+"))
+        reason = f"known engine bug: {KNOWN_FAILING[seed]} (tests/sim/triage.py CAUSES)"
         marks.append(pytest.mark.xfail(strict=False, reason=reason))
     return pytest.param(seed, id=f"{prefix}_{seed}", marks=marks)
 
@@ -151,7 +151,7 @@ def _points(scenario: Scenario) -> list[str]:
     return [line.split(":", 2)[2] for line in run_world(scenario, FaultPlan()).trace]
 
 
-@pytest.mark.xfail(strict=False, reason=CAUSES["lease"])
+@pytest.mark.xfail(strict=False, reason="known engine bug: lease (tests/sim/triage.py CAUSES)")
 def test_lease_expiry_mid_superstep() -> None:
     """A worker stalls inside a side effect (after it happened, before it is journaled) for
     twice the lease; another worker tries to take the run over. Exactly once must still hold:
@@ -161,7 +161,9 @@ def test_lease_expiry_mid_superstep() -> None:
     _verdict(compare(scenario, run_world(scenario, FaultPlan()), plan))
 
 
-@pytest.mark.xfail(strict=False, reason=CAUSES["answer-scope"])
+@pytest.mark.xfail(
+    strict=False, reason="known engine bug: answer-scope (tests/sim/triage.py CAUSES)"
+)
 def test_answer_arriving_before_recovery() -> None:
     """Two questions are pending; one is answered and its superstep crashes right after its
     side effect was journaled; the other answer arrives before the run is recovered. The

@@ -94,10 +94,17 @@ def sweep(first: int, last: int) -> dict[str, list[int]]:
 
 
 def main(argv: list[str]) -> None:
+    """``python -m tests.sim.triage FIRST LAST [--table]``: sweep and group; ``--table``
+    prints the ``KNOWN_FAILING`` entries for ``regressions.py`` instead."""
     first, last = int(argv[0]), int(argv[1])
     started = time.perf_counter()
     groups = sweep(first, last)
     seconds = time.perf_counter() - started
+    if "--table" in argv:
+        causes = {seed: cause for cause, seeds in groups.items() for seed in seeds}
+        for seed in sorted(causes):
+            print(f'    {seed}: "{causes[seed]}",')
+        return
     failing = sum(len(seeds) for seeds in groups.values())
     print(f"{last - first} seeds in {seconds:.1f} s, {failing} failing")
     for cause, seeds in sorted(groups.items(), key=lambda item: -len(item[1])):
