@@ -1,0 +1,149 @@
+"""Fault injection: a store proxy with crash points around every call, and the seed's fault plan.
+
+:class:`CrashingStore` stands between a ``Runtime`` and its store. Every call of the store
+contract (``acquire_latest``, ``commit``, ``journal_put``, ``answer``...) is two crash points of
+the process that owns the proxy: before the call reaches the store and after it returned, so a
+crash lands between any two store operations, and an operation is either fully done or not at
+all (a crash *inside* a SQLite transaction is the real-SIGKILL sweep's job). Calls of all
+processes are serialized (one at a time, in the order the event loop asks), which keeps SQLite's
+worker threads from reordering them: the interleaving is a function of the seed.
+
+A :class:`FaultPlan` is drawn from the seed and the uninterrupted run's number of points: which
+points crash, what the world does before the process restarts (wait out the lease, retry at once
+and get ``RunBusyError``, or answer a request first), which resumes race a second worker, where a
+worker stalls past its lease while another takes the run over, and where an answer arrives in
+the middle of a superstep.
+"""
+
+from __future__ import annotations
+
+import inspect
+import random
+from dataclasses import dataclass
+from typing import Any
+
+from tests.sim.world import SimProcess
+
+RECOVERIES = ("wait", "busy", "early")
+
+
+class CrashingStore:
+    """Wraps a RunStore (and JournalStore): every async method is a pair of crash points."""
+
+    def __init__(self, real: Any, proc: SimProcess) -> None:
+        self._real = real
+        self._proc = proc
+
+    @property
+    def real(self) -> Any:
+        return self._real
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._real, name)
+        if name.startswith("_") or not inspect.iscoroutinefunction(attr):
+            return attr
+        proc = self._proc
+        world = proc.world
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            proc.point(f"{name}:before")
+            async with world.store_lock:
+                proc.check_alive(name)  # it may have died while it waited
+                world.clock.io_in_flight += 1
+                try:
+                    result = await attr(*args, **kwargs)
+                finally:
+                    world.clock.io_in_flight -= 1
+                world.ledger.settle((args, kwargs))
+            proc.point(f"{name}:after")
+            return result
+
+        return call
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """What goes wrong in one seed's run (``describe()`` prints it in every failure)."""
+
+    store: str = "memory"  # or "sqlite"
+    snapshot_every: int = 64
+    crashes: tuple[int, ...] = ()  # global point ordinals at which the executing process dies
+    recovery: tuple[str, ...] = ()  # per crash: wait | busy | early
+    races: tuple[int, ...] = ()  # resume ordinals executed by two workers at once
+    stall: int | None = None  # user-point ordinal where a worker stalls past its lease
+    stall_answer: bool = False  # ... and an answer arrives before the other worker takes over
+    midrun_answer: int | None = None  # user-point ordinal where an answer arrives
+
+    @property
+    def reordered(self) -> bool:
+        """Answers may arrive at other supersteps than in the uninterrupted run."""
+        return "early" in self.recovery or self.stall_answer or self.midrun_answer is not None
+
+    @property
+    def is_clean(self) -> bool:
+        return self == FaultPlan(store=self.store, snapshot_every=self.snapshot_every)
+
+    def describe(self) -> str:
+        parts = [
+            self.store
+            + (f"(snapshot_every={self.snapshot_every})" if self.store == "sqlite" else "")
+        ]
+        if self.crashes:
+            parts.append(
+                "crash at "
+                + ", ".join(
+                    f"#{c} then {r}" for c, r in zip(self.crashes, self.recovery, strict=True)
+                )
+            )
+        if self.races:
+            parts.append(f"racing resumes {list(self.races)}")
+        if self.stall is not None:
+            parts.append(
+                f"stall past the lease at user point {self.stall}"
+                + (" with an answer arriving" if self.stall_answer else "")
+            )
+        if self.midrun_answer is not None:
+            parts.append(f"answer mid-superstep at user point {self.midrun_answer}")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class ReferenceStats:
+    """What the uninterrupted run did, which bounds where faults can land."""
+
+    points: int
+    user_points: int
+    resumes: int
+    forked: bool
+
+
+def draw_plan(seed: int, stats: ReferenceStats, *, sqlite_share: float = 0.12) -> FaultPlan:
+    """The fault plan of ``seed``. Plans of seeds with forks keep answer timing unchanged (a
+    fork is compared with the uninterrupted run's fork at the same superstep)."""
+    rng = random.Random(f"faults:{seed}")
+    store = "sqlite" if rng.random() < sqlite_share else "memory"
+    snapshot_every = rng.choice([2, 3, 64])
+    span = max(1, int(stats.points * 1.15))
+    count = rng.choices([0, 1, 2, 3], [1, 5, 3, 2])[0]
+    crashes = tuple(sorted(rng.sample(range(1, span + 1), min(count, span))))
+    choices = ("wait", "busy") if stats.forked else RECOVERIES
+    recovery = tuple(rng.choice(choices) for _ in crashes)
+    races: tuple[int, ...] = ()
+    if stats.resumes and rng.random() < 0.25:
+        races = (rng.randint(1, stats.resumes),)
+    stall = None
+    stall_answer = False
+    if stats.user_points and rng.random() < 0.2:
+        stall = rng.randint(1, stats.user_points)
+        stall_answer = not stats.forked and rng.random() < 0.5
+    midrun = None
+    if not stats.forked and stats.user_points and rng.random() < 0.15:
+        midrun = rng.randint(1, stats.user_points)
+        if midrun == stall:
+            midrun = None
+    return FaultPlan(store, snapshot_every, crashes, recovery, races, stall, stall_answer, midrun)
+
+
+def single_crash_plan(point: int, recovery: str = "wait", store: str = "memory") -> FaultPlan:
+    """The exhaustive sweep's plan: one crash at ``point``."""
+    return FaultPlan(store=store, crashes=(point,), recovery=(recovery,))

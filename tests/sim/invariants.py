@@ -1,0 +1,186 @@
+"""The invariants every seed must keep, comparing a faulty run with the uninterrupted one.
+
+* **exactly-once** -- every logical side effect of the uninterrupted run happened, and no
+  other; each ran once, except that an execution cut off by its process's death before its
+  result was durable (a *torn* one: the documented at-least-once window of an unjournaled call)
+  may be followed by one more. An engine idempotency key stays the same across such a retry and
+  is never shared by two different effects. The uninterrupted run itself runs everything once.
+* **journal** -- ``run_once`` (and the agent's journal) hands back the result of the very effect
+  asked for, never another one's.
+* **outputs** -- every branch's outputs equal the uninterrupted run's as a multiset, and
+  **order** -- in the same order when answers arrived at the same points (the engine promises a
+  deterministic order for the same inputs); only a multiset when the plan moved answers.
+* **answers** -- every answer the store accepted is applied and still says what was sent; no
+  request is left pending or unapplied in a finished run; answers are applied at the same
+  supersteps as in the uninterrupted run (when the plan did not move them).
+* **request-ids** -- no request id ever names two different requests; the same requests exist.
+* **history** -- every run's checkpoints form one chain (seqs contiguous, each checkpoint's
+  parent the previous one, supersteps never going back), the run row points at its last
+  checkpoint, and every checkpoint restores.
+* **integrity** -- SQLite's own integrity and foreign-key checks pass; every run reads back.
+* **cancel** -- a cancelled run has no pending requests, refuses answers and cannot resume.
+* **liveness** -- the run and its forks finish within the driver's bounds, with no engine error.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from tests.sim.driver import Outcome
+from tests.sim.world import Ledger
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"[{self.invariant}] {self.detail}"
+
+
+def check(
+    reference: Outcome, faulted: Outcome, *, same_schedule: bool | None = None
+) -> list[Violation]:
+    """Every violation of ``faulted`` against ``reference``. ``same_schedule``: answers were
+    applied at the same supersteps, so order and schedule must match too (default: unless the
+    fault plan moved answers)."""
+    if same_schedule is None:
+        same_schedule = not faulted.plan.reordered
+    out: list[Violation] = []
+    for invariant, detail in reference.violations:
+        out.append(Violation(invariant, f"(uninterrupted run) {detail}"))
+    out.extend(_ledger_alone(reference.ledger, "(uninterrupted run) "))
+    for invariant, detail in faulted.violations:
+        out.append(Violation(invariant, detail))
+    out.extend(_ledger_alone(faulted.ledger, ""))
+    out.extend(_ledgers(reference.ledger, faulted.ledger))
+    out.extend(_branches(reference, faulted, same_schedule))
+    return _dedupe(out)
+
+
+def _ledger_alone(ledger: Ledger, prefix: str) -> list[Violation]:
+    """What one ledger shows by itself: double executions, journal mix-ups, key misuse."""
+    out = []
+    for mismatch in ledger.mismatches:
+        out.append(Violation("journal", f"{prefix}{mismatch}"))
+    owners: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for identity, runs in ledger.executions.items():
+        kept = [e for e in runs[:-1] if not e.torn]
+        if kept:
+            shown = ", ".join(
+                f"{e.process}{' torn' if e.torn else ''}{' settled' if e.settled else ''}"
+                for e in runs
+            )
+            out.append(
+                Violation("exactly-once", f"{prefix}{identity} ran {len(runs)} times ({shown})")
+            )
+        keys = {e.engine_key for e in runs if e.engine_key is not None}
+        if len(keys) > 1:
+            out.append(
+                Violation(
+                    "exactly-once",
+                    f"{prefix}{identity} was retried with another idempotency key: {sorted(keys)}",
+                )
+            )
+        branch = identity.split("|", 1)[0]
+        for key in keys:
+            owners[(branch, key)].add(identity)
+    for (_, key), identities in sorted(owners.items()):
+        if len(identities) > 1:
+            out.append(
+                Violation(
+                    "exactly-once",
+                    f"{prefix}idempotency key {key} given to {len(identities)} different "
+                    f"effects: {sorted(identities)}",
+                )
+            )
+    return out
+
+
+def _ledgers(reference: Ledger, faulted: Ledger) -> list[Violation]:
+    expected = set(reference.executions)
+    got = set(faulted.executions)
+    out = []
+    for identity in sorted(expected - got):
+        out.append(Violation("exactly-once", f"{identity} never happened"))
+    for identity in sorted(got - expected):
+        out.append(
+            Violation("exactly-once", f"{identity} happened, but not in the uninterrupted run")
+        )
+    return out
+
+
+def _branches(reference: Outcome, faulted: Outcome, same_schedule: bool) -> list[Violation]:
+    out = []
+    reordered = not same_schedule
+    for label, ref in sorted(reference.branches.items()):
+        got = faulted.branches.get(label)
+        if got is None:
+            out.append(Violation("liveness", f"{label} does not exist in the faulty run"))
+            continue
+        if got.status != ref.status:
+            out.append(Violation("liveness", f"{label} ended {got.status}, not {ref.status}"))
+        if reordered and label != "main":
+            continue  # forked where the faulty run's own history was: not comparable
+        if reordered:
+            if sorted(got.outputs) != sorted(ref.outputs):
+                out.append(
+                    Violation("outputs", f"{label}: {_diff(ref.outputs, got.outputs)} (multiset)")
+                )
+        elif got.outputs != ref.outputs:
+            same = sorted(got.outputs) == sorted(ref.outputs)
+            out.append(
+                Violation(
+                    "order" if same else "outputs", f"{label}: {_diff(ref.outputs, got.outputs)}"
+                )
+            )
+        if Counter(got.requests.values()) != Counter(ref.requests.values()):
+            missing = Counter(ref.requests.values()) - Counter(got.requests.values())
+            extra = Counter(got.requests.values()) - Counter(ref.requests.values())
+            out.append(
+                Violation(
+                    "request-ids",
+                    f"{label}: other requests than uninterrupted: missing {sorted(missing)}, "
+                    f"extra {sorted(extra)}",
+                )
+            )
+        if not reordered and label == "main" and got.requests != ref.requests:
+            out.append(Violation("request-ids", f"{label}: request ids differ from uninterrupted"))
+        if not reordered and got.schedule != ref.schedule:
+            out.append(
+                Violation(
+                    "answers",
+                    f"{label}: answers applied at {got.schedule}, uninterrupted at {ref.schedule}",
+                )
+            )
+        if got.status == "idle":
+            stuck = {rid: s for rid, s in got.request_status.items() if s != "applied"}
+            if stuck:
+                out.append(Violation("answers", f"{label} finished with requests {stuck}"))
+    for label in sorted(set(faulted.branches) - set(reference.branches)):
+        if not label.startswith("orphan:"):
+            out.append(Violation("liveness", f"{label} exists only in the faulty run"))
+    return out
+
+
+def _diff(expected: list[str], got: list[str]) -> str:
+    missing = Counter(expected) - Counter(got)
+    extra = Counter(got) - Counter(expected)
+    if not missing and not extra:
+        return f"same outputs in another order ({len(got)})"
+    return (
+        f"{len(got)} outputs, {len(expected)} expected; missing {list(missing.elements())[:3]}, "
+        f"extra {list(extra.elements())[:3]}"
+    )
+
+
+def _dedupe(violations: list[Violation]) -> list[Violation]:
+    seen = set()
+    out = []
+    for v in violations:
+        if v not in seen:
+            seen.add(v)
+            out.append(v)
+    return out
