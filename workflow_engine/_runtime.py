@@ -333,19 +333,22 @@ class Runtime:
         run_id: str,
         loaded: tuple[Checkpoint | None, Sequence[StoredRequest]],
     ) -> tuple[Checkpoint, list[ExternalResponse]]:
-        """The latest checkpoint and the stored answers to its pending requests."""
+        """The latest checkpoint and the stored answers to its pending requests, in the order
+        the requests were made (not the order or time they were answered): the same answers
+        give the same messages in the same order, however they arrived."""
         checkpoint, answered = loaded
         if checkpoint is None:
             raise CheckpointNotFoundError(f"run {run_id!r} has no checkpoint")
+        by_id = {r.request_id: r for r in answered}
         answers = [
             ExternalResponse(
-                r.request_id,
+                rid,
                 wf.decode_stored(
-                    r.answer, run_id, f"the stored answer to request {r.request_id!r}"
+                    by_id[rid].answer, run_id, f"the stored answer to request {rid!r}"
                 ),
             )
-            for r in answered
-            if r.request_id in checkpoint.pending_requests
+            for rid in checkpoint.pending_requests
+            if rid in by_id
         ]
         return checkpoint, answers
 
