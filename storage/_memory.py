@@ -170,7 +170,9 @@ class InMemoryRunStore:
     async def release(self, lease: Lease) -> None:
         async with self._lock:
             run = self._runs.get(lease.run_id)
-            if run is not None and run.owner == lease.owner and run.version == lease.version:
+            # owner tokens are unique per execution: the owner alone fences a release (so a
+            # caller that lost track of its lease version mid-commit can still release)
+            if run is not None and run.owner == lease.owner:
                 self._runs[lease.run_id] = replace(run, owner=None, lease_expires_at=None)
 
     def _fenced(self, lease: Lease) -> RunRecord:

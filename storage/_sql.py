@@ -44,9 +44,8 @@ SQL_LEASE_STATE = (
 SQL_TAKE_LEASE = (
     "UPDATE runs SET owner = ?, lease_expires_at = ?, version = ? WHERE run_id = ? AND version = ?"
 )
-SQL_RELEASE = (
-    "UPDATE runs SET owner = NULL, lease_expires_at = NULL "
-    "WHERE run_id = ? AND owner = ? AND version = ?"
+SQL_RELEASE = (  # owner tokens are unique per execution, so the owner alone fences a release
+    "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
 )
 SQL_COMMIT_RUN = (
     "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "

@@ -529,7 +529,7 @@ class SqliteStore:
 
     @staticmethod
     def _release(conn: Conn, lease: Lease) -> bool:
-        return conn.execute(SQL_RELEASE, (lease.run_id, lease.owner, lease.version)).rowcount == 1
+        return conn.execute(SQL_RELEASE, (lease.run_id, lease.owner)).rowcount == 1
 
     async def renew(self, lease: Lease) -> Lease:
         """Extend the lease (same version); ``LeaseLostError`` if another worker took it."""

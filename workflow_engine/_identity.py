@@ -23,7 +23,6 @@ re-execution, unique, and not derivable by anyone who does not hold the run's ch
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import os
 
@@ -60,7 +59,7 @@ def step_key(superstep: int, executor_id: str, delivery: str, name: str) -> str:
 def derive_id(secret: str, *parts: str) -> str:
     """128 bits of HMAC-SHA256 over ``parts``: deterministic for the run, opaque to others."""
     message = "\x1f".join(parts).encode("utf-8", "surrogatepass")
-    return hmac.new(secret.encode(), message, hashlib.sha256).hexdigest()[:32]
+    return hmac.digest(secret.encode(), message, "sha256")[:16].hex()
 
 
 __all__ = [

@@ -8,13 +8,15 @@ checkpoint, delivers the stored answers and continues, committing every superste
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import aclosing, contextmanager
+from contextlib import aclosing, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import sniffio
 
 from ._checkpoint import Checkpoint
 from ._errors import (
@@ -119,35 +121,43 @@ class _LeasedStore:
             self.cancel_requested = True
 
     async def save(self, checkpoint: Checkpoint) -> None:
-        # shielded: a caller cancelled mid-commit must still learn the new lease version, or
-        # it could not release the lease and the run would stay locked until it expires
-        with anyio.CancelScope(shield=True):
-            try:
-                if self.release_on_rest and checkpoint.status in _RESTING:
-                    self._took(await self.store.commit_and_release(self.lease, checkpoint))
-                    self.released = True
-                    return
-                self._took(await self.store.commit(self.lease, checkpoint))
-            except RunBusyError:
-                self.lost = True
-                raise
+        # A caller cancelled mid-commit may never learn the new lease version; releasing is
+        # fenced by the owner token alone (unique per execution), so the lease still ends.
+        try:
+            if self.release_on_rest and checkpoint.status in _RESTING:
+                self._took(await self.store.commit_and_release(self.lease, checkpoint))
+                self.released = True
+                return
+            self._took(await self.store.commit(self.lease, checkpoint))
+        except RunBusyError:
+            self.lost = True
+            raise
 
     async def keep_alive(self) -> None:
         """Renew the lease every third of its length until cancelled (runs beside the run)."""
-        while not self.released and not self.lost:
+        while await self.renew_once(sleep=True):
+            pass
+
+    async def renew_once(self, *, sleep: bool = False) -> bool:
+        """Renew the lease once (after a third of its length, with ``sleep``); False once
+        there is nothing more to renew (released, or lost to another worker)."""
+        if sleep:
             await anyio.sleep(self.lease_seconds / 3)
-            lease = self.lease
-            try:
-                renewed = await self.store.renew(lease)
-            except RunBusyError:
-                if self.lease is lease:  # not a commit racing us: another worker took over
-                    self.lost = True
-                    return
-                continue
-            if self.lease is lease:
-                self._took(renewed)
-            elif renewed.cancel_requested:
-                self.cancel_requested = True
+        if self.released or self.lost:
+            return False
+        lease = self.lease
+        try:
+            renewed = await self.store.renew(lease)
+        except RunBusyError:
+            if self.lease is lease:  # not a commit racing us: another worker took over
+                self.lost = True
+                return False
+            return True
+        if self.lease is lease:
+            self._took(renewed)
+        elif renewed.cancel_requested:
+            self.cancel_requested = True
+        return True
 
     async def load(self, checkpoint_id: str) -> Checkpoint:
         return await self.store.load(checkpoint_id)
@@ -361,20 +371,13 @@ class Runtime:
         max_supersteps: int | None,
     ) -> WorkflowRunResult:
         """Run to rest without streaming (events collected), renewing the lease beside it."""
-        result: WorkflowRunResult | None = None
-        with _sole_exception():
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(sink.keep_alive)
-                try:
-                    result = await wf.run(
-                        checkpoint=checkpoint,
-                        responses=answers,
-                        checkpoint_store=sink,
-                        max_supersteps=max_supersteps,
-                    )
-                finally:
-                    tg.cancel_scope.cancel()
-        assert result is not None
+        async with _kept_alive(sink):
+            result = await wf.run(
+                checkpoint=checkpoint,
+                responses=answers,
+                checkpoint_store=sink,
+                max_supersteps=max_supersteps,
+            )
         await self._record_outcome(sink, result)
         return result
 
@@ -403,15 +406,9 @@ class Runtime:
                 checkpoint_store=sink,
                 max_supersteps=max_supersteps,
             )
-            with _sole_exception():
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(sink.keep_alive)
-                    try:
-                        async with aclosing(stream):
-                            async for event in stream:
-                                yield event
-                    finally:
-                        tg.cancel_scope.cancel()
+            async with _kept_alive(sink), aclosing(stream):
+                async for event in stream:
+                    yield event
             result = stream.result
             assert result is not None
             holder.result = result
@@ -572,6 +569,55 @@ class Runtime:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+@asynccontextmanager
+async def _kept_alive(sink: _LeasedStore) -> AsyncIterator[None]:
+    """Renew ``sink``'s lease while the body runs. On asyncio a timer does it: most runs rest
+    long before a renewal is due, and a timer costs far less than a task group per run."""
+    if sniffio.current_async_library() == "asyncio":
+        keeper = _RenewalTimer(sink, asyncio.get_running_loop())
+        try:
+            yield
+        finally:
+            keeper.stop()
+        return
+    with _sole_exception():
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sink.keep_alive)
+            try:
+                yield
+            finally:
+                tg.cancel_scope.cancel()
+
+
+class _RenewalTimer:
+    """Renews a lease every third of its length from the asyncio loop's timer."""
+
+    def __init__(self, sink: _LeasedStore, loop: asyncio.AbstractEventLoop) -> None:
+        self.sink = sink
+        self.loop = loop
+        self.stopped = False
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle = loop.call_later(sink.lease_seconds / 3, self._due)
+
+    def _due(self) -> None:
+        if not self.stopped:
+            self.task = self.loop.create_task(self._renew())
+
+    async def _renew(self) -> None:
+        try:
+            again = await self.sink.renew_once()
+        except Exception:  # the store failed: the next commit will say so, loudly
+            return
+        if again and not self.stopped:
+            self.timer = self.loop.call_later(self.sink.lease_seconds / 3, self._due)
+
+    def stop(self) -> None:
+        self.stopped = True
+        self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
 
 
 @contextmanager

@@ -168,7 +168,8 @@ class RunStore(Protocol):
         ...
 
     async def release(self, lease: Lease) -> None:
-        """End the lease (fenced: a lease that was taken over releases nothing)."""
+        """End the lease if ``lease.owner`` still holds it (owner tokens are unique per
+        execution, so a lease taken over by another worker releases nothing)."""
         ...
 
     async def renew(self, lease: Lease) -> Lease:
