@@ -24,6 +24,7 @@ from typing import Any, Protocol
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from workflow_engine import WorkflowEvent
+from workflow_engine._errors import DefinitionError, UsageError
 
 from ._clients import ChatClient, ChatResponseUpdate, message_from_updates
 from ._content import (
@@ -117,7 +118,7 @@ class Agent:
         raise_tool_errors: bool = False,
     ) -> None:
         if client is None:
-            raise ValueError(f"agent {name!r} needs a chat client")
+            raise UsageError(f"agent {name!r} needs a chat client")
         self.name = name
         self.instructions = instructions
         self.client = client
@@ -130,7 +131,9 @@ class Agent:
 
     def add_tool(self, t: Tool) -> None:
         if not isinstance(t, Tool):
-            raise TypeError(f"agent {self.name!r}: {t!r} is not a Tool (decorate it with @tool)")
+            raise DefinitionError(
+                f"agent {self.name!r}: {t!r} is not a Tool (decorate it with @tool)"
+            )
         self.tools[t.name] = t
 
     def as_executor(self, **options: Any) -> Any:

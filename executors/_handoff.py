@@ -31,6 +31,7 @@ from workflow_engine import (
     handler,
     response_handler,
 )
+from workflow_engine._errors import UsageError
 
 from ._agent import Agent
 from ._content import ChatMessage, ToolApprovalRequestContent, ToolApprovalResponseContent
@@ -281,16 +282,16 @@ class HandoffBuilder:
 
     def add_participant(self, agent: Agent) -> HandoffBuilder:
         if agent.name in self.participants:
-            raise ValueError(f"two participants are named {agent.name!r}")
+            raise UsageError(f"two participants are named {agent.name!r}")
         if agent.name in (COORDINATOR_ID, USER_INPUT_PORT_ID):
-            raise ValueError(f"{agent.name!r} is reserved by the handoff workflow")
+            raise UsageError(f"{agent.name!r} is reserved by the handoff workflow")
         self.participants[agent.name] = agent
         return self
 
     def _name(self, agent: Agent | str) -> str:
         name = agent if isinstance(agent, str) else agent.name
         if name not in self.participants:
-            raise ValueError(
+            raise UsageError(
                 f"{name!r} is not a participant (participants: {', '.join(self.participants)})"
             )
         return name
@@ -307,7 +308,7 @@ class HandoffBuilder:
         for target in targets:
             dst = self._name(target)
             if dst == src:
-                raise ValueError(f"{src!r} cannot hand off to itself")
+                raise UsageError(f"{src!r} cannot hand off to itself")
             agent = self.participants[dst]
             routes[dst] = description or agent.description or f"Hand the conversation to {dst}."
         return self
@@ -318,13 +319,13 @@ class HandoffBuilder:
 
     def with_turn_limit(self, limit: int) -> HandoffBuilder:
         if limit < 1:
-            raise ValueError("the turn limit must be at least 1")
+            raise UsageError("the turn limit must be at least 1")
         self.turn_limit = limit
         return self
 
     def build(self) -> Workflow:
         if not self.participants:
-            raise ValueError("a handoff workflow needs at least one participant")
+            raise UsageError("a handoff workflow needs at least one participant")
         start = self._start or next(iter(self.participants))
         coordinator = HandoffCoordinator(start, self.termination_condition, self.turn_limit)
         port = RequestPort(

@@ -28,6 +28,7 @@ from workflow_engine import (
     handler,
     response_handler,
 )
+from workflow_engine._errors import UsageError
 
 from ._agent import Agent, AgentRunUpdateEvent, edited_arguments
 from ._content import (
@@ -177,7 +178,7 @@ class AgentHostExecutor(Executor):
         if not isinstance(request, ToolApprovalRequestContent):
             return
         if response.id is not None and response.id != request.id:
-            raise ValueError(
+            raise UsageError(
                 f"this approval names call {response.id!r}, but the request is for "
                 f"{request.id!r} ({request.function_call.name})"
             )

@@ -17,6 +17,8 @@ from typing import Any, Literal, NewType, get_type_hints
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from workflow_engine._errors import UsageError
+
 IdempotencyKey = NewType("IdempotencyKey", str)
 """Annotate a tool parameter with this to receive the call's idempotency key."""
 
@@ -53,7 +55,7 @@ class Tool:
             "always_require",
             "never_require",
         ):
-            raise ValueError(
+            raise UsageError(
                 f"approval_mode must be 'always_require', 'never_require' or a predicate, "
                 f"not {approval_mode!r}"
             )

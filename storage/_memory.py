@@ -33,6 +33,7 @@ from workflow_engine import (
     WorkflowRunState,
     owner_is_dead,
 )
+from workflow_engine._errors import UsageError
 from workflow_engine._store import RequestStatus
 
 _TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
@@ -397,7 +398,7 @@ class InMemoryRunStore:
                             del self._journal[key]
             if keep_last is not None:
                 if keep_last < 1:
-                    raise ValueError("keep_last must be at least 1")
+                    raise UsageError("keep_last must be at least 1")
                 for run_id, items in self._checkpoints.items():
                     if len(items) > keep_last:
                         dropped = len(items) - keep_last

@@ -53,6 +53,7 @@ from workflow_engine._errors import (
     StoreCorruptError,
     StoreLockedError,
     StoreUnavailableError,
+    UsageError,
 )
 from workflow_engine._store import (
     AnswerOutcome,
@@ -153,7 +154,7 @@ class SqliteStore:
             synchronous or os.environ.get("WORKFLOW_ENGINE_SQLITE_SYNC") or "NORMAL"
         ).upper()
         if self.synchronous not in ("NORMAL", "FULL"):
-            raise ValueError("synchronous must be NORMAL or FULL")
+            raise UsageError("synchronous must be NORMAL or FULL")
         self.busy_timeout = busy_timeout
         self.snapshot_every = snapshot_every
         self.fault_hook = fault_hook
@@ -967,7 +968,7 @@ class SqliteStore:
             deleted += await self._in_write(_prune_finished, finished_before, self.clock())
         if keep_last is not None:
             if keep_last < 1:
-                raise ValueError("keep_last must be at least 1")
+                raise UsageError("keep_last must be at least 1")
             deleted += await self._in_write(self._keep_last, keep_last)
         return deleted
 

@@ -7,12 +7,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, get_args, get_origin
 
 from ._errors import (
+    DefinitionError,
     DuplicateExecutorError,
     EdgeTypeMismatchError,
     FanInTypeMismatchError,
     MissingStartError,
     UnknownExecutorError,
     UnreachableExecutorError,
+    UsageError,
 )
 from ._executor import Executor
 from ._graph import Case, Default, EdgeGroup, Graph, Node, Predicate
@@ -56,13 +58,13 @@ class WorkflowBuilder:
     def register_types(self, *types: type, name: str | None = None) -> WorkflowBuilder:
         """Allow values of these classes in state, messages or outputs beyond the annotations."""
         if name is not None and len(types) != 1:
-            raise ValueError("name= can only be given when registering one type")
+            raise UsageError("name= can only be given when registering one type")
         self._types.extend((t, name) for t in types)
         return self
 
     def with_max_supersteps(self, limit: int) -> WorkflowBuilder:
         if limit < 1:
-            raise ValueError("max_supersteps must be at least 1")
+            raise UsageError("max_supersteps must be at least 1")
         self.max_supersteps = limit
         return self
 
@@ -74,7 +76,7 @@ class WorkflowBuilder:
         if not isinstance(node, Executor | RequestPort) and hasattr(node, "as_executor"):
             node = node.as_executor()
         if not isinstance(node, Executor | RequestPort):
-            raise TypeError(
+            raise DefinitionError(
                 f"expected an Executor, RequestPort or node id, got {type(node).__name__}"
             )
         known = self._nodes.get(node.id)
@@ -126,7 +128,7 @@ class WorkflowBuilder:
         for case in cases:
             if isinstance(case, Default):
                 if default is not None:
-                    raise ValueError("a switch-case group takes at most one Default")
+                    raise UsageError("a switch-case group takes at most one Default")
                 default = self._node_id(case.target)
             else:
                 preds.append(case.condition)

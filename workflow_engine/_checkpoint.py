@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._errors import CheckpointNotFoundError
+from ._errors import CheckpointNotFoundError, UsageError
 from ._events import WorkflowRunState
 
 CHECKPOINT_SCHEMA_VERSION = 1
@@ -191,7 +191,7 @@ class CheckpointDelta(BaseModel):
 def delta_of(checkpoint: Checkpoint) -> CheckpointDelta:
     """The part of ``checkpoint`` that its ``changes`` say is new (it must have a parent)."""
     if checkpoint.parent_id is None:
-        raise ValueError("a first checkpoint has no parent to be a delta of")
+        raise UsageError("a first checkpoint has no parent to be a delta of")
     ch = checkpoint.changes
     states = checkpoint.executor_states
     n_out = ch.outputs_added
@@ -225,7 +225,7 @@ def delta_of(checkpoint: Checkpoint) -> CheckpointDelta:
 def apply_delta(parent: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
     """Rebuild the checkpoint ``delta`` was taken from, given its parent."""
     if delta.parent_id != parent.checkpoint_id:
-        raise ValueError(
+        raise UsageError(
             f"delta {delta.checkpoint_id} follows {delta.parent_id}, not {parent.checkpoint_id}"
         )
     states = dict(parent.executor_states)

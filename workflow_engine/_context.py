@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any, Generic, Never
 import anyio
 from typing_extensions import TypeVar
 
-from ._errors import EffectInDoubtError, LeaseLostError, UndeclaredOutputError, UnknownTargetError
+from ._errors import (
+    DefinitionError,
+    EffectInDoubtError,
+    LeaseLostError,
+    UndeclaredOutputError,
+    UnknownTargetError,
+)
 from ._events import WorkflowEvent, WorkflowOutputEvent
 from ._identity import derive_id, step_key
 from ._requests import ExternalRequest
@@ -272,7 +278,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     async def add_event(self, event: WorkflowEvent) -> None:
         """Emit a custom event into the run's event stream."""
         if not isinstance(event, WorkflowEvent):
-            raise TypeError(f"add_event expects a WorkflowEvent, got {type_name(type(event))}")
+            raise DefinitionError(
+                f"add_event expects a WorkflowEvent, got {type_name(type(event))}"
+            )
         self._step.emit(event)
 
     # --- durable state --------------------------------------------------------------------------

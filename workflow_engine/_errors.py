@@ -39,7 +39,9 @@ A paused run is not an error: it is a status.
     │   ├── StoreLockedError
     │   ├── StoreCorruptError
     │   └── SchemaVersionError
-    └── WorkflowNotRegisteredError
+    ├── WorkflowNotRegisteredError
+    ├── UsageError (also a ValueError)   an API was called with values it cannot take
+    └── DefinitionError (also a TypeError)  an executor, handler or tool is declared wrongly
 """
 
 from __future__ import annotations
@@ -263,3 +265,16 @@ class WorkflowNotRegisteredError(WorkflowError):
     """A stored run names a workflow this process has not registered."""
 
     code = "workflow_not_registered"
+
+
+class UsageError(WorkflowError, ValueError):
+    """An API was called with values it cannot take (a ``ValueError`` too)."""
+
+    code = "usage_error"
+
+
+class DefinitionError(WorkflowError, TypeError):
+    """An executor, handler, tool or workflow is declared in a way the engine cannot use
+    (a ``TypeError`` too)."""
+
+    code = "definition_error"

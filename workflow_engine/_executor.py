@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, get_args, get_origin
 
-from ._errors import MessageNotHandledError
+from ._errors import DefinitionError, MessageNotHandledError, UsageError
 from ._types import Matcher, build_matcher, type_name, union_members
 
 _HANDLER_MARK = "__workflow_handler__"
@@ -70,7 +70,7 @@ def handler(
 
     def mark(f: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
         if not inspect.iscoroutinefunction(f):
-            raise TypeError(f"@handler {f.__qualname__} must be an async def")
+            raise DefinitionError(f"@handler {f.__qualname__} must be an async def")
         setattr(f, _HANDLER_MARK, (input, output, workflow_output))
         return f
 
@@ -80,7 +80,7 @@ def handler(
 def response_handler(func: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """Mark ``async def on_answer(self, original_request: Req, response: Resp, ctx)``."""
     if not inspect.iscoroutinefunction(func):
-        raise TypeError(f"@response_handler {func.__qualname__} must be an async def")
+        raise DefinitionError(f"@response_handler {func.__qualname__} must be an async def")
     setattr(func, _RESPONSE_MARK, True)
     return func
 
@@ -92,7 +92,7 @@ def context_types(annotation: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     if annotation is inspect.Parameter.empty or annotation is WorkflowContext:
         return (), ()
     if get_origin(annotation) is not WorkflowContext:
-        raise TypeError(f"expected a WorkflowContext[...] annotation, got {annotation!r}")
+        raise DefinitionError(f"expected a WorkflowContext[...] annotation, got {annotation!r}")
     args = get_args(annotation)
     out = union_members(args[0]) if args else ()
     wf_out = union_members(args[1]) if len(args) > 1 else ()
@@ -111,7 +111,7 @@ def _hints(func: Callable[..., Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(func)
     except NameError as exc:
-        raise TypeError(
+        raise DefinitionError(
             f"cannot resolve the annotations of {func.__qualname__}: {exc}; define the types at "
             "module level"
         ) from exc
@@ -129,7 +129,7 @@ def resolve_handler(func: Callable[..., Awaitable[Any]], *, bound: bool) -> Hand
     if bound:
         params = params[1:]
     if not params:
-        raise TypeError(f"handler {func.__qualname__} needs a message parameter")
+        raise DefinitionError(f"handler {func.__qualname__} needs a message parameter")
     hints = _hints(func)
     explicit_in, explicit_out, explicit_wf = getattr(func, _HANDLER_MARK, (None, None, None))
     message_type = explicit_in if explicit_in is not None else hints.get(params[0].name, Any)
@@ -156,7 +156,7 @@ def resolve_handler(func: Callable[..., Awaitable[Any]], *, bound: bool) -> Hand
 def _resolve_response_handler(func: Callable[..., Awaitable[Any]]) -> ResponseHandlerSpec:
     params = list(inspect.signature(func).parameters.values())[1:]
     if len(params) != 3:
-        raise TypeError(
+        raise DefinitionError(
             f"@response_handler {func.__qualname__} must take (original_request, response, ctx)"
         )
     hints = _hints(func)
@@ -184,7 +184,7 @@ class Executor:
 
     def __init__(self, id: str) -> None:
         if not id or not isinstance(id, str):
-            raise ValueError("an executor needs a non-empty string id")
+            raise UsageError("an executor needs a non-empty string id")
         self.id = id
         self._dispatch: dict[type, HandlerSpec | None] = {}
 
@@ -304,7 +304,7 @@ class FunctionExecutor(Executor):
 
     def __init__(self, func: Callable[..., Awaitable[Any]], id: str | None = None) -> None:
         if not inspect.iscoroutinefunction(func):
-            raise TypeError(f"@executor {func.__qualname__} must be an async def")
+            raise DefinitionError(f"@executor {func.__qualname__} must be an async def")
         super().__init__(id or func.__name__)
         self.func = func
         self._spec = resolve_handler(func, bound=False)

@@ -21,6 +21,7 @@ import sniffio
 from ._checkpoint import Checkpoint
 from ._errors import (
     CheckpointNotFoundError,
+    DefinitionError,
     RunBusyError,
     RunNotResumableError,
     SignatureMismatchError,
@@ -243,7 +244,7 @@ class Runtime:
         else:
             built = workflow()
             if not isinstance(built, Workflow):
-                raise TypeError(f"{workflow!r} did not return a Workflow")
+                raise DefinitionError(f"{workflow!r} did not return a Workflow")
         key = name or built.name
         self._workflows[key] = built
         return key

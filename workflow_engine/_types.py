@@ -17,6 +17,8 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Union, get_args, get_origin
 
+from ._errors import DefinitionError
+
 Matcher = Callable[[Any], bool]
 
 _NONE_TYPES: tuple[Any, ...] = (None, type(None))
@@ -95,7 +97,7 @@ def build_matcher(tp: Any) -> Matcher:
         return lambda value: isinstance(value, float | int) and not isinstance(value, bool)
     if isinstance(tp, type):
         return lambda value: isinstance(value, tp)
-    raise TypeError(f"unsupported annotation {tp!r}")
+    raise DefinitionError(f"unsupported annotation {tp!r}")
 
 
 def is_assignable(source: Any, target: Any) -> bool:

@@ -32,6 +32,7 @@ from ._errors import (
     SignatureMismatchError,
     StoreCorruptError,
     UnknownRequestError,
+    UsageError,
 )
 from ._events import (
     ErrorDetails,
@@ -148,16 +149,23 @@ class WorkflowRunStream:
                 await self._workflow._drive(loop, store, send.send_nowait)
             finished = True
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(drive)
-            try:
-                async with receive:
-                    async for event in receive:
-                        events.append(event)
-                        yield event
-            finally:
-                if not finished:  # the consumer stopped early: stop the run too
-                    tg.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(drive)
+                try:
+                    async with receive:
+                        async for event in receive:
+                            events.append(event)
+                            yield event
+                finally:
+                    if not finished:  # the consumer stopped early: stop the run too
+                        tg.cancel_scope.cancel()
+        except BaseExceptionGroup as group:
+            # closing the stream early throws GeneratorExit in at the ``yield``; the task group
+            # wraps it (and a run's own error) in a group: re-raise the exception itself
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         self.result = self._workflow._result(loop, events)
 
 
@@ -371,9 +379,9 @@ class Workflow:
         limit = max_supersteps or self.max_supersteps
         if checkpoint is None and checkpoint_id is None:
             if message is _NO_MESSAGE:
-                raise ValueError("run() needs a message to start a run, or a checkpoint")
+                raise UsageError("run() needs a message to start a run, or a checkpoint")
             if responses:
-                raise ValueError("responses can only be given when continuing from a checkpoint")
+                raise UsageError("responses can only be given when continuing from a checkpoint")
             state = RunState(run_id=run_id or uuid.uuid4().hex, secret=new_step_secret())
             self._check_start(message)
             state.inbox = [self._input_envelope(state, message)]
@@ -478,7 +486,7 @@ class Workflow:
         if checkpoint is not None:
             return checkpoint
         if store is None:
-            raise ValueError("checkpoint_id needs a checkpoint_store to load it from")
+            raise UsageError("checkpoint_id needs a checkpoint_store to load it from")
         assert checkpoint_id is not None
         cp = await store.load(checkpoint_id)
         if cp is None:

@@ -1,0 +1,70 @@
+"""Leaving a stream early stops the run cleanly: no more supersteps, the lease ends at once."""
+
+from __future__ import annotations
+
+from contextlib import aclosing
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from storage import SqliteStore
+from workflow_engine import (
+    Executor,
+    Runtime,
+    SuperstepCompletedEvent,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+)
+
+pytestmark = pytest.mark.anyio
+
+executed: list[int] = []
+
+
+class Counter(Executor):
+    @handler
+    async def count(self, n: int, ctx: WorkflowContext[int, int]) -> None:
+        executed.append(n)
+        await anyio.sleep(0.01)
+        if n < 20:
+            await ctx.send_message(n + 1)
+        else:
+            await ctx.yield_output(n)
+
+
+def build() -> Any:
+    counter = Counter("counter")
+    return WorkflowBuilder(name="counter", start=counter).add_edge(counter, counter).build()
+
+
+async def test_leaving_run_stream_early_stops_the_run() -> None:
+    executed.clear()
+    async with aclosing(build().run_stream(1)) as stream:
+        async for event in stream:
+            if isinstance(event, SuperstepCompletedEvent) and event.superstep == 2:
+                break
+    seen = len(executed)
+    await anyio.sleep(0.1)  # were the run still going, it would count on meanwhile
+    assert len(executed) == seen <= 3
+
+
+async def test_leaving_a_durable_stream_early_releases_the_lease(tmp_path: Path) -> None:
+    executed.clear()
+    db = tmp_path / "runs.db"
+    first = Runtime(SqliteStore(db), lease_seconds=60)
+    first.register(build)
+    run_id = await first.start("counter", 1)
+    async with aclosing(first.resume_stream(run_id)) as stream:
+        async for event in stream:
+            if isinstance(event, SuperstepCompletedEvent) and event.superstep == 2:
+                break
+    second = Runtime(SqliteStore(db), lease_seconds=60)
+    second.register(build)
+    done = await second.resume(run_id)  # at once: no 60-second wait for an abandoned lease
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [20]
+    await first.close()
+    await second.close()
