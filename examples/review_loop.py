@@ -1,5 +1,11 @@
 """Draft → human review through a RequestPort → publish, looping until the reviewer approves.
 
+The review cannot be skipped: the reviewer's answer (a :class:`ReviewDecision`) goes to the
+editor, which is not the start executor, so no start message can stand in for it --
+``workflow.run(ReviewDecision(approved=True))`` is refused before anything runs. (An answer to a
+``RequestPort`` is an ordinary message to the port's successors: were the start executor among
+them, a start message of the answer's type would reach the same handler.)
+
 Run it: ``python -m examples.review_loop`` (answers on the terminal), or import
 :func:`build_workflow` and drive it with ``workflow.run(...)`` and ``ExternalResponse``s.
 """
@@ -25,7 +31,7 @@ from workflow_engine import (
 
 
 class Draft(BaseModel):
-    """A version of the text, sent to the reviewer."""
+    """A version of the text, sent to the reviewer (and to the editor, who keeps it)."""
 
     topic: str
     version: int
@@ -39,54 +45,54 @@ class ReviewDecision(BaseModel):
     feedback: str = Field("", description="what to change, when not approved")
 
 
-class ApprovedDraft(BaseModel):
-    """A draft the reviewer approved; only the publisher accepts this type."""
+class Revision(BaseModel):
+    """The editor asks the writer for a new version of ``draft``."""
 
     draft: Draft
+    feedback: str
 
 
 class Writer(Executor):
-    """Writes a first draft, then revises it with each piece of feedback until approved."""
+    """The start executor: writes a first draft, and a new version for each revision."""
 
     @handler
     async def write(self, topic: str, ctx: WorkflowContext[Draft]) -> None:
-        draft = Draft(topic=topic, version=1, text=f"A short note about {topic}.")
-        await ctx.set_state("draft", draft)
-        await ctx.send_message(draft)
+        await ctx.send_message(Draft(topic=topic, version=1, text=f"A short note about {topic}."))
 
     @handler
-    async def revise(
-        self, decision: ReviewDecision, ctx: WorkflowContext[Draft | ApprovedDraft]
-    ) -> None:
+    async def revise(self, revision: Revision, ctx: WorkflowContext[Draft]) -> None:
+        draft = revision.draft
+        text = f"{draft.text} (revised: {revision.feedback or 'tightened'})"
+        await ctx.send_message(Draft(topic=draft.topic, version=draft.version + 1, text=text))
+
+
+class Editor(Executor):
+    """Keeps the draft under review and acts on the reviewer's decision: publish, or ask the
+    writer for a revision. Only the review port sends it a ReviewDecision."""
+
+    @handler
+    async def keep(self, draft: Draft, ctx: WorkflowContext[Never]) -> None:
+        await ctx.set_state("draft", draft)
+
+    @handler
+    async def decide(self, decision: ReviewDecision, ctx: WorkflowContext[Revision, str]) -> None:
         draft: Draft = await ctx.get_state("draft")
         if decision.approved:
-            await ctx.send_message(ApprovedDraft(draft=draft))
-            return
-        revised = Draft(
-            topic=draft.topic,
-            version=draft.version + 1,
-            text=f"{draft.text} (revised: {decision.feedback or 'tightened'})",
-        )
-        await ctx.set_state("draft", revised)
-        await ctx.send_message(revised)
-
-
-class Publisher(Executor):
-    @handler
-    async def publish(self, approved: ApprovedDraft, ctx: WorkflowContext[Never, str]) -> None:
-        draft = approved.draft
-        await ctx.yield_output(f"Published v{draft.version}: {draft.text}")
+            await ctx.yield_output(f"Published v{draft.version}: {draft.text}")
+        else:
+            await ctx.send_message(Revision(draft=draft, feedback=decision.feedback))
 
 
 def build_workflow() -> Workflow:
     writer = Writer("writer")
     review = RequestPort("review", request_type=Draft, response_type=ReviewDecision)
-    publisher = Publisher("publisher")
+    editor = Editor("editor")
     return (
         WorkflowBuilder(name="review_loop", start=writer)
-        .add_edge(writer, review)  # Draft goes to the human...
-        .add_edge(review, writer)  # ...whose ReviewDecision comes back to the writer
-        .add_edge(writer, publisher)  # ApprovedDraft: only the publisher accepts it
+        .add_edge(writer, review)  # each Draft goes to the human...
+        .add_edge(writer, editor)  # ...and to the editor, who keeps it
+        .add_edge(review, editor)  # the human's ReviewDecision goes to the editor only
+        .add_edge(editor, writer)  # a Revision: the writer drafts the next version
         .build()
     )
 

@@ -6,7 +6,9 @@ ends with "case complete.".
 
 Offline by default (``ScriptedChatClient`` rules for refund, replacement and "both" requests, and
 a polite answer for anything else). With ``OPENAI_API_KEY`` or ``OPENAI_BASE_URL`` set (or
-``model=...``), the same agents run on a real model.
+``model=...``), the same agents run on a real model; ``client=...`` gives them a chat client the
+caller configured, and ``offline=True`` keeps the scripted rules whatever the environment says.
+Which model answers never changes the graph: its signature is the same either way.
 
 ``WORKFLOW_ENGINE_DEMO_LEDGER=<file>`` makes ``submit_refund``/``submit_replacement`` append one
 JSON line per *new* idempotency key to that file -- the outside system a real tool would call,
@@ -237,19 +239,28 @@ def _specialist_client(kind: str) -> ScriptedChatClient:
     return client
 
 
-def _client(scripted: ScriptedChatClient, model: str | None) -> ChatClient:
+def _real_model(model: str | None, client: ChatClient | None, offline: bool) -> ChatClient | None:
+    """The chat client every agent talks to, or None for each agent's scripted rules."""
+    if client is not None and (model or offline):
+        raise ValueError("give either a client, or a model name or offline=True")
+    if client is not None or offline:
+        return client
     if model or os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL"):
         return OpenAIChatClient(model)
-    return scripted
+    return None
 
 
-def support_agents(model: str | None = None) -> tuple[Agent, Agent, Agent]:
+def support_agents(
+    model: str | None = None, *, client: ChatClient | None = None, offline: bool = False
+) -> tuple[Agent, Agent, Agent]:
+    """The three agents; see the module docstring for how their model is chosen."""
+    real = _real_model(model, client, offline)
     triage = Agent(
         "triage_agent",
         "You are the first contact of customer support. Find out whether the customer wants a "
         "refund, a replacement or both, and hand off to the right specialist. Never process "
         "refunds or replacements yourself.",
-        _client(_triage_client(), model),
+        _triage_client() if real is None else real,
         description="Routes customers to the right specialist.",
     )
     refund = Agent(
@@ -257,7 +268,7 @@ def support_agents(model: str | None = None) -> tuple[Agent, Agent, Agent]:
         "You handle refunds. Get the order number, look up the order, then submit the refund "
         "(the customer approves it). If the customer also wants a replacement, hand off to the "
         "order agent. When done, end your message with 'case complete.'.",
-        _client(_specialist_client("refund"), model),
+        _specialist_client("refund") if real is None else real,
         [lookup_order_details, submit_refund],
         description="Handles refunds for orders.",
     )
@@ -266,15 +277,17 @@ def support_agents(model: str | None = None) -> tuple[Agent, Agent, Agent]:
         "You handle replacements. Get the order number, look up the order, then submit the "
         "replacement (the customer approves it). For other topics hand back to triage. When "
         "done, end your message with 'case complete.'.",
-        _client(_specialist_client("order"), model),
+        _specialist_client("order") if real is None else real,
         [lookup_order_details, submit_replacement],
         description="Handles replacements and order questions.",
     )
     return triage, refund, order
 
 
-def build_support_workflow(model: str | None = None) -> Workflow:
-    triage, refund, order = support_agents(model)
+def build_support_workflow(
+    model: str | None = None, *, client: ChatClient | None = None, offline: bool = False
+) -> Workflow:
+    triage, refund, order = support_agents(model, client=client, offline=offline)
     return (
         HandoffBuilder(name="support", participants=[triage, refund, order])
         .add_handoff(triage, [refund, order])

@@ -42,7 +42,19 @@ from ._exits import (
 )
 from ._ids import AmbiguousIdError, match, short_ids
 from ._input import InputError, check_text, parse_json
-from ._registry import DEMO_ALIASES, apply_model_flags, open_runtime, register, workflow_factories
+from ._registry import (
+    DEMO_ALIASES,
+    ModelConfigError,
+    ModelFlags,
+    model_for_resume,
+    model_for_start,
+    open_runtime,
+    recorded_model,
+    register,
+    start_run,
+    takes_model,
+    workflow_factories,
+)
 
 if TYPE_CHECKING:
     import socket
@@ -255,11 +267,12 @@ def _matched(kind: str, given: str, ids: list[str]) -> str:
         raise Exit(EXIT_USAGE) from None
 
 
-async def _run_for(runtime: Runtime, given: str, model: str | None = None) -> str:
-    """Resolve a run id (prefix) and register the workflow that run belongs to."""
+async def _run_for(runtime: Runtime, given: str) -> str:
+    """Resolve a run id (prefix) and register the workflow that run belongs to (its agents on
+    the scripted model: the commands using this run none)."""
     run_id = await _full_run_id(runtime, given)
     run = await runtime.store.get_run(run_id)
-    register(runtime, [run.workflow_name], model)
+    register(runtime, [run.workflow_name])
     return run_id
 
 
@@ -281,6 +294,21 @@ InteractiveOption = Annotated[
     bool | None,
     typer.Option("--interactive/--no-interactive", help="Prompt on the terminal (default: TTY)."),
 ]
+ModelOption = Annotated[
+    str | None, typer.Option("--model", help="Use a real model (OpenAI-compatible).")
+]
+BaseUrlOption = Annotated[
+    str | None, typer.Option("--base-url", help="OpenAI-compatible endpoint.")
+]
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(
+        "--api-key", help="API key for the endpoint (never stored; default: $OPENAI_API_KEY)."
+    ),
+]
+OfflineOption = Annotated[
+    bool, typer.Option("--offline", help="Use the offline scripted model, whatever is configured.")
+]
 
 
 @app.command()
@@ -296,20 +324,29 @@ def demo(
         bool, typer.Option("--detach", help="Stop at the first pause and print how to continue.")
     ] = False,
     interactive: InteractiveOption = None,
-    model: Annotated[str | None, typer.Option(help="Use a real model (OpenAI-compatible).")] = None,
-    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
-    api_key: Annotated[str | None, typer.Option(help="API key for the endpoint.")] = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    offline: OfflineOption = False,
     db: DbOption = None,
     json_mode: JsonOption = False,
 ) -> None:
-    """Run a demo workflow durably: streams agents, asks for approvals and input."""
+    """Run a demo workflow durably: streams agents, asks for approvals and input.
+
+    The run records its model (endpoint and model name; a key only by the name of the
+    environment variable holding it), and `resume` continues on the same one.
+    """
     workflow = DEMO_ALIASES.get(name)
     if workflow is None:
         err_console().print(
             f"[red]error:[/] no demo named {name!r} (choose from: {', '.join(DEMO_ALIASES)})"
         )
         raise typer.Exit(EXIT_USAGE)
-    apply_model_flags(model, base_url, api_key)
+    try:
+        chosen = model_for_start(ModelFlags(model, base_url, api_key, offline), os.environ)
+    except ModelConfigError as exc:
+        print_error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
     from ._console import drive, make_policy, terminals
 
     term, talk = terminals(json_mode)
@@ -332,9 +369,9 @@ def demo(
     first = message or _DEFAULT_MESSAGES[workflow]
 
     async def body() -> int:
-        runtime = open_runtime(db, model, workflows=[workflow])
+        runtime = open_runtime(db, chosen, workflows=[workflow])
         try:
-            run_id = await runtime.start(workflow, first)
+            run_id = await start_run(runtime, workflow, first, chosen)
             if not json_mode:
                 term.line((f"run {run_id} · workflow {workflow} · db {runtime.store.path}", "dim"))
                 if not typed:
@@ -367,6 +404,9 @@ def _interruptible(body: Callable[[], Awaitable[int]]) -> None:
         raise typer.Exit(EXIT_PAUSED) from None
 
 
+_AT_REST = ("idle", "cancelled")  # WorkflowRunState values: nothing left to resume
+
+
 @app.command()
 def resume(
     run_id: Annotated[str, typer.Argument(help="A run id, or any unique prefix of one.")],
@@ -374,19 +414,46 @@ def resume(
     reply: ReplyOption = None,
     end: EndOption = False,
     interactive: InteractiveOption = None,
+    model: ModelOption = None,
+    base_url: BaseUrlOption = None,
+    api_key: ApiKeyOption = None,
+    offline: OfflineOption = False,
     db: DbOption = None,
     json_mode: JsonOption = False,
 ) -> None:
-    """Continue a run (after answers, a restart or a crash), streaming like the demo."""
+    """Continue a run (after answers, a restart or a crash), streaming like the demo.
+
+    The agents continue on the model the run was started with, or the command refuses (exit
+    2) saying why; --model/--base-url or --offline choose another model for this resume.
+    """
     from ._console import drive, make_policy, terminals
 
     term, talk = terminals(json_mode)
     policy = make_policy(approve, reply or [], end, interactive, talk)
+    flags = ModelFlags(model, base_url, api_key, offline)
+    try:
+        flags.check()
+    except ModelConfigError as exc:
+        print_error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
 
     async def body() -> int:
         runtime = open_runtime(db, workflows=())
         try:
-            full = await _run_for(runtime, run_id)
+            full = await _full_run_id(runtime, run_id)
+            run, checkpoint = await runtime.store.get_run_and_latest(full)
+            chosen = None
+            # a finished or cancelled run runs no agent: resuming it is refused as such below
+            if takes_model(run.workflow_name) and run.status not in _AT_REST:
+                try:
+                    recorded = recorded_model(full, checkpoint)
+                    chosen, note = model_for_resume(full, recorded, flags, os.environ)
+                except ModelConfigError as exc:
+                    print_error(str(exc))
+                    return EXIT_USAGE
+                if note:
+                    talk.line((note, "dim"))
+            register(runtime, [run.workflow_name], chosen)
             return await drive(runtime, full, policy, json_mode=json_mode, detach=False, term=term)
         finally:
             await runtime.close()

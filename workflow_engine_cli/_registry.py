@@ -1,54 +1,246 @@
-"""Which workflows the command line (and the AG-UI server) know, and how to open the runtime.
+"""Which workflows the command line (and the AG-UI server) know, how to open the runtime, and
+which model a run's agents talk to.
 
 Workflows are imported and built only when a command needs one: listing runs needs none, and
 building a graph costs a large share of a command's start-up time.
+
+A run remembers its model. When the command line starts a run of a workflow whose agents talk
+to a model, the run's first checkpoint records how that model was configured (provider, model
+name, endpoint, and the *name* of the environment variable holding the key -- never the key)
+under :data:`MODEL_STATE_KEY` in its shared state, so every process that resumes it sees the
+same record. ``resume`` continues on that model or refuses with one line saying why; only
+``--model``/``--base-url``/``--offline`` given to ``resume`` itself choose another. Which model
+answers never changes the graph, so the run's signature holds either way.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workflow_engine import Runtime, Workflow
+    from executors import ChatClient
+    from workflow_engine import Checkpoint, Runtime, Workflow
 
 DEMO_ALIASES = {"handoff": "support", "support": "support", "banking": "banking"}
 DEMO_ALIASES |= {"transfer": "bank_transfer", "review": "review_loop"}
 
-# name → (module, function building the workflow); the support demo also takes the model
+# name → (module, function building the workflow, whether its agents take a model)
 _BUILDERS = {
-    "support": ("examples.support_handoff", "build_support_workflow"),
-    "banking": ("examples.banking_assistant", "build_workflow"),
-    "bank_transfer": ("examples.bank_transfer", "build_request_port_workflow"),
-    "review_loop": ("examples.review_loop", "build_workflow"),
+    "support": ("examples.support_handoff", "build_support_workflow", True),
+    "banking": ("examples.banking_assistant", "build_workflow", False),
+    "bank_transfer": ("examples.bank_transfer", "build_request_port_workflow", False),
+    "review_loop": ("examples.review_loop", "build_workflow", False),
 }
+
+MODEL_STATE_KEY = "workflow_engine_cli.model"
+"""Shared-state key of a run's model record (see :class:`ModelConfig`)."""
+KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the openai package's own default
+_RECORD_FIELDS = ("provider", "model", "base_url", "api_key_env")
+
+
+class ModelConfigError(Exception):
+    """The model a run needs cannot be had as asked (the command line exits 2)."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How a run's agents reach their model -- what a run records, so nothing secret: a key is
+    named by the environment variable that holds it (``api_key_env``; None: no key)."""
+
+    provider: str = "scripted"  # "scripted" (offline rules) or "openai" (any compatible endpoint)
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str | None = None
+
+    def record(self) -> dict[str, str | None]:
+        return {name: getattr(self, name) for name in _RECORD_FIELDS}
+
+    @classmethod
+    def from_record(cls, value: Any) -> ModelConfig | None:
+        """The config ``value`` records, or None when it is not a well-formed record."""
+        if not isinstance(value, dict) or set(value) != set(_RECORD_FIELDS):
+            return None
+        if not all(v is None or isinstance(v, str) for v in value.values()):
+            return None
+        config = cls(**value)
+        if config.provider == "scripted":
+            return config if config == SCRIPTED else None
+        if config.provider == "openai" and config.model and config.base_url:
+            return config
+        return None
+
+    def describe(self) -> str:
+        if self.provider == "scripted":
+            return "the offline scripted model"
+        key = f"the key in ${self.api_key_env}" if self.api_key_env else "no key"
+        return f"model {self.model} at {self.base_url} ({key})"
+
+
+SCRIPTED = ModelConfig()
+
+
+@dataclass(frozen=True)
+class ModelFlags:
+    """What the user said on the command line (``--model``, ``--base-url``, ``--api-key``,
+    ``--offline``)."""
+
+    model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = None
+    offline: bool = False
+
+    def check(self) -> None:
+        if self.offline and (self.model or self.base_url):
+            raise ModelConfigError("--offline cannot be combined with --model or --base-url")
+
+
+@dataclass(frozen=True)
+class ChatModel:
+    """A model configuration and the key to use with it this time (the key is never stored)."""
+
+    config: ModelConfig = SCRIPTED
+    api_key: str | None = field(default=None, repr=False)
+
+    def client(self) -> ChatClient | None:
+        """A chat client for every agent, or None: each agent keeps its scripted rules."""
+        if self.config.provider == "scripted":
+            return None
+        from executors import OpenAIChatClient
+
+        # everything explicit: the client must not fill a gap from the environment
+        return OpenAIChatClient(
+            self.config.model, api_key=self.api_key or "not-needed", base_url=self.config.base_url
+        )
+
+
+def model_for_start(flags: ModelFlags, env: Mapping[str, str]) -> ChatModel:
+    """The model a new run gets: flags win over ``OPENAI_*`` variables; a model name, an
+    endpoint or a key means a real model, nothing (or ``--offline``) the scripted one."""
+    from executors._openai import DEFAULT_MODEL
+
+    flags.check()
+    base_url = flags.base_url or env.get("OPENAI_BASE_URL")
+    key = flags.api_key or env.get(KEY_ENV) or None
+    if flags.offline or not (flags.model or base_url or key):
+        return ChatModel()
+    model = flags.model or env.get("OPENAI_MODEL") or DEFAULT_MODEL
+    config = ModelConfig("openai", model, base_url or DEFAULT_BASE_URL, KEY_ENV if key else None)
+    return ChatModel(config, key)
+
+
+def model_for_resume(
+    run_id: str, recorded: ModelConfig | None, flags: ModelFlags, env: Mapping[str, str]
+) -> tuple[ChatModel, str | None]:
+    """The model to continue run ``run_id`` on, and a note to show when it is not simply the
+    recorded one. Raises :class:`ModelConfigError` when the recorded model cannot be had.
+
+    The ``OPENAI_*`` variables describe the model for *new* runs: they never switch a run that
+    recorded its own (an endpoint they name that differs from the record is refused, since the
+    key they hold is likely for that endpoint). The flags choose explicitly; fields they leave
+    out come from the record."""
+    from executors._openai import DEFAULT_MODEL
+
+    if recorded is None:
+        chosen = model_for_start(flags, env)
+        return chosen, (
+            f"run {run_id} does not record its model (started elsewhere or by an older version); "
+            f"continuing on {chosen.config.describe()}"
+        )
+    flags.check()
+    started = f"run {run_id} was started with {recorded.describe()}"
+    if flags.offline:
+        note = None if recorded == SCRIPTED else f"{started}; continuing on the scripted model"
+        return ChatModel(), note
+    if flags.model or flags.base_url:
+        real = recorded if recorded.provider == "openai" else None
+        model = flags.model or (real.model if real else env.get("OPENAI_MODEL") or DEFAULT_MODEL)
+        base_url = flags.base_url or (
+            real.base_url if real else env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        )
+        key = flags.api_key or env.get(KEY_ENV) or None
+        config = ModelConfig("openai", model, base_url, KEY_ENV if key else None)
+        note = None if config == recorded else f"{started}; continuing on {config.describe()}"
+        return ChatModel(config, key), note
+    if recorded.provider == "scripted":
+        return ChatModel(), None
+    env_url = env.get("OPENAI_BASE_URL")
+    if env_url and env_url.rstrip("/") != (recorded.base_url or "").rstrip("/"):
+        raise ModelConfigError(
+            f"{started}, but OPENAI_BASE_URL is {env_url}; resume with --base-url (and --model) "
+            "to choose the endpoint, or with --offline for the scripted model"
+        )
+    key = flags.api_key
+    if recorded.api_key_env and not key:
+        key = env.get(recorded.api_key_env) or None
+        if not key:
+            raise ModelConfigError(
+                f"{started}, but ${recorded.api_key_env} is not set; set it or pass --api-key, "
+                "or resume with --model/--base-url (another model) or --offline (the scripted one)"
+            )
+    return ChatModel(recorded, key), None
+
+
+def recorded_model(run_id: str, checkpoint: Checkpoint | None) -> ModelConfig | None:
+    """The model run ``run_id`` recorded (None: it recorded none)."""
+    from workflow_engine import StoreCorruptError
+
+    if checkpoint is None or MODEL_STATE_KEY not in checkpoint.shared_state:
+        return None
+    config = ModelConfig.from_record(checkpoint.shared_state[MODEL_STATE_KEY])
+    if config is None:
+        raise StoreCorruptError(
+            f"run {run_id!r}: checkpoint {checkpoint.checkpoint_id} holds a malformed "
+            f"{MODEL_STATE_KEY!r} record"
+        )
+    return config
+
+
+def takes_model(name: str) -> bool:
+    """Whether workflow ``name``'s agents talk to a configurable model."""
+    return name in _BUILDERS and _BUILDERS[name][2]
+
+
+async def start_run(runtime: Runtime, name: str, message: Any, model: ChatModel) -> str:
+    """Admit a run of ``name`` durably (nothing executes yet), recording its model."""
+    workflow = runtime.workflow(name)
+    shared = {MODEL_STATE_KEY: model.config.record()} if takes_model(name) else None
+    checkpoint = workflow.admit(message, shared_state=shared)
+    await runtime.store.admit(checkpoint)
+    return checkpoint.run_id
 
 
 def workflow_names() -> list[str]:
     return sorted(_BUILDERS)
 
 
-def workflow_factory(name: str, model: str | None = None) -> Callable[[], Workflow]:
-    """A function building workflow ``name`` (its module is imported when it is called)."""
-    module_name, attr = _BUILDERS[name]
+def workflow_factory(name: str, model: ChatModel | None = None) -> Callable[[], Workflow]:
+    """A function building workflow ``name`` (its module is imported when it is called), its
+    agents on ``model`` (default: the scripted one -- enough for any command that runs no
+    agent, and it never reads the environment)."""
+    module_name, attr, configurable = _BUILDERS[name]
 
     def build() -> Workflow:
         builder = getattr(importlib.import_module(module_name), attr)
-        return builder(model) if name == "support" else builder()
+        if not configurable:
+            return builder()
+        client = (model or ChatModel()).client()
+        return builder(offline=True) if client is None else builder(client=client)
 
     return build
 
 
-def workflow_factories(model: str | None = None) -> dict[str, Callable[[], Workflow]]:
+def workflow_factories(model: ChatModel | None = None) -> dict[str, Callable[[], Workflow]]:
     """Name → builder for every workflow this installation serves."""
     return {name: workflow_factory(name, model) for name in _BUILDERS}
 
 
 def open_runtime(
-    db: Path | None, model: str | None = None, workflows: Iterable[str] | None = None
+    db: Path | None, model: ChatModel | None = None, workflows: Iterable[str] | None = None
 ) -> Runtime:
     """A runtime over the SQLite file ``db`` with ``workflows`` registered (default: all)."""
     from storage import SqliteStore
@@ -59,19 +251,9 @@ def open_runtime(
     return runtime
 
 
-def register(runtime: Runtime, names: Iterable[str], model: str | None = None) -> None:
+def register(runtime: Runtime, names: Iterable[str], model: ChatModel | None = None) -> None:
     """Register the named workflows this installation knows (others are left out: using them
     reports ``WorkflowNotRegisteredError``); already registered ones are kept."""
     for name in names:
         if name in _BUILDERS and name not in runtime.workflow_names:
             runtime.register(workflow_factory(name, model), name=name)
-
-
-def apply_model_flags(model: str | None, base_url: str | None, api_key: str | None) -> None:
-    """Flags win over the environment; the OpenAI client reads the environment."""
-    if base_url:
-        os.environ["OPENAI_BASE_URL"] = base_url
-    if api_key:
-        os.environ["OPENAI_API_KEY"] = api_key
-    if model:
-        os.environ["OPENAI_MODEL"] = model
