@@ -1,4 +1,5 @@
-"""The HTTP boundary of the AG-UI server: who may call, and what a request body may be.
+"""The HTTP boundary of the AG-UI server: who may call, what a request body may be, and what
+the values in a response look like.
 
 The threat is a web page the user happens to visit (or a DNS name rebound to 127.0.0.1) that
 sends requests to the server on the user's machine. A browser sends a cross-site ``POST`` with
@@ -11,13 +12,27 @@ the request comes from in ``Origin``. So, for every state-changing request:
   would otherwise make the attacker's page "same-origin";
 * the body must be ``application/json`` (415): browsers send that only after a preflight, which
   the CORS settings answer.
+
+What goes out is the *wire form*, made for web pages and people rather than for storage: plain
+JSON with no codec markers (``{"$type": ..., "data": ...}`` is how checkpoints store values,
+never how clients see them). A model or dataclass is an object of its fields by field name, an
+enum its value, a set or tuple a list, a datetime, date, time or timedelta ISO 8601 text, a
+``Decimal``, UUID or path a string, bytes base64, a non-finite float ``null``. Where a client
+needs to know what a value is, the event names its type next to it (``request_type``,
+``type``) by the stable name the workflow registered it under (``__qualname__``,
+``__workflow_type__`` or ``name=``): never a module path. SSE framing is escaped so that any
+line reader splits events where SSE does.
 """
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import ipaddress
 import json
+import math
 from collections.abc import Iterable
+from enum import Enum
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,15 +40,28 @@ from ag_ui.core import BaseEvent
 from ag_ui.encoder import EventEncoder
 from fastapi import Request
 from fastapi.responses import JSONResponse
-from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
+from pydantic import BaseModel, RootModel, ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from workflow_engine import TypeRegistry
+from workflow_engine._registry import default_tag
+from workflow_engine._types import type_name
 
 from ._input import InputTooLargeError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+class AGUIError(Exception):
+    """Ends a request with ``RUN_ERROR`` carrying ``code`` (or, before the stream starts, with
+    a 422 ``refusal``); raised before anything is stored, so nothing was changed."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def refusal(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
@@ -178,6 +206,67 @@ def describe_validation(exc: ValidationError) -> str:
     where = ".".join(str(part) for part in first["loc"]) or "body"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"invalid RunAgentInput: {where}: {first['msg']}{more}"
+
+
+# --- what goes out: the wire form -------------------------------------------------------------
+
+
+def wire_value(value: Any) -> Any:
+    """``value`` in the wire form (see the module docstring): plain JSON, no type markers."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, Enum):
+        return wire_value(value.value)
+    if isinstance(value, int | str):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    fields = object_fields(value)
+    if fields is not None:
+        return {name: wire_value(field) for name, field in fields.items()}
+    if isinstance(value, RootModel):
+        return wire_value(value.root)
+    if isinstance(value, dict):
+        return {_wire_key(k): wire_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [wire_value(v) for v in value]
+    if isinstance(value, set | frozenset):  # in a canonical order, as the codec stores them
+        items = [wire_value(v) for v in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode("ascii")
+    return to_jsonable_python(value, fallback=_opaque)
+
+
+def object_fields(value: Any) -> dict[str, Any] | None:
+    """A pydantic model's fields (by field name, extra fields included) or a dataclass's, in
+    declaration order; None for any other value."""
+    if isinstance(value, BaseModel) and not isinstance(value, RootModel):
+        fields = {name: getattr(value, name) for name in type(value).model_fields}
+        fields.update(value.model_extra or {})
+        return fields
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    return None
+
+
+def type_label(tp: Any, registry: TypeRegistry) -> str:
+    """The name clients see for a type: the stable tag ``registry`` stores it under (its
+    ``__qualname__``, ``__workflow_type__`` or ``name=``), spelled the same for a class it does
+    not know; generics as ``list[Order] | None``. Never a module path."""
+    return type_name(tp, naming=lambda cls: registry.name_of(cls) or default_tag(cls))
+
+
+def _wire_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    plain = wire_value(key)
+    return plain if isinstance(plain, str) else json.dumps(plain)
+
+
+def _opaque(value: Any) -> str:
+    """A value with no JSON form: named, never described (its repr may hold anything)."""
+    return f"<{type(value).__qualname__}>"
 
 
 # Line breaks to str.splitlines (and so to httpx's line reader, among others) that JSON leaves

@@ -1,16 +1,25 @@
-"""Interrupt ids an outsider cannot guess, stable for as long as the request exists.
+"""Interrupts: how a paused run's requests are shown to AG-UI clients, and how answers return.
 
-A request id is derived from the run id and the step (so that re-executing a step finds the same
-request), and a thread's run ids are predictable: ``<endpoint>:<thread>/<n>``. An interrupt id
-that were the request id could be computed by any web page that knows the thread id. So the
-server gives each run it admits a random 128-bit key, stored in the run's shared state (and so in
-every checkpoint), and names a request to clients as::
+**Ids an outsider cannot guess, stable for as long as the request exists.** A request id is
+derived from the run id and the step (so that re-executing a step finds the same request), and
+a thread's run ids are predictable: ``<endpoint>:<thread>/<n>``. An interrupt id that were the
+request id could be computed by any web page that knows the thread id. So the server gives each
+run it admits a random 128-bit key, stored in the run's shared state (and so in every
+checkpoint), and names a request to clients as::
 
     <request id>.<first 128 bits of HMAC-SHA256(run key, request id)>
 
 The same request always gets the same id (after a restart, after re-execution, in another server
 process on the same database), the server finds the request again from the part before the dot,
 and only someone who saw the id can send it back.
+
+**What an interrupt says** (:func:`interrupt_for`): a held tool call is ``reason: "tool_call"``
+with the call in ``metadata.agent_framework``; any other request is ``"input_required"`` with
+the answer's JSON schema and the request in the wire form (see ``_http``).
+
+**Answers** (:func:`normalize_resume`) come as ``resume: [{interruptId, status, payload}]`` or
+``resume: {interrupts: [{id, value}]}`` at the top level of the ``RunAgentInput``, or in the
+same two forms in ``forwardedProps.command.resume`` (where CopilotKit-style clients put them).
 """
 
 from __future__ import annotations
@@ -18,11 +27,44 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
 
-from workflow_engine import Checkpoint, StoreCorruptError
+from ag_ui.core import Interrupt
+from pydantic import TypeAdapter
+
+from executors import (
+    ChatMessage,
+    FunctionCallContent,
+    ToolApprovalRequestContent,
+    ToolApprovalResponseContent,
+    pending_batch,
+)
+from executors._agent import edited_arguments
+from workflow_engine import (
+    Checkpoint,
+    ExternalRequest,
+    InDoubtEffect,
+    SerializationError,
+    StoreCorruptError,
+    TypeRegistry,
+    Workflow,
+)
+
+from ._http import AGUIError, type_label, wire_value
 
 INTERRUPT_KEY = "agui.interrupt_key"
 """Shared-state key of a run's random 128-bit key (hex), set when the server admits the run."""
+APPROVAL_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "accepted": {"type": "boolean"},
+        "arguments": {"type": "object"},
+    },
+    "required": ["accepted"],
+}
+"""The ``responseSchema`` of a tool-call interrupt (``approved`` is accepted for ``accepted``)."""
 
 
 def new_interrupt_key() -> str:
@@ -70,3 +112,201 @@ def ids_equal(a: str, b: str) -> bool:
     return hmac.compare_digest(
         a.encode("utf-8", "surrogatepass"), b.encode("utf-8", "surrogatepass")
     )
+
+
+# --- what an interrupt says ---------------------------------------------------------------------
+
+
+def interrupt_for(
+    request: ExternalRequest, registry: TypeRegistry, scope: str = "", key: str | None = None
+) -> Interrupt:
+    """The AG-UI interrupt for a pending request (``scope`` prefixes the tool-call id the same
+    way the run's TOOL_CALL events were; ``key`` is the run's interrupt key)."""
+    data = request.data
+    interrupt_id = interrupt_id_for(request.request_id, key)
+    if isinstance(data, ToolApprovalRequestContent):
+        call = data.function_call
+        return Interrupt(
+            id=interrupt_id,
+            reason="tool_call",
+            message=f"Approve tool call {call.name}?",
+            tool_call_id=f"{scope}:{call.call_id}" if scope else call.call_id,
+            response_schema=APPROVAL_SCHEMA,
+            metadata={
+                "agent_framework": {
+                    "call_id": call.call_id,
+                    "name": call.name,
+                    "arguments": wire_value(call.arguments),
+                }
+            },
+        )
+    message = getattr(data, "message", None)
+    return Interrupt(
+        id=interrupt_id,
+        reason="input_required",
+        message=message if isinstance(message, str) and message else "Input required",
+        response_schema=TypeAdapter(request.response_type).json_schema(),
+        metadata={"request_type": type_label(type(data), registry), "request": wire_value(data)},
+    )
+
+
+# --- how answers come back ----------------------------------------------------------------------
+
+
+@dataclass
+class ResumeAnswer:
+    interrupt_id: str
+    status: str
+    payload: Any
+
+
+def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
+    """The answers a ``RunAgentInput`` body carries (None: it carries none), from ``resume`` or
+    ``forwardedProps.command.resume``, either as ``[{interruptId, status, payload}]`` or as
+    ``{interrupts: [{id, value}]}``. Both places are checked the same way; giving different
+    answers in both is refused. ``body["resume"]`` is rewritten to the list form, so that
+    ``RunAgentInput`` validates whichever was sent."""
+    raw = _resume_in(body)
+    if raw is None:
+        return None
+    if isinstance(raw, dict):
+        items = raw.get("interrupts")
+        if not isinstance(items, list):
+            raise AGUIError("invalid_resume", "resume must be a list or {interrupts: [...]}")
+        raw = [
+            {
+                "interruptId": i.get("id") if isinstance(i, dict) else None,
+                "status": "resolved",
+                "payload": i.get("value") if isinstance(i, dict) else None,
+            }
+            for i in items
+        ]
+    if not isinstance(raw, list):
+        raise AGUIError("invalid_resume", "resume must be a list of entries")
+    body["resume"] = raw
+    answers = []
+    for entry in raw:
+        if not isinstance(entry, dict):
+            raise AGUIError("invalid_resume", "each resume entry must be an object")
+        interrupt_id = entry.get("interruptId", entry.get("interrupt_id"))
+        status = entry.get("status", "resolved")
+        if not isinstance(interrupt_id, str) or status not in ("resolved", "cancelled"):
+            raise AGUIError(
+                "invalid_resume",
+                "each resume entry needs interruptId and status resolved|cancelled",
+            )
+        answers.append(ResumeAnswer(interrupt_id, status, entry.get("payload")))
+    seen: set[str] = set()
+    for answer in answers:
+        if answer.interrupt_id in seen:  # two answers to one request: which one would count?
+            raise AGUIError(
+                "invalid_resume", f"interrupt {answer.interrupt_id!r} is answered twice"
+            )
+        seen.add(answer.interrupt_id)
+    return answers
+
+
+def _resume_in(body: dict[str, Any]) -> Any:
+    """The raw ``resume`` of a body: top level, or ``forwardedProps.command.resume``."""
+    top = body.get("resume")
+    props = body.get("forwardedProps", body.get("forwarded_props"))
+    command = props.get("command") if isinstance(props, dict) else None
+    nested = command.get("resume") if isinstance(command, dict) else None
+    if top is not None and nested is not None and top != nested:
+        raise AGUIError(
+            "invalid_resume",
+            "resume and forwardedProps.command.resume differ; send the answers once",
+        )
+    return top if top is not None else nested
+
+
+def answer_for(request: ExternalRequest, payload: Any) -> Any:
+    """A resume payload as the engine's answer type expects it."""
+    if isinstance(request.data, ToolApprovalRequestContent):
+        if isinstance(payload, bool):
+            return {"approved": payload}
+        if not isinstance(payload, dict):
+            raise AGUIError(
+                "invalid_resume_payload",
+                f"interrupt {request.request_id}: expected {{accepted: boolean, arguments?}}",
+            )
+        decision = payload.get("accepted", payload.get("approved"))
+        if not isinstance(decision, bool):
+            raise AGUIError(
+                "invalid_resume_payload",
+                f"interrupt {request.request_id}: 'accepted' (or 'approved') must be a boolean",
+            )
+        answer: dict[str, Any] = {"approved": decision}
+        if payload.get("arguments") is not None:
+            answer["arguments"] = payload["arguments"]
+        return answer
+    if isinstance(payload, str):
+        return {"message": payload}
+    return payload
+
+
+# --- what a resumed run sends again -------------------------------------------------------------
+
+
+@dataclass
+class HeldCall:
+    """A tool call an earlier request streamed and left waiting -- held for approval, or beside
+    one in its batch -- as it will run (with a reviewer's edits)."""
+
+    name: str
+    arguments: dict[str, Any]
+
+
+def held_calls(
+    workflow: Workflow,
+    checkpoint: Checkpoint,
+    pending: Iterable[ExternalRequest],
+    answers: dict[str, Any],
+) -> dict[str, HeldCall]:
+    """The calls a paused run holds, by call id: the call of each approval request (with the
+    edits of an approving ``answers`` entry, as the agent will run it) and the other calls of
+    its batch, read from the agent's conversation in ``checkpoint``; and each tool call a crash
+    left in doubt, as its question describes it."""
+    pending = list(pending)
+    approvals = [r for r in pending if isinstance(r.data, ToolApprovalRequestContent)]
+    held: dict[str, HeldCall] = {}
+    for request in pending:
+        described = request.data.description if isinstance(request.data, InDoubtEffect) else None
+        if isinstance(described, dict) and isinstance(described.get("arguments"), dict):
+            call_id, tool = described.get("call_id"), described.get("tool")
+            if isinstance(call_id, str) and isinstance(tool, str):
+                held[call_id] = HeldCall(tool, dict(described["arguments"]))
+    for executor_id in dict.fromkeys(r.source_executor_id for r in approvals):
+        for call in _batch_of(workflow, checkpoint, executor_id):
+            held[call.call_id] = HeldCall(call.name, dict(call.arguments))
+    for request in approvals:
+        guarded: FunctionCallContent = request.data.function_call
+        answer = answers.get(request.request_id)
+        decision = (
+            ToolApprovalResponseContent.model_validate(answer)
+            if isinstance(answer, dict) and answer.get("approved") is True
+            else None
+        )
+        held[guarded.call_id] = HeldCall(guarded.name, edited_arguments(guarded, decision))
+    return held
+
+
+def _batch_of(
+    workflow: Workflow, checkpoint: Checkpoint, executor_id: str
+) -> list[FunctionCallContent]:
+    """The calls of the batch an agent host holds, from the conversation it keeps in its state
+    ([] for an executor keeping none; one that does not decode is left to the restore, which
+    reports it as corrupt)."""
+    stored = checkpoint.executor_states.get(executor_id, {}).get("conversation")
+    if stored is None:
+        return []
+    try:
+        conversation = workflow.codec.decode(stored)
+    except SerializationError:
+        return []
+    if not isinstance(conversation, list) or not all(
+        isinstance(m, ChatMessage) for m in conversation
+    ):
+        return []
+    batch = pending_batch(conversation)
+    return list(batch[0]) if batch else []

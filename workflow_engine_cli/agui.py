@@ -4,27 +4,35 @@
 ``workflow_factory(thread_id)`` or an agent: a client POSTs a ``RunAgentInput`` and reads a
 Server-Sent-Events stream of AG-UI events. Human-in-the-loop is an interrupt: the run finishes
 with ``outcome: {type: "interrupt", interrupts: [...]}``, one per pending request, and the client
-resumes the same thread with ``resume`` answers (both forms of the seeds are accepted). Answers
-go through the durable inbox, so a repeated resume is harmless, a conflicting one is refused, and
-a thread survives a server restart: its state lives in the SQLite store, not in the process.
+resumes the same thread with ``resume`` answers (see ``_interrupts``: both forms of the seeds, at
+the top level or in ``forwardedProps.command.resume``). Answers go through the durable inbox, so
+a repeated resume is harmless, a conflicting one is refused, and a thread survives a server
+restart: its state lives in the SQLite store, not in the process.
 
 Thread → runs: a thread's workflow runs have ids ``<endpoint>:<thread_id>/<n>``; the newest one
 is the one a resume continues. Message and tool-call ids are prefixed with the run id, so a new
 run on a thread never reuses an id a client already holds.
 
+Each request's stream stands on its own (AG-UI's sequence rules hold within it, which is what
+validators check): a resumed run that reports the result of a tool call an earlier request
+streamed -- the approved or rejected call, and the free calls of its batch -- first sends that
+call again (``TOOL_CALL_START``/``ARGS``/``END``, same ``toolCallId``, no ``parentMessageId``:
+its message went out with the earlier request). Values go out in the wire form of ``_http``:
+plain JSON, types named by their stable names; ``RUN_FINISHED.result`` is a summary of the
+outputs, never a conversation. Every event carries a ``timestamp`` (milliseconds since 1970).
+
 Hostile input: a body must be ``application/json`` (415), within ``max_body_bytes`` (413), no
 deeper than 64 levels and made of real text (400, see ``_input``). Interrupt ids cannot be
-guessed: ``<request id>.<HMAC-SHA256 of it under the run's random 128-bit key>`` (truncated to
-128 bits), the key stored with the run when the server admits it -- so an id is stable across
-restarts and re-execution, but an outsider who knows the thread cannot forge one. An answer is
-taken only for a request of the exact thread and endpoint it is sent to.
+guessed (see ``_interrupts``), and an answer is taken only for a request of the exact thread and
+endpoint it is sent to.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +41,6 @@ import anyio
 from ag_ui.core import (
     BaseEvent,
     CustomEvent,
-    Interrupt,
     RunAgentInput,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
@@ -53,16 +60,12 @@ from ag_ui.core import (
 from ag_ui.encoder import EventEncoder
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
-from executors import (
-    Agent,
-    AgentRunUpdateEvent,
-    ChatMessage,
-    ToolApprovalRequestContent,
-)
+from executors import Agent, AgentRunUpdateEvent, ChatMessage
 from executors._host import INVOCATION_KWARGS_KEY
 from workflow_engine import (
+    Checkpoint,
     Executor,
     ExecutorCompletedEvent,
     ExecutorFailedEvent,
@@ -76,6 +79,7 @@ from workflow_engine import (
     SerializationError,
     StoreCorruptError,
     StoredRequest,
+    TypeRegistry,
     UnknownRequestError,
     Workflow,
     WorkflowBuilder,
@@ -87,16 +91,34 @@ from workflow_engine import (
     WorkflowStatusEvent,
 )
 
-from ._http import describe_validation, encode_event, is_json_media_type, read_body, refusal
+from ._http import (
+    AGUIError,
+    describe_validation,
+    encode_event,
+    is_json_media_type,
+    object_fields,
+    read_body,
+    refusal,
+    type_label,
+    wire_value,
+)
 from ._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
 from ._interrupts import (
     INTERRUPT_KEY,
+    HeldCall,
+    ResumeAnswer,
+    answer_for,
+    held_calls,
     ids_equal,
+    interrupt_for,
     interrupt_id_for,
     new_interrupt_key,
+    normalize_resume,
     run_key,
     split_interrupt_id,
 )
+
+__all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -104,22 +126,6 @@ WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
 NOTHING_TO_DO = "<nothing to do>"
 MAX_THREAD_ID_LENGTH = 256
-APPROVAL_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "accepted": {"type": "boolean"},
-        "arguments": {"type": "object"},
-    },
-    "required": ["accepted"],
-}
-
-
-class AGUIError(Exception):
-    """Ends a request with ``RUN_ERROR`` carrying ``code`` (nothing was changed)."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass
@@ -165,17 +171,24 @@ class AGUIWorkflow:
 
 @dataclass
 class EventTranslator:
-    """Keeps AG-UI's sequence rules: every message, tool call and step opened is closed."""
+    """Keeps AG-UI's sequence rules within one request's stream: every message, tool call and
+    step opened is closed, and every tool call reported on was started in this stream."""
 
+    registry: TypeRegistry = field(default_factory=TypeRegistry)
+    """Names types for clients (the served workflow's registry)."""
     scope: str = ""
     """Prefix for message and tool-call ids, so runs on one thread never reuse an id."""
     interrupt_key: str | None = None
     """The run's key: ``request_info`` events carry the interrupt id, not the request id."""
+    held: dict[str, HeldCall] = field(default_factory=dict)
+    """Calls of an earlier request this one may report results of (by the agent's call id)."""
     open_steps: list[str] = field(default_factory=list)
     open_text: str | None = None
-    open_calls: dict[str, str] = field(default_factory=dict)  # call id -> message id
+    open_calls: list[str] = field(default_factory=list)
+    started_calls: set[str] = field(default_factory=set)
+    started_text: set[str] = field(default_factory=set)
 
-    def translate(self, event: WorkflowEvent, codec: Any) -> list[BaseEvent]:
+    def translate(self, event: WorkflowEvent) -> list[BaseEvent]:
         out: list[BaseEvent] = []
         if isinstance(event, ExecutorInvokedEvent):
             self.open_steps.append(event.executor_id)
@@ -190,45 +203,52 @@ class EventTranslator:
         elif isinstance(event, WorkflowStatusEvent):
             out.append(CustomEvent(name="status", value={"state": event.state.value}))
         elif isinstance(event, RequestInfoEvent):
-            value = event.to_dict(codec)
-            value["request_id"] = interrupt_id_for(event.request_id, self.interrupt_key)
-            out.append(CustomEvent(name="request_info", value=value))
+            out.append(CustomEvent(name="request_info", value=self._request_info(event.request)))
         elif isinstance(event, WorkflowOutputEvent):
-            out.append(
-                CustomEvent(
-                    name="workflow_output",
-                    value={"source": event.source_executor_id, "data": codec.encode(event.data)},
-                )
-            )
+            value = {
+                "source": event.source_executor_id,
+                "type": type_label(type(event.data), self.registry),
+                "data": wire_value(event.data),
+            }
+            out.append(CustomEvent(name="workflow_output", value=value))
         return out
+
+    def _request_info(self, request: ExternalRequest) -> dict[str, Any]:
+        """The ``request_info`` payload, shaped as Agent Framework's (ids are interrupt ids)."""
+        return {
+            "request_id": interrupt_id_for(request.request_id, self.interrupt_key),
+            "source_executor_id": request.source_executor_id,
+            "request_type": type_label(type(request.data), self.registry),
+            "response_type": type_label(request.response_type, self.registry),
+            "data": wire_value(request.data),
+        }
 
     def _agent(self, event: AgentRunUpdateEvent) -> list[BaseEvent]:
         out: list[BaseEvent] = []
         call_id = f"{self.scope}:{event.call_id}" if event.call_id else None
+        message_id = f"{self.scope}:{event.executor_id}:{event.message_id}"
         if event.kind == "text" and event.text:
-            message_id = f"{self.scope}:{event.executor_id}:{event.message_id}"
             if self.open_text != message_id:
                 out += self._close_text()
                 self.open_text = message_id
+                self.started_text.add(message_id)
                 out.append(TextMessageStartEvent(message_id=message_id, role="assistant"))
             out.append(TextMessageContentEvent(message_id=message_id, delta=event.text))
         elif event.kind == "function_call" and call_id:
             out += self._close_text()
-            if call_id not in self.open_calls:
-                parent = f"{self.scope}:{event.executor_id}:{event.message_id}"
-                self.open_calls[call_id] = parent
-                out.append(
-                    ToolCallStartEvent(
-                        tool_call_id=call_id,
-                        tool_call_name=event.name or "tool",
-                        parent_message_id=parent,
-                    )
-                )
+            if call_id not in self.started_calls:
+                # a parent only if this stream sent it: a client cannot resolve any other id
+                parent = message_id if message_id in self.started_text else None
+                out.append(self._start_call(call_id, event.name or "tool", parent))
             if event.arguments_delta:
                 out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=event.arguments_delta))
         elif event.kind == "message_end":
             out += self.close_messages()
-        elif event.kind == "function_result" and call_id:
+        elif event.kind == "function_result" and event.call_id and call_id:
+            if call_id not in self.started_calls:
+                out += self._replay(event.call_id, call_id, event.name)
+            elif call_id in self.open_calls:
+                out += self._end_call(call_id)
             content = f"Error: {event.error}" if event.error else json.dumps(event.result)
             out.append(
                 ToolCallResultEvent(
@@ -240,6 +260,27 @@ class EventTranslator:
             )
         return out
 
+    def _replay(self, agent_call_id: str, call_id: str, name: str | None) -> list[BaseEvent]:
+        """An earlier request's call, sent again so that its result has a call in this stream."""
+        held = self.held.get(agent_call_id)
+        out = self._close_text()
+        out.append(self._start_call(call_id, held.name if held else name or "tool", None))
+        if held is not None:
+            delta = json.dumps(wire_value(held.arguments))
+            out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=delta))
+        return out + self._end_call(call_id)
+
+    def _start_call(self, call_id: str, name: str, parent: str | None) -> ToolCallStartEvent:
+        self.started_calls.add(call_id)
+        self.open_calls.append(call_id)
+        return ToolCallStartEvent(
+            tool_call_id=call_id, tool_call_name=name, parent_message_id=parent
+        )
+
+    def _end_call(self, call_id: str) -> list[BaseEvent]:
+        self.open_calls.remove(call_id)
+        return [ToolCallEndEvent(tool_call_id=call_id)]
+
     def _close_text(self) -> list[BaseEvent]:
         if self.open_text is None:
             return []
@@ -249,8 +290,7 @@ class EventTranslator:
     def close_messages(self) -> list[BaseEvent]:
         out = self._close_text()
         for call_id in list(self.open_calls):
-            out.append(ToolCallEndEvent(tool_call_id=call_id))
-        self.open_calls.clear()
+            out += self._end_call(call_id)
         return out
 
     def close_all(self) -> list[BaseEvent]:
@@ -260,118 +300,46 @@ class EventTranslator:
         return out
 
 
-def interrupt_for(request: ExternalRequest, scope: str = "", key: str | None = None) -> Interrupt:
-    """The AG-UI interrupt for a pending request (``scope`` prefixes the tool-call id the same
-    way the run's TOOL_CALL events were; ``key`` is the run's interrupt key)."""
-    data = request.data
-    interrupt_id = interrupt_id_for(request.request_id, key)
-    if isinstance(data, ToolApprovalRequestContent):
-        call = data.function_call
-        return Interrupt(
-            id=interrupt_id,
-            reason="tool_call",
-            message=f"Approve tool call {call.name}?",
-            tool_call_id=f"{scope}:{call.call_id}" if scope else call.call_id,
-            response_schema=APPROVAL_SCHEMA,
-            metadata={
-                "agent_framework": {
-                    "call_id": call.call_id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                }
-            },
-        )
-    message = getattr(data, "message", None)
-    return Interrupt(
-        id=interrupt_id,
-        reason="input_required",
-        message=message if isinstance(message, str) and message else "Input required",
-        response_schema=TypeAdapter(request.response_type).json_schema(),
-        metadata={"request": json.loads(json.dumps(data, default=_jsonable))},
-    )
-
-
-def _jsonable(value: Any) -> Any:
-    dump = getattr(value, "model_dump", None)
-    return dump(mode="json") if dump else str(value)
-
-
-# --- resume payloads ----------------------------------------------------------------------------
-
-
-@dataclass
-class ResumeAnswer:
-    interrupt_id: str
-    status: str
-    payload: Any
-
-
-def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
-    """Accept ``resume: [{interruptId, status, payload}]`` and ``resume: {interrupts: [{id,
-    value}]}``; the second form is rewritten so ``RunAgentInput`` validates it."""
-    raw = body.get("resume")
-    if raw is None:
+def run_result(outputs: Sequence[Any], registry: TypeRegistry) -> dict[str, Any] | None:
+    """``RUN_FINISHED.result``: ``{"outputs": [...]}``, each output of the run summarized by
+    :func:`summarize_output` (None when the run yielded none)."""
+    if not outputs:
         return None
-    if isinstance(raw, dict):
-        items = raw.get("interrupts")
-        if not isinstance(items, list):
-            raise AGUIError("invalid_resume", "resume must be a list or {interrupts: [...]}")
-        raw = [
-            {
-                "interruptId": i.get("id") if isinstance(i, dict) else None,
-                "status": "resolved",
-                "payload": i.get("value") if isinstance(i, dict) else None,
-            }
-            for i in items
-        ]
-        body["resume"] = raw
-    if not isinstance(raw, list):
-        raise AGUIError("invalid_resume", "resume must be a list of entries")
-    answers = []
-    for entry in raw:
-        if not isinstance(entry, dict):
-            raise AGUIError("invalid_resume", "each resume entry must be an object")
-        interrupt_id = entry.get("interruptId", entry.get("interrupt_id"))
-        status = entry.get("status", "resolved")
-        if not isinstance(interrupt_id, str) or status not in ("resolved", "cancelled"):
-            raise AGUIError(
-                "invalid_resume",
-                "each resume entry needs interruptId and status resolved|cancelled",
-            )
-        answers.append(ResumeAnswer(interrupt_id, status, entry.get("payload")))
-    seen: set[str] = set()
-    for answer in answers:
-        if answer.interrupt_id in seen:  # two answers to one request: which one would count?
-            raise AGUIError(
-                "invalid_resume", f"interrupt {answer.interrupt_id!r} is answered twice"
-            )
-        seen.add(answer.interrupt_id)
-    return answers
+    return {"outputs": [summarize_output(o, registry) for o in outputs]}
 
 
-def answer_for(request: ExternalRequest, payload: Any) -> Any:
-    """A resume payload as the engine's answer type expects it."""
-    if isinstance(request.data, ToolApprovalRequestContent):
-        if isinstance(payload, bool):
-            return {"approved": payload}
-        if not isinstance(payload, dict):
-            raise AGUIError(
-                "invalid_resume_payload",
-                f"interrupt {request.request_id}: expected {{accepted: boolean, arguments?}}",
-            )
-        decision = payload.get("accepted", payload.get("approved"))
-        if not isinstance(decision, bool):
-            raise AGUIError(
-                "invalid_resume_payload",
-                f"interrupt {request.request_id}: 'accepted' (or 'approved') must be a boolean",
-            )
-        answer: dict[str, Any] = {"approved": decision}
-        if payload.get("arguments") is not None:
-            answer["arguments"] = payload["arguments"]
-        return answer
-    if isinstance(payload, str):
-        return {"message": payload}
-    return payload
+def summarize_output(value: Any, registry: TypeRegistry) -> dict[str, Any]:
+    """An output as ``RUN_FINISHED.result`` carries it: ``{"type": <stable name>, "data": <the
+    wire form>, "text": <its text>}`` -- like a ``workflow_output`` event, but without the
+    fields that hold a conversation (a list of chat messages: the stream sent those message by
+    message), and with the value's ``text`` when it has one (a conversation: its last assistant
+    text, and no data)."""
+    if _is_conversation(value):
+        return {"type": type_label(list[ChatMessage], registry), "text": _last_text(value)}
+    summary: dict[str, Any] = {"type": type_label(type(value), registry)}
+    fields = object_fields(value)
+    if fields is None:
+        summary["data"] = wire_value(value)
+    else:
+        summary["data"] = {k: wire_value(v) for k, v in fields.items() if not _is_conversation(v)}
+    text = getattr(value, "text", None)
+    if isinstance(text, str):
+        summary["text"] = text
+    return summary
+
+
+def _is_conversation(value: Any) -> bool:
+    """A non-empty list of chat messages."""
+    if not isinstance(value, list) or not value:
+        return False
+    return all(isinstance(m, ChatMessage) for m in value)
+
+
+def _last_text(conversation: list[ChatMessage]) -> str:
+    return next((m.text for m in reversed(conversation) if m.role == "assistant" and m.text), "")
+
+
+# --- forwarded props -----------------------------------------------------------------------------
 
 
 def normalize_forwarded_props(value: Any) -> dict[str, Any]:
@@ -390,10 +358,12 @@ def normalize_forwarded_props(value: Any) -> dict[str, Any]:
 @dataclass
 class Turn:
     """What a request leads to once validated: the run to continue (``None``: the run was
-    cancelled; ``NOTHING_TO_DO``: a repeated resume) and that run's interrupt key."""
+    cancelled; ``NOTHING_TO_DO``: a repeated resume), that run's interrupt key, and the tool
+    calls earlier requests streamed that it may report results of."""
 
     run_id: str | None
     key: str | None = None
+    held: dict[str, HeldCall] = field(default_factory=dict)
 
 
 class AGUIService:
@@ -445,12 +415,23 @@ class AGUIService:
 
     async def stream(
         self, run_input: RunAgentInput, resume: list[ResumeAnswer] | None
-    ) -> AsyncIterator[BaseEvent]:
+    ) -> AsyncGenerator[BaseEvent, None]:
+        """The request's AG-UI events, each stamped with the time it was produced."""
+        async with aclosing(self._events(run_input, resume)) as events:
+            async for event in events:
+                if event.timestamp is None:
+                    event.timestamp = time.time_ns() // 1_000_000
+                yield event
+
+    async def _events(
+        self, run_input: RunAgentInput, resume: list[ResumeAnswer] | None
+    ) -> AsyncGenerator[BaseEvent, None]:
         thread_id, client_run_id = run_input.thread_id, run_input.run_id
         yield RunStartedEvent(thread_id=thread_id, run_id=client_run_id)
         translator = EventTranslator()
         try:
             runtime, workflow = self.runtime_for(thread_id)
+            translator.registry = workflow.registry
             turn = await self._prepare(runtime, workflow, run_input, resume)
             run_id = turn.run_id
             if run_id == NOTHING_TO_DO:  # a repeated resume: already done, nothing changes
@@ -465,12 +446,13 @@ class AGUIService:
                 return
             translator.scope = run_id
             translator.interrupt_key = turn.key
+            translator.held = turn.held
             stream = runtime.resume_stream(run_id)
             async with aclosing(stream):
                 async for event in stream:
                     if isinstance(event, WorkflowFailedEvent):
                         raise AGUIError(event.error.code or "workflow_failed", event.error.message)
-                    for out in translator.translate(event, workflow.codec):
+                    for out in translator.translate(event):
                         yield out
             result = stream.result
             assert result is not None
@@ -479,7 +461,10 @@ class AGUIService:
             if result.status is WorkflowRunState.FAILED:
                 raise AGUIError("workflow_failed", f"run {run_id} failed")
             if result.pending_requests:
-                interrupts = [interrupt_for(r, run_id, turn.key) for r in result.pending_requests]
+                interrupts = [
+                    interrupt_for(r, workflow.registry, run_id, turn.key)
+                    for r in result.pending_requests
+                ]
                 yield RunFinishedEvent(
                     thread_id=thread_id,
                     run_id=client_run_id,
@@ -489,7 +474,7 @@ class AGUIService:
             yield RunFinishedEvent(
                 thread_id=thread_id,
                 run_id=client_run_id,
-                result=[workflow.codec.encode(o) for o in result.outputs] or None,
+                result=run_result(result.outputs, workflow.registry),
             )
         except (AGUIError, WorkflowError) as exc:
             for out in translator.close_all():
@@ -516,6 +501,7 @@ class AGUIService:
         current, next_index = await self.current_run(thread_id)
         pending: dict[str, ExternalRequest] = {}
         key: str | None = None
+        checkpoint: Checkpoint | None = None
         if current is not None:
             _, checkpoint = await self.store.get_run_and_latest(current)
             key = run_key(current, checkpoint)
@@ -523,8 +509,13 @@ class AGUIService:
             if info.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
                 pending = {interrupt_id_for(r.request_id, key): r for r in info.pending_requests}
         if resume:
-            run_id = await self._resume(runtime, workflow, current, pending, resume, thread_id)
-            return Turn(run_id, key)
+            run_id, answers = await self._resume(
+                runtime, workflow, current, pending, resume, thread_id
+            )
+            held: dict[str, HeldCall] = {}
+            if run_id == current and checkpoint is not None:
+                held = held_calls(workflow, checkpoint, pending.values(), answers)
+            return Turn(run_id, key, held)
         if pending:
             raise AGUIError(
                 "interrupts_pending",
@@ -552,9 +543,10 @@ class AGUIService:
         pending: dict[str, ExternalRequest],
         resume: list[ResumeAnswer],
         thread_id: str,
-    ) -> str | None:
-        """Check every answer, then store them. Answers to interrupts that were already
-        answered identically are accepted again (a repeated resume is harmless)."""
+    ) -> tuple[str | None, dict[str, Any]]:
+        """Check every answer, then store them; the run to continue, and the answers stored by
+        request id. Answers to interrupts that were already answered identically are accepted
+        again (a repeated resume is harmless)."""
         fresh = [a for a in resume if a.interrupt_id in pending]
         repeats = [
             (a, await self._answered_before(a, thread_id))
@@ -564,7 +556,7 @@ class AGUIService:
         if any(a.status == "cancelled" for a in fresh):
             assert current is not None
             await runtime.cancel(current)
-            return None
+            return None, {}
         prepared: list[tuple[str, Any]] = []
         # repeats first: a conflicting repeat must refuse the batch before anything is stored
         for answer, stored in repeats:
@@ -591,8 +583,8 @@ class AGUIService:
             except ResponseError as exc:
                 raise AGUIError(exc.code, str(exc)) from exc
         if current is None or not pending:
-            return NOTHING_TO_DO
-        return current
+            return NOTHING_TO_DO, {}
+        return current, dict(prepared)
 
     async def _answered_before(self, answer: ResumeAnswer, thread_id: str) -> StoredRequest:
         """The request an interrupt that is not pending names -- only to repeat its answer.
@@ -651,8 +643,7 @@ class AGUIService:
 
     @staticmethod
     def _start_message(workflow: Workflow, messages: Sequence[Any]) -> Any:
-        chat = [_to_chat_message(m) for m in messages]
-        chat = [m for m in chat if m is not None]
+        chat = [c for m in messages if (c := _to_chat_message(m)) is not None]
         start = workflow.graph.nodes[workflow.start_executor_id]
         if isinstance(start, Executor) and start.find_handler(chat) is not None and chat:
             return chat

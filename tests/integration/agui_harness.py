@@ -1,15 +1,18 @@
 """A real ``workflow-engine serve`` process and a streaming AG-UI client for end-to-end tests.
 
 ``Server`` starts the command line on a free loopback port (waiting for ``/health``) and stops
-it with terminate-then-kill. ``Client.run`` POSTs a ``RunAgentInput`` and reads the
-Server-Sent-Events stream line by line; every event is validated against the ag-ui-protocol
-models and the whole stream against AG-UI's sequence rules (``check_sequence``).
+it with terminate-then-kill. ``Client.post`` POSTs a ``RunAgentInput`` and reads the
+Server-Sent-Events stream (keeping its bytes, ``Stream.raw``, for external validators); every
+event is validated against the ag-ui-protocol models and the whole stream against AG-UI's
+sequence rules (``check_sequence``), each stream on its own: a resumed run's stream must make
+sense to a client that never saw the earlier ones.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -140,6 +143,7 @@ class Stream:
     headers: httpx.Headers
     events: list[BaseEvent]
     body: Any = None  # the JSON body of a non-stream answer
+    raw: bytes = b""  # the stream as it came, keep-alive comments and all
 
     def of(self, kind: EventType) -> list[Any]:
         return [e for e in self.events if e.type == kind]
@@ -181,6 +185,19 @@ class Stream:
         if not self.events:
             return f"HTTP {self.status}: {self.body!r}"
         return "\n".join(e.model_dump_json(by_alias=True)[:300] for e in self.events)
+
+
+# What str.splitlines (and so httpx's line reader, among others) ends a line at, beyond CR/LF.
+OTHER_LINE_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def sse_lines(raw: bytes) -> list[str]:
+    """The lines of an SSE body: UTF-8, ended by CRLF, LF or CR. The body must hold no other
+    character a line reader might end a line at, so that every client splits it as SSE does."""
+    text = raw.decode("utf-8")
+    found = OTHER_LINE_BREAKS.search(text)
+    assert found is None, f"unescaped line break {found and found.group()!r} in the stream"
+    return re.split(r"\r\n|\r|\n", text)
 
 
 def parse_sse(lines: Iterator[str]) -> Iterator[str]:
@@ -239,8 +256,9 @@ class Client:
                     payload = response.text
                 return Stream(response.status_code, response.headers, [], payload)
             assert response.headers["content-type"].startswith("text/event-stream")
-            events = [EVENT.validate_json(d) for d in parse_sse(response.iter_lines())]
-        stream = Stream(200, response.headers, events)
+            raw = response.read()
+        events = [EVENT.validate_json(d) for d in parse_sse(iter(sse_lines(raw)))]
+        stream = Stream(200, response.headers, events, raw=raw)
         if check:
             check_sequence(stream.events)
             if isinstance(body, dict):
@@ -256,6 +274,14 @@ class Client:
 
     def resume(self, path: str, thread_id: str, resume: Any, **extra: Any) -> Stream:
         return self.post(path, run_input(thread_id, [], resume=resume, **extra))
+
+    def resume_forwarded(
+        self, path: str, thread_id: str, resume: Any, messages: list[dict[str, Any]] | None = None
+    ) -> Stream:
+        """Resume the way CopilotKit-style clients do: in ``forwardedProps.command.resume``,
+        often with the thread's messages again."""
+        props = {"command": {"resume": resume}}
+        return self.post(path, run_input(thread_id, messages or [], forwardedProps=props))
 
 
 def user(text: str) -> dict[str, str]:
@@ -280,8 +306,10 @@ def resolved(interrupt_id: str, payload: Any) -> list[dict[str, Any]]:
 
 
 def check_sequence(events: Sequence[BaseEvent]) -> None:
-    """RUN_STARTED first; messages, tool calls and steps opened before use and closed before
-    the run ends; nothing after RUN_FINISHED / RUN_ERROR."""
+    """AG-UI's sequence rules, within this one stream: RUN_STARTED first and RUN_FINISHED /
+    RUN_ERROR last; every message, tool call and step opened before use and closed before the
+    run ends, none opened twice; a tool call's arguments JSON; a TOOL_CALL_RESULT only for a
+    call this stream started and ended; a ``parentMessageId`` only for a message it sent."""
 
     def where(i: int) -> str:
         return f"event {i} ({events[i].type.value}) in:\n" + "\n".join(
@@ -293,7 +321,7 @@ def check_sequence(events: Sequence[BaseEvent]) -> None:
     open_text: set[str] = set()
     seen_text: set[str] = set()
     open_calls: set[str] = set()
-    seen_calls: set[str] = set()
+    arguments: dict[str, str] = {}  # tool call id -> its ARGS so far
     open_steps: Counter[str] = Counter()
     ended = False
     for i, e in enumerate(events):
@@ -308,19 +336,26 @@ def check_sequence(events: Sequence[BaseEvent]) -> None:
                 open_text.add(t.message_id)
             case EventType.TEXT_MESSAGE_CONTENT:
                 assert t.message_id in open_text, f"content outside its message: {where(i)}"
+                assert t.delta, f"empty content: {where(i)}"
             case EventType.TEXT_MESSAGE_END:
                 assert t.message_id in open_text, f"end of a message not open: {where(i)}"
                 open_text.discard(t.message_id)
             case EventType.TOOL_CALL_START:
-                assert t.tool_call_id not in seen_calls, f"tool call restarted: {where(i)}"
-                seen_calls.add(t.tool_call_id)
+                assert t.tool_call_id not in arguments, f"tool call restarted: {where(i)}"
+                parent = t.parent_message_id
+                assert parent is None or parent in seen_text, f"unknown parent: {where(i)}"
+                arguments[t.tool_call_id] = ""
                 open_calls.add(t.tool_call_id)
             case EventType.TOOL_CALL_ARGS:
                 assert t.tool_call_id in open_calls, f"args outside their call: {where(i)}"
+                arguments[t.tool_call_id] += t.delta
             case EventType.TOOL_CALL_END:
                 assert t.tool_call_id in open_calls, f"end of a call not open: {where(i)}"
                 open_calls.discard(t.tool_call_id)
+                if arguments[t.tool_call_id]:
+                    json.loads(arguments[t.tool_call_id])  # ValueError: not JSON
             case EventType.TOOL_CALL_RESULT:
+                assert t.tool_call_id in arguments, f"result of a call not started: {where(i)}"
                 assert t.tool_call_id not in open_calls, f"result of an open call: {where(i)}"
             case EventType.STEP_STARTED:
                 open_steps[t.step_name] += 1
