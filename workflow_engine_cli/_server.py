@@ -8,6 +8,7 @@ without a token only loopback host names are answered (see ``_http``: the threat
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -34,9 +35,13 @@ def create_app(
 ) -> FastAPI:
     """The FastAPI app with both demo endpoints over one durable store."""
     from examples.banking_assistant import banking_agent
-    from examples.support_handoff import build_support_workflow
+
+    from ._registry import MODEL_STATE_KEY, ModelFlags, model_for_start, workflow_factory
 
     store = SqliteStore(db)
+    # the model comes from the environment once, at start; each run records it, so a resume
+    # from the command line continues on the same model (or refuses)
+    model = model_for_start(ModelFlags(), os.environ)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -74,7 +79,12 @@ def create_app(
         return {"status": "ok"}
 
     add_agui_endpoint(
-        app, build_support_workflow(), "/support", store=store, max_body_bytes=max_body_bytes
+        app,
+        workflow_factory("support", model)(),
+        "/support",
+        store=store,
+        max_body_bytes=max_body_bytes,
+        run_state={MODEL_STATE_KEY: model.config.record()},
     )
     add_agui_endpoint(app, banking_agent(), "/banking", store=store, max_body_bytes=max_body_bytes)
     return app

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -369,10 +369,18 @@ class Turn:
 class AGUIService:
     """Runs AG-UI requests for one target against a durable store."""
 
-    def __init__(self, target: AGUIWorkflow, store: RunStore, namespace: str = "") -> None:
+    def __init__(
+        self,
+        target: AGUIWorkflow,
+        store: RunStore,
+        namespace: str = "",
+        run_state: Mapping[str, Any] | None = None,
+    ) -> None:
         self.target = target
         self.store = store
         self.namespace = namespace
+        self.run_state = dict(run_state or {})
+        """Shared state every new run starts with (e.g. a record of the model it runs on)."""
         """Keeps endpoints sharing a store apart: run ids are ``<namespace>:<thread>/<n>``."""
 
     def thread_key(self, thread_id: str) -> str:
@@ -525,7 +533,7 @@ class AGUIService:
             )
         message = self._start_message(workflow, run_input.messages)
         key = new_interrupt_key()
-        shared: dict[str, Any] = {INTERRUPT_KEY: key}
+        shared: dict[str, Any] = {**self.run_state, INTERRUPT_KEY: key}
         props = normalize_forwarded_props(run_input.forwarded_props)
         if props and _accepts_kwargs(workflow):
             shared[INVOCATION_KWARGS_KEY] = props
@@ -683,12 +691,14 @@ def add_agui_endpoint(
     max_body_bytes: int = 1_000_000,
     max_depth: int = MAX_JSON_DEPTH,
     keepalive_seconds: float = KEEPALIVE_SECONDS,
+    run_state: Mapping[str, Any] | None = None,
 ) -> AGUIService:
     """Serve ``target`` (a workflow, a ``workflow_factory(thread_id)`` or an agent) at ``path``.
 
     Refused before anything runs, with a JSON ``{"error": code, "message": ...}``: a body that
     is not ``application/json`` (415), larger than ``max_body_bytes`` (413), nested deeper than
     ``max_depth`` or not valid text (400), not JSON or not a valid ``RunAgentInput`` (422).
+    ``run_state``: shared state each new run starts with (JSON-encodable by the workflow).
     Which origins may call is the app's policy (see ``workflow_engine_cli._server``).
     """
     namespace = path.strip("/").replace("/", "_")
@@ -698,7 +708,7 @@ def add_agui_endpoint(
     if namespace in taken:  # e.g. /a/b and /a_b: their threads' run ids would collide
         raise ValueError(f"another AG-UI endpoint of this app already uses run ids {namespace!r}")
     taken.add(namespace)
-    service = AGUIService(AGUIWorkflow.of(target, workflow_factory), store, namespace)
+    service = AGUIService(AGUIWorkflow.of(target, workflow_factory), store, namespace, run_state)
     encoder = EventEncoder()
 
     @app.post(path)

@@ -300,3 +300,35 @@ def test_only_flags_on_resume_switch_the_model(cli: Cli, fake: FakeOpenAIServer)
     assert "nothing to resume" in finished.error_line()
     mixed = cli.expect(2, "resume", run_id, "--offline", "--model", "x")
     assert "--offline cannot be combined with --model" in mixed.error_line()
+
+
+def test_runs_started_by_the_server_record_their_model(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve`` takes its model from the environment once; each run it starts records it, so
+    a resume from the command line continues on the same model."""
+    import sqlite3
+
+    from fastapi.testclient import TestClient
+
+    from workflow_engine_cli._registry import MODEL_STATE_KEY
+    from workflow_engine_cli._server import create_app
+
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    db = tmp_path / "runs.db"
+    body = {
+        "threadId": "t1",
+        "runId": "r1",
+        "state": {},
+        "messages": [{"id": "m1", "role": "user", "content": "Where is order 12345?"}],
+        "tools": [],
+        "context": [],
+        "forwardedProps": {},
+    }
+    with TestClient(create_app(db), base_url="http://127.0.0.1") as http:
+        reply = http.post("/support", json=body, headers={"accept": "text/event-stream"})
+        assert reply.status_code == 200
+    with sqlite3.connect(db) as raw:
+        bodies = [row[0] for row in raw.execute("SELECT body FROM checkpoints WHERE seq = 0")]
+    assert bodies and all(MODEL_STATE_KEY in b and '"scripted"' in b for b in bodies)
