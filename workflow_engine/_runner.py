@@ -396,7 +396,13 @@ class RunLoop:
         added: list[ExternalRequest] = []
         for executor_id, exc in in_doubt:
             assert isinstance(exc, EffectInDoubtError)
-            request_id = derive_id(s.secret, "effect", s.run_id, exc.step_key)
+            # the n-th time this step is in doubt (a person may say "it did not happen", and the
+            # retry may be cut off again): each question gets its own id
+            asked = 0
+            request_id = derive_id(s.secret, "in-doubt", s.run_id, exc.step_key, "0")
+            while request_id in s.answered or request_id in s.cancelled:
+                asked += 1
+                request_id = derive_id(s.secret, "in-doubt", s.run_id, exc.step_key, str(asked))
             if request_id in s.pending or any(r.request_id == request_id for r in added):
                 continue
             question = InDoubtEffect(

@@ -168,6 +168,7 @@ async def op_race(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[str
 async def op_inspect(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[str, Any]:
     """What a fresh process finds in the database."""
     store = runtime.store
+    assert isinstance(store, SqliteStore)
     run_id = cmd["run_id"]
     try:
         run = await store.get_run(run_id)
@@ -211,6 +212,7 @@ async def op_inspect(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[
         },
         "outputs": info.outputs,
         "requests": requests,
+        "journal": journal_rows(store, run_id),
     }
 
 
@@ -227,6 +229,15 @@ def describe_request(data: Any) -> dict[str, Any]:
         }
     assert isinstance(data, ToolApprovalRequestContent), data
     return {"kind": "approval", "call_id": data.function_call.call_id}
+
+
+def journal_rows(store: SqliteStore, run_id: str) -> list[list[Any]]:
+    """The run's journal entries as stored: [key, entry]."""
+    with contextlib.closing(sqlite3.connect(store.path)) as raw:
+        rows = raw.execute(
+            "SELECT key, value FROM journal WHERE run_id = ? ORDER BY created_at", (run_id,)
+        ).fetchall()
+    return [[key, json.loads(value)] for key, value in rows]
 
 
 async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[str, Any]:
@@ -302,11 +313,6 @@ async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[s
         requests.append(
             {"request_id": r.request_id, **described, "status": r.status, "answer": answer}
         )
-    with contextlib.closing(sqlite3.connect(store.path)) as raw:
-        rows = raw.execute(
-            "SELECT key, value FROM journal WHERE run_id = ? ORDER BY created_at", (run_id,)
-        ).fetchall()
-    journal = [[key, json.loads(value)] for key, value in rows]
     return {
         "status": info.status.value,
         "outputs": [o.model_dump(mode="json") for o in info.outputs],
@@ -315,7 +321,7 @@ async def op_ledger(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[s
         ],
         "requests": requests,
         "history": len(await store.history(run_id)),
-        "journal": journal,
+        "journal": journal_rows(store, run_id),
     }
 
 

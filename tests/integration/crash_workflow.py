@@ -7,10 +7,16 @@ yields a summary. ``mirror`` yields one output per tick, built from its own stat
 state committed at the previous barrier, so outputs only match an uninterrupted run if every
 piece of state was restored exactly.
 
+``decided`` keeps the answer's note through a journaled step (``ctx.run_once("note", ...,
+idempotent=True)``): a re-executed superstep replays the journaled note instead of running the
+step again, unless the process died before the result was durable; once the superstep commits,
+its journal entry is compacted away.
+
 Every invocation appends ``superstep=<n> executor=<id> run=<run_id> pid=<pid>`` to the file
 named by ``$CRASH_SIDE_EFFECT_LOG`` (one ``write`` on an ``O_APPEND`` descriptor, so a line is
-either there whole or not at all when the process is killed): the harness uses it to see which
-supersteps ran more than once. ``Decision.delay`` makes every later invocation sleep, so two
+either there whole or not at all when the process is killed), and so does every run of the
+journaled step, as executor ``stepper:note``: the harness uses it to see which supersteps and
+steps ran more than once. ``Decision.delay`` makes every later invocation sleep, so two
 processes resuming one run overlap.
 """
 
@@ -56,14 +62,14 @@ class Decision(BaseModel):
     delay: float = 0.0
 
 
-def side_effect(ctx: WorkflowContext[Any, Any]) -> None:
-    """Record this invocation in the side-effect log (if the harness asked for one)."""
+def side_effect(ctx: WorkflowContext[Any, Any], step: str = "") -> None:
+    """Record this invocation (or this run of its journaled ``step``) in the side-effect log (if
+    the harness asked for one)."""
     path = os.environ.get(LOG_ENV)
     if not path:
         return
-    line = (
-        f"superstep={ctx.superstep} executor={ctx.executor_id} run={ctx.run_id} pid={os.getpid()}\n"
-    )
+    executor = f"{ctx.executor_id}:{step}" if step else ctx.executor_id
+    line = f"superstep={ctx.superstep} executor={executor} run={ctx.run_id} pid={os.getpid()}\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -110,7 +116,12 @@ class Stepper(Executor):
     @handler
     async def decided(self, decision: Decision, ctx: WorkflowContext[Tick, str]) -> None:
         side_effect(ctx)
-        await ctx.set_state("note", decision.note)
+
+        async def note() -> str:
+            side_effect(ctx, "note")
+            return decision.note
+
+        await ctx.set_state("note", await ctx.run_once("note", note, idempotent=True))
         await ctx.set_shared("delay", decision.delay)
         if not decision.approved:
             await ctx.yield_output(f"rejected: {decision.note}")

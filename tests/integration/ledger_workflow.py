@@ -2,18 +2,23 @@
 
 The bank is two files, named by environment variables (each test sets its own):
 
-* ``$LEDGER_FILE``: one JSON line per transfer that *happened*. ``transfer`` deduplicates by the
-  idempotency key it receives (the documented contract: a call that ran but was not journaled
-  when the process died runs again with the same key), so a key is in the ledger at most once,
-  and a repeated call returns the result of the first one.
-* ``$LEDGER_INVOCATIONS_FILE``: one JSON line per time a tool function was *entered* (tool, key,
-  pid), written before it touches the ledger: the test tells re-executions from duplicates.
+* ``$LEDGER_FILE``: one JSON line per transfer that *happened*, with the idempotency key the
+  engine handed the tool. The engine never repeats a transfer blindly: a transfer cut off by a
+  crash after it started is not run again until a person said it did not happen (the run asks:
+  an ``InDoubtEffect`` request). ``transfer`` still deduplicates by key, as a real bank would,
+  but logs every time it has to: a test asserts it never does.
+* ``$LEDGER_INVOCATIONS_FILE``: one JSON line per time a tool function was *entered*
+  (``"event": "invoked"``: tool, key, arguments, pid), written before it touches the ledger, so
+  the test tells re-executions from duplicates; and one ``"event": "deduplicated"`` line per
+  call that found its key already in the ledger.
 
 Every line is one ``write`` on an ``O_APPEND`` descriptor, so it is there whole or not at all
-when the process is SIGKILLed. The model is a ``ScriptedChatClient``: a single transfer
-("Transfer 250 from 111111 to 222222") or a mixed batch ("Pay 100 from 111111 to 222222, pay
-900 from 111111 to 333333 and check 111111": two approval-required transfers and a free
-``balance`` call, in that order).
+when the process is SIGKILLed. ``transfer`` is not idempotent as far as the engine knows (it
+records an intent before it and asks when in doubt); ``balance`` is a read, declared
+``idempotent=True``: the engine simply runs it again, with the same key, when in doubt. The
+model is a ``ScriptedChatClient``: a single transfer ("Transfer 250 from 111111 to 222222") or
+a mixed batch ("Pay 100 from 111111 to 222222, pay 900 from 111111 to 333333 and check 111111":
+two approval-required transfers and a free ``balance`` call, in that order).
 """
 
 from __future__ import annotations
@@ -58,7 +63,7 @@ def read_lines(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 def _invoked(name: str, key: str, arguments: dict[str, Any]) -> None:
     _append(
         os.environ[INVOCATIONS_ENV],
-        {"tool": name, "key": key, "pid": os.getpid(), "arguments": arguments},
+        {"event": "invoked", "tool": name, "key": key, "pid": os.getpid(), "arguments": arguments},
     )
 
 
@@ -78,8 +83,17 @@ def transfer(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # the bank's own serialization of one account's ledger
         for entry in read_lines(path):
-            if entry["key"] == idempotency_key:
-                return str(entry["result"])  # a retry: the first call's answer, no new transfer
+            if entry["key"] == idempotency_key:  # a retry: the first call's answer, no transfer
+                _append(
+                    os.environ[INVOCATIONS_ENV],
+                    {
+                        "event": "deduplicated",
+                        "tool": "transfer",
+                        "key": idempotency_key,
+                        "pid": os.getpid(),
+                    },
+                )
+                return str(entry["result"])
         result = f"Transferred {amount:.2f} from {from_account} to {to_account}."
         entry = {
             "key": idempotency_key,
@@ -95,7 +109,7 @@ def transfer(
         os.close(fd)
 
 
-@tool
+@tool(idempotent=True)  # a read: asking again is harmless
 def balance(
     account: Annotated[str, Field(description="the account to look at")],
     idempotency_key: str,
