@@ -18,6 +18,8 @@ from ._errors import (
     DefinitionError,
     EffectInDoubtError,
     LeaseLostError,
+    SerializationError,
+    StoreCorruptError,
     UndeclaredOutputError,
     UnknownTargetError,
 )
@@ -291,8 +293,20 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         if key in step.state_writes:
             return self._scope.codec.decode(step.state_writes[key])
         if key in step.state:
-            return self._scope.codec.decode(step.state[key])
+            return self._stored(step.state[key], f"state {key!r} of executor {self.executor_id!r}")
         return default
+
+    def _stored(self, encoded: Any, what: str) -> Any:
+        """Decode committed state. It was checked when written, so a failure means the stored
+        record is damaged: a ``StoreCorruptError`` (the run stops and nothing is written), not
+        a handler failure that would end the run FAILED."""
+        scope = self._scope
+        try:
+            return scope.codec.decode(encoded)
+        except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise StoreCorruptError(
+                f"run {scope.run_id!r}: the stored {what} does not decode: {exc}"
+            ) from exc
 
     async def set_state(self, key: str, value: Any) -> None:
         """Write this executor's durable state; committed with the superstep. The value is
@@ -308,7 +322,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         if key in step.shared_writes:
             return self._scope.codec.decode(step.shared_writes[key])
         if key in self._scope.shared:
-            return self._scope.codec.decode(self._scope.shared[key])
+            return self._stored(self._scope.shared[key], f"shared state {key!r}")
         return default
 
     async def set_shared(self, key: str, value: Any) -> None:

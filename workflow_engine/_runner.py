@@ -34,7 +34,13 @@ from ._checkpoint import (
     construct,
 )
 from ._context import ExecutorStep, StepScope, WorkflowContext
-from ._errors import CheckpointStoreError, EffectInDoubtError, LeaseLostError, WorkflowError
+from ._errors import (
+    CheckpointStoreError,
+    EffectInDoubtError,
+    LeaseLostError,
+    StoreCorruptError,
+    WorkflowError,
+)
 from ._events import (
     ErrorDetails,
     ExecutorCompletedEvent,
@@ -367,8 +373,10 @@ class RunLoop:
             order = self.graph.order
             failures.sort(key=lambda f: order[f[0]])
             for _, exc in failures:
-                if isinstance(exc, LeaseLostError):
-                    raise exc  # another worker owns the run now: write nothing, stop
+                if isinstance(exc, LeaseLostError | StoreCorruptError):
+                    # another worker owns the run now, or its stored state is damaged: write
+                    # nothing (a FAILED status would hide the damage), stop, say why
+                    raise exc
             in_doubt = [(e, x) for e, x in failures if isinstance(x, EffectInDoubtError)]
             if in_doubt:
                 await self._ask_about_effects(number, in_doubt)

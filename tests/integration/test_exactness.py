@@ -648,3 +648,60 @@ async def test_a_value_that_cannot_be_stored_fails_the_run_with_the_error_record
     assert info.status is WorkflowRunState.FAILED
     assert info.error is not None and "Opaque" in info.error["message"]
     await runtime.close()
+
+
+async def test_damaged_stored_state_stops_the_run_and_records_no_failure(tmp_path: Path) -> None:
+    """A state value that no longer decodes is damage to the store, not the handler's fault:
+    the resume raises ``StoreCorruptError`` naming the run, and the run is not marked FAILED."""
+    import json
+    import sqlite3
+
+    from workflow_engine import StoreCorruptError
+
+    class Keeper(Executor):
+        @handler
+        async def keep(self, message: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.set_state("count", 1)
+            await ctx.send_message(message)
+
+        @handler
+        async def answered(self, answer: bool, ctx: WorkflowContext[Never, int]) -> None:
+            await ctx.yield_output(await ctx.get_state("count"))
+
+    def build() -> Any:
+        keeper = Keeper("keeper")
+        ask = RequestPort("ask", request_type=str, response_type=bool)
+        return (
+            WorkflowBuilder(name="keeper", start=keeper)
+            .add_edge(keeper, ask)
+            .add_edge(ask, keeper)
+            .build()
+        )
+
+    db = tmp_path / "runs.db"
+    runtime = open_runtime(db, build)
+    paused = await runtime.run("keeper", "m")
+    await runtime.respond(paused.pending_requests[0].request_id, True)
+    await runtime.close()
+    with sqlite3.connect(db) as raw:
+        for seq, text in raw.execute(
+            "SELECT seq, body FROM checkpoints WHERE run_id = ? ORDER BY seq DESC",
+            (paused.run_id,),
+        ).fetchall():
+            body = json.loads(text)
+            if "count" in body.get("executor_states", {}).get("keeper", {}):
+                body["executor_states"]["keeper"]["count"] = {"$float": "x"}
+                raw.execute(
+                    "UPDATE checkpoints SET body = ? WHERE run_id = ? AND seq = ?",
+                    (json.dumps(body), paused.run_id, seq),
+                )
+                break
+        else:
+            raise AssertionError("the state was not found in any checkpoint")
+    again = open_runtime(db, build)
+    with pytest.raises(StoreCorruptError, match=paused.run_id):
+        await again.resume(paused.run_id)
+    info = await again.get_run(paused.run_id)
+    assert info.status is not WorkflowRunState.FAILED
+    assert (await again.store.get_run(paused.run_id)).owner is None  # the lease was released
+    await again.close()
