@@ -17,7 +17,6 @@ from typing_extensions import TypeVar
 from ._errors import (
     DefinitionError,
     EffectInDoubtError,
-    LeaseLostError,
     SerializationError,
     StoreCorruptError,
     UndeclaredOutputError,
@@ -72,7 +71,7 @@ class StepScope:
         "codec",
         "journal",
         "journal_run",
-        "lease_lost",
+        "lease_guard",
         "run_id",
         "secret",
         "shared",
@@ -90,7 +89,7 @@ class StepScope:
         journal: JournalStore,
         journal_run: str = "",
         secret: str = "",
-        lease_lost: Callable[[], bool] | None = None,
+        lease_guard: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.run_id = run_id
         self.superstep = superstep
@@ -100,7 +99,8 @@ class StepScope:
         self.journal = journal
         self.journal_run = journal_run or run_id  # the journal's namespace for this run
         self.secret = secret  # the run's step secret (derives request ids, idempotency keys)
-        self.lease_lost = lease_lost  # True once another worker took the run over
+        self.lease_guard = lease_guard
+        """Raises ``LeaseLostError`` unless this worker still holds the run (durable runs)."""
 
 
 class WorkflowContext(Generic[TOut, TWorkflowOut]):
@@ -225,10 +225,6 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             entry = await journal.journal_get(run, name)
             if entry is not None and "value" in entry:
                 return codec.decode(entry["value"])
-            if scope.lease_lost is not None and scope.lease_lost():
-                raise LeaseLostError(
-                    f"run {scope.run_id!r}: this worker lost its lease; step {key!r} not started"
-                )
             if entry is not None and not idempotent:
                 raise EffectInDoubtError(
                     f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} "
@@ -238,6 +234,10 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 )
             if entry is None and not idempotent:
                 await journal.journal_intent(run, name, {"intent": description}, scope.superstep)
+            # last check before the effect: a worker paused past its lease (GC, SIGSTOP, a slow
+            # disk) must not start it once another worker may have taken the run over
+            if scope.lease_guard is not None:
+                await scope.lease_guard()
             try:
                 value = await func()
             except Exception:

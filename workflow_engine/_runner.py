@@ -341,7 +341,7 @@ class RunLoop:
             self.journal,
             self.journal_run,
             s.secret,
-            getattr(self.store, "lease_lost", None),
+            getattr(self.store, "ensure_held", None),
         )
         steps: list[ExecutorStep] = []
         failures: list[tuple[str, BaseException]] = []

@@ -9,6 +9,7 @@ checkpoint, delivers the stored answers and continues, committing every superste
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import aclosing, asynccontextmanager, contextmanager
@@ -22,6 +23,7 @@ from ._checkpoint import Checkpoint
 from ._errors import (
     CheckpointNotFoundError,
     DefinitionError,
+    LeaseLostError,
     RunBusyError,
     RunNotResumableError,
     SignatureMismatchError,
@@ -88,7 +90,7 @@ class _LeasedStore:
     -- one transaction instead of two.
 
     While a run executes, :meth:`keep_alive` renews the lease in the background. If another
-    worker took the run over (our lease expired), ``lease_lost`` turns true: the next journaled
+    worker took the run over (our lease expired), ``lost`` turns true: the next journaled
     step refuses to start and the next commit is refused, so nothing happens twice. A cancel
     requested durably by another process shows up as ``cancel_requested`` after a commit or a
     renewal; the run loop honours it at the next superstep boundary.
@@ -113,8 +115,18 @@ class _LeasedStore:
         self.lost = False
         self.cancel_requested = lease.cancel_requested
 
-    def lease_lost(self) -> bool:
-        return self.lost
+    async def ensure_held(self) -> None:
+        """Raise ``LeaseLostError`` unless this worker still holds the run. An expired lease
+        (the process was paused past it) is renewed first -- a fenced write, so it fails if
+        another worker took the run meanwhile."""
+        if not self.lost:
+            clock = getattr(self.store, "clock", time.time)
+            if clock() < self.lease.expires_at or await self.renew_once():
+                return
+        raise LeaseLostError(
+            f"run {self.lease.run_id!r}: this worker lost its lease to another; the step is not "
+            "started"
+        )
 
     def _took(self, lease: Lease) -> None:
         self.lease = lease

@@ -8,6 +8,12 @@ are a pure function of the request -- and an observer reads the store. When a wo
 fault plan says (wait out the lease, retry at once and get ``RunBusyError``, or answer another
 request first) and carries on with a fresh worker. Every loop is bounded.
 
+When the run pauses on an in-doubt step (an ``InDoubtEffect`` request: a non-idempotent step
+started before a crash and journaled no result), an operator answers it truthfully from the
+outside ledger -- did the effect happen, and what did it return -- before anything else; such a
+rest does not count as one of the user's rests, so the user's answers arrive at the same
+points as in the uninterrupted run.
+
 After the main run it forks the run at a past superstep and drives the fork to its end, and
 forks it at a paused superstep and cancels that fork, when the scenario says so.
 
@@ -21,6 +27,7 @@ import contextlib
 import itertools
 import json
 import random
+import re
 import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -32,7 +39,15 @@ from anyio.abc import TaskGroup
 
 from storage import InMemoryRunStore, SqliteStore
 from tests.sim.faults import CrashingStore, FaultPlan
-from tests.sim.generator import WorkflowSpec, answer_for, generate, request_identity
+from tests.sim.generator import (
+    IN_DOUBT,
+    WorkflowSpec,
+    answer_for,
+    effect_of,
+    generate,
+    request_identity,
+    resolution_for,
+)
 from tests.sim.world import (
     Ledger,
     SimProcess,
@@ -43,6 +58,7 @@ from tests.sim.world import (
     jsonable,
 )
 from workflow_engine import (
+    InDoubtEffect,
     RequestCancelledError,
     RunBusyError,
     RunNotFoundError,
@@ -107,6 +123,8 @@ class BranchOutcome:
     request_status: dict[str, str]
     schedule: list[tuple[int, tuple[str, ...]]]  # (superstep, answers applied there)
     supersteps: list[tuple[int, str]]  # (superstep, status) of every checkpoint, in order
+    created: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    """(superstep, requests that became pending there, in the order they were made)"""
 
 
 @dataclass
@@ -123,6 +141,7 @@ class Outcome:
     trace: list[str] = field(default_factory=list)
     stalled: list[str] = field(default_factory=list)
     user_labels: list[str] = field(default_factory=list)  # every user point, in order
+    in_doubt: list[str] = field(default_factory=list)  # in-doubt questions and their answers
     points: int = 0
     user_points: int = 0
     resumes: int = 0
@@ -201,6 +220,7 @@ class Driver:
         self.seen: dict[str, str] = {}  # request id -> logical identity
         self._identities: dict[tuple[str, str], str] = {}
         self.answers: dict[str, tuple[str, Any]] = {}  # request id -> (logical, answer JSON)
+        self.in_doubt: list[str] = []  # what was asked about, and what the operator said
         if plan.stall is not None:
             world.hooks[plan.stall] = self._stall
         if plan.midrun_answer is not None:
@@ -277,6 +297,7 @@ class Driver:
             return True, await fn(worker)
         except BaseException as exc:
             kind = classify(exc)
+            self.world.ledger.process_gave_up(worker.proc.name)
             if kind == "crash":
                 await self.absorb_crashes()
             elif kind == "busy":
@@ -356,6 +377,7 @@ class Driver:
                 await w.runtime.resume(run_id)
                 ran += 1
             except BaseException as exc:
+                self.world.ledger.process_gave_up(w.proc.name)
                 failures.append(exc)
 
         async with anyio.create_task_group() as tg:
@@ -373,9 +395,14 @@ class Driver:
         await worker.runtime.respond(request_id, answer)
 
     async def _answer_with_helper(self, run_id: str, salt: str) -> None:
-        """An answer from outside arrives now (not at a point where the run rests)."""
+        """An answer from outside arrives now (not at a point where the run rests). In-doubt
+        questions are the operator's, answered where the run rests."""
         _, requests = await self.observe(run_id)
-        pending = sorted((logical, r) for r, logical in requests if r.status == "pending")
+        pending = sorted(
+            (logical, r)
+            for r, logical in requests
+            if r.status == "pending" and not logical.startswith(IN_DOUBT)
+        )
         if not pending:
             return
         logical, request = random.Random(f"{self.scenario.seed}:{salt}").choice(pending)
@@ -387,12 +414,19 @@ class Driver:
     # --- faults inside workflow code ------------------------------------------------------------
 
     async def _stall(self, proc: SimProcess, label: str) -> None:
-        """A worker stalls (a long call, a GC pause) past its lease; meanwhile another worker
-        tries to take the run over -- after an answer arrived, if the plan says so."""
+        """A worker stalls past its lease; meanwhile another worker tries to take the run over
+        -- after an answer arrived, if the plan says so. A stall is one slow call: the
+        worker's lease keeper goes on renewing, so the other worker must be refused. A freeze
+        stops the whole process (a GC pause, SIGSTOP, a VM migration): the lease expires, the
+        other worker takes over, and the frozen one must start no side effect once it thaws
+        and must write nothing more."""
         assert self.tg is not None
-        self.log.append(f"{proc.name} stalls at {label} for {2 * LEASE:g} s")
+        what = "freezes" if self.plan.freeze else "stalls"
+        self.log.append(f"{proc.name} {what} at {label} for {2 * LEASE:g} s")
         self.world.stalled.append(proc.name)
-        self.tg.start_soon(self._take_over, self.active_run, current_branch.get())
+        if self.plan.freeze:
+            proc.frozen_until = self.world.clock.elapsed + 2 * LEASE
+        self.tg.start_soon(self._take_over, self.active_run, current_branch.get(), proc)
         self.world.stalls_active += 1
         try:
             await anyio.sleep(2 * LEASE)
@@ -400,7 +434,7 @@ class Driver:
             self.world.stalls_active -= 1
             proc.after_stall = True
 
-    async def _take_over(self, run_id: str, branch: str) -> None:
+    async def _take_over(self, run_id: str, branch: str, stalled: SimProcess) -> None:
         current_branch.set(branch)
         await anyio.sleep(LEASE + 1)
         if self.plan.stall_answer:
@@ -408,10 +442,20 @@ class Driver:
         rival = self._spawn()
         current_process.set(rival.proc)
         try:
-            await rival.runtime.resume(run_id)
-            self.log.append(f"{rival.proc.name} took the run over")
+            try:
+                await rival.runtime.resume(run_id)
+                self.log.append(f"{rival.proc.name} took the run over")
+            finally:
+                granted = (run_id, rival.proc.name) in self.world.grants
+                if granted and not self.plan.freeze and stalled.alive:
+                    self.violate(
+                        "lease",
+                        f"{rival.proc.name} was granted the run while {stalled.name} was "
+                        "executing it, alive and not frozen: its lease was not kept renewed",
+                    )
         except BaseException as exc:
             kind = classify(exc)
+            self.world.ledger.process_gave_up(rival.proc.name)
             self.log.append(f"{rival.proc.name} could not take over: {kind} ({exc})")
             if kind == "error":
                 self.violate("engine", f"engine error during a takeover: {exc!r}")
@@ -434,6 +478,7 @@ class Driver:
 
     async def _drive(self, label: str, run_id: str) -> None:
         rest = 0
+        idle = 0  # resumes in a row that applied none of the stored answers
         batch: list[str] = []
         for _ in range(MAX_ACTIONS):
             await self.absorb_crashes()
@@ -441,7 +486,12 @@ class Driver:
             if run is None:
                 await self.attempt("start", self._start)
                 continue
-            pending = {logical: r for r, logical in requests if r.status == "pending"}
+            doubts = {
+                lo: r for r, lo in requests if r.status == "pending" and lo.startswith(IN_DOUBT)
+            }
+            pending = {
+                lo: r for r, lo in requests if r.status == "pending" and not lo.startswith(IN_DOUBT)
+            }
             answered = [r for r, _ in requests if r.status == "answered"]
             if run.status == IDLE:
                 if pending or answered:
@@ -458,6 +508,17 @@ class Driver:
                     self.early_count += 1
                     await self._answer_with_helper(run_id, f"early:{self.early_count}")
                     continue
+            if run.status == PAUSED and doubts:  # the operator settles in-doubt steps first
+                logical = min(doubts)
+                request = doubts[logical]
+                answer = self._resolve(run_id, request)
+                await self.attempt(
+                    f"resolve {logical}",
+                    lambda w, r=request, lo=logical, a=answer: self._respond(
+                        w, r.request_id, lo, a
+                    ),
+                )
+                continue
             batch = [logical for logical in batch if logical in pending]
             if run.status == PAUSED and not batch and not answered:
                 if not pending:
@@ -480,8 +541,54 @@ class Driver:
                 if ok:
                     batch.pop(0)
                 continue
-            await self.attempt(f"resume {label}", lambda w: self._resume(w, run_id))
+            ok, _ = await self.attempt(f"resume {label}", lambda w: self._resume(w, run_id))
+            if ok and answered:
+                after, _ = await self.observe(run_id)
+                if after.latest_checkpoint_id != run.latest_checkpoint_id:
+                    idle = 0
+                    continue
+                idle += 1
+                if idle >= 3:
+                    ids = sorted(self.seen.get(r.request_id, r.request_id) for r in answered)
+                    raise SimFailure(
+                        f"{label}: resuming applies none of the stored answers {ids} "
+                        f"({after.status.value}, checkpoint unchanged)"
+                    )
         raise SimFailure(f"{label} did not finish within {MAX_ACTIONS} actions")
+
+    def _resolve(self, run_id: str, request: StoredRequest) -> Any:
+        """The operator's truthful answer to an in-doubt question (checked for sense first)."""
+        codec = self.helper.runtime.workflow(self.spec.name).codec
+        question = codec.decode(request.data)
+        assert isinstance(question, InDoubtEffect)
+        branch = self.world.branch(run_id)
+        answer = resolution_for(question, branch, self.world.ledger)
+        found = effect_of(question, branch)
+        assert found is not None
+        identity = found[0]
+        self.in_doubt.append(
+            f"{branch}: {question.executor_id} {question.step}: "
+            f"{'happened' if answer['happened'] else 'did not happen'}"
+        )
+        self.log.append(f"in doubt: {identity} -> happened={answer['happened']}")
+        if not identity.startswith(f"{branch}|{question.executor_id}|"):
+            self.violate(
+                "in-doubt", f"{branch}: a question of {question.executor_id} about {identity}"
+            )
+        for e in self.world.ledger.executions.get(identity, []):
+            if e.idempotent:
+                self.violate("in-doubt", f"asked whether idempotent {identity} happened")
+            if e.settled:
+                self.violate(
+                    "in-doubt",
+                    f"asked whether {identity} happened, but {e.process} journaled its result",
+                )
+            if e.step is not None and e.step != question.step_key:
+                self.violate(
+                    "in-doubt",
+                    f"asked about step {question.step_key}, but {identity} ran as {e.step}",
+                )
+        return answer
 
     def _choose(self, label: str, rest: int, pending: list[str]) -> list[str]:
         """Which requests the user answers at this rest, in which order (from the seed)."""
@@ -537,7 +644,12 @@ class Driver:
             run, _ = await self.observe(run_id)
             if run.status == WorkflowRunState.CANCELLED:
                 break
-            await self.attempt(f"cancel {label}", lambda w: w.runtime.cancel(run_id))
+            ok, info = await self.attempt(f"cancel {label}", lambda w: w.runtime.cancel(run_id))
+            if ok and info.status != WorkflowRunState.CANCELLED:
+                # another worker holds the run: the cancel is stored, for it to honour at its
+                # next superstep boundary -- or for us once its lease has expired
+                self.log.append(f"cancel {label}: stored while the run is held")
+                await anyio.sleep(LEASE + 1)
         else:
             raise SimFailure(f"could not cancel {label}")
         await self._check_cancelled(run_id, label)
@@ -551,7 +663,10 @@ class Driver:
             if r.status not in ("cancelled", "applied"):
                 self.violate("cancel", f"cancelled {label}: request {r.request_id} is {r.status}")
             if r.status == "cancelled":
-                answer = answer_for(runtime.workflow(self.spec.name).codec.decode(r.data))
+                data = runtime.workflow(self.spec.name).codec.decode(r.data)
+                answer = (
+                    {"happened": False} if isinstance(data, InDoubtEffect) else answer_for(data)
+                )
                 try:
                     await runtime.respond(r.request_id, answer)
                     self.violate("cancel", f"cancelled {label} accepted an answer")
@@ -588,25 +703,27 @@ class Driver:
         runtime = self.helper.runtime
         store = runtime.store
         wf = runtime.workflow(self.spec.name)
-        for run in await store.list_runs():
+        runs = list(await store.list_runs())
+        identities: dict[str, str] = {}  # request id -> logical identity, over every run
+        stored: dict[str, list[Any]] = {}
+        for run in runs:
+            stored[run.run_id] = list(await store.list_requests(run.run_id, status=None))
+            for r in stored[run.run_id]:
+                identities[r.request_id] = request_identity(r.port_id, wf.codec.decode(r.data))
+                if not REQUEST_ID.fullmatch(r.request_id):
+                    self.violate("request-ids", f"request id {r.request_id!r} is not 32 hex")
+        for run in runs:
             label = self.world.branches.get(run.run_id, f"orphan:{run.run_id[:8]}")
             info = await runtime.get_run(run.run_id)
             history = await store.history(run.run_id)
             checkpoints = [await store.load(h.checkpoint_id) for h in history]
             requests = {}
             statuses = {}
-            for r in await store.list_requests(run.run_id, status=None):
-                requests[r.request_id] = request_identity(r.port_id, wf.codec.decode(r.data))
+            for r in stored[run.run_id]:
+                requests[r.request_id] = identities[r.request_id]
                 statuses[r.request_id] = r.status
             self._check_history(label, run, history, checkpoints, wf)
             self._check_answers(label, requests)
-            schedule: list[tuple[int, tuple[str, ...]]] = []
-            seen: set[str] = set()
-            for cp in checkpoints:
-                new = [rid for rid in cp.answered_requests if rid not in seen]
-                seen.update(cp.answered_requests)
-                if new:
-                    schedule.append((cp.superstep, tuple(sorted(requests.get(r, r) for r in new))))
             outcome.branches[label] = BranchOutcome(
                 label=label,
                 run_id=run.run_id,
@@ -614,8 +731,9 @@ class Driver:
                 outputs=[canonical(o) for o in info.outputs],
                 requests=requests,
                 request_status=statuses,
-                schedule=schedule,
+                schedule=_schedule(checkpoints, identities, "answered_requests"),
                 supersteps=[(h.superstep, h.status.value) for h in history],
+                created=_schedule(checkpoints, identities, "pending_requests"),
             )
         for request_id, (logical, answer) in sorted(self.answers.items()):
             try:
@@ -631,8 +749,33 @@ class Driver:
                     f"answer to {request_id} ({logical}) lost: the store has "
                     f"{stored.status} {stored.answer}",
                 )
+        self._check_compaction(runs)
         if self.db is not None:
             self._check_sqlite()
+
+    def _journal_left(self) -> list[tuple[str, int, str]]:
+        """(run id, superstep, key) of every journal entry the store still keeps."""
+        if self.memory is not None:
+            entries = getattr(self.memory, "_journal", {})
+            return [(run, step, key) for (run, key), (step, _) in entries.items()]
+        assert self.db is not None
+        with contextlib.closing(sqlite3.connect(self.db)) as conn:
+            return list(conn.execute("SELECT run_id, superstep, key FROM journal"))
+
+    def _check_compaction(self, runs: list[Any]) -> None:
+        """A superstep's journal entries go when it commits; a finished run keeps none."""
+        by_run = {run.run_id: run for run in runs}
+        for run_id, superstep, key in sorted(self._journal_left()):
+            run = by_run.get(run_id)
+            label = self.world.branches.get(run_id, run_id[:8])
+            if run is None:
+                self.violate("journal", f"a journal entry {key} of a run that is gone")
+            elif superstep <= run.superstep or run.status == IDLE:
+                self.violate(
+                    "journal",
+                    f"{label} ({run.status.value} at superstep {run.superstep}) still keeps "
+                    f"the journal entry {key} of superstep {superstep}",
+                )
 
     def _check_history(self, label: str, run: Any, history: Any, checkpoints: Any, wf: Any) -> None:
         problems = []
@@ -684,6 +827,30 @@ class Driver:
                 self.violate("integrity", f"SQLite foreign_key_check: {broken}")
 
 
+REQUEST_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _schedule(
+    checkpoints: list[Any], identities: dict[str, str], field_name: str
+) -> list[tuple[int, tuple[str, ...]]]:
+    """(superstep, logical identities) of the requests that first appear in each checkpoint's
+    ``field_name`` (answered: the answers applied there, sorted; pending: the requests made
+    there, in the order they were made). Ids are compared by what they name, never across
+    runs; in-doubt questions are left out (only a run that crashed has them)."""
+    out: list[tuple[int, tuple[str, ...]]] = []
+    seen: set[str] = set()
+    for cp in checkpoints:
+        ids = list(getattr(cp, field_name))
+        new = [identities.get(rid, rid) for rid in ids if rid not in seen]
+        seen.update(ids)
+        new = [logical for logical in new if not logical.startswith(IN_DOUBT)]
+        if field_name == "answered_requests":
+            new.sort()
+        if new:
+            out.append((cp.superstep, tuple(new)))
+    return out
+
+
 async def play(
     scenario: Scenario,
     plan: FaultPlan,
@@ -700,13 +867,16 @@ async def play(
             async with anyio.create_task_group() as tg:
                 driver.tg = tg
                 await driver.play()
-        except SimFailure as exc:
-            driver.violate("liveness", f"liveness: {exc}")
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as exc:
-            leaves = "; ".join(f"{type(e).__name__}: {e}" for e in _leaves(exc))
-            driver.violate("simulator", f"the simulation itself failed: {leaves}")
+            leaves = _leaves(exc)
+            if all(isinstance(e, SimFailure) for e in leaves):  # the run did not finish
+                for e in leaves:
+                    driver.violate("liveness", f"liveness: {e}")
+            else:
+                text = "; ".join(f"{type(e).__name__}: {e}" for e in leaves)
+                driver.violate("simulator", f"the simulation itself failed: {text}")
         try:
             await driver.collect(outcome)
         except Exception as exc:
@@ -719,6 +889,7 @@ async def play(
     outcome.trace = list(world.trace)
     outcome.stalled = list(world.stalled)
     outcome.user_labels = list(world.user_labels)
+    outcome.in_doubt = list(driver.in_doubt)
     outcome.points = world.points
     outcome.user_points = world.user_points
     outcome.resumes = driver.resumes

@@ -20,14 +20,21 @@ Segments (every one takes a ``Msg`` and sends ``Msg``\\ s on):
 
 Every effect's identity is derived from the executor and the content it received (which carries
 the whole lineage of the message), so the same logical effect has the same identity in every
-run of the seed, whatever the engine's keys. Fan-ins and agents only ever see one message at a
-time (the generator keeps them where the multiplicity is 1), which makes what they receive
-independent of answer timing: outputs are equal as a multiset even when answers arrive at
-different supersteps, and equal in order when the schedule of answers is the same.
+run of the seed, whatever the engine's keys. Some executors declare their step idempotent
+(``run_once(..., idempotent=True)``: retried after a crash, with the same idempotency key); the
+others are not, so a crash between their effect and its journal entry makes the run ask
+whether the effect happened -- :func:`resolution_for` answers from the outside ledger. The
+agent's ``lookup`` tool is idempotent, ``pay`` and ``audit`` are not; model calls are retried.
+
+Fan-ins and agents only ever see one message at a time (the generator keeps them where the
+multiplicity is 1), which makes what they receive independent of answer timing: outputs are
+equal as a multiset even when answers arrive at different supersteps, and equal in order when
+the schedule of answers is the same.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import random
@@ -51,11 +58,13 @@ from executors import (
     ToolCall,
     tool,
 )
-from tests.sim.world import current_branch, digest, here, receipt_of
+from tests.sim.world import Ledger, current_branch, digest, here, receipt_of
 from workflow_engine import (
     Case,
     Default,
+    EffectResolution,
     Executor,
+    InDoubtEffect,
     RequestPort,
     Workflow,
     WorkflowBuilder,
@@ -103,25 +112,37 @@ class Reply(BaseModel):
 # --- the side effect, as every executor performs it -----------------------------------------------
 
 
-async def effect(ctx: WorkflowContext[Any, Any], kind: str, content: Any, keyed: bool) -> str:
+async def effect(
+    ctx: WorkflowContext[Any, Any], kind: str, content: Any, keyed: bool, idempotent: bool = False
+) -> str:
     """Hit the outside world once for ``content`` through ``ctx.run_once``; return the receipt.
 
     ``keyed``: the run_once key names the content (a careful user); otherwise it is constant,
-    as the docs allow ("keys are scoped to this executor and to the superstep").
+    as the docs allow (a step is named by its superstep, executor and delivery too).
+    ``idempotent``: the step is declared safe to repeat with its idempotency key; otherwise the
+    effect's description (its logical identity, what a person would look up) goes with the
+    intent the engine journals.
     """
     proc = here()
     world = proc.world
     identity = f"{world.branch(ctx.run_id)}|{ctx.executor_id}|{kind}|{digest(content)}"
     expected = receipt_of(identity)
     await proc.user_point(f"{ctx.executor_id}:before")
+    key = f"effect:{digest(content)}" if keyed else "effect"
+    step = ctx.step_key(key)
+    engine_key = ctx.idempotency_key(key)
 
     async def once() -> str:
-        receipt = world.ledger.perform(proc, identity)
+        stale = not world.holds(proc, ctx.run_id)
+        receipt = world.ledger.perform(
+            proc, identity, engine_key, idempotent=idempotent, step=step, stale=stale
+        )
         await proc.user_point(f"{ctx.executor_id}:inside")  # done, not journaled yet
         return receipt
 
-    key = f"effect:{digest(content)}" if keyed else "effect"
-    got = await ctx.run_once(key, once)
+    got = await ctx.run_once(
+        key, once, idempotent=idempotent, description=None if idempotent else {"effect": identity}
+    )
     if got != expected:
         world.ledger.mismatch(
             f"{identity}: run_once({key!r}) returned {got} ({world.ledger.by_receipt.get(got)})"
@@ -134,50 +155,54 @@ async def effect(ctx: WorkflowContext[Any, Any], kind: str, content: Any, keyed:
 
 
 class Relay(Executor):
-    def __init__(self, id: str, keyed: bool) -> None:
+    def __init__(self, id: str, keyed: bool, idempotent: bool = False) -> None:
         super().__init__(id)
         self.keyed = keyed
+        self.idempotent = idempotent
 
     @handler
     async def on_msg(self, msg: Msg, ctx: WorkflowContext[Msg]) -> None:
-        receipt = await effect(ctx, "relay", msg, self.keyed)
+        receipt = await effect(ctx, "relay", msg, self.keyed, self.idempotent)
         await ctx.send_message(Msg(trail=[*msg.trail, receipt]))
 
 
 class Looper(Executor):
     """Counts ``rounds`` passes of each message through itself (the back edge is conditional)."""
 
-    def __init__(self, id: str, rounds: int, keyed: bool) -> None:
+    def __init__(self, id: str, rounds: int, keyed: bool, idempotent: bool = False) -> None:
         super().__init__(id)
         self.rounds = rounds
         self.keyed = keyed
+        self.idempotent = idempotent
 
     @handler
     async def on_msg(self, msg: Msg, ctx: WorkflowContext[Msg]) -> None:
         left = msg.left if msg.loop == self.id else self.rounds
-        receipt = await effect(ctx, f"loop{left}", msg, self.keyed)
+        receipt = await effect(ctx, f"loop{left}", msg, self.keyed, self.idempotent)
         await ctx.send_message(Msg(trail=[*msg.trail, receipt], loop=self.id, left=left - 1))
 
 
 class Receiver(Executor):
     """Takes what a chain of request ports answered."""
 
-    def __init__(self, id: str, keyed: bool) -> None:
+    def __init__(self, id: str, keyed: bool, idempotent: bool = False) -> None:
         super().__init__(id)
         self.keyed = keyed
+        self.idempotent = idempotent
 
     @handler
     async def on_answer(self, answer: Hop | Answer, ctx: WorkflowContext[Msg]) -> None:
-        receipt = await effect(ctx, "receive", answer, self.keyed)
+        receipt = await effect(ctx, "receive", answer, self.keyed, self.idempotent)
         await ctx.send_message(Msg(trail=[*answer.msg.trail, answer.note, receipt]))
 
 
 class Asker(Executor):
     """Asks through ``ctx.request_info``; the answer's handler does the side effect."""
 
-    def __init__(self, id: str, keyed: bool) -> None:
+    def __init__(self, id: str, keyed: bool, idempotent: bool = False) -> None:
         super().__init__(id)
         self.keyed = keyed
+        self.idempotent = idempotent
 
     @handler
     async def on_msg(self, msg: Msg, ctx: WorkflowContext) -> None:
@@ -186,18 +211,19 @@ class Asker(Executor):
 
     @response_handler
     async def on_reply(self, question: Question, reply: Reply, ctx: WorkflowContext[Msg]) -> None:
-        receipt = await effect(ctx, "reply", [question, reply], self.keyed)
+        receipt = await effect(ctx, "reply", [question, reply], self.keyed, self.idempotent)
         await ctx.send_message(Msg(trail=[*question.msg.trail, reply.verdict, receipt]))
 
 
 class Joiner(Executor):
-    def __init__(self, id: str, keyed: bool) -> None:
+    def __init__(self, id: str, keyed: bool, idempotent: bool = False) -> None:
         super().__init__(id)
         self.keyed = keyed
+        self.idempotent = idempotent
 
     @handler
     async def on_batch(self, batch: list[Msg], ctx: WorkflowContext[Msg]) -> None:
-        receipt = await effect(ctx, "join", batch, self.keyed)
+        receipt = await effect(ctx, "join", batch, self.keyed, self.idempotent)
         await ctx.send_message(Msg(trail=[f"join:{digest(batch)}", receipt]))
 
 
@@ -307,9 +333,12 @@ class SimModel:
 
     async def _reply(self, messages: Sequence[ChatMessage]) -> ChatMessage:
         proc = here()
-        identity = f"{current_branch.get()}|{self.agent_id}|model|{digest(list(messages))}"
+        world = proc.world
+        branch = current_branch.get()
+        identity = f"{branch}|{self.agent_id}|model|{digest(list(messages))}"
+        stale = not world.holds(proc, world.run_of(branch))  # as the step starts
         await proc.user_point(f"{self.agent_id}:model")
-        receipt = proc.world.ledger.perform(proc, identity)
+        receipt = world.ledger.perform(proc, identity, idempotent=True, stale=stale)
         message = (await self.script.get_response(messages)).message
         contents: list[Any] = []
         calls = 0
@@ -344,13 +373,26 @@ class SimModel:
                 )
 
 
+IDEMPOTENT_TOOLS = frozenset({"lookup"})
+"""Tools declared ``@tool(idempotent=True)`` (a read); the others pause the run when in doubt."""
+
+
+def tool_identity(branch: str, agent_id: str, name: str, arguments: dict[str, Any]) -> str:
+    return f"{branch}|{agent_id}|tool|{tool_line(name, {k: str(v) for k, v in arguments.items()})}"
+
+
 def make_tools(agent_id: str) -> list[Any]:
     async def hit(name: str, arguments: dict[str, Any], key: str) -> str:
         proc = here()
+        world = proc.world
+        branch = current_branch.get()
         line = tool_line(name, {k: str(v) for k, v in arguments.items()})
-        identity = f"{current_branch.get()}|{agent_id}|tool|{line}"
+        identity = tool_identity(branch, agent_id, name, arguments)
+        stale = not world.holds(proc, world.run_of(branch))  # as the step starts
         await proc.user_point(f"{agent_id}:{name}")
-        receipt = proc.world.ledger.perform(proc, identity, engine_key=key)
+        receipt = world.ledger.perform(
+            proc, identity, engine_key=key, idempotent=name in IDEMPOTENT_TOOLS, stale=stale
+        )
         await proc.user_point(f"{agent_id}:{name}-done")
         return f"{line} {receipt}"
 
@@ -366,7 +408,7 @@ def make_tools(agent_id: str) -> list[Any]:
         """Record an audit entry."""
         return await hit("audit", {"ref": ref}, idempotency_key)
 
-    return [tool(lookup), tool(approval_mode="always_require")(pay), tool(audit)]
+    return [tool(idempotent=True)(lookup), tool(approval_mode="always_require")(pay), tool(audit)]
 
 
 # --- the spec -------------------------------------------------------------------------------------
@@ -381,18 +423,20 @@ class Segment:
     switch: bool = False  # loop: switch-case instead of two conditional edges
     chain: int = 0  # ports: one or two request ports
     branches: tuple[Segment, ...] = ()  # fan, merge
+    idempotent: bool = False  # its run_once steps are declared idempotent
 
     def describe(self) -> str:
+        idem = "/idem" if self.idempotent else ""
         if self.kind == "loop":
-            return f"{self.sid}:loopx{self.rounds}{'/switch' if self.switch else ''}"
+            return f"{self.sid}:loopx{self.rounds}{'/switch' if self.switch else ''}{idem}"
         if self.kind == "ports":
-            return f"{self.sid}:portsx{self.chain}"
+            return f"{self.sid}:portsx{self.chain}{idem}"
         if self.branches:
             inner = ",".join(b.describe() for b in self.branches)
-            return f"{self.sid}:{self.kind}[{inner}]"
+            return f"{self.sid}:{self.kind}{idem}[{inner}]"
         if self.kind == "agent":
             return f"{self.sid}:agent"
-        return f"{self.sid}:{self.kind}{'' if self.keyed else '/const-key'}"
+        return f"{self.sid}:{self.kind}{'' if self.keyed else '/const-key'}{idem}"
 
 
 @dataclass(frozen=True)
@@ -401,6 +445,7 @@ class WorkflowSpec:
     segments: tuple[Segment, ...]
     repeat_ids: bool = False  # the agent's model reuses call ids
     start_keyed: bool = True
+    start_idempotent: bool = False
 
     @property
     def name(self) -> str:
@@ -411,7 +456,8 @@ class WorkflowSpec:
         return any(s.kind == "agent" for s in self.segments)
 
     def describe(self) -> str:
-        parts = ["s0:relay", *(s.describe() for s in self.segments), "out:sink"]
+        start = "s0:relay" + ("/idem" if self.start_idempotent else "")
+        parts = [start, *(s.describe() for s in self.segments), "out:sink"]
         return " → ".join(parts) + (" (model repeats call ids)" if self.repeat_ids else "")
 
     def start_message(self) -> Msg:
@@ -457,11 +503,29 @@ def generate(seed: int, rng: random.Random | None = None) -> WorkflowSpec:
             segments.append(Segment("agent", sid))
         else:
             segments.append(_simple(rng, kind, sid))
-    return WorkflowSpec(
+    spec = WorkflowSpec(
         seed,
         tuple(segments),
         repeat_ids=rng.random() < REPEATED_IDS_SHARE,
         start_keyed=rng.random() >= CONSTANT_KEY_SHARE,
+    )
+    return declare_idempotency(spec)
+
+
+def declare_idempotency(spec: WorkflowSpec) -> WorkflowSpec:
+    """Which executors declare their steps idempotent, from a stream of its own (so a seed's
+    graph is the one it always was)."""
+    rng = random.Random(f"idempotent:{spec.seed}")
+
+    def mark(segment: Segment) -> Segment:
+        branches = tuple(mark(b) for b in segment.branches)
+        idempotent = segment.kind != "agent" and rng.random() < IDEMPOTENT_SHARE
+        return dataclasses.replace(segment, branches=branches, idempotent=idempotent)
+
+    return dataclasses.replace(
+        spec,
+        segments=tuple(mark(s) for s in spec.segments),
+        start_idempotent=rng.random() < IDEMPOTENT_SHARE,
     )
 
 
@@ -469,6 +533,8 @@ CONSTANT_KEY_SHARE = 0.3
 """How often an executor uses one constant run_once key instead of naming the content."""
 REPEATED_IDS_SHARE = 0.3
 """How often the agent's model restarts its call ids in every response."""
+IDEMPOTENT_SHARE = 0.35
+"""How often an executor declares its ``run_once`` step idempotent (retried, never asked)."""
 
 
 def _simple(rng: random.Random, kind: str, sid: str) -> Segment:
@@ -493,7 +559,7 @@ class _Assembly:
     builder: WorkflowBuilder = field(init=False)
 
     def build(self) -> Workflow:
-        start = Relay("s0", self.spec.start_keyed)
+        start = Relay("s0", self.spec.start_keyed, self.spec.start_idempotent)
         self.builder = WorkflowBuilder(name=self.spec.name, start=start).with_max_supersteps(500)
         connect = self._edge_from(start.id)
         for segment in self.spec.segments:
@@ -512,13 +578,13 @@ class _Assembly:
     def _segment(self, s: Segment) -> tuple[Any, Callable[[Any], None]]:
         """The segment's entry node and how to connect its exit to the next entry."""
         if s.kind == "relay":
-            node = Relay(s.sid, s.keyed)
+            node = Relay(s.sid, s.keyed, s.idempotent)
             return node, self._edge_from(node)
         if s.kind == "loop":
             return self._loop(s)
         if s.kind == "ports":
             first = RequestPort(f"{s.sid}p1", request_type=Msg, response_type=Hop)
-            receiver = Receiver(f"{s.sid}r", s.keyed)
+            receiver = Receiver(f"{s.sid}r", s.keyed, s.idempotent)
             if s.chain == 2:
                 second = RequestPort(f"{s.sid}p2", request_type=Hop, response_type=Answer)
                 self.builder.add_chain([first, second, receiver])
@@ -526,7 +592,7 @@ class _Assembly:
                 self.builder.add_edge(first, receiver)
             return first, self._edge_from(receiver)
         if s.kind == "ask":
-            node = Asker(s.sid, s.keyed)
+            node = Asker(s.sid, s.keyed, s.idempotent)
             return node, self._edge_from(node)
         if s.kind == "agent":
             prompter = Prompter(f"{s.sid}in")
@@ -539,7 +605,7 @@ class _Assembly:
             summarizer = Summarizer(f"{s.sid}out")
             self.builder.add_chain([prompter, agent, summarizer])
             return prompter, self._edge_from(summarizer)
-        splitter = Relay(f"{s.sid}split", s.keyed)
+        splitter = Relay(f"{s.sid}split", s.keyed, s.idempotent)
         entries = []
         connects = []
         for branch in s.branches:
@@ -548,11 +614,11 @@ class _Assembly:
             connects.append(connect)
         self.builder.add_fan_out_edges(splitter, entries)
         if s.kind == "fan":
-            joiner = Joiner(f"{s.sid}join", s.keyed)
+            joiner = Joiner(f"{s.sid}join", s.keyed, s.idempotent)
             exits = [self._exit_of(branch) for branch in s.branches]
             self.builder.add_fan_in_edges(exits, joiner)
             return splitter, self._edge_from(joiner)
-        merged = Relay(f"{s.sid}merge", s.keyed)
+        merged = Relay(f"{s.sid}merge", s.keyed, s.idempotent)
         for connect in connects:
             connect(merged)
         return splitter, self._edge_from(merged)
@@ -564,7 +630,7 @@ class _Assembly:
         return branch.sid
 
     def _loop(self, s: Segment) -> tuple[Any, Callable[[Any], None]]:
-        node = Looper(s.sid, s.rounds, s.keyed)
+        node = Looper(s.sid, s.rounds, s.keyed, s.idempotent)
 
         async def again(m: Msg) -> bool:
             here().point(f"{s.sid}:again?")
@@ -587,9 +653,43 @@ class _Assembly:
 # --- answers: a pure function of the request ----------------------------------------------------
 
 
+IN_DOUBT = "in-doubt|"
+"""The prefix of an in-doubt question's identity (they exist only in runs that crashed)."""
+
+
 def request_identity(port_id: str, data: Any) -> str:
-    """What a request *is*, whatever id the engine gave it."""
+    """What a request *is*, whatever id the engine gave it (an in-doubt question: what the
+    step it asks about was doing)."""
+    if isinstance(data, InDoubtEffect):
+        return f"{IN_DOUBT}{port_id}|{data.step.partition(':')[0]}|{digest(data.description)}"
     return f"{port_id}|{digest(data)}"
+
+
+def effect_of(question: InDoubtEffect, branch: str) -> tuple[str, Any] | None:
+    """The logical identity of the effect an in-doubt question is about, and the step result
+    it would have had -- read from the question's description, as a person would."""
+    described = question.description if isinstance(question.description, dict) else {}
+    if "effect" in described:  # a run_once step of ``effect``: its result is the receipt
+        identity = str(described["effect"])
+        return identity, receipt_of(identity)
+    if "tool" in described:  # an agent's tool call: its result is the tool's text
+        name, arguments = str(described["tool"]), dict(described.get("arguments") or {})
+        identity = tool_identity(branch, question.executor_id, name, arguments)
+        line = tool_line(name, {k: str(v) for k, v in arguments.items()})
+        return identity, f"{line} {receipt_of(identity)}"
+    return None
+
+
+def resolution_for(question: InDoubtEffect, branch: str, ledger: Ledger) -> dict[str, Any]:
+    """The truthful answer to an in-doubt question: the outside ledger says whether the effect
+    happened, and if it did, what it returned (JSON, as a client would send it)."""
+    found = effect_of(question, branch)
+    if found is None:
+        raise AssertionError(f"an in-doubt question about an unknown step: {question!r}")
+    identity, result = found
+    if ledger.happened(identity):
+        return EffectResolution(happened=True, result=result).model_dump(mode="json")
+    return EffectResolution(happened=False).model_dump(mode="json")
 
 
 def answer_for(data: Any) -> Any:

@@ -79,10 +79,27 @@ class FileLedger(Ledger):
         super().__init__()
         self.path = path
 
-    def perform(self, proc: SimProcess, identity: str, engine_key: str | None = None) -> str:
-        receipt = super().perform(proc, identity, engine_key)
-        append(self.path, {"identity": identity, "pid": os.getpid(), "key": engine_key})
+    def perform(
+        self,
+        proc: SimProcess,
+        identity: str,
+        engine_key: str | None = None,
+        *,
+        idempotent: bool,
+        step: str | None = None,
+        stale: bool = False,
+    ) -> str:
+        receipt = super().perform(
+            proc, identity, engine_key, idempotent=idempotent, step=step, stale=stale
+        )
+        record = {"identity": identity, "pid": os.getpid(), "key": engine_key}
+        append(self.path, {**record, "idempotent": idempotent, "stale": stale})
         return receipt
+
+    def happened(self, identity: str) -> bool:
+        """The outside world outlives processes: a person asked about an effect a killed
+        process may have run looks it up in the file."""
+        return any(line["identity"] == identity for line in read(self.path))
 
 
 def drive(cmd: dict[str, Any]) -> None:

@@ -5,9 +5,11 @@ a process forked from a zygote (``kill_worker.py``) plays the seed against a SQL
 SIGKILLs itself at its k-th point -- before or after a store call, inside a SQLite transaction
 just before COMMIT, or inside workflow code -- and a fresh process drives the run to its end.
 Then the file is inspected, and the run held to the uninterrupted (in-memory) run: the same
-side effects, each executed once except right after a kill of the process that executed it;
-the same outputs (as a multiset: processes come and go in real time, see ``answer-order`` in
-``triage.py``); history linear; SQLite's integrity check passing; no request left open.
+side effects, a non-idempotent one executed exactly once (a step cut off by the kill is asked
+about, and the recovering process answers from the ledger file, which outlives processes), an
+idempotent one once more at most, right after a kill of the process that executed it; the same
+outputs (as a multiset: processes come and go in real time); history linear; SQLite's integrity
+check passing; no request left open.
 """
 
 from __future__ import annotations
@@ -93,10 +95,17 @@ def exited_ok(reply: dict[str, Any]) -> bool:
 
 
 def ledger_of(where: Path, dead: set[int]) -> Ledger:
-    """The ledger file as a Ledger; an execution by a SIGKILLed process counts as torn."""
+    """The ledger file as a Ledger; an execution by a SIGKILLed process counts as torn (an
+    idempotent step may be retried after it; any other runs once, a person answering for it)."""
     ledger = Ledger()
     for line in read(where / "ledger.jsonl"):
-        execution = Execution(f"pid{line['pid']}", line["key"], crashed=line["pid"] in dead)
+        execution = Execution(
+            f"pid{line['pid']}",
+            line["key"],
+            idempotent=line["idempotent"],
+            crashed=line["pid"] in dead,
+            stale=line["stale"],
+        )
         ledger.executions.setdefault(line["identity"], []).append(execution)
     return ledger
 

@@ -7,10 +7,14 @@
   so nothing it does after its death reaches the store or the ledger -- like ``kill -9``.
 * :class:`Ledger` -- the outside services the workflow's side effects hit. It counts executions
   by *logical* identity (what the effect is, derived by the test from the workflow's inputs,
-  never from engine keys) and records whether each execution's result became durable in the
-  store before its process died (a *torn* execution may legitimately run again).
-* :class:`World` -- the shared clock, the ledger, the run-id → branch labels, the crash plan and
-  the hooks that fire at chosen user points (a stall past the lease, an answer mid-superstep).
+  never from engine keys), records whether each one was declared idempotent, whether its
+  result became durable in the store by the process that ran it, whether that process died or
+  gave the run up (a *torn* execution of an idempotent step may legitimately run again), and
+  whether the process still held the run's lease when the step started. It is also what a
+  person consults to answer an in-doubt question truthfully (:meth:`Ledger.happened`).
+* :class:`World` -- the shared clock, the ledger, the run-id → branch labels, the crash plan,
+  who holds each run's lease (as the store granted it), and the hooks that fire at chosen user
+  points (a stall or a freeze past the lease, an answer mid-superstep).
 """
 
 from __future__ import annotations
@@ -100,13 +104,18 @@ class Execution:
 
     process: str  # the name of the process that ran it
     engine_key: str | None
-    settled: bool = False  # its result reached the store before the process died
+    idempotent: bool = False  # the step was declared idempotent (retried, never asked about)
+    step: str | None = None  # the engine's step key it ran under (when the code can see it)
+    settled: bool = False  # its own process got its result into the store
     crashed: bool = False  # its process died (set when the process is declared dead)
+    abandoned: bool = False  # its process gave the run up (lost its lease, failed) unsettled
     overlapped: bool = False  # ran while a worker stalled past its lease, or by that worker
+    stale: bool = False  # its step started in a process that no longer held the run's lease
 
     @property
     def torn(self) -> bool:
-        return self.crashed and not self.settled
+        """Cut off before its result was durable: its process died or gave the run up."""
+        return (self.crashed or self.abandoned) and not self.settled
 
 
 @dataclass
@@ -117,23 +126,43 @@ class Ledger:
     by_receipt: dict[str, str] = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
 
-    def perform(self, proc: SimProcess, identity: str, engine_key: str | None = None) -> str:
-        """The effect happens (once more); returns its receipt, which names it."""
+    def perform(
+        self,
+        proc: SimProcess,
+        identity: str,
+        engine_key: str | None = None,
+        *,
+        idempotent: bool,
+        step: str | None = None,
+        stale: bool = False,
+    ) -> str:
+        """The effect happens (once more); returns its receipt, which names it. ``stale``: the
+        step started while ``proc`` did not hold the run's lease (see :meth:`World.holds`)."""
         receipt = receipt_of(identity)
         self.by_receipt[receipt] = identity
         overlapped = proc.world.stalls_active > 0 or proc.after_stall
-        execution = Execution(proc.name, engine_key, overlapped=overlapped)
+        execution = Execution(
+            proc.name, engine_key, idempotent, step, overlapped=overlapped, stale=stale
+        )
         self.executions.setdefault(identity, []).append(execution)
         return receipt
 
-    def settle(self, args: Any) -> None:
-        """Receipts that reached the store (in a journal entry or a checkpoint) are durable."""
+    def happened(self, identity: str) -> bool:
+        """What the outside world says when a person asks whether an effect happened."""
+        return bool(self.executions.get(identity))
+
+    def settle(self, args: Any, process: str) -> None:
+        """Receipts that ``process`` got into a journal entry: its own current executions of
+        those effects are durable. A receipt stored otherwise settles nothing: another
+        process's journal entry, a person's answer to an in-doubt question, or an answer whose
+        message carries the receipt in its lineage; nor does a later execution's entry settle
+        one its process already gave up."""
         for receipt in set(_receipts(args)):
             identity = self.by_receipt.get(receipt)
             if identity is None:
                 continue
             for execution in self.executions[identity]:
-                if not execution.crashed:  # a dead process's execution stays torn
+                if execution.process == process and not (execution.crashed or execution.abandoned):
                     execution.settled = True
 
     def process_died(self, process: str) -> None:
@@ -141,6 +170,14 @@ class Ledger:
             for execution in runs:
                 if execution.process == process:
                     execution.crashed = True
+
+    def process_gave_up(self, process: str) -> None:
+        """``process``'s call on the run failed (it lost its lease, or the engine failed): what
+        it ran and did not get into the store is cut off, as if it had died."""
+        for runs in self.executions.values():
+            for execution in runs:
+                if execution.process == process and not execution.settled:
+                    execution.abandoned = True
 
     def mismatch(self, text: str) -> None:
         self.mismatches.append(text)
@@ -190,6 +227,8 @@ class World:
         self.branches: dict[str, str] = {}  # run id -> branch label
         self.stalled: list[str] = []  # processes that stalled past their lease
         self.stalls_active = 0
+        self.lease_holders: dict[str, str] = {}  # run id -> process it is leased to ("": none)
+        self.grants: set[tuple[str, str]] = set()  # (run id, process) the store ever leased
         self.store_lock = asyncio.Lock()
         self.on_crash: Callable[[SimProcess, str], None] = lambda proc, label: None
         """Called as a process dies, before it raises (the SIGKILL sweep kills itself here)."""
@@ -200,6 +239,21 @@ class World:
 
     def branch(self, run_id: str) -> str:
         return self.branches.get(run_id, f"unknown:{run_id[:8]}")
+
+    def run_of(self, branch: str) -> str | None:
+        """The run id of a branch label (the scripted model and tools know only the label)."""
+        return next((run for run, label in self.branches.items() if label == branch), None)
+
+    def holds(self, proc: SimProcess, run_id: str | None) -> bool:
+        """Whether the store's latest lease of ``run_id`` went to ``proc`` (a process that
+        lost its lease to another one must start no side effect)."""
+        return run_id is None or self.lease_holders.get(run_id, proc.name) == proc.name
+
+    def leased(self, run_id: str, proc: SimProcess | None) -> None:
+        """The store granted ``run_id``'s lease to ``proc`` (None: it was released)."""
+        self.lease_holders[run_id] = proc.name if proc is not None else ""
+        if proc is not None:
+            self.grants.add((run_id, proc.name))
 
     def process(self, name: str | None = None, *, counted: bool = True) -> SimProcess:
         """A new process, named ``p<pid>`` unless ``name`` is given."""
@@ -218,6 +272,14 @@ class SimProcess:
         self.counted = counted
         self.alive = True
         self.after_stall = False  # it stalled past its lease during the current call
+        self.frozen_until = 0.0  # virtual time before which none of its tasks gets anywhere
+
+    async def thaw(self) -> None:
+        """Wait while the whole process is frozen (a stop-the-world pause): every task of the
+        process -- the handler, the lease keeper -- stops at its next point or store call."""
+        clock = self.world.clock
+        while clock.elapsed < self.frozen_until:
+            await asyncio.sleep(self.frozen_until - clock.elapsed)
 
     def point(self, label: str) -> None:
         """A place where this process may die (raises :class:`SimulatedCrash` if it does)."""
@@ -240,6 +302,7 @@ class SimProcess:
 
     async def user_point(self, label: str) -> None:
         """A point inside workflow code, where a planned stall or answer may happen."""
+        await self.thaw()
         self.point(label)
         if not self.counted:
             return
