@@ -23,7 +23,6 @@ from typing import Any, Protocol
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from workflow_engine import WorkflowEvent
 from workflow_engine._errors import DefinitionError, UsageError
 
 from ._clients import ChatClient, ChatResponseUpdate, message_from_updates
@@ -35,7 +34,9 @@ from ._content import (
     TextContent,
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
+    edited_arguments,
 )
+from ._events import AgentRunUpdateEvent
 from ._tools import Tool, ToolArgumentsError
 
 
@@ -68,25 +69,6 @@ async def _no_journal(
 ) -> Any:
     """Outside a workflow nothing is journaled; each call gets a fresh idempotency key."""
     return await fn(uuid.uuid4().hex)
-
-
-@dataclass(slots=True)
-class AgentRunUpdateEvent(WorkflowEvent):
-    """What an agent is doing, as it happens: streamed text, a tool call, a tool result.
-
-    ``kind``: ``text`` (``text`` is a delta), ``function_call`` (``arguments_delta`` is a delta),
-    ``function_result`` (``result``/``error``), ``message_end``.
-    """
-
-    executor_id: str
-    kind: str
-    message_id: str = ""
-    text: str = ""
-    call_id: str | None = None
-    name: str | None = None
-    arguments_delta: str = ""
-    result: Any = None
-    error: str | None = None
 
 
 @dataclass
@@ -333,15 +315,6 @@ class Agent:
         except PydanticSerializationError:
             value = str(value)
         return FunctionResultContent(call_id=call.call_id, name=call.name, result=value)
-
-
-def edited_arguments(
-    call: FunctionCallContent, answer: ToolApprovalResponseContent | None
-) -> dict[str, Any]:
-    """The call's arguments with a reviewer's edits applied (edits override, the rest stays)."""
-    if answer is None or answer.arguments is None:
-        return dict(call.arguments)
-    return {**call.arguments, **answer.arguments}
 
 
 def pending_batch(

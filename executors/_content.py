@@ -130,3 +130,12 @@ class ChatMessage(BaseModel):
     @property
     def approval_responses(self) -> list[ToolApprovalResponseContent]:
         return [c for c in self.contents if isinstance(c, ToolApprovalResponseContent)]
+
+
+def edited_arguments(
+    call: FunctionCallContent, answer: ToolApprovalResponseContent | None
+) -> dict[str, Any]:
+    """The call's arguments with a reviewer's edits applied (edits override, the rest stays)."""
+    if answer is None or answer.arguments is None:
+        return dict(call.arguments)
+    return {**call.arguments, **answer.arguments}

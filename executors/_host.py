@@ -16,7 +16,7 @@ with the answers followed by a ``TurnToken``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -30,7 +30,10 @@ from workflow_engine import (
 )
 from workflow_engine._errors import UsageError
 
-from ._agent import Agent, AgentRunUpdateEvent, edited_arguments
+from ._events import AgentRunUpdateEvent
+
+if TYPE_CHECKING:
+    from ._agent import Agent
 from ._content import (
     ChatMessage,
     FunctionCallContent,
@@ -38,6 +41,7 @@ from ._content import (
     TextContent,
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
+    edited_arguments,
 )
 
 INVOCATION_KWARGS_KEY = "function_invocation_kwargs"

@@ -20,7 +20,7 @@ import inspect
 import os
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import sniffio
@@ -33,6 +33,7 @@ from ._checkpoint import (
     RequestRecord,
     construct,
 )
+from ._codec import JsonCodec
 from ._context import ExecutorStep, StepScope, WorkflowContext
 from ._errors import (
     CheckpointStoreError,
@@ -55,13 +56,25 @@ from ._events import (
     WorkflowStatusEvent,
 )
 from ._executor import Executor
+from ._graph import Graph
 from ._identity import derive_id, send_id
 from ._journal import InMemoryJournal, JournalStore
 from ._planner import NOT_ENCODED, Envelope, Send, deliver, plan_superstep
 from ._requests import EffectResolution, ExternalRequest, InDoubtEffect
 
-if TYPE_CHECKING:
-    from ._workflow import Workflow
+
+class RunnableWorkflow(Protocol):
+    """What the loop needs of a workflow (``Workflow`` provides it; the loop does not import
+    it, so the two modules do not depend on each other)."""
+
+    name: str
+    signature: str
+    graph: Graph
+    codec: JsonCodec
+    fallback_journal: InMemoryJournal
+
+    def stored_type_name(self, annotation: Any) -> str: ...
+
 
 Emit = Callable[[WorkflowEvent], None]
 
@@ -157,7 +170,7 @@ class RunLoop:
 
     def __init__(
         self,
-        workflow: Workflow,
+        workflow: RunnableWorkflow,
         state: RunState,
         emit: Emit,
         store: CheckpointStore | None,

@@ -41,7 +41,7 @@ from executors import (
     ToolApprovalResponseContent,
     pending_batch,
 )
-from executors._agent import edited_arguments
+from executors._content import edited_arguments
 from workflow_engine import (
     Checkpoint,
     ExternalRequest,
