@@ -35,7 +35,7 @@ from workflow_engine import Runtime, WorkflowRunState
 
 HOPS: collections.Counter[str] = collections.Counter()
 WORKER_BUSY: collections.Counter[str] = collections.Counter()  # seconds inside each call kind
-_original_call = _sqlite._Worker.call
+_original_call = _sqlite.Worker.call
 
 Workload = Callable[[], Awaitable[None]]
 
@@ -176,5 +176,5 @@ if __name__ == "__main__":
     parser.add_argument("--no-profile", action="store_true", help="only count thread hops")
     parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime, cumtime)")
     parser.add_argument("--limit", type=int, default=30, help="rows to print")
-    _sqlite._Worker.call = _counting_call  # type: ignore[method-assign]
+    _sqlite.Worker.call = _counting_call  # type: ignore[method-assign]
     anyio.run(main, parser.parse_args())
