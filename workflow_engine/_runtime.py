@@ -12,7 +12,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import aclosing, asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,7 @@ from ._errors import (
 )
 from ._events import WorkflowEvent, WorkflowRunState
 from ._journal import JournalStore
+from ._pump import EventPump
 from ._requests import ExternalRequest, ExternalResponse
 from ._store import (
     AnswerOutcome,
@@ -408,8 +409,12 @@ class Runtime:
             sink.lease = await self.store.set_status(sink.lease, result.status, error)
 
     async def _execute(
-        self, run_id: str, max_supersteps: int | None, holder: RuntimeRunStream
-    ) -> AsyncIterator[WorkflowEvent]:
+        self,
+        run_id: str,
+        max_supersteps: int | None,
+        holder: _Outcome,
+        emit: Callable[[WorkflowEvent], None],
+    ) -> None:
         wf, sink, loaded = await self._acquire(run_id, streaming=True)
         try:
             checkpoint, answers = await self._resume_point(wf, run_id, loaded)
@@ -419,9 +424,9 @@ class Runtime:
                 checkpoint_store=sink,
                 max_supersteps=max_supersteps,
             )
-            async with _kept_alive(sink), aclosing(stream):
+            async with _kept_alive(sink), stream:
                 async for event in stream:
-                    yield event
+                    emit(event)
             result = stream.result
             assert result is not None
             holder.result = result
@@ -645,19 +650,53 @@ def _sole_exception() -> Iterator[None]:
         raise
 
 
+@dataclass
+class _Outcome:
+    result: WorkflowRunResult | None = None
+
+
 class RuntimeRunStream:
-    """``async for event in runtime.resume_stream(run_id)``; ``result`` is set at the end."""
+    """``async for event in runtime.resume_stream(run_id)``; ``result`` is set at the end.
+
+    The run executes in a task of its own; leaving early -- ``aclose()``, ``async with``, or
+    ``break`` and dropping the stream -- stops it and releases its lease at once.
+    """
 
     def __init__(self, runtime: Runtime, run_id: str, max_supersteps: int | None) -> None:
         self.run_id = run_id
-        self.result: WorkflowRunResult | None = None
-        self._iterator = runtime._execute(run_id, max_supersteps, self)
+        self._runtime = runtime
+        self._max_supersteps = max_supersteps
+        self._outcome = _Outcome()  # shared with the run's task, which must not hold the stream
+        self._pump: EventPump[WorkflowEvent] | None = None
+
+    @property
+    def result(self) -> WorkflowRunResult | None:
+        return self._outcome.result
 
     def __aiter__(self) -> RuntimeRunStream:
         return self
 
+    async def __aenter__(self) -> RuntimeRunStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     async def __anext__(self) -> WorkflowEvent:
-        return await self._iterator.__anext__()
+        if self._pump is None:
+            runtime, run_id, limit, outcome = (
+                self._runtime,
+                self.run_id,
+                self._max_supersteps,
+                self._outcome,
+            )
+
+            async def produce(emit: Callable[[WorkflowEvent], None]) -> None:
+                await runtime._execute(run_id, limit, outcome, emit)
+
+            self._pump = EventPump(produce)
+        return await self._pump.next()
 
     async def aclose(self) -> None:
-        await self._iterator.aclose()  # type: ignore[attr-defined]
+        if self._pump is not None:
+            await self._pump.close()

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import anyio
 from pydantic import TypeAdapter, ValidationError
 
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore
@@ -52,6 +50,7 @@ from ._identity import (
 )
 from ._journal import InMemoryJournal
 from ._planner import Envelope, Send
+from ._pump import EventPump
 from ._requests import (
     EffectResolution,
     ExternalRequest,
@@ -100,17 +99,24 @@ class WorkflowRunResult:
 class WorkflowRunStream:
     """``async for event in workflow.run_stream(...)``; ``result`` is set when it ends.
 
-    ``cancel()`` stops the run at once: it ends CANCELLED and its pending requests are cancelled.
-    Iterate to the end, or close it (``async with aclosing(stream)``) if you stop early.
+    The run executes in a task of its own. ``cancel()`` stops it at the next safe point: it
+    ends CANCELLED and its pending requests are cancelled. Leaving early -- ``aclose()``,
+    ``async with``, or ``break`` and dropping the stream -- stops the run at once.
     """
 
     def __init__(self, workflow: Workflow, prepare: Any) -> None:
         self._workflow = workflow
         self._prepare = prepare
-        self._loop: RunLoop | None = None
-        self._cancel_early = False
+        # what the run's task shares with the stream; the task holds no reference to the stream
+        # itself, so dropping the stream really drops it (and its pump cancels the run)
+        self._handle = _StreamHandle()
+        self._pump: EventPump[WorkflowEvent] | None = None
+        self._events: list[WorkflowEvent] = []
         self.result: WorkflowRunResult | None = None
-        self._iterator: AsyncIterator[WorkflowEvent] | None = None
+
+    @property
+    def _loop(self) -> RunLoop | None:
+        return self._handle.loop
 
     @property
     def run_id(self) -> str | None:
@@ -118,55 +124,51 @@ class WorkflowRunStream:
 
     def cancel(self) -> None:
         if self._loop is None:
-            self._cancel_early = True
+            self._handle.cancel_early = True
         else:
             self._loop.cancel()
 
     def __aiter__(self) -> WorkflowRunStream:
         return self
 
+    async def __aenter__(self) -> WorkflowRunStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
     async def __anext__(self) -> WorkflowEvent:
-        if self._iterator is None:
-            self._iterator = self._events()
-        return await self._iterator.__anext__()
+        if self._pump is None:
+            self._pump = EventPump(_producer(self._workflow, self._prepare, self._handle))
+        try:
+            event = await self._pump.next()
+        except StopAsyncIteration:
+            if self.result is None and self._loop is not None:
+                self.result = self._workflow._result(self._loop, self._events)
+            raise
+        self._events.append(event)
+        return event
 
     async def aclose(self) -> None:
-        if self._iterator is not None:
-            await self._iterator.aclose()  # type: ignore[attr-defined]
+        if self._pump is not None:
+            await self._pump.close()
 
-    async def _events(self) -> AsyncIterator[WorkflowEvent]:
-        send, receive = anyio.create_memory_object_stream[WorkflowEvent](math.inf)
-        loop, store = await self._prepare(send.send_nowait)
-        self._loop = loop
-        if self._cancel_early:
+
+@dataclass
+class _StreamHandle:
+    loop: RunLoop | None = None
+    cancel_early: bool = False
+
+
+def _producer(workflow: Workflow, prepare: Any, handle: _StreamHandle) -> Any:
+    async def produce(emit: Any) -> None:
+        loop, store = await prepare(emit)
+        handle.loop = loop
+        if handle.cancel_early:
             loop.cancel()
-        events: list[WorkflowEvent] = []
-        finished = False
+        await workflow._drive(loop, store, emit)
 
-        async def drive() -> None:
-            nonlocal finished
-            async with send:
-                await self._workflow._drive(loop, store, send.send_nowait)
-            finished = True
-
-        try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(drive)
-                try:
-                    async with receive:
-                        async for event in receive:
-                            events.append(event)
-                            yield event
-                finally:
-                    if not finished:  # the consumer stopped early: stop the run too
-                        tg.cancel_scope.cancel()
-        except BaseExceptionGroup as group:
-            # closing the stream early throws GeneratorExit in at the ``yield``; the task group
-            # wraps it (and a run's own error) in a group: re-raise the exception itself
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
-        self.result = self._workflow._result(loop, events)
+    return produce
 
 
 class Workflow:

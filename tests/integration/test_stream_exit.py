@@ -68,3 +68,32 @@ async def test_leaving_a_durable_stream_early_releases_the_lease(tmp_path: Path)
     assert done.status is WorkflowRunState.IDLE and done.outputs == [20]
     await first.close()
     await second.close()
+
+
+async def test_breaking_out_and_dropping_a_stream_stops_the_run() -> None:
+    """``break`` without ``aclose()``: dropping the stream cancels the run in its own task (no
+    cancel scope left from another task, no CancelledError leaking into the caller)."""
+    executed.clear()
+    async for event in build().run_stream(1):
+        if isinstance(event, SuperstepCompletedEvent):
+            break
+    seen = len(executed)
+    await anyio.sleep(0.15)  # the caller's own awaits are not cancelled
+    assert len(executed) == seen <= 2
+
+
+async def test_breaking_out_of_a_durable_stream_releases_the_lease(tmp_path: Path) -> None:
+    executed.clear()
+    db = tmp_path / "runs.db"
+    first = Runtime(SqliteStore(db), lease_seconds=60)
+    first.register(build)
+    run_id = await first.start("counter", 1)
+    async for event in first.resume_stream(run_id):
+        if isinstance(event, SuperstepCompletedEvent):
+            break
+    await anyio.sleep(0.05)  # the dropped stream's task releases the lease
+    info = await first.get_run(run_id)  # the caller's next await works
+    assert info.status is not WorkflowRunState.IDLE
+    done = await first.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [20]
+    await first.close()

@@ -1,0 +1,78 @@
+"""EventPump: a producer running in its own task, its events handed to one consumer.
+
+Streams (``Workflow.run_stream``, ``Runtime.resume_stream``) run the workflow in a task of their
+own rather than inside an async generator: a consumer that ``break``s out of ``async for`` and
+drops the stream must stop the run at once and release what it holds -- from the consumer's own
+task, never from a garbage-collection hook in another one (a cancel scope must be left in the
+task that entered it). Dropping the pump cancels the task; ``close()`` cancels it and waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+import anyio
+
+T = TypeVar("T")
+
+Producer = Callable[[Callable[[T], None]], Awaitable[None]]
+
+
+class EventPump(Generic[T]):
+    """Runs ``produce(emit)`` in a task; ``next()`` returns what it emits, in order, then raises
+    ``StopAsyncIteration`` -- or what ``produce`` raised."""
+
+    def __init__(self, produce: Producer[T]) -> None:
+        send, self._receive = anyio.create_memory_object_stream[T](math.inf)
+
+        async def run() -> None:
+            async with send:
+                await produce(send.send_nowait)
+
+        self._task = asyncio.get_running_loop().create_task(run())
+        self._task.add_done_callback(_retrieve)
+        self._closed = False
+
+    async def next(self) -> T:
+        try:
+            return await self._receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            pass
+        await asyncio.wait({self._task})
+        self._receive.close()
+        if not self._task.cancelled() and self._task.exception() is not None:
+            raise self._task.exception()  # type: ignore[misc]
+        raise StopAsyncIteration
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+    async def close(self) -> None:
+        """Cancel the producer (if it still runs) and wait until it has cleaned up."""
+        if not self._closed:
+            self._closed = True
+            self._task.cancel()
+            await asyncio.wait({self._task})
+            self._receive.close()
+
+    def __del__(self) -> None:
+        # the consumer dropped the stream without closing it: stop the producer now (its own
+        # task runs the cleanup, e.g. releasing a lease)
+        task = getattr(self, "_task", None)
+        if task is not None and not task.done():
+            with contextlib.suppress(RuntimeError):  # the event loop is already closed
+                task.cancel()
+        receive = getattr(self, "_receive", None)
+        if receive is not None:
+            receive.close()
+
+
+def _retrieve(task: asyncio.Task[None]) -> None:
+    """Mark a producer's exception as seen: a dropped stream's error is not worth a warning."""
+    if not task.cancelled():
+        task.exception()
