@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ._errors import CheckpointNotFoundError, UsageError
+from ._errors import CheckpointNotFoundError, CheckpointNotLatestError, UsageError
 from ._events import WorkflowRunState
 
 CHECKPOINT_SCHEMA_VERSION = 1
@@ -143,6 +143,16 @@ class InMemoryCheckpointStore:
         self._by_run: dict[str, list[str]] = {}
 
     async def save(self, checkpoint: Checkpoint) -> None:
+        """Append ``checkpoint``; like every store, refuse one that does not follow the run's
+        latest (``CheckpointNotLatestError``): a run's history never forks."""
+        ids = self._by_run.get(checkpoint.run_id)
+        parent = checkpoint.parent_id
+        if ids and parent is not None and parent != ids[-1]:
+            raise CheckpointNotLatestError(
+                f"run {checkpoint.run_id!r}: checkpoint {checkpoint.checkpoint_id} follows "
+                f"{parent}, but the run's latest checkpoint is {ids[-1]}; continue from the "
+                "latest, or fork it into a new run"
+            )
         self._by_id[checkpoint.checkpoint_id] = checkpoint
         self._by_run.setdefault(checkpoint.run_id, []).append(checkpoint.checkpoint_id)
 

@@ -57,8 +57,8 @@ class ExecutorStep:
         self.executor_id = executor_id
         self.state = state  # committed, encoded: this executor's keys
         self.emit = emit
-        self.sent: list[tuple[Any, str | None]] = []
-        self.outputs: list[Any] = []
+        self.sent: list[tuple[Any, str | None, Any]] = []  # (copy, target, encoded)
+        self.outputs: list[tuple[Any, Any]] = []  # (copy, encoded)
         self.state_writes: dict[str, Any] = {}
         self.shared_writes: dict[str, Any] = {}
         self.requests: list[ExternalRequest] = []
@@ -232,12 +232,24 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                     step_key=name,
                     description=entry.get("intent"),
                 )
-            if entry is None and not idempotent:
-                await journal.journal_intent(run, name, {"intent": description}, scope.superstep)
-            # last check before the effect: a worker paused past its lease (GC, SIGSTOP, a slow
-            # disk) must not start it once another worker may have taken the run over
-            if scope.lease_guard is not None:
-                await scope.lease_guard()
+            wrote_intent = False
+            try:
+                if entry is None and not idempotent:
+                    wrote_intent = True
+                    await journal.journal_intent(
+                        run, name, {"intent": description}, scope.superstep
+                    )
+                # last check before the effect: a worker paused past its lease (GC, SIGSTOP, a
+                # slow disk) must not start it once another worker may have taken the run over
+                if scope.lease_guard is not None:
+                    await scope.lease_guard()
+            except BaseException:
+                # cancelled (a client gave up) or refused before the effect started: it is not
+                # in doubt, so leave no intent that would make a person be asked about it
+                if wrote_intent:
+                    with anyio.CancelScope(shield=True):
+                        await journal.journal_clear(run, name)
+                raise
             try:
                 value = await func()
             except Exception:
@@ -248,7 +260,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 raise
             encoded = codec.encode(value)
             codec.decode(encoded)  # an unreadable result fails now, not on replay
-            stored = await journal.journal_put(run, name, {"value": encoded}, scope.superstep)
+            # the effect happened: record it even if the caller is being cancelled right now
+            with anyio.CancelScope(shield=True):
+                stored = await journal.journal_put(run, name, {"value": encoded}, scope.superstep)
         return codec.decode(stored["value"])
 
     async def send_message(self, message: TOut, target_id: str | None = None) -> None:
@@ -265,7 +279,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 f"executor {self.executor_id!r} sent to {target_id!r}, which is not one of its "
                 "successors in the graph"
             )
-        self._step.sent.append((message, target_id))
+        # snapshot now: the sender may change the object after sending it
+        encoded = self._scope.codec.encode(message)
+        self._step.sent.append((self._scope.codec.decode(encoded), target_id, encoded))
 
     async def yield_output(self, output: TWorkflowOut) -> None:
         """Publish a workflow output (``WorkflowOutputEvent``; kept in the run's outputs)."""
@@ -274,8 +290,11 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 f"executor {self.executor_id!r} yielded {type_name(type(output))}, which its "
                 f"handler {self._handler_name} does not declare as workflow output"
             )
-        self._step.outputs.append(output)
-        self._step.emit(WorkflowOutputEvent(output, self.executor_id))
+        # snapshot now: what the event shows is what is stored, whatever happens to ``output``
+        encoded = self._scope.codec.encode(output)
+        copy = self._scope.codec.decode(encoded)
+        self._step.outputs.append((copy, encoded))
+        self._step.emit(WorkflowOutputEvent(copy, self.executor_id))
 
     async def add_event(self, event: WorkflowEvent) -> None:
         """Emit a custom event into the run's event stream."""
@@ -346,7 +365,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         request = ExternalRequest(
             request_id=derive_id(scope.secret, "request", scope.run_id, name),
             port_id=step.executor_id,
-            data=request_data,
+            data=scope.codec.decode(scope.codec.encode(request_data)),  # a checked snapshot
             response_type=response_type,
             source_executor_id=step.executor_id,
             superstep=scope.superstep,

@@ -498,14 +498,13 @@ class RunLoop:
     ) -> tuple[list[ExternalRequest], CheckpointChanges]:
         """Apply every effect of the superstep; compute everything before mutating the state."""
         s = self.state
-        encode = self.codec.encode
-        decode = self.codec.decode
         executor_states = s.executor_states
         shared = s.shared
         state_keys: dict[str, list[str]] = {}
         state_appends: dict[str, dict[str, int]] = {}
         shared_keys: list[str] = []
         new_outputs: list[Any] = []
+        encoded_outputs: list[Any] = []
         new_requests: list[ExternalRequest] = []
         sends: list[Send] = []
         for step in steps:  # already in graph order
@@ -522,23 +521,20 @@ class RunLoop:
                     shared = dict(shared)
                 shared.update(step.shared_writes)
                 shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
-            new_outputs.extend(step.outputs)
+            for copy, encoded in step.outputs:  # snapshots taken (and checked) at yield time
+                new_outputs.append(copy)
+                encoded_outputs.append(encoded)
             new_requests.extend(step.requests)
             source = step.executor_id
-            for ordinal, (message, target) in enumerate(step.sent):
+            for ordinal, (message, target, encoded) in enumerate(step.sent):
                 sends.append(
-                    Send(source, message, target, send_id(number, ordinal, source), encode(message))
+                    Send(source, message, target, send_id(number, ordinal, source), encoded)
                 )
-        for request in new_requests:  # the published request is a checked copy
-            request.data = decode(encode(request.data))
         delivery = await self.route(sends, s.fan_in)
         self.give_copies(delivery.inbox)
         self.give_copies(delivery.port_messages)
         for env in delivery.port_messages:
             new_requests.append(self.port_request(env, number))
-        encoded_outputs = [encode(o) for o in new_outputs]
-        for value in encoded_outputs:
-            decode(value)  # every stored value is readable, or this superstep fails now
         # -- commit point: nothing below can fail --
         s.superstep = number
         s.executor_states = executor_states

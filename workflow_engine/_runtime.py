@@ -27,6 +27,7 @@ from ._errors import (
     RunBusyError,
     RunNotResumableError,
     SignatureMismatchError,
+    StoreLockedError,
     WorkflowNotRegisteredError,
 )
 from ._events import WorkflowEvent, WorkflowRunState
@@ -114,6 +115,8 @@ class _LeasedStore:
         self.release_on_rest = release_on_rest
         self.released = False
         self.lost = False
+        self.continues_latest = True
+        """The runtime hands the runner the run's latest checkpoint (no need to check it)."""
         self.cancel_requested = lease.cancel_requested
 
     async def ensure_held(self) -> None:
@@ -238,10 +241,20 @@ class Runtime:
         )
 
     async def _release(self, sink: _LeasedStore) -> None:
-        """End the lease (unless the last commit did), even when the caller is cancelled."""
-        if not sink.released:
-            with anyio.CancelScope(shield=True):
-                await self.store.release(sink.lease)
+        """End the lease (unless the last commit did), even when the caller is cancelled. A
+        store briefly locked by another process is retried for a while, so a passing lock does
+        not leave the run locked for the whole lease."""
+        if sink.released:
+            return
+        with anyio.CancelScope(shield=True):
+            for pause in (0.05, 0.2, 0.5, 1.0, 2.0, None):
+                try:
+                    await self.store.release(sink.lease)
+                    return
+                except StoreLockedError:
+                    if pause is None:
+                        raise
+                    await anyio.sleep(pause)
 
     def _lease_owner(self) -> str:
         """A distinct owner token per execution, so two tasks of one process cannot both hold
@@ -306,9 +319,10 @@ class Runtime:
         # one transaction admits the run already leased to us: nothing to read back
         wf = self.workflow(name)
         checkpoint = wf.admit(message, run_id=run_id)
-        lease = await self.store.admit_and_acquire(
-            checkpoint, self._lease_owner(), self.lease_seconds
-        )
+        with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
+            lease = await self.store.admit_and_acquire(
+                checkpoint, self._lease_owner(), self.lease_seconds
+            )
         sink = self._sink(wf, lease)
         try:
             return await self._drive(wf, sink, checkpoint, [], max_supersteps)
@@ -345,9 +359,12 @@ class Runtime:
                     f"run {run_id!r} is {run.status.value}; nothing to resume"
                 )
 
-        _, lease, checkpoint, answered = await self.store.acquire_latest(
-            run_id, self._lease_owner(), self.lease_seconds, check
-        )
+        # shielded: if the caller gives up while the store takes the lease, the lease still
+        # reaches us -- and our caller's ``finally`` releases it -- instead of being orphaned
+        with anyio.CancelScope(shield=True):
+            _, lease, checkpoint, answered = await self.store.acquire_latest(
+                run_id, self._lease_owner(), self.lease_seconds, check
+            )
         wf = chosen[0]
         return wf, self._sink(wf, lease, streaming=streaming), (checkpoint, answered)
 

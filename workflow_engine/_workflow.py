@@ -20,6 +20,7 @@ from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore
 from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry
 from ._errors import (
     CheckpointNotFoundError,
+    CheckpointNotLatestError,
     MessageNotHandledError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
@@ -391,6 +392,17 @@ class Workflow:
             await loop.commit()
             return loop, store
         cp = await self._load(checkpoint, checkpoint_id, store)
+        if store is not None and not getattr(store, "continues_latest", False):
+            # refuse before anything runs: continuing an older checkpoint would re-execute
+            # journaled steps and then be refused at its first commit anyway
+            latest = await store.latest(cp.run_id)
+            if latest is not None and latest.checkpoint_id != cp.checkpoint_id:
+                raise CheckpointNotLatestError(
+                    f"run {cp.run_id!r}: checkpoint {cp.checkpoint_id} (superstep "
+                    f"{cp.superstep}) is not the run's latest ({latest.checkpoint_id}, superstep "
+                    f"{latest.superstep}); continue from the latest, or fork it into a new run "
+                    "(Workflow.fork_checkpoint / Runtime.fork)"
+                )
         state = self.restore(cp)
         if state.status in (WorkflowRunState.CANCELLED,):
             raise RunNotResumableError(f"run {state.run_id!r} was cancelled")

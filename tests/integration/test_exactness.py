@@ -14,6 +14,7 @@ from typing import Any, Literal, Never
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 from storage import SqliteStore
 from workflow_engine import (
@@ -32,6 +33,10 @@ from workflow_engine import (
 )
 
 pytestmark = pytest.mark.anyio
+
+
+class Box(BaseModel):
+    n: int = 0
 
 
 class Crash(BaseException):
@@ -705,3 +710,37 @@ async def test_damaged_stored_state_stops_the_run_and_records_no_failure(tmp_pat
     assert info.status is not WorkflowRunState.FAILED
     assert (await again.store.get_run(paused.run_id)).owner is None  # the lease was released
     await again.close()
+
+
+async def test_a_message_is_what_it_was_when_sent(tmp_path: Path) -> None:
+    """Sending or yielding one object, changed between sends, delivers and stores each
+    version (a snapshot at the call), as state writes always were."""
+
+    class Sender(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Box, Box]) -> None:
+            box = Box()
+            for i in range(3):
+                box.n = i
+                await ctx.send_message(box)
+                await ctx.yield_output(box)
+
+    class Receiver(Executor):
+        @handler
+        async def got(self, box: Box, ctx: WorkflowContext[Never, Box]) -> None:
+            await ctx.yield_output(box)
+
+    def build() -> Any:
+        sender, receiver = Sender("sender"), Receiver("receiver")
+        return (
+            WorkflowBuilder(name="boxes", start=sender)
+            .add_edge(sender, receiver)
+            .register_types(Box)
+            .build()
+        )
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    result = await runtime.run("boxes", "m")
+    assert [b.n for b in result.outputs] == [0, 1, 2, 0, 1, 2]
+    assert [b.n for b in (await runtime.get_run(result.run_id)).outputs] == [0, 1, 2, 0, 1, 2]
+    await runtime.close()
