@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -62,12 +63,19 @@ def message_from_updates(updates: Sequence[ChatResponseUpdate]) -> ChatMessage:
     text: list[str] = []
     calls: dict[str, dict[str, Any]] = {}
     message_id = updates[0].message_id if updates else None
+    last_call: str | None = None
     for u in updates:
         if u.kind == "text":
             text.append(u.text)
         else:
-            assert u.call_id is not None
-            call = calls.setdefault(u.call_id, {"name": u.name or "", "args": []})
+            # a client that gives no call id: a fragment naming a tool starts a call with an id
+            # of its own (the reply is journaled, so a replay sees the same id); one without a
+            # name continues the previous call
+            call_id = u.call_id or (
+                last_call if last_call and not u.name else f"call_{uuid.uuid4().hex[:16]}"
+            )
+            last_call = call_id
+            call = calls.setdefault(call_id, {"name": u.name or "", "args": []})
             if u.name:
                 call["name"] = u.name
             call["args"].append(u.arguments_delta)

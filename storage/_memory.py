@@ -25,6 +25,7 @@ from workflow_engine import (
     RequestAlreadyAnsweredError,
     RequestCancelledError,
     RunBusyError,
+    RunExistsError,
     RunNotFoundError,
     RunRecord,
     StorageError,
@@ -95,7 +96,7 @@ class InMemoryRunStore:
     async def admit(self, checkpoint: Checkpoint, *, parent_run_id: str | None = None) -> None:
         async with self._lock:
             if checkpoint.run_id in self._runs:
-                raise StorageError(f"run {checkpoint.run_id!r} already exists")
+                raise RunExistsError(f"run {checkpoint.run_id!r} already exists")
             now = self.clock()
             self._runs[checkpoint.run_id] = RunRecord(
                 run_id=checkpoint.run_id,
@@ -240,7 +241,10 @@ class InMemoryRunStore:
             if checkpoint.status is WorkflowRunState.CANCELLED:
                 self._cancel_requested.discard(lease.run_id)
             cancel = lease.run_id in self._cancel_requested
-            return Lease(lease.run_id, lease.owner, run.version + 1, expires, cancel)
+            waiting = checkpoint.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and any(
+                r.run_id == lease.run_id and r.status == "answered" for r in self._requests.values()
+            )
+            return Lease(lease.run_id, lease.owner, run.version + 1, expires, cancel, waiting)
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None

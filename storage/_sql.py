@@ -91,6 +91,7 @@ SQL_ANSWERED = (
     f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status = 'answered' "
     "ORDER BY created_at, request_id"
 )
+SQL_ANSWER_WAITING = "SELECT 1 FROM requests WHERE run_id = ? AND status = 'answered' LIMIT 1"
 SQL_ANSWER_STATE = "SELECT status, answer, run_id FROM requests WHERE request_id = ?"
 SQL_STORE_ANSWER = (
     "UPDATE requests SET status = 'answered', answer = ?, answered_at = ? "

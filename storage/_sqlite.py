@@ -47,6 +47,7 @@ from workflow_engine import __version__ as engine_version
 from workflow_engine._errors import (
     LeaseLostError,
     RunBusyError,
+    RunExistsError,
     RunNotFoundError,
     SchemaVersionError,
     StorageError,
@@ -65,12 +66,23 @@ from workflow_engine._store import (
     owner_is_dead,
 )
 
-from ._rows import admit_rows, checkpoint_row, new_request_rows, run_record, stored_request
+from ._rows import (
+    admit_rows,
+    checkpoint_info,
+    checkpoint_row,
+    lease_columns,
+    load_json,
+    new_request_rows,
+    run_record,
+    shown,
+    stored_request,
+)
 from ._schema import SCHEMA_VERSION, migrate
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
     SQL_ANSWER_STATE,
+    SQL_ANSWER_WAITING,
     SQL_ANSWERED,
     SQL_CANCEL_DONE,
     SQL_CHAIN,
@@ -231,6 +243,10 @@ class SqliteStore:
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             conn.execute("PRAGMA foreign_keys=ON")
+            # Text that is not UTF-8 (a damaged page, a foreign tool) arrives with its bad bytes
+            # as lone surrogates instead of failing the whole query, so that the row decoders
+            # (``_rows``) can say which run and record it is: they refuse such text.
+            conn.text_factory = _decode_text
             current = self._schema_version(conn)
             self._check_version(current)
             if current < SCHEMA_VERSION:
@@ -248,15 +264,21 @@ class SqliteStore:
         if conn is not None:
             conn.close()
 
-    @staticmethod
-    def _schema_version(conn: Conn) -> int:
+    def _schema_version(self, conn: Conn) -> int:
         try:
             row = conn.execute(SQL_SCHEMA_VERSION).fetchone()
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return 0
             raise
-        return row[0] if row else 0
+        if row is None:
+            return 0
+        if type(row[0]) is not int or row[0] < 0:
+            raise StoreCorruptError(
+                f"database {self.path} is damaged: its schema version (we_schema.version) is "
+                f"{shown(row[0])}, not a version number"
+            )
+        return row[0]
 
     def _check_version(self, current: int) -> None:
         if current > SCHEMA_VERSION:
@@ -374,7 +396,7 @@ class SqliteStore:
         try:
             conn.execute(SQL_INSERT_RUN, run)
         except sqlite3.IntegrityError as exc:
-            raise StorageError(f"run {run_id!r} already exists") from exc
+            raise RunExistsError(f"run {run_id!r} already exists") from exc
         conn.execute(SQL_INSERT_CHECKPOINT, body)
         if requests:
             conn.executemany(SQL_INSERT_REQUEST, requests)
@@ -397,7 +419,9 @@ class SqliteStore:
         row = conn.execute(SQL_LEASE_STATE, (run_id,)).fetchone()
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
-        return self._take_lease(conn, run_id, owner, lease_seconds, now, *row)
+        return self._take_lease(
+            conn, run_id, owner, lease_seconds, now, *lease_columns(run_id, row)
+        )
 
     def _leased(self, lease: Lease, meta: tuple[int, int], lease_seconds: float) -> None:
         """After the COMMIT that took ``lease``: where the run's checkpoint chain stands."""
@@ -501,23 +525,14 @@ class SqliteStore:
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
         run = run_record(row)
+        columns = lease_columns(run_id, (row[8], row[9], row[7], row[13], row[14], row[15]))
         if check is not None:
             check(run)
-        lease, meta = self._take_lease(
-            conn,
-            run_id,
-            owner,
-            lease_seconds,
-            now,
-            row[8],
-            row[9],
-            row[7],
-            row[13],
-            row[14],
-            row[15],
-        )
+        lease, meta = self._take_lease(conn, run_id, owner, lease_seconds, now, *columns)
         known = self._recall(run_id, run.latest_checkpoint_id) is not None
         chain = None if known else self._latest_chain(conn, run_id)
+        if not known:  # raising here rolls the lease back: nothing is written
+            _check_chain(run_id, run.latest_checkpoint_id, chain)
         answered = [stored_request(r) for r in conn.execute(SQL_ANSWERED, (run_id,)).fetchall()]
         return run, lease, meta, chain, answered
 
@@ -625,7 +640,7 @@ class SqliteStore:
         if body is None or snapshot:
             body = checkpoint_row(checkpoint, seq, snapshot=True)
         meta = (seq, since)
-        cancel = await self._run(
+        cancel, waiting = await self._run(
             self._commit, checkpoint, text, run, body, request_rows, status_rows, meta
         )
         if snapshot:
@@ -634,7 +649,7 @@ class SqliteStore:
             since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
             self._sizes[run_id] = (since_bytes + len(body[8]), snapshot_bytes)
         self._fault("commit:after")
-        return Lease(run_id, lease.owner, lease.version + 1, expires_at, cancel)
+        return Lease(run_id, lease.owner, lease.version + 1, expires_at, cancel, waiting)
 
     def _commit(
         self,
@@ -645,16 +660,16 @@ class SqliteStore:
         request_rows: list[tuple] | None,
         status_rows: list[tuple[str, str]],
         meta: tuple[int, int],
-    ) -> bool:
+    ) -> tuple[bool, bool]:
         rows = (checkpoint, text, run, body, request_rows, status_rows)
-        cancel = self._transaction("BEGIN IMMEDIATE", self._commit_rows, rows)
+        cancel, waiting = self._transaction("BEGIN IMMEDIATE", self._commit_rows, rows)
         # after COMMIT, on this thread (even if the caller gave up waiting)
         if text is SQL_COMMIT_RUN_RELEASE:
             self._forget(run[8])
         else:
             self._meta[run[8]] = meta
         self._remember(checkpoint)
-        return cancel
+        return cancel, waiting
 
     def _commit_rows(
         self,
@@ -665,7 +680,7 @@ class SqliteStore:
         body: tuple,
         request_rows: list[tuple] | None,
         status_rows: list[tuple[str, str]],
-    ) -> bool:
+    ) -> tuple[bool, bool]:
         run_id = run[8]
         latest, cancel = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
         parent = checkpoint.parent_id
@@ -689,8 +704,14 @@ class SqliteStore:
         if cancel and checkpoint.status is WorkflowRunState.CANCELLED:
             conn.execute(SQL_CANCEL_DONE, (run_id,))
             cancel = False
+        # answers stored while this worker executed (this commit applied the ones it knew of):
+        # a run about to rest must go on instead of waiting for them
+        waiting = (
+            checkpoint.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+            and conn.execute(SQL_ANSWER_WAITING, (run_id,)).fetchone() is not None
+        )
         self._fault("commit:inside")
-        return cancel
+        return cancel, waiting
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
@@ -734,7 +755,9 @@ class SqliteStore:
         row = conn.execute(SQL_RUN, (run_id,)).fetchone()
         if row is None or self._recall(run_id, row[10]) is not None:
             return row, None
-        return row, self._latest_chain(conn, run_id)
+        chain = self._latest_chain(conn, run_id)
+        _check_chain(run_id, row[10], chain)
+        return row, chain
 
     async def list_runs(
         self,
@@ -810,18 +833,29 @@ class SqliteStore:
     def _fold(run_id: str, rows: list[tuple]) -> Checkpoint:
         current: Checkpoint | None = None
         for checkpoint_id, row_seq, kind, body in rows:
+            where = f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind})"
             try:
+                if not isinstance(body, str):
+                    raise ValueError(f"its body is a {type(body).__name__}, not JSON text")
+                try:
+                    body.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValueError(f"its body is not UTF-8 at position {exc.start}") from None
                 if kind == "snapshot":
                     current = Checkpoint.model_validate_json(body)
-                else:
-                    assert current is not None
+                elif kind == "delta" and current is not None:
                     current = apply_delta(current, CheckpointDelta.model_validate_json(body))
+                else:
+                    first = current is None and kind == "delta"
+                    raise ValueError(
+                        "a delta with no snapshot before it" if first else "unknown kind"
+                    )
             except (ValidationError, ValueError) as exc:
                 raise StoreCorruptError(
-                    f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind}) is "
-                    f"corrupt and cannot be read: {str(exc).splitlines()[0]}"
+                    f"{where} is corrupt and cannot be read: {str(exc).splitlines()[0]}"
                 ) from exc
-        assert current is not None
+        if current is None:
+            raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
         return current
 
     async def list(self, run_id: str) -> Sequence[Checkpoint]:
@@ -829,10 +863,7 @@ class SqliteStore:
 
     async def history(self, run_id: str) -> Sequence[CheckpointInfo]:
         rows = await self._query(_fetch_all, SQL_HISTORY, (run_id,))
-        return [
-            CheckpointInfo(cid, run_id, seq, step, WorkflowRunState(status), created, kind)
-            for cid, seq, step, status, created, kind in rows
-        ]
+        return [checkpoint_info(run_id, row) for row in rows]
 
     async def delete(self, checkpoint_id: str) -> None:
         raise StorageError("checkpoints are removed with prune(keep_last=...)")
@@ -897,12 +928,7 @@ class SqliteStore:
         row = await self._query(_fetch_one, SQL_JOURNAL_GET, (run_id, key))
         if row is None:
             return None
-        try:
-            return json.loads(row[0])
-        except ValueError as exc:
-            raise StoreCorruptError(
-                f"run {run_id!r}: journal entry {key!r} is not valid JSON ({exc})"
-            ) from None
+        return load_json(row[0], run_id, f"journal entry {key!r}")
 
     async def journal_intent(
         self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None
@@ -924,7 +950,7 @@ class SqliteStore:
             self._journal_write, run_id, key, text, superstep, lease, True
         )
         self._fault("journal:after")
-        return json.loads(stored)
+        return load_json(stored, run_id, f"journal entry {key!r}")
 
     def _journal_write(
         self,
@@ -984,6 +1010,24 @@ class SqliteStore:
 
 
 # --- statements and rows ------------------------------------------------------------------------
+
+
+def _decode_text(data: bytes) -> str:
+    """SQLite TEXT as str; bytes that are not UTF-8 become lone surrogates (see ``_connect``)."""
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:
+    """The rows to fold must end at the run's latest checkpoint: a run whose checkpoints were
+    deleted (or whose newest one was) is damaged, not a run without history."""
+    if latest_id is None:
+        return
+    found = chain[-1][0] if chain else None
+    if found != latest_id:
+        newest = f"the newest stored is {found}" if found is not None else "none is stored"
+        raise StoreCorruptError(
+            f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is missing ({newest})"
+        )
 
 
 def _fetch_one(conn: Conn, text: str, params: Sequence[Any]) -> tuple | None:

@@ -33,6 +33,7 @@ A paused run is not an error: it is a status.
     │   └── CorruptValueError
     ├── StorageError
     │   ├── RunNotFoundError
+    │   ├── RunExistsError              a run with that id was admitted before
     │   ├── RunBusyError
     │   │   └── LeaseLostError          our lease was taken over: stop before the next effect
     │   ├── StoreUnavailableError
@@ -222,6 +223,12 @@ class StorageError(WorkflowError):
 
 class RunNotFoundError(StorageError):
     code = "run_not_found"
+
+
+class RunExistsError(StorageError):
+    """A run with this id exists already: run ids are chosen once."""
+
+    code = "run_exists"
 
 
 class RunBusyError(StorageError):

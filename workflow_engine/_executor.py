@@ -245,7 +245,8 @@ class Executor:
         return tuple(seen.values())
 
     def find_handler(self, message: Any) -> HandlerSpec | None:
-        """The handler for ``message``: an exact-type match first, else the first that accepts."""
+        """The handler for ``message``: one whose annotation names this very value
+        (``Literal["yes"]``) first, then an exact-type match, else the first that accepts."""
         t = type(message)
         try:
             cached = self._dispatch[t]
@@ -255,7 +256,14 @@ class Executor:
             if cached is None or (t is not list and t is not dict):
                 return cached
         handlers = self.handlers
-        spec = next((h for h in handlers if h.message_type is t), None)
+        spec = None
+        if self._value_dependent():  # the most specific handler wins, whatever the order
+            spec = next(
+                (h for h in handlers if _looks_at_value(h.message_type) and h.matches(message)),
+                None,
+            )
+        if spec is None:
+            spec = next((h for h in handlers if h.message_type is t), None)
         if spec is None:
             spec = next((h for h in handlers if h.matches(message)), None)
         # Only the type decides for most annotations, so the answer is cached per type. Not when

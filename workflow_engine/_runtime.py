@@ -118,6 +118,7 @@ class _LeasedStore:
         self.continues_latest = True
         """The runtime hands the runner the run's latest checkpoint (no need to check it)."""
         self.cancel_requested = lease.cancel_requested
+        self.answers_waiting = False
 
     async def ensure_held(self) -> None:
         """Raise ``LeaseLostError`` unless this worker still holds the run. An expired lease
@@ -136,6 +137,7 @@ class _LeasedStore:
         self.lease = lease
         if lease.cancel_requested:
             self.cancel_requested = True
+        self.answers_waiting = lease.answers_waiting
 
     async def save(self, checkpoint: Checkpoint) -> None:
         # A caller cancelled mid-commit may never learn the new lease version; releasing is
@@ -325,18 +327,42 @@ class Runtime:
             )
         sink = self._sink(wf, lease)
         try:
-            return await self._drive(wf, sink, checkpoint, [], max_supersteps)
+            result = await self._drive(wf, sink, checkpoint, [], max_supersteps)
         finally:
             await self._release(sink)
+        return await self._go_on(result, sink, max_supersteps)
 
     async def resume(self, run_id: str, *, max_supersteps: int | None = None) -> WorkflowRunResult:
-        """Continue a run from its latest checkpoint with every stored answer, until it rests."""
+        """Continue a run from its latest checkpoint with every stored answer, until it rests.
+
+        Answers stored while the run executed (their ``respond`` found it busy) are applied
+        too: a run never rests waiting for an answer it already has."""
+        result, sink = await self._resume_once(run_id, max_supersteps)
+        return await self._go_on(result, sink, max_supersteps)
+
+    async def _resume_once(
+        self, run_id: str, max_supersteps: int | None
+    ) -> tuple[WorkflowRunResult, _LeasedStore]:
         wf, sink, loaded = await self._acquire(run_id)
         try:
             checkpoint, answers = await self._resume_point(wf, run_id, loaded)
-            return await self._drive(wf, sink, checkpoint, answers, max_supersteps)
+            return await self._drive(wf, sink, checkpoint, answers, max_supersteps), sink
         finally:
             await self._release(sink)
+
+    async def _go_on(
+        self, result: WorkflowRunResult, sink: _LeasedStore, max_supersteps: int | None
+    ) -> WorkflowRunResult:
+        """Resume again while the run rested with answers already waiting for it."""
+        for _ in range(_MAX_CATCH_UPS):
+            if not sink.answers_waiting or result.status is not _WAITING:
+                break
+            try:
+                more, sink = await self._resume_once(result.run_id, max_supersteps)
+            except RunBusyError:
+                break  # another worker took the run: it applies them
+            result = _joined(result, more)
+        return result
 
     def resume_stream(self, run_id: str, *, max_supersteps: int | None = None) -> RuntimeRunStream:
         """Like :meth:`resume`, streaming the run's events."""
@@ -432,24 +458,32 @@ class Runtime:
         holder: _Outcome,
         emit: Callable[[WorkflowEvent], None],
     ) -> None:
-        wf, sink, loaded = await self._acquire(run_id, streaming=True)
-        try:
-            checkpoint, answers = await self._resume_point(wf, run_id, loaded)
-            stream = wf.run_stream(
-                checkpoint=checkpoint,
-                responses=answers,
-                checkpoint_store=sink,
-                max_supersteps=max_supersteps,
-            )
-            async with _kept_alive(sink), stream:
-                async for event in stream:
-                    emit(event)
-            result = stream.result
-            assert result is not None
-            holder.result = result
-            await self._record_outcome(sink, result)
-        finally:
-            await self._release(sink)
+        for catch_up in range(_MAX_CATCH_UPS):
+            try:
+                wf, sink, loaded = await self._acquire(run_id, streaming=True)
+            except RunBusyError:
+                if catch_up == 0:
+                    raise
+                return  # another worker took the run: it applies the waiting answers
+            try:
+                checkpoint, answers = await self._resume_point(wf, run_id, loaded)
+                stream = wf.run_stream(
+                    checkpoint=checkpoint,
+                    responses=answers,
+                    checkpoint_store=sink,
+                    max_supersteps=max_supersteps,
+                )
+                async with _kept_alive(sink), stream:
+                    async for event in stream:
+                        emit(event)
+                result = stream.result
+                assert result is not None
+                holder.result = result if holder.result is None else _joined(holder.result, result)
+                await self._record_outcome(sink, result)
+            finally:
+                await self._release(sink)
+            if not sink.answers_waiting or result.status is not _WAITING:
+                return
 
     # --- answers --------------------------------------------------------------------------------
 
@@ -568,7 +602,12 @@ class Runtime:
         if checkpoint_id is not None:
             chosen = [i for i in history if i.checkpoint_id == checkpoint_id]
         else:
-            chosen = [i for i in history if i.superstep == superstep]
+            # default: the latest checkpoint (a fork of the run as it stands now)
+            chosen = [
+                i
+                for n, i in enumerate(history)
+                if (i.superstep == superstep if superstep is not None else n == len(history) - 1)
+            ]
         if not chosen:
             where = f"checkpoint {checkpoint_id!r}" if checkpoint_id else f"superstep {superstep}"
             raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
@@ -665,6 +704,24 @@ def _sole_exception() -> Iterator[None]:
         if len(group.exceptions) == 1:
             raise group.exceptions[0] from None
         raise
+
+
+_WAITING = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+_MAX_CATCH_UPS = 100
+"""How many times one call resumes again for answers that arrived while it executed."""
+
+
+def _joined(first: WorkflowRunResult, then: WorkflowRunResult) -> WorkflowRunResult:
+    """One result for two continuations of a run, the second right after the first."""
+    return WorkflowRunResult(
+        run_id=then.run_id,
+        status=then.status,
+        events=[*first.events, *then.events],
+        outputs=[*first.outputs, *then.outputs],
+        pending_requests=then.pending_requests,
+        checkpoint=then.checkpoint,
+        error=then.error,
+    )
 
 
 @dataclass

@@ -113,6 +113,9 @@ class Lease:
     expires_at: float
     cancel_requested: bool = False
     """Someone asked (durably) to cancel the run; honour it at the next superstep boundary."""
+    answers_waiting: bool = False
+    """Set by a commit in which the run rests waiting for answers while some have already
+    arrived (stored during the execution): the run should go on at once."""
 
 
 @dataclass(frozen=True, slots=True)

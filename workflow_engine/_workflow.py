@@ -379,6 +379,8 @@ class Workflow:
         max_supersteps: int | None,
     ) -> tuple[RunLoop, CheckpointStore | None]:
         """Admit a new run or restore one and apply responses; checkpoint that starting point."""
+        if max_supersteps is not None and max_supersteps < 1:
+            raise UsageError(f"max_supersteps must be at least 1, not {max_supersteps}")
         limit = max_supersteps or self.max_supersteps
         if checkpoint is None and checkpoint_id is None:
             if message is _NO_MESSAGE:

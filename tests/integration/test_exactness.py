@@ -744,3 +744,52 @@ async def test_a_message_is_what_it_was_when_sent(tmp_path: Path) -> None:
     assert [b.n for b in result.outputs] == [0, 1, 2, 0, 1, 2]
     assert [b.n for b in (await runtime.get_run(result.run_id)).outputs] == [0, 1, 2, 0, 1, 2]
     await runtime.close()
+
+
+async def test_an_answer_stored_while_the_run_executes_is_applied(tmp_path: Path) -> None:
+    """The answerer's own resume finds the run busy; the worker executing it must apply the
+    answer before resting, instead of pausing on a request that is already answered."""
+
+    class Start(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.send_message(message)
+
+    class Slow(Executor):
+        @handler
+        async def got(self, answer: int, ctx: WorkflowContext[Never, int]) -> None:
+            await anyio.sleep(0.4)
+            await ctx.yield_output(answer)
+
+    def build() -> Any:
+        start, slow = Start("start"), Slow("slow")
+        first = RequestPort("first", request_type=str, response_type=int)
+        second = RequestPort("second", request_type=str, response_type=int)
+        return (
+            WorkflowBuilder(name="two_answers", start=start)
+            .add_fan_out_edges(start, [first, second])
+            .add_edge(first, slow)
+            .add_edge(second, slow)
+            .build()
+        )
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    paused = await runtime.run("two_answers", "m")
+    one, two = paused.pending_requests
+    await runtime.respond(one.request_id, 1)
+    results: list[Any] = []
+
+    async def worker() -> None:
+        results.append(await runtime.resume(paused.run_id))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(worker)
+        await anyio.sleep(0.15)  # the worker is inside its slow superstep
+        await runtime.respond(two.request_id, 2)
+        with pytest.raises(RunBusyError):
+            await runtime.resume(paused.run_id)
+    (result,) = results
+    assert result.status is WorkflowRunState.IDLE, result.pending_requests
+    assert sorted(result.outputs) == [1, 2]
+    assert await runtime.pending_requests(paused.run_id) == []
+    await runtime.close()

@@ -1,0 +1,92 @@
+"""Edges of the public API an outside tester tripped over: each gives the obvious answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Never
+
+import pytest
+
+from executors import Agent, ChatMessage, ChatResponseUpdate
+from executors._clients import message_from_updates
+from storage import SqliteStore
+from workflow_engine import (
+    Executor,
+    RequestPort,
+    RunExistsError,
+    Runtime,
+    UsageError,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+class Gate(Executor):
+    @handler
+    async def anything(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(f"str {message}")
+
+    @handler
+    async def yes(self, message: Literal["yes"], ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output("the yes handler")
+
+
+def build_gate() -> Any:
+    return WorkflowBuilder(name="gate", start=Gate("gate")).build()
+
+
+async def test_a_literal_handler_wins_over_a_plain_one_whatever_the_order() -> None:
+    workflow = build_gate()
+    assert (await workflow.run("yes")).outputs == ["the yes handler"]
+    assert (await workflow.run("no")).outputs == ["str no"]
+
+
+async def test_max_supersteps_below_one_is_refused() -> None:
+    with pytest.raises(UsageError, match="at least 1"):
+        await build_gate().run("yes", max_supersteps=0)
+
+
+def build_ask() -> Any:
+    class Start(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.send_message(message)
+
+    start = Start("start")
+    ask = RequestPort("ask", request_type=str, response_type=str)
+    return WorkflowBuilder(name="ask", start=start).add_edge(start, ask).build()
+
+
+async def test_fork_defaults_to_the_latest_checkpoint_and_run_ids_are_unique(
+    tmp_path: Path,
+) -> None:
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(build_ask)
+    paused = await runtime.run("ask", "m", run_id="chosen")
+    forked = await runtime.fork(paused.run_id)
+    info = await runtime.get_run(forked)
+    assert info.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    assert info.parent_run_id == "chosen"
+    with pytest.raises(RunExistsError, match="'chosen' already exists"):
+        await runtime.run("ask", "again", run_id="chosen")
+    await runtime.close()
+
+
+def test_tool_calls_from_a_client_that_gives_no_ids_get_ids_of_their_own() -> None:
+    updates = [
+        ChatResponseUpdate(
+            message_id="m1", kind="function_call", name="lookup", arguments_delta='{"a"'
+        ),
+        ChatResponseUpdate(message_id="m1", kind="function_call", arguments_delta=": 1}"),
+        ChatResponseUpdate(message_id="m1", kind="function_call", name="pay", arguments_delta="{}"),
+    ]
+    message = message_from_updates(updates)
+    calls = message.function_calls
+    assert [c.name for c in calls] == ["lookup", "pay"]
+    assert calls[0].arguments == {"a": 1}
+    assert calls[0].call_id and calls[1].call_id and calls[0].call_id != calls[1].call_id
+    assert isinstance(message, ChatMessage) and Agent  # the public names stay importable
