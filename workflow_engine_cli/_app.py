@@ -10,9 +10,12 @@ Exit codes (also in ``--help`` and the README):
     5  conflict: already answered differently, cancelled, finished, or run by another worker
     6  storage problem: the database is unusable, damaged or locked (or a record is corrupt)
     7  the server cannot listen: the address is in use or not allowed
+  141  the reader of the output went away (``| head``): stopped quietly, like other tools
 
-Errors are one line on stderr. Arguments that are not UTF-8 text, and JSON that is malformed,
-too large or too deeply nested, are refused before anything runs (exit 2).
+Errors are one line on stderr, with any control character in it (an id, a path) shown escaped.
+Arguments that are not UTF-8 text, and JSON that is malformed, too large or too deeply nested,
+are refused before anything runs (exit 2). Output that cannot be written (a full disk) is one
+error line and exit 1.
 
 Start-up time counts for a command line: this module imports typer and the standard library
 only; the engine, storage, agents, rich and the server load inside the commands that use them.
@@ -20,6 +23,7 @@ only; the engine, storage, agents, rich and the server load inside the commands 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sys
@@ -31,6 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from ._exits import (
+    EXIT_BROKEN_PIPE,
     EXIT_CANNOT_LISTEN,
     EXIT_CONFLICT,
     EXIT_DONE,
@@ -55,6 +60,7 @@ from ._registry import (
     takes_model,
     workflow_factories,
 )
+from ._term import clean, visible
 
 if TYPE_CHECKING:
     import socket
@@ -68,7 +74,8 @@ HELP = __doc__ or ""
 app = typer.Typer(
     help=HELP.split("\n\n")[0],
     epilog="Exit codes: 0 done · 1 run failed · 2 bad input · 3 paused (waiting for input) · "
-    "4 not found · 5 conflict · 6 storage problem · 7 server cannot listen",
+    "4 not found · 5 conflict · 6 storage problem · 7 server cannot listen · "
+    "141 output closed (| head)",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -140,6 +147,7 @@ def exit_code_for(exc: WorkflowError) -> int:
         RequestCancelledError,
         ResponseTypeError,
         RunBusyError,
+        RunExistsError,
         RunNotFoundError,
         RunNotResumableError,
         SerializationError,
@@ -158,6 +166,7 @@ def exit_code_for(exc: WorkflowError) -> int:
         RequestAlreadyAnsweredError
         | RequestCancelledError
         | RunBusyError
+        | RunExistsError
         | RunNotResumableError
         | CheckpointNotLatestError
         | SignatureMismatchError,
@@ -174,7 +183,49 @@ def exit_code_for(exc: WorkflowError) -> int:
 def print_error(message: str) -> None:
     """The one line on stderr every failure ends with."""
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    err_console().print(f"[red]error:[/] {escape(first)}", highlight=False)
+    err_console().print(f"[red]error:[/] {escape(visible(first))}", highlight=False)
+
+
+_WRITE_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EIO", "EFBIG", "EDQUOT") if hasattr(errno, name)
+)
+
+
+def _discard_output() -> None:
+    """Point stdout at /dev/null, so that what is still buffered goes nowhere quietly (Python
+    flushes stdout once more at exit)."""
+    import contextlib
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def output_failed(exc: OSError) -> int | None:
+    """The exit code when ``exc`` is stdout failing (None: some other error). A reader that
+    went away (``| head``) is no error: stop quietly. A full disk is one line, exit 1."""
+    if isinstance(exc, BrokenPipeError):
+        _discard_output()
+        return EXIT_BROKEN_PIPE
+    if exc.errno in _WRITE_ERRNOS:
+        _discard_output()
+        print_error(f"cannot write the output: {exc.strerror or exc}")
+        return EXIT_FAILED
+    return None
+
+
+def flush_output(code: Any) -> Any:
+    """Flush stdout before exiting with ``code`` (Python's own flush at exit would report a
+    failure as a traceback-like message and exit 120)."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        failed = output_failed(exc)
+        if failed is None:
+            raise
+        return failed
+    return code
 
 
 def run_async(func: Callable[[], Awaitable[int]]) -> None:
@@ -192,15 +243,22 @@ def run_async(func: Callable[[], Awaitable[int]]) -> None:
         code = exit_code_for(exc)
     except (typer.Exit, typer.Abort):  # click's own control flow (RuntimeErrors)
         raise
+    except OSError as exc:
+        failed = output_failed(exc)
+        code = failed if failed is not None else _internal_error(exc)
     except Exception as exc:  # a bug: still one line (WORKFLOW_ENGINE_DEBUG=1 shows where)
-        if os.environ.get("WORKFLOW_ENGINE_DEBUG"):
-            raise
-        print_error(
-            f"internal error: {type(exc).__name__}: {exc} "
-            "(set WORKFLOW_ENGINE_DEBUG=1 for the traceback)"
-        )
-        code = EXIT_FAILED
+        code = _internal_error(exc)
     raise typer.Exit(code)
+
+
+def _internal_error(exc: Exception) -> int:
+    if os.environ.get("WORKFLOW_ENGINE_DEBUG"):
+        raise exc
+    print_error(
+        f"internal error: {type(exc).__name__}: {exc} "
+        "(set WORKFLOW_ENGINE_DEBUG=1 for the traceback)"
+    )
+    return EXIT_FAILED
 
 
 async def _with_runtime(
@@ -218,9 +276,7 @@ async def _with_runtime(
 
     path = db if db is not None else default_db_path()
     if not Path(path).exists():
-        err_console().print(
-            f"[red]error:[/] no database at {path} (nothing has run there yet; check --db)"
-        )
+        print_error(f"no database at {path} (nothing has run there yet; check --db)")
         raise Exit(EXIT_NOT_FOUND)
     runtime = open_runtime(db, workflows=workflows)
     try:
@@ -263,7 +319,7 @@ def _matched(kind: str, given: str, ids: list[str]) -> str:
     try:
         return match(kind, given, ids)
     except AmbiguousIdError as exc:
-        err_console().print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
+        print_error(str(exc))
         raise Exit(EXIT_USAGE) from None
 
 
@@ -338,9 +394,7 @@ def demo(
     """
     workflow = DEMO_ALIASES.get(name)
     if workflow is None:
-        err_console().print(
-            f"[red]error:[/] no demo named {name!r} (choose from: {', '.join(DEMO_ALIASES)})"
-        )
+        print_error(f"no demo named {name!r} (choose from: {', '.join(DEMO_ALIASES)})")
         raise typer.Exit(EXIT_USAGE)
     try:
         chosen = model_for_start(ModelFlags(model, base_url, api_key, offline), os.environ)
@@ -478,9 +532,7 @@ def respond(
     """Answer a pending request (stored durably; run `resume` to continue the run)."""
     chosen = [x for x in (approve is not None, message is not None, end, data is not None) if x]
     if len(chosen) != 1:
-        err_console().print(
-            "[red]error:[/] give exactly one of --approve/--reject, --message, --end, --data"
-        )
+        print_error("give exactly one of --approve/--reject, --message, --end, --data")
         raise typer.Exit(EXIT_USAGE)
     try:
         if data is not None:
@@ -506,7 +558,7 @@ def respond(
             register(runtime, [run.workflow_name])
             outcome = await runtime.respond(full, answer)
             note = "already had this answer" if outcome.value == "duplicate" else "answer stored"
-            print(f"{note}; continue with `workflow-engine resume {run.run_id}`")
+            print(f"{note}; continue with `workflow-engine resume {clean(run.run_id)}`")
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -524,7 +576,7 @@ def cancel(
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             info = await runtime.cancel(await _run_for(runtime, run_id))
-            print(f"Run {info.run_id} {info.status.value}.")
+            print(f"Run {clean(info.run_id)} {info.status.value}.")
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -541,15 +593,20 @@ def graph(
     factories = workflow_factories()
     key = DEMO_ALIASES.get(name, name)
     if key not in factories:
-        err_console().print(
-            f"[red]error:[/] no workflow named {name!r} (known: {', '.join(sorted(factories))})"
-        )
+        print_error(f"no workflow named {name!r} (known: {', '.join(sorted(factories))})")
         raise typer.Exit(EXIT_NOT_FOUND)
     if format not in ("mermaid", "dot"):
-        err_console().print(f"[red]error:[/] --format must be mermaid or dot, not {format!r}")
+        print_error(f"--format must be mermaid or dot, not {format!r}")
         raise typer.Exit(EXIT_USAGE)
     wf = factories[key]()
-    sys.stdout.write(wf.to_mermaid() if format == "mermaid" else wf.to_dot())
+    try:
+        sys.stdout.write(wf.to_mermaid() if format == "mermaid" else wf.to_dot())
+        sys.stdout.flush()
+    except OSError as exc:
+        failed = output_failed(exc)
+        if failed is None:
+            raise
+        raise typer.Exit(failed) from None
 
 
 # --- inspecting -------------------------------------------------------------------------------
@@ -578,9 +635,8 @@ def runs_list(
     try:
         state = WorkflowRunState(status) if status else None
     except ValueError:
-        err_console().print(
-            f"[red]error:[/] unknown status {status!r} "
-            f"(one of: {', '.join(s.value for s in WorkflowRunState)})"
+        print_error(
+            f"unknown status {status!r} (one of: {', '.join(s.value for s in WorkflowRunState)})"
         )
         raise typer.Exit(EXIT_USAGE) from None
 
@@ -681,8 +737,11 @@ def runs_show(
                     ("waiting: ", "yellow"),
                     f"{request.request_id} ({type(request.data).__name__})",
                 )
-            if info.error:
-                term.line(("error: ", "red"), str(info.error.get("message")))
+            if info.error is not None:
+                message = info.error.get("message") if isinstance(info.error, dict) else None
+                if not isinstance(message, str):  # a store that does not check what it reads
+                    message = "(the recorded error is damaged and cannot be shown)"
+                term.line(("error: ", "red"), message)
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -745,6 +804,11 @@ def main() -> None:
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:  # never die printing a character the terminal lacks
             reconfigure(errors="backslashreplace")
+    reconfigure = getattr(sys.stdin, "reconfigure", None)
+    if reconfigure is not None:
+        # A typed line that is not UTF-8 arrives with its bad bytes as lone surrogates, which
+        # the prompts refuse (and ask again) instead of failing to decode the line at all.
+        reconfigure(errors="surrogateescape")
     try:
         for position, argument in enumerate(sys.argv[1:], start=1):
             check_text(argument, f"argument {position}")
@@ -756,7 +820,16 @@ def main() -> None:
         # surrogate, which no file name, SQLite query or terminal can take. Say so once.
         print_error(str(exc))
         raise SystemExit(EXIT_USAGE) from None
-    app()
+    try:
+        app()
+    except SystemExit as done:
+        raise SystemExit(flush_output(done.code)) from None
+    except OSError as exc:  # click's own output (--help) failing, say
+        failed = output_failed(exc)
+        if failed is None:
+            raise
+        raise SystemExit(failed) from None
+    raise SystemExit(flush_output(0))
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -793,20 +866,24 @@ def serve(
     import logging
 
     if log_level.lower() not in LOG_LEVELS:
-        err_console().print(
-            f"[red]error:[/] --log-level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}"
-        )
+        print_error(f"--log-level must be one of {', '.join(LOG_LEVELS)}, not {log_level!r}")
         raise typer.Exit(EXIT_USAGE)
     level = log_level.upper()
 
     import uvicorn
 
     from ._http import normalize_origin
-    from ._server import create_app, is_loopback
+    from ._server import create_app, is_loopback, token_problem
 
+    if not 0 <= port <= 65535:
+        print_error(f"--port must be between 0 and 65535 (0: any free port), not {port}")
+        raise typer.Exit(EXIT_USAGE)
+    if token is not None and (problem := token_problem(token)) is not None:
+        print_error(f"--token (or WORKFLOW_ENGINE_TOKEN) {problem}")
+        raise typer.Exit(EXIT_USAGE)
     if not is_loopback(host) and not token:
-        err_console().print(
-            f"[red]error:[/] binding {host} exposes the server beyond this machine; "
+        print_error(
+            f"binding {host} exposes the server beyond this machine; "
             "set --token (or WORKFLOW_ENGINE_TOKEN)"
         )
         raise typer.Exit(EXIT_USAGE)
@@ -828,10 +905,9 @@ def serve(
         sock = _listen(host, port)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        err_console().print(
-            f"[red]error:[/] cannot listen on {host}:{port}: {escape(reason)}"
-            + (" (another server is using it; pick another --port)" if _in_use(exc) else ""),
-            highlight=False,
+        print_error(
+            f"cannot listen on {host}:{port}: {reason}"
+            + (" (another server is using it; pick another --port)" if _in_use(exc) else "")
         )
         raise typer.Exit(EXIT_CANNOT_LISTEN) from None
     bound = sock.getsockname()[1]

@@ -48,6 +48,7 @@ from workflow_engine import (
 )
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED
+from ._input import InputError, MalformedJsonError, parse_json
 from ._term import Part, Terminal
 from ._views import compact, field_notes, shape
 
@@ -224,9 +225,9 @@ class AnswerPolicy:
             if not raw:
                 return False
             try:
-                edits = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                self._problem(f"not JSON: {exc.msg} at column {exc.colno}")
+                edits = typed_json(raw, "the edit")
+            except ValueError as exc:
+                self._problem(str(exc))
                 continue
             if not isinstance(edits, dict):
                 self._problem(f'not a JSON object: write {{"name": value, ...}} for {tool}')
@@ -311,10 +312,27 @@ def _parse(raw: str, kind: str, schema: dict[str, Any]) -> Any:
             return False
         raise ValueError("answer y or n")
     try:
-        return json.loads(raw)
-    except json.JSONDecodeError as exc:
+        return typed_json(raw, "the answer")
+    except ValueError as exc:
         expected = f"; expected {shape(schema)}" if schema else ""
-        raise ValueError(f"not JSON ({exc.msg} at column {exc.colno}){expected}") from None
+        raise ValueError(f"{exc}{expected}") from None
+
+
+def typed_json(raw: str, what: str) -> Any:
+    """JSON typed at a prompt, bounded like every other input (depth, size, real text, no
+    NaN); ``ValueError`` with a short reason (``not JSON (... at column N)``) otherwise."""
+    try:
+        return parse_json(raw, what=what)
+    except MalformedJsonError as exc:
+        try:
+            json.loads(raw)  # only to say where: parse_json checked the depth already
+        except json.JSONDecodeError as syntax:
+            raise ValueError(f"not JSON ({syntax.msg} at column {syntax.colno})") from None
+        except ValueError:
+            pass
+        raise ValueError(str(exc)) from None
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _fields(data: Any) -> list[tuple[str, str]]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from ._term import visible
+
 SHORT = 8
 _LISTED = 10  # candidates named in an "ambiguous" error
 
@@ -20,7 +22,9 @@ class AmbiguousIdError(Exception):
         self.kind = kind
         self.prefix = prefix
         self.matches = sorted(matches)
-        shown = ", ".join(self.matches[:_LISTED])
+        # an id may hold control characters (a thread id from the server is any text): they
+        # are shown escaped, never sent to the terminal
+        shown = ", ".join(visible(m) for m in self.matches[:_LISTED])
         more = f" and {len(self.matches) - _LISTED} more" if len(self.matches) > _LISTED else ""
         super().__init__(
             f"{kind} id {prefix!r} is ambiguous: {len(self.matches)} {kind}s start with it "

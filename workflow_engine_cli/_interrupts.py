@@ -220,29 +220,60 @@ def _resume_in(body: dict[str, Any]) -> Any:
     return top if top is not None else nested
 
 
+_APPROVAL_KEYS = frozenset(("accepted", "approved", "arguments"))
+
+
 def answer_for(request: ExternalRequest, payload: Any) -> Any:
-    """A resume payload as the engine's answer type expects it."""
+    """A resume payload as the engine's answer type expects it.
+
+    A tool-call approval takes exactly what its ``responseSchema`` advertises: an object with
+    ``accepted`` (or, the same, ``approved``: one of the two) a boolean, and optionally
+    ``arguments``, an object of edits. Anything else -- a bare ``true``, both keys, other keys
+    -- is refused: a payload that does not say clearly "run this call" never runs it."""
     if isinstance(request.data, ToolApprovalRequestContent):
-        if isinstance(payload, bool):
-            return {"approved": payload}
+        expected = "expected {accepted: boolean, arguments?: object}"
+
+        def refused(problem: str) -> AGUIError:
+            return AGUIError(
+                "invalid_resume_payload",
+                f"interrupt {request.request_id}: {problem}; {expected}",
+            )
+
         if not isinstance(payload, dict):
-            raise AGUIError(
-                "invalid_resume_payload",
-                f"interrupt {request.request_id}: expected {{accepted: boolean, arguments?}}",
-            )
-        decision = payload.get("accepted", payload.get("approved"))
+            raise refused(f"the payload is {_json_kind(payload)}, not an object")
+        keys = [k for k in ("accepted", "approved") if k in payload]
+        if len(keys) != 1:
+            raise refused("give exactly one of 'accepted' or 'approved'")
+        decision = payload[keys[0]]
         if not isinstance(decision, bool):
-            raise AGUIError(
-                "invalid_resume_payload",
-                f"interrupt {request.request_id}: 'accepted' (or 'approved') must be a boolean",
-            )
+            raise refused(f"{keys[0]!r} must be a boolean, not {_json_kind(decision)}")
+        other = sorted(k for k in payload if k not in _APPROVAL_KEYS)
+        if other:
+            raise refused(f"unexpected key {other[0]!r}")
         answer: dict[str, Any] = {"approved": decision}
-        if payload.get("arguments") is not None:
+        if "arguments" in payload:
+            if not isinstance(payload["arguments"], dict):
+                raise refused(f"'arguments' is {_json_kind(payload['arguments'])}, not an object")
             answer["arguments"] = payload["arguments"]
         return answer
     if isinstance(payload, str):
         return {"message": payload}
     return payload
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, for a message: ``a boolean``, ``null``, ``an array``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object" if isinstance(value, dict) else type(value).__name__
 
 
 # --- what a resumed run sends again -------------------------------------------------------------

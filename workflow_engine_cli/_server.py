@@ -23,7 +23,30 @@ from storage import SqliteStore
 from ._http import BrowserGuard, is_loopback
 from .agui import add_agui_endpoint
 
-__all__ = ["create_app", "is_loopback"]
+__all__ = ["authorization", "create_app", "is_loopback", "token_problem"]
+
+
+def token_problem(token: str) -> str | None:
+    """Why ``token`` cannot be a bearer token (None: it can). Clients send it in an HTTP
+    header, so it must be printable ASCII -- no spaces around it (a header loses them) and no
+    control characters -- and it must not be empty."""
+    if not token.strip():
+        return "is empty or only whitespace"
+    if not token.isascii():
+        return "has a character that is not ASCII (an HTTP header carries ASCII only)"
+    if not token.isprintable():
+        return "has a control character"
+    if token != token.strip():
+        return "starts or ends with whitespace"
+    return None
+
+
+def authorization(request: Request) -> bytes:
+    """The request's ``Authorization`` header as the bytes that came (b"" if none; any bytes
+    at all, so that a comparison never fails on text it cannot encode). Several such headers
+    are no credential."""
+    found = [value for name, value in request.scope["headers"] if name.lower() == b"authorization"]
+    return found[0] if len(found) == 1 else b""
 
 
 def create_app(
@@ -51,14 +74,16 @@ def create_app(
     app = FastAPI(title="workflow-engine AG-UI", docs_url=None, redoc_url=None, lifespan=lifespan)
 
     if token:
-        expected = f"Bearer {token}"
+        problem = token_problem(token)
+        if problem is not None:
+            raise ValueError(f"the token {problem}")
+        expected = f"Bearer {token}".encode("ascii")
 
         @app.middleware("http")
         async def require_token(request: Request, call_next):  # type: ignore[no-untyped-def]
-            if request.method != "OPTIONS" and request.url.path != "/health":
-                given = request.headers.get("authorization", "")
-                if not secrets.compare_digest(given, expected):
-                    return JSONResponse({"error": "unauthorized"}, status_code=401)
+            guarded = request.method != "OPTIONS" and request.url.path != "/health"
+            if guarded and not secrets.compare_digest(authorization(request), expected):
+                return JSONResponse({"error": "unauthorized"}, status_code=401)
             return await call_next(request)
 
     # added after the token check, so it wraps it: a 401 still carries CORS headers

@@ -45,7 +45,9 @@ STYLES = {
 _RESET = "\x1b[0m"
 _ERASE_LINE = "\r\x1b[K"
 _FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but \t and \n
+# C0 and C1 controls but \t and \n; the line and paragraph separators (a line break to many
+# line readers); the bidirectional overrides and isolates (they reorder what is shown)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _TOKENS = re.compile(r"\n|[^\S\n]+|\S+")
 
 
@@ -75,6 +77,37 @@ def clean(text: str) -> str:
     harmless; newlines stay, tabs become spaces."""
     text = text.replace("\r\n", "\n").replace("\t", "    ")
     return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", text)
+
+
+def visible(text: str) -> str:
+    """``text`` with every character that is not printable -- escape sequences, bell, NUL,
+    carriage returns, line and paragraph separators, undecodable bytes -- written as an escape
+    (``\\x1b``, ``\\u2028``), as ``repr`` shows them: nothing in an error line can act on the
+    terminal or break the line, and the id it names can still be read (and typed) exactly."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _echoes() -> bool:
+    """Whether what is typed is echoed (stdin is a terminal)."""
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def text_problem(text: str) -> str | None:
+    """Why ``text`` is not real Unicode text (None: it is): a byte that was not UTF-8 (Python
+    carries one as a lone surrogate U+DC80..U+DCFF) or another lone surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(text[exc.start])
+        if 0xDC80 <= code <= 0xDCFF:
+            return f"byte 0x{code - 0xDC00:02x} is not UTF-8"
+        return f"a lone surrogate U+{code:04X}"
+    return None
 
 
 def cell_width(text: str) -> int:
@@ -170,7 +203,25 @@ class Terminal:
             self.out.flush()
 
     def ask(self, read: Callable[[str], str], *parts: Part) -> str:
-        """Show a prompt and read one line; the answer's newline leaves the cursor at column 0."""
+        """Show a prompt and read one line; the answer's newline leaves the cursor at column 0.
+
+        A line that is not text -- bytes that are not UTF-8, which stdin hands over as lone
+        surrogates (see ``main``) -- is never returned: it is refused and the prompt repeats,
+        until a real line, Ctrl-D or the end of the input (``EOFError``).
+        """
+        while True:
+            try:
+                answer = self._ask_once(read, parts)
+                problem = text_problem(answer)
+            except UnicodeDecodeError as exc:  # a stdin not set to surrogateescape
+                problem = f"byte 0x{exc.object[exc.start]:02x} is not UTF-8"
+            if problem is None:
+                return answer
+            if not _echoes():  # no newline was echoed: the cursor is still after the prompt
+                self.out.write("\n")
+            self.line((f"  that line is not text ({problem}); type it again", "red"), indent=4)
+
+    def _ask_once(self, read: Callable[[str], str], parts: Sequence[Part]) -> str:
         with self._lock:
             self.end()
             prompt = "".join(

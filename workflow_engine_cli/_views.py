@@ -12,24 +12,60 @@ import json
 from typing import Any
 
 
+class DamagedValueError(ValueError):
+    """Stored data that is not valid ``tagged-json/1``: a marker of the wrong shape."""
+
+
+_SEQUENCES = ("$tuple", "$set", "$frozenset")
+
+
 def plain(data: Any) -> Any:
     """Tagged JSON → the plain JSON a person expects: ``{"$type": T, "data": D}`` shows as
-    ``D``, ``{"$tuple": [...]}`` as a list, escaped dicts as dicts, and so on."""
+    ``D``, ``{"$tuple": [...]}`` as a list, escaped dicts as dicts, and so on.
+
+    A marker object that is not a valid encoding (``{"$float": "x"}``, ``{"$items": 5}``)
+    raises :class:`DamagedValueError`: it is shown as damaged, never as a plausible value."""
     if isinstance(data, list):
         return [plain(item) for item in data]
     if not isinstance(data, dict):
         return data
-    if len(data) == 2 and "$type" in data and "data" in data:
+    first = next(iter(data), None)
+    if not (isinstance(first, str) and first.startswith("$")):
+        return {k: plain(v) for k, v in data.items()}
+    if first == "$type":
+        if set(data) != {"$type", "data"} or not isinstance(data["$type"], str):
+            raise DamagedValueError("a $type object needs a string $type and data, only")
         return plain(data["data"])
-    if len(data) == 1:
-        [(key, value)] = data.items()
-        if key in ("$tuple", "$float", "$bytes"):
-            return plain(value)
-        if key == "$dict" and isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        if key == "$items" and isinstance(value, list):
-            return {str(plain(k)): plain(v) for k, v in value}
-    return {k: plain(v) for k, v in data.items()}
+    if len(data) != 1:
+        raise DamagedValueError(f"a {first} object has other keys too")
+    value = data[first]
+    if first in _SEQUENCES:
+        if not isinstance(value, list):
+            raise DamagedValueError(f"{first} holds {type(value).__name__}, not a list")
+        return [plain(item) for item in value]
+    if first == "$dict":
+        if not isinstance(value, dict):
+            raise DamagedValueError(f"$dict holds {type(value).__name__}, not an object")
+        return {k: plain(v) for k, v in value.items()}
+    if first == "$items":
+        if not isinstance(value, list) or not all(
+            isinstance(pair, list) and len(pair) == 2 for pair in value
+        ):
+            raise DamagedValueError("$items must be a list of [key, value] pairs")
+        return {str(plain(k)): plain(v) for k, v in value}
+    _check_leaf(data)
+    return value if first in ("$float", "$bytes") else data
+
+
+def _check_leaf(data: dict[str, Any]) -> None:
+    """A one-value marker (``$float``, ``$uuid``...) as the codec itself reads it."""
+    from workflow_engine import SerializationError, TaggedJsonCodec, TypeRegistry
+
+    try:
+        TaggedJsonCodec(TypeRegistry()).decode(data)
+    except SerializationError as exc:
+        reason = str(exc).removeprefix("cannot decode data: ")
+        raise DamagedValueError(reason.splitlines()[0] if reason else "not valid") from None
 
 
 def compact(value: Any) -> str:
@@ -37,8 +73,12 @@ def compact(value: Any) -> str:
 
 
 def describe_request(data: Any, port_id: str = "") -> str:
-    """One line saying what a pending request waits for (``data`` decoded or tagged JSON)."""
-    value = plain(_jsonable(data))
+    """One line saying what a pending request waits for (``data`` decoded or tagged JSON);
+    data that is not a valid encoding says so."""
+    try:
+        value = plain(_jsonable(data))
+    except DamagedValueError as exc:
+        return f"damaged record, cannot be shown ({exc})"
     if isinstance(value, dict):
         call = value.get("function_call")
         if isinstance(call, dict) and "name" in call:

@@ -557,7 +557,7 @@ class AGUIService:
         again (a repeated resume is harmless)."""
         fresh = [a for a in resume if a.interrupt_id in pending]
         repeats = [
-            (a, await self._answered_before(a, thread_id))
+            (a, await self._answered_before(a, thread_id, workflow))
             for a in resume
             if a.interrupt_id not in pending
         ]
@@ -594,14 +594,18 @@ class AGUIService:
             return NOTHING_TO_DO, {}
         return current, dict(prepared)
 
-    async def _answered_before(self, answer: ResumeAnswer, thread_id: str) -> StoredRequest:
+    async def _answered_before(
+        self, answer: ResumeAnswer, thread_id: str, workflow: Workflow
+    ) -> StoredRequest:
         """The request an interrupt that is not pending names -- only to repeat its answer.
 
         Refused (each with its own code, nothing changed): an id that is not a genuine
         interrupt id (``unknown_interrupt``, also for a forged MAC), an interrupt of another
         thread or endpoint (``interrupt_thread_mismatch``), a cancelled one or a cancel of an
-        answered one (``interrupt_not_pending``), and one still pending in an earlier run that
-        the thread has left behind (``interrupt_not_current``).
+        answered one (``interrupt_not_pending``), one still pending in a run that a changed
+        graph stranded (``run_stranded``: the workflow was changed since the run started, so
+        it cannot continue), and one still pending in an earlier run that the thread has left
+        behind (``interrupt_not_current``).
         """
         interrupt_id = answer.interrupt_id
         unknown = AGUIError(
@@ -623,6 +627,14 @@ class AGUIService:
         if stored.status == "cancelled" or answer.status == "cancelled":
             raise AGUIError(
                 "interrupt_not_pending", f"interrupt {interrupt_id!r} is {stored.status}"
+            )
+        if stored.status == "pending" and run.workflow_signature != workflow.signature:
+            raise AGUIError(
+                "run_stranded",
+                f"interrupt {interrupt_id!r} belongs to run {run.run_id!r}, which workflow "
+                f"{run.workflow_name!r} started before its graph changed (signature "
+                f"{run.workflow_signature}, now {workflow.signature}): the run is stranded and "
+                "cannot continue; send a new message to start a new run on this thread",
             )
         if stored.status == "pending":
             raise AGUIError(

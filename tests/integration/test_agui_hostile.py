@@ -412,7 +412,7 @@ class Damaged:
         client = Client(self.server.url)
         if kind in self.answered:  # a repeated resume reads the answered request back
             return client.resume(
-                "/support", self.threads[kind], resolved(self.answered[kind], False)
+                "/support", self.threads[kind], resolved(self.answered[kind], {"accepted": False})
             )
         return client.start("/support", self.threads[kind], "Hello again")
 
@@ -430,7 +430,7 @@ def damaged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Damaged]:
         for kind, thread_id in damaged.threads.items():
             interrupt = pause(client, thread_id)
             if kind == "repeat-request-data":
-                client.resume("/support", thread_id, resolved(interrupt.id, False))
+                client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": False}))
                 damaged.answered[kind] = interrupt.id
     for kind, thread_id in damaged.threads.items():
         run_id = f"support:{thread_id}/0"

@@ -307,7 +307,7 @@ def test_a_resume_in_forwarded_props_takes_the_dict_form_and_cancels(client: Cli
     thread_id = thread()
     _, interrupt = to_approval(client, thread_id)
     rejected = client.resume_forwarded(
-        "/support", thread_id, {"interrupts": [{"id": interrupt.id, "value": False}]}
+        "/support", thread_id, {"interrupts": [{"id": interrupt.id, "value": {"accepted": False}}]}
     )
     [question] = rejected.interrupts
     assert question.reason == "input_required"

@@ -1,0 +1,611 @@
+"""Hostile input, second report: what an outside tester still broke after the first round.
+
+Each test is one finding, run the way a user meets it: the installed ``workflow-engine`` as a
+subprocess (raw bytes on its stdin, a pipe closed under it, ``/dev/full``), and a real
+``workflow-engine serve`` spoken to over HTTP. The rules checked everywhere:
+
+* never a traceback (stderr, server log) and never a 5xx;
+* a refusal changes nothing -- the database's rows, read raw with sqlite3, are byte-for-byte
+  the same before and after;
+* a damaged record is a ``StoreCorruptError`` naming the run and the record: one ``error:``
+  line and exit 6 on the command line, ``RUN_ERROR`` ``store_corrupt`` from the server;
+* one-line errors with documented exit codes: 2 bad input, 6 storage, 141 a closed pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import uuid
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from ag_ui.core import EventType
+
+from tests.integration.agui_harness import Client, Server, Stream, resolved, run_input, user
+from tests.integration.cli_harness import ENGINE, TIMEOUT, Cli, Result
+from tests.integration.hostile_harness import corrupt_request_data, server_log_clean
+
+REFUND = "I want a refund for order 12345"
+DEEP = "[" * 100_000  # json.loads recurses once per "[": this is a RecursionError for it
+CONTROL = ("\x1b", "\x07", "\x00", "\r", "\u2028", "\x85")
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def raw_state(db: Path) -> tuple[Any, ...]:
+    """Every row of every table, as sqlite3 reads it (bytes for text, so nothing fails to
+    decode): what "nothing changed" means."""
+    conn = sqlite3.connect(db)
+    try:
+        tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        conn.text_factory = bytes
+        return tuple(
+            (t, sorted(conn.execute(f"SELECT * FROM {t}").fetchall(), key=repr))
+            for t in sorted(tables)
+        )
+    finally:
+        conn.close()
+
+
+def execute(db: Path, sql: str, params: Sequence[Any] = ()) -> None:
+    """Damage the database the way a hand edit, a buggy tool or a bad disk would."""
+    conn = sqlite3.connect(db)
+    try:
+        with conn:
+            conn.execute(sql, params)
+    finally:
+        conn.close()
+
+
+def run(
+    cli: Cli,
+    args: Sequence[str],
+    *,
+    stdin: bytes = b"",
+    stdout: Any = subprocess.PIPE,
+    db: bool = True,
+) -> Result:
+    """``workflow-engine ARGS --db DB`` with ``stdin`` as its input (a pipe, not a terminal)."""
+    proc = subprocess.run(
+        [str(ENGINE), *args, *(["--db", str(cli.db)] if db else [])],
+        input=stdin,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        env=cli.env,
+        cwd=cli.cwd,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    out = proc.stdout.decode("utf-8", "replace") if proc.stdout is not None else ""
+    return Result(tuple(args), proc.returncode, out, proc.stderr.decode("utf-8", "replace"))
+
+
+def copy_of(base: Cli, tmp_path: Path) -> Cli:
+    """A new CLI whose database is a copy of ``base``'s."""
+    cli = Cli(tmp_path)
+    shutil.copy(base.db, cli.db)
+    return cli
+
+
+def thread() -> str:
+    return f"thread-{uuid.uuid4().hex[:12]}"
+
+
+def refused_stream(stream: Stream, code: str) -> str:
+    """The stream is exactly RUN_STARTED + RUN_ERROR with ``code``; its message."""
+    assert [e.type for e in stream.events] == [EventType.RUN_STARTED, EventType.RUN_ERROR], (
+        stream.describe()
+    )
+    assert stream.error_code == code, stream.describe()
+    return stream.last.message
+
+
+def ledger(server: Server, thread_id: str) -> list[dict[str, Any]]:
+    path = Path(server.env["WORKFLOW_ENGINE_DEMO_LEDGER"])
+    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+    return [e for e in lines if f"support:{thread_id}/" in str(e["key"])]
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, str, str, str]:
+    """A database with two demo runs paused at their approvals: (cli, run, request, other run).
+    Tests damage copies of it."""
+    cli = Cli(tmp_path_factory.mktemp("hostile-more"))
+    run_id, request_id = cli.start_paused()
+    other, _ = cli.start_paused("My order 67890 arrived broken, I want a refund")
+    return cli, run_id, request_id, other
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root = tmp_path_factory.mktemp("hostile-more-server")
+    with Server(
+        db=root / "runs.db",
+        log=root / "server.log",
+        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(root / "ledger.jsonl")},
+    ) as running:
+        yield running
+    server_log_clean(running)
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[Client]:
+    yield Client(server.url)
+    server_log_clean(server)
+
+
+def pause(client: Client, thread_id: str) -> Any:
+    [interrupt] = client.start("/support", thread_id, REFUND).interrupts
+    assert interrupt.reason == "tool_call"
+    return interrupt
+
+
+# --- 1. a bearer token that is not ASCII ---------------------------------------------------------
+
+
+def test_a_bearer_header_that_is_not_ascii_is_a_401_not_a_500(tmp_path: Path) -> None:
+    """``secrets.compare_digest`` raised TypeError on a non-ASCII str: a 500 and a traceback."""
+    db, log = tmp_path / "runs.db", tmp_path / "server.log"
+    with Server(db=db, log=log, args=["--token", "s3cret"]) as server:
+        body = json.dumps(run_input(thread(), [user(REFUND)])).encode()
+        before = raw_state(db) if db.exists() else None
+        for value in (
+            "Bearer s3cr\u00e9t".encode(),  # UTF-8 bytes: a latin-1 str to Starlette
+            b"Bearer \xff",
+            b"Bearer s3cret\xff",
+            b"Bearer s3cre",
+            b"bearer s3cret",
+        ):
+            answer = httpx.post(
+                f"{server.url}/support",
+                content=body,
+                headers={"content-type": "application/json", "authorization": value},
+                timeout=30,
+            )
+            assert answer.status_code == 401, (value, answer.text)
+            assert answer.json() == {"error": "unauthorized"}
+        assert (raw_state(db) if db.exists() else None) == before
+        ok = Client(server.url, token="s3cret").start("/support", thread(), "Hello")
+        assert ok.finished.outcome is not None
+        server_log_clean(server)
+
+
+@pytest.mark.parametrize(
+    ("token", "env", "mentions"),
+    [
+        ("s3cr\u00e9t", False, "not ASCII"),
+        ("s3cr\u00e9t", True, "not ASCII"),
+        ("   ", False, "whitespace"),
+        ("", False, "empty"),
+        ("a\tb", True, "control character"),
+        (" s3cret", False, "whitespace"),
+    ],
+)
+def test_a_token_clients_could_not_send_is_refused_at_start(
+    tmp_path: Path, token: str, env: bool, mentions: str
+) -> None:
+    cli = Cli(tmp_path)
+    args = ["serve", "--port", "0"] + ([] if env else ["--token", token])
+    if env:
+        cli.env["WORKFLOW_ENGINE_TOKEN"] = token
+    result = cli.run(*args)
+    assert result.code == 2, str(result)
+    line = result.error_line()
+    assert "--token" in line and mentions in line, line
+
+
+# --- 2. a port out of range ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("port", ["70000", "-1", "65536", "99999999999999999999"])
+def test_a_port_out_of_range_is_one_line_exit_2(tmp_path: Path, port: str) -> None:
+    """``serve --port 70000`` was an OverflowError traceback and exit 1."""
+    result = Cli(tmp_path).run("serve", f"--port={port}")
+    assert result.code == 2, str(result)
+    assert "between 0 and 65535" in result.error_line()
+
+
+# --- 3. deeply nested JSON in stored columns ----------------------------------------------------
+
+DEEP_COLUMNS: dict[str, tuple[str, list[list[str]]]] = {
+    "requests.data": (
+        "UPDATE requests SET data = :deep WHERE run_id = :run",
+        [["requests", "list"], ["respond", "{request}", "--approve"]],
+    ),
+    "requests.answer": (
+        "UPDATE requests SET answer = :deep, status = 'answered', answered_at = 1.0 "
+        "WHERE run_id = :run",
+        [["resume", "{run}"], ["respond", "{request}", "--approve"]],
+    ),
+    "runs.error": (
+        "UPDATE runs SET error = :deep WHERE run_id = :run",
+        [["runs", "list"], ["runs", "show", "{run}"], ["resume", "{run}"]],
+    ),
+}
+
+
+@pytest.mark.parametrize("column", list(DEEP_COLUMNS))
+def test_deeply_nested_stored_json_is_store_corrupt_exit_6(
+    base: tuple[Cli, str, str, str], tmp_path: Path, column: str
+) -> None:
+    """It was a RecursionError: "internal error", exit 1."""
+    source, run_id, request_id, _ = base
+    cli = copy_of(source, tmp_path)
+    sql, commands = DEEP_COLUMNS[column]
+    execute(cli.db, sql, {"deep": DEEP, "run": run_id})
+    before = raw_state(cli.db)
+    for command in commands:
+        args = [a.replace("{run}", run_id).replace("{request}", request_id) for a in command]
+        result = run(cli, args)
+        assert result.code == 6, str(result)
+        line = result.error_line()
+        assert run_id in line and "nested more than" in line and "damaged" in line, line
+        assert raw_state(cli.db) == before, str(result)
+
+
+# --- 4. columns of the wrong type ---------------------------------------------------------------
+
+BAD_COLUMNS: dict[str, tuple[str, list[list[str]], str]] = {
+    # one bad row used to break `runs list` for the whole database
+    "runs.status": (
+        "UPDATE runs SET status = 'bogus' WHERE run_id = :run",
+        [["runs", "list"], ["runs", "show", "{run}"], ["resume", "{run}"], ["cancel", "{run}"]],
+        "'bogus' is not a run state",
+    ),
+    "runs.version": (
+        "UPDATE runs SET version = 'x' WHERE run_id = :run",
+        [["resume", "{run}"], ["cancel", "{run}"]],
+        "lease version",
+    ),
+    "runs.lease": (
+        "UPDATE runs SET owner = 'x', lease_expires_at = 'soon' WHERE run_id = :run",
+        [["resume", "{run}"], ["cancel", "{run}"]],
+        "'soon' is not a time",
+    ),
+    "runs.error": (
+        "UPDATE runs SET error = '5' WHERE run_id = :run",
+        [["runs", "show", "{run}"]],
+        "recorded error",
+    ),
+    "runs.error without a message": (
+        'UPDATE runs SET error = \'{"code": "x"}\' WHERE run_id = :run',
+        [["runs", "show", "{run}"], ["runs", "show", "{run}", "--json"]],
+        "recorded error",
+    ),
+    "runs.created_at": (
+        "UPDATE runs SET created_at = 'abc' WHERE run_id = :run",
+        [["runs", "list"], ["runs", "list", "--json"]],
+        "'abc' is not a time",
+    ),
+    "runs.workflow_name not UTF-8": (
+        "UPDATE runs SET workflow_name = CAST(X'73FF' AS TEXT) WHERE run_id = :run",
+        [["runs", "list"], ["runs", "show", "{run}"]],
+        "not UTF-8",
+    ),
+    "checkpoints deleted": (
+        "DELETE FROM checkpoints WHERE run_id = :run",
+        [["cancel", "{run}"], ["resume", "{run}"], ["runs", "show", "{run}"]],
+        "is missing",
+    ),
+    "checkpoint body not UTF-8": (
+        "UPDATE checkpoints SET body = CAST(X'7BFF7D' AS TEXT) WHERE run_id = :run",
+        [["runs", "show", "{run}"], ["resume", "{run}"]],
+        "not UTF-8",
+    ),
+    "checkpoint status": (
+        "UPDATE checkpoints SET status = 'odd' WHERE run_id = :run",
+        [["runs", "show", "{run}"]],
+        "'odd' is not a run state",
+    ),
+    "requests.status": (
+        "UPDATE requests SET status = 'weird' WHERE run_id = :run",
+        [["respond", "{request}", "--approve"]],
+        "'weird' is not a status",
+    ),
+    "requests.superstep": (
+        "UPDATE requests SET superstep = 'x' WHERE run_id = :run",
+        [["requests", "list"], ["respond", "{request}", "--approve"]],
+        "superstep",
+    ),
+}
+
+
+@pytest.mark.parametrize("column", list(BAD_COLUMNS))
+def test_a_column_of_the_wrong_type_is_store_corrupt_naming_the_run(
+    base: tuple[Cli, str, str, str], tmp_path: Path, column: str
+) -> None:
+    """ValueError, TypeError, AttributeError or a bare AssertionError before: exit 1."""
+    source, run_id, request_id, other = base
+    cli = copy_of(source, tmp_path)
+    sql, commands, mentions = BAD_COLUMNS[column]
+    execute(cli.db, sql, {"run": run_id})
+    before = raw_state(cli.db)
+    for command in commands:
+        args = [a.replace("{run}", run_id).replace("{request}", request_id) for a in command]
+        result = run(cli, args)
+        assert result.code == 6, str(result)
+        line = result.error_line()
+        assert run_id in line and mentions in line, line
+        assert other not in line  # the damaged run is named, not the healthy one
+        assert raw_state(cli.db) == before, str(result)
+    # the healthy run is still usable
+    assert run(cli, ["runs", "show", other]).code == 0
+
+
+def test_a_schema_version_that_is_not_a_number_names_the_database(
+    base: tuple[Cli, str, str, str], tmp_path: Path
+) -> None:
+    """``we_schema.version = 'x'``: a TypeError on every command before."""
+    source, run_id, _, _ = base
+    cli = copy_of(source, tmp_path)
+    execute(cli.db, "UPDATE we_schema SET version = 'x'")
+    before = raw_state(cli.db)
+    for command in (["runs", "list"], ["runs", "show", run_id], ["requests", "list"]):
+        result = run(cli, command)
+        assert result.code == 6, str(result)
+        line = result.error_line()
+        assert str(cli.db) in line and "schema version" in line and "'x'" in line, line
+    assert raw_state(cli.db) == before
+
+
+def test_the_server_reports_a_wrongly_typed_run_as_store_corrupt(
+    client: Client, server: Server
+) -> None:
+    thread_id = thread()
+    pause(client, thread_id)
+    run_id = f"support:{thread_id}/0"
+    for sql in (
+        "UPDATE runs SET status = 'bogus' WHERE run_id = ?",
+        "UPDATE runs SET created_at = 'abc', status = 'idle_with_pending_requests' "
+        "WHERE run_id = ?",
+    ):
+        execute(server.db, sql, (run_id,))
+        before = raw_state(server.db)
+        message = refused_stream(client.start("/support", thread_id, "Hello?"), "store_corrupt")
+        assert run_id in message
+        assert raw_state(server.db) == before
+
+
+# --- 3 (server). deep JSON read back by the server ---------------------------------------------
+
+
+@pytest.mark.parametrize("column", ["requests.data", "requests.answer", "runs.error"])
+def test_the_server_reports_deep_stored_json_as_store_corrupt(
+    client: Client, server: Server, column: str
+) -> None:
+    """An internal_error and a traceback in the log before."""
+    thread_id = thread()
+    interrupt = pause(client, thread_id)
+    answer = resolved(interrupt.id, {"accepted": False})
+    client.resume("/support", thread_id, answer)  # answered and applied: a repeat reads it
+    run_id = f"support:{thread_id}/0"
+    table, _, name = column.partition(".")
+    execute(server.db, f"UPDATE {table} SET {name} = ? WHERE run_id = ?", (DEEP, run_id))
+    before = raw_state(server.db)
+    if column == "runs.error":
+        stream = client.start("/support", thread_id, "Hello?")
+    else:
+        stream = client.resume("/support", thread_id, answer)
+    message = refused_stream(stream, "store_corrupt")
+    assert run_id in message and "nested more than" in message
+    assert raw_state(server.db) == before
+
+
+# --- 5. control characters in ids ---------------------------------------------------------------
+
+HOSTILE_THREADS = [
+    "ctl\x1b[31mred",
+    "ctl\x07bell",
+    "ctl\x00nul",
+    "ctl\r\nerror: forged",
+    "ctl\u2028sep",
+    "ctl\x85next",
+]
+
+
+def test_control_characters_in_ids_never_reach_the_terminal(tmp_path: Path) -> None:
+    """The server takes any text as a threadId; the command line printed such run ids raw in
+    the "ambiguous prefix" error (an ESC sequence recoloured the terminal, a CR/LF forged a
+    line). Every id it prints is escaped: errors as repr does, tables and lines replaced."""
+    with Server(db=tmp_path / "runs.db", log=tmp_path / "server.log") as server:
+        client = Client(server.url)
+        for thread_id in HOSTILE_THREADS:
+            client.start("/support", thread_id, "Hello")
+        server_log_clean(server)
+    cli = Cli(tmp_path / "cli")
+    cli.db = server.db
+
+    def clean(result: Result) -> Result:
+        for char in CONTROL:
+            assert char not in result.out + result.err, (char, str(result))
+        return result
+
+    for command in (["runs", "show", "support:ctl"], ["cancel", "support:ctl"]):
+        result = clean(run(cli, command))
+        assert result.code == 2, str(result)
+        line = result.error_line()
+        assert "is ambiguous: 6 runs start with it" in line
+        assert "support:ctl\\x1b[31mred/0" in line and "support:ctl\\r\\nerror: forged/0" in line
+        assert "support:ctl\\x00nul/0" in line and "support:ctl\\u2028sep/0" in line
+    listing = clean(run(cli, ["runs", "list"]))
+    assert listing.code == 0 and "support:ctl\N{REPLACEMENT CHARACTER}" in listing.out
+    clean(run(cli, ["requests", "list"]))
+    shown = clean(run(cli, ["runs", "show", "support:ctl\x1b[31mred/0"]))
+    assert shown.code == 0, str(shown)
+    cancelled = clean(run(cli, ["cancel", "support:ctl\r\nerror: forged/0"]))
+    assert cancelled.code == 0 and cancelled.out.startswith("Run support:ctl"), str(cancelled)
+    missing = clean(run(cli, ["runs", "show", "no\x1b[2Jsuch"]))
+    assert missing.code == 4 and "no\\x1b[2Jsuch" in missing.error_line()
+
+
+# --- 6. bytes that are not UTF-8 at the prompts --------------------------------------------------
+
+
+def test_a_first_message_that_is_not_utf8_is_asked_again(tmp_path: Path) -> None:
+    """It was "internal error: PydanticSerializationError ... surrogates not allowed"."""
+    cli = Cli(tmp_path)
+    result = run(cli, ["demo", "handoff", "--interactive"], stdin=b"\xff\xfe hi\n")
+    assert result.code == 0, str(result)
+    assert "Traceback" not in result.out + result.err and "internal error" not in result.err
+    assert "that line is not text (byte 0xff is not UTF-8); type it again" in result.out
+    assert "Nothing started." in result.out
+    assert not cli.db.exists()  # nothing stored: not even a database
+
+
+@pytest.mark.parametrize(
+    ("typed", "code"),
+    [(b"hello\n\xff\n", 3), (b"hello\n\xed\xa0\x80 hi\n/end\n", 0)],
+)
+def test_a_reply_that_is_not_utf8_is_refused_and_never_stored(
+    tmp_path: Path, typed: bytes, code: int
+) -> None:
+    """It was exit 2, "Invalid JSON: lone leading surrogate"; now the prompt asks again and,
+    when the input ends there, the run waits (exit 3) or takes the next line."""
+    cli = Cli(tmp_path)
+    result = run(cli, ["demo", "handoff", "--interactive"], stdin=typed)
+    assert result.code == code, str(result)
+    assert "Traceback" not in result.out + result.err and "error" not in result.err, str(result)
+    assert "that line is not text" in result.out
+    conn = sqlite3.connect(cli.db)
+    try:
+        conn.text_factory = bytes
+        answers = [a for (a,) in conn.execute("SELECT answer FROM requests") if a is not None]
+    finally:
+        conn.close()
+    for stored in answers:  # the refused line reached no row, escaped or not
+        assert b"\\udc" not in stored.lower() and b"\\ud8" not in stored.lower(), stored
+        stored.decode("utf-8")
+
+
+def test_json_typed_at_a_prompt_is_bounded(tmp_path: Path) -> None:
+    """Edited arguments go through the same bounded parser as ``--arguments``."""
+    cli = Cli(tmp_path)
+    typed = b"e\n" + DEEP.encode() + b'\n{"amount": NaN}\n\nn\n\n\n'
+    result = run(cli, ["demo", "handoff", "-m", REFUND, "--interactive"], stdin=typed)
+    assert result.code == 0, str(result)
+    assert "Traceback" not in result.out + result.err and "internal error" not in result.err
+    assert "nests 100000 levels deep; the limit is 64" in result.out
+    assert "NaN is not JSON" in result.out
+    assert cli.ledger() == []  # rejected at last: nothing ran
+
+
+# --- 7. resume payloads that do not match the responseSchema ------------------------------------
+
+NOT_THE_SCHEMA = [
+    True,  # a bare boolean used to run submit_refund
+    False,
+    {"accepted": True, "approved": False},  # which one counts? it used to approve
+    {"approved": True, "accepted": True},
+    {"accepted": True, "arguments": None},
+    {"accepted": True, "arguments": [1]},
+    {"accepted": True, "approve": True},
+    {"accepted": 1},
+    {},
+    "yes",
+    None,
+    [True],
+]
+
+
+def test_resume_payloads_outside_the_response_schema_are_refused(
+    client: Client, server: Server
+) -> None:
+    thread_id = thread()
+    interrupt = pause(client, thread_id)
+    assert interrupt.response_schema["required"] == ["accepted"]
+    before = raw_state(server.db)
+    for payload in NOT_THE_SCHEMA:
+        stream = client.resume("/support", thread_id, resolved(interrupt.id, payload))
+        message = refused_stream(stream, "invalid_resume_payload")
+        assert "expected {accepted: boolean, arguments?: object}" in message, message
+        assert raw_state(server.db) == before, payload
+    assert ledger(server, thread_id) == []
+    # what the schema says is still taken: {"approved": bool} alone too, with arguments
+    edit = {"approved": True, "arguments": {"amount": 10.0}}
+    done = client.resume("/support", thread_id, resolved(interrupt.id, edit))
+    assert "submitted" in done.results()[interrupt.tool_call_id]
+    [refund] = ledger(server, thread_id)
+    assert refund["amount"] == 10.0
+
+
+# --- 8. the rest ----------------------------------------------------------------------------------
+
+
+def test_a_closed_pipe_stops_quietly(base: tuple[Cli, str, str, str]) -> None:
+    """``runs list | head -1`` printed "internal error: BrokenPipeError"."""
+    cli, run_id, _, _ = base
+    for command in (
+        ["runs", "list"],
+        ["runs", "list", "--json"],
+        ["runs", "show", run_id],
+        ["requests", "list"],
+        ["graph", "handoff"],
+    ):
+        read, write = os.pipe()
+        os.close(read)  # the reader is gone before anything is written
+        try:
+            result = run(cli, command, stdout=write, db=command[0] != "graph")
+        finally:
+            os.close(write)
+        assert result.code == 141, str(result)
+        assert result.err == "", str(result)
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_output_to_a_full_disk_is_one_line(base: tuple[Cli, str, str, str]) -> None:
+    cli, run_id, _, _ = base
+    for command in (["runs", "list"], ["runs", "show", run_id, "--json"], ["graph", "handoff"]):
+        with open("/dev/full", "wb") as full:
+            result = run(cli, command, stdout=full, db=command[0] != "graph")
+        assert result.code == 1, str(result)
+        assert "cannot write the output: No space left on device" in result.error_line()
+
+
+@pytest.mark.parametrize(
+    "value",
+    [{"$float": "x"}, {"$items": 5}, {"$type": 3, "data": {}}, {"$uuid": "zz"}, {"$nope": 1}],
+)
+def test_requests_list_flags_damaged_data(
+    base: tuple[Cli, str, str, str], tmp_path: Path, value: Any
+) -> None:
+    """``{"$float": "x"}`` used to show as ``refund_agent: "x"``."""
+    source, _, request_id, _ = base
+    cli = copy_of(source, tmp_path)
+    corrupt_request_data(cli.db, request_id, json.dumps(value))
+    table = run(cli, ["requests", "list"])
+    assert table.code == 0, str(table)
+    [row] = [line for line in table.out.splitlines() if line.startswith(request_id[:8])]
+    assert "damaged record, cannot be shown" in row, row
+    rows = {r["request_id"]: r for r in cli.json("requests", "list")}
+    assert rows[request_id]["what"].startswith("damaged record"), rows
+
+
+def test_a_stranded_run_has_its_own_code(client: Client, server: Server) -> None:
+    """The workflow's graph changed under a paused run: its interrupt is not "of an earlier
+    run" (interrupt_not_current) -- the run is stranded."""
+    thread_id = thread()
+    interrupt = pause(client, thread_id)
+    execute(
+        server.db,
+        "UPDATE runs SET workflow_signature = 'an-older-graph' WHERE run_id = ?",
+        (f"support:{thread_id}/0",),
+    )
+    before = raw_state(server.db)
+    for payload in ({"accepted": True}, {"accepted": False}):
+        stream = client.resume("/support", thread_id, resolved(interrupt.id, payload))
+        message = refused_stream(stream, "run_stranded")
+        assert "stranded" in message and "an-older-graph" in message, message
+        assert "earlier run" not in message
+    assert raw_state(server.db) == before
+    assert ledger(server, thread_id) == []
