@@ -50,12 +50,14 @@ SQL_RELEASE = (  # owner tokens are unique per execution, so the owner alone fen
 SQL_COMMIT_RUN = (
     "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "
     "latest_checkpoint_id = ?, checkpoint_seq = ?, since_snapshot = ?, lease_expires_at = ?, "
-    "error = NULL WHERE run_id = ? AND version = ? AND owner = ?"
-)
+    "error = NULL WHERE run_id = ? AND version = ? AND owner = ? "
+    "AND (? IS NULL OR latest_checkpoint_id = ?) RETURNING cancel_requested"
+)  # fenced by the lease, and by the parent being the latest (history never forks)
 SQL_COMMIT_RUN_RELEASE = (  # the same, and the lease ends (lease_expires_at is given as NULL)
     "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "
     "latest_checkpoint_id = ?, checkpoint_seq = ?, since_snapshot = ?, lease_expires_at = ?, "
-    "error = NULL, owner = NULL WHERE run_id = ? AND version = ? AND owner = ?"
+    "error = NULL, owner = NULL WHERE run_id = ? AND version = ? AND owner = ? "
+    "AND (? IS NULL OR latest_checkpoint_id = ?) RETURNING cancel_requested"
 )
 SQL_SET_STATUS = (
     "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ? "

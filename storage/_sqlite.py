@@ -177,6 +177,7 @@ class SqliteStore:
         self._meta: dict[str, tuple[int, int]] = {}  # run_id -> (checkpoint_seq, since_snapshot)
         self._lease_seconds: dict[str, float] = {}
         self._sizes: dict[str, tuple[int, int]] = {}  # run_id -> (delta bytes since, snapshot)
+        self._journaled: set[str] = set()  # runs whose journal may hold entries to compact
         # run_id -> the latest checkpoint this store wrote or read, kept (on the store's thread
         # only) so that resuming a run this process paused skips reading and parsing it again
         self._recent: OrderedDict[str, Checkpoint] = OrderedDict()
@@ -426,6 +427,7 @@ class SqliteStore:
     def _leased(self, lease: Lease, meta: tuple[int, int], lease_seconds: float) -> None:
         """After the COMMIT that took ``lease``: where the run's checkpoint chain stands."""
         self._meta[lease.run_id] = meta
+        self._journaled.add(lease.run_id)  # a crashed holder may have left entries
         self._lease_seconds[lease.run_id] = lease_seconds
 
     def _take_lease(
@@ -632,6 +634,8 @@ class SqliteStore:
             run_id,
             lease.version,
             lease.owner,
+            checkpoint.parent_id,
+            checkpoint.parent_id,
         )
         added = changes.requests_added
         request_rows = new_request_rows(checkpoint, added, now) if added else None
@@ -669,6 +673,7 @@ class SqliteStore:
         else:
             self._meta[run[8]] = meta
         self._remember(checkpoint)
+        self._journaled.discard(run[8])
         return cancel, waiting
 
     def _commit_rows(
@@ -682,25 +687,24 @@ class SqliteStore:
         status_rows: list[tuple[str, str]],
     ) -> tuple[bool, bool]:
         run_id = run[8]
-        latest, cancel = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
-        parent = checkpoint.parent_id
-        if parent is not None and parent != latest:
+        row = conn.execute(text, run).fetchone()  # one statement: fenced update + cancel flag
+        if row is None:  # refused: say why (the lease was taken over, or history moved on)
+            latest, _ = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
             raise CheckpointNotLatestError(
-                f"run {run_id!r}: checkpoint {checkpoint.checkpoint_id} follows {parent}, but "
-                f"the run's latest checkpoint is {latest}; continue from the latest, or fork"
+                f"run {run_id!r}: checkpoint {checkpoint.checkpoint_id} follows "
+                f"{checkpoint.parent_id}, but the run's latest checkpoint is {latest}; continue "
+                "from the latest, or fork"
             )
-        if conn.execute(text, run).rowcount != 1:
-            raise LeaseLostError(
-                f"run {run_id!r} is being executed by another worker: our lease "
-                "was taken over, so this superstep is not committed"
-            )
+        cancel = bool(row[0])
         conn.execute(SQL_INSERT_CHECKPOINT, body)
         if request_rows:
             conn.executemany(SQL_INSERT_REQUEST, request_rows)
         if status_rows:
             conn.executemany(SQL_REQUEST_STATUS, status_rows)
-        # entries of committed supersteps are never read again
-        conn.execute(SQL_JOURNAL_COMPACT, (run_id, checkpoint.superstep))
+        # entries of committed supersteps are never read again (only a run whose journal this
+        # store touched since its lease was taken can have any)
+        if run_id in self._journaled:
+            conn.execute(SQL_JOURNAL_COMPACT, (run_id, checkpoint.superstep))
         if cancel and checkpoint.status is WorkflowRunState.CANCELLED:
             conn.execute(SQL_CANCEL_DONE, (run_id,))
             cancel = False
@@ -928,6 +932,7 @@ class SqliteStore:
         row = await self._query(_fetch_one, SQL_JOURNAL_GET, (run_id, key))
         if row is None:
             return None
+        self._journaled.add(run_id)
         return load_json(row[0], run_id, f"journal entry {key!r}")
 
     async def journal_intent(
@@ -935,6 +940,7 @@ class SqliteStore:
     ) -> None:
         """Record that a step is starting (kept if the key has an entry), fenced by ``lease``."""
         text = canonical_json(entry)
+        self._journaled.add(run_id)
         self._fault("intent:before")
         await self._in_write(self._journal_write, run_id, key, text, superstep, lease, False)
         self._fault("intent:after")
@@ -945,6 +951,7 @@ class SqliteStore:
         """Store a result unless one exists (first writer wins; it replaces an intent);
         returns the stored result. Fenced by ``lease`` when given."""
         text = canonical_json(value)
+        self._journaled.add(run_id)
         self._fault("journal:before")
         stored = await self._in_write(
             self._journal_write, run_id, key, text, superstep, lease, True

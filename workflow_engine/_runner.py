@@ -556,15 +556,21 @@ class RunLoop:
         return new_requests, changes
 
     def give_copies(self, envelopes: list[Envelope]) -> None:
-        """Each receiver gets its own decoded copy of its message (a receiver that mutates it
-        affects no sibling, exactly as after a restore); the encoded form goes to the
-        checkpoint, so decoding it here also proves it readable."""
+        """Each receiver gets its own copy of its message (a receiver that mutates it affects
+        no sibling, exactly as after a restore). A sent message is already a private snapshot
+        decoded from what the checkpoint stores: its first receiver takes that one, every
+        other receiver a fresh decode."""
         encode = self.codec.encode
         decode = self.codec.decode
+        handed: set[int] = set()
         for env in envelopes:
-            if env.encoded is NOT_ENCODED:
+            if env.encoded is NOT_ENCODED:  # a fan-in batch: assembled here, encode it once
                 env.encoded = encode(env.data)
-            env.data = decode(env.encoded)
+                env.data = decode(env.encoded)
+            elif id(env.data) in handed:
+                env.data = decode(env.encoded)
+            else:
+                handed.add(id(env.data))
 
     def port_request(self, env: Envelope, superstep: int) -> ExternalRequest:
         """The request a message delivered to a RequestPort becomes; its id derives from the

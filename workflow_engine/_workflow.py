@@ -731,7 +731,9 @@ class Workflow:
             if request.effect_key is not None:
                 await self._resolve_effect(loop, request, value)
             elif request.from_port:
-                sends.append(Send(request.port_id, value, None, answer_send_id(rid), encode(value)))
+                encoded = encode(value)  # the message is a snapshot, like every sent message
+                copy = self.codec.decode(encoded)
+                sends.append(Send(request.port_id, copy, None, answer_send_id(rid), encoded))
             else:
                 record["request"] = {
                     "port_id": request.port_id,
