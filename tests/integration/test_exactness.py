@@ -39,6 +39,14 @@ class Box(BaseModel):
     n: int = 0
 
 
+class Start(Executor):
+    """Forwards the start message along its edges."""
+
+    @handler
+    async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(message)
+
+
 class Crash(BaseException):
     """Stands in for kill -9 inside the process."""
 
@@ -70,11 +78,6 @@ def open_runtime(db: Path, build: Any, **options: Any) -> Runtime:
 
 def build_fan(ledger: Ledger, crash_once: list[bool]) -> Any:
     """start fans out to an effect executor and a request port; the port's answer goes on."""
-
-    class Start(Executor):
-        @handler
-        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
-            await ctx.send_message(message)
 
     class Effect(Executor):
         @handler
@@ -134,11 +137,6 @@ async def test_answer_stored_between_crash_and_recovery_keeps_the_journal(
     """The reported case: the crash comes first, then an answer, then recovery."""
     ledger, crash = Ledger(), [True]
     db = tmp_path / "runs.db"
-
-    class Start(Executor):
-        @handler
-        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
-            await ctx.send_message(message)
 
     class Effect(Executor):
         @handler
@@ -289,11 +287,6 @@ async def test_idempotency_keys_differ_per_executor_and_are_stable(tmp_path: Pat
 
 
 def build_chained_ports() -> Any:
-    class Start(Executor):
-        @handler
-        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
-            await ctx.send_message(message)
-
     class End(Executor):
         @handler
         async def done(self, answer: int, ctx: WorkflowContext[Never, int]) -> None:
@@ -749,11 +742,6 @@ async def test_a_message_is_what_it_was_when_sent(tmp_path: Path) -> None:
 async def test_an_answer_stored_while_the_run_executes_is_applied(tmp_path: Path) -> None:
     """The answerer's own resume finds the run busy; the worker executing it must apply the
     answer before resting, instead of pausing on a request that is already answered."""
-
-    class Start(Executor):
-        @handler
-        async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
-            await ctx.send_message(message)
 
     class Slow(Executor):
         @handler
