@@ -222,6 +222,24 @@ class TaggedJsonCodec:
         except Exception as exc:  # a shape no check foresaw: still a clear, typed error
             raise CorruptValueError(f"cannot decode {at}: {type(exc).__name__}: {exc}") from exc
 
+    def encode_checked(self, value: Any, *, at: str = "value") -> JSONValue:
+        """``encode``, and prove the result decodes -- what is stored must be readable. Plain
+        JSON (scalars, a list or flat dict of them) always decodes, so it skips the proof."""
+        t = type(value)
+        if t in _PRIMITIVES:
+            return value
+        if t is list and _PRIMITIVES.issuperset(map(type, value)):
+            return value.copy()
+        encoded = self.encode(value, at=at)
+        if encoded is not value and not (
+            type(encoded) is dict
+            and _STR_ONLY.issuperset(map(type, encoded))
+            and _PRIMITIVES.issuperset(map(type, encoded.values()))
+            and not any(k.startswith("$") for k in encoded)
+        ):
+            self.decode(encoded)
+        return encoded
+
     def copy(self, value: Any) -> Any:
         """An independent deep copy of ``value`` made by encoding and decoding it: what a
         receiver or a restored run would get. Raises like :meth:`encode` if it is not storable."""

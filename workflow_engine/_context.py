@@ -330,10 +330,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     async def set_state(self, key: str, value: Any) -> None:
         """Write this executor's durable state; committed with the superstep. The value is
         encoded (and checked decodable) now, so a later read is a copy."""
-        codec = self._scope.codec
-        encoded = codec.encode(value)
-        codec.decode(encoded)
-        self._step.state_writes[key] = encoded
+        self._step.state_writes[key] = encode_checked(self._scope.codec, value)
 
     async def get_shared(self, key: str, default: Any = None) -> Any:
         """Shared state as committed at the last barrier, plus this handler's own writes."""
@@ -347,10 +344,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     async def set_shared(self, key: str, value: Any) -> None:
         """Write shared state; visible to every executor after the barrier. If two executors write
         the same key in one superstep, the later one in graph order wins."""
-        codec = self._scope.codec
-        encoded = codec.encode(value)
-        codec.decode(encoded)
-        self._step.shared_writes[key] = encoded
+        self._step.shared_writes[key] = encode_checked(self._scope.codec, value)
 
     # --- requests -------------------------------------------------------------------------------
 
@@ -374,3 +368,13 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         )
         step.requests.append(request)
         return request.request_id
+
+
+def encode_checked(codec: JsonCodec, value: Any) -> Any:
+    """Encode ``value`` and prove it decodes (cheaply, when the codec knows how)."""
+    checked = getattr(codec, "encode_checked", None)
+    if checked is not None:
+        return checked(value)
+    encoded = codec.encode(value)
+    codec.decode(encoded)
+    return encoded

@@ -102,7 +102,7 @@ class RunState:
 
     def in_doubt(self) -> bool:
         """A step's effect is in doubt: no superstep runs until a person says what happened."""
-        return any(r.effect_key is not None for r in self.pending.values())
+        return bool(self.pending) and any(r.effect_key is not None for r in self.pending.values())
 
     def resting_status(self) -> WorkflowRunState:
         """The status this state has if the run stops here."""
