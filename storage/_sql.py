@@ -51,13 +51,13 @@ SQL_COMMIT_RUN = (
     "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "
     "latest_checkpoint_id = ?, checkpoint_seq = ?, since_snapshot = ?, lease_expires_at = ?, "
     "error = NULL WHERE run_id = ? AND version = ? AND owner = ? "
-    "AND (? IS NULL OR latest_checkpoint_id = ?) RETURNING cancel_requested"
+    "AND (? IS NULL OR latest_checkpoint_id = ?)"
 )  # fenced by the lease, and by the parent being the latest (history never forks)
 SQL_COMMIT_RUN_RELEASE = (  # the same, and the lease ends (lease_expires_at is given as NULL)
     "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "
     "latest_checkpoint_id = ?, checkpoint_seq = ?, since_snapshot = ?, lease_expires_at = ?, "
     "error = NULL, owner = NULL WHERE run_id = ? AND version = ? AND owner = ? "
-    "AND (? IS NULL OR latest_checkpoint_id = ?) RETURNING cancel_requested"
+    "AND (? IS NULL OR latest_checkpoint_id = ?)"
 )
 SQL_SET_STATUS = (
     "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ? "
@@ -106,6 +106,7 @@ SQL_JOURNAL_PUT = (
 SQL_JOURNAL_REPLACE = "UPDATE journal SET value = ?, created_at = ? WHERE run_id = ? AND key = ?"
 SQL_JOURNAL_CLEAR = "DELETE FROM journal WHERE run_id = ? AND key = ?"
 SQL_JOURNAL_COMPACT = "DELETE FROM journal WHERE run_id = ? AND superstep <= ?"
+SQL_CANCEL_FLAG = "SELECT cancel_requested FROM runs WHERE run_id = ?"
 SQL_FENCE = (
     "SELECT owner, version, latest_checkpoint_id, cancel_requested FROM runs WHERE run_id = ?"
 )

@@ -85,6 +85,7 @@ from ._sql import (
     SQL_ANSWER_WAITING,
     SQL_ANSWERED,
     SQL_CANCEL_DONE,
+    SQL_CANCEL_FLAG,
     SQL_CHAIN,
     SQL_CHECKPOINT_PLACE,
     SQL_COMMIT_RUN,
@@ -687,15 +688,14 @@ class SqliteStore:
         status_rows: list[tuple[str, str]],
     ) -> tuple[bool, bool]:
         run_id = run[8]
-        row = conn.execute(text, run).fetchone()  # one statement: fenced update + cancel flag
-        if row is None:  # refused: say why (the lease was taken over, or history moved on)
+        if conn.execute(text, run).rowcount != 1:  # refused: say why (lease lost, or history moved)
             latest, _ = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
             raise CheckpointNotLatestError(
                 f"run {run_id!r}: checkpoint {checkpoint.checkpoint_id} follows "
                 f"{checkpoint.parent_id}, but the run's latest checkpoint is {latest}; continue "
                 "from the latest, or fork"
             )
-        cancel = bool(row[0])
+        cancel = bool(conn.execute(SQL_CANCEL_FLAG, (run_id,)).fetchone()[0])
         conn.execute(SQL_INSERT_CHECKPOINT, body)
         if request_rows:
             conn.executemany(SQL_INSERT_REQUEST, request_rows)
