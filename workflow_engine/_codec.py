@@ -59,7 +59,12 @@ from zoneinfo import ZoneInfo
 from pydantic import ValidationError
 from pydantic_core import to_jsonable_python
 
-from ._errors import CorruptValueError, SerializationError, UnregisteredTypeError
+from ._errors import (
+    CorruptValueError,
+    SerializationError,
+    StoreCorruptError,
+    UnregisteredTypeError,
+)
 from ._registry import DATACLASS, ENUM, MODEL, NAMEDTUPLE, ROOT, TypeEntry, TypeRegistry
 from ._types import type_name
 
@@ -700,3 +705,24 @@ _MARKERS: dict[str, Callable[[TaggedJsonCodec, dict[str, Any], int], Any]] = {
     "$time": TaggedJsonCodec._dec_clock,
     "$timedelta": TaggedJsonCodec._dec_timedelta,
 }
+
+
+def encode_checked(codec: JsonCodec, value: Any) -> JSONValue:
+    """Encode ``value`` and prove it decodes -- what is stored must be readable (cheaply,
+    when the codec knows how: ``TaggedJsonCodec.encode_checked``)."""
+    checked = getattr(codec, "encode_checked", None)
+    if checked is not None:
+        return checked(value)
+    encoded = codec.encode(value)
+    codec.decode(encoded)
+    return encoded
+
+
+def decode_stored(codec: JsonCodec, data: JSONValue, run_id: str, what: str) -> Any:
+    """Decode a value read back from a store. It was proven readable when written, so a
+    failure means the record is damaged: a ``StoreCorruptError`` naming the run and ``what``
+    the record is -- never a raw codec error, never a handler's failure."""
+    try:
+        return codec.decode(data)
+    except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise StoreCorruptError(f"run {run_id!r}: {what} does not decode: {exc}") from exc

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any, Generic, Never
 import anyio
 from typing_extensions import TypeVar
 
+from ._codec import decode_stored, encode_checked
 from ._errors import (
     DefinitionError,
     EffectInDoubtError,
-    SerializationError,
-    StoreCorruptError,
     UndeclaredOutputError,
     UnknownTargetError,
 )
@@ -316,16 +315,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         return default
 
     def _stored(self, encoded: Any, what: str) -> Any:
-        """Decode committed state. It was checked when written, so a failure means the stored
-        record is damaged: a ``StoreCorruptError`` (the run stops and nothing is written), not
-        a handler failure that would end the run FAILED."""
+        """Decode committed state (damage stops the run: ``StoreCorruptError``)."""
         scope = self._scope
-        try:
-            return scope.codec.decode(encoded)
-        except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise StoreCorruptError(
-                f"run {scope.run_id!r}: the stored {what} does not decode: {exc}"
-            ) from exc
+        return decode_stored(scope.codec, encoded, scope.run_id, f"the stored {what}")
 
     async def set_state(self, key: str, value: Any) -> None:
         """Write this executor's durable state; committed with the superstep. The value is
@@ -368,13 +360,3 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         )
         step.requests.append(request)
         return request.request_id
-
-
-def encode_checked(codec: JsonCodec, value: Any) -> Any:
-    """Encode ``value`` and prove it decodes (cheaply, when the codec knows how)."""
-    checked = getattr(codec, "encode_checked", None)
-    if checked is not None:
-        return checked(value)
-    encoded = codec.encode(value)
-    codec.decode(encoded)
-    return encoded

@@ -94,7 +94,6 @@ class RunState:
     pending: dict[str, ExternalRequest] = field(default_factory=dict)
     answered: dict[str, Any] = field(default_factory=dict)
     cancelled: list[str] = field(default_factory=list)
-    outputs: list[Any] = field(default_factory=list)
     encoded_outputs: list[Any] = field(default_factory=list)
     status: WorkflowRunState = WorkflowRunState.IN_PROGRESS
     checkpoint: Checkpoint | None = None
@@ -541,7 +540,6 @@ class RunLoop:
         s.shared = shared
         s.inbox = delivery.inbox
         s.fan_in = delivery.fan_in
-        s.outputs.extend(new_outputs)
         s.encoded_outputs.extend(encoded_outputs)
         self.committed_outputs.extend(new_outputs)
         for request in new_requests:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter, ValidationError
 
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore
-from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry
+from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotLatestError,
@@ -540,10 +540,7 @@ class Workflow:
     def decode_stored(self, data: Any, run_id: str, record: str) -> Any:
         """Decode a value read from a store; damage is a ``StoreCorruptError`` naming the run
         and the record (``record``: e.g. "request 1f…'s data")."""
-        try:
-            return self.codec.decode(data)
-        except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise StoreCorruptError(f"run {run_id!r}: {record} does not decode: {exc}") from exc
+        return decode_stored(self.codec, data, run_id, record)
 
     def _restore(self, checkpoint: Checkpoint) -> RunState:
         dec = self.codec.decode
@@ -584,7 +581,6 @@ class Workflow:
             pending=pending,
             answered=dict(checkpoint.answered_requests),
             cancelled=list(checkpoint.cancelled_requests),
-            outputs=[dec(o) for o in checkpoint.outputs],
             encoded_outputs=list(checkpoint.outputs),
             status=checkpoint.status,
             checkpoint=checkpoint,
