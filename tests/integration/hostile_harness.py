@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +91,19 @@ BAD_VALUES: dict[str, Any] = {
     "type": {"$type": "no.such.Type", "data": {}},
 }
 """Values that are valid JSON but not valid tagged-json/1, one per marker."""
+
+
+@contextmanager
+def default_server(base: Path) -> Iterator[Server]:
+    """The default ``serve`` (loopback, no token, no CORS origins), its files and the demo's
+    ledger in ``base``; when it stops, its log must hold no traceback."""
+    with Server(
+        db=base / "runs.db",
+        log=base / "server.log",
+        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(base / "ledger.jsonl")},
+    ) as running:
+        yield running
+    server_log_clean(running)
 
 
 def corrupt_pending_data(db: Path, run_id: str, value: Any) -> str:

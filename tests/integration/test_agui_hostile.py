@@ -31,6 +31,7 @@ from tests.integration.hostile_harness import (
     corrupt_checkpoint_body,
     corrupt_pending_data,
     corrupt_request_data,
+    default_server,
     server_log_clean,
     store_state,
 )
@@ -44,14 +45,8 @@ JSON = {"content-type": "application/json"}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """The default server: loopback, no token, no CORS origins."""
-    base = tmp_path_factory.mktemp("hostile")
-    with Server(
-        db=base / "runs.db",
-        log=base / "server.log",
-        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(base / "ledger.jsonl")},
-    ) as running:
+    with default_server(tmp_path_factory.mktemp("hostile")) as running:
         yield running
-    server_log_clean(running)
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from ag_ui.core import EventType
 
 from tests.integration.agui_harness import Client, Server, Stream, resolved, run_input, user
 from tests.integration.cli_harness import ENGINE, TIMEOUT, Cli, Result
-from tests.integration.hostile_harness import corrupt_request_data, server_log_clean
+from tests.integration.hostile_harness import corrupt_request_data, default_server, server_log_clean
 
 REFUND = "I want a refund for order 12345"
 DEEP = "[" * 100_000  # json.loads recurses once per "[": this is a RecursionError for it
@@ -129,14 +129,8 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Cli, str, str, str]:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = tmp_path_factory.mktemp("hostile-more-server")
-    with Server(
-        db=root / "runs.db",
-        log=root / "server.log",
-        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(root / "ledger.jsonl")},
-    ) as running:
+    with default_server(tmp_path_factory.mktemp("hostile-more-server")) as running:
         yield running
-    server_log_clean(running)
 
 
 @pytest.fixture
