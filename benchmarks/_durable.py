@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from storage import SqliteStore
+from workflow_engine.storage import SqliteStore
 
 
 @contextmanager

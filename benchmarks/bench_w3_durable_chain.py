@@ -29,7 +29,6 @@ import anyio
 from _common import add_common_args, gc_note
 from _durable import db_bytes, kib, open_store, temp_dir, written_bytes
 
-from storage import InMemoryRunStore
 from workflow_engine import (
     Executor,
     RunStore,
@@ -40,6 +39,7 @@ from workflow_engine import (
     WorkflowRunState,
     handler,
 )
+from workflow_engine.storage import InMemoryRunStore
 
 
 class Append(Executor):

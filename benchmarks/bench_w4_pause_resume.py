@@ -30,7 +30,6 @@ from pathlib import Path
 import anyio
 from _durable import open_store, temp_dir
 
-from storage import SqliteStore
 from workflow_engine import (
     Executor,
     RequestPort,
@@ -41,6 +40,7 @@ from workflow_engine import (
     WorkflowRunState,
     handler,
 )
+from workflow_engine.storage import SqliteStore
 
 START_MESSAGE = "supersteps"
 ANSWER = True

@@ -30,8 +30,8 @@ from _durable import open_store, temp_dir
 from bench_w3_durable_chain import build_chain
 from bench_w4_pause_resume import ANSWER, START_MESSAGE, build_review
 
-from storage import _sqlite
 from workflow_engine import Runtime, WorkflowRunState
+from workflow_engine.storage import _sqlite
 
 HOPS: collections.Counter[str] = collections.Counter()
 WORKER_BUSY: collections.Counter[str] = collections.Counter()  # seconds inside each call kind

@@ -48,9 +48,27 @@ def default_tag(cls: type) -> str:
     return own if isinstance(own, str) and own else cls.__qualname__
 
 
+# Packages that moved: a module path older versions wrote under the old name still decodes.
+_FORMER_PACKAGES = (
+    ("workflow_engine.executors.", "executors."),
+    ("workflow_engine.storage.", "storage."),
+    ("workflow_engine_cli.demos.", "examples."),
+)
+
+
 def legacy_tag(cls: type) -> str:
     """The tag older versions wrote by default (``module.qualname``); still decoded."""
     return type_name(cls)
+
+
+def legacy_tags(cls: type) -> tuple[str, ...]:
+    """Every tag older versions may have written for ``cls``: ``module.qualname``, also under
+    the name its package had before it moved."""
+    tag = type_name(cls)
+    for current, former in _FORMER_PACKAGES:
+        if tag.startswith(current):
+            return (tag, former + tag.removeprefix(current))
+    return (tag,)
 
 
 def _kind_of(cls: type) -> int:
@@ -175,7 +193,9 @@ class TypeRegistry:
         if entry is not None:
             return entry
         with self._lock:
-            found = [c for c in self._subclasses() if tag in (default_tag(c), legacy_tag(c))]
+            found = [
+                c for c in self._subclasses() if tag == default_tag(c) or tag in legacy_tags(c)
+            ]
             if len(found) > 1:
                 raise SerializationError(self._ambiguous(tag, found))
             return self._register_found(found[0]) if found else None
@@ -202,9 +222,9 @@ class TypeRegistry:
         entry = TypeEntry(cls, tag, _kind_of(cls))
         self._by_class[cls] = entry
         self._by_tag[tag] = entry
-        legacy = legacy_tag(cls)
-        if legacy != tag and legacy not in self._by_tag:
-            self._aliases.setdefault(legacy, entry)
+        for legacy in legacy_tags(cls):
+            if legacy != tag and legacy not in self._by_tag:
+                self._aliases.setdefault(legacy, entry)
         for annotation in entry.annotations():
             for field_cls in concrete_classes(annotation):
                 if field_cls in self._by_class:

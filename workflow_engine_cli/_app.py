@@ -46,7 +46,6 @@ from ._exits import (
     EXIT_USAGE,
 )
 from ._ids import AmbiguousIdError, match, short_ids
-from ._input import InputError, check_text, parse_json
 from ._registry import (
     DEMO_ALIASES,
     ModelConfigError,
@@ -272,7 +271,7 @@ async def _with_runtime(
     Only ``workflows`` are registered up front; commands register the workflow of the run they
     act on once they know it (building every graph would dominate a listing's start-up time).
     """
-    from storage import default_db_path
+    from workflow_engine.storage import default_db_path
 
     path = db if db is not None else default_db_path()
     if not Path(path).exists():
@@ -534,6 +533,8 @@ def respond(
     if len(chosen) != 1:
         print_error("give exactly one of --approve/--reject, --message, --end, --data")
         raise typer.Exit(EXIT_USAGE)
+    from workflow_engine._input import InputError, check_text, parse_json
+
     try:
         if data is not None:
             answer: Any = parse_json(data, what="--data", max_bytes=MAX_ANSWER_BYTES)
@@ -798,6 +799,21 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
 MAX_ANSWER_BYTES = 1_000_000
 
 
+def _refuse_non_text(texts: list[tuple[str, str]]) -> None:
+    """Exit 2 on the first argument or variable that is not text.
+
+    argv arrives decoded with surrogateescape: a byte that was not UTF-8 becomes a lone
+    surrogate, which no file name, SQLite query or terminal can take. Say so once."""
+    from workflow_engine._input import InputError, check_text
+
+    try:
+        for what, text in texts:
+            check_text(text, what)
+    except InputError as exc:
+        print_error(str(exc))
+        raise SystemExit(EXIT_USAGE) from None
+
+
 def main() -> None:
     """The console script: refuse what cannot be text before click parses it, then run."""
     for stream in (sys.stdout, sys.stderr):
@@ -809,17 +825,15 @@ def main() -> None:
         # A typed line that is not UTF-8 arrives with its bad bytes as lone surrogates, which
         # the prompts refuse (and ask again) instead of failing to decode the line at all.
         reconfigure(errors="surrogateescape")
-    try:
-        for position, argument in enumerate(sys.argv[1:], start=1):
-            check_text(argument, f"argument {position}")
-        for name, value in os.environ.items():
-            if name.startswith("WORKFLOW_ENGINE_"):
-                check_text(value, f"environment variable {name}")
-    except InputError as exc:
-        # argv arrives decoded with surrogateescape: a byte that was not UTF-8 becomes a lone
-        # surrogate, which no file name, SQLite query or terminal can take. Say so once.
-        print_error(str(exc))
-        raise SystemExit(EXIT_USAGE) from None
+    texts = [(f"argument {n}", argument) for n, argument in enumerate(sys.argv[1:], start=1)]
+    texts += [
+        (f"environment variable {name}", value)
+        for name, value in os.environ.items()
+        if name.startswith("WORKFLOW_ENGINE_")
+    ]
+    suspect = [(what, text) for what, text in texts if not text.isascii()]  # ASCII is always text
+    if suspect:
+        _refuse_non_text(suspect)
     try:
         app()
     except SystemExit as done:
@@ -859,8 +873,8 @@ def serve(
     """Serve the support demo (/support) and the banking agent (/banking) over AG-UI.
 
     Logs go to stderr through Python's logging: uvicorn's access log (uvicorn.access), the
-    server's own messages (uvicorn.error) and the engine's (workflow_engine*, executors,
-    storage) -- one format, one level.
+    server's own messages (uvicorn.error) and the engine's (workflow_engine*) -- one
+    format, one level. Needs the server extra: ``pip install 'workflow-engine[server]'``.
     """
     import contextlib
     import logging
@@ -870,10 +884,18 @@ def serve(
         raise typer.Exit(EXIT_USAGE)
     level = log_level.upper()
 
-    import uvicorn
+    try:
+        import uvicorn
 
-    from ._http import normalize_origin
-    from ._server import create_app, is_loopback, token_problem
+        from workflow_engine_agui._http import normalize_origin
+
+        from ._server import create_app, is_loopback, token_problem
+    except ImportError as exc:
+        print_error(
+            f"serve needs the server extra ({exc.name or exc} is not installed): "
+            "pip install 'workflow-engine[server]'"
+        )
+        raise typer.Exit(EXIT_USAGE) from None
 
     if not 0 <= port <= 65535:
         print_error(f"--port must be between 0 and 65535 (0: any free port), not {port}")

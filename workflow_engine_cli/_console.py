@@ -27,13 +27,6 @@ from typing import Any
 from pydantic import TypeAdapter
 from pydantic_core import to_jsonable_python
 
-from executors import (
-    AgentResponse,
-    AgentRunUpdateEvent,
-    HandoffOutcome,
-    HandoffUserInputRequest,
-    ToolApprovalRequestContent,
-)
 from workflow_engine import (
     ExecutorFailedEvent,
     ExecutorInvokedEvent,
@@ -46,9 +39,16 @@ from workflow_engine import (
     WorkflowOutputEvent,
     WorkflowRunState,
 )
+from workflow_engine._input import InputError, MalformedJsonError, parse_json
+from workflow_engine.executors import (
+    AgentResponse,
+    AgentRunUpdateEvent,
+    HandoffOutcome,
+    HandoffUserInputRequest,
+    ToolApprovalRequestContent,
+)
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED
-from ._input import InputError, MalformedJsonError, parse_json
 from ._term import Part, Terminal
 from ._views import compact, field_notes, shape
 

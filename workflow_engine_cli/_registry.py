@@ -22,18 +22,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from executors import ChatClient
     from workflow_engine import Checkpoint, Runtime, Workflow
+    from workflow_engine.executors import ChatClient
 
 DEMO_ALIASES = {"handoff": "support", "support": "support", "banking": "banking"}
 DEMO_ALIASES |= {"transfer": "bank_transfer", "review": "review_loop"}
 
 # name → (module, function building the workflow, whether its agents take a model)
 _BUILDERS = {
-    "support": ("examples.support_handoff", "build_support_workflow", True),
-    "banking": ("examples.banking_assistant", "build_workflow", False),
-    "bank_transfer": ("examples.bank_transfer", "build_request_port_workflow", False),
-    "review_loop": ("examples.review_loop", "build_workflow", False),
+    "support": ("workflow_engine_cli.demos.support_handoff", "build_support_workflow", True),
+    "banking": ("workflow_engine_cli.demos.banking_assistant", "build_workflow", False),
+    "bank_transfer": (
+        "workflow_engine_cli.demos.bank_transfer",
+        "build_request_port_workflow",
+        False,
+    ),
+    "review_loop": ("workflow_engine_cli.demos.review_loop", "build_workflow", False),
 }
 
 MODEL_STATE_KEY = "workflow_engine_cli.model"
@@ -110,7 +114,7 @@ class ChatModel:
         """A chat client for every agent, or None: each agent keeps its scripted rules."""
         if self.config.provider == "scripted":
             return None
-        from executors import OpenAIChatClient
+        from workflow_engine.executors import OpenAIChatClient
 
         # everything explicit: the client must not fill a gap from the environment
         return OpenAIChatClient(
@@ -121,7 +125,7 @@ class ChatModel:
 def model_for_start(flags: ModelFlags, env: Mapping[str, str]) -> ChatModel:
     """The model a new run gets: flags win over ``OPENAI_*`` variables; a model name, an
     endpoint or a key means a real model, nothing (or ``--offline``) the scripted one."""
-    from executors._openai import DEFAULT_MODEL
+    from workflow_engine.executors._openai import DEFAULT_MODEL
 
     flags.check()
     base_url = flags.base_url or env.get("OPENAI_BASE_URL")
@@ -143,7 +147,7 @@ def model_for_resume(
     recorded its own (an endpoint they name that differs from the record is refused, since the
     key they hold is likely for that endpoint). The flags choose explicitly; fields they leave
     out come from the record."""
-    from executors._openai import DEFAULT_MODEL
+    from workflow_engine.executors._openai import DEFAULT_MODEL
 
     if recorded is None:
         chosen = model_for_start(flags, env)
@@ -243,8 +247,8 @@ def open_runtime(
     db: Path | None, model: ChatModel | None = None, workflows: Iterable[str] | None = None
 ) -> Runtime:
     """A runtime over the SQLite file ``db`` with ``workflows`` registered (default: all)."""
-    from storage import SqliteStore
     from workflow_engine import Runtime
+    from workflow_engine.storage import SqliteStore
 
     runtime = Runtime(SqliteStore(db))
     register(runtime, _BUILDERS if workflows is None else workflows, model)

@@ -18,10 +18,9 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse
 
-from storage import SqliteStore
-
-from ._http import BrowserGuard, is_loopback
-from .agui import add_agui_endpoint
+from workflow_engine.storage import SqliteStore
+from workflow_engine_agui import add_agui_endpoint
+from workflow_engine_agui._http import BrowserGuard, is_loopback
 
 __all__ = ["authorization", "create_app", "is_loopback", "token_problem"]
 
@@ -57,7 +56,7 @@ def create_app(
     max_body_bytes: int = 1_000_000,
 ) -> FastAPI:
     """The FastAPI app with both demo endpoints over one durable store."""
-    from examples.banking_assistant import banking_agent
+    from workflow_engine_cli.demos.banking_assistant import banking_agent
 
     from ._registry import MODEL_STATE_KEY, ModelFlags, model_for_start, workflow_factory
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import InMemoryRunStore, SqliteStore
 from workflow_engine import RunStore
+from workflow_engine.storage import InMemoryRunStore, SqliteStore
 
 
 @pytest.fixture(params=["memory", "sqlite", "sqlite-snapshot-every-2"])

@@ -34,8 +34,6 @@ from typing import Any
 
 import anyio
 
-from executors import ToolApprovalRequestContent
-from storage import SqliteStore
 from tests.integration import ledger_workflow
 from tests.integration.crash_workflow import (
     LOG_ENV,
@@ -52,6 +50,8 @@ from workflow_engine import (
     Runtime,
     WorkflowRunState,
 )
+from workflow_engine.executors import ToolApprovalRequestContent
+from workflow_engine.storage import SqliteStore
 
 Send = Callable[..., None]
 ZOMBIES: set[int] = set()  # killed children the zygote was asked not to reap yet

@@ -17,9 +17,9 @@ from typing import Any
 
 import anyio
 
-from storage import SqliteStore
 from tests.integration.agui_harness import Server
 from workflow_engine import Runtime
+from workflow_engine.storage import SqliteStore
 
 EVIL = "https://evil.example"
 

@@ -32,8 +32,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from executors import Agent, ChatMessage, Rule, ScriptedChatClient, ToolCall, tool
 from workflow_engine import Workflow, WorkflowBuilder
+from workflow_engine.executors import Agent, ChatMessage, Rule, ScriptedChatClient, ToolCall, tool
 
 WORKFLOW_NAME = "ledger_transfer"
 AGENT_NAME = "bank_agent"

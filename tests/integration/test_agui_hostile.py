@@ -21,7 +21,6 @@ import httpx
 import pytest
 from ag_ui.core import EventType
 
-from storage import SqliteStore
 from tests.integration.agui_harness import Client, Server, Stream, resolved, run_input, user
 from tests.integration.cli_harness import Cli
 from tests.integration.hostile_harness import (
@@ -35,7 +34,8 @@ from tests.integration.hostile_harness import (
     server_log_clean,
     store_state,
 )
-from workflow_engine_cli._interrupts import INTERRUPT_KEY, interrupt_id_for
+from workflow_engine.storage import SqliteStore
+from workflow_engine_agui._interrupts import INTERRUPT_KEY, interrupt_id_for
 
 REFUND = "I want a refund for order 12345"
 APP = "http://app.example"
@@ -298,7 +298,7 @@ def test_an_interrupt_left_pending_by_an_earlier_run_is_not_answered(
 ) -> None:
     """Thread T's run 0 still waits, but run 1 has taken over (admitted by another process):
     an answer to run 0's interrupt is neither a repeat nor a fresh answer."""
-    from examples.support_handoff import build_support_workflow
+    from workflow_engine_cli.demos.support_handoff import build_support_workflow
 
     thread_id = thread()
     old = pause(client, thread_id)
@@ -489,8 +489,8 @@ def test_two_endpoints_of_one_app_cannot_share_run_ids(tmp_path: Path) -> None:
     interrupts would then be answerable through the other endpoint."""
     from fastapi import FastAPI
 
-    from examples.banking_assistant import banking_agent
-    from workflow_engine_cli.agui import add_agui_endpoint
+    from workflow_engine_agui import add_agui_endpoint
+    from workflow_engine_cli.demos.banking_assistant import banking_agent
 
     app = FastAPI()
     store = SqliteStore(tmp_path / "runs.db")

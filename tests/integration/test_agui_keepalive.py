@@ -12,9 +12,9 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
-from storage import SqliteStore
 from workflow_engine import Executor, WorkflowBuilder, WorkflowContext, handler
-from workflow_engine_cli.agui import add_agui_endpoint
+from workflow_engine.storage import SqliteStore
+from workflow_engine_agui import add_agui_endpoint
 
 
 class Slow(Executor):

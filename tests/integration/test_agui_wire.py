@@ -22,8 +22,6 @@ import pytest
 from ag_ui.core import EventType, RunFinishedEvent, RunStartedEvent
 from pydantic import BaseModel
 
-from examples.support_handoff import build_support_workflow
-from executors import AgentRunUpdateEvent
 from tests.integration.agui_harness import (
     Client,
     Server,
@@ -35,15 +33,24 @@ from tests.integration.agui_harness import (
 )
 from tests.integration.hostile_harness import store_state
 from workflow_engine import EffectResolution, ExternalRequest, InDoubtEffect, TypeRegistry
-from workflow_engine_cli._http import type_label, wire_value
-from workflow_engine_cli._interrupts import held_calls
-from workflow_engine_cli.agui import EventTranslator
+from workflow_engine.executors import AgentRunUpdateEvent
+from workflow_engine_agui._endpoint import EventTranslator
+from workflow_engine_agui._http import type_label, wire_value
+from workflow_engine_agui._interrupts import held_calls
+from workflow_engine_cli.demos.support_handoff import build_support_workflow
 
 REFUND = "I want a refund for order 12345"
 REFUND_ARGUMENTS = {"order_id": "12345", "amount": 89.99, "reason": "customer request"}
 MIXED_BATCH = "Please transfer 300 to savings and show my balance"
 # Where the engine's classes live: none of these may reach a client.
-MODULE_PATHS = ("executors.", "workflow_engine.", "examples.", "storage.", "builtins.", "_handoff")
+MODULE_PATHS = (
+    "executors.",
+    "workflow_engine.",
+    "workflow_engine_cli.demos.",
+    "storage.",
+    "builtins.",
+    "_handoff",
+)
 
 
 @pytest.fixture(scope="module")

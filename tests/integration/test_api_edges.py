@@ -7,9 +7,6 @@ from typing import Any, Literal, Never
 
 import pytest
 
-from executors import Agent, ChatMessage, ChatResponseUpdate
-from executors._clients import message_from_updates
-from storage import SqliteStore
 from workflow_engine import (
     Executor,
     RequestPort,
@@ -21,6 +18,9 @@ from workflow_engine import (
     WorkflowRunState,
     handler,
 )
+from workflow_engine.executors import Agent, ChatMessage, ChatResponseUpdate
+from workflow_engine.executors._clients import message_from_updates
+from workflow_engine.storage import SqliteStore
 
 pytestmark = pytest.mark.anyio
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from storage import SqliteStore
 from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
+from workflow_engine.storage import SqliteStore
 
 pytestmark = pytest.mark.anyio
 

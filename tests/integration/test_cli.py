@@ -27,8 +27,8 @@ import anyio
 import httpx
 import pytest
 
-from storage import SqliteStore
 from tests.integration.cli_harness import ENGINE, Cli, PtySession, flat, run_concurrently
+from workflow_engine.storage import SqliteStore
 
 REFUND = "I want a refund for order 12345"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from examples import bank_transfer
-from storage import SqliteStore
 from workflow_engine import ResponseTypeError, Runtime, WorkflowRunState
+from workflow_engine.storage import SqliteStore
+from workflow_engine_cli.demos import bank_transfer
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from storage import SqliteStore
 from tests.integration.workflows import (
     Answer,
     changed_stepper_workflow,
@@ -26,6 +25,7 @@ from workflow_engine import (
     WorkflowNotRegisteredError,
     WorkflowRunState,
 )
+from workflow_engine.storage import SqliteStore
 
 pytestmark = pytest.mark.anyio
 

@@ -16,7 +16,6 @@ import anyio
 import pytest
 from pydantic import BaseModel
 
-from storage import SqliteStore
 from workflow_engine import (
     Checkpoint,
     CheckpointNotLatestError,
@@ -31,6 +30,7 @@ from workflow_engine import (
     WorkflowRunState,
     handler,
 )
+from workflow_engine.storage import SqliteStore
 
 pytestmark = pytest.mark.anyio
 

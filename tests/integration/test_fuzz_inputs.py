@@ -35,9 +35,9 @@ from tests.integration.hostile_harness import (
 )
 from tests.integration.test_cli_hostile import run_bytes
 from workflow_engine import StoreCorruptError, StoredRequest, Workflow, WorkflowError
-from workflow_engine_cli._input import InputError, json_depth, parse_json
+from workflow_engine._input import InputError, json_depth, parse_json
+from workflow_engine_agui import AGUIService
 from workflow_engine_cli._registry import open_runtime, workflow_factories
-from workflow_engine_cli.agui import AGUIService
 
 MAX_BODY = 200_000
 EXAMPLES = {  # hypothesis examples per test: 1,072 in all

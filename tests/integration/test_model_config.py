@@ -18,11 +18,10 @@ from typing import Any
 
 import pytest
 
-from examples.support_handoff import build_support_workflow
-from executors import OpenAIChatClient
 from tests.integration.cli_harness import Cli, Result, base_env
 from tests.integration.fake_openai import FakeOpenAIServer
 from workflow_engine import Checkpoint, StoreCorruptError
+from workflow_engine.executors import OpenAIChatClient
 from workflow_engine_cli._registry import (
     KEY_ENV,
     MODEL_STATE_KEY,
@@ -35,6 +34,7 @@ from workflow_engine_cli._registry import (
     model_for_start,
     recorded_model,
 )
+from workflow_engine_cli.demos.support_handoff import build_support_workflow
 
 SECRET = "sk-test-0123456789abcdef"
 REFUND = "I want a refund for order 12345"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from executors import Agent, ChatMessage, OpenAIChatClient, tool
 from tests.integration.fake_openai import FakeOpenAIServer
 from workflow_engine import WorkflowBuilder, WorkflowRunState
+from workflow_engine.executors import Agent, ChatMessage, OpenAIChatClient, tool
 
 pytestmark = pytest.mark.anyio
 

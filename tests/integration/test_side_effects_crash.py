@@ -60,9 +60,9 @@ from typing import Any
 
 import pytest
 
-from executors._agent import REJECTED
 from tests.integration.ledger_workflow import AGENT_NAME, BATCH_PROMPT, SINGLE_PROMPT, read_lines
 from tests.integration.test_crash_safety import Pool, Reply, Zygote, died_of_sigkill
+from workflow_engine.executors._agent import REJECTED
 
 pytestmark = pytest.mark.slow
 

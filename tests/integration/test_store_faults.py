@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from storage import SqliteStore
-from storage._schema import SCHEMA_VERSION
 from tests.integration.workflows import stepper_workflow
 from workflow_engine import (
     Runtime,
@@ -18,6 +16,8 @@ from workflow_engine import (
     StoreUnavailableError,
     WorkflowRunState,
 )
+from workflow_engine.storage import SqliteStore
+from workflow_engine.storage._schema import SCHEMA_VERSION
 
 pytestmark = pytest.mark.anyio
 

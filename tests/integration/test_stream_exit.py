@@ -9,7 +9,6 @@ from typing import Any
 import anyio
 import pytest
 
-from storage import SqliteStore
 from workflow_engine import (
     Executor,
     Runtime,
@@ -19,6 +18,7 @@ from workflow_engine import (
     WorkflowRunState,
     handler,
 )
+from workflow_engine.storage import SqliteStore
 
 pytestmark = pytest.mark.anyio
 

@@ -37,7 +37,6 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup
 
-from storage import InMemoryRunStore, SqliteStore
 from tests.sim.faults import CrashingStore, FaultPlan
 from tests.sim.generator import (
     IN_DOUBT,
@@ -68,6 +67,7 @@ from workflow_engine import (
     UnknownRequestError,
     WorkflowRunState,
 )
+from workflow_engine.storage import InMemoryRunStore, SqliteStore
 
 RUN_ID = "sim-run"
 LEASE = 30.0

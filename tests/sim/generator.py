@@ -44,20 +44,6 @@ from typing import Any, Never
 
 from pydantic import BaseModel
 
-from executors import (
-    Agent,
-    AgentResponse,
-    ChatMessage,
-    ChatResponse,
-    ChatResponseUpdate,
-    FunctionCallContent,
-    Rule,
-    ScriptedChatClient,
-    TextContent,
-    ToolApprovalRequestContent,
-    ToolCall,
-    tool,
-)
 from tests.sim.world import Ledger, current_branch, digest, here, receipt_of
 from workflow_engine import (
     Case,
@@ -71,6 +57,20 @@ from workflow_engine import (
     WorkflowContext,
     handler,
     response_handler,
+)
+from workflow_engine.executors import (
+    Agent,
+    AgentResponse,
+    ChatMessage,
+    ChatResponse,
+    ChatResponseUpdate,
+    FunctionCallContent,
+    Rule,
+    ScriptedChatClient,
+    TextContent,
+    ToolApprovalRequestContent,
+    ToolCall,
+    tool,
 )
 
 MAX_MULTIPLICITY = 4

@@ -40,7 +40,7 @@ from tests.sim.world import Ledger, SimProcess, World
 PRELOAD = (
     "anyio._backends._asyncio",
     "sqlalchemy",
-    "storage._schema",
+    "workflow_engine.storage._schema",
 )
 
 

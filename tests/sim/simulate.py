@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage import InMemoryRunStore
 from tests.sim.driver import RUN_ID, Driver, Outcome, Scenario, draw_scenario, play
 from tests.sim.faults import FaultPlan, ReferenceStats, draw_plan
 from tests.sim.invariants import Violation, check
 from tests.sim.vtime import VirtualClock, run_virtual
 from tests.sim.world import World, seeded_uuids
+from workflow_engine.storage import InMemoryRunStore
 
 LOG_LINES = 25
 SCRATCH = os.environ.get("SIM_TMPDIR") or ("/dev/shm" if os.path.isdir("/dev/shm") else None)

@@ -21,7 +21,6 @@ from typing import Any
 
 import pytest
 
-from storage import InMemoryRunStore
 from tests.sim.driver import Scenario
 from tests.sim.faults import STORE_CALLS, CrashingStore, FaultPlan, single_crash_plan
 from tests.sim.generator import Segment, WorkflowSpec
@@ -30,6 +29,7 @@ from tests.sim.vtime import VirtualClock, run_virtual
 from tests.sim.world import World
 from workflow_engine import AnswerOutcome, Checkpoint, Lease, RunStore, Runtime
 from workflow_engine._journal import JournalStore
+from workflow_engine.storage import InMemoryRunStore
 
 pytestmark = pytest.mark.sim
 

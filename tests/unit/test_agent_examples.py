@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from examples import bank_transfer, banking_assistant
-from executors import AgentRunUpdateEvent, ToolApprovalRequestContent
 from workflow_engine import RequestInfoEvent, ResponseTypeError, WorkflowRunState
+from workflow_engine.executors import AgentRunUpdateEvent, ToolApprovalRequestContent
+from workflow_engine_cli.demos import bank_transfer, banking_assistant
 
 pytestmark = pytest.mark.anyio
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from examples.review_loop import ReviewDecision, build_workflow, run_with_reviewer
+from workflow_engine_cli.demos.review_loop import ReviewDecision, build_workflow, run_with_reviewer
 
 pytestmark = pytest.mark.anyio
 

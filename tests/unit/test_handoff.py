@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from examples.support_handoff import build_support_workflow
-from executors import (
+from workflow_engine import Workflow, WorkflowRunResult, WorkflowRunState
+from workflow_engine.executors import (
     Agent,
     HandoffBuilder,
     HandoffOutcome,
@@ -15,7 +15,7 @@ from executors import (
     ToolApprovalRequestContent,
     ToolCall,
 )
-from workflow_engine import Workflow, WorkflowRunResult, WorkflowRunState
+from workflow_engine_cli.demos.support_handoff import build_support_workflow
 
 pytestmark = pytest.mark.anyio
 

@@ -23,7 +23,9 @@ def test_all_is_complete_and_has_no_duplicates() -> None:
     assert public - modules == set(names)
 
 
-@pytest.mark.parametrize("package", ["executors", "storage"])
+@pytest.mark.parametrize(
+    "package", ["workflow_engine.executors", "workflow_engine.storage", "workflow_engine_agui"]
+)
 def test_other_packages_export_exactly_their_all(package: str) -> None:
     module = importlib.import_module(package)
     names = module.__all__
@@ -34,25 +36,58 @@ def test_other_packages_export_exactly_their_all(package: str) -> None:
     assert public == set(names)
 
 
+FOLDERS = ("workflow_engine", "executors", "storage", "workflow_engine_cli", "workflow_engine_agui")
+ABOVE_THE_KERNEL = ("workflow_engine.executors", "workflow_engine.storage", "workflow_engine_cli")
+
+
+def imported_modules(path: pathlib.Path) -> list[str]:
+    """Absolute module names ``path`` imports (relative imports resolved against its folder)."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names.append(("." * node.level) + (node.module or ""))
+    return names
+
+
+def source_files(folder: str) -> list[pathlib.Path]:
+    """The folder's own modules; ``workflow_engine/executors`` and ``workflow_engine/storage``
+    are links to the top-level folders, which are checked on their own."""
+    top = ROOT / folder
+    return [p for p in top.rglob("*.py") if p.relative_to(top).parts[0] not in LINKS]
+
+
+LINKS = ("executors", "storage")
+
+
 def test_kernel_imports_nothing_from_executors_or_storage() -> None:
     offenders = []
-    for path in (ROOT / "workflow_engine").rglob("*.py"):
-        tree = ast.parse(path.read_text())
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                mods = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.level == 0:
-                mods = [node.module or ""]
-            else:
-                continue
-            for mod in mods:
-                if mod.split(".")[0] in {"executors", "storage", "workflow_engine_cli"}:
-                    offenders.append(f"{path.name}: {mod}")
+    for path in source_files("workflow_engine"):
+        for mod in imported_modules(path):
+            above = mod.startswith(ABOVE_THE_KERNEL) or mod.startswith("workflow_engine_agui")
+            if above or (mod.lstrip(".").split(".")[0] in LINKS and mod.startswith(".")):
+                offenders.append(f"{path.name}: {mod}")
+    assert offenders == []
+
+
+def test_packages_install_under_the_project_name_only() -> None:
+    """``executors``/``storage`` are ``workflow_engine.executors``/``workflow_engine.storage``:
+    nothing imports them (or the examples) under a generic top-level name."""
+    for link in LINKS:
+        assert (ROOT / "workflow_engine" / link).resolve() == ROOT / link
+    offenders = [
+        f"{path.relative_to(ROOT)}: {mod}"
+        for folder in (*FOLDERS, "tests", "benchmarks")
+        for path in source_files(folder)
+        for mod in imported_modules(path)
+        if mod.split(".")[0] in {"executors", "storage", "examples"}
+    ]
     assert offenders == []
 
 
 def test_nothing_imports_pickle() -> None:
-    for package in ("workflow_engine", "executors", "storage", "workflow_engine_cli"):
-        for path in (ROOT / package).rglob("*.py"):
+    for package in FOLDERS:
+        for path in source_files(package):
             text = path.read_text()
             assert "import pickle" not in text and "cloudpickle" not in text, path

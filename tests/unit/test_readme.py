@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from examples.review_loop import ReviewDecision, build_workflow
 from workflow_engine import MessageNotHandledError
+from workflow_engine_cli.demos.review_loop import ReviewDecision, build_workflow
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 

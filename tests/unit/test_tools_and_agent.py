@@ -8,7 +8,7 @@ from typing import Annotated
 import pytest
 from pydantic import Field
 
-from executors import (
+from workflow_engine.executors import (
     Agent,
     ChatMessage,
     IdempotencyKey,

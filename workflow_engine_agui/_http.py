@@ -46,10 +46,9 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from workflow_engine import TypeRegistry
+from workflow_engine._input import InputTooLargeError
 from workflow_engine._registry import default_tag
 from workflow_engine._types import type_name
-
-from ._input import InputTooLargeError
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}

@@ -34,14 +34,6 @@ from typing import Any
 from ag_ui.core import Interrupt
 from pydantic import TypeAdapter
 
-from executors import (
-    ChatMessage,
-    FunctionCallContent,
-    ToolApprovalRequestContent,
-    ToolApprovalResponseContent,
-    pending_batch,
-)
-from executors._content import edited_arguments
 from workflow_engine import (
     Checkpoint,
     ExternalRequest,
@@ -51,6 +43,14 @@ from workflow_engine import (
     TypeRegistry,
     Workflow,
 )
+from workflow_engine.executors import (
+    ChatMessage,
+    FunctionCallContent,
+    ToolApprovalRequestContent,
+    ToolApprovalResponseContent,
+    pending_batch,
+)
+from workflow_engine.executors._content import edited_arguments
 
 from ._http import AGUIError, type_label, wire_value
 

@@ -11,8 +11,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
 from workflow_engine import Workflow, WorkflowBuilder
+from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
 
 BALANCES = {"checking": 2500.0, "savings": 10000.0}
 SUBSCRIPTIONS = {"streamflix": 12.99, "gymplus": 39.0}

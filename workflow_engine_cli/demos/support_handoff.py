@@ -26,7 +26,8 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from executors import (
+from workflow_engine import Workflow
+from workflow_engine.executors import (
     Agent,
     ChatClient,
     ChatMessage,
@@ -38,7 +39,6 @@ from executors import (
     ToolCall,
     tool,
 )
-from workflow_engine import Workflow
 
 ORDERS: dict[str, dict[str, Any]] = {
     "12345": {"item": "wireless headphones", "total": 89.99, "status": "delivered"},

@@ -6,7 +6,7 @@ editor, which is not the start executor, so no start message can stand in for it
 ``RequestPort`` is an ordinary message to the port's successors: were the start executor among
 them, a start message of the answer's type would reach the same handler.)
 
-Run it: ``python -m examples.review_loop`` (answers on the terminal), or import
+Run it: ``python -m workflow_engine_cli.demos.review_loop`` (answers on the terminal), or import
 :func:`build_workflow` and drive it with ``workflow.run(...)`` and ``ExternalResponse``s.
 """
 

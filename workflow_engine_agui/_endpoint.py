@@ -62,8 +62,6 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
 
-from executors import Agent, AgentRunUpdateEvent, ChatMessage
-from executors._host import INVOCATION_KWARGS_KEY
 from workflow_engine import (
     Checkpoint,
     Executor,
@@ -90,6 +88,9 @@ from workflow_engine import (
     WorkflowRunState,
     WorkflowStatusEvent,
 )
+from workflow_engine._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
+from workflow_engine.executors import Agent, AgentRunUpdateEvent, ChatMessage
+from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
 
 from ._http import (
     AGUIError,
@@ -102,7 +103,6 @@ from ._http import (
     type_label,
     wire_value,
 )
-from ._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
 from ._interrupts import (
     INTERRUPT_KEY,
     HeldCall,

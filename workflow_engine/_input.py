@@ -94,7 +94,7 @@ def check_texts(values: Iterable[str], what: str) -> None:
         check_text(value, f"{what} {position}")
 
 
-def _describe(exc: UnicodeError, *, from_argv: bool = True) -> str:
+def _describe(exc: UnicodeEncodeError | UnicodeDecodeError, *, from_argv: bool = True) -> str:
     bad = exc.object[exc.start : exc.end]
     if isinstance(bad, str):
         code = ord(bad[0])

@@ -9,7 +9,8 @@ An agent node's ``transfer(from_account, to_account, amount)`` tool needs approv
   response goes to an approval executor that asks the user itself and sends the answers back
   over a conditional back-edge, followed by a ``TurnToken``.
 
-Run it: ``python -m examples.bank_transfer`` (asks y/n on a terminal; approves without one).
+Run it: ``python -m workflow_engine_cli.demos.bank_transfer`` (asks y/n on a terminal;
+approves without one).
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from typing import Annotated
 import anyio
 from pydantic import Field
 
-from executors import (
+from workflow_engine import (
+    Executor,
+    RequestInfoEvent,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowOutputEvent,
+    handler,
+)
+from workflow_engine.executors import (
     Agent,
     AgentResponse,
     ChatMessage,
@@ -31,15 +41,6 @@ from executors import (
     ToolCall,
     TurnToken,
     tool,
-)
-from workflow_engine import (
-    Executor,
-    RequestInfoEvent,
-    Workflow,
-    WorkflowBuilder,
-    WorkflowContext,
-    WorkflowOutputEvent,
-    handler,
 )
 
 LEDGER: list[dict[str, object]] = []
