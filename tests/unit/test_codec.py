@@ -876,3 +876,17 @@ def test_decoding_mangled_encodings_returns_a_value_or_a_serialization_error(val
 
     with contextlib.suppress(SerializationError):
         CODEC.decode(mangle(CODEC.encode(value)))
+
+
+def test_tags_written_before_the_packages_moved_still_decode() -> None:
+    """Checkpoints of earlier versions name agent types by their old top-level module paths
+    (``executors._content...``, ``examples.support_handoff...``)."""
+    from workflow_engine.executors import TextContent
+    from workflow_engine_cli.demos.review_loop import Draft
+
+    codec = make_codec(TextContent, Draft)
+    old_text = {"$type": "executors._content.TextContent", "data": {"text": "hi"}}
+    assert codec.decode(old_text) == TextContent(text="hi")
+    draft = Draft(topic="t", text="v1", version=1)
+    old_draft = {"$type": "examples.review_loop.Draft", "data": codec.encode(draft)["data"]}
+    assert codec.decode(old_draft) == draft
