@@ -37,6 +37,9 @@ from tests.integration.hostile_harness import (
 from workflow_engine.storage import SqliteStore
 from workflow_engine_agui._interrupts import INTERRUPT_KEY, interrupt_id_for
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 REFUND = "I want a refund for order 12345"
 APP = "http://app.example"
 JSON = {"content-type": "application/json"}

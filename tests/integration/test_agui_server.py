@@ -30,6 +30,9 @@ from tests.integration.agui_harness import (
     user,
 )
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 REFUND = "I want a refund for order 12345"
 APPROVAL_SCHEMA = {
     "type": "object",

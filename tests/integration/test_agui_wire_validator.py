@@ -31,6 +31,9 @@ import pytest
 
 from tests.integration.agui_harness import Client, Server, Stream, resolved, run_input, user
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 VALIDATOR = "ag-ui-validate==0.4.0"
 WHEEL_SHA256 = "d4d27d2e66b8ce604448fae7ef7b6f396a0f93b4a86c079029650321c5eb08fb"
 AGENT_FRAMEWORK_NAMES = ("status", "request_info", "workflow_output")

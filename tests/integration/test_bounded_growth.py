@@ -16,7 +16,7 @@ import pytest
 from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
 from workflow_engine.storage import SqliteStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # hundreds of supersteps each
 
 
 class Chat(Executor):

@@ -30,6 +30,9 @@ import pytest
 from tests.integration.cli_harness import ENGINE, Cli, PtySession, flat, run_concurrently
 from workflow_engine.storage import SqliteStore
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 REFUND = "I want a refund for order 12345"
 
 

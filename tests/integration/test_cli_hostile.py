@@ -23,6 +23,9 @@ from tests.integration.hostile_harness import (
     store_state,
 )
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 DEEP = "[" * 50_000 + "]" * 50_000
 
 

@@ -22,6 +22,9 @@ import pytest
 from tests.integration.cli_harness import Cli, ScreenSession, flat, run_concurrently
 from workflow_engine_cli._registry import open_runtime
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 REFUND = "I want a refund for order 12345"
 SPINNER = set("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
 APPROVE = "Approve? [y]es / [n]o / [e]dit arguments:"

@@ -39,6 +39,9 @@ from workflow_engine._input import InputError, json_depth, parse_json
 from workflow_engine_agui import AGUIService
 from workflow_engine_cli._registry import open_runtime, workflow_factories
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 MAX_BODY = 200_000
 EXAMPLES = {  # hypothesis examples per test: 1,072 in all
     "run_agent_input": 100,

@@ -32,6 +32,9 @@ from tests.integration.agui_harness import Client, Server, Stream, resolved, run
 from tests.integration.cli_harness import ENGINE, TIMEOUT, Cli, Result
 from tests.integration.hostile_harness import corrupt_request_data, default_server, server_log_clean
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 REFUND = "I want a refund for order 12345"
 DEEP = "[" * 100_000  # json.loads recurses once per "[": this is a RecursionError for it
 CONTROL = ("\x1b", "\x07", "\x00", "\r", "\u2028", "\x85")

@@ -36,6 +36,9 @@ from workflow_engine_cli._registry import (
 )
 from workflow_engine_cli.demos.support_handoff import build_support_workflow
 
+# Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
+pytestmark = pytest.mark.slow
+
 SECRET = "sk-test-0123456789abcdef"
 REFUND = "I want a refund for order 12345"
 URL = "http://models.example/v1"

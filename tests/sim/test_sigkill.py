@@ -32,7 +32,7 @@ from tests.sim.kill_worker import kill_scenario, read
 from tests.sim.simulate import inspect_sqlite, run_world
 from tests.sim.world import Execution, Ledger
 
-pytestmark = pytest.mark.sim
+pytestmark = [pytest.mark.sim, pytest.mark.slow]  # real SIGKILLs: `make test` only
 
 ROOT = Path(__file__).resolve().parents[2]
 KILL_SEEDS = (263, 154, 257, 81)

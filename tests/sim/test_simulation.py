@@ -75,6 +75,7 @@ def test_replay() -> None:
     _verdict(simulate(seed, plan))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [pytest.param(s, id=f"sweep_{s}") for s in SWEEP_SEEDS])
 def test_every_crash_point(seed: int) -> None:
     """Crash the run at each of its points in turn (before and after every store and journal

@@ -59,6 +59,7 @@ def test_a_seed_replays_exactly(seed: int) -> None:
     assert fingerprint(simulate(seed)) == fingerprint(simulate(seed))
 
 
+@pytest.mark.slow
 def test_a_seed_replays_in_another_process_with_another_hash_seed() -> None:
     here = {seed: fingerprint(simulate(seed)) for seed in REPLAYED}
     code = (
