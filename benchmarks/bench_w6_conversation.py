@@ -1,9 +1,11 @@
 """W6: an agent's long conversation -- 1,000 chat turns, durable, then resumed.
 
-One agent (a ``ScriptedChatClient``: offline, deterministic) hosted in a workflow whose run pauses
-after every reply for the user's next message. Each turn the user's message arrives as the answer
-to that request (``runtime.respond``), ``runtime.resume`` runs the turn (the agent reads the whole
-conversation, asks the model, stores the reply) and the run pauses again. Everything goes through
+One agent hosted with ``ask_user=True``: after every reply the run pauses on a ``UserTurnRequest``
+for the user's next message. Each turn the user's message arrives as the answer to that request
+(``runtime.respond``), ``runtime.resume`` runs the turn (the agent gets the conversation, asks the
+model, stores the reply) and the run pauses again. The model is an offline client that answers the
+newest message (like a model, it is handed the whole conversation; unlike one, it reads only the
+end of it -- the cost of reading all of it is reported separately). Everything goes through
 ``Runtime`` + ``SqliteStore`` (WAL, ``synchronous=NORMAL``) on a fresh temporary file. Reported:
 
 * **bytes per turn** at turn 10, 100 and 1,000: the checkpoint rows written for that turn
@@ -13,6 +15,8 @@ conversation, asks the model, stores the reply) and the run pauses again. Everyt
   number when the conversation is copied;
 * **µs per turn** (``respond`` + ``resume`` to the next pause) over the turns before 10, 100 and
   1,000 (median of the last ten);
+* **reading the whole conversation** after a cold resume (what a client that reads every message
+  adds: decoding 2,000 stored messages);
 * **resume at turn 1,000**: in a new process (a subprocess per sample opens the store, then times
   ``respond`` + ``resume`` to the next pause -- imports, ``Runtime`` and store opening excluded;
   a second turn in that process is the warm figure) and in-process (the turns after 1,000).
@@ -34,15 +38,23 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
 from _durable import db_bytes, kib, open_store, temp_dir, written_bytes
 
-from executors import Agent, AgentHostExecutor, AgentResponse, Rule, ScriptedChatClient
+from executors import (
+    Agent,
+    AgentHostExecutor,
+    ChatMessage,
+    ChatResponse,
+    ChatResponseUpdate,
+    ToolSpec,
+)
 from storage import SqliteStore
-from workflow_engine import RequestPort, Runtime, Workflow, WorkflowBuilder, WorkflowRunState
+from workflow_engine import Runtime, Workflow, WorkflowBuilder, WorkflowRunState
 
 NAME = "w6-chat"
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,14 +65,30 @@ def user_message(turn: int) -> str:
     return f"Message {turn}: please note that my order number is {1000 + turn} and reply."
 
 
+class EchoClient:
+    """An offline model that acknowledges the newest message (reads nothing earlier)."""
+
+    def _answer(self, messages: Sequence[ChatMessage]) -> ChatMessage:
+        order = messages[-1].text.split("order number is ")[-1].split()[0]
+        return ChatMessage.assistant(f"Noted order {order}. Anything else?")
+
+    async def get_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
+    ) -> ChatResponse:
+        return ChatResponse(messages=[self._answer(messages)])
+
+    async def get_streaming_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        text = self._answer(messages).text
+        yield ChatResponseUpdate(kind="text", message_id=f"msg_{len(messages)}", text=text)
+
+
 def build_chat() -> Workflow:
-    """The agent answers every user message; the ``user`` port asks for the next one."""
-    client = ScriptedChatClient(
-        [Rule(user=r"order number is (?P<order>\d+)", reply="Noted order {order}. Anything else?")]
-    )
-    host = AgentHostExecutor(Agent("assistant", client=client), stream_updates=False)
-    user = RequestPort("user", request_type=AgentResponse, response_type=str)
-    return WorkflowBuilder(NAME, start=host).add_edge(host, user).add_edge(user, host).build()
+    """The agent answers every user message, then asks the user for the next one."""
+    agent = Agent("assistant", client=EchoClient())
+    host = AgentHostExecutor(agent, stream_updates=False, ask_user=True)
+    return WorkflowBuilder(NAME, start=host).build()
 
 
 def ms(seconds: float) -> str:
@@ -93,8 +121,7 @@ class Rows:
 
     def request_bytes(self, request_id: str) -> int:
         row = self.conn.execute(
-            "SELECT length(data) + coalesce(length(answer), 0) FROM requests "
-            "WHERE request_id = ?",
+            "SELECT length(data) + coalesce(length(answer), 0) FROM requests WHERE request_id = ?",
             (request_id,),
         ).fetchone()
         return int(row[0]) if row else 0

@@ -14,12 +14,12 @@ the approval requests goes downstream, and whoever asks the user sends back a ``
 with the answers followed by a ``TurnToken``.
 
 Chat loop: with ``ask_user=True`` the host asks the user for the next message after every reply,
-through its own request port: a ``UserTurnRequest`` carrying only what the turn added, answered
+through its own request port: a ``UserTurnRequest`` carrying only the reply's text, answered
 with the user's next message (a ``str``; an empty one ends the conversation, and the host then
 sends on -- or yields -- the whole conversation once). A turn then writes only its new messages:
-the conversation is an append-only list state (``ctx.append_state``), read lazily
-(``ctx.get_state_items``), so a run resumed after thousands of messages decodes only those the
-agent and its model client read.
+the conversation is an append-only list state (``ctx.append_state``) of messages stored as JSON
+text (:func:`stored_message`), read lazily (``ctx.get_state_items``), so a run resumed after
+thousands of messages decodes only those the agent and its model client read.
 """
 
 from __future__ import annotations
@@ -78,15 +78,24 @@ class AgentResponse(BaseModel):
 
 
 class UserTurnRequest(BaseModel):
-    """The agent replied; the run waits for the user's next message (``ask_user=True``).
-    ``messages``: what the turn added -- never the whole conversation."""
+    """The agent replied (``text``); the run waits for the user's next message
+    (``ask_user=True``). Small on purpose: a run keeps every answered request."""
 
     agent_name: str
-    messages: list[ChatMessage] = Field(default_factory=list)
+    text: str = ""
 
-    @property
-    def text(self) -> str:
-        return "\n".join(m.text for m in self.messages if m.role == "assistant" and m.text)
+
+def stored_message(message: ChatMessage) -> ChatMessage | str:
+    """How a conversation stores a message: its JSON text when that reads back equal (a
+    checkpoint parses a string far faster than the tagged objects, and a lazy view decodes
+    it only when read), else the message itself (the codec stores any value exactly)."""
+    text = message.model_dump_json()
+    return text if ChatMessage.model_validate_json(text) == message else message
+
+
+def read_message(stored: ChatMessage | str) -> ChatMessage:
+    """The message :func:`stored_message` stored."""
+    return ChatMessage.model_validate_json(stored) if isinstance(stored, str) else stored
 
 
 _VIEWS_KEPT = 64
@@ -242,12 +251,14 @@ class AgentHostExecutor(Executor):
     # --- the turn -------------------------------------------------------------------------------
 
     async def _append(self, ctx: WorkflowContext[Any, Any], messages: list[ChatMessage]) -> None:
-        await ctx.append_state("conversation", messages)
+        await ctx.append_state("conversation", [stored_message(m) for m in messages])
 
     async def _conversation(self, ctx: WorkflowContext[Any, Any]) -> StateItems:
         """The stored conversation, lazily decoded, reusing what this host decoded before."""
         views = self._views
-        view = await ctx.get_state_items("conversation", reuse=views.pop(ctx.run_id, None))
+        view = await ctx.get_state_items(
+            "conversation", reuse=views.pop(ctx.run_id, None), convert=read_message
+        )
         views[ctx.run_id] = view
         while len(views) > _VIEWS_KEPT:
             views.popitem(last=False)
@@ -283,14 +294,14 @@ class AgentHostExecutor(Executor):
             stop_after=self.stop_after,
             invocation_kwargs=await ctx.get_shared(INVOCATION_KWARGS_KEY, None),
         )
-        await ctx.append_state("conversation", response.messages)
+        await self._append(ctx, response.messages)
         if response.pending_approvals and not self.intercept_user_input_requests:
             for request in response.pending_approvals:
                 await ctx.request_info(request, ToolApprovalResponseContent)
             await ctx.set_state("awaiting", [r.id for r in response.pending_approvals])
             return
         if self.ask_user and not response.pending_approvals:
-            ask = UserTurnRequest(agent_name=self.agent.name, messages=response.messages)
+            ask = UserTurnRequest(agent_name=self.agent.name, text=response.text)
             await ctx.request_info(ask, str)
             return
         result = AgentResponse(

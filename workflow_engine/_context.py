@@ -402,11 +402,16 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         step.state_writes[key] = [*current, *new]
 
     async def get_state_items(
-        self, key: str, *, reuse: StateItems | None = None
+        self,
+        key: str,
+        *,
+        reuse: StateItems | None = None,
+        convert: Callable[[Any], Any] | None = None,
     ) -> StateItems:
         """This executor's list state ``key`` (empty if unset) as a lazy, read-only
         :class:`StateItems`. ``reuse``: a view read earlier, e.g. in the previous superstep;
-        items it decoded for the same stored encodings are not decoded again."""
+        items it decoded for the same stored encodings are not decoded again. ``convert``:
+        applied to each decoded item when it is first read (e.g. parse a compact form)."""
         step = self._step
         codec = self._scope.codec
         encoded = step.state_writes.get(key, _MISSING)
@@ -421,9 +426,10 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         run_id = self._scope.run_id
 
         def decode(data: Any) -> Any:
-            return decode_stored(codec, data, run_id, f"the stored {what}")
+            value = decode_stored(codec, data, run_id, f"the stored {what}")
+            return value if convert is None else convert(value)
 
-        view = StateItems(encoded, decode, (codec, run_id, self.executor_id, key))
+        view = StateItems(encoded, decode, (codec, run_id, self.executor_id, key, convert))
         return view._continuing(reuse)
 
     async def get_shared(self, key: str, default: Any = None) -> Any:
