@@ -368,6 +368,7 @@ class Joined(Sequence[ChatMessage]):
     shows through."""
 
     __slots__ = ("_parts",)
+    _parts: tuple[Sequence[ChatMessage], ...]
 
     def __init__(self, *parts: Sequence[ChatMessage]) -> None:
         flat: list[Sequence[ChatMessage]] = []
