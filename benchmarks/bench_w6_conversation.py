@@ -53,6 +53,7 @@ from executors import (
     ChatResponseUpdate,
     ToolSpec,
 )
+from executors._host import read_message
 from storage import SqliteStore
 from workflow_engine import Runtime, Workflow, WorkflowBuilder, WorkflowRunState
 
@@ -173,6 +174,15 @@ async def child(db: str, run_id: str, request_id: str, first: int, profile: bool
             profiler.disable()
         out["times"].append(seconds)
     out["request_id"] = request_id
+    # what a client reading every message adds: decode the whole stored conversation
+    checkpoint = await store.latest(run_id)
+    assert checkpoint is not None
+    stored = checkpoint.executor_states["assistant"]["conversation"]
+    codec = runtime.workflow(NAME).codec
+    t0 = time.perf_counter()
+    everything = [read_message(codec.decode(m)) for m in stored]
+    out["read_all"] = time.perf_counter() - t0
+    out["messages"] = len(everything)
     if profiler is not None:
         text = io.StringIO()
         pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(30)
@@ -252,12 +262,13 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
             warm.append(seconds)
         await runtime.close()
         store = None
-        cold, second = [], []
+        cold, second, read_all = [], [], []
         first = turns + 1 + repeats
         for _ in range(repeats):
             out = run_child(db, run_id, request_id, first)
             cold.append(out["times"][0])
             second.append(out["times"][1])
+            read_all.append(out["read_all"])
             request_id = out["request_id"]
             first += 2
         med = statistics.median
@@ -266,6 +277,10 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
             f"after imports and store opening; median of {repeats} subprocesses): "
             f"{ms(med(cold))} [{ms(min(cold))}-{ms(max(cold))}]; a second turn there "
             f"{ms(med(second))}"
+        )
+        print(
+            f"W6 reading all {out['messages']} stored messages there (what a client that reads "
+            f"every message adds; median of {repeats}): {ms(med(read_all))}"
         )
         print(
             f"W6 resume at turn {turns} in-process (median of {repeats}): {ms(med(warm))} "

@@ -42,6 +42,7 @@ from executors import (
     pending_batch,
 )
 from executors._content import edited_arguments
+from executors._host import read_message
 from workflow_engine import (
     Checkpoint,
     ExternalRequest,
@@ -333,7 +334,9 @@ def _batch_of(
         return []
     try:
         conversation = workflow.codec.decode(stored)
-    except SerializationError:
+        if isinstance(conversation, list):  # messages are kept as JSON text (stored_message)
+            conversation = [read_message(m) for m in conversation]
+    except (SerializationError, ValueError):
         return []
     if not isinstance(conversation, list) or not all(
         isinstance(m, ChatMessage) for m in conversation
