@@ -32,7 +32,7 @@ from ._handoff import (
     HandoffUserResponse,
     ends_with_case_complete,
 )
-from ._host import AgentHostExecutor, AgentResponse, TurnToken
+from ._host import AgentHostExecutor, AgentResponse, TurnToken, UserTurnRequest
 from ._openai import OpenAIChatClient
 from ._tools import IdempotencyKey, Tool, ToolArgumentsError, ToolSpec, tool
 
@@ -68,6 +68,7 @@ __all__ = [
     "ToolCall",
     "ToolSpec",
     "TurnToken",
+    "UserTurnRequest",
     "ends_with_case_complete",
     "message_from_updates",
     "pending_batch",

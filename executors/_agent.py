@@ -19,10 +19,11 @@ from __future__ import annotations
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from workflow_engine import StateItems
 from workflow_engine._errors import DefinitionError, UsageError
 
 from ._clients import ChatClient, ChatResponseUpdate, message_from_updates
@@ -141,11 +142,13 @@ class Agent:
         asking the model again. ``invocation_kwargs`` go to tools declaring ``**kwargs``.
         """
         extra = dict(invocation_kwargs or {})
-        conversation = list(messages)
         response = AgentRunResponse()
+        # the stored conversation is not copied (nor decoded, if it is a lazy view): the turn's
+        # messages are read after it
+        base = messages if isinstance(messages, (StateItems, Joined)) else list(messages)
+        conversation = Joined(base, response.messages)
 
         def add(message: ChatMessage) -> None:
-            conversation.append(message)
             response.messages.append(message)
 
         batch = pending_batch(conversation)
@@ -185,15 +188,17 @@ class Agent:
         )
         return response
 
-    def _model_messages(self, conversation: Sequence[ChatMessage]) -> list[ChatMessage]:
+    def _model_messages(self, conversation: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
+        if not self.instructions:
+            return conversation
         system = [ChatMessage(role="system", contents=[TextContent(text=self.instructions)])]
-        return (system if self.instructions else []) + list(conversation)
+        return Joined(system, conversation)
 
     async def _ask_model(
         self, conversation: Sequence[ChatMessage], journal: Journal, on_update: UpdateSink | None
     ) -> ChatMessage:
         specs = [t.spec for t in self.tools.values()]
-        prompt = self._model_messages(conversation)
+        prompt = self._model_messages(Joined.copy_of(conversation))
 
         async def call(_key: str) -> ChatMessage:
             updates: list[ChatResponseUpdate] = []
@@ -327,25 +332,74 @@ def pending_batch(
     ]
     | None
 ):
-    """The newest batch of calls held for approval and not yet run, with the answers so far."""
+    """The newest batch of calls held for approval and not yet run, with the answers so far.
+
+    A held batch is always the newest message that is not the user's (the turn stops there;
+    only answers follow), so the scan stops at the first other message: a long conversation is
+    not read back to its start."""
     for index in range(len(conversation) - 1, -1, -1):
         message = conversation[index]
-        if message.role == "tool":
-            return None  # the newest batch already ran
         if message.approval_requests:
             requests = message.approval_requests
             calls_message = next(
-                (m for m in reversed(conversation[:index]) if m.function_calls), None
+                (
+                    conversation[j]
+                    for j in range(index - 1, -1, -1)
+                    if conversation[j].function_calls
+                ),
+                None,
             )
             calls = calls_message.function_calls if calls_message else []
             answers = {
                 r.id: r
-                for m in conversation[index + 1 :]
-                for r in m.approval_responses
+                for j in range(index + 1, len(conversation))
+                for r in conversation[j].approval_responses
                 if r.id is not None
             }
             return calls, requests, answers
+        if message.role != "user":
+            return None  # the newest batch already ran, or the conversation moved on
     return None
+
+
+class Joined(Sequence[ChatMessage]):
+    """Sequences read as one without copying them: a long stored conversation (a lazy
+    ``StateItems`` view) stays undecoded until a message is read. Later growth of a part
+    shows through."""
+
+    __slots__ = ("_parts",)
+    _parts: tuple[Sequence[ChatMessage], ...]
+
+    def __init__(self, *parts: Sequence[ChatMessage]) -> None:
+        flat: list[Sequence[ChatMessage]] = []
+        for part in parts:
+            flat.extend(part._parts if isinstance(part, Joined) else [part])
+        self._parts = tuple(flat)
+
+    @classmethod
+    def copy_of(cls, messages: Sequence[ChatMessage]) -> Joined:
+        """``messages`` as they are now: lists copied, immutable views shared."""
+        parts = messages._parts if isinstance(messages, Joined) else (messages,)
+        return cls(*(p if isinstance(p, StateItems) else list(p) for p in parts))
+
+    def __len__(self) -> int:
+        return sum(len(p) for p in self._parts)
+
+    @overload
+    def __getitem__(self, index: int) -> ChatMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ChatMessage]: ...
+    def __getitem__(self, index: int | slice) -> ChatMessage | list[ChatMessage]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        if index < 0:
+            index += len(self)
+        if index >= 0:
+            for part in self._parts:
+                if index < len(part):
+                    return part[index]
+                index -= len(part)
+        raise IndexError("conversation index out of range")
 
 
 def _contents(items: Sequence[Content]) -> list[Content]:

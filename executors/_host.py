@@ -12,10 +12,19 @@ content, answered by an ``ExternalResponse`` carrying a ``ToolApprovalResponseCo
 itself. With ``intercept_user_input_requests=True`` no request is made: the response carrying
 the approval requests goes downstream, and whoever asks the user sends back a ``ChatMessage``
 with the answers followed by a ``TurnToken``.
+
+Chat loop: with ``ask_user=True`` the host asks the user for the next message after every reply,
+through its own request port: a ``UserTurnRequest`` carrying only the reply's text, answered
+with the user's next message (a ``str``; an empty one ends the conversation, and the host then
+sends on -- or yields -- the whole conversation once). A turn then writes only its new messages:
+the conversation is an append-only list state (``ctx.append_state``) of messages stored as JSON
+text (:func:`stored_message`), read lazily (``ctx.get_state_items``), so a run resumed after
+thousands of messages decodes only those the agent and its model client read.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
@@ -24,6 +33,7 @@ from workflow_engine import (
     EffectResolution,
     Executor,
     InDoubtEffect,
+    StateItems,
     WorkflowContext,
     handler,
     response_handler,
@@ -67,6 +77,31 @@ class AgentResponse(BaseModel):
         return "\n".join(m.text for m in self.messages if m.role == "assistant" and m.text)
 
 
+class UserTurnRequest(BaseModel):
+    """The agent replied (``text``); the run waits for the user's next message
+    (``ask_user=True``). Small on purpose: a run keeps every answered request."""
+
+    agent_name: str
+    text: str = ""
+
+
+def stored_message(message: ChatMessage) -> ChatMessage | str:
+    """How a conversation stores a message: its JSON text when that reads back equal (a
+    checkpoint parses a string far faster than the tagged objects, and a lazy view decodes
+    it only when read), else the message itself (the codec stores any value exactly)."""
+    text = message.model_dump_json()
+    return text if ChatMessage.model_validate_json(text) == message else message
+
+
+def read_message(stored: ChatMessage | str) -> ChatMessage:
+    """The message :func:`stored_message` stored."""
+    return ChatMessage.model_validate_json(stored) if isinstance(stored, str) else stored
+
+
+_VIEWS_KEPT = 64
+"""Runs whose decoded conversation a host keeps between supersteps (the newest ones)."""
+
+
 class AgentHostExecutor(Executor):
     """Hosts an :class:`Agent` in a workflow (id defaults to the agent's name)."""
 
@@ -79,6 +114,7 @@ class AgentHostExecutor(Executor):
         ToolApprovalResponseContent,
         AgentResponse,
         TurnToken,
+        UserTurnRequest,
     )
 
     def __init__(
@@ -89,6 +125,7 @@ class AgentHostExecutor(Executor):
         intercept_user_input_requests: bool = False,
         run_on_message: bool = False,
         stream_updates: bool = True,
+        ask_user: bool = False,
     ) -> None:
         super().__init__(id or agent.name)
         self.agent = agent
@@ -96,6 +133,9 @@ class AgentHostExecutor(Executor):
         self.intercept_user_input_requests = intercept_user_input_requests
         self.run_on_message = run_on_message
         self.stream_updates = stream_updates
+        self.ask_user = ask_user
+        self._views: OrderedDict[str, StateItems] = OrderedDict()
+        """run id -> the conversation as last read: its decoded messages are reused."""
 
     # --- inputs ---------------------------------------------------------------------------------
 
@@ -142,6 +182,23 @@ class AgentHostExecutor(Executor):
         ctx: WorkflowContext[AgentResponse, AgentResponse],
     ) -> None:
         await self._record_approval(request, response, ctx)
+
+    @response_handler
+    async def on_user_turn(
+        self,
+        request: UserTurnRequest,
+        reply: str,
+        ctx: WorkflowContext[AgentResponse, AgentResponse],
+    ) -> None:
+        """The user's next message (``ask_user=True``); an empty one ends the conversation."""
+        if not reply.strip():
+            conversation = await self._conversation(ctx)
+            await self.deliver(
+                ctx, AgentResponse(agent_name=self.agent.name, conversation=list(conversation))
+            )
+            return
+        await self._append(ctx, [ChatMessage.user(reply)])
+        await self._turn(ctx)
 
     async def _record_approval(
         self,
@@ -194,8 +251,18 @@ class AgentHostExecutor(Executor):
     # --- the turn -------------------------------------------------------------------------------
 
     async def _append(self, ctx: WorkflowContext[Any, Any], messages: list[ChatMessage]) -> None:
-        conversation = await ctx.get_state("conversation", [])
-        await ctx.set_state("conversation", conversation + list(messages))
+        await ctx.append_state("conversation", [stored_message(m) for m in messages])
+
+    async def _conversation(self, ctx: WorkflowContext[Any, Any]) -> StateItems:
+        """The stored conversation, lazily decoded, reusing what this host decoded before."""
+        views = self._views
+        view = await ctx.get_state_items(
+            "conversation", reuse=views.pop(ctx.run_id, None), convert=read_message
+        )
+        views[ctx.run_id] = view
+        while len(views) > _VIEWS_KEPT:
+            views.popitem(last=False)
+        return view
 
     stop_after: frozenset[str] = frozenset()
     """Tool names that end a turn once they ran (handoff participants set this)."""
@@ -203,7 +270,7 @@ class AgentHostExecutor(Executor):
     async def _turn(self, ctx: WorkflowContext[Any, Any], emit_updates: bool = True) -> None:
         if await ctx.get_state("awaiting", []):
             return  # still waiting for approvals; they restart the turn when all are in
-        conversation: list[ChatMessage] = await ctx.get_state("conversation", [])
+        conversation = await self._conversation(ctx)
 
         async def journal(
             kind: str, fn: Any, *, idempotent: bool = False, description: Any = None
@@ -227,19 +294,22 @@ class AgentHostExecutor(Executor):
             stop_after=self.stop_after,
             invocation_kwargs=await ctx.get_shared(INVOCATION_KWARGS_KEY, None),
         )
-        conversation = conversation + response.messages
-        await ctx.set_state("conversation", conversation)
-        result = AgentResponse(
-            agent_name=self.agent.name,
-            messages=response.messages,
-            conversation=conversation,
-            pending_approvals=response.pending_approvals,
-        )
+        await self._append(ctx, response.messages)
         if response.pending_approvals and not self.intercept_user_input_requests:
             for request in response.pending_approvals:
                 await ctx.request_info(request, ToolApprovalResponseContent)
             await ctx.set_state("awaiting", [r.id for r in response.pending_approvals])
             return
+        if self.ask_user and not response.pending_approvals:
+            ask = UserTurnRequest(agent_name=self.agent.name, text=response.text)
+            await ctx.request_info(ask, str)
+            return
+        result = AgentResponse(
+            agent_name=self.agent.name,
+            messages=response.messages,
+            conversation=[*conversation, *response.messages],
+            pending_approvals=response.pending_approvals,
+        )
         await self.deliver(ctx, result)
 
     async def deliver(self, ctx: WorkflowContext[Any, Any], result: AgentResponse) -> None:

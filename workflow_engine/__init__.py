@@ -17,7 +17,7 @@ from ._checkpoint import (
     delta_of,
 )
 from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry
-from ._context import WorkflowContext
+from ._context import StateItems, WorkflowContext
 from ._errors import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -160,6 +160,7 @@ __all__ = [
     "SchemaVersionError",
     "SerializationError",
     "SignatureMismatchError",
+    "StateItems",
     "StorageError",
     "StoreCorruptError",
     "StoreLockedError",

@@ -8,18 +8,19 @@ all-or-nothing, and what a checkpoint records is exactly what the next superstep
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Generic, Never
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Never, overload
 
 import anyio
 from typing_extensions import TypeVar
 
-from ._codec import decode_stored, encode_checked
+from ._codec import TaggedJsonCodec, decode_stored, encode_checked
 from ._errors import (
     DefinitionError,
     EffectInDoubtError,
     UndeclaredOutputError,
     UnknownTargetError,
+    UsageError,
 )
 from ._events import WorkflowEvent, WorkflowOutputEvent
 from ._identity import derive_id, step_key
@@ -34,6 +35,54 @@ TOut = TypeVar("TOut", default=Never)
 TWorkflowOut = TypeVar("TWorkflowOut", default=Never)
 
 _MISSING: Any = object()
+_UNREAD: Any = object()
+
+
+class StateItems(Sequence[Any]):
+    """A list state read lazily (:meth:`WorkflowContext.get_state_items`): an item is decoded
+    the first time it is read, then kept. So a run resumed with a conversation of thousands of
+    messages decodes only the ones its handler looks at.
+
+    Read-only. Its items may be the very objects an earlier view handed out (``reuse``): treat
+    them as immutable (frozen models, say) -- unlike :meth:`WorkflowContext.get_state`, no read
+    is a private copy.
+    """
+
+    __slots__ = ("_decode", "_encoded", "_source", "_values")
+
+    def __init__(self, encoded: list[Any], decode: Callable[[Any], Any], source: tuple) -> None:
+        self._encoded = encoded  # the stored encodings (never mutated)
+        self._decode = decode
+        self._source = source  # (codec, run, executor, key): whose decoded items may be reused
+        self._values = [_UNREAD] * len(encoded)
+
+    def __len__(self) -> int:
+        return len(self._encoded)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self._encoded)))]
+        value = self._values[index]
+        if value is _UNREAD:
+            value = self._values[index] = self._decode(self._encoded[index])
+        return value
+
+    def _continuing(self, earlier: StateItems | None) -> StateItems:
+        """This view, with the items ``earlier`` already decoded for the same stored encodings
+        (a list that grew keeps its prefix: the same objects, so the check is cheap)."""
+        if earlier is None or earlier._source != self._source:
+            return self
+        old, new = earlier._encoded, self._encoded
+        n = len(old)
+        if old is new:
+            self._values = earlier._values
+        elif n and len(new) >= n and new[:n] == old:
+            self._values = earlier._values[:n] + self._values[n:]
+        return self
 
 
 class ExecutorStep:
@@ -323,6 +372,65 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """Write this executor's durable state; committed with the superstep. The value is
         encoded (and checked decodable) now, so a later read is a copy."""
         self._step.state_writes[key] = encode_checked(self._scope.codec, value)
+
+    async def append_state(self, key: str, items: Iterable[Any]) -> None:
+        """Append ``items`` to this executor's list state ``key`` (an empty list if unset).
+
+        Only the new items are encoded (and checked), and a durable store writes only them: a
+        conversation that grows by a turn costs that turn however long it already is."""
+        step = self._step
+        codec = self._scope.codec
+        current = step.state_writes.get(key, _MISSING)
+        if current is _MISSING:
+            current = step.state.get(key, _MISSING)
+        if current is _MISSING:
+            current = []
+        new = encode_checked(codec, list(items))
+        if not isinstance(codec, TaggedJsonCodec):  # no promise how another codec stores lists
+            value = await self.get_state(key, [])
+            if type(value) is not list:
+                raise UsageError(
+                    f"append_state: state {key!r} of executor {self.executor_id!r} is a "
+                    f"{type_name(type(value))}, not a list"
+                )
+            step.state_writes[key] = encode_checked(codec, value + codec.decode(new))
+            return
+        if type(current) is not list:  # (the tagged codec stores a list as a JSON array)
+            raise UsageError(
+                f"append_state: state {key!r} of executor {self.executor_id!r} is not a list"
+            )
+        step.state_writes[key] = [*current, *new]
+
+    async def get_state_items(
+        self,
+        key: str,
+        *,
+        reuse: StateItems | None = None,
+        convert: Callable[[Any], Any] | None = None,
+    ) -> StateItems:
+        """This executor's list state ``key`` (empty if unset) as a lazy, read-only
+        :class:`StateItems`. ``reuse``: a view read earlier, e.g. in the previous superstep;
+        items it decoded for the same stored encodings are not decoded again. ``convert``:
+        applied to each decoded item when it is first read (e.g. parse a compact form)."""
+        step = self._step
+        codec = self._scope.codec
+        encoded = step.state_writes.get(key, _MISSING)
+        if encoded is _MISSING:
+            encoded = step.state.get(key, [])
+        what = f"state {key!r} of executor {self.executor_id!r}"
+        if type(encoded) is not list or not isinstance(codec, TaggedJsonCodec):
+            value = self._stored(encoded, what)
+            if type(value) is not list:
+                raise UsageError(f"get_state_items: {what} is a {type_name(type(value))}")
+            encoded = [codec.encode(v) for v in value]
+        run_id = self._scope.run_id
+
+        def decode(data: Any) -> Any:
+            value = decode_stored(codec, data, run_id, f"the stored {what}")
+            return value if convert is None else convert(value)
+
+        view = StateItems(encoded, decode, (codec, run_id, self.executor_id, key, convert))
+        return view._continuing(reuse)
 
     async def get_shared(self, key: str, default: Any = None) -> Any:
         """Shared state as committed at the last barrier, plus this handler's own writes."""

@@ -51,6 +51,7 @@ from workflow_engine.executors import (
     pending_batch,
 )
 from workflow_engine.executors._content import edited_arguments
+from workflow_engine.executors._host import read_message
 
 from ._http import AGUIError, type_label, wire_value
 
@@ -333,7 +334,9 @@ def _batch_of(
         return []
     try:
         conversation = workflow.codec.decode(stored)
-    except SerializationError:
+        if isinstance(conversation, list):  # messages are kept as JSON text (stored_message)
+            conversation = [read_message(m) for m in conversation]
+    except (SerializationError, ValueError):
         return []
     if not isinstance(conversation, list) or not all(
         isinstance(m, ChatMessage) for m in conversation

@@ -1,0 +1,308 @@
+"""W6: an agent's long conversation -- 1,000 chat turns, durable, then resumed.
+
+One agent hosted with ``ask_user=True``: after every reply the run pauses on a ``UserTurnRequest``
+for the user's next message. Each turn the user's message arrives as the answer to that request
+(``runtime.respond``), ``runtime.resume`` runs the turn (the agent gets the conversation, asks the
+model, stores the reply) and the run pauses again. The model is an offline client that answers the
+newest message (like a model, it is handed the whole conversation; unlike one, it reads only the
+end of it -- the cost of reading all of it is reported separately). Everything goes through
+``Runtime`` + ``SqliteStore`` (WAL, ``synchronous=NORMAL``) on a fresh temporary file. Reported:
+
+* **bytes per turn** at turn 10, 100 and 1,000: the checkpoint rows written for that turn
+  (``length(body)`` of its rows), the request rows (question + answer), the journal rows, the
+  process's write(2) volume and the database + WAL growth (the last two averaged over the ten
+  turns ending there) -- flat when only the new messages are written, growing with the turn
+  number when the conversation is copied;
+* **µs per turn** (``respond`` + ``resume`` to the next pause) over the turns before 10, 100 and
+  1,000 (median of the last ten);
+* **reading the whole conversation** after a cold resume (what a client that reads every message
+  adds: decoding 2,000 stored messages);
+* **resume at turn 1,000**: in a new process (a subprocess per sample opens the store, then times
+  ``respond`` + ``resume`` to the next pause -- imports, ``Runtime`` and store opening excluded;
+  a second turn in that process is the warm figure) and in-process (the turns after 1,000).
+
+    .venv/bin/python benchmarks/bench_w6_conversation.py            # -n 1000 -r 7
+    .venv/bin/python benchmarks/bench_w6_conversation.py --profile  # cProfile of a cold resume
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import os
+import pstats
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+from _durable import db_bytes, kib, open_store, temp_dir, written_bytes
+
+from workflow_engine import Runtime, Workflow, WorkflowBuilder, WorkflowRunState
+from workflow_engine.executors import (
+    Agent,
+    AgentHostExecutor,
+    ChatMessage,
+    ChatResponse,
+    ChatResponseUpdate,
+    ToolSpec,
+)
+from workflow_engine.executors._host import read_message
+from workflow_engine.storage import SqliteStore
+
+NAME = "w6-chat"
+ROOT = Path(__file__).resolve().parent.parent
+WAITING = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+
+
+def user_message(turn: int) -> str:
+    return f"Message {turn}: please note that my order number is {1000 + turn} and reply."
+
+
+class EchoClient:
+    """An offline model that acknowledges the newest message (reads nothing earlier)."""
+
+    def _answer(self, messages: Sequence[ChatMessage]) -> ChatMessage:
+        order = messages[-1].text.split("order number is ")[-1].split()[0]
+        return ChatMessage.assistant(f"Noted order {order}. Anything else?")
+
+    async def get_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
+    ) -> ChatResponse:
+        return ChatResponse(messages=[self._answer(messages)])
+
+    async def get_streaming_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        text = self._answer(messages).text
+        yield ChatResponseUpdate(kind="text", message_id=f"msg_{len(messages)}", text=text)
+
+
+def build_chat() -> Workflow:
+    """The agent answers every user message, then asks the user for the next one."""
+    agent = Agent("assistant", client=EchoClient())
+    host = AgentHostExecutor(agent, stream_updates=False, ask_user=True)
+    return WorkflowBuilder(NAME, start=host).build()
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} µs"
+
+
+# --- row sizes ------------------------------------------------------------------------------------
+
+
+class Rows:
+    """Reads what the store wrote, from a second (read-only) connection to the same file."""
+
+    def __init__(self, db: Path, run_id: str) -> None:
+        self.conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        self.run_id = run_id
+
+    def checkpoints_after(self, seq: int) -> tuple[int, int, list[str]]:
+        """(latest seq, bytes of bodies after ``seq``, kinds of those rows)."""
+        rows = self.conn.execute(
+            "SELECT seq, length(body), kind FROM checkpoints WHERE run_id = ? AND seq > ? "
+            "ORDER BY seq",
+            (self.run_id, seq),
+        ).fetchall()
+        last = rows[-1][0] if rows else seq
+        return last, sum(r[1] for r in rows), [r[2] for r in rows]
+
+    def request_bytes(self, request_id: str) -> int:
+        row = self.conn.execute(
+            "SELECT length(data) + coalesce(length(answer), 0) FROM requests WHERE request_id = ?",
+            (request_id,),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def journal_bytes(self) -> int:
+        row = self.conn.execute(
+            "SELECT coalesce(sum(length(value)), 0) FROM journal WHERE run_id = ?", (self.run_id,)
+        ).fetchone()
+        return int(row[0])
+
+    def snapshots(self) -> int:
+        row = self.conn.execute(
+            "SELECT count(*) FROM checkpoints WHERE run_id = ? AND kind = 'snapshot'",
+            (self.run_id,),
+        ).fetchone()
+        return int(row[0])
+
+
+# --- one turn -------------------------------------------------------------------------------------
+
+
+async def turn(runtime: Runtime, run_id: str, request_id: str, n: int) -> tuple[float, str]:
+    """Answer the pending request with the user's message ``n`` and run to the next pause:
+    seconds and the next request id."""
+    t0 = time.perf_counter()
+    await runtime.respond(request_id, user_message(n))
+    result = await runtime.resume(run_id)
+    t1 = time.perf_counter()
+    assert result.status is WAITING, (result.status, result.error)
+    return t1 - t0, result.pending_requests[0].request_id
+
+
+# --- child process: resume ------------------------------------------------------------------------
+
+
+async def child(db: str, run_id: str, request_id: str, first: int, profile: bool) -> dict:
+    """Two turns in a fresh process (cold, then warm), timed after imports and store opening."""
+    store = SqliteStore(db)
+    runtime = Runtime(store)
+    runtime.register(build_chat)
+    await store.open()
+    out: dict[str, Any] = {"times": []}
+    profiler = cProfile.Profile() if profile else None
+    for i in range(2):
+        if profiler is not None and i == 0:
+            profiler.enable()
+        seconds, request_id = await turn(runtime, run_id, request_id, first + i)
+        if profiler is not None and i == 0:
+            profiler.disable()
+        out["times"].append(seconds)
+    out["request_id"] = request_id
+    # what a client reading every message adds: decode the whole stored conversation
+    checkpoint = await store.latest(run_id)
+    assert checkpoint is not None
+    stored = checkpoint.executor_states["assistant"]["conversation"]
+    codec = runtime.workflow(NAME).codec
+    t0 = time.perf_counter()
+    everything = [read_message(codec.decode(m)) for m in stored]
+    out["read_all"] = time.perf_counter() - t0
+    out["messages"] = len(everything)
+    if profiler is not None:
+        text = io.StringIO()
+        pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(30)
+        out["profile"] = text.getvalue()
+    await runtime.close()
+    return out
+
+
+def run_child(db: Path, run_id: str, request_id: str, first: int, profile: bool = False) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT), str(ROOT / "benchmarks"), env.get("PYTHONPATH")) if p
+    )
+    args = [sys.executable, __file__, "--child", str(db), run_id, request_id, str(first)]
+    proc = subprocess.run(
+        [*args, *(["--profile"] if profile else [])],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env=env,
+    )
+    result: dict = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# --- parent process -------------------------------------------------------------------------------
+
+
+async def main(turns: int, repeats: int, profile: bool) -> None:
+    marks = sorted({k for k in (10, 100, 1000) if k <= turns} | {turns})
+    with temp_dir("w6-") as tmp:
+        db = tmp / "w6.db"
+        store = await open_store(db)
+        runtime = Runtime(store)
+        runtime.register(build_chat())
+        result = await runtime.run(NAME, user_message(0))
+        assert result.status is WAITING, (result.status, result.error)
+        run_id, request_id = result.run_id, result.pending_requests[0].request_id
+        rows = Rows(db, run_id)
+        seq, _, _ = rows.checkpoints_after(-1)
+        times: list[float] = []
+        window: dict[int, tuple[int | None, int]] = {}  # turn -> (wchar, db bytes) before it
+        for n in range(1, turns + 1):
+            for k in marks:
+                if n == max(1, k - 9):
+                    window[k] = (written_bytes(), db_bytes(db))
+            asked = request_id
+            seconds, request_id = await turn(runtime, run_id, request_id, n)
+            times.append(seconds)
+            if n in marks:
+                seq, body, kinds = rows.checkpoints_after(seq)
+                wchar, size = window[n]
+                span = n - max(1, n - 9) + 1
+                now_w = written_bytes()
+                io_note = (
+                    f"write(2) {kib((now_w - wchar) / span)}/turn"
+                    if now_w is not None and wchar is not None
+                    else "write(2) n/a"
+                )
+                print(
+                    f"W6 turn {n:>5}: checkpoint rows {body:>7,} B ({'+'.join(kinds)}), "
+                    f"request row {rows.request_bytes(asked):>6,} B, "
+                    f"{us(statistics.median(times[-10:]))}/turn (median of last "
+                    f"{min(10, len(times))}); {io_note}, DB+WAL growth "
+                    f"{kib((db_bytes(db) - size) / span)}/turn"
+                )
+            else:
+                seq, _, _ = rows.checkpoints_after(seq)
+        print(
+            f"W6 after {turns} turns: {rows.snapshots()} snapshot rows, journal "
+            f"{rows.journal_bytes():,} B, database + WAL {kib(db_bytes(db))}"
+        )
+        warm = []
+        for i in range(repeats):
+            seconds, request_id = await turn(runtime, run_id, request_id, turns + 1 + i)
+            warm.append(seconds)
+        await runtime.close()
+        store = None
+        cold, second, read_all = [], [], []
+        first = turns + 1 + repeats
+        for _ in range(repeats):
+            out = run_child(db, run_id, request_id, first)
+            cold.append(out["times"][0])
+            second.append(out["times"][1])
+            read_all.append(out["read_all"])
+            request_id = out["request_id"]
+            first += 2
+        med = statistics.median
+        print(
+            f"W6 resume at turn {turns} in a new process (respond + resume to the next pause, "
+            f"after imports and store opening; median of {repeats} subprocesses): "
+            f"{ms(med(cold))} [{ms(min(cold))}-{ms(max(cold))}]; a second turn there "
+            f"{ms(med(second))}"
+        )
+        print(
+            f"W6 reading all {out['messages']} stored messages there (what a client that reads "
+            f"every message adds; median of {repeats}): {ms(med(read_all))}"
+        )
+        print(
+            f"W6 resume at turn {turns} in-process (median of {repeats}): {ms(med(warm))} "
+            f"[{ms(min(warm))}-{ms(max(warm))}]"
+        )
+        print("  targets: per-turn bytes flat in the turn number; resume at 1,000 turns ≤ 5 ms")
+        if profile:
+            out = run_child(db, run_id, request_id, first, profile=True)
+            print(out["profile"])
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", "--turns", type=int, default=1000, help="chat turns before resuming")
+    parser.add_argument("-r", "--repeats", type=int, default=7, help="samples per resume figure")
+    parser.add_argument(
+        "--profile", action="store_true", help="print a cProfile of one cold resume"
+    )
+    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        db, run_id, request_id, first = args.child
+        print(json.dumps(anyio.run(child, db, run_id, request_id, int(first), args.profile)))
+    else:
+        anyio.run(main, args.turns, args.repeats, args.profile)

@@ -1,0 +1,158 @@
+"""How an agent host stores its conversation: every message reads back exactly as it was, in
+order, through a real checkpoint (JSON text and lazy views included)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import anyio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from workflow_engine import (
+    Checkpoint,
+    Executor,
+    WorkflowBuilder,
+    WorkflowContext,
+    handler,
+)
+from workflow_engine.executors import (
+    AgentHostExecutor,
+    ChatMessage,
+    FunctionCallContent,
+    FunctionResultContent,
+    TextContent,
+    ToolApprovalRequestContent,
+    ToolApprovalResponseContent,
+)
+from workflow_engine.executors._agent import Joined, pending_batch
+from workflow_engine.executors._host import read_message, stored_message
+
+json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.text(max_size=8), st.floats(allow_nan=False)
+)
+values: st.SearchStrategy[Any] = st.recursive(
+    json_scalars
+    | st.datetimes()  # not JSON: stored tagged, never as text that reads back different
+    | st.tuples(st.integers()),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+calls = st.builds(
+    FunctionCallContent,
+    call_id=st.text(max_size=6),
+    name=st.text(max_size=6),
+    arguments=st.dictionaries(st.text(max_size=5), values, max_size=3),
+)
+contents = st.one_of(
+    st.builds(TextContent, text=st.text(max_size=20)),
+    calls,
+    st.builds(
+        FunctionResultContent,
+        call_id=st.text(max_size=6),
+        name=st.text(max_size=6),
+        result=values,
+        error=st.none() | st.text(max_size=8),
+    ),
+    st.builds(ToolApprovalRequestContent, id=st.text(max_size=6), function_call=calls),
+    st.builds(
+        ToolApprovalResponseContent,
+        approved=st.booleans(),
+        arguments=st.none() | st.dictionaries(st.text(max_size=5), values, max_size=2),
+        id=st.none() | st.text(max_size=6),
+        reason=st.none() | st.text(max_size=8),
+    ),
+)
+messages = st.builds(
+    ChatMessage,
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    contents=st.lists(contents, max_size=3),
+    author_name=st.none() | st.text(max_size=6),
+    message_id=st.none() | st.text(max_size=6),
+)
+
+
+class Keeper(Executor):
+    """Appends the messages it receives the way an agent host does, and yields what it reads."""
+
+    @handler
+    async def on_batch(self, batch: list[ChatMessage], ctx: WorkflowContext[None, Any]) -> None:
+        await ctx.append_state("conversation", [stored_message(m) for m in batch])
+        view = await ctx.get_state_items("conversation", convert=read_message)
+        await ctx.yield_output(list(view))
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal, with the same types at every depth (a tuple stays a tuple, a datetime a datetime)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, BaseModel):
+        return all(same(getattr(a, f), getattr(b, f)) for f in type(a).model_fields)
+    return bool(a == b)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(messages, max_size=4), st.lists(messages, max_size=4))
+def test_a_stored_conversation_reads_back_exactly_after_a_checkpoint(
+    first: list[ChatMessage], second: list[ChatMessage]
+) -> None:
+    keeper = Keeper("keeper")
+    wf = (
+        WorkflowBuilder("keep", start=keeper)
+        .register_types(*AgentHostExecutor.serializable_types, dt.datetime)
+        .build()
+    )
+
+    async def go() -> list[ChatMessage]:
+        result = await wf.run(first)
+        assert result.checkpoint is not None
+        # through JSON, as a store keeps it, then another superstep appends to it
+        restored = Checkpoint.from_json(result.checkpoint.to_json())
+        result = await wf.run(second, checkpoint=restored)
+        assert result.checkpoint is not None
+        restored = Checkpoint.from_json(result.checkpoint.to_json())
+        stored = restored.executor_states["keeper"]["conversation"]
+        assert len(stored) == len(first) + len(second)
+        out: list[ChatMessage] = result.outputs[-1]
+        return out
+
+    read = anyio.run(go)
+    assert len(read) == len(first) + len(second)
+    for original, back in zip([*first, *second], read, strict=True):
+        assert same(original, back), (original, back)
+
+
+def test_a_message_that_json_would_change_is_stored_as_itself() -> None:
+    exact = ChatMessage.user("hello")
+    assert isinstance(stored_message(exact), str)
+    when = dt.datetime(2024, 5, 1, 12, 0)
+    odd = ChatMessage(
+        role="tool",
+        contents=[FunctionResultContent(call_id="c", result={"at": when, "pair": (1, 2)})],
+    )
+    assert stored_message(odd) is odd
+    assert same(read_message(stored_message(odd)), odd)
+
+
+def test_pending_batch_stops_at_the_newest_message_that_is_not_the_users() -> None:
+    call = FunctionCallContent(call_id="c1", name="pay")
+    held = ToolApprovalRequestContent(id="approval_c1", function_call=call)
+    answer = ToolApprovalResponseContent(approved=True, id="approval_c1")
+    head = [ChatMessage.user(f"u{i}") for i in range(50)]
+    calls = ChatMessage(role="assistant", contents=[call])
+    approvals = ChatMessage(role="assistant", contents=[held])
+    waiting = Joined(head, [calls, approvals, ChatMessage(role="user", contents=[answer])])
+    found = pending_batch(waiting)
+    assert found is not None
+    assert found[0] == [call] and found[1] == [held] and found[2] == {"approval_c1": answer}
+    assert (
+        pending_batch(Joined(head, [ChatMessage.assistant("done"), ChatMessage.user("hi")])) is None
+    )
