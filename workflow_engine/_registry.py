@@ -56,6 +56,17 @@ _FORMER_PACKAGES = (
 )
 
 
+def display_name(tp: Any, registry: TypeRegistry | None = None) -> str:
+    """The name people and clients see for a type (errors, CLI output, the AG-UI wire): the
+    stable tag ``registry`` stores it under, else its ``__workflow_type__`` or ``__qualname__``;
+    generics as ``list[Order] | None``. Never a module path, which changes when code moves."""
+
+    def naming(cls: type) -> str:
+        return (registry.name_of(cls) if registry is not None else None) or default_tag(cls)
+
+    return type_name(tp, naming=naming)
+
+
 def legacy_tag(cls: type) -> str:
     """The tag older versions wrote by default (``module.qualname``); still decoded."""
     return type_name(cls)

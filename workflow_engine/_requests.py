@@ -76,9 +76,15 @@ class ExternalRequest:
 
     @property
     def response_type_name(self) -> str:
-        return type_name(self.response_type)
+        """The response type's stable name (see ``display_name``), never a module path."""
+        from ._registry import display_name
+
+        return display_name(self.response_type)
 
     def to_dict(self, codec: JsonCodec | None = None) -> dict[str, Any]:
+        from ._registry import display_name
+
+        registry = getattr(codec, "registry", None)
         return {
             "request_id": self.request_id,
             "port_id": self.port_id,
@@ -86,8 +92,8 @@ class ExternalRequest:
             "run_id": self.run_id,
             "superstep": self.superstep,
             "data": codec.encode(self.data) if codec else self.data,
-            "request_type": type_name(type(self.data)),
-            "response_type": self.response_type_name,
+            "request_type": display_name(type(self.data), registry),
+            "response_type": display_name(self.response_type, registry),
         }
 
 

@@ -52,6 +52,7 @@ from ._identity import (
 from ._journal import InMemoryJournal
 from ._planner import Envelope, Send
 from ._pump import EventPump
+from ._registry import display_name
 from ._requests import (
     EffectResolution,
     ExternalRequest,
@@ -686,10 +687,11 @@ class Workflow:
         """Validate an answer against the expected type; JSON-shaped data is validated strictly."""
         if build_matcher(expected)(data):
             return data
-        name = type_name(expected)
-        adapter = self._adapters.get(name)
+        key = type_name(expected)  # module paths: two classes never share an adapter
+        adapter = self._adapters.get(key)
         if adapter is None:
-            adapter = self._adapters[name] = TypeAdapter(expected)
+            adapter = self._adapters[key] = TypeAdapter(expected)
+        name = display_name(expected, self.registry)
         try:
             return adapter.validate_json(json.dumps(data, default=str), strict=True)
         except ValidationError as exc:
@@ -702,7 +704,7 @@ class Workflow:
         except (TypeError, ValueError) as exc:
             raise ResponseTypeError(
                 f"run {run_id!r}, request {request_id!r}: expected {name}, got "
-                f"{type_name(type(data))}: {exc}"
+                f"{display_name(type(data), self.registry)}: {exc}"
             ) from exc
 
     async def _apply_answers(

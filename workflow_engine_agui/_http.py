@@ -47,8 +47,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from workflow_engine import TypeRegistry
 from workflow_engine._input import InputTooLargeError
-from workflow_engine._registry import default_tag
-from workflow_engine._types import type_name
+from workflow_engine._registry import display_name
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -253,7 +252,7 @@ def type_label(tp: Any, registry: TypeRegistry) -> str:
     """The name clients see for a type: the stable tag ``registry`` stores it under (its
     ``__qualname__``, ``__workflow_type__`` or ``name=``), spelled the same for a class it does
     not know; generics as ``list[Order] | None``. Never a module path."""
-    return type_name(tp, naming=lambda cls: registry.name_of(cls) or default_tag(cls))
+    return display_name(tp, registry)
 
 
 def _wire_key(key: Any) -> str:
