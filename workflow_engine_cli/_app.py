@@ -517,9 +517,12 @@ def resume(
 @app.command()
 def respond(
     request_id: Annotated[str, typer.Argument(help="A request id, or any unique prefix of one.")],
-    approve: Annotated[
-        bool | None, typer.Option("--approve/--reject", help="Approve or reject a tool call.")
-    ] = None,
+    approve_flag: Annotated[
+        bool, typer.Option("--approve", help="Approve a tool call.", show_default=False)
+    ] = False,
+    reject_flag: Annotated[
+        bool, typer.Option("--reject", help="Reject a tool call.", show_default=False)
+    ] = False,
     arguments: Annotated[
         str | None, typer.Option(help="With --approve: JSON object of edited arguments.")
     ] = None,
@@ -529,10 +532,16 @@ def respond(
     db: DbOption = None,
 ) -> None:
     """Answer a pending request (stored durably; run `resume` to continue the run)."""
-    chosen = [x for x in (approve is not None, message is not None, end, data is not None) if x]
+    chosen = [
+        x for x in (approve_flag, reject_flag, message is not None, end, data is not None) if x
+    ]
     if len(chosen) != 1:
-        print_error("give exactly one of --approve/--reject, --message, --end, --data")
+        print_error("give exactly one of --approve, --reject, --message, --end, --data")
         raise typer.Exit(EXIT_USAGE)
+    if arguments is not None and not approve_flag:
+        print_error("--arguments goes with --approve (the edited arguments of the approved call)")
+        raise typer.Exit(EXIT_USAGE)
+    approve = True if approve_flag else False if reject_flag else None
     from workflow_engine._input import InputError, check_text, parse_json
 
     try:
@@ -933,7 +942,12 @@ def serve(
         )
         raise typer.Exit(EXIT_CANNOT_LISTEN) from None
     bound = sock.getsockname()[1]
-    app_ = create_app(db, token=token, cors_origins=cors_origin, max_body_bytes=max_body_bytes)
+    try:
+        app_ = create_app(db, token=token, cors_origins=cors_origin, max_body_bytes=max_body_bytes)
+    except ModelConfigError as exc:
+        sock.close()
+        print_error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
     config = uvicorn.Config(app_, log_config=None, log_level=level.lower(), access_log=True)
     logging.getLogger("workflow_engine.cli").info(
         "AG-UI endpoints: http://%s:%d/support and /banking", host, bound

@@ -110,6 +110,15 @@ class ChatModel:
     config: ModelConfig = SCRIPTED
     api_key: str | None = field(default=None, repr=False)
 
+    def __post_init__(self) -> None:
+        import importlib.util
+
+        if self.config.provider != "scripted" and importlib.util.find_spec("openai") is None:
+            raise ModelConfigError(
+                f"model {self.config.model!r} needs the openai extra (the 'openai' package is "
+                "not installed): pip install 'workflow-engine[openai]', or use --offline"
+            )
+
     def client(self) -> ChatClient | None:
         """A chat client for every agent, or None: each agent keeps its scripted rules."""
         if self.config.provider == "scripted":

@@ -14,6 +14,10 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+# First: without the server extra this names the extra to install (fastapi would not).
+import workflow_engine_agui  # noqa: F401
+
+# isort: split
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse

@@ -233,6 +233,8 @@ BAD_INPUT: list[tuple[list[str], bool, int, str]] = [
     (["respond", "nope", "--approve"], True, 4, "no request 'nope'"),
     (["respond", "nope", "--data", "{bad"], True, 2, "malformed JSON"),
     (["respond", "nope"], True, 2, "exactly one of"),
+    (["respond", "nope", "--approve", "--reject"], True, 2, "exactly one of"),
+    (["respond", "nope", "--reject", "--arguments", "{}"], True, 2, "--arguments goes with"),
     (["demo", "nosuch"], True, 2, "no demo named 'nosuch'"),
     (["runs", "list", "--status", "bogus"], True, 2, "unknown status 'bogus'"),
     (["graph", "nope"], False, 4, "no workflow named 'nope'"),

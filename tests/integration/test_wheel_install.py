@@ -21,10 +21,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.slow
 
-# Public modules that need an extra, and the extra their error must name.
-NEEDS_EXTRA = {"workflow_engine_agui": "workflow-engine[server]"}
-# Private modules behind them (the CLI's `serve` names the extra itself, tested below).
-BEHIND_EXTRA = {"workflow_engine_cli._server"}
+# Modules that need an extra, and the extra their error must name.
+NEEDS_EXTRA = {
+    "workflow_engine_agui": "workflow-engine[server]",
+    "workflow_engine_cli._server": "workflow-engine[server]",
+}
 
 PROBE = r"""
 import importlib, json, pkgutil, sys
@@ -101,7 +102,7 @@ def test_every_module_imports_or_names_its_extra(installed: Path, tmp_path: Path
     report = json.loads(probe.stdout)
     assert report["generic"] == {}, "the wheel installed a generic top-level package"
     refused = report["refused"]
-    assert set(refused) <= set(NEEDS_EXTRA) | BEHIND_EXTRA, refused
+    assert set(refused) <= set(NEEDS_EXTRA), refused
     for name, extra in NEEDS_EXTRA.items():
         assert extra in refused.get(name, extra), (name, refused.get(name))
     assert "workflow_engine_agui" in refused  # fastapi is not there without the extra
@@ -131,3 +132,7 @@ def test_console_script_runs_without_extras(installed: Path, tmp_path: Path) -> 
     assert serve.returncode == 2, serve.stdout + serve.stderr
     assert "pip install 'workflow-engine[server]'" in serve.stderr
     assert "Traceback" not in serve.stderr
+    model = _run([cli, "demo", "handoff", "--model", "gpt-4o", "--db", db], tmp_path)
+    assert model.returncode == 2, model.stdout + model.stderr
+    assert "pip install 'workflow-engine[openai]'" in model.stderr
+    assert "Traceback" not in model.stderr and "internal error" not in model.stderr
