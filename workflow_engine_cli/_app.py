@@ -421,10 +421,13 @@ def demo(
         typed = bool(message)
     first = message or _DEFAULT_MESSAGES[workflow]
 
+    started: list[str] = []
+
     async def body() -> int:
         runtime = open_runtime(db, chosen, workflows=[workflow])
         try:
             run_id = await start_run(runtime, workflow, first, chosen)
+            started.append(run_id)
             if not json_mode:
                 term.line((f"run {run_id} · workflow {workflow} · db {runtime.store.path}", "dim"))
                 if not typed:
@@ -435,7 +438,7 @@ def demo(
         finally:
             await runtime.close()
 
-    _interruptible(body)
+    _interruptible(body, started)
 
 
 _DEFAULT_MESSAGES = {
@@ -446,14 +449,18 @@ _DEFAULT_MESSAGES = {
 }
 
 
-def _interruptible(body: Callable[[], Awaitable[int]]) -> None:
+def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> None:
+    """Run ``body``; on Ctrl-C say how to continue the run it started or resumed (its id is
+    in ``run_ids`` once known) and exit 3."""
     try:
         run_async(body)
     except KeyboardInterrupt:
-        err_console().print(
-            "\nInterrupted: the run keeps its last checkpoint. "
-            "See `workflow-engine runs list` and continue with `workflow-engine resume RUN_ID`."
-        )
+        term = err_console()
+        if run_ids:
+            term.print(f"\nInterrupted: run {run_ids[-1]} keeps its last checkpoint.")
+            term.print(f"Continue with: workflow-engine resume {run_ids[-1]}")
+        else:
+            term.print("\nInterrupted before a run started.")
         raise typer.Exit(EXIT_PAUSED) from None
 
 
@@ -490,10 +497,13 @@ def resume(
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
 
+    resumed: list[str] = []
+
     async def body() -> int:
         runtime = open_runtime(db, workflows=())
         try:
             full = await _full_run_id(runtime, run_id)
+            resumed.append(full)
             run, checkpoint = await runtime.store.get_run_and_latest(full)
             chosen = None
             # a finished or cancelled run runs no agent: resuming it is refused as such below
@@ -511,7 +521,7 @@ def resume(
         finally:
             await runtime.close()
 
-    _interruptible(body)
+    _interruptible(body, resumed)
 
 
 @app.command()

@@ -65,11 +65,13 @@ def terminal_columns(stream: TextIO) -> int:
     """The terminal's width: ``COLUMNS`` if set (as for ``shutil.get_terminal_size``), else
     asked of the terminal ``stream`` is on (it may change between calls: a resized window)."""
     with contextlib.suppress(KeyError, ValueError):
-        return int(os.environ["COLUMNS"])
+        if (columns := int(os.environ["COLUMNS"])) > 0:
+            return columns
     try:
-        return os.get_terminal_size(stream.fileno()).columns
+        columns = os.get_terminal_size(stream.fileno()).columns
     except (AttributeError, OSError, ValueError):
         return 80
+    return columns if columns > 0 else 80  # a pseudo-terminal nobody sized reports 0
 
 
 def clean(text: str) -> str:

@@ -14,6 +14,7 @@ import json
 import os
 import re
 import select
+import signal
 import struct
 import subprocess
 import sys
@@ -197,6 +198,12 @@ class PtySession:
 
     def send(self, line: str) -> None:
         os.write(self.master, line.encode() + b"\n")
+
+    def interrupt(self) -> None:
+        """What Ctrl-C does on a terminal: SIGINT to the foreground process group (the child
+        leads its own session here, without a controlling terminal to send it)."""
+        os.write(self.master, b"^C")  # the echo a terminal shows
+        os.killpg(self.proc.pid, signal.SIGINT)
 
     def send_raw(self, data: bytes) -> None:
         """Keys as bytes, e.g. ``b"\x04"`` (Ctrl-D) or ``b"\x03"`` (Ctrl-C)."""

@@ -313,6 +313,28 @@ def test_streamed_text_stays_while_the_spinner_works(
     assert_clean(demo.screen())
 
 
+def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    with SlowModel(think=30) as model:
+        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+        demo = open_screen(
+            sessions, cli, "demo", "handoff", "-m", "My headphones arrived broken",
+            "--model", "slow", "--base-url", url, "--api-key", "k",
+        )  # fmt: skip
+        demo.expect_screen("is working")
+        demo.interrupt()
+        assert demo.wait() == 3, demo.screen_text()
+    [run] = cli.json("runs", "list", "--json")
+    screen = demo.screen()
+    in_order(
+        screen, [f"Interrupted: run {run['run_id']}", f"workflow-engine resume {run['run_id']}"]
+    )
+    assert f"Continue with: workflow-engine resume {run['run_id']}" in screen  # whole, copyable
+    assert "RUN_ID" not in "\n".join(screen)
+    assert_clean(screen)
+
+
 # --- plain lines: NO_COLOR ----------------------------------------------------------------------
 
 

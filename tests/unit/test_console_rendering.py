@@ -165,3 +165,28 @@ def test_schema_shapes() -> None:
     )
     assert shape({"enum": ["a", "b"]}) == '"a"|"b"'
     assert shape({}) == "…"
+
+
+def test_a_terminal_that_reports_no_size_is_80_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``script`` and some CI runners open a pseudo-terminal nobody sized (0x0)."""
+    import fcntl
+    import os
+    import pty
+    import struct
+    import termios
+
+    from workflow_engine_cli._term import terminal_columns
+
+    master, slave = pty.openpty()
+    try:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 0, 0, 0, 0))
+        monkeypatch.delenv("COLUMNS", raising=False)
+        with os.fdopen(os.dup(slave), "w") as stream:
+            assert terminal_columns(stream) == 80
+            monkeypatch.setenv("COLUMNS", "0")
+            assert terminal_columns(stream) == 80
+            monkeypatch.setenv("COLUMNS", "50")
+            assert terminal_columns(stream) == 50
+    finally:
+        os.close(master)
+        os.close(slave)
