@@ -361,9 +361,10 @@ def format_table(
 ) -> list[str]:
     """Rows as aligned columns, two spaces apart, headers first (bold when ``live``).
 
-    Only the columns named in ``wrap`` may be narrowed; they wrap onto continuation lines. All
-    other cells (ids, statuses) are written whole, even when that makes a line longer than
-    ``width`` (0: no limit) -- a cut id cannot be copied.
+    Only the columns named in ``wrap`` may be narrowed (to ``MIN_WRAP`` columns at least); they
+    wrap onto continuation lines between words. All other cells (ids, statuses) are written
+    whole -- a cut id cannot be copied. When the columns still do not fit in ``width`` (0: no
+    limit), each row becomes a block of ``HEADER  value`` lines instead (see ``_records``).
     """
     cells = [[clean(cell) for cell in row] for row in rows]
     natural = [
@@ -374,15 +375,57 @@ def format_table(
     if width and flexible:
         fixed = sum(widths[i] for i in range(len(headers)) if i not in flexible)
         room = width - fixed - 2 * (len(headers) - 1)
-        share = max(room // len(flexible), 12)
+        share = max(room // len(flexible), MIN_WRAP)
         for i in flexible:
             widths[i] = min(natural[i], share)
+    if width and sum(widths) + 2 * (len(headers) - 1) > width:
+        return _records(headers, cells, width, live)
     lines = [_table_line(list(headers), widths, "bold" if live else "", live)]
     for row in cells:
         wrapped = [_wrap_cell(cell, widths[i]) for i, cell in enumerate(row)]
         for n in range(max(len(w) for w in wrapped)):
             cells_n = [w[n] if n < len(w) else "" for w in wrapped]
             lines.append(_table_line(cells_n, widths, "", live))
+    return lines
+
+
+MIN_WRAP = 20
+"""The narrowest a wrapped column gets: narrower, words break mid-word, so rows become blocks."""
+
+
+def _records(headers: Sequence[str], cells: list[list[str]], width: int, live: bool) -> list[str]:
+    """A table too wide for the window, one block per row: ``HEADER  value`` lines, a blank
+    line between rows. Values wrap between words under their label; a word wider than the
+    window (an id) stays whole and lets the terminal fold it."""
+    label = max(cell_width(h) for h in headers) + 2
+    room = max(width - label, MIN_WRAP)
+    lines: list[str] = []
+    for n, row in enumerate(cells):
+        if n:
+            lines.append("")
+        for header, cell in zip(headers, row, strict=True):
+            pad = label
+            if pad + cell_width(cell.split(" ")[0]) > width:  # a long word: a shorter label
+                pad = cell_width(header) + 2
+            head = styled(header.ljust(pad), "bold" if live else "", live=live)
+            parts = _wrap_words(cell, max(width - pad, room))
+            lines.append((head + parts[0]).rstrip())
+            lines.extend((" " * pad + part).rstrip() for part in parts[1:])
+    return lines
+
+
+def _wrap_words(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken only between words."""
+    lines: list[str] = []
+    current = ""
+    for word in text.split(" "):
+        candidate = f"{current} {word}" if current else word
+        if current and cell_width(candidate) > width:
+            lines.append(current)
+            current = word
+        else:
+            current = candidate
+    lines.append(current)
     return lines
 
 

@@ -371,6 +371,31 @@ def _table(session: ScreenSession) -> list[str]:
     return screen
 
 
+@pytest.mark.parametrize("columns", [40, 60])
+def test_narrow_windows_list_one_block_per_row(
+    cli: Cli, sessions: list[ScreenSession], columns: int
+) -> None:
+    """No row is folded by the terminal: a status or a date split across screen lines cannot
+    be read, so a window too narrow for the columns gets ``HEADER  value`` blocks."""
+    cli.expect(3, "demo", "handoff", "-m", REFUND, "--detach")
+    [run] = cli.json("runs", "list", "--json")
+    [request] = cli.json("requests", "list")
+    for command in (["runs", "list"], ["requests", "list"]):
+        session = ScreenSession([*command, "--db", str(cli.db)], cli.env, cli.cwd, columns=columns)
+        sessions.append(session)
+        screen = _table(session)
+        rows = [row.rstrip() for row in screen if row.strip()]
+        assert all(len(row) < columns for row in rows), rows  # nothing reached the edge
+        words = {word for row in rows for word in row.split()}
+        assert run["run_id"][:8] in words  # ids and statuses whole on one screen line
+        if command == ["runs", "list"]:
+            assert "idle_with_pending_requests" in words
+            assert any(re.search(r"2\d{3}-\d\d-\d\d \d\d:\d\d:\d\d", row) for row in rows)
+        else:
+            assert request["request_id"][:8] in words
+            assert "approve submit_refund({" in flat("\n".join(rows))
+
+
 @pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_tables_show_whole_ids_and_statuses_at_80_columns(
     cli: Cli, sessions: list[ScreenSession]

@@ -90,17 +90,41 @@ def test_text_from_a_model_cannot_drive_the_terminal(live: tuple[Terminal, io.St
 
 def test_tables_wrap_only_the_free_text_column() -> None:
     rows = [["abcdef012", "idle_with_pending_requests", "approve submit_refund(x) now"]]
-    lines = format_table(["ID", "STATUS", "WHAT"], rows, width=56, wrap=["WHAT"])
+    lines = format_table(["ID", "STATUS", "WHAT"], rows, width=60, wrap=["WHAT"])
     assert lines == [
         "ID         STATUS                      WHAT",
         "abcdef012  idle_with_pending_requests  approve",
-        "                                       submit_refund(x)",
-        "                                       now",
+        "                                       submit_refund(x) now",
     ]
-    # too narrow even for the fixed columns: they stay whole, the line is just longer
-    narrow = format_table(["ID", "STATUS", "WHAT"], rows, width=20, wrap=["WHAT"])
-    assert narrow[1].startswith("abcdef012  idle_with_pending_requests  approve")
+    assert max(len(line) for line in lines) <= 60
     assert format_table(["A"], [["x y"]], width=0, wrap=["A"]) == ["A", "x y"]
+
+
+def test_a_table_too_wide_for_the_window_becomes_one_block_per_row() -> None:
+    """Narrower than the ids and statuses need (or than a readable free column): blocks of
+    ``HEADER  value``, every id and status whole on its own line."""
+    rows = [
+        ["abcdef012", "idle_with_pending_requests", "approve submit_refund(x) now"],
+        ["fedcba987", "in_progress", "-"],
+    ]
+    for width in (56, 40):
+        lines = format_table(["ID", "STATUS", "WHAT"], rows, width=width, wrap=["WHAT"])
+        assert lines == [
+            "ID      abcdef012",
+            "STATUS  idle_with_pending_requests",
+            "WHAT    approve submit_refund(x) now",
+            "",
+            "ID      fedcba987",
+            "STATUS  in_progress",
+            "WHAT    -",
+        ], width
+    narrow = format_table(["ID", "STATUS", "WHAT"], rows, width=30, wrap=["WHAT"])
+    assert narrow[:4] == [
+        "ID      abcdef012",
+        "STATUS  idle_with_pending_requests",  # whole: wider than the window, never cut
+        "WHAT    approve",
+        "        submit_refund(x) now",
+    ]
 
 
 # --- ids ----------------------------------------------------------------------------------------
