@@ -443,9 +443,11 @@ class AGUIService:
             turn = await self._prepare(runtime, workflow, run_input, resume)
             run_id = turn.run_id
             if run_id == NOTHING_TO_DO:  # a repeated resume: already done, nothing changes
+                log.info("thread %r: a repeated resume, nothing to do", thread_id)
                 yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id)
                 return
             if run_id is None:  # cancelled
+                log.info("thread %r: run cancelled", thread_id)
                 yield RunFinishedEvent(
                     thread_id=thread_id,
                     run_id=client_run_id,
@@ -455,6 +457,7 @@ class AGUIService:
             translator.scope = run_id
             translator.interrupt_key = turn.key
             translator.held = turn.held
+            log.debug("thread %r: running %s", thread_id, run_id)
             stream = runtime.resume_stream(run_id)
             async with aclosing(stream):
                 async for event in stream:
@@ -473,18 +476,26 @@ class AGUIService:
                     interrupt_for(r, workflow.registry, run_id, turn.key)
                     for r in result.pending_requests
                 ]
+                log.info(
+                    "thread %r: run %s paused with %d interrupt(s)",
+                    thread_id,
+                    run_id,
+                    len(interrupts),
+                )
                 yield RunFinishedEvent(
                     thread_id=thread_id,
                     run_id=client_run_id,
                     outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
                 )
                 return
+            log.info("thread %r: run %s finished", thread_id, run_id)
             yield RunFinishedEvent(
                 thread_id=thread_id,
                 run_id=client_run_id,
                 result=run_result(result.outputs, workflow.registry),
             )
         except (AGUIError, WorkflowError) as exc:
+            log.warning("thread %r: RUN_ERROR %s: %s", thread_id, exc.code, exc)
             for out in translator.close_all():
                 yield out
             yield RunErrorEvent(message=str(exc), code=exc.code)

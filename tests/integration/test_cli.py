@@ -471,6 +471,15 @@ def test_serve_logs_each_request_and_a_busy_port_is_one_error(cli: Cli) -> None:
         assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
         access = server.expect(r'uvicorn\.access: 127\.0\.0\.1:\d+ - "GET /health HTTP/1\.1" 200')
         assert re.match(r"\d\d:\d\d:\d\d INFO ", access.string)
+        refund = {"id": "m1", "role": "user", "content": "I want a refund for order 12345"}
+        body = {"threadId": "t1", "runId": "r1", "messages": [refund]}
+        sent = httpx.post(f"http://127.0.0.1:{port}/support", json=body, timeout=30)
+        assert sent.status_code == 200 and "RUN_FINISHED" in sent.text
+        server.expect(r"workflow_engine_agui\S*: thread 't1': run \S+ paused with 1 interrupt")
+        answer = {"interruptId": "nope", "status": "resolved", "payload": {"accepted": True}}
+        bad = {**body, "runId": "r2", "messages": [], "resume": [answer]}
+        httpx.post(f"http://127.0.0.1:{port}/support", json=bad, timeout=30)
+        server.expect(r"WARNING workflow_engine_agui\S*: thread 't1': RUN_ERROR \w+")
 
         busy = cli.expect(7, "serve", "--port", str(port))
         line = busy.error_line()
