@@ -105,10 +105,20 @@ class OpenAIChatClient:
 
     # --- the protocol ---------------------------------------------------------------------------
 
+    async def _create(self, body: dict[str, Any]) -> Any:
+        """One chat-completions call; an unreachable endpoint is named in the error."""
+        try:
+            return await self._client.chat.completions.create(**body)
+        except Exception as exc:
+            if type(exc).__name__ not in ("APIConnectionError", "APITimeoutError"):
+                raise
+            where = getattr(self._client, "base_url", None) or "the model endpoint"
+            raise ConnectionError(f"cannot reach {where} (model {self.model!r}): {exc}") from exc
+
     async def get_response(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
     ) -> ChatResponse:
-        completion = await self._client.chat.completions.create(**self._request(messages, tools))
+        completion = await self._create(self._request(messages, tools))
         choice = completion.choices[0].message
         contents: list[Any] = []
         if choice.content:
@@ -129,9 +139,7 @@ class OpenAIChatClient:
     async def get_streaming_response(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
     ) -> AsyncIterator[ChatResponseUpdate]:
-        stream = await self._client.chat.completions.create(
-            **self._request(messages, tools), stream=True
-        )
+        stream = await self._create({**self._request(messages, tools), "stream": True})
         call_ids: dict[int, str] = {}
         used: set[str] = set()
         async for chunk in stream:

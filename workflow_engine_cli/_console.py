@@ -75,6 +75,7 @@ class EventPrinter:
         self.json_mode = json_mode
         self.codec = codec
         self._speaker: str | None = None  # the agent whose line of text is open
+        self._failure: str | None = None  # the last failure shown (not shown twice)
         self._calls: dict[str, dict[str, Any]] = {}
         self.outputs_shown: list[Any] = []  # so that the summary at the end does not repeat them
 
@@ -93,7 +94,9 @@ class EventPrinter:
             self._agent_update(event)
         elif isinstance(event, ExecutorFailedEvent | WorkflowFailedEvent):
             self._close_line()
-            self.term.line((f"✗ {event.error.message}", "bold red"))
+            if event.error.message != self._failure:  # the run's failure repeats the step's
+                self.term.line((f"✗ {event.error.message}", "bold red"))
+            self._failure = event.error.message
         elif isinstance(event, WorkflowOutputEvent):
             self._close_line()
             if not isinstance(event.data, HandoffOutcome | AgentResponse):

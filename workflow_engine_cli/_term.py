@@ -149,6 +149,7 @@ class Terminal:
         self._gap = ""  # whitespace between the last word written and the next
         self._word: list[tuple[str, str]] = []  # a streamed word that may not be complete yet
         self._status: str | None = None  # the spinner's label while working
+        self._status_since = 0.0  # when the label last changed
         self._spinner_drawn = False
 
     # --- writing ------------------------------------------------------------------------------
@@ -303,9 +304,11 @@ class Terminal:
 
     @status.setter
     def status(self, label: str) -> None:
+        """A new label restarts the elapsed time: it counts for what the label names."""
         with self._lock:
-            if self._status is not None:
+            if self._status is not None and label != self._status:
                 self._status = label
+                self._status_since = time.monotonic()
 
     @contextmanager
     def working(self, label: str = "working…") -> Iterator[None]:
@@ -315,6 +318,7 @@ class Terminal:
             return
         with self._lock:
             self._status = label
+            self._status_since = time.monotonic()
         stop = threading.Event()
         spinner = threading.Thread(target=self._spin, args=(stop,), name="spinner", daemon=True)
         spinner.start()
@@ -329,13 +333,12 @@ class Terminal:
                 self.out.flush()
 
     def _spin(self, stop: threading.Event) -> None:
-        started = time.monotonic()
         frame = 0
         while not stop.wait(0.1):
             with self._lock:
                 if self._open or self._column or self._status is None:
                     continue  # a line is open: the arriving text is the progress
-                elapsed = int(time.monotonic() - started)
+                elapsed = int(time.monotonic() - self._status_since)
                 label = f"{_FRAMES[frame % len(_FRAMES)]} {self._status}"
                 if elapsed >= 2:
                     label += f" {elapsed}s"

@@ -10,6 +10,7 @@ checked as plain functions first.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -217,6 +218,7 @@ def test_a_failed_run_is_not_resumed_on_the_scripted_model(cli: Cli) -> None:
         failed = cli.expect(1, "demo", "handoff", "-m", REFUND, "--base-url", endpoint.base_url)
         run_id = only_run(cli)["run_id"]
         assert status(cli, run_id) == "failed", str(failed)
+        assert (failed.out + failed.err).count("✗") == 1, str(failed)  # said once
 
         again = cli.expect(1, "resume", run_id, "--approve")  # the same endpoint, failing again
         assert not scripted_text(again), str(again)
@@ -231,6 +233,15 @@ def test_a_failed_run_is_not_resumed_on_the_scripted_model(cli: Cli) -> None:
     )
     assert "continuing on the scripted model" in switched.out
     assert [entry["kind"] for entry in cli.ledger()] == ["refund"]
+
+
+def test_an_unreachable_endpoint_is_named_once(cli: Cli) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
+    failed = cli.expect(1, "demo", "handoff", "-m", REFUND, "--base-url", url)
+    said = failed.out + failed.err
+    assert said.count("✗") == 1 and f"cannot reach {url}" in said, str(failed)
 
 
 @pytest.mark.slow  # several processes in turn
