@@ -406,8 +406,9 @@ def print_paused(
     term.line((f"Run {run_id} is paused, waiting for input.", "bold"))
     for request in pending:
         term.line(f"  request {request.request_id} ({type(request.data).__name__})")
+    request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"
     term.line(
-        "Answer with `workflow-engine respond REQUEST_ID --approve|--reject|--message TEXT`, "
+        f"Answer with `workflow-engine respond {request_id} --approve|--reject|--message TEXT`, "
         f"then `workflow-engine resume {run_id}`."
     )
 

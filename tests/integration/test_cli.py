@@ -130,7 +130,7 @@ def test_detach_respond_resume_across_processes(cli: Cli) -> None:
     request_id = re.search(r"request (\S+) \(ToolApprovalRequestContent\)", paused.out)
     assert run_id and request_id, str(paused)
     run_id, request_id = run_id[1], request_id[1]
-    assert "workflow-engine respond REQUEST_ID --approve" in paused.out
+    assert f"workflow-engine respond {request_id} --approve" in paused.out  # copy, paste
     assert f"workflow-engine resume {run_id}" in paused.out
     assert cli.ledger() == []
 
