@@ -642,6 +642,15 @@ def _print_table(headers: list[str], rows: list[list[str]], wrap: Sequence[str] 
         print(line)
 
 
+def _live_worker(record: Any) -> str | None:
+    """The process holding the run's lease now, or None (a run left ``in_progress`` by a
+    process that was stopped shows as ``interrupted``: `resume` continues it)."""
+    expires = record.lease_expires_at
+    if record.owner is None or expires is None or expires < datetime.now(UTC).timestamp():
+        return None
+    return str(record.owner)
+
+
 @runs_app.command("list")
 def runs_list(
     status: Annotated[str | None, typer.Option(help="e.g. idle_with_pending_requests")] = None,
@@ -671,6 +680,7 @@ def runs_list(
                                 "run_id": r.run_id,
                                 "workflow": r.workflow_name,
                                 "status": r.status.value,
+                                "worker": _live_worker(r),
                                 "superstep": r.superstep,
                                 "created_at": r.created_at,
                                 "updated_at": r.updated_at,
@@ -689,7 +699,9 @@ def runs_list(
                 [
                     short[r.run_id],
                     r.workflow_name,
-                    r.status.value,
+                    r.status.value
+                    if _live_worker(r) or r.status.value != "in_progress"
+                    else "interrupted",
                     str(r.superstep),
                     _when(r.updated_at),
                 ]

@@ -333,6 +333,8 @@ def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
     assert f"Continue with: workflow-engine resume {run['run_id']}" in screen  # whole, copyable
     assert "RUN_ID" not in "\n".join(screen)
     assert_clean(screen)
+    assert run["status"] == "in_progress" and run["worker"] is None  # no one works on it now
+    assert "interrupted" in cli.expect(0, "runs", "list").out  # what the table says
 
 
 # --- plain lines: NO_COLOR ----------------------------------------------------------------------
