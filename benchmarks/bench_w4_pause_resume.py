@@ -15,7 +15,10 @@
   offline) -- timed after its imports (the first build in that process: what a restart pays),
   then the same build again in that process (warm);
 * **import**: ``import workflow_engine, storage`` in a fresh interpreter (``perf_counter`` around
-  the import, median), and the heaviest packages per ``python -X importtime``.
+  the import, median): as this environment runs it, with a bytecode cache (what an installed
+  package pays: ``PYTHONDONTWRITEBYTECODE`` would otherwise compile our modules on every start),
+  and the floor -- the dependencies alone (pydantic and one model, asyncio, anyio, sqlite3) --
+  interleaved; and the import self time per package (``python -X importtime``).
 
     .venv/bin/python benchmarks/bench_w4_pause_resume.py
 """
@@ -51,10 +54,14 @@ from workflow_engine import (
 START_MESSAGE = "supersteps"
 ANSWER = True
 ROOT = Path(__file__).resolve().parent.parent
-IMPORT_SNIPPET = (
-    "import time; t = time.perf_counter(); import workflow_engine, storage; "
-    "print(time.perf_counter() - t)"
+IMPORT_CODE = "import workflow_engine, storage"
+DEPS_CODE = (
+    "import asyncio, sqlite3, anyio, sniffio\n"
+    "from pydantic import BaseModel\n"
+    "class M(BaseModel):\n    x: int\n"
 )
+"""What importing the engine costs at least: the packages it needs, and one pydantic model
+(pydantic imports most of its machinery when the first model class is built)."""
 
 
 class Start(Executor):
@@ -179,40 +186,68 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def import_times(repeats: int) -> tuple[float, list[tuple[str, float]]]:
-    """Median seconds of ``import workflow_engine, storage`` in fresh interpreters, and the
-    heaviest top-level packages (cumulative µs, from ``-X importtime``)."""
+def import_env(pycache: Path | None) -> dict[str, str]:
+    """The child environment; with ``pycache``, bytecode is cached there (as for an installed
+    package) even if ``PYTHONDONTWRITEBYTECODE`` is set here."""
     env = child_env()
-    samples = []
-    for _ in range(repeats):
-        out = subprocess.run(
-            [sys.executable, "-c", IMPORT_SNIPPET],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-            env=env,
-        )
-        samples.append(float(out.stdout.strip()))
+    if pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
+
+
+def time_snippet(code: str, env: dict[str, str]) -> float:
+    """Seconds ``code`` takes in a fresh interpreter (timed inside it, interpreter start not
+    counted)."""
+    snippet = f"import time\nt = time.perf_counter()\n{code}\nprint(time.perf_counter() - t)"
+    out = subprocess.run(
+        [sys.executable, "-c", snippet],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env=env,
+    )
+    return float(out.stdout.strip())
+
+
+def self_times(env: dict[str, str]) -> list[tuple[str, float]]:
+    """Seconds of import self time per top-level package (``-X importtime``), heaviest first."""
     trace = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import workflow_engine, storage"],
+        [sys.executable, "-X", "importtime", "-c", IMPORT_CODE],
         capture_output=True,
         text=True,
         check=True,
         cwd=ROOT,
         env=env,
     ).stderr
-    top: dict[str, float] = {}
+    totals: dict[str, float] = {}
     for line in trace.splitlines():
         parts = line.split("|")
-        if len(parts) != 3 or not parts[1].strip().isdigit():
+        own = parts[0].rpartition(":")[2].strip()
+        if len(parts) != 3 or not own.isdigit():
             continue
-        module = parts[2].strip()
-        root = module.split(".")[0]
-        if module == root:  # top-level packages only
-            top[root] = max(top.get(root, 0.0), float(parts[1]) / 1e6)
-    heavy = sorted(top.items(), key=lambda kv: -kv[1])[:7]
-    return statistics.median(samples), heavy
+        root = parts[2].strip().split(".")[0]
+        totals[root] = totals.get(root, 0.0) + int(own) / 1e6
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def import_times(repeats: int) -> dict[str, Any]:
+    """Medians (seconds) of ``import workflow_engine, storage`` in fresh interpreters: in this
+    environment, with a bytecode cache, and of the dependencies alone (the floor); samples
+    interleaved. Plus the import self time per package with the bytecode cache."""
+    with temp_dir("w4-pyc-") as pycache:
+        cached = import_env(pycache)
+        time_snippet(IMPORT_CODE, cached)  # fills the cache
+        time_snippet(DEPS_CODE, cached)
+        samples: dict[str, list[float]] = {"here": [], "cached": [], "deps": []}
+        for _ in range(repeats):
+            samples["here"].append(time_snippet(IMPORT_CODE, import_env(None)))
+            samples["cached"].append(time_snippet(IMPORT_CODE, cached))
+            samples["deps"].append(time_snippet(DEPS_CODE, cached))
+        out: dict[str, Any] = {k: statistics.median(v) for k, v in samples.items()}
+        out["self"] = self_times(cached)
+    return out
 
 
 async def main(repeats: int) -> None:
@@ -277,11 +312,18 @@ async def main(repeats: int) -> None:
             f"subprocesses): first build {ms(first)}, a second build {ms(again)}"
             + ("; imported networkx" if networkx else "")
         )
-    imported, heavy = import_times(max(repeats, 5))
+    n = max(repeats, 5)
+    imp = import_times(n)
+    note = " (PYTHONDONTWRITEBYTECODE: our modules compiled)" if sys.dont_write_bytecode else ""
     print(
-        f"W4 import workflow_engine, storage (fresh interpreter, median of {max(repeats, 5)}): "
-        f"{ms(imported)}; heaviest packages (-X importtime, cumulative): "
-        + ", ".join(f"{name} {ms(s)}" for name, s in heavy)
+        f"W4 import workflow_engine, storage (fresh interpreter, median of {n}, interleaved): "
+        f"{ms(imp['here'])} in this environment{note}; {ms(imp['cached'])} with a bytecode "
+        f"cache (as installed); floor, its dependencies alone (pydantic + one model, asyncio, "
+        f"anyio, sqlite3): {ms(imp['deps'])}"
+    )
+    print(
+        "  import self time per package (-X importtime, bytecode cache): "
+        + ", ".join(f"{name} {ms(sec)}" for name, sec in imp["self"][:8])
     )
     print("  targets: pause ≤ 1 ms, resume ≤ 1 ms, build in a new process ≤ 10 ms, import ≤ 120 ms")
 
