@@ -11,6 +11,7 @@ context (``get_state``/``set_state``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
@@ -315,7 +316,7 @@ class FunctionExecutor(Executor):
             raise DefinitionError(f"@executor {func.__qualname__} must be an async def")
         super().__init__(id or func.__name__)
         self.func = func
-        self._spec = resolve_handler(func, bound=False)
+        self._spec = _function_spec(func)
 
     @property
     def handlers(self) -> tuple[HandlerSpec, ...]:
@@ -328,6 +329,23 @@ class FunctionExecutor(Executor):
     @property
     def class_name(self) -> str:
         return f"FunctionExecutor[{self.func.__module__}.{self.func.__qualname__}]"
+
+
+_SPEC_ATTR = "__workflow_spec__"
+
+
+def _function_spec(func: Callable[..., Awaitable[Any]]) -> HandlerSpec:
+    """``resolve_handler`` for a plain function, kept on the function itself: a factory that
+    wraps the same function in a new executor for every build reads its type hints once. (On
+    the function, not in a module cache: the spec refers to the function, so a cache would keep
+    every closure alive.)"""
+    known = getattr(func, "__dict__", {}).get(_SPEC_ATTR)
+    if isinstance(known, HandlerSpec) and known.func is func:
+        return known
+    spec = resolve_handler(func, bound=False)
+    with contextlib.suppress(AttributeError, TypeError):  # e.g. a bound method
+        setattr(func, _SPEC_ATTR, spec)
+    return spec
 
 
 def executor(func: Callable[..., Awaitable[Any]] | None = None, *, id: str | None = None) -> Any:
