@@ -338,13 +338,16 @@ def _function_spec(func: Callable[..., Awaitable[Any]]) -> HandlerSpec:
     """``resolve_handler`` for a plain function, kept on the function itself: a factory that
     wraps the same function in a new executor for every build reads its type hints once. (On
     the function, not in a module cache: the spec refers to the function, so a cache would keep
-    every closure alive.)"""
+    every closure alive.) Reused only for the very function, annotations and ``@handler``
+    overrides it was read from."""
+    key = (getattr(func, "__annotations__", None), getattr(func, _HANDLER_MARK, None))
     known = getattr(func, "__dict__", {}).get(_SPEC_ATTR)
-    if isinstance(known, HandlerSpec) and known.func is func:
-        return known
+    if type(known) is tuple and known[0] is func and known[1] is key[0] and known[2] == key[1]:
+        spec: HandlerSpec = known[3]
+        return spec
     spec = resolve_handler(func, bound=False)
     with contextlib.suppress(AttributeError, TypeError):  # e.g. a bound method
-        setattr(func, _SPEC_ATTR, spec)
+        setattr(func, _SPEC_ATTR, (func, *key, spec))
     return spec
 
 

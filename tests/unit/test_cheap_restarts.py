@@ -215,3 +215,11 @@ def test_a_function_executor_reads_its_hints_once_and_a_wrapper_gets_its_own() -
     wrapped = FunctionExecutor(wrapper)
     assert wrapped.handlers[0].func is wrapper  # the wrapper runs, not what it wraps
     assert first.handlers[0].func is shout
+
+
+def test_a_function_executor_rereads_hints_that_changed() -> None:
+    async def echo(text: str, ctx: WorkflowContext[str]) -> None: ...
+
+    assert FunctionExecutor(echo).input_types == (str,)
+    echo.__annotations__ = {"text": int, "ctx": WorkflowContext[int], "return": None}
+    assert FunctionExecutor(echo).input_types == (int,)
