@@ -16,7 +16,7 @@ import inspect
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, get_args, get_origin
+from typing import Any, cast, get_args, get_origin
 
 from ._errors import DefinitionError, MessageNotHandledError, UsageError
 from ._types import Matcher, build_matcher, type_name, union_members
@@ -340,14 +340,16 @@ def _function_spec(func: Callable[..., Awaitable[Any]]) -> HandlerSpec:
     the function, not in a module cache: the spec refers to the function, so a cache would keep
     every closure alive.) Reused only for the very function, annotations and ``@handler``
     overrides it was read from."""
-    key = (getattr(func, "__annotations__", None), getattr(func, _HANDLER_MARK, None))
+    annotations = getattr(func, "__annotations__", None)
+    mark = getattr(func, _HANDLER_MARK, None)
     known = getattr(func, "__dict__", {}).get(_SPEC_ATTR)
-    if type(known) is tuple and known[0] is func and known[1] is key[0] and known[2] == key[1]:
-        spec: HandlerSpec = known[3]
-        return spec
+    if type(known) is tuple:  # (annotations, mark, spec); functools.wraps copies it over
+        kept_annotations, kept_mark, spec = known
+        if spec.func is func and kept_annotations is annotations and kept_mark == mark:
+            return cast(HandlerSpec, spec)
     spec = resolve_handler(func, bound=False)
     with contextlib.suppress(AttributeError, TypeError):  # e.g. a bound method
-        setattr(func, _SPEC_ATTR, (func, *key, spec))
+        setattr(func, _SPEC_ATTR, (annotations, mark, spec))
     return spec
 
 

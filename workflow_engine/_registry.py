@@ -43,8 +43,8 @@ NATIVE = frozenset({_dt.datetime, _dt.date, _dt.time, _dt.timedelta, Decimal, uu
 
 
 _ADAPTERS: weakref.WeakValueDictionary[type, TypeAdapter[Any]] = weakref.WeakValueDictionary()
-"""One pydantic adapter per class, shared by every registry that holds it (a dataclass's costs
-~0.2-1 ms to build, and every build of a workflow registers the same classes again). Weak
+"""One pydantic adapter per class, shared by every registry that holds it (a dataclass's adapter
+costs ~0.2-1 ms to build, and every build of a workflow registers the same classes again). Weak
 values: an adapter lives as long as a registry uses it, so classes made at run time (tool
 argument models) are not kept alive by this cache."""
 
