@@ -10,8 +10,15 @@
   registers the workflow, opens the store, ``respond``s and ``resume``s to completion -- timed
   inside the subprocess after its imports (cold: first database use in that process), then a
   second paused run in the same subprocess (warm);
-* **import**: ``import workflow_engine, storage`` in a fresh interpreter (``perf_counter`` around
-  the import, median), and the heaviest packages per ``python -X importtime``.
+* **build in a new process**: a subprocess per sample builds one workflow -- the W4 graph
+  (``build_review``) or the support-handoff demo (``workflow_engine_cli.demos.support_handoff``:
+  three agents, offline) -- timed after its imports (the first build in that process: what a
+  restart pays), then the same build again in that process (warm);
+* **import**: ``import workflow_engine, workflow_engine.storage`` in a fresh interpreter
+  (``perf_counter`` around the import, median): as this environment runs it, with a bytecode
+  cache (what an installed package pays: ``PYTHONDONTWRITEBYTECODE`` would otherwise compile our
+  modules on every start), and the floor -- the dependencies alone (pydantic and one model, asyncio, anyio, sqlite3) --
+  interleaved; and the import self time per package (``python -X importtime``).
 
     .venv/bin/python benchmarks/bench_w4_pause_resume.py
 """
@@ -25,7 +32,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 from _durable import open_store, temp_dir
@@ -45,10 +54,14 @@ from workflow_engine.storage import SqliteStore
 START_MESSAGE = "supersteps"
 ANSWER = True
 ROOT = Path(__file__).resolve().parent.parent
-IMPORT_SNIPPET = (
-    "import time; t = time.perf_counter(); import workflow_engine, storage; "
-    "print(time.perf_counter() - t)"
+IMPORT_CODE = "import workflow_engine, workflow_engine.storage"
+DEPS_CODE = (
+    "import asyncio, sqlite3, anyio, sniffio\n"
+    "from pydantic import BaseModel\n"
+    "class M(BaseModel):\n    x: int\n"
 )
+"""What importing the engine costs at least: the packages it needs, and one pydantic model
+(pydantic imports most of its machinery when the first model class is built)."""
 
 
 class Start(Executor):
@@ -128,6 +141,43 @@ async def pause_split(runtime: Runtime) -> tuple[float, float, str, str]:
     return t1 - t0, t2 - t1, run_id, result.pending_requests[0].request_id
 
 
+def build_child(which: str) -> dict[str, Any]:
+    """Seconds of the first and of a second build of one workflow in this fresh process."""
+    build: Callable[[], Workflow] = build_review
+    if which == "handoff":
+        from workflow_engine_cli.demos.support_handoff import build_support_workflow
+
+        def build() -> Workflow:
+            return build_support_workflow(offline=True)
+
+    t0 = time.perf_counter()
+    build()
+    t1 = time.perf_counter()
+    build()
+    t2 = time.perf_counter()
+    return {"first": t1 - t0, "again": t2 - t1, "networkx": "networkx" in sys.modules}
+
+
+def build_times(which: str, repeats: int) -> tuple[float, float, bool]:
+    """Median seconds of the first and of a second build of a workflow in new processes, and
+    whether any of those builds imported networkx."""
+    firsts, agains, networkx = [], [], False
+    for _ in range(repeats):
+        proc = subprocess.run(
+            [sys.executable, __file__, "--build-child", which],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=ROOT,
+            env=child_env(),
+        )
+        t = json.loads(proc.stdout.strip().splitlines()[-1])
+        firsts.append(t["first"])
+        agains.append(t["again"])
+        networkx = networkx or t["networkx"]
+    return statistics.median(firsts), statistics.median(agains), networkx
+
+
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -136,40 +186,68 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def import_times(repeats: int) -> tuple[float, list[tuple[str, float]]]:
-    """Median seconds of ``import workflow_engine, storage`` in fresh interpreters, and the
-    heaviest top-level packages (cumulative µs, from ``-X importtime``)."""
+def import_env(pycache: Path | None) -> dict[str, str]:
+    """The child environment; with ``pycache``, bytecode is cached there (as for an installed
+    package) even if ``PYTHONDONTWRITEBYTECODE`` is set here."""
     env = child_env()
-    samples = []
-    for _ in range(repeats):
-        out = subprocess.run(
-            [sys.executable, "-c", IMPORT_SNIPPET],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=ROOT,
-            env=env,
-        )
-        samples.append(float(out.stdout.strip()))
+    if pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    return env
+
+
+def time_snippet(code: str, env: dict[str, str]) -> float:
+    """Seconds ``code`` takes in a fresh interpreter (timed inside it, interpreter start not
+    counted)."""
+    snippet = f"import time\nt = time.perf_counter()\n{code}\nprint(time.perf_counter() - t)"
+    out = subprocess.run(
+        [sys.executable, "-c", snippet],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+        env=env,
+    )
+    return float(out.stdout.strip())
+
+
+def self_times(env: dict[str, str]) -> list[tuple[str, float]]:
+    """Seconds of import self time per top-level package (``-X importtime``), heaviest first."""
     trace = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import workflow_engine, storage"],
+        [sys.executable, "-X", "importtime", "-c", IMPORT_CODE],
         capture_output=True,
         text=True,
         check=True,
         cwd=ROOT,
         env=env,
     ).stderr
-    top: dict[str, float] = {}
+    totals: dict[str, float] = {}
     for line in trace.splitlines():
         parts = line.split("|")
-        if len(parts) != 3 or not parts[1].strip().isdigit():
+        own = parts[0].rpartition(":")[2].strip()
+        if len(parts) != 3 or not own.isdigit():
             continue
-        module = parts[2].strip()
-        root = module.split(".")[0]
-        if module == root:  # top-level packages only
-            top[root] = max(top.get(root, 0.0), float(parts[1]) / 1e6)
-    heavy = sorted(top.items(), key=lambda kv: -kv[1])[:7]
-    return statistics.median(samples), heavy
+        root = parts[2].strip().split(".")[0]
+        totals[root] = totals.get(root, 0.0) + int(own) / 1e6
+    return sorted(totals.items(), key=lambda kv: -kv[1])
+
+
+def import_times(repeats: int) -> dict[str, Any]:
+    """Medians (seconds) of ``import workflow_engine, workflow_engine.storage`` in fresh
+    interpreters: in this environment, with a bytecode cache, and of the dependencies alone
+    (the floor); samples interleaved. Plus the import self time per package with the bytecode cache."""
+    with temp_dir("w4-pyc-") as pycache:
+        cached = import_env(pycache)
+        time_snippet(IMPORT_CODE, cached)  # fills the cache
+        time_snippet(DEPS_CODE, cached)
+        samples: dict[str, list[float]] = {"here": [], "cached": [], "deps": []}
+        for _ in range(repeats):
+            samples["here"].append(time_snippet(IMPORT_CODE, import_env(None)))
+            samples["cached"].append(time_snippet(IMPORT_CODE, cached))
+            samples["deps"].append(time_snippet(DEPS_CODE, cached))
+        out: dict[str, Any] = {k: statistics.median(v) for k, v in samples.items()}
+        out["self"] = self_times(cached)
+    return out
 
 
 async def main(repeats: int) -> None:
@@ -227,21 +305,39 @@ async def main(repeats: int) -> None:
             f"W4 second resume in that process (warm): {ms(med(phases['warm']))} = respond "
             f"{ms(med(respond_warm))} + resume {ms(med(resume_warm))}"
         )
-    imported, heavy = import_times(max(repeats, 5))
+    for which, label in (("w4", "W4 graph"), ("handoff", "support-handoff demo")):
+        first, again, networkx = build_times(which, repeats)
+        print(
+            f"W4 build the {label} in a new process (after imports, median of {repeats} "
+            f"subprocesses): first build {ms(first)}, a second build {ms(again)}"
+            + ("; imported networkx" if networkx else "")
+        )
+    n = max(repeats, 5)
+    imp = import_times(n)
+    note = " (PYTHONDONTWRITEBYTECODE: our modules compiled)" if sys.dont_write_bytecode else ""
     print(
-        f"W4 import workflow_engine, storage (fresh interpreter, median of {max(repeats, 5)}): "
-        f"{ms(imported)}; heaviest packages (-X importtime, cumulative): "
-        + ", ".join(f"{name} {ms(s)}" for name, s in heavy)
+        "W4 import workflow_engine, workflow_engine.storage "
+        f"(fresh interpreter, median of {n}, interleaved): "
+        f"{ms(imp['here'])} in this environment{note}; {ms(imp['cached'])} with a bytecode "
+        f"cache (as installed); floor, its dependencies alone (pydantic + one model, asyncio, "
+        f"anyio, sqlite3): {ms(imp['deps'])}"
     )
-    print("  targets: pause ≤ 1 ms, resume ≤ 1 ms, import ≤ 120 ms")
+    print(
+        "  import self time per package (-X importtime, bytecode cache): "
+        + ", ".join(f"{name} {ms(sec)}" for name, sec in imp["self"][:8])
+    )
+    print("  targets: pause ≤ 1 ms, resume ≤ 1 ms, build in a new process ≤ 10 ms, import ≤ 120 ms")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-r", "--repeats", type=int, default=7, help="samples per figure")
     parser.add_argument("--child", nargs=2, metavar=("DB", "PAIRS"), help=argparse.SUPPRESS)
+    parser.add_argument("--build-child", choices=("w4", "handoff"), help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
+    if args.build_child:
+        print(json.dumps(build_child(args.build_child)))
+    elif args.child:
         db, pairs = args.child
         timings = anyio.run(child, db, [tuple(p) for p in json.loads(pairs)])
         print(json.dumps(timings))

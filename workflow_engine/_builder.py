@@ -27,7 +27,7 @@ NodeLike = Any
 
 
 class WorkflowBuilder:
-    """Build a :class:`Workflow` from executors and edges.
+    """Build a :class:`Workflow` from workflow_engine.executors and edges.
 
     Nodes join the graph when an edge (or ``add_executor``) first mentions them; later mentions may
     use the node itself or its id. Loops are allowed.
@@ -236,13 +236,19 @@ def _check_fan_in(nodes: dict[str, Node], group: EdgeGroup) -> None:
 def _check_reachable(
     name: str, nodes: dict[str, Node], start: str, groups: Sequence[EdgeGroup]
 ) -> None:
-    import networkx as nx  # imported here: it costs ~100 ms, and only build() needs it
-
-    g = nx.DiGraph()
-    g.add_nodes_from(nodes)
+    """Every node must be reachable from ``start`` along the edges (a plain graph search: no
+    graph library on the build path, which a restarting process pays for)."""
+    successors: dict[str, list[str]] = {}
     for group in groups:
-        g.add_edges_from((s, t) for s in group.sources for t in group.targets)
-    reachable = nx.descendants(g, start) | {start}
+        for source in group.sources:
+            successors.setdefault(source, []).extend(group.targets)
+    reachable = {start}
+    todo = [start]
+    while todo:
+        for target in successors.get(todo.pop(), ()):
+            if target not in reachable:
+                reachable.add(target)
+                todo.append(target)
     unreachable = [n for n in nodes if n not in reachable]
     if unreachable:
         raise UnreachableExecutorError(

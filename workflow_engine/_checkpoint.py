@@ -22,6 +22,23 @@ CHECKPOINT_SCHEMA_VERSION = 1
 _M = TypeVar("_M", bound=BaseModel)
 
 
+# Default factories are plain functions, not ``list``/``dict``/``time.time``: pydantic reads each
+# factory's signature when it builds a model class, and a builtin's is parsed from its text
+# signature (~75 µs a field, ~1.5 ms of importing this module).
+
+
+def _new_list() -> list[Any]:
+    return []
+
+
+def _new_dict() -> dict[str, Any]:
+    return {}
+
+
+def _now() -> float:
+    return time.time()
+
+
 def construct(cls: type[_M], **values: Any) -> _M:
     """Build a model from already-valid values, every field given, without validation.
 
@@ -69,15 +86,15 @@ class CheckpointChanges(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    executor_state_keys: dict[str, list[str]] = Field(default_factory=dict)
-    executor_state_appends: dict[str, dict[str, int]] = Field(default_factory=dict)
+    executor_state_keys: dict[str, list[str]] = Field(default_factory=_new_dict)
+    executor_state_appends: dict[str, dict[str, int]] = Field(default_factory=_new_dict)
     """Of those keys, the ones whose list value only grew: key -> items kept from the parent
     (a delta then stores only the new items, so a growing conversation is stored once)."""
-    shared_state_keys: list[str] = Field(default_factory=list)
+    shared_state_keys: list[str] = Field(default_factory=_new_list)
     outputs_added: int = 0
-    requests_added: list[str] = Field(default_factory=list)
-    requests_answered: list[str] = Field(default_factory=list)
-    requests_cancelled: list[str] = Field(default_factory=list)
+    requests_added: list[str] = Field(default_factory=_new_list)
+    requests_answered: list[str] = Field(default_factory=_new_list)
+    requests_cancelled: list[str] = Field(default_factory=_new_list)
 
 
 class Checkpoint(BaseModel):
@@ -94,17 +111,17 @@ class Checkpoint(BaseModel):
     workflow_signature: str
     superstep: int
     status: WorkflowRunState
-    created_at: float = Field(default_factory=time.time)
+    created_at: float = Field(default_factory=_now)
     step_secret: str = ""
     """The run's random secret for request ids and idempotency keys ("" in old checkpoints)."""
-    messages: list[MessageRecord] = Field(default_factory=list)
-    executor_states: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    shared_state: dict[str, Any] = Field(default_factory=dict)
-    fan_in_buffers: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)
-    pending_requests: dict[str, RequestRecord] = Field(default_factory=dict)
-    answered_requests: dict[str, Any] = Field(default_factory=dict)
-    cancelled_requests: list[str] = Field(default_factory=list)
-    outputs: list[Any] = Field(default_factory=list)
+    messages: list[MessageRecord] = Field(default_factory=_new_list)
+    executor_states: dict[str, dict[str, Any]] = Field(default_factory=_new_dict)
+    shared_state: dict[str, Any] = Field(default_factory=_new_dict)
+    fan_in_buffers: dict[str, dict[str, list[Any]]] = Field(default_factory=_new_dict)
+    pending_requests: dict[str, RequestRecord] = Field(default_factory=_new_dict)
+    answered_requests: dict[str, Any] = Field(default_factory=_new_dict)
+    cancelled_requests: list[str] = Field(default_factory=_new_list)
+    outputs: list[Any] = Field(default_factory=_new_list)
     changes: CheckpointChanges = Field(default_factory=CheckpointChanges)
 
     def to_json(self) -> str:
@@ -187,14 +204,14 @@ class CheckpointDelta(BaseModel):
     superstep: int
     status: WorkflowRunState
     created_at: float
-    messages: list[MessageRecord] = Field(default_factory=list)
-    executor_states: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    shared_state: dict[str, Any] = Field(default_factory=dict)
-    fan_in_buffers: dict[str, dict[str, list[Any]]] = Field(default_factory=dict)
-    requests_added: dict[str, RequestRecord] = Field(default_factory=dict)
-    requests_answered: dict[str, Any] = Field(default_factory=dict)
-    requests_cancelled: list[str] = Field(default_factory=list)
-    outputs_added: list[Any] = Field(default_factory=list)
+    messages: list[MessageRecord] = Field(default_factory=_new_list)
+    executor_states: dict[str, dict[str, Any]] = Field(default_factory=_new_dict)
+    shared_state: dict[str, Any] = Field(default_factory=_new_dict)
+    fan_in_buffers: dict[str, dict[str, list[Any]]] = Field(default_factory=_new_dict)
+    requests_added: dict[str, RequestRecord] = Field(default_factory=_new_dict)
+    requests_answered: dict[str, Any] = Field(default_factory=_new_dict)
+    requests_cancelled: list[str] = Field(default_factory=_new_list)
+    outputs_added: list[Any] = Field(default_factory=_new_list)
     changes: CheckpointChanges = Field(default_factory=CheckpointChanges)
 
 

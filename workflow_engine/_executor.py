@@ -11,11 +11,12 @@ context (``get_state``/``set_state``).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, get_args, get_origin
+from typing import Any, cast, get_args, get_origin
 
 from ._errors import DefinitionError, MessageNotHandledError, UsageError
 from ._types import Matcher, build_matcher, type_name, union_members
@@ -315,7 +316,7 @@ class FunctionExecutor(Executor):
             raise DefinitionError(f"@executor {func.__qualname__} must be an async def")
         super().__init__(id or func.__name__)
         self.func = func
-        self._spec = resolve_handler(func, bound=False)
+        self._spec = _function_spec(func)
 
     @property
     def handlers(self) -> tuple[HandlerSpec, ...]:
@@ -328,6 +329,28 @@ class FunctionExecutor(Executor):
     @property
     def class_name(self) -> str:
         return f"FunctionExecutor[{self.func.__module__}.{self.func.__qualname__}]"
+
+
+_SPEC_ATTR = "__workflow_spec__"
+
+
+def _function_spec(func: Callable[..., Awaitable[Any]]) -> HandlerSpec:
+    """``resolve_handler`` for a plain function, kept on the function itself: a factory that
+    wraps the same function in a new executor for every build reads its type hints once. (On
+    the function, not in a module cache: the spec refers to the function, so a cache would keep
+    every closure alive.) Reused only for the very function, annotations and ``@handler``
+    overrides it was read from."""
+    annotations = getattr(func, "__annotations__", None)
+    mark = getattr(func, _HANDLER_MARK, None)
+    known = getattr(func, "__dict__", {}).get(_SPEC_ATTR)
+    if type(known) is tuple:  # (annotations, mark, spec); functools.wraps copies it over
+        kept_annotations, kept_mark, spec = known
+        if spec.func is func and kept_annotations is annotations and kept_mark == mark:
+            return cast(HandlerSpec, spec)
+    spec = resolve_handler(func, bound=False)
+    with contextlib.suppress(AttributeError, TypeError):  # e.g. a bound method
+        setattr(func, _SPEC_ATTR, (annotations, mark, spec))
+    return spec
 
 
 def executor(func: Callable[..., Awaitable[Any]] | None = None, *, id: str | None = None) -> Any:

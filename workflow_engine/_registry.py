@@ -24,6 +24,7 @@ import enum
 import threading
 import typing
 import uuid
+import weakref
 from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
@@ -39,6 +40,27 @@ MODEL, ROOT, DATACLASS, ENUM, NAMEDTUPLE, OTHER, LEGACY = range(7)
 
 NATIVE = frozenset({_dt.datetime, _dt.date, _dt.time, _dt.timedelta, Decimal, uuid.UUID})
 """Classes the codec stores with a marker of their own rather than a ``$type``."""
+
+
+_ADAPTERS: weakref.WeakValueDictionary[type, TypeAdapter[Any]] = weakref.WeakValueDictionary()
+"""One pydantic adapter per class, shared by every registry that holds it (a dataclass's adapter
+costs ~0.2-1 ms to build, and every build of a workflow registers the same classes again). Weak
+values: an adapter lives as long as a registry uses it, so classes made at run time (tool
+argument models) are not kept alive by this cache."""
+
+
+def adapter_for(cls: type) -> TypeAdapter[Any]:
+    """The pydantic adapter for ``cls`` (built once per process while in use; raises what
+    ``TypeAdapter`` raises for a class pydantic cannot handle, and caches no failure)."""
+    try:
+        return _ADAPTERS[cls]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable class: no caching
+        return TypeAdapter(cls)
+    adapter: TypeAdapter[Any] = TypeAdapter(cls)
+    _ADAPTERS[cls] = adapter
+    return adapter
 
 
 def default_tag(cls: type) -> str:
@@ -105,7 +127,7 @@ class TypeEntry:
         self.cls = cls
         self.tag = tag
         self.kind = kind
-        self.adapter: TypeAdapter[Any] = TypeAdapter(cls)  # fails early for unusable classes
+        self.adapter: TypeAdapter[Any] = adapter_for(cls)  # fails early for unusable classes
         self.fields: tuple[str, ...] = ()  # models and dataclasses: field names, in order
         self.late: frozenset[str] = frozenset()  # dataclass fields with init=False
         if kind == MODEL:

@@ -205,7 +205,7 @@ class Workflow:
         for cls in (InDoubtEffect, EffectResolution):  # asked by every durable run
             seen.append(cls)
             self._annotate(cls)
-        for annotation in seen:  # names settle once everything is registered
+        for annotation in _distinct(seen):  # names settle once everything is registered
             self._name_annotation(annotation)
         self.codec: JsonCodec = codec or TaggedJsonCodec(self.registry)
         self.signature = graph.signature()
@@ -784,6 +784,19 @@ def encode_checked(workflow: Workflow, value: Any) -> Any:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _distinct(annotations: list[Any]) -> list[Any]:
+    """``annotations`` without repeats of one object, first occurrences in order (a graph of
+    agents mentions the same few classes hundreds of times). By identity, not equality:
+    ``int | str == str | int``, yet each spelling must keep its name."""
+    ids: set[int] = set()
+    out: list[Any] = []
+    for annotation in annotations:
+        if id(annotation) not in ids:
+            ids.add(id(annotation))
+            out.append(annotation)
+    return out
 
 
 def _node_annotations(node: Any) -> list[Any]:

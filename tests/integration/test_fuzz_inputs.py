@@ -226,9 +226,12 @@ class Target:
         return mostly(st.sampled_from(known), st.one_of(texts, huge_texts, wrong_types))
 
     def acts_on_the_paused_thread(self, body: dict[str, Any]) -> bool:
-        """A valid answer or cancel for the paused interrupt: legitimate, but it would end the
-        pause the other examples need. Such inputs are left out."""
-        if body.get("threadId") != self.thread:
+        """A valid answer or cancel for a paused interrupt on its own thread (either of the
+        two): legitimate, but it would end a pause the other examples and the last test need.
+        Such inputs are left out."""
+        thread = body.get("threadId")
+        paused = {self.thread: self.interrupt, "fuzz-other": self.other}
+        if not isinstance(thread, str) or thread not in paused:
             return False
         resume = body.get("resume")
         entries: list[Any] = []
@@ -245,7 +248,7 @@ class Target:
                 if isinstance(e, dict)
             ]
         for interrupt_id, status, payload in entries:
-            if interrupt_id != self.interrupt:
+            if interrupt_id != paused[thread]:
                 continue
             if status == "cancelled" or isinstance(payload, bool):
                 return True

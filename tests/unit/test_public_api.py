@@ -30,6 +30,8 @@ def test_other_packages_export_exactly_their_all(package: str) -> None:
     module = importlib.import_module(package)
     names = module.__all__
     assert len(names) == len(set(names))
+    for name in names:  # resolves the names a package imports on first use (PEP 562)
+        assert getattr(module, name) is not None, name
     public = {
         n for n, v in vars(module).items() if not n.startswith("_") and not isinstance(v, type(ast))
     }

@@ -1,0 +1,229 @@
+"""A process that restarts to resume runs pays only for what it uses (issue 12).
+
+Fresh interpreters check which modules importing the engine and building workflows load (no
+timing asserts: the figures live in ``benchmarks/bench_w4_pause_resume.py``); the caches that
+make a build cheap are checked for giving each graph and each class its own answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import gc
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from workflow_engine import (
+    Executor,
+    FunctionExecutor,
+    RequestPort,
+    UnreachableExecutorError,
+    WorkflowBuilder,
+    WorkflowContext,
+    handler,
+)
+from workflow_engine._registry import adapter_for
+
+ROOT = Path(__file__).resolve().parents[2]
+NOT_AT_RESTART = ("networkx", "sqlalchemy", "workflow_engine.storage._memory")
+"""Modules a process resuming runs from SQLite must not load to import and build: graph and
+schema libraries, and the in-memory store."""
+
+
+def loaded_after(code: str) -> dict[str, bool]:
+    """Which of ``NOT_AT_RESTART`` are in ``sys.modules`` after ``code`` runs in a fresh
+    interpreter (from the repository root, like the CLI and the benchmarks)."""
+    report = f"print(json.dumps({{m: m in sys.modules for m in {NOT_AT_RESTART!r}}}))"
+    probe = f"{code}\nimport json, sys\n{report}"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded: dict[str, bool] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+W4 = textwrap.dedent(
+    """
+    import workflow_engine, workflow_engine.storage
+    from workflow_engine import Executor, RequestPort, WorkflowBuilder, WorkflowContext, handler
+
+    class Start(Executor):
+        @handler
+        async def on_topic(self, topic: str, ctx: WorkflowContext[str]) -> None: ...
+
+    class End(Executor):
+        @handler
+        async def on_verdict(self, ok: bool, ctx: WorkflowContext[None, str]) -> None: ...
+
+    start, end = Start("start"), End("end")
+    review = RequestPort("review", request_type=str, response_type=bool)
+    WorkflowBuilder("w4", start=start).add_edge(start, review).add_edge(review, end).build()
+    """
+)
+
+
+def test_importing_the_engine_and_the_sqlite_store_loads_no_heavy_library() -> None:
+    assert loaded_after("import workflow_engine, workflow_engine.storage") == dict.fromkeys(
+        NOT_AT_RESTART, False
+    )
+
+
+def test_building_the_w4_workflow_loads_no_heavy_library() -> None:
+    assert loaded_after(W4) == dict.fromkeys(NOT_AT_RESTART, False)
+
+
+def test_building_the_support_handoff_demo_loads_no_heavy_library() -> None:
+    code = (
+        "import workflow_engine.storage\n"
+        "from workflow_engine_cli.demos.support_handoff import build_support_workflow\n"
+        "build_support_workflow(offline=True)"
+    )
+    assert loaded_after(code) == dict.fromkeys(NOT_AT_RESTART, False)
+
+
+def test_the_in_memory_store_is_still_importable_by_name() -> None:
+    assert loaded_after("from workflow_engine.storage import InMemoryRunStore")[
+        "workflow_engine.storage._memory"
+    ]
+    import workflow_engine.storage as storage
+
+    assert storage.InMemoryRunStore.__module__ == "workflow_engine.storage._memory"
+
+
+# --- reachability without a graph library -------------------------------------------------------
+
+
+class Count(Executor):
+    @handler
+    async def on_int(self, n: int, ctx: WorkflowContext[int]) -> None: ...
+
+
+def test_nodes_reached_only_through_a_loop_or_a_port_are_reachable() -> None:
+    a, b, c = Count("a"), Count("b"), Count("c")
+    port = RequestPort("ask", request_type=int, response_type=int)
+    workflow = (
+        WorkflowBuilder(start=a).add_edge(a, b).add_edge(b, a).add_edge(b, port).add_edge(port, c)
+    ).build()
+    assert [e.id for e in workflow.executors] == ["a", "b", "c"]
+
+
+def test_an_unreachable_cycle_names_each_of_its_nodes_in_declaration_order() -> None:
+    a, b, c, d = Count("a"), Count("b"), Count("c"), Count("d")
+    builder = WorkflowBuilder(start=a).add_edge(a, b).add_edge(d, c).add_edge(c, d).add_edge(c, b)
+    with pytest.raises(UnreachableExecutorError, match=r"'d', 'c' cannot be reached.*'a'"):
+        builder.build()
+
+
+# --- caches give each graph and each class its own answer ---------------------------------------
+
+
+@dataclasses.dataclass
+class Parcel:
+    weight: float
+
+
+@dataclasses.dataclass
+class Letter:
+    text: str
+
+
+class Weigh(Executor):
+    @handler
+    async def on_parcel(self, parcel: Parcel, ctx: WorkflowContext[Parcel]) -> None: ...
+
+
+class Read(Executor):
+    @handler
+    async def on_letter(self, letter: Letter, ctx: WorkflowContext[Letter]) -> None: ...
+
+
+def test_two_graphs_built_in_one_process_keep_their_own_types_and_signatures() -> None:
+    parcels = WorkflowBuilder("p", start=Weigh("w")).add_edge("w", Weigh("w2")).build()
+    letters = WorkflowBuilder("p", start=Read("w")).add_edge("w", Read("w2")).build()
+    assert parcels.signature != letters.signature
+    assert parcels.registry.resolve("Parcel") is Parcel
+    assert parcels.registry.resolve("Letter") is None
+    assert letters.registry.resolve("Letter") is Letter
+    assert letters.registry.resolve("Parcel") is None
+    assert parcels.codec.decode(parcels.codec.encode(Parcel(2.5))) == Parcel(2.5)
+    assert letters.codec.decode(letters.codec.encode(Letter("hi"))) == Letter("hi")
+
+
+def test_a_class_adapter_is_shared_while_used_and_let_go_after() -> None:
+    @dataclasses.dataclass
+    class Local:
+        n: int
+
+    first = adapter_for(Local)
+    assert adapter_for(Local) is first
+    assert adapter_for(Parcel) is not first
+    assert first.validate_python({"n": 1}) == Local(1)
+    del first
+    gc.collect()
+    # the cache held it weakly: a fresh one is built (and works) when asked again
+    assert adapter_for(Local).validate_python({"n": 2}) == Local(2)
+
+
+@dataclasses.dataclass
+class Box:
+    item: Later
+
+
+EARLY_ADAPTER = adapter_for(Box)  # built while ``Later`` does not exist yet
+
+
+@dataclasses.dataclass
+class Later:
+    size: int
+
+
+def test_a_cached_adapter_built_before_a_forward_reference_resolves_it_later() -> None:
+    assert adapter_for(Box) is EARLY_ADAPTER
+    assert EARLY_ADAPTER.validate_python({"item": {"size": 3}}) == Box(Later(3))
+
+
+class EarlyExecutor(Executor):
+    """Its handler names a class defined further down this module."""
+
+    @handler
+    async def on_late(self, message: LateMessage, ctx: WorkflowContext[LateMessage]) -> None: ...
+
+
+@dataclasses.dataclass
+class LateMessage:
+    body: str
+
+
+def test_a_handler_type_defined_after_the_executor_class_is_resolved() -> None:
+    workflow = WorkflowBuilder(start=EarlyExecutor("e")).add_edge("e", EarlyExecutor("f")).build()
+    assert workflow.executors[0].input_types == (LateMessage,)
+    assert workflow.registry.resolve("LateMessage") is LateMessage
+
+
+async def shout(text: str, ctx: WorkflowContext[str]) -> None: ...
+
+
+def test_a_function_executor_reads_its_hints_once_and_a_wrapper_gets_its_own() -> None:
+    first, second = FunctionExecutor(shout), FunctionExecutor(shout, id="again")
+    assert first.handlers[0] is second.handlers[0]
+
+    @functools.wraps(shout)  # copies shout.__dict__, the cached spec included
+    async def wrapper(text: str, ctx: WorkflowContext[str]) -> None: ...
+
+    wrapped = FunctionExecutor(wrapper)
+    assert wrapped.handlers[0].func is wrapper  # the wrapper runs, not what it wraps
+    assert first.handlers[0].func is shout
+
+
+def test_a_function_executor_rereads_hints_that_changed() -> None:
+    async def echo(text: str, ctx: WorkflowContext[str]) -> None: ...
+
+    assert FunctionExecutor(echo).input_types == (str,)
+    echo.__annotations__ = {"text": int, "ctx": WorkflowContext[int], "return": None}
+    assert FunctionExecutor(echo).input_types == (int,)
