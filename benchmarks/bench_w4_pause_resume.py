@@ -17,8 +17,8 @@
 * **import**: ``import workflow_engine, workflow_engine.storage`` in a fresh interpreter
   (``perf_counter`` around the import, median): as this environment runs it, with a bytecode
   cache (what an installed package pays: ``PYTHONDONTWRITEBYTECODE`` would otherwise compile our
-  modules on every start), and the floor -- the dependencies alone (pydantic and one model, asyncio, anyio, sqlite3) --
-  interleaved; and the import self time per package (``python -X importtime``).
+  modules on every start), and the floor -- the dependencies alone (pydantic and one model,
+  asyncio, anyio, sqlite3) -- interleaved; and the import self time per package (``python -X importtime``).
 
     .venv/bin/python benchmarks/bench_w4_pause_resume.py
 """
@@ -235,7 +235,8 @@ def self_times(env: dict[str, str]) -> list[tuple[str, float]]:
 def import_times(repeats: int) -> dict[str, Any]:
     """Medians (seconds) of ``import workflow_engine, workflow_engine.storage`` in fresh
     interpreters: in this environment, with a bytecode cache, and of the dependencies alone
-    (the floor); samples interleaved. Plus the import self time per package with the bytecode cache."""
+    (the floor); samples interleaved. Plus the import self time per package with the bytecode
+    cache."""
     with temp_dir("w4-pyc-") as pycache:
         cached = import_env(pycache)
         time_snippet(IMPORT_CODE, cached)  # fills the cache
