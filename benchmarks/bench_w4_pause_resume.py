@@ -18,7 +18,8 @@
   (``perf_counter`` around the import, median): as this environment runs it, with a bytecode
   cache (what an installed package pays: ``PYTHONDONTWRITEBYTECODE`` would otherwise compile our
   modules on every start), and the floor -- the dependencies alone (pydantic and one model,
-  asyncio, anyio, sqlite3) -- interleaved; and the import self time per package (``python -X importtime``).
+  asyncio, anyio, sqlite3) -- interleaved; and the import self time per package
+  (``python -X importtime``).
 
     .venv/bin/python benchmarks/bench_w4_pause_resume.py
 """
