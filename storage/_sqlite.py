@@ -148,6 +148,8 @@ _MAX_CHAIN = 1024
 """At most this many deltas follow a snapshot, however small they are."""
 _CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints (about 1,000 pages, SQLite's automatic interval)."""
+_RESTART_FRAMES = 4_000
+"""WAL frames (pages of 4 KiB) after which the WAL is made to start over (see _Checkpointer)."""
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024
 """A WAL file that grew past this (a burst) is truncated back to it when it restarts."""
 
@@ -196,15 +198,18 @@ def _batch_failed(batch: list[_Write]) -> Callable[[Any, BaseException | None], 
 class _Checkpointer:
     """Copies the WAL back into the database (``PRAGMA wal_checkpoint(PASSIVE)``) on a thread
     and a connection of its own, so that no commit pays for it. PASSIVE never waits for a lock
-    and never blocks a writer; it may miss the commits made while it ran, which the store's
-    own connection then copies (``caught_up``), cheaply, so that the WAL restarts."""
+    nor blocks a writer; it copies the frames committed before it started. The WAL starts over
+    from its beginning at the first write after a checkpoint that reached its end -- which
+    never happens while writes keep coming -- so once the WAL is ``_RESTART_FRAMES`` long,
+    ``restart_due`` asks the store to copy the last frames itself, after a commit (a few
+    pages, instead of SQLite's automatic thousand)."""
 
     def __init__(self, path: Path, busy_timeout: float) -> None:
         self.path = path
         self.busy_timeout = busy_timeout
         self.worker = Worker(f"workflow-engine-sqlite-wal:{path.name}")
         self.busy = False
-        self.caught_up = False
+        self.restart_due = False
         self._conn: Conn | None = None
 
     def start(self) -> None:
@@ -217,8 +222,9 @@ class _Checkpointer:
                 self._conn = sqlite3.connect(
                     self.path, isolation_level=None, check_same_thread=False
                 )
-            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            self.caught_up = True
+            ((_, frames, copied),) = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            if frames >= _RESTART_FRAMES and copied == frames:
+                self.restart_due = True
         except sqlite3.Error:  # the next round tries again; the WAL only grows meanwhile
             pass
         finally:
@@ -585,10 +591,10 @@ class SqliteStore:
         checkpointer = self._checkpointer
         if checkpointer is None:
             return
-        if checkpointer.caught_up:
-            # the checkpointer copied the WAL but for the last commits: copy those here (a few
-            # pages), so that the next write restarts the WAL from its beginning
-            checkpointer.caught_up = False
+        if checkpointer.restart_due:
+            # writes kept coming while the checkpointer copied the WAL, so it never got to
+            # the end of it and the WAL did not start over: copy the last few frames here
+            checkpointer.restart_due = False
             conn = self._conn
             if conn is not None:
                 with contextlib.suppress(sqlite3.Error):
