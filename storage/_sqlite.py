@@ -788,8 +788,8 @@ class SqliteStore:
         run, lease, chain, answered = await self._in_write(
             self._acquire_with_rows, run_id, owner, lease_seconds, check, after=after
         )
-        if chain is None:
-            return run, lease, self._recall(run_id, run.latest_checkpoint_id), answered
+        if chain is None or isinstance(chain, Checkpoint):
+            return run, lease, chain, answered
         try:
             checkpoint = self._fold(run_id, chain)
         except BaseException:
@@ -824,7 +824,9 @@ class SqliteStore:
         owner: str,
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None,
-    ) -> tuple[RunRecord, Lease, tuple[int, int], list[tuple] | None, list[StoredRequest]]:
+    ) -> tuple[
+        RunRecord, Lease, tuple[int, int], list[tuple] | Checkpoint | None, list[StoredRequest]
+    ]:
         now = self.clock()
         row = conn.execute(SQL_RUN_FOR_LEASE, (run_id,)).fetchone()
         if row is None:
@@ -834,9 +836,12 @@ class SqliteStore:
         if check is not None:
             check(run)
         lease, meta = self._take_lease(conn, run_id, owner, lease_seconds, now, *columns)
-        known = self._recall(run_id, run.latest_checkpoint_id) is not None
-        chain = None if known else self._latest_chain(conn, run_id)
-        if not known:  # raising here rolls the lease back: nothing is written
+        # the checkpoint kept in memory, taken now (others' writes may drop it from the cache
+        # before this one is answered), or the rows to read it from
+        chain: list[tuple] | Checkpoint | None = self._recall(run_id, run.latest_checkpoint_id)
+        if chain is None:
+            chain = self._latest_chain(conn, run_id)
+            # raising here rolls the lease back: nothing is written
             _check_chain(run_id, run.latest_checkpoint_id, chain)
         answered = [stored_request(r) for r in conn.execute(SQL_ANSWERED, (run_id,)).fetchall()]
         return run, lease, meta, chain, answered

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from storage import SqliteStore
-from tests.integration.workflows import stepper_workflow
+from tests.integration.workflows import Answer, stepper_workflow
 from workflow_engine import (
     CheckpointStoreError,
     LeaseLostError,
@@ -85,6 +85,21 @@ async def test_concurrent_runs_share_commits_and_all_finish(tmp_path: Path) -> N
         assert result.outputs == ["done: seen=[1, 2, 3, 4, 5] total=15"]
         info = await rt.get_run(result.run_id)
         assert (info.status, info.superstep) == (WorkflowRunState.IDLE, result.checkpoint.superstep)  # type: ignore[union-attr]
+    await rt.close()
+
+
+async def test_more_concurrent_resumes_than_checkpoints_kept_in_memory(tmp_path: Path) -> None:
+    """300 runs (more than the store keeps in memory) resumed at once: each resume gets its
+    own checkpoint, even when the others' commits push it out of the cache meanwhile."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(stepper_workflow(pause_at=1, stop_at=2))
+    paused = await asyncio.gather(*(rt.run("stepper", 1) for _ in range(300)))
+    assert {r.status for r in paused} == {WorkflowRunState.IDLE_WITH_PENDING_REQUESTS}
+    for result in paused:
+        await rt.respond(result.pending_requests[0].request_id, Answer(approved=True))
+    done = await asyncio.gather(*(rt.resume(r.run_id) for r in paused))
+    assert {r.status for r in done} == {WorkflowRunState.IDLE}
+    assert {tuple(r.outputs) for r in done} == {("done: seen=[1, 2] total=3",)}
     await rt.close()
 
 
