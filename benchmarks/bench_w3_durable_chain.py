@@ -28,6 +28,7 @@ from pathlib import Path
 import anyio
 from _common import add_common_args, gc_note
 from _durable import db_bytes, kib, open_store, temp_dir, written_bytes
+from bench_floor import describe, measure_floor
 
 from workflow_engine import (
     Executor,
@@ -149,13 +150,17 @@ async def bytes_figures(workflow: Workflow, n: int, tmp: Path) -> dict[str, floa
 async def main(sizes: list[int], repeats: int, no_gc: bool, full: bool) -> None:
     note = f"median of {repeats}{gc_note(no_gc)}"
     with temp_dir("w3-") as tmp:
+        floor = await measure_floor(tmp, count=max(100, min(sizes)))
+        print(describe(floor))
         for n in sizes:
             workflow = build_chain(n)
             durable = await median_durable(workflow, n, repeats, tmp, "NORMAL", no_gc)
             kernel = await median_durable(workflow, n, repeats, None, "", no_gc)
             share = durable - kernel
+            per_step = durable / n * 1e6
             print(
-                f"W3 durable chain N={n}: {durable / n * 1e6:.1f} µs/superstep "
+                f"W3 durable chain N={n}: {per_step:.1f} µs/superstep = "
+                f"{per_step / floor.step_us:.2f}x the floor "
                 f"(SQLite WAL, synchronous=NORMAL, {note}); same Runtime over InMemoryRunStore: "
                 f"{kernel / n * 1e6:.1f} µs/superstep → SQLite store's share "
                 f"{share / n * 1e6:.1f} µs/superstep ({share / durable:.0%})"

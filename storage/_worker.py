@@ -1,4 +1,5 @@
-"""The store's worker thread: one ``sqlite3`` connection, one operation at a time, one hop."""
+"""A store's helper thread: runs what may block long (a busy lock, a WAL checkpoint, big reads)
+off the event loop, one operation at a time, in submission order."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from typing import Any
 
 import anyio
 
+Done = Callable[[Any, BaseException | None], None]
+"""Called on the submitting event loop (``submit``) with the result or the error."""
+
 
 def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
     if future.done():  # the caller was cancelled; the operation ran anyway
@@ -23,15 +27,18 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
 
 
 class Worker:
-    """A dedicated thread that runs the store's operations one at a time, in call order.
+    """A dedicated thread that runs functions one at a time, in call order.
 
-    ``call`` is one hop: the function goes on the queue, the thread runs it and hands the
-    result back to the event loop (``call_soon_threadsafe``). A caller that is cancelled stops
-    waiting, but an operation that started runs to its end (a transaction is never cut off).
+    ``pending`` counts what was submitted from the event loop and is not yet settled there:
+    while it is not zero, the thread may be using the store's connection, so the store sends
+    every operation here too (in order) instead of running it on the loop. A caller that is
+    cancelled stops waiting, but an operation that started runs to its end (a transaction is
+    never cut off).
     """
 
     def __init__(self, name: str) -> None:
         self._queue: SimpleQueue[Any] = SimpleQueue()
+        self.pending = 0
         self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
         self._thread.start()
 
@@ -41,7 +48,7 @@ class Worker:
             item = get()
             if item is None:
                 return
-            fn, args, loop, future = item
+            fn, args, loop, done = item
             del item
             error: BaseException | None = None
             result = None
@@ -50,30 +57,51 @@ class Worker:
             except BaseException as exc:
                 error = exc
             if loop is None:
-                if error is not None:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
+                done(result, error)
             else:
                 # RuntimeError: the event loop is closed, no one is waiting any more
                 with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_settle, future, result, error)
-            del fn, args, loop, future, result, error
+                    loop.call_soon_threadsafe(self._settled, done, result, error)
+            del fn, args, loop, done, result, error
+
+    def _settled(self, done: Done, result: Any, error: BaseException | None) -> None:
+        self.pending -= 1
+        done(result, error)
 
     def post(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Queue ``fn`` without waiting for it."""
-        self._queue.put((fn, args, None, concurrent.futures.Future()))
+        """Queue ``fn`` without waiting for it (not counted in ``pending``)."""
+        self._queue.put((fn, args, None, _ignore))
+
+    def submit(
+        self, loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], args: tuple, done: Done
+    ) -> None:
+        """From ``loop``'s thread: queue ``fn(*args)``; ``done`` runs on ``loop`` afterwards."""
+        self.pending += 1
+        self._queue.put((fn, args, loop, done))
 
     async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another backend (trio): wait for the result from a helper thread
-            done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            self._queue.put((fn, args, None, done))
-            return await anyio.to_thread.run_sync(done.result)
+            result: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            self._queue.put((fn, args, None, lambda r, e: _resolve(result, r, e)))
+            return await anyio.to_thread.run_sync(result.result)
         future = loop.create_future()
-        self._queue.put((fn, args, loop, future))
+        self.submit(loop, fn, args, lambda r, e: _settle(future, r, e))
         return await future
 
     def stop(self) -> None:
         self._queue.put(None)
+
+
+def _ignore(result: Any, error: BaseException | None) -> None:
+    return None
+
+
+def _resolve(
+    future: concurrent.futures.Future[Any], result: Any, error: BaseException | None
+) -> None:
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)

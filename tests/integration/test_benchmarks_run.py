@@ -21,8 +21,9 @@ SMALLEST = {
     "bench_w2_fan.py": ["-n", "10", "-r", "1"],
     "bench_w3_durable_chain.py": ["-n", "5", "--no-full", "-r", "1"],
     "bench_w4_pause_resume.py": ["-r", "1"],
-    "bench_w5_throughput.py": ["--runs", "5", "-r", "1"],
+    "bench_w5_throughput.py": ["--runs", "5", "-r", "1", "-c", "5"],
     "bench_w6_conversation.py": ["-n", "10", "-r", "1"],
+    "bench_floor.py": ["-n", "10", "-r", "1"],
     "profile_kernel.py": ["w1", "-n", "10", "--limit", "3"],
     "profile_durable.py": ["w5", "--runs", "5", "--no-profile"],
 }

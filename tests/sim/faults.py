@@ -28,6 +28,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
+
 from tests.sim.world import SimProcess, World
 from workflow_engine import Lease
 
@@ -110,6 +112,10 @@ class CrashingStore:
                 proc.check_alive(name)  # it may have died while it waited
                 world.clock.io_in_flight += 1
                 try:
+                    # a store call takes time, during which the other simulated processes go
+                    # on (a store may finish a short call without suspending its caller: the
+                    # SQLite store commits on the event loop's thread)
+                    await anyio.lowlevel.checkpoint()
                     result = await attr(*args, **kwargs)
                 finally:
                     world.clock.io_in_flight -= 1

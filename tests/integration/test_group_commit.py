@@ -1,0 +1,133 @@
+"""Group commit in the SQLite store: concurrent runs' writes share one transaction, yet each is
+fenced and fails alone, and no caller hears of a write (nor publishes what follows it) before
+the COMMIT that made it durable."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.integration.workflows import Answer, stepper_workflow
+from workflow_engine import (
+    CheckpointStoreError,
+    LeaseLostError,
+    RequestInfoEvent,
+    Runtime,
+    WorkflowRunState,
+)
+from workflow_engine.storage import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"  # group commit is the asyncio path (other libraries use the worker thread)
+
+
+async def test_a_stolen_lease_fails_only_its_own_write_in_a_group_commit(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    points: list[str] = []
+    store = SqliteStore(db, fault_hook=points.append)
+    wf = stepper_workflow()
+    leases = {}
+    for name in ("a", "b", "c"):
+        leases[name] = await store.admit_and_acquire(wf.admit(1, run_id=name), f"h:1:{name}", 0.05)
+    # another process takes run b over once its lease expired
+    thief = SqliteStore(db, clock=lambda: store.clock() + 60)
+    stolen = await thief.acquire("b", "other-host:2:thief", 30)
+    before = {name: (await store.latest(name)) for name in leases}
+    points.clear()
+
+    async def commit(name: str) -> str:
+        latest = before[name]
+        assert latest is not None
+        await store.commit(leases[name], latest.model_copy(update={"checkpoint_id": f"{name}-1"}))
+        return name
+
+    outcomes = await asyncio.gather(*(commit(n) for n in ("a", "b", "c")), return_exceptions=True)
+
+    assert outcomes[0] == "a" and outcomes[2] == "c"
+    assert isinstance(outcomes[1], LeaseLostError)
+    # a committed alone (first of its loop iteration); b and c joined one group commit, in
+    # which b was refused and rolled back to its savepoint while c went on
+    assert points == [
+        "commit:before",
+        "commit:inside",
+        "commit:after",
+        "commit:before",
+        "commit:before",
+        "commit:inside",
+        "commit:after",
+    ]
+    for name in ("a", "c"):
+        assert (await store.get_run(name)).latest_checkpoint_id == f"{name}-1"
+    run_b = await store.get_run("b")
+    assert run_b.latest_checkpoint_id == before["b"].checkpoint_id  # type: ignore[union-attr]
+    assert run_b.owner == stolen.owner
+    with sqlite3.connect(db) as raw:  # what another process sees
+        ids = {r[0] for r in raw.execute("SELECT checkpoint_id FROM checkpoints")}
+    assert {"a-1", "c-1"} <= ids and "b-1" not in ids
+    await thief.close()
+    await store.close()
+
+
+async def test_concurrent_runs_share_commits_and_all_finish(tmp_path: Path) -> None:
+    """Forty runs at once through one Runtime: the same outcome as one by one."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(stepper_workflow(pause_at=100, stop_at=5))
+    results = await asyncio.gather(*(rt.run("stepper", 1) for _ in range(40)))
+    assert {r.status for r in results} == {WorkflowRunState.IDLE}
+    for result in results:
+        assert result.outputs == ["done: seen=[1, 2, 3, 4, 5] total=15"]
+        info = await rt.get_run(result.run_id)
+        assert (info.status, info.superstep) == (WorkflowRunState.IDLE, result.checkpoint.superstep)  # type: ignore[union-attr]
+    await rt.close()
+
+
+async def test_more_concurrent_resumes_than_checkpoints_kept_in_memory(tmp_path: Path) -> None:
+    """300 runs (more than the store keeps in memory) resumed at once: each resume gets its
+    own checkpoint, even when the others' commits push it out of the cache meanwhile."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(stepper_workflow(pause_at=1, stop_at=2))
+    paused = await asyncio.gather(*(rt.run("stepper", 1) for _ in range(300)))
+    assert {r.status for r in paused} == {WorkflowRunState.IDLE_WITH_PENDING_REQUESTS}
+    for result in paused:
+        await rt.respond(result.pending_requests[0].request_id, Answer(approved=True))
+    done = await asyncio.gather(*(rt.resume(r.run_id) for r in paused))
+    assert {r.status for r in done} == {WorkflowRunState.IDLE}
+    assert {tuple(r.outputs) for r in done} == {("done: seen=[1, 2] total=3",)}
+    await rt.close()
+
+
+class CommitFault(Exception):
+    """The store fails inside a commit's transaction (before its COMMIT)."""
+
+
+async def test_a_failed_commit_publishes_no_request(tmp_path: Path) -> None:
+    """The commit that records the run's question fails: the stream never shows the question,
+    and the store holds no trace of it."""
+    commits = 0
+
+    def hook(point: str) -> None:
+        nonlocal commits
+        if point == "commit:inside":
+            commits += 1
+            if commits == 3:  # the superstep that asks (pause_at=3)
+                raise CommitFault("disk gone")
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db", fault_hook=hook))
+    rt.register(stepper_workflow)
+    run_id = await rt.start("stepper", 1)
+    seen = []
+    with pytest.raises(CheckpointStoreError, match="disk gone"):
+        async for event in rt.resume_stream(run_id):
+            seen.append(event)
+    assert not [e for e in seen if isinstance(e, RequestInfoEvent)]
+    assert await rt.store.list_requests(run_id) == []
+    info = await rt.get_run(run_id)
+    assert info.pending_requests == [] and info.superstep == 2
+    await rt.close()
