@@ -77,7 +77,7 @@ class HandoffUserInputRequest(BaseModel):
 
 
 class HandoffUserResponse(BaseModel):
-    """The user's answer: a message, or ``end=True``."""
+    """The user's answer: a message, or `end: true` to finish the conversation."""
 
     message: str | None = None
     end: bool = False

@@ -517,6 +517,9 @@ def resume(
                 if note:
                     talk.line((note, "dim"))
             register(runtime, [run.workflow_name], chosen)
+            if not json_mode:
+                where = f"run {full} · workflow {run.workflow_name} · db {runtime.store.path}"
+                term.line((f"resuming {where}", "dim"))
             return await drive(runtime, full, policy, json_mode=json_mode, detach=False, term=term)
         finally:
             await runtime.close()
