@@ -1,12 +1,17 @@
 """W5: throughput of durable pause/resume -- 200 W4 runs started until paused, then all resumed.
 
 Each run is W4's start → review (request port) → end. Phase 1 starts every run with
-``runtime.run(...)`` until it pauses on its request; phase 2 answers each one (``respond``) and
-resumes it to completion (``resume``). Both phases are timed, sequentially (one run after another)
-and concurrently (one anyio task per run in a task group, at most ``--concurrency`` at a time),
-one process, one ``Runtime``, a fresh SQLite file (WAL, ``synchronous=NORMAL``) per mode.
+``runtime.run(...)`` until it pauses on its request; phase 2 answers each one and resumes it to
+completion with ``respond_and_resume`` (the answer stored and the lease taken in one
+transaction), or with ``--separate`` by ``respond`` then ``resume`` (one transaction each).
+Both phases are timed, sequentially (one run after another) and concurrently (one anyio task
+per run in a task group, at most ``--concurrency`` at a time), one process, one ``Runtime``, a
+fresh SQLite file (WAL, ``synchronous=NORMAL``) per mode.
 Figures are runs per second, median over ``--repeats`` rounds (fewer if a mode's rounds have
 already taken ``--budget`` seconds, so the script stays under a minute on a slow store).
+``--gc-threshold 10000`` shows what collecting garbage less often gives: with thousands of
+runs in flight, each collection of the youngest generation traverses many live objects and finds
+few cycles.
 
     .venv/bin/python benchmarks/bench_w5_throughput.py
 """
@@ -14,6 +19,7 @@ already taken ``--budget`` seconds, so the script stays under a minute on a slow
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -46,7 +52,9 @@ async def run_all(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) -
             tg.start_soon(limited, job)
 
 
-async def one_round(path: Path, runs: int, concurrency: int) -> tuple[float, float]:
+async def one_round(
+    path: Path, runs: int, concurrency: int, separate: bool = False
+) -> tuple[float, float]:
     """Seconds to pause ``runs`` runs, then seconds to answer and finish all of them."""
     store = await open_store(path)
     runtime = Runtime(store)
@@ -60,8 +68,11 @@ async def one_round(path: Path, runs: int, concurrency: int) -> tuple[float, flo
 
     def finisher(run_id: str, request_id: str) -> Callable[[], Awaitable[None]]:
         async def finish() -> None:
-            await runtime.respond(request_id, ANSWER)
-            result = await runtime.resume(run_id)
+            if separate:
+                await runtime.respond(request_id, ANSWER)
+                result = await runtime.resume(run_id)
+            else:
+                result = await runtime.respond_and_resume(request_id, ANSWER)
             assert result.status is WorkflowRunState.IDLE, result.status
             assert result.outputs == ["published"], result.outputs
 
@@ -81,10 +92,13 @@ async def one_round(path: Path, runs: int, concurrency: int) -> tuple[float, flo
     return t1 - t0, t2 - t1
 
 
-async def main(runs: int, repeats: int, concurrency: list[int], budget: float) -> None:
+async def main(
+    runs: int, repeats: int, concurrency: list[int], budget: float, separate: bool
+) -> None:
     modes = [("sequential", 1)] + [
         (f"concurrent (task group, ≤{c} at once)", c) for c in concurrency if c > 1
     ]
+    answering = "respond, resume" if separate else "respond_and_resume"
     with temp_dir("w5-") as tmp:
         floor = await measure_floor(tmp, count=max(100, min(runs, 1_000)))
         print(describe(floor))
@@ -95,7 +109,9 @@ async def main(runs: int, repeats: int, concurrency: list[int], budget: float) -
             for i in range(repeats):
                 if i and time.perf_counter() - began > budget:
                     break
-                pause_s, resume_s = await one_round(tmp / f"w5-{limit}-{i}.db", count, limit)
+                pause_s, resume_s = await one_round(
+                    tmp / f"w5-{limit}-{i}.db", count, limit, separate
+                )
                 pauses.append(count / pause_s)
                 resumes.append(count / resume_s)
                 totals.append(count / (pause_s + resume_s))
@@ -103,7 +119,7 @@ async def main(runs: int, repeats: int, concurrency: list[int], budget: float) -
             pause, resume = med(pauses), med(resumes)
             print(
                 f"W5 {count} runs, {label}: start→paused {pause:,.0f} runs/s "
-                f"({pause / floor.runs_per_s:.0%} of the floor), respond+resume→done "
+                f"({pause / floor.runs_per_s:.0%} of the floor), {answering}→done "
                 f"{resume:,.0f} runs/s ({resume / floor.runs_per_s:.0%} of the floor), whole "
                 f"lifecycle {med(totals):,.0f} runs/s (median of {len(totals)} rounds)"
             )
@@ -125,5 +141,18 @@ if __name__ == "__main__":
     parser.add_argument(
         "--budget", type=float, default=12.0, help="seconds per mode before rounds stop early"
     )
+    parser.add_argument(
+        "--gc-threshold",
+        type=int,
+        help="the garbage collector's youngest-generation threshold (Python's default: 700)",
+    )
+    parser.add_argument(
+        "--separate",
+        action="store_true",
+        help="answer with respond, then resume (two transactions instead of one)",
+    )
     args = parser.parse_args()
-    anyio.run(main, args.runs, args.repeats, args.concurrency, args.budget)
+    if args.gc_threshold is not None:
+        gc.set_threshold(args.gc_threshold, *gc.get_threshold()[1:])
+        print(f"gc thresholds {gc.get_threshold()}")
+    anyio.run(main, args.runs, args.repeats, args.concurrency, args.budget, args.separate)

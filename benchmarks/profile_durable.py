@@ -35,7 +35,11 @@ from workflow_engine.storage import _sqlite
 
 HOPS: collections.Counter[str] = collections.Counter()
 WORKER_BUSY: collections.Counter[str] = collections.Counter()  # seconds inside each call kind
+WRITES: collections.Counter[str] = collections.Counter()  # store writes, by operation
+TRANSACTIONS = collections.Counter[str]()  # write transactions: "alone" or "group"
 _original_call = _sqlite.Worker.call
+_original_write_one = _sqlite.SqliteStore._write_one
+_original_write_batch = _sqlite.SqliteStore._write_batch
 
 Workload = Callable[[], Awaitable[None]]
 
@@ -63,7 +67,24 @@ async def _counting_call(self: Any, fn: Any, *args: Any) -> Any:
     return await _original_call(self, timed, *args)
 
 
-async def w3(tmp: Path, n: int, runs: int) -> tuple[Workload, int]:
+def _counting_write_one(self: Any, write: Any) -> Any:
+    """A write in a transaction of its own, counted (a retry after a busy lock counts twice)."""
+    WRITES[_op_name(write.body, ())] += 1
+    TRANSACTIONS["alone"] += 1
+    return _original_write_one(self, write)
+
+
+def _counting_write_batch(self: Any, batch: list[Any]) -> None:
+    """A group commit: one transaction for the writes of several runs."""
+    live = [w for w in batch if w.future is not None and not w.future.done()]
+    if live:
+        TRANSACTIONS["group"] += 1
+    for write in live:
+        WRITES[_op_name(write.body, ())] += 1
+    _original_write_batch(self, batch)
+
+
+async def w3(tmp: Path, n: int, runs: int, separate: bool = False) -> tuple[Workload, int]:
     """``runs`` durable chains of ``n`` supersteps, each on a store opened beforehand."""
     workflow = build_chain(n)
     runtimes = []
@@ -81,8 +102,9 @@ async def w3(tmp: Path, n: int, runs: int) -> tuple[Workload, int]:
     return go, n * runs
 
 
-async def w5(tmp: Path, n: int, runs: int) -> tuple[Workload, int]:
-    """``runs`` W4 runs paused one after another, then each answered and resumed."""
+async def w5(tmp: Path, n: int, runs: int, separate: bool = False) -> tuple[Workload, int]:
+    """``runs`` W4 runs paused one after another, then each answered and resumed
+    (``respond_and_resume``; ``separate``: ``respond`` then ``resume``)."""
     runtime = Runtime(await open_store(tmp / f"w5-{time.perf_counter_ns()}.db"))
     name = runtime.register(build_review())
 
@@ -93,8 +115,11 @@ async def w5(tmp: Path, n: int, runs: int) -> tuple[Workload, int]:
             assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
             paused.append((result.run_id, result.pending_requests[0].request_id))
         for run_id, request_id in paused:
-            await runtime.respond(request_id, ANSWER)
-            result = await runtime.resume(run_id)
+            if separate:
+                await runtime.respond(request_id, ANSWER)
+                result = await runtime.resume(run_id)
+            else:
+                result = await runtime.respond_and_resume(request_id, ANSWER)
             assert result.status is WorkflowRunState.IDLE
         await runtime.close()
 
@@ -131,11 +156,11 @@ async def main(args: argparse.Namespace) -> None:
     runs = args.runs if args.runs is not None else (3 if args.workload == "w3" else 200)
     unit = "superstep" if args.workload == "w3" else "run"
     with temp_dir("profile-durable-") as tmp:
-        warm, _ = await WORKLOADS[args.workload](tmp, args.n, 1)
+        warm, _ = await WORKLOADS[args.workload](tmp, args.n, 1, args.separate)
         await warm()
-        go, units = await WORKLOADS[args.workload](tmp, args.n, runs)
-        HOPS.clear()
-        WORKER_BUSY.clear()
+        go, units = await WORKLOADS[args.workload](tmp, args.n, runs, args.separate)
+        for counter in (HOPS, WORKER_BUSY, WRITES, TRANSACTIONS):
+            counter.clear()
         profiler = cProfile.Profile()
         start = time.perf_counter()
         if args.no_profile:
@@ -150,6 +175,12 @@ async def main(args: argparse.Namespace) -> None:
         f"{unit}{'' if args.no_profile else ', under the profiler'}); store-thread hops per "
         f"{unit}: {sum(HOPS.values()) / units:.2f} "
         f"({', '.join(f'{k} {v / units:.2f}' for k, v in HOPS.most_common())})"
+    )
+    print(
+        f"  store writes per {unit}: {sum(WRITES.values()) / units:.2f} "
+        f"({', '.join(f'{k} {v / units:.2f}' for k, v in WRITES.most_common())}); write "
+        f"transactions per {unit}: {sum(TRANSACTIONS.values()) / units:.2f} "
+        f"({', '.join(f'{k} {v / units:.2f}' for k, v in TRANSACTIONS.most_common())})"
     )
     busy = sum(WORKER_BUSY.values())
     print(
@@ -174,7 +205,12 @@ if __name__ == "__main__":
     parser.add_argument("-n", type=int, default=1_000, help="W3 chain length")
     parser.add_argument("--runs", type=int, help="W3 runs (default 3) / W5 runs (default 200)")
     parser.add_argument("--no-profile", action="store_true", help="only count thread hops")
+    parser.add_argument(
+        "--separate", action="store_true", help="W5: answer with respond, then resume"
+    )
     parser.add_argument("--sort", default="tottime", help="pstats sort key (tottime, cumtime)")
     parser.add_argument("--limit", type=int, default=30, help="rows to print")
     _sqlite.Worker.call = _counting_call  # type: ignore[method-assign]
+    _sqlite.SqliteStore._write_one = _counting_write_one  # type: ignore[method-assign]
+    _sqlite.SqliteStore._write_batch = _counting_write_batch  # type: ignore[method-assign]
     anyio.run(main, parser.parse_args())

@@ -157,6 +157,25 @@ class InMemoryRunStore:
         answered = await self.list_requests(run_id, status="answered")
         return self._run(run_id), lease, await self.latest(run_id), answered
 
+    async def answer_and_acquire(
+        self,
+        request_id: str,
+        answer: Any,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None = None,
+    ) -> tuple[
+        AnswerOutcome, tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]] | None
+    ]:
+        request = await self.get_request(request_id)
+        if check is not None:  # refused: nothing written, the answer neither
+            check(self._run(request.run_id))
+        outcome = await self.answer(request_id, answer)
+        try:
+            return outcome, await self.acquire_latest(request.run_id, owner, lease_seconds)
+        except RunBusyError:
+            return outcome, None
+
     async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         lease = await self.commit(lease, checkpoint)
         await self.release(lease)

@@ -785,9 +785,19 @@ class SqliteStore:
             self._leased(lease, meta, lease_seconds)
             return run, lease, chain, answered
 
-        run, lease, chain, answered = await self._in_write(
-            self._acquire_with_rows, run_id, owner, lease_seconds, check, after=after
+        return await self._leased_latest(
+            await self._in_write(
+                self._acquire_with_rows, run_id, owner, lease_seconds, check, after=after
+            )
         )
+
+    async def _leased_latest(
+        self, taken: tuple
+    ) -> tuple[RunRecord, Lease, Checkpoint | None, list[StoredRequest]]:
+        """After the COMMIT that took a lease with the latest checkpoint's rows: the checkpoint
+        (kept, or folded from the rows)."""
+        run, lease, chain, answered = taken
+        run_id = lease.run_id
         if chain is None or isinstance(chain, Checkpoint):
             return run, lease, chain, answered
         try:
@@ -800,6 +810,63 @@ class SqliteStore:
         # the chain is the latest snapshot and the deltas after it: the snapshot policy's sizes
         self._sizes[run_id] = (sum(len(r[3]) for r in chain[1:]), len(chain[0][3]))
         return run, lease, checkpoint, answered
+
+    async def answer_and_acquire(
+        self,
+        request_id: str,
+        answer: Any,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None = None,
+    ) -> tuple[
+        AnswerOutcome, tuple[RunRecord, Lease, Checkpoint | None, list[StoredRequest]] | None
+    ]:
+        """``answer``, then ``acquire_latest`` of the request's run, in one transaction. The
+        same fault points as ``answer``. A run another live owner holds gives ``None`` for the
+        second part, the answer stored all the same (that worker applies it); whatever else
+        the acquiring raises (``check`` included) aborts the whole, nothing written."""
+        text = canonical_json(answer)
+        self._fault("answer:before")
+
+        def after(rows: tuple) -> tuple:
+            outcome, taken = rows
+            if taken is not None:
+                run, lease, meta, chain, answered = taken
+                self._leased(lease, meta, lease_seconds)
+                taken = (run, lease, chain, answered)
+            return outcome, taken
+
+        outcome, taken = await self._in_write(
+            self._answer_and_acquire_rows,
+            request_id,
+            text,
+            owner,
+            lease_seconds,
+            check,
+            after=after,
+        )
+        if outcome is AnswerOutcome.STORED:
+            self._fault("answer:after")
+        if taken is None:
+            return outcome, None
+        return outcome, await self._leased_latest(taken)
+
+    def _answer_and_acquire_rows(
+        self,
+        conn: Conn,
+        request_id: str,
+        text: str,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None,
+    ) -> tuple[AnswerOutcome, tuple | None]:
+        outcome = self._answer(conn, request_id, text)
+        run_id = conn.execute(SQL_ANSWER_STATE, (request_id,)).fetchone()[2]
+        try:
+            taken = self._acquire_with_rows(conn, run_id, owner, lease_seconds, check)
+        except RunBusyError:  # nothing of the acquiring was written: the answer stays
+            return outcome, None
+        return outcome, taken
 
     def _remember(self, checkpoint: Checkpoint) -> None:
         """Keep ``checkpoint`` as its run's latest (after the COMMIT that wrote it, or a read).

@@ -374,6 +374,22 @@ class Runtime:
         """Check the run can be resumed (or cancelled) and take its lease -- one transaction that
         also returns the latest checkpoint and the answered requests."""
 
+        chosen, check = self._resumable(run_id, cancelling=cancelling)
+        # shielded: if the caller gives up while the store takes the lease, the lease still
+        # reaches us -- and our caller's ``finally`` releases it -- instead of being orphaned
+        with anyio.CancelScope(shield=True):
+            _, lease, checkpoint, answered = await self.store.acquire_latest(
+                run_id, self._lease_owner(), self.lease_seconds, check
+            )
+        wf = chosen[0]
+        return wf, self._sink(wf, lease, streaming=streaming), (checkpoint, answered)
+
+    def _resumable(
+        self, run_id: str, *, cancelling: bool = False
+    ) -> tuple[list[Workflow], Callable[[RunRecord], None]]:
+        """The check a store runs before it hands out the run's lease (the run's workflow is
+        registered, with the same graph; the run is not finished), and where it puts the
+        run's workflow."""
         chosen: list[Workflow] = []
 
         def check(run: RunRecord) -> None:
@@ -385,14 +401,7 @@ class Runtime:
                     f"run {run_id!r} is {run.status.value}; nothing to resume"
                 )
 
-        # shielded: if the caller gives up while the store takes the lease, the lease still
-        # reaches us -- and our caller's ``finally`` releases it -- instead of being orphaned
-        with anyio.CancelScope(shield=True):
-            _, lease, checkpoint, answered = await self.store.acquire_latest(
-                run_id, self._lease_owner(), self.lease_seconds, check
-            )
-        wf = chosen[0]
-        return wf, self._sink(wf, lease, streaming=streaming), (checkpoint, answered)
+        return chosen, check
 
     async def _resume_point(
         self,
@@ -493,6 +502,43 @@ class Runtime:
         Unknown id → ``UnknownRequestError``; an identical repeat → ``DUPLICATE`` (no-op); a
         different answer to an answered request → ``RequestAlreadyAnsweredError``.
         """
+        _, encoded = await self._checked_answer(request_id, data)
+        return await self.store.answer(request_id, encoded)
+
+    async def respond_and_resume(
+        self, request_id: str, data: Any, *, max_supersteps: int | None = None
+    ) -> WorkflowRunResult:
+        """:meth:`respond`, then :meth:`resume` the request's run -- storing the answer and
+        taking the run's lease in one transaction.
+
+        If another worker is executing the run, the answer is stored all the same (that worker
+        applies it) and ``RunBusyError`` says so. An identical repeat of an answer resumes too.
+        """
+        run_id, encoded = await self._checked_answer(request_id, data)
+        chosen, check = self._resumable(run_id)
+        owner = self._lease_owner()
+        with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
+            _, taken = await self.store.answer_and_acquire(
+                request_id, encoded, owner, self.lease_seconds, check
+            )
+        if taken is None:
+            raise RunBusyError(
+                f"run {run_id!r} is being executed by another worker: the answer to "
+                f"{request_id!r} is stored, and that worker applies it"
+            )
+        _, lease, checkpoint, answered = taken
+        wf = chosen[0]
+        sink = self._sink(wf, lease)
+        try:
+            resume_at, answers = await self._resume_point(wf, run_id, (checkpoint, answered))
+            result = await self._drive(wf, sink, resume_at, answers, max_supersteps)
+        finally:
+            await self._release(sink)
+        return await self._go_on(result, sink, max_supersteps)
+
+    async def _checked_answer(self, request_id: str, data: Any) -> tuple[str, Any]:
+        """The request's run id and ``data`` validated against the request's response type,
+        encoded for the store."""
         request, run = await self.store.get_request_and_run(request_id)
         wf = self._workflow_for(run)
         expected = wf.resolve_type(request.response_type)
@@ -504,7 +550,7 @@ class Runtime:
             expected,
             data,
         )
-        return await self.store.answer(request_id, wf.codec.encode(value))
+        return run.run_id, wf.codec.encode(value)
 
     # --- queries --------------------------------------------------------------------------------
 

@@ -170,6 +170,22 @@ class RunStore(Protocol):
         answered requests. ``check(run)`` runs first; whatever it raises aborts, nothing written."""
         ...
 
+    async def answer_and_acquire(
+        self,
+        request_id: str,
+        answer: Any,
+        owner: str,
+        lease_seconds: float,
+        check: Callable[[RunRecord], None] | None = None,
+    ) -> tuple[
+        AnswerOutcome, tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]] | None
+    ]:
+        """``answer``, then ``acquire_latest`` of the request's run, atomically (answering and
+        resuming at once). While another live owner holds the run, the answer is stored and the
+        second part is ``None`` (that owner applies it); anything else that refuses -- the
+        answer, ``check(run)`` -- aborts the whole, nothing written."""
+        ...
+
     async def release(self, lease: Lease) -> None:
         """End the lease if ``lease.owner`` still holds it (owner tokens are unique per
         execution, so a lease taken over by another worker releases nothing)."""

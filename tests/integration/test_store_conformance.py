@@ -188,6 +188,60 @@ async def test_combined_operations_are_atomic_shortcuts(store: RunStore) -> None
     await store.release(lease)
 
 
+async def test_answer_and_acquire_is_one_atomic_step(store: RunStore) -> None:
+    paused = await runtime(store).run("stepper", 1)
+    (pending,) = await store.list_requests()
+    answer = {"$type": "tests.integration.workflows.Answer", "data": {"approved": True}}
+
+    def refuse(run) -> None:
+        raise RunNotResumableError(f"not {run.run_id}")
+
+    version = (await store.get_run(paused.run_id)).version
+    with pytest.raises(RunNotResumableError):  # refused: the answer is not stored either
+        await store.answer_and_acquire(pending.request_id, answer, "host-a:1:x", 30, refuse)
+    assert (await store.get_request(pending.request_id)).status == "pending"
+    assert (await store.get_run(paused.run_id)).version == version
+    with pytest.raises(UnknownRequestError):
+        await store.answer_and_acquire("missing", answer, "host-a:1:x", 30)
+
+    holder = await store.acquire(paused.run_id, "host-b:2:y", 30)
+    outcome, taken = await store.answer_and_acquire(pending.request_id, answer, "host-a:1:x", 30)
+    assert (outcome, taken) == (AnswerOutcome.STORED, None)  # busy run: the answer stays
+    assert (await store.get_request(pending.request_id)).status == "answered"
+    await store.release(holder)
+
+    outcome, taken = await store.answer_and_acquire(pending.request_id, answer, "host-a:1:x", 30)
+    assert outcome is AnswerOutcome.DUPLICATE and taken is not None
+    run, lease, latest, answered = taken
+    assert run.run_id == paused.run_id and lease.owner == "host-a:1:x"
+    assert latest == await store.latest(paused.run_id)
+    assert [r.request_id for r in answered] == [pending.request_id]
+    with pytest.raises(RunBusyError):
+        await store.acquire(paused.run_id, "host-b:2:y", 30)
+    other = {"$type": "tests.integration.workflows.Answer", "data": {"approved": False}}
+    with pytest.raises(RequestAlreadyAnsweredError):
+        await store.answer_and_acquire(pending.request_id, other, "host-b:2:y", 30)
+    await store.release(lease)
+
+
+async def test_respond_and_resume_finishes_the_run(store: RunStore) -> None:
+    rt = runtime(store)
+    paused = await rt.run("stepper", 1)
+    request_id = paused.pending_requests[0].request_id
+    done = await rt.respond_and_resume(request_id, Answer(approved=True))
+    assert done.status is WorkflowRunState.IDLE and done.run_id == paused.run_id
+    assert (await store.get_run(paused.run_id)).owner is None  # the lease ended with the run
+    with pytest.raises(RunNotResumableError):  # the identical answer again: nothing to resume
+        await rt.respond_and_resume(request_id, Answer(approved=True))
+
+    again = await rt.run("stepper", 1)
+    holder = await store.acquire(again.run_id, "host-b:2:y", 30)
+    with pytest.raises(RunBusyError, match="answer .* is stored"):
+        await rt.respond_and_resume(again.pending_requests[0].request_id, Answer(approved=True))
+    await store.release(holder)
+    assert (await rt.resume(again.run_id)).status is WorkflowRunState.IDLE
+
+
 async def test_request_and_its_run_in_one_read(store: RunStore) -> None:
     paused = await runtime(store).run("stepper", 1)
     (pending,) = await store.list_requests()

@@ -58,6 +58,7 @@ STORE_CALLS = frozenset(
         "get_request_and_run",
         "list_requests",
         "answer",
+        "answer_and_acquire",
         "prune",
         "close",
         # JournalStore
@@ -70,7 +71,7 @@ STORE_CALLS = frozenset(
 """The store contract the engine calls: every one is a pair of crash points (the simulator's
 self-test checks that this covers every async method of ``RunStore``)."""
 
-_ACQUIRING = frozenset({"acquire", "admit_and_acquire", "acquire_latest"})
+_ACQUIRING = frozenset({"acquire", "admit_and_acquire", "acquire_latest", "answer_and_acquire"})
 
 
 class CrashingStore:
@@ -145,6 +146,8 @@ def _note_lease(world: World, proc: SimProcess, name: str, args: Any, result: An
     """Keep ``world.lease_holders`` as the store sees it: who was last granted each run."""
     if name in _ACQUIRING:
         found = result if isinstance(result, Lease) else None
+        if isinstance(result, tuple) and name == "answer_and_acquire":
+            result = result[1]  # (outcome, None) while another worker holds the run
         if isinstance(result, tuple):
             found = next((r for r in result if isinstance(r, Lease)), None)
         if found is not None:
