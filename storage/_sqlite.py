@@ -162,10 +162,6 @@ def canonical_json(value: Any) -> str:
 
 _MAX_CHAIN = 1024
 """At most this many deltas follow a snapshot, however small they are."""
-_DELTA_COST = 4096
-"""What a delta costs to read, in bytes of snapshot: parsing a delta has a fixed cost (~8 µs
-measured, as much as ~4 KiB of snapshot), so the snapshot policy counts each one this much on
-top of its size -- the chain a resume folds then costs at most about what its snapshot does."""
 _CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints (about 1,000 pages, SQLite's automatic interval)."""
 _RESTART_FRAMES = 4_000
@@ -918,10 +914,7 @@ class SqliteStore:
         # state only grows (a conversation, outputs) would copy all of it into every snapshot,
         # so storage would grow quadratically. So a snapshot is also due only once the deltas
         # since the last one add up to as many bytes as it had: snapshots then grow
-        # geometrically and storage stays linear in the run's length. Each delta also counts
-        # ``_DELTA_COST`` bytes (its fixed cost to read), so many small deltas -- a long chat --
-        # cannot make a chain that costs more to fold than the snapshot; storage stays linear
-        # (at most ``_DELTA_COST`` more snapshot bytes per commit). ``_MAX_CHAIN`` caps the
+        # geometrically and storage stays linear in the run's length. ``_MAX_CHAIN`` caps the
         # fold anyway.
         body = None
         if checkpoint.parent_id is None:
@@ -929,9 +922,8 @@ class SqliteStore:
         else:
             body = checkpoint_row(checkpoint, seq, snapshot=False)
             since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
-            chain_cost = since_bytes + len(body[8]) + (since + 1) * _DELTA_COST
             snapshot = since + 1 >= _MAX_CHAIN or (
-                since + 1 >= self.snapshot_every and chain_cost >= snapshot_bytes
+                since + 1 >= self.snapshot_every and since_bytes + len(body[8]) >= snapshot_bytes
             )
         since = 0 if snapshot else since + 1
         changes = checkpoint.changes
