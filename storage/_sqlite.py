@@ -58,9 +58,9 @@ from workflow_engine import (
     RequestCancelledError,
     UnknownRequestError,
     WorkflowRunState,
-    apply_delta,
 )
 from workflow_engine import __version__ as engine_version
+from workflow_engine._checkpoint import apply_deltas
 from workflow_engine._errors import (
     LeaseLostError,
     RunBusyError,
@@ -1199,7 +1199,10 @@ class SqliteStore:
 
     @staticmethod
     def _fold(run_id: str, rows: list[tuple]) -> Checkpoint:
-        current: Checkpoint | None = None
+        """The checkpoint a chain of rows (a snapshot, then deltas) reads as."""
+        snapshot: Checkpoint | None = None
+        deltas: list[CheckpointDelta] = []
+        where = f"run {run_id!r}: no checkpoint to read"
         for checkpoint_id, row_seq, kind, body in rows:
             where = f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind})"
             try:
@@ -1210,11 +1213,11 @@ class SqliteStore:
                 except UnicodeEncodeError as exc:
                     raise ValueError(f"its body is not UTF-8 at position {exc.start}") from None
                 if kind == "snapshot":
-                    current = Checkpoint.model_validate_json(body)
-                elif kind == "delta" and current is not None:
-                    current = apply_delta(current, CheckpointDelta.model_validate_json(body))
+                    snapshot, deltas = Checkpoint.model_validate_json(body), []
+                elif kind == "delta" and snapshot is not None:
+                    deltas.append(CheckpointDelta.model_validate_json(body))
                 else:
-                    first = current is None and kind == "delta"
+                    first = snapshot is None and kind == "delta"
                     raise ValueError(
                         "a delta with no snapshot before it" if first else "unknown kind"
                     )
@@ -1222,9 +1225,18 @@ class SqliteStore:
                 raise StoreCorruptError(
                     f"{where} is corrupt and cannot be read: {str(exc).splitlines()[0]}"
                 ) from exc
-        if current is None:
+        if snapshot is None:
             raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
-        return current
+        if not deltas:
+            return snapshot
+        try:
+            # one fold for the whole chain: each delta costs what it holds
+            return apply_deltas(snapshot, deltas)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            raise StoreCorruptError(
+                f"run {run_id!r}: the checkpoint chain ending at {where.split(': ', 1)[1]} is "
+                f"corrupt and cannot be read: {str(exc).splitlines()[0]}"
+            ) from exc
 
     async def list(self, run_id: str) -> Sequence[Checkpoint]:
         return [await self.load(info.checkpoint_id) for info in await self.history(run_id)]

@@ -8,6 +8,8 @@ says what differs from the parent checkpoint, so a store can write only that.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
@@ -17,7 +19,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from ._errors import CheckpointNotFoundError, CheckpointNotLatestError, UsageError
 from ._events import WorkflowRunState
 
-CHECKPOINT_SCHEMA_VERSION = 1
+CHECKPOINT_SCHEMA_VERSION = 2
+"""1: every answered request kept whole in ``answered_requests``. 2: only the answers applied by
+the checkpoint's own commit or still in flight are kept whole; every other answer is a digest in
+``answered_digests`` (a 1,000-turn chat parsed 1,000 stored answers at every resume)."""
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -120,9 +125,18 @@ class Checkpoint(BaseModel):
     fan_in_buffers: dict[str, dict[str, list[Any]]] = Field(default_factory=_new_dict)
     pending_requests: dict[str, RequestRecord] = Field(default_factory=_new_dict)
     answered_requests: dict[str, Any] = Field(default_factory=_new_dict)
+    """Answers kept whole (``{"data", "response_type"[, "request"]}``): those this checkpoint's
+    commit applied and those whose message is still in flight (all of them in version 1)."""
+    answered_digests: dict[str, str] = Field(default_factory=_new_dict)
+    """Every other answered request: ``"<answer digest> <response type>"`` -- enough to refuse a
+    different answer and accept the same one again, at a bounded size per answer."""
     cancelled_requests: list[str] = Field(default_factory=_new_list)
     outputs: list[Any] = Field(default_factory=_new_list)
     changes: CheckpointChanges = Field(default_factory=CheckpointChanges)
+
+    def answered_ids(self) -> list[str]:
+        """Every request the run has answered (kept whole or as a digest)."""
+        return [*self.answered_digests, *self.answered_requests]
 
     def to_json(self) -> str:
         return self.model_dump_json()
@@ -251,43 +265,109 @@ def delta_of(checkpoint: Checkpoint) -> CheckpointDelta:
 
 def apply_delta(parent: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
     """Rebuild the checkpoint ``delta`` was taken from, given its parent."""
-    if delta.parent_id != parent.checkpoint_id:
-        raise UsageError(
-            f"delta {delta.checkpoint_id} follows {delta.parent_id}, not {parent.checkpoint_id}"
-        )
-    states = dict(parent.executor_states)
-    appends = delta.changes.executor_state_appends
-    for executor_id, values in delta.executor_states.items():
-        merged = {**states.get(executor_id, {}), **values}
-        for key, kept in appends.get(executor_id, {}).items():
-            merged[key] = [*parent.executor_states[executor_id][key][:kept], *values[key]]
-        states[executor_id] = merged
-    gone = set(delta.requests_answered) | set(delta.requests_cancelled)
-    pending = {r: rec for r, rec in parent.pending_requests.items() if r not in gone}
-    pending.update(delta.requests_added)
+    return apply_deltas(parent, [delta])
+
+
+def apply_deltas(parent: Checkpoint, deltas: Sequence[CheckpointDelta]) -> Checkpoint:
+    """Rebuild the checkpoint the last of ``deltas`` was taken from, given the parent of the
+    first: each delta applied in turn to one working copy of the parent's state, so folding a
+    chain costs what its deltas hold, not the whole state once per delta."""
+    if not deltas:
+        raise UsageError("apply_deltas needs at least one delta")
+    states = {e: dict(v) for e, v in parent.executor_states.items()}
+    grown: set[tuple[str, str]] = set()  # lists this fold built (and so may extend in place)
+    shared = dict(parent.shared_state)
+    pending = dict(parent.pending_requests)
+    answered = dict(parent.answered_requests)
+    digests = dict(parent.answered_digests)
+    cancelled = list(parent.cancelled_requests)
+    outputs = list(parent.outputs)
+    follows = parent.checkpoint_id
+    for delta in deltas:
+        if delta.parent_id != follows:
+            raise UsageError(
+                f"delta {delta.checkpoint_id} follows {delta.parent_id}, not {follows}"
+            )
+        follows = delta.checkpoint_id
+        appends = delta.changes.executor_state_appends
+        for executor_id, values in delta.executor_states.items():
+            state = states.setdefault(executor_id, {})
+            kept_items = appends.get(executor_id, {})
+            for key, value in values.items():
+                kept = kept_items.get(key)
+                if kept is None:
+                    state[key] = value
+                    grown.discard((executor_id, key))
+                elif (executor_id, key) in grown:
+                    del state[key][kept:]
+                    state[key].extend(value)
+                else:
+                    state[key] = [*state[key][:kept], *value]
+                    grown.add((executor_id, key))
+        for request_id in (*delta.requests_answered, *delta.requests_cancelled):
+            pending.pop(request_id, None)
+        pending.update(delta.requests_added)
+        shared.update(delta.shared_state)
+        answered.update(delta.requests_answered)
+        if delta.schema_version >= 2:
+            keep = {m.request_id for m in delta.messages if m.request_id is not None}
+            keep.update(delta.changes.requests_answered)
+            answered = settle_answers(answered, digests, keep)
+        cancelled.extend(delta.requests_cancelled)
+        outputs.extend(delta.outputs_added)
+    last = deltas[-1]
     return construct(
         Checkpoint,
-        schema_version=delta.schema_version,
+        schema_version=last.schema_version,
         codec=parent.codec,
-        checkpoint_id=delta.checkpoint_id,
-        parent_id=delta.parent_id,
+        checkpoint_id=last.checkpoint_id,
+        parent_id=last.parent_id,
         run_id=parent.run_id,
         workflow_name=parent.workflow_name,
         workflow_signature=parent.workflow_signature,
-        superstep=delta.superstep,
-        status=delta.status,
-        created_at=delta.created_at,
+        superstep=last.superstep,
+        status=last.status,
+        created_at=last.created_at,
         step_secret=parent.step_secret,
-        messages=list(delta.messages),
+        messages=list(last.messages),
         executor_states=states,
-        shared_state={**parent.shared_state, **delta.shared_state},
-        fan_in_buffers=dict(delta.fan_in_buffers),
+        shared_state=shared,
+        fan_in_buffers=dict(last.fan_in_buffers),
         pending_requests=pending,
-        answered_requests={**parent.answered_requests, **delta.requests_answered},
-        cancelled_requests=[*parent.cancelled_requests, *delta.requests_cancelled],
-        outputs=[*parent.outputs, *delta.outputs_added],
-        changes=delta.changes,
+        answered_requests=answered,
+        answered_digests=digests,
+        cancelled_requests=cancelled,
+        outputs=outputs,
+        changes=last.changes,
     )
+
+
+def answer_digest(encoded: Any) -> str:
+    """A digest of an encoded answer: equal for equal answers (canonical JSON), 128 bits."""
+    text = json.dumps(encoded, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def settle_answers(
+    answered: dict[str, Any], digests: dict[str, str], keep: set[str]
+) -> dict[str, Any]:
+    """The answers to keep whole (those in ``keep``: just applied, or still in flight); every
+    other one is added to ``digests`` (in place) as ``"<digest> <response type>"``.
+
+    Runner and delta fold both call this with the same inputs, so a delta rebuilds exactly the
+    checkpoint it was taken from.
+    """
+    if len(answered) <= len(keep) and all(r in keep for r in answered):
+        return answered
+    whole: dict[str, Any] = {}
+    for request_id, record in answered.items():
+        if request_id in keep:
+            whole[request_id] = record
+            continue
+        if not isinstance(record, dict) or "response_type" not in record:
+            raise ValueError(f"answered request {request_id!r} has no stored answer")
+        digests[request_id] = f"{answer_digest(record.get('data'))} {record['response_type']}"
+    return whole
 
 
 def _tail(value: Any, kept: int | None) -> Any:

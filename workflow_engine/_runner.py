@@ -26,12 +26,14 @@ import anyio
 import sniffio
 
 from ._checkpoint import (
+    CHECKPOINT_SCHEMA_VERSION,
     Checkpoint,
     CheckpointChanges,
     CheckpointStore,
     MessageRecord,
     RequestRecord,
     construct,
+    settle_answers,
 )
 from ._codec import JsonCodec
 from ._context import ExecutorStep, StepScope, WorkflowContext
@@ -93,11 +95,17 @@ class RunState:
     fan_in: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     pending: dict[str, ExternalRequest] = field(default_factory=dict)
     answered: dict[str, Any] = field(default_factory=dict)
+    """Answers kept whole (just applied, or still in flight); see ``Checkpoint``."""
+    answered_digests: dict[str, str] = field(default_factory=dict)
+    """Every other answered request, as ``"<answer digest> <response type>"``."""
     cancelled: list[str] = field(default_factory=list)
     encoded_outputs: list[Any] = field(default_factory=list)
     status: WorkflowRunState = WorkflowRunState.IN_PROGRESS
     checkpoint: Checkpoint | None = None
     error: ErrorDetails | None = None
+
+    def was_answered(self, request_id: str) -> bool:
+        return request_id in self.answered or request_id in self.answered_digests
 
     def in_doubt(self) -> bool:
         """A step's effect is in doubt: no superstep runs until a person says what happened."""
@@ -217,9 +225,13 @@ class RunLoop:
         s = self.state
         enc = self.codec.encode
         previous = s.checkpoint if chained else None
+        changes = changes or NO_CHANGES
+        keep = {e.request.request_id for e in s.inbox if e.request is not None}
+        keep.update(changes.requests_answered)
+        s.answered = settle_answers(s.answered, s.answered_digests, keep)
         cp = construct(
             Checkpoint,
-            schema_version=1,
+            schema_version=CHECKPOINT_SCHEMA_VERSION,
             codec=self.codec.name,
             checkpoint_id=new_checkpoint_id(),
             parent_id=previous.checkpoint_id if previous else None,
@@ -252,9 +264,10 @@ class RunLoop:
                 for r in s.pending.values()
             },
             answered_requests=dict(s.answered),
+            answered_digests=dict(s.answered_digests),
             cancelled_requests=list(s.cancelled),
             outputs=list(s.encoded_outputs),
-            changes=changes or NO_CHANGES,
+            changes=changes,
         )
         s.checkpoint = cp
         return cp
@@ -420,7 +433,7 @@ class RunLoop:
             # retry may be cut off again): each question gets its own id
             asked = 0
             request_id = derive_id(s.secret, "in-doubt", s.run_id, exc.step_key, "0")
-            while request_id in s.answered or request_id in s.cancelled:
+            while s.was_answered(request_id) or request_id in s.cancelled:
                 asked += 1
                 request_id = derive_id(s.secret, "in-doubt", s.run_id, exc.step_key, str(asked))
             if request_id in s.pending or any(r.request_id == request_id for r in added):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore
+from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore, answer_digest
 from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored
 from ._errors import (
     CheckpointNotFoundError,
@@ -581,6 +581,7 @@ class Workflow:
             },
             pending=pending,
             answered=dict(checkpoint.answered_requests),
+            answered_digests=dict(checkpoint.answered_digests),
             cancelled=list(checkpoint.cancelled_requests),
             encoded_outputs=list(checkpoint.outputs),
             status=checkpoint.status,
@@ -618,18 +619,9 @@ class Workflow:
         accepted: dict[str, tuple[str, ExternalRequest, Any]] = {}
         for response in items:
             rid = response.request_id
-            if rid in accepted or rid in state.answered:
-                if rid in accepted:
-                    expected, previous = accepted[rid][1].response_type, accepted[rid][2]
-                    previous = self.codec.encode(previous)
-                else:
-                    record = state.answered[rid]
-                    expected = self.resolve_type(record["response_type"])
-                    # re-encoded: an answer stored by an older codec version compares equal
-                    previous = self.codec.encode(self.codec.decode(record["data"]))
+            if rid in accepted or state.was_answered(rid):
                 try:
-                    value = self.coerce_response(state.run_id, rid, expected, response.data)
-                    same = _canonical(self.codec.encode(value)) == _canonical(previous)
+                    same = self._same_answer(state, rid, accepted.get(rid), response.data)
                 except ResponseTypeError:
                     same = False
                 if not same:
@@ -656,6 +648,31 @@ class Workflow:
             )
             accepted[rid] = (rid, request, value)
         return list(accepted.values())
+
+    def _same_answer(
+        self,
+        state: RunState,
+        request_id: str,
+        accepted: tuple[str, ExternalRequest, Any] | None,
+        data: Any,
+    ) -> bool:
+        """Whether ``data`` is the answer ``request_id`` already has (in this call, kept whole in
+        the checkpoint, or as a digest); ``ResponseTypeError`` if it is not even of its type."""
+        if accepted is not None:
+            value = self.coerce_response(state.run_id, request_id, accepted[1].response_type, data)
+            return _canonical(self.codec.encode(value)) == _canonical(
+                self.codec.encode(accepted[2])
+            )
+        record = state.answered.get(request_id)
+        if record is not None:
+            expected = self.resolve_type(record["response_type"])
+            value = self.coerce_response(state.run_id, request_id, expected, data)
+            # re-encoded: an answer stored by an older codec version compares equal
+            previous = self.codec.encode(self.codec.decode(record["data"]))
+            return _canonical(self.codec.encode(value)) == _canonical(previous)
+        digest, _, type_name = state.answered_digests[request_id].partition(" ")
+        value = self.coerce_response(state.run_id, request_id, self.resolve_type(type_name), data)
+        return answer_digest(self.codec.encode(value)) == digest
 
     def check_answer(
         self,

@@ -208,7 +208,7 @@ async def op_inspect(cmd: dict[str, Any], runtime: Runtime, send: Send) -> dict[
             "superstep": latest.superstep,
             "status": latest.status.value,
             "pending": sorted(latest.pending_requests),
-            "answered": sorted(latest.answered_requests),
+            "answered": sorted(latest.answered_ids()),
         },
         "outputs": info.outputs,
         "requests": requests,

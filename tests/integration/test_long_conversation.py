@@ -3,6 +3,7 @@ another process continues with the whole history (W6)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -87,3 +88,27 @@ async def test_a_long_conversation_resumes_in_a_new_process_with_its_whole_histo
         request_id, reply = done.stdout.strip().split("\t")
         # every earlier user message and reply, in order, plus the new user message
         assert reply == f"seen {2 * n + 1} in order True replies {n}", reply
+
+
+async def test_a_long_chat_keeps_old_answers_small_in_its_snapshots(tmp_path: Path) -> None:
+    """What a resume parses stays bounded per answer: a snapshot holds a fixed-size digest per
+    answered request (the answers themselves stay in the requests table), not the answers."""
+    db = tmp_path / "chat.db"
+    every = 8
+    runtime = Runtime(SqliteStore(db, snapshot_every=every))
+    runtime.register(build_chat)
+    turns = 300
+    run_id, _ = await chat(runtime, turns)
+    await runtime.close()
+    with sqlite3.connect(db) as conn:
+        (body,) = conn.execute(
+            "SELECT body FROM checkpoints WHERE run_id = ? AND kind = 'snapshot' "
+            "ORDER BY seq DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+    snapshot = json.loads(body)
+    assert snapshot["schema_version"] >= 2 and snapshot["superstep"] > turns // 2
+    assert len(snapshot["answered_requests"]) <= 1  # at most the answer just applied
+    digests = snapshot["answered_digests"]
+    assert len(digests) >= turns // 2
+    assert all(len(rid) + len(text) <= 80 for rid, text in digests.items()), digests

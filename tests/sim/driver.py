@@ -840,7 +840,7 @@ def _schedule(
     out: list[tuple[int, tuple[str, ...]]] = []
     seen: set[str] = set()
     for cp in checkpoints:
-        ids = list(getattr(cp, field_name))
+        ids = cp.answered_ids() if field_name == "answered_requests" else list(cp.pending_requests)
         new = [identities.get(rid, rid) for rid in ids if rid not in seen]
         seen.update(ids)
         new = [logical for logical in new if not logical.startswith(IN_DOUBT)]

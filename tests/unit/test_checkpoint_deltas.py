@@ -24,6 +24,7 @@ from workflow_engine import (
     delta_of,
     handler,
 )
+from workflow_engine._checkpoint import apply_deltas
 
 pytestmark = pytest.mark.anyio
 
@@ -104,6 +105,11 @@ def check_chain(checkpoints: list[Checkpoint]) -> int:
         assert rebuilt == cp
         assert Checkpoint.from_json(rebuilt.to_json()) == cp
         checked += 1
+    # a store folds a whole chain at once: the same checkpoints
+    deltas = [delta_of(c) for c in checkpoints[1:]]
+    if all(d.parent_id == c.checkpoint_id for d, c in zip(deltas, checkpoints, strict=False)):
+        for i in range(1, len(deltas) + 1):
+            assert apply_deltas(checkpoints[0], deltas[:i]) == checkpoints[i]
     return checked
 
 

@@ -362,3 +362,56 @@ async def test_events_are_json_serializable() -> None:
     result = await wf.run("q")
     text = json.dumps([e.to_dict(wf.codec) for e in result.events])
     assert '"type": "request_info"' in text
+
+
+# A checkpoint written by schema version 1 (every answer kept whole), after "q" was answered
+# with Approval(approved=False) and the run finished.
+_V1_DONE = (
+    '{"schema_version": 1, "codec": "tagged-json/1", "checkpoint_id": '
+    '"a316e3f16b25074584abc68a97663a76", "parent_id": "33160f8a88b30601b8a680ef719989d1", '
+    '"run_id": "b324323fdc884daab3f13d37d6b4b0ce", "workflow_name": "asker", '
+    '"workflow_signature": "e2d2cc33df01a6a1", "superstep": 2, "status": "idle", '
+    '"created_at": 1796069778.5371428, "step_secret": "7f30062073cc9ee199f4b5727813759e", '
+    '"messages": [], "executor_states": {}, "shared_state": {}, "fan_in_buffers": {}, '
+    '"pending_requests": {}, "answered_requests": {"797b4a42a9956396608316903f37fbc4": '
+    '{"data": {"$type": "Approval", "data": {"approved": false, "note": ""}}, '
+    '"response_type": "Approval", "request": {"port_id": "asker", "data": "q", '
+    '"source_executor_id": "asker", "superstep": 1}}}, "cancelled_requests": [], '
+    '"outputs": ["q -> no"], "changes": {"executor_state_keys": {}, '
+    '"executor_state_appends": {}, "shared_state_keys": [], "outputs_added": 1, '
+    '"requests_added": [], "requests_answered": [], "requests_cancelled": []}}'
+)
+
+
+async def test_a_version_1_checkpoint_still_refuses_a_changed_answer() -> None:
+    cp = Checkpoint.from_json(_V1_DONE)
+    rid = "797b4a42a9956396608316903f37fbc4"
+    assert cp.schema_version == 1 and cp.answered_ids() == [rid]
+    wf = asker_workflow()
+    again = await wf.run(checkpoint=cp, responses={rid: {"approved": False}})
+    assert again.outputs == [] and again.status is WorkflowRunState.IDLE
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await wf.run(checkpoint=cp, responses={rid: {"approved": True}})
+
+
+async def test_an_answer_applied_long_ago_is_a_digest_and_still_exact() -> None:
+    """Only answers just applied (or in flight) stay whole in a checkpoint; older ones are
+    digests -- yet a repeat is still a no-op and a different answer still refused."""
+    wf = asker_workflow()
+    store = InMemoryCheckpointStore()
+    paused = await wf.run("q", checkpoint_store=store)
+    rid = paused.pending_requests[0].request_id
+    done = await wf.run(
+        checkpoint=paused.checkpoint, responses={rid: {"approved": True}}, checkpoint_store=store
+    )
+    assert done.outputs == ["q -> yes"]
+    applied = [c for c in await store.list(paused.run_id) if rid in c.answered_requests]
+    assert len(applied) == 1  # whole only in the checkpoint that applied it
+    final = done.checkpoint
+    assert final.answered_requests == {} and list(final.answered_digests) == [rid]
+    again = await wf.run(checkpoint=final, responses={rid: Approval(approved=True)})
+    assert again.outputs == []
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await wf.run(checkpoint=final, responses={rid: {"approved": True, "note": "x"}})
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await wf.run(checkpoint=final, responses={rid: {"approved": "maybe"}})
