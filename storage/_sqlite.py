@@ -328,12 +328,20 @@ class SqliteStore:
                     "not writable"
                 )
             worker = Worker(f"workflow-engine-sqlite:{self.path.name}")
-            try:
-                await worker.call(self._connect)
-            except BaseException:
-                worker.post(self._disconnect)
-                worker.stop()
-                raise
+            # an existing, current database is opened right here on the loop (a connection and
+            # a few PRAGMAs: well under a ms); one that is new, older (to migrate) or locked is
+            # opened on the worker thread, which may wait for the lock
+            connected = False
+            if asyncio._get_running_loop() is not None:
+                with contextlib.suppress(_Busy):
+                    connected = self._on_loop(self._connect, (False,))
+            if not connected:
+                try:
+                    await worker.call(self._connect, True)
+                except BaseException:
+                    worker.post(self._disconnect)
+                    worker.stop()
+                    raise
             checkpointer = _Checkpointer(self.path, self.busy_timeout)
             self._worker, self._checkpointer = worker, checkpointer
             # a store dropped without close() must not leave its threads behind
@@ -347,8 +355,9 @@ class SqliteStore:
             return
         checkpointer, self._checkpointer = self._checkpointer, None
         try:
-            if checkpointer is not None:  # its connection closes first: ours, the last, then
-                await checkpointer.worker.call(checkpointer.close)  # checkpoints the WAL away
+            # its connection closes first: ours, the last, then checkpoints the WAL away
+            if checkpointer is not None and checkpointer.worker.started:
+                await checkpointer.worker.call(checkpointer.close)
             await worker.call(self._disconnect)
         finally:
             if self._finalizer is not None:
@@ -357,11 +366,14 @@ class SqliteStore:
 
     # --- on the worker thread: connection and schema ------------------------------------------
 
-    def _connect(self) -> None:
+    def _connect(self, patient: bool) -> bool:
+        """Open the connection; False (nothing opened) when not ``patient`` and the database
+        needs creating or migrating, which then happens patiently on the worker thread. Not
+        patient, a locked database raises ``_Busy`` at once (on the loop: ``_on_loop``)."""
         try:
             conn = sqlite3.connect(
                 self.path,
-                timeout=self.busy_timeout,
+                timeout=self.busy_timeout if patient else 0.0,
                 isolation_level=None,
                 check_same_thread=False,  # the loop's thread, or the worker's (never both at once)
             )
@@ -382,6 +394,9 @@ class SqliteStore:
             current = self._schema_version(conn)
             self._check_version(current)
             if current < SCHEMA_VERSION:
+                if not patient:
+                    conn.close()
+                    return False
                 self._migrate()
             conn.execute("PRAGMA busy_timeout=0")  # on the loop: a busy lock goes to the worker
         except BaseException as exc:
@@ -390,6 +405,7 @@ class SqliteStore:
                 raise self._translate(exc) from exc
             raise
         self._conn = conn
+        return True
 
     def _disconnect(self) -> None:
         self._recent.clear()

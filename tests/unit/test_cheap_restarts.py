@@ -227,3 +227,46 @@ def test_a_function_executor_rereads_hints_that_changed() -> None:
     assert FunctionExecutor(echo).input_types == (str,)
     echo.__annotations__ = {"text": int, "ctx": WorkflowContext[int], "return": None}
     assert FunctionExecutor(echo).input_types == (int,)
+
+
+OPEN_AND_READ = textwrap.dedent(
+    """
+    import asyncio, json, sys, threading
+    from workflow_engine.storage import SqliteStore
+
+    async def main(path):
+        store = SqliteStore(path)
+        await store.open()
+        threads = [t.name for t in threading.enumerate() if t.name.startswith("workflow-engine")]
+        runs = await store.list_runs()
+        await store.close()
+        return {{
+            "sqlalchemy": "sqlalchemy" in sys.modules,
+            "threads": threads,
+            "runs": len(runs),
+        }}
+
+    print(json.dumps(asyncio.run(main({path!r}))))
+    """
+)
+
+
+def open_in_fresh_process(path: Path) -> dict:
+    code = OPEN_AND_READ.format(path=str(path))
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    result: dict = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_opening_an_existing_store_loads_no_sqlalchemy_and_starts_no_thread(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    # a new database: the schema is created (SQLAlchemy), on the store's worker thread
+    created = open_in_fresh_process(path)
+    assert created == {"sqlalchemy": True, "threads": ["workflow-engine-sqlite:runs.db"], "runs": 0}
+    reopened = open_in_fresh_process(path)  # current schema: opened on the event loop
+    assert reopened == {"sqlalchemy": False, "threads": [], "runs": 0}
