@@ -92,6 +92,9 @@ class RunState:
     inbox: list[Envelope] = field(default_factory=list)
     executor_states: dict[str, dict[str, Any]] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
+    shared_flat: dict[str, Any] = field(default_factory=dict)
+    """Shared keys whose encoding (this very object in ``shared``) is a list of JSON
+    primitives, so reading it is a copy with no type scan (not persisted: a cache)."""
     fan_in: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     pending: dict[str, ExternalRequest] = field(default_factory=dict)
     answered: dict[str, Any] = field(default_factory=dict)
@@ -367,6 +370,7 @@ class RunLoop:
             self.journal_run,
             s.secret,
             getattr(self.store, "ensure_held", None),
+            s.shared_flat,
         )
         steps: list[ExecutorStep] = []
         failures: list[tuple[str, BaseException]] = []
@@ -512,6 +516,7 @@ class RunLoop:
         s = self.state
         executor_states = s.executor_states
         shared = s.shared
+        flat = dict(s.shared_flat)
         state_keys: dict[str, list[str]] = {}
         state_appends: dict[str, dict[str, int]] = {}
         shared_keys: list[str] = []
@@ -532,6 +537,7 @@ class RunLoop:
                 if shared is s.shared:
                     shared = dict(shared)
                 shared.update(step.shared_writes)
+                flat.update(step.flat_writes)
                 shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
             for copy, encoded in step.outputs:  # snapshots taken (and checked) at yield time
                 new_outputs.append(copy)
@@ -542,6 +548,7 @@ class RunLoop:
                 sends.append(
                     Send(source, message, target, send_id(number, ordinal, source), encoded)
                 )
+        shared_appends = appended_prefixes(s.shared, {k: shared[k] for k in shared_keys})
         delivery = await self.route(sends, s.fan_in)
         self.give_copies(delivery.inbox)
         self.give_copies(delivery.port_messages)
@@ -551,6 +558,7 @@ class RunLoop:
         s.superstep = number
         s.executor_states = executor_states
         s.shared = shared
+        s.shared_flat = {k: v for k, v in flat.items() if shared.get(k) is v}
         s.inbox = delivery.inbox
         s.fan_in = delivery.fan_in
         s.encoded_outputs.extend(encoded_outputs)
@@ -561,6 +569,7 @@ class RunLoop:
             executor_state_keys=state_keys,
             executor_state_appends=state_appends,
             shared_state_keys=shared_keys,
+            shared_state_appends=shared_appends,
             outputs_added=len(new_outputs),
             requests_added=[r.request_id for r in new_requests],
         )
@@ -641,6 +650,7 @@ def changes_of(
     executor_state_keys: dict[str, list[str]] | None = None,
     executor_state_appends: dict[str, dict[str, int]] | None = None,
     shared_state_keys: list[str] | None = None,
+    shared_state_appends: dict[str, int] | None = None,
     outputs_added: int = 0,
     requests_added: list[str] | None = None,
     requests_answered: list[str] | None = None,
@@ -651,6 +661,7 @@ def changes_of(
         executor_state_keys=executor_state_keys or {},
         executor_state_appends=executor_state_appends or {},
         shared_state_keys=shared_state_keys or [],
+        shared_state_appends=shared_state_appends or {},
         outputs_added=outputs_added,
         requests_added=requests_added or [],
         requests_answered=requests_answered or [],
