@@ -516,7 +516,7 @@ class RunLoop:
         s = self.state
         executor_states = s.executor_states
         shared = s.shared
-        flat = dict(s.shared_flat)
+        flat = s.shared_flat
         state_keys: dict[str, list[str]] = {}
         state_appends: dict[str, dict[str, int]] = {}
         shared_keys: list[str] = []
@@ -536,6 +536,7 @@ class RunLoop:
             if step.shared_writes:
                 if shared is s.shared:
                     shared = dict(shared)
+                    flat = dict(flat)
                 shared.update(step.shared_writes)
                 flat.update(step.flat_writes)
                 shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
@@ -548,7 +549,9 @@ class RunLoop:
                 sends.append(
                     Send(source, message, target, send_id(number, ordinal, source), encoded)
                 )
-        shared_appends = appended_prefixes(s.shared, {k: shared[k] for k in shared_keys})
+        shared_appends = (
+            appended_prefixes(s.shared, {k: shared[k] for k in shared_keys}) if shared_keys else {}
+        )
         delivery = await self.route(sends, s.fan_in)
         self.give_copies(delivery.inbox)
         self.give_copies(delivery.port_messages)
@@ -558,7 +561,8 @@ class RunLoop:
         s.superstep = number
         s.executor_states = executor_states
         s.shared = shared
-        s.shared_flat = {k: v for k, v in flat.items() if shared.get(k) is v}
+        if flat is not s.shared_flat:  # keep only what is still the committed encoding
+            s.shared_flat = {k: v for k, v in flat.items() if shared.get(k) is v}
         s.inbox = delivery.inbox
         s.fan_in = delivery.fan_in
         s.encoded_outputs.extend(encoded_outputs)
