@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -229,9 +230,10 @@ class RunLoop:
         enc = self.codec.encode
         previous = s.checkpoint if chained else None
         changes = changes or NO_CHANGES
-        keep = {e.request.request_id for e in s.inbox if e.request is not None}
-        keep.update(changes.requests_answered)
-        s.answered = settle_answers(s.answered, s.answered_digests, keep)
+        if s.answered:  # answers kept whole only while applied or in flight
+            keep = {e.request.request_id for e in s.inbox if e.request is not None}
+            keep.update(changes.requests_answered)
+            s.answered = settle_answers(s.answered, s.answered_digests, keep)
         cp = construct(
             Checkpoint,
             schema_version=CHECKPOINT_SCHEMA_VERSION,
@@ -702,7 +704,4 @@ async def _choose_case(cases: Sequence[Any], n_targets: int, message: Any) -> in
     return len(cases) if n_targets > len(cases) else None
 
 
-def _now() -> float:
-    import time
-
-    return time.time()
+_now = time.time
