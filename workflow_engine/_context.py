@@ -448,8 +448,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         encoded = scope.shared.get(key, _MISSING)
         if encoded is _MISSING:
             return default
-        if scope.flat_shared.get(key) is encoded:
-            return encoded.copy()  # known primitives only: what decode would return
+        flat = scope.flat_shared.get(key)
+        if flat is not None and flat is encoded:
+            return flat.copy()  # known primitives only: what decode would return
         return self._stored(encoded, f"shared state {key!r}")
 
     async def set_shared(self, key: str, value: Any) -> None:
