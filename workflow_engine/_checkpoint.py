@@ -40,6 +40,10 @@ def _new_dict() -> dict[str, Any]:
     return {}
 
 
+def _empty(value: Any) -> bool:
+    return not value
+
+
 def _now() -> float:
     return time.time()
 
@@ -96,8 +100,10 @@ class CheckpointChanges(BaseModel):
     """Of those keys, the ones whose list value only grew: key -> items kept from the parent
     (a delta then stores only the new items, so a growing conversation is stored once)."""
     shared_state_keys: list[str] = Field(default_factory=_new_list)
-    shared_state_appends: dict[str, int] = Field(default_factory=_new_dict)
-    """Of those keys, the ones whose list value only grew: key -> items kept from the parent."""
+    shared_state_appends: dict[str, int] = Field(default_factory=_new_dict, exclude_if=_empty)
+    """Of those keys, the ones whose list value only grew: key -> items kept from the parent.
+    Left out of the JSON when empty, so a run that never grows a shared list writes exactly the
+    bytes it wrote before the field existed."""
     outputs_added: int = 0
     requests_added: list[str] = Field(default_factory=_new_list)
     requests_answered: list[str] = Field(default_factory=_new_list)

@@ -109,3 +109,13 @@ async def test_a_growing_shared_list_is_stored_as_its_new_items() -> None:
     last = checkpoints[-2]  # the last one wrote nothing
     assert last.changes.shared_state_appends == {"xs": 4}
     assert delta_of(last).shared_state == {"xs": [4]}
+
+
+async def test_a_delta_without_shared_appends_is_written_as_before() -> None:
+    """The new field is left out of the JSON when empty: runs that never grow a shared list
+    write the same bytes as before it existed (and snapshot spacing, which counts bytes, too)."""
+    _, checkpoints = await run([["dict", 1]], TaggedJsonCodec)
+    text = delta_of(checkpoints[1]).model_dump_json()
+    assert '"shared_state_keys":["xs"]' in text and "shared_state_appends" not in text
+    _, grown = await run([["append", 1], ["append", 2]], TaggedJsonCodec)
+    assert '"shared_state_appends":{"xs":1}' in delta_of(grown[2]).model_dump_json()
