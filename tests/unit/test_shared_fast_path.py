@@ -68,7 +68,8 @@ class Mutator(Executor):
             xs = await ctx.get_shared("xs")
             xs.append(value)
         await ctx.set_shared("xs", xs)
-        xs.append("changed after the write")  # must not reach the stored value
+        if isinstance(xs, list):
+            xs.append("changed after the write")  # must not reach the stored value
         await ctx.yield_output(await ctx.get_shared("xs"))
         await ctx.send_message(rest)
 
@@ -114,8 +115,11 @@ async def test_a_growing_shared_list_is_stored_as_its_new_items() -> None:
 async def test_a_delta_without_shared_appends_is_written_as_before() -> None:
     """The new field is left out of the JSON when empty: runs that never grow a shared list
     write the same bytes as before it existed (and snapshot spacing, which counts bytes, too)."""
-    _, checkpoints = await run([["dict", 1]], TaggedJsonCodec)
-    text = delta_of(checkpoints[1]).model_dump_json()
-    assert '"shared_state_keys":["xs"]' in text and "shared_state_appends" not in text
-    _, grown = await run([["append", 1], ["append", 2]], TaggedJsonCodec)
-    assert '"shared_state_appends":{"xs":1}' in delta_of(grown[2]).model_dump_json()
+    outputs, checkpoints = await run(
+        [["append", 1], ["append", 2], ["dict", 1], ["append", 3]], TaggedJsonCodec
+    )
+    assert outputs == [[1], [1, 2], {"v": 1}, [3]]
+    texts = [delta_of(c).model_dump_json() for c in checkpoints if c.parent_id is not None]
+    assert [t.count('"shared_state_keys":["xs"]') for t in texts] == [1, 1, 1, 1, 0]
+    assert '"shared_state_appends":{"xs":1}' in texts[1]  # [1] -> [1, 2]: the new item only
+    assert all("shared_state_appends" not in t for i, t in enumerate(texts) if i != 1)
