@@ -110,7 +110,7 @@ class ExecutorStep:
         self.outputs: list[tuple[Any, Any]] = []  # (copy, encoded)
         self.state_writes: dict[str, Any] = {}
         self.shared_writes: dict[str, Any] = {}
-        self.flat_writes: dict[str, Any] = {}  # shared writes encoded as lists of primitives
+        self.flat_writes: dict[str, Any] | None = None  # shared writes that are lists of primitives
         self.requests: list[ExternalRequest] = []
 
 
@@ -464,9 +464,12 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             and _PRIMITIVES.issuperset(map(type, value))
         ):
             # what encode_checked returns for it; remembered so the next read skips the scan
+            if step.flat_writes is None:
+                step.flat_writes = {}
             step.shared_writes[key] = step.flat_writes[key] = value.copy()
             return
-        step.flat_writes.pop(key, None)
+        if step.flat_writes:
+            step.flat_writes.pop(key, None)
         step.shared_writes[key] = encode_checked(codec, value)
 
     # --- requests -------------------------------------------------------------------------------

@@ -540,7 +540,8 @@ class RunLoop:
                     shared = dict(shared)
                     flat = dict(flat)
                 shared.update(step.shared_writes)
-                flat.update(step.flat_writes)
+                if step.flat_writes:
+                    flat.update(step.flat_writes)
                 shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
             for copy, encoded in step.outputs:  # snapshots taken (and checked) at yield time
                 new_outputs.append(copy)
