@@ -40,6 +40,10 @@ def _new_dict() -> dict[str, Any]:
     return {}
 
 
+def _empty(value: Any) -> bool:
+    return not value
+
+
 def _now() -> float:
     return time.time()
 
@@ -96,6 +100,10 @@ class CheckpointChanges(BaseModel):
     """Of those keys, the ones whose list value only grew: key -> items kept from the parent
     (a delta then stores only the new items, so a growing conversation is stored once)."""
     shared_state_keys: list[str] = Field(default_factory=_new_list)
+    shared_state_appends: dict[str, int] = Field(default_factory=_new_dict, exclude_if=_empty)
+    """Of those keys, the ones whose list value only grew: key -> items kept from the parent.
+    Left out of the JSON when empty, so a run that never grows a shared list writes exactly the
+    bytes it wrote before the field existed."""
     outputs_added: int = 0
     requests_added: list[str] = Field(default_factory=_new_list)
     requests_answered: list[str] = Field(default_factory=_new_list)
@@ -249,7 +257,10 @@ def delta_of(checkpoint: Checkpoint) -> CheckpointDelta:
             e: {k: _tail(states[e][k], ch.executor_state_appends.get(e, {}).get(k)) for k in keys}
             for e, keys in ch.executor_state_keys.items()
         },
-        shared_state={k: checkpoint.shared_state[k] for k in ch.shared_state_keys},
+        shared_state={
+            k: _tail(checkpoint.shared_state[k], ch.shared_state_appends.get(k))
+            for k in ch.shared_state_keys
+        },
         fan_in_buffers=checkpoint.fan_in_buffers,
         requests_added={
             r: checkpoint.pending_requests[r]
@@ -277,6 +288,7 @@ def apply_deltas(parent: Checkpoint, deltas: Sequence[CheckpointDelta]) -> Check
     states = {e: dict(v) for e, v in parent.executor_states.items()}
     grown: set[tuple[str, str]] = set()  # lists this fold built (and so may extend in place)
     shared = dict(parent.shared_state)
+    grown_shared: set[str] = set()  # shared lists this fold built
     pending = dict(parent.pending_requests)
     answered = dict(parent.answered_requests)
     digests = dict(parent.answered_digests)
@@ -307,7 +319,18 @@ def apply_deltas(parent: Checkpoint, deltas: Sequence[CheckpointDelta]) -> Check
         for request_id in (*delta.requests_answered, *delta.requests_cancelled):
             pending.pop(request_id, None)
         pending.update(delta.requests_added)
-        shared.update(delta.shared_state)
+        shared_appends = delta.changes.shared_state_appends
+        for key, value in delta.shared_state.items():
+            kept = shared_appends.get(key)
+            if kept is None:
+                shared[key] = value
+                grown_shared.discard(key)
+            elif key in grown_shared:
+                del shared[key][kept:]
+                shared[key].extend(value)
+            else:
+                shared[key] = [*shared[key][:kept], *value]
+                grown_shared.add(key)
         answered.update(delta.requests_answered)
         if delta.schema_version >= 2:
             keep = {m.request_id for m in delta.messages if m.request_id is not None}

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Never, overload
 import anyio
 from typing_extensions import TypeVar
 
-from ._codec import TaggedJsonCodec, decode_stored, encode_checked
+from ._codec import _PRIMITIVES, TaggedJsonCodec, decode_stored, encode_checked
 from ._errors import (
     DefinitionError,
     EffectInDoubtError,
@@ -91,6 +91,7 @@ class ExecutorStep:
     __slots__ = (
         "emit",
         "executor_id",
+        "flat_writes",
         "outputs",
         "requests",
         "sent",
@@ -109,6 +110,7 @@ class ExecutorStep:
         self.outputs: list[tuple[Any, Any]] = []  # (copy, encoded)
         self.state_writes: dict[str, Any] = {}
         self.shared_writes: dict[str, Any] = {}
+        self.flat_writes: dict[str, Any] | None = None  # shared writes that are lists of primitives
         self.requests: list[ExternalRequest] = []
 
 
@@ -117,6 +119,7 @@ class StepScope:
 
     __slots__ = (
         "codec",
+        "flat_shared",
         "journal",
         "journal_run",
         "lease_guard",
@@ -138,6 +141,7 @@ class StepScope:
         journal_run: str = "",
         secret: str = "",
         lease_guard: Callable[[], Awaitable[None]] | None = None,
+        flat_shared: dict[str, Any] | None = None,
     ) -> None:
         self.run_id = run_id
         self.superstep = superstep
@@ -149,6 +153,9 @@ class StepScope:
         self.secret = secret  # the run's step secret (derives request ids, idempotency keys)
         self.lease_guard = lease_guard
         """Raises ``LeaseLostError`` unless this worker still holds the run (durable runs)."""
+        self.flat_shared = {} if flat_shared is None else flat_shared
+        """Shared keys whose committed encoding (that very object) is a list of JSON
+        primitives: decoding it is a plain copy (``RunState.shared_flat``)."""
 
 
 class WorkflowContext(Generic[TOut, TWorkflowOut]):
@@ -437,14 +444,33 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         step = self._step
         if key in step.shared_writes:
             return self._scope.codec.decode(step.shared_writes[key])
-        if key in self._scope.shared:
-            return self._stored(self._scope.shared[key], f"shared state {key!r}")
-        return default
+        scope = self._scope
+        encoded = scope.shared.get(key, _MISSING)
+        if encoded is _MISSING:
+            return default
+        flat = scope.flat_shared.get(key)
+        if flat is not None and flat is encoded:
+            return flat.copy()  # known primitives only: what decode would return
+        return self._stored(encoded, f"shared state {key!r}")
 
     async def set_shared(self, key: str, value: Any) -> None:
         """Write shared state; visible to every executor after the barrier. If two executors write
         the same key in one superstep, the later one in graph order wins."""
-        self._step.shared_writes[key] = encode_checked(self._scope.codec, value)
+        step = self._step
+        codec = self._scope.codec
+        if (
+            type(value) is list
+            and type(codec) is TaggedJsonCodec
+            and _PRIMITIVES.issuperset(map(type, value))
+        ):
+            # what encode_checked returns for it; remembered so the next read skips the scan
+            if step.flat_writes is None:
+                step.flat_writes = {}
+            step.shared_writes[key] = step.flat_writes[key] = value.copy()
+            return
+        if step.flat_writes:
+            step.flat_writes.pop(key, None)
+        step.shared_writes[key] = encode_checked(codec, value)
 
     # --- requests -------------------------------------------------------------------------------
 

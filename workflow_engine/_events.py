@@ -28,7 +28,10 @@ class WorkflowRunState(StrEnum):
 
     @property
     def is_terminal(self) -> bool:
-        return self in (WorkflowRunState.IDLE, WorkflowRunState.FAILED, WorkflowRunState.CANCELLED)
+        return self in _TERMINAL  # a module tuple: no enum member lookups per call
+
+
+_TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.FAILED, WorkflowRunState.CANCELLED)
 
 
 _CAMEL = re.compile(r"(?<!^)(?=[A-Z])")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import os
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -92,6 +93,9 @@ class RunState:
     inbox: list[Envelope] = field(default_factory=list)
     executor_states: dict[str, dict[str, Any]] = field(default_factory=dict)
     shared: dict[str, Any] = field(default_factory=dict)
+    shared_flat: dict[str, Any] = field(default_factory=dict)
+    """Shared keys whose encoding (this very object in ``shared``) is a list of JSON
+    primitives, so reading it is a copy with no type scan (not persisted: a cache)."""
     fan_in: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     pending: dict[str, ExternalRequest] = field(default_factory=dict)
     answered: dict[str, Any] = field(default_factory=dict)
@@ -226,9 +230,10 @@ class RunLoop:
         enc = self.codec.encode
         previous = s.checkpoint if chained else None
         changes = changes or NO_CHANGES
-        keep = {e.request.request_id for e in s.inbox if e.request is not None}
-        keep.update(changes.requests_answered)
-        s.answered = settle_answers(s.answered, s.answered_digests, keep)
+        if s.answered:  # answers kept whole only while applied or in flight
+            keep = {e.request.request_id for e in s.inbox if e.request is not None}
+            keep.update(changes.requests_answered)
+            s.answered = settle_answers(s.answered, s.answered_digests, keep)
         cp = construct(
             Checkpoint,
             schema_version=CHECKPOINT_SCHEMA_VERSION,
@@ -367,6 +372,7 @@ class RunLoop:
             self.journal_run,
             s.secret,
             getattr(self.store, "ensure_held", None),
+            s.shared_flat,
         )
         steps: list[ExecutorStep] = []
         failures: list[tuple[str, BaseException]] = []
@@ -512,6 +518,7 @@ class RunLoop:
         s = self.state
         executor_states = s.executor_states
         shared = s.shared
+        flat = s.shared_flat
         state_keys: dict[str, list[str]] = {}
         state_appends: dict[str, dict[str, int]] = {}
         shared_keys: list[str] = []
@@ -531,7 +538,10 @@ class RunLoop:
             if step.shared_writes:
                 if shared is s.shared:
                     shared = dict(shared)
+                    flat = dict(flat)
                 shared.update(step.shared_writes)
+                if step.flat_writes:
+                    flat.update(step.flat_writes)
                 shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
             for copy, encoded in step.outputs:  # snapshots taken (and checked) at yield time
                 new_outputs.append(copy)
@@ -542,6 +552,9 @@ class RunLoop:
                 sends.append(
                     Send(source, message, target, send_id(number, ordinal, source), encoded)
                 )
+        shared_appends = (
+            appended_prefixes(s.shared, {k: shared[k] for k in shared_keys}) if shared_keys else {}
+        )
         delivery = await self.route(sends, s.fan_in)
         self.give_copies(delivery.inbox)
         self.give_copies(delivery.port_messages)
@@ -551,6 +564,8 @@ class RunLoop:
         s.superstep = number
         s.executor_states = executor_states
         s.shared = shared
+        if flat is not s.shared_flat:  # keep only what is still the committed encoding
+            s.shared_flat = {k: v for k, v in flat.items() if shared.get(k) is v}
         s.inbox = delivery.inbox
         s.fan_in = delivery.fan_in
         s.encoded_outputs.extend(encoded_outputs)
@@ -561,6 +576,7 @@ class RunLoop:
             executor_state_keys=state_keys,
             executor_state_appends=state_appends,
             shared_state_keys=shared_keys,
+            shared_state_appends=shared_appends,
             outputs_added=len(new_outputs),
             requests_added=[r.request_id for r in new_requests],
         )
@@ -641,6 +657,7 @@ def changes_of(
     executor_state_keys: dict[str, list[str]] | None = None,
     executor_state_appends: dict[str, dict[str, int]] | None = None,
     shared_state_keys: list[str] | None = None,
+    shared_state_appends: dict[str, int] | None = None,
     outputs_added: int = 0,
     requests_added: list[str] | None = None,
     requests_answered: list[str] | None = None,
@@ -651,6 +668,7 @@ def changes_of(
         executor_state_keys=executor_state_keys or {},
         executor_state_appends=executor_state_appends or {},
         shared_state_keys=shared_state_keys or [],
+        shared_state_appends=shared_state_appends or {},
         outputs_added=outputs_added,
         requests_added=requests_added or [],
         requests_answered=requests_answered or [],
@@ -687,7 +705,4 @@ async def _choose_case(cases: Sequence[Any], n_targets: int, message: Any) -> in
     return len(cases) if n_targets > len(cases) else None
 
 
-def _now() -> float:
-    import time
-
-    return time.time()
+_now = time.time

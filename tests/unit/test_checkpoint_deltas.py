@@ -30,7 +30,7 @@ pytestmark = pytest.mark.anyio
 
 
 class Op(BaseModel):
-    kind: str  # state | shared | output | ask | next
+    kind: str  # state | shared | grow | output | ask | next
     key: str = "k"
     value: int = 0
 
@@ -53,6 +53,11 @@ class Scripted(Executor):
                 await ctx.set_state(op.key, [op.value, await ctx.get_state(op.key)])
             elif op.kind == "shared":
                 await ctx.set_shared(op.key, op.value)
+            elif op.kind == "grow":  # a shared list that grows (a delta stores the new items)
+                xs = await ctx.get_shared(op.key, [])
+                xs = xs if isinstance(xs, list) else []
+                # a negative value prepends: the list changed, but did not only grow
+                await ctx.set_shared(op.key, [op.value, *xs] if op.value < 0 else [*xs, op.value])
             elif op.kind == "output":
                 await ctx.yield_output(op.value)
             elif op.kind == "ask":
@@ -86,7 +91,7 @@ def build():
 ops = st.lists(
     st.builds(
         Op,
-        kind=st.sampled_from(["state", "shared", "output", "ask", "next", "next"]),
+        kind=st.sampled_from(["state", "shared", "grow", "grow", "output", "ask", "next", "next"]),
         key=st.sampled_from(["a", "b", "$c"]),
         value=st.integers(-5, 5),
     ),
