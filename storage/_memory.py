@@ -35,7 +35,7 @@ from workflow_engine import (
     owner_is_dead,
 )
 from workflow_engine._errors import UsageError
-from workflow_engine._store import RequestStatus
+from workflow_engine._store import Acquired, RequestStatus
 
 _TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
 
@@ -150,7 +150,7 @@ class InMemoryRunStore:
         owner: str,
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None = None,
-    ) -> tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]]:
+    ) -> Acquired:
         if check is not None:
             check(self._run(run_id))
         lease = await self.acquire(run_id, owner, lease_seconds)
@@ -164,9 +164,7 @@ class InMemoryRunStore:
         owner: str,
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None = None,
-    ) -> tuple[
-        AnswerOutcome, tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]] | None
-    ]:
+    ) -> tuple[AnswerOutcome, Acquired | None]:
         request = await self.get_request(request_id)
         if check is not None:  # refused: nothing written, the answer neither
             check(self._run(request.run_id))

@@ -74,6 +74,7 @@ from workflow_engine._errors import (
     UsageError,
 )
 from workflow_engine._store import (
+    Acquired,
     AnswerOutcome,
     CheckpointInfo,
     Lease,
@@ -787,7 +788,7 @@ class SqliteStore:
         owner: str,
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None = None,
-    ) -> tuple[RunRecord, Lease, Checkpoint | None, list[StoredRequest]]:
+    ) -> Acquired:
         """What resuming needs, in one transaction: the run, its lease, its latest checkpoint
         and its answered requests. ``check(run)`` runs first (on the store's thread); whatever
         it raises aborts with nothing written.
@@ -807,9 +808,7 @@ class SqliteStore:
             )
         )
 
-    async def _leased_latest(
-        self, taken: tuple
-    ) -> tuple[RunRecord, Lease, Checkpoint | None, list[StoredRequest]]:
+    async def _leased_latest(self, taken: tuple) -> Acquired:
         """After the COMMIT that took a lease with the latest checkpoint's rows: the checkpoint
         (kept, or folded from the rows)."""
         run, lease, chain, answered = taken
@@ -834,9 +833,7 @@ class SqliteStore:
         owner: str,
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None = None,
-    ) -> tuple[
-        AnswerOutcome, tuple[RunRecord, Lease, Checkpoint | None, list[StoredRequest]] | None
-    ]:
+    ) -> tuple[AnswerOutcome, Acquired | None]:
         """``answer``, then ``acquire_latest`` of the request's run, in one transaction. The
         same fault points as ``answer``. A run another live owner holds gives ``None`` for the
         second part, the answer stored all the same (that worker applies it); whatever else

@@ -136,6 +136,11 @@ class AnswerOutcome(StrEnum):
     DUPLICATE = "duplicate"
 
 
+Acquired = tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]]
+"""What resuming a run needs, taken in one transaction: the run, its lease, its latest
+checkpoint and its answered requests (``acquire_latest``, ``answer_and_acquire``)."""
+
+
 @runtime_checkable
 class RunStore(Protocol):
     """Durable storage of runs, checkpoints and the request inbox. All methods are async."""
@@ -165,7 +170,7 @@ class RunStore(Protocol):
         owner: str,
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None = None,
-    ) -> tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]]:
+    ) -> Acquired:
         """What resuming needs, atomically: the run, its lease, its latest checkpoint and its
         answered requests. ``check(run)`` runs first; whatever it raises aborts, nothing written."""
         ...
@@ -177,9 +182,7 @@ class RunStore(Protocol):
         owner: str,
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None = None,
-    ) -> tuple[
-        AnswerOutcome, tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]] | None
-    ]:
+    ) -> tuple[AnswerOutcome, Acquired | None]:
         """``answer``, then ``acquire_latest`` of the request's run, atomically (answering and
         resuming at once). While another live owner holds the run, the answer is stored and the
         second part is ``None`` (that owner applies it); anything else that refuses -- the

@@ -293,15 +293,20 @@ class SlowModel(ThreadingHTTPServer):
         self.server_close()
 
 
+def open_slow_demo(sessions: list[ScreenSession], cli: Cli, model: SlowModel) -> ScreenSession:
+    """The support demo on ``model``, started with a message (no first prompt)."""
+    url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+    return open_screen(
+        sessions, cli, "demo", "handoff", "-m", "My headphones arrived broken",
+        "--model", "slow", "--base-url", url, "--api-key", "k",
+    )  # fmt: skip
+
+
 def test_streamed_text_stays_while_the_spinner_works(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
     with SlowModel() as model:
-        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
-        demo = open_screen(
-            sessions, cli, "demo", "handoff", "-m", "My headphones arrived broken",
-            "--model", "slow", "--base-url", url, "--api-key", "k",
-        )  # fmt: skip
+        demo = open_slow_demo(sessions, cli, model)
         demo.expect_screen("You (empty or /end to finish):")
         demo.settle()
         assert any(frame.encode() in demo.raw for frame in SPINNER)  # it did spin meanwhile
@@ -317,11 +322,7 @@ def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
     with SlowModel(think=30) as model:
-        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
-        demo = open_screen(
-            sessions, cli, "demo", "handoff", "-m", "My headphones arrived broken",
-            "--model", "slow", "--base-url", url, "--api-key", "k",
-        )  # fmt: skip
+        demo = open_slow_demo(sessions, cli, model)
         demo.expect_screen("is working")
         demo.interrupt()
         assert demo.wait() == 3, demo.screen_text()
