@@ -62,6 +62,7 @@ from workflow_engine import (
 from workflow_engine import __version__ as engine_version
 from workflow_engine._checkpoint import apply_deltas
 from workflow_engine._errors import (
+    CheckpointVersionError,
     LeaseLostError,
     RunBusyError,
     RunExistsError,
@@ -1238,6 +1239,10 @@ class SqliteStore:
                 raise StoreCorruptError(
                     f"{where} is corrupt and cannot be read: {str(exc).splitlines()[0]}"
                 ) from exc
+            except CheckpointVersionError as exc:
+                if run_id in str(exc):
+                    raise
+                raise CheckpointVersionError(f"run {run_id!r}: {exc}") from None
         if snapshot is None:
             raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
         if not deltas:

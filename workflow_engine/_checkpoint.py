@@ -14,9 +14,14 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ._errors import CheckpointNotFoundError, CheckpointNotLatestError, UsageError
+from ._errors import (
+    CheckpointNotFoundError,
+    CheckpointNotLatestError,
+    CheckpointVersionError,
+    UsageError,
+)
 from ._events import WorkflowRunState
 
 CHECKPOINT_SCHEMA_VERSION = 2
@@ -110,10 +115,27 @@ class CheckpointChanges(BaseModel):
     requests_cancelled: list[str] = Field(default_factory=_new_list)
 
 
+def _refuse_newer(data: Any) -> Any:
+    """Before validation: a checkpoint from a newer engine is refused by name (a newer layout
+    read as this one could drop what it does not know)."""
+    if type(data) is dict:
+        version = data.get("schema_version", CHECKPOINT_SCHEMA_VERSION)
+        if type(version) is int and version > CHECKPOINT_SCHEMA_VERSION:
+            run = data.get("run_id")
+            raise CheckpointVersionError(
+                f"checkpoint {data.get('checkpoint_id')!r}{f' of run {run!r}' if run else ''} "
+                f"has schema version {version}, written by a newer workflow-engine; this version "
+                f"reads up to {CHECKPOINT_SCHEMA_VERSION}. Upgrade workflow-engine to resume it."
+            )
+    return data
+
+
 class Checkpoint(BaseModel):
     """A run's complete, JSON-serializable state after a superstep (or on admit/continue)."""
 
     model_config = ConfigDict(frozen=True)
+
+    _refuse_newer = model_validator(mode="before")(_refuse_newer)
 
     schema_version: int = CHECKPOINT_SCHEMA_VERSION
     codec: str
@@ -219,6 +241,8 @@ class CheckpointDelta(BaseModel):
     every superstep between snapshots. ``apply_delta(parent, delta_of(cp)) == cp``."""
 
     model_config = ConfigDict(frozen=True)
+
+    _refuse_newer = model_validator(mode="before")(_refuse_newer)
 
     schema_version: int = CHECKPOINT_SCHEMA_VERSION
     checkpoint_id: str

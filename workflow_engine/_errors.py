@@ -27,6 +27,7 @@ A paused run is not an error: it is a status.
     │   ├── SignatureMismatchError
     │   ├── CheckpointNotFoundError
     │   ├── CheckpointNotLatestError    continuing from a checkpoint history moved past
+    │   ├── CheckpointVersionError      written by a newer workflow-engine
     │   └── CheckpointStoreError
     ├── SerializationError
     │   ├── UnregisteredTypeError
@@ -167,6 +168,13 @@ class ResponseTypeError(ResponseError):
 
 class CheckpointError(WorkflowError):
     code = "checkpoint_error"
+
+
+class CheckpointVersionError(CheckpointError):
+    """A checkpoint's ``schema_version`` is newer than this engine reads: it was written by a
+    newer workflow-engine, and reading it as an older layout could silently lose state."""
+
+    code = "checkpoint_too_new"
 
 
 class SignatureMismatchError(CheckpointError):

@@ -61,7 +61,7 @@ from ._events import (
 from ._executor import Executor
 from ._graph import Graph
 from ._identity import derive_id, send_id
-from ._journal import InMemoryJournal, JournalStore
+from ._journal import InMemoryJournal, JournalStore, keeps_journal
 from ._planner import NOT_ENCODED, Envelope, Send, deliver, plan_superstep
 from ._requests import EffectResolution, ExternalRequest, InDoubtEffect
 
@@ -154,7 +154,12 @@ class OrderedEmitter:
 
 
 def new_checkpoint_id() -> str:
-    return os.urandom(16).hex()
+    """32 hex digits: the microseconds since the epoch (14), then 72 random bits.
+
+    Time first, so ids a store indexes arrive in nearly ascending order: each insert lands on
+    the index's last page instead of a random one (measured: 75 -> 54 µs for a W3 commit's
+    statements in SQLite). Unique by the random part; nothing orders checkpoints by id."""
+    return f"{time.time_ns() // 1000:014x}{os.urandom(9).hex()}"
 
 
 async def run_concurrently(
@@ -198,9 +203,7 @@ class RunLoop:
         self._cancel_scope: anyio.CancelScope | None = None
         self._dirty = False
         self._executing = False
-        self.journal: JournalStore = (
-            store if isinstance(store, JournalStore) else workflow.fallback_journal
-        )
+        self.journal: JournalStore = store if keeps_journal(store) else workflow.fallback_journal
         # Without a store nothing survives the process, and continuing one checkpoint twice is
         # legal: each continuation journals under its own namespace. With a store, history is
         # linear (a store refuses a commit that does not follow its latest checkpoint), so the

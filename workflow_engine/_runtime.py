@@ -31,7 +31,7 @@ from ._errors import (
     WorkflowNotRegisteredError,
 )
 from ._events import WorkflowEvent, WorkflowRunState
-from ._journal import JournalStore
+from ._journal import JournalStore, keeps_journal
 from ._pump import EventPump
 from ._requests import ExternalRequest, ExternalResponse
 from ._store import (
@@ -224,16 +224,12 @@ class Runtime:
         self.lease_seconds = lease_seconds
         self._factories: dict[str, WorkflowFactory] = {}
         self._workflows: dict[str, Workflow] = {}
-        self._store_journal: tuple[RunStore, bool] | None = None
 
     def _sink(self, wf: Workflow, lease: Lease, *, streaming: bool = False) -> _LeasedStore:
         """What the runner commits to under ``lease`` (journal: the store's, if it keeps one).
         Without a stream no one can cancel the run loop, so a resting commit ends the lease."""
         store = self.store
-        known = self._store_journal
-        if known is None or known[0] is not store:  # a protocol isinstance check is slow
-            known = self._store_journal = (store, isinstance(store, JournalStore))
-        journal: Any = store if known[1] else wf.fallback_journal
+        journal: Any = store if keeps_journal(store) else wf.fallback_journal
         return _LeasedStore(
             store,
             lease,

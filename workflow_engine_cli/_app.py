@@ -141,6 +141,7 @@ def exit_code_for(exc: WorkflowError) -> int:
     from workflow_engine import (
         CheckpointNotFoundError,
         CheckpointNotLatestError,
+        CheckpointVersionError,
         GraphValidationError,
         RequestAlreadyAnsweredError,
         RequestCancelledError,
@@ -171,7 +172,7 @@ def exit_code_for(exc: WorkflowError) -> int:
         | SignatureMismatchError,
     ):
         return EXIT_CONFLICT
-    if isinstance(exc, StorageError | SerializationError):
+    if isinstance(exc, StorageError | SerializationError | CheckpointVersionError):
         # a value the CLI reads back that does not decode is a damaged (or foreign) record
         return EXIT_STORAGE
     if isinstance(exc, ResponseTypeError | GraphValidationError):
