@@ -16,7 +16,7 @@ the journal durable; with any other store it lives as long as the process.
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 
 @runtime_checkable
@@ -78,7 +78,7 @@ def _superstep(key: str) -> int:
 _JOURNAL_KEEPERS: dict[type, bool] = {}
 
 
-def keeps_journal(store: object) -> bool:
+def keeps_journal(store: object) -> TypeGuard[JournalStore]:
     """``isinstance(store, JournalStore)``, remembered per class (a protocol check inspects
     every member: tens of µs, once per continuation otherwise)."""
     kind = type(store)
