@@ -67,6 +67,10 @@ def describe_output(value: Any) -> str:
     return str(value)
 
 
+_APPROVE_CHOICES = "[y]es / [n]o / [e]dit arguments: "
+_APPROVE_ROOM = len("Approve? ") + len(_APPROVE_CHOICES) + 4  # and the answer, on one line
+
+
 class EventPrinter:
     """Prints a run's events as they stream: agent text live, tool calls, handoffs, results."""
 
@@ -205,8 +209,9 @@ class AnswerPolicy:
         if not self.interactive:
             return False
         self.term.line(("Approval needed: ", "bold yellow"), shown, indent=4)
+        choices = _APPROVE_CHOICES if self.term.width >= _APPROVE_ROOM else "[y/n/e]: "
         while True:
-            choice = self._ask(("Approve? ", "bold"), "[y]es / [n]o / [e]dit arguments: ")
+            choice = self._ask(("Approve? ", "bold"), choices)
             choice = choice.strip().lower()
             if choice in ("y", "yes"):
                 await submit({"approved": True})

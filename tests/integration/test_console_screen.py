@@ -120,6 +120,24 @@ def test_demo_approved_shows_every_agent_line(cli: Cli, sessions: list[ScreenSes
     assert (refund["kind"], refund["amount"]) == ("refund", 89.99)
 
 
+def test_approval_prompt_fits_a_40_column_window(cli: Cli, sessions: list[ScreenSession]) -> None:
+    """In a narrow window the prompt is the short one, whole on one screen line with the
+    answer (the long one would leave its last characters alone on the next line)."""
+    session = ScreenSession(["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, columns=40)
+    sessions.append(session)
+    session.expect_screen("You:")
+    session.send(REFUND)
+    session.expect_screen("Approve? [y/n/e]:")
+    session.settle()
+    session.send("y")
+    assert session.wait() == 0, session.screen_text()
+    screen = session.screen()
+    assert "Approve? [y/n/e]: y" in [row.rstrip() for row in screen], screen
+    assert APPROVE not in flat("\n".join(screen))
+    assert_clean(screen, columns=40)
+    assert len(cli.ledger()) == 1
+
+
 def test_demo_rejected_shows_the_reply_before_asking(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
