@@ -143,7 +143,11 @@ from ._sql import (
 from ._worker import Worker
 
 FaultHook = Callable[[str], None]
-_RECENT_RUNS = 256  # latest checkpoints kept in memory (per store), most recently used first
+# Latest checkpoints kept in memory per store, most recently used first: at most this many runs,
+# and at most about this many bytes of their stored JSON (a long conversation counts for what
+# it holds, so a few big runs cannot pin much memory, and thousands of small ones all fit).
+_RECENT_RUNS = 4096
+_RECENT_BYTES = 32 * 1024 * 1024
 Conn = sqlite3.Connection
 
 # --- SQL (constant text: prepared once per connection by sqlite3's statement cache) -------------
@@ -298,7 +302,8 @@ class SqliteStore:
         self._journaled: set[str] = set()  # runs whose journal may hold entries to compact
         # run_id -> the latest checkpoint this store wrote or read, kept (on the store's thread
         # only) so that resuming a run this process paused skips reading and parsing it again
-        self._recent: OrderedDict[str, Checkpoint] = OrderedDict()
+        self._recent: OrderedDict[str, tuple[Checkpoint, int]] = OrderedDict()
+        self._recent_bytes = 0
         self._commits = 0  # since the last WAL checkpoint
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -411,6 +416,7 @@ class SqliteStore:
 
     def _disconnect(self) -> None:
         self._recent.clear()
+        self._recent_bytes = 0
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
@@ -680,7 +686,7 @@ class SqliteStore:
         self._fault("admit:before")
         rows = admit_rows(checkpoint, now, parent_run_id, None, None, 0)
         await self._in_write(
-            self._admit, checkpoint.run_id, *rows, after=self._admitted(checkpoint)
+            self._admit, checkpoint.run_id, *rows, after=self._admitted(checkpoint, len(rows[1][8]))
         )
         self._fault("admit:after")
 
@@ -703,18 +709,18 @@ class SqliteStore:
             self._admit,
             checkpoint.run_id,
             *rows,
-            after=self._admitted(checkpoint, (lease, lease_seconds)),
+            after=self._admitted(checkpoint, len(rows[1][8]), (lease, lease_seconds)),
         )
         self._fault("admit:after")
         return lease
 
     def _admitted(
-        self, checkpoint: Checkpoint, leased: tuple[Lease, float] | None = None
+        self, checkpoint: Checkpoint, size: int, leased: tuple[Lease, float] | None = None
     ) -> Callable[[Any], None]:
         def after(_: Any) -> None:
             if leased is not None:  # after COMMIT, like every lease we take
                 self._leased(leased[0], (0, 0), leased[1])
-            self._remember(checkpoint)
+            self._remember(checkpoint, size)
 
         return after
 
@@ -822,9 +828,10 @@ class SqliteStore:
             with anyio.CancelScope(shield=True):
                 await self.release(lease)
             raise
-        self._remember(checkpoint)
         # the chain is the latest snapshot and the deltas after it: the snapshot policy's sizes
-        self._sizes[run_id] = (sum(len(r[3]) for r in chain[1:]), len(chain[0][3]))
+        since = sum(len(r[3]) for r in chain[1:])
+        self._sizes[run_id] = (since, len(chain[0][3]))
+        self._remember(checkpoint, since + len(chain[0][3]))
         return run, lease, checkpoint, answered
 
     async def answer_and_acquire(
@@ -882,21 +889,29 @@ class SqliteStore:
             return outcome, None
         return outcome, taken
 
-    def _remember(self, checkpoint: Checkpoint) -> None:
+    def _remember(self, checkpoint: Checkpoint, size: int) -> None:
         """Keep ``checkpoint`` as its run's latest (after the COMMIT that wrote it, or a read).
         Checkpoints are immutable, and each id names one content (``prune`` rewrites a body
         as a snapshot of the same checkpoint), so a kept one is valid for as long as it is its
-        run's ``latest_checkpoint_id``."""
+        run's ``latest_checkpoint_id``. ``size``: the bytes of its stored chain (what it holds,
+        about), for the memory budget."""
         recent = self._recent
-        recent[checkpoint.run_id] = checkpoint
-        recent.move_to_end(checkpoint.run_id)
-        if len(recent) > _RECENT_RUNS:
-            gone, _ = recent.popitem(last=False)
+        run_id = checkpoint.run_id
+        before = recent.pop(run_id, None)
+        if before is not None:
+            self._recent_bytes -= before[1]
+        recent[run_id] = (checkpoint, size)
+        self._recent_bytes += size
+        while len(recent) > _RECENT_RUNS or (
+            self._recent_bytes > _RECENT_BYTES and len(recent) > 1
+        ):
+            gone, (_, size) = recent.popitem(last=False)
+            self._recent_bytes -= size
             self._sizes.pop(gone, None)
 
     def _recall(self, run_id: str, checkpoint_id: str | None) -> Checkpoint | None:
         kept = self._recent.get(run_id)
-        return kept if kept is not None and kept.checkpoint_id == checkpoint_id else None
+        return kept[0] if kept is not None and kept[0].checkpoint_id == checkpoint_id else None
 
     def _acquire_with_rows(
         self,
@@ -1040,7 +1055,8 @@ class SqliteStore:
                 self._forget(run_id)
             else:
                 self._meta[run_id] = meta
-            self._remember(checkpoint)
+            kept = None if snapshot else self._recent.get(run_id)
+            self._remember(checkpoint, len(body[8]) + (kept[1] if kept is not None else 0))
             self._journaled.discard(run_id)
             return flags
 
@@ -1130,7 +1146,7 @@ class SqliteStore:
         if chain is None:
             return run_record(row), self._recall(run_id, row[10])
         checkpoint = self._fold(run_id, chain)
-        self._remember(checkpoint)
+        self._remember(checkpoint, sum(len(r[3]) for r in chain))
         return run_record(row), checkpoint
 
     def _run_and_chain(self, conn: Conn, run_id: str) -> tuple[tuple | None, list | None]:
