@@ -1,102 +1,208 @@
 """workflow-engine kernel: graph, builder, superstep runner, events, request ports, checkpoints.
 
-The kernel imports nothing from ``executors`` or ``storage``; they depend on it.
+The kernel imports nothing from ``executors`` or ``storage``; they depend on it. Each public name
+is imported from its submodule on first use (PEP 562), so ``import workflow_engine`` costs almost
+nothing and a process pays only for the parts it uses (a CLI ``--help``, a client of the errors).
 """
 
-from ._builder import WorkflowBuilder
-from ._checkpoint import (
-    CHECKPOINT_SCHEMA_VERSION,
-    Checkpoint,
-    CheckpointChanges,
-    CheckpointDelta,
-    CheckpointStore,
-    InMemoryCheckpointStore,
-    MessageRecord,
-    RequestRecord,
-    apply_delta,
-    delta_of,
-)
-from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry
-from ._context import StateItems, WorkflowContext
-from ._errors import (
-    CheckpointError,
-    CheckpointNotFoundError,
-    CheckpointNotLatestError,
-    CheckpointStoreError,
-    CheckpointVersionError,
-    CorruptValueError,
-    DefinitionError,
-    DuplicateExecutorError,
-    EdgeTypeMismatchError,
-    EffectInDoubtError,
-    ExecutionError,
-    FanInTypeMismatchError,
-    GraphValidationError,
-    LeaseLostError,
-    MessageNotHandledError,
-    MissingStartError,
-    RequestAlreadyAnsweredError,
-    RequestCancelledError,
-    ResponseError,
-    ResponseTypeError,
-    RunBusyError,
-    RunExistsError,
-    RunNotFoundError,
-    RunNotResumableError,
-    SchemaVersionError,
-    SerializationError,
-    SignatureMismatchError,
-    StorageError,
-    StoreCorruptError,
-    StoreLockedError,
-    StoreUnavailableError,
-    UndeclaredOutputError,
-    UnknownExecutorError,
-    UnknownRequestError,
-    UnknownTargetError,
-    UnreachableExecutorError,
-    UnregisteredTypeError,
-    UsageError,
-    WorkflowError,
-    WorkflowNotRegisteredError,
-)
-from ._events import (
-    ErrorDetails,
-    ExecutorCompletedEvent,
-    ExecutorFailedEvent,
-    ExecutorInvokedEvent,
-    RequestInfoEvent,
-    SuperstepCompletedEvent,
-    SuperstepStartedEvent,
-    WorkflowEvent,
-    WorkflowFailedEvent,
-    WorkflowOutputEvent,
-    WorkflowRunState,
-    WorkflowStartedEvent,
-    WorkflowStatusEvent,
-)
-from ._executor import Executor, FunctionExecutor, executor, handler, response_handler
-from ._graph import Case, Default
-from ._journal import InMemoryJournal, JournalStore
-from ._requests import (
-    EffectResolution,
-    ExternalRequest,
-    ExternalResponse,
-    InDoubtEffect,
-    RequestPort,
-)
-from ._runtime import PendingRequest, RunInfo, Runtime, RuntimeRunStream
-from ._store import (
-    AnswerOutcome,
-    CheckpointInfo,
-    Lease,
-    RunRecord,
-    RunStore,
-    StoredRequest,
-    default_owner,
-    owner_is_dead,
-)
-from ._workflow import Workflow, WorkflowRunResult, WorkflowRunStream
+import typing as _typing
+from importlib import import_module as _import_module
+
+if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``__getattr__``
+    from ._builder import WorkflowBuilder
+    from ._checkpoint import (
+        CHECKPOINT_SCHEMA_VERSION,
+        Checkpoint,
+        CheckpointChanges,
+        CheckpointDelta,
+        CheckpointStore,
+        InMemoryCheckpointStore,
+        MessageRecord,
+        RequestRecord,
+        apply_delta,
+        delta_of,
+    )
+    from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry
+    from ._context import StateItems, WorkflowContext
+    from ._errors import (
+        CheckpointError,
+        CheckpointNotFoundError,
+        CheckpointNotLatestError,
+        CheckpointStoreError,
+        CheckpointVersionError,
+        CorruptValueError,
+        DefinitionError,
+        DuplicateExecutorError,
+        EdgeTypeMismatchError,
+        EffectInDoubtError,
+        ExecutionError,
+        FanInTypeMismatchError,
+        GraphValidationError,
+        LeaseLostError,
+        MessageNotHandledError,
+        MissingStartError,
+        RequestAlreadyAnsweredError,
+        RequestCancelledError,
+        ResponseError,
+        ResponseTypeError,
+        RunBusyError,
+        RunExistsError,
+        RunNotFoundError,
+        RunNotResumableError,
+        SchemaVersionError,
+        SerializationError,
+        SignatureMismatchError,
+        StorageError,
+        StoreCorruptError,
+        StoreLockedError,
+        StoreUnavailableError,
+        UndeclaredOutputError,
+        UnknownExecutorError,
+        UnknownRequestError,
+        UnknownTargetError,
+        UnreachableExecutorError,
+        UnregisteredTypeError,
+        UsageError,
+        WorkflowError,
+        WorkflowNotRegisteredError,
+    )
+    from ._events import (
+        ErrorDetails,
+        ExecutorCompletedEvent,
+        ExecutorFailedEvent,
+        ExecutorInvokedEvent,
+        RequestInfoEvent,
+        SuperstepCompletedEvent,
+        SuperstepStartedEvent,
+        WorkflowEvent,
+        WorkflowFailedEvent,
+        WorkflowOutputEvent,
+        WorkflowRunState,
+        WorkflowStartedEvent,
+        WorkflowStatusEvent,
+    )
+    from ._executor import Executor, FunctionExecutor, executor, handler, response_handler
+    from ._graph import Case, Default
+    from ._journal import InMemoryJournal, JournalStore
+    from ._requests import (
+        EffectResolution,
+        ExternalRequest,
+        ExternalResponse,
+        InDoubtEffect,
+        RequestPort,
+    )
+    from ._runtime import PendingRequest, RunInfo, Runtime, RuntimeRunStream
+    from ._store import (
+        AnswerOutcome,
+        CheckpointInfo,
+        Lease,
+        RunRecord,
+        RunStore,
+        StoredRequest,
+        default_owner,
+        owner_is_dead,
+    )
+    from ._workflow import Workflow, WorkflowRunResult, WorkflowRunStream
+
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "_builder": ("WorkflowBuilder",),
+    "_checkpoint": (
+        "CHECKPOINT_SCHEMA_VERSION",
+        "Checkpoint",
+        "CheckpointChanges",
+        "CheckpointDelta",
+        "CheckpointStore",
+        "InMemoryCheckpointStore",
+        "MessageRecord",
+        "RequestRecord",
+        "apply_delta",
+        "delta_of",
+    ),
+    "_codec": ("JsonCodec", "TaggedJsonCodec", "TypeRegistry"),
+    "_context": ("StateItems", "WorkflowContext"),
+    "_errors": (
+        "CheckpointError",
+        "CheckpointNotFoundError",
+        "CheckpointNotLatestError",
+        "CheckpointStoreError",
+        "CheckpointVersionError",
+        "CorruptValueError",
+        "DefinitionError",
+        "DuplicateExecutorError",
+        "EdgeTypeMismatchError",
+        "EffectInDoubtError",
+        "ExecutionError",
+        "FanInTypeMismatchError",
+        "GraphValidationError",
+        "LeaseLostError",
+        "MessageNotHandledError",
+        "MissingStartError",
+        "RequestAlreadyAnsweredError",
+        "RequestCancelledError",
+        "ResponseError",
+        "ResponseTypeError",
+        "RunBusyError",
+        "RunExistsError",
+        "RunNotFoundError",
+        "RunNotResumableError",
+        "SchemaVersionError",
+        "SerializationError",
+        "SignatureMismatchError",
+        "StorageError",
+        "StoreCorruptError",
+        "StoreLockedError",
+        "StoreUnavailableError",
+        "UndeclaredOutputError",
+        "UnknownExecutorError",
+        "UnknownRequestError",
+        "UnknownTargetError",
+        "UnreachableExecutorError",
+        "UnregisteredTypeError",
+        "UsageError",
+        "WorkflowError",
+        "WorkflowNotRegisteredError",
+    ),
+    "_events": (
+        "ErrorDetails",
+        "ExecutorCompletedEvent",
+        "ExecutorFailedEvent",
+        "ExecutorInvokedEvent",
+        "RequestInfoEvent",
+        "SuperstepCompletedEvent",
+        "SuperstepStartedEvent",
+        "WorkflowEvent",
+        "WorkflowFailedEvent",
+        "WorkflowOutputEvent",
+        "WorkflowRunState",
+        "WorkflowStartedEvent",
+        "WorkflowStatusEvent",
+    ),
+    "_executor": ("Executor", "FunctionExecutor", "executor", "handler", "response_handler"),
+    "_graph": ("Case", "Default"),
+    "_journal": ("InMemoryJournal", "JournalStore"),
+    "_requests": (
+        "EffectResolution",
+        "ExternalRequest",
+        "ExternalResponse",
+        "InDoubtEffect",
+        "RequestPort",
+    ),
+    "_runtime": ("PendingRequest", "RunInfo", "Runtime", "RuntimeRunStream"),
+    "_store": (
+        "AnswerOutcome",
+        "CheckpointInfo",
+        "Lease",
+        "RunRecord",
+        "RunStore",
+        "StoredRequest",
+        "default_owner",
+        "owner_is_dead",
+    ),
+    "_workflow": ("Workflow", "WorkflowRunResult", "WorkflowRunStream"),
+}
+"""Each submodule and the public names it provides, imported on first use (PEP 562)."""
+
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __version__ = "0.1.0"
 
@@ -201,3 +307,20 @@ __all__ = [
     "owner_is_dead",
     "response_handler",
 ]
+
+
+if not _typing.TYPE_CHECKING:  # hidden from type checkers, so a misspelt name stays an error
+
+    def __getattr__(name: str) -> object:
+        """A public name, imported from its submodule on first use (PEP 562) and then cached."""
+        try:
+            module = _MODULE_OF[name]
+        except KeyError:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+        value = getattr(_import_module(f".{module}", __name__), name)
+        globals()[name] = value
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -96,6 +96,42 @@ def test_the_in_memory_store_is_still_importable_by_name() -> None:
     assert storage.InMemoryRunStore.__module__ == "workflow_engine.storage._memory"
 
 
+def modules_after(code: str, prefixes: tuple[str, ...]) -> list[str]:
+    """The modules starting with one of ``prefixes`` in ``sys.modules`` after ``code`` runs in a
+    fresh interpreter."""
+    report = f"print(json.dumps(sorted(m for m in sys.modules if m.startswith({prefixes!r}))))"
+    probe = f"{code}\nimport json, sys\n{report}"
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded: list[str] = json.loads(done.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+LAZY_PREFIXES = ("workflow_engine", "pydantic", "anyio", "asyncio", "sqlite3", "sqlalchemy")
+
+
+def test_importing_the_packages_loads_none_of_their_submodules() -> None:
+    """Public names are imported on first use (PEP 562): the bare imports load no kernel module,
+    no store, no executor, and none of the libraries those need."""
+    code = "import workflow_engine, workflow_engine.storage, workflow_engine.executors"
+    assert modules_after(code, LAZY_PREFIXES) == [
+        "workflow_engine",
+        "workflow_engine.executors",
+        "workflow_engine.storage",
+    ]
+
+
+def test_a_name_loads_only_what_its_module_needs() -> None:
+    errors = modules_after("from workflow_engine import RunNotFoundError", LAZY_PREFIXES)
+    assert errors == ["workflow_engine", "workflow_engine._errors"]
+    scripted = modules_after(
+        "from workflow_engine.executors import ScriptedChatClient", ("workflow_engine.executors",)
+    )
+    assert "workflow_engine.executors._openai" not in scripted
+
+
 # --- reachability without a graph library -------------------------------------------------------
 
 

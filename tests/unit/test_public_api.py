@@ -38,6 +38,27 @@ def test_other_packages_export_exactly_their_all(package: str) -> None:
     assert public == set(names)
 
 
+LAZY_PACKAGES = ("workflow_engine", "workflow_engine.executors", "workflow_engine.storage")
+
+
+@pytest.mark.parametrize("package", LAZY_PACKAGES)
+def test_lazy_names_match_what_type_checkers_see(package: str) -> None:
+    """Each package imports its public names on first use from the submodule ``_EXPORTS`` names;
+    the ``if TYPE_CHECKING:`` imports (what mypy and IDEs see) must say the same."""
+    module = importlib.import_module(package)
+    source = ast.parse(pathlib.Path(str(module.__file__)).read_text())
+    seen: dict[str, str] = {}
+    for node in ast.walk(source):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            seen.update((alias.asname or alias.name, node.module) for alias in node.names)
+    lazy = {name: sub for sub, names in module._EXPORTS.items() for name in names}
+    assert lazy == seen
+    assert set(lazy) == set(module.__all__) - {"__version__"}
+    assert set(module.__all__) <= set(dir(module))
+    with pytest.raises(AttributeError, match="no attribute 'Missing'"):
+        _ = module.Missing
+
+
 FOLDERS = ("workflow_engine", "executors", "storage", "workflow_engine_cli", "workflow_engine_agui")
 ABOVE_THE_KERNEL = ("workflow_engine.executors", "workflow_engine.storage", "workflow_engine_cli")
 
