@@ -67,12 +67,13 @@ SQL_REQUEST_STATUS = "UPDATE requests SET status = ? WHERE request_id = ?"
 SQL_LATEST_SEQ = "SELECT max(seq) FROM checkpoints WHERE run_id = ?"
 # what to fold for a checkpoint: the latest snapshot at or before it, then the deltas after it
 SQL_CHAIN = (
-    "SELECT checkpoint_id, seq, kind, body FROM checkpoints WHERE run_id = ? AND seq <= ? "
+    "SELECT checkpoint_id, seq, kind, body, schema_version FROM checkpoints "
+    "WHERE run_id = ? AND seq <= ? "
     "AND seq >= (SELECT max(seq) FROM checkpoints WHERE run_id = ? AND seq <= ? "
     "AND kind = 'snapshot') ORDER BY seq"
 )
 SQL_LATEST_CHAIN = (
-    "SELECT checkpoint_id, seq, kind, body FROM checkpoints WHERE run_id = ? "
+    "SELECT checkpoint_id, seq, kind, body, schema_version FROM checkpoints WHERE run_id = ? "
     "AND seq >= (SELECT max(seq) FROM checkpoints WHERE run_id = ? AND kind = 'snapshot') "
     "ORDER BY seq"
 )

@@ -60,7 +60,7 @@ from workflow_engine import (
     WorkflowRunState,
 )
 from workflow_engine import __version__ as engine_version
-from workflow_engine._checkpoint import apply_deltas
+from workflow_engine._checkpoint import CHECKPOINT_SCHEMA_VERSION, apply_deltas
 from workflow_engine._errors import (
     CheckpointVersionError,
     LeaseLostError,
@@ -1235,8 +1235,15 @@ class SqliteStore:
         snapshot: Checkpoint | None = None
         deltas: list[CheckpointDelta] = []
         where = f"run {run_id!r}: no checkpoint to read"
-        for checkpoint_id, row_seq, kind, body in rows:
+        for checkpoint_id, row_seq, kind, body, version in rows:
             where = f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind})"
+            if type(version) is int and version > CHECKPOINT_SCHEMA_VERSION:
+                # the row says so even if its body does not: a newer layout is not guessed at
+                raise CheckpointVersionError(
+                    f"{where} has schema version {version}, written by a newer "
+                    f"workflow-engine; this version reads up to {CHECKPOINT_SCHEMA_VERSION}. "
+                    "Upgrade workflow-engine to resume it."
+                )
             try:
                 if not isinstance(body, str):
                     raise ValueError(f"its body is a {type(body).__name__}, not JSON text")

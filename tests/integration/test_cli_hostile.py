@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -149,6 +150,29 @@ def test_a_corrupt_checkpoint_is_one_line_exit_6(tmp_path: Path) -> None:
         assert result.code == 6, str(result)
         line = result.error_line()
         assert run_id in line and checkpoint_id in line and "corrupt" in line
+
+
+def test_a_checkpoint_from_a_newer_engine_is_one_line_exit_6(tmp_path: Path) -> None:
+    """The row says a newer engine wrote it: nothing reads it as today's layout, and the run
+    gains no checkpoint from the attempts."""
+    cli = Cli(tmp_path)
+    run_id, _ = cli.start_paused()
+    with sqlite3.connect(cli.db) as raw:
+        (checkpoint_id,) = raw.execute(
+            "SELECT checkpoint_id FROM checkpoints WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+        raw.execute(
+            "UPDATE checkpoints SET schema_version = 99 WHERE checkpoint_id = ?", (checkpoint_id,)
+        )
+        before = raw.execute("SELECT count(*) FROM checkpoints").fetchone()
+    for args in (["runs", "show", run_id], ["resume", run_id], ["cancel", run_id]):
+        result = cli.run(*args)
+        assert result.code == 6, str(result)
+        line = result.error_line()
+        assert run_id in line and checkpoint_id in line and "newer workflow-engine" in line
+    with sqlite3.connect(cli.db) as raw:
+        assert raw.execute("SELECT count(*) FROM checkpoints").fetchone() == before
 
 
 def test_a_corrupt_request_row_is_one_line_exit_6(tmp_path: Path) -> None:

@@ -51,11 +51,15 @@ async def test_corrupted_checkpoint_record_names_run_and_record(tmp_path: Path) 
     await rt.close()
 
 
+@pytest.mark.parametrize("marked", ["body", "column"])
 @pytest.mark.parametrize("kind", ["snapshot", "delta"])
-async def test_checkpoint_from_a_newer_engine_is_refused_by_name(tmp_path: Path, kind: str) -> None:
-    """A checkpoint row whose schema_version is above what this engine reads is not read as
-    this layout (it could drop state it does not know): resuming names the run, the checkpoint
-    and the versions, writes nothing and releases the lease."""
+async def test_checkpoint_from_a_newer_engine_is_refused_by_name(
+    tmp_path: Path, kind: str, marked: str
+) -> None:
+    """A checkpoint row whose schema_version (in its JSON body, or in the row's column alone)
+    is above what this engine reads is not read as this layout (it could drop state it does
+    not know): resuming names the run, the checkpoint and the versions, writes nothing and
+    releases the lease."""
     db = tmp_path / "runs.db"
     rt = runtime(db)
     paused = await rt.run("stepper", 1)
@@ -66,12 +70,18 @@ async def test_checkpoint_from_a_newer_engine_is_refused_by_name(tmp_path: Path,
             "ORDER BY seq DESC LIMIT 1",
             (paused.run_id, kind),
         ).fetchone()
-        data = json.loads(body)
-        data["schema_version"] = 99
-        raw.execute(
-            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
-            (json.dumps(data), checkpoint_id),
-        )
+        if marked == "body":
+            data = json.loads(body)
+            data["schema_version"] = 99
+            raw.execute(
+                "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+                (json.dumps(data), checkpoint_id),
+            )
+        else:
+            raw.execute(
+                "UPDATE checkpoints SET schema_version = 99 WHERE checkpoint_id = ?",
+                (checkpoint_id,),
+            )
         before = raw.execute("SELECT count(*) FROM checkpoints").fetchone()
     rt = runtime(db)
     with pytest.raises(CheckpointVersionError) as info:
