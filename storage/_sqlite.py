@@ -1244,7 +1244,8 @@ class SqliteStore:
                 if not isinstance(body, str):
                     raise ValueError(f"its body is a {type(body).__name__}, not JSON text")
                 try:
-                    body.encode("utf-8")
+                    if not body.isascii():  # (a flag of the str: free) only then can it hold
+                        body.encode("utf-8")  # a lone surrogate, from bytes that were not UTF-8
                 except UnicodeEncodeError as exc:
                     raise ValueError(f"its body is not UTF-8 at position {exc.start}") from None
                 if kind == "snapshot":
