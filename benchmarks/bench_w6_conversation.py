@@ -19,7 +19,10 @@ end of it -- the cost of reading all of it is reported separately). Everything g
   adds: decoding 2,000 stored messages);
 * **resume at turn 1,000**: in a new process (a subprocess per sample opens the store, then times
   ``respond`` + ``resume`` to the next pause -- imports, ``Runtime`` and store opening excluded;
-  a second turn in that process is the warm figure) and in-process (the turns after 1,000).
+  a second turn in that process is the warm figure; opening the store there is reported too) and
+  in-process (the turns after 1,000); and where such a cold turn's time goes: ``respond``, taking
+  the lease with the latest checkpoint's rows, folding them (parsing snapshot and deltas), and
+  the rest of the turn (one more subprocess per sample).
 
     .venv/bin/python benchmarks/bench_w6_conversation.py            # -n 1000 -r 7
     .venv/bin/python benchmarks/bench_w6_conversation.py --profile  # cProfile of a cold resume
@@ -158,13 +161,73 @@ async def turn(runtime: Runtime, run_id: str, request_id: str, n: int) -> tuple[
 # --- child process: resume ------------------------------------------------------------------------
 
 
-async def child(db: str, run_id: str, request_id: str, first: int, profile: bool) -> dict:
-    """Two turns in a fresh process (cold, then warm), timed after imports and store opening."""
+class Phases:
+    """Where a cold turn's time goes, by timing the store's steps of it (wrapped on the store
+    instance): ``respond``; taking the lease with the latest checkpoint's rows (one
+    transaction); folding those rows into the checkpoint (parsing the snapshot and the deltas,
+    applying them); the rest of ``resume`` (restoring, the turn itself, its commits)."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self.seconds: dict[str, float] = {}
+        self.fold = 0.0
+        fold = store._fold
+
+        def timed_fold(run_id: str, rows: list[tuple]) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fold(run_id, rows)
+            finally:
+                self.fold += time.perf_counter() - t0
+
+        store._fold = timed_fold  # type: ignore[method-assign]
+        acquire = store.acquire_latest
+
+        async def timed_acquire(*args: Any, **kwargs: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return await acquire(*args, **kwargs)
+            finally:
+                self.seconds["acquire"] = time.perf_counter() - t0
+
+        store.acquire_latest = timed_acquire  # type: ignore[method-assign]
+
+    async def turn(self, runtime: Runtime, run_id: str, request_id: str, n: int) -> str:
+        t0 = time.perf_counter()
+        await runtime.respond(request_id, user_message(n))
+        t1 = time.perf_counter()
+        result = await runtime.resume(run_id)
+        t2 = time.perf_counter()
+        assert result.status is WAITING, (result.status, result.error)
+        acquire = self.seconds.pop("acquire")
+        self.seconds.update(
+            {
+                "respond": t1 - t0,
+                "lease + rows": acquire - self.fold,
+                "fold": self.fold,
+                "restore + turn + commits": (t2 - t1) - acquire,
+                "total": t2 - t0,
+            }
+        )
+        return result.pending_requests[0].request_id
+
+
+async def child(
+    db: str, run_id: str, request_id: str, first: int, profile: bool, phases: bool
+) -> dict:
+    """Two turns in a fresh process (cold, then warm), timed after imports and store opening
+    (timed too); or one cold turn, phase by phase (``phases``)."""
     store = SqliteStore(db)
     runtime = Runtime(store)
     runtime.register(build_chat)
+    t0 = time.perf_counter()
     await store.open()
-    out: dict[str, Any] = {"times": []}
+    out: dict[str, Any] = {"times": [], "open": time.perf_counter() - t0}
+    if phases:
+        timer = Phases(store)
+        out["request_id"] = await timer.turn(runtime, run_id, request_id, first)
+        out["phases"] = timer.seconds
+        await runtime.close()
+        return out
     profiler = cProfile.Profile() if profile else None
     for i in range(2):
         if profiler is not None and i == 0:
@@ -191,14 +254,16 @@ async def child(db: str, run_id: str, request_id: str, first: int, profile: bool
     return out
 
 
-def run_child(db: Path, run_id: str, request_id: str, first: int, profile: bool = False) -> dict:
+def run_child(
+    db: Path, run_id: str, request_id: str, first: int, profile: bool = False, phases: bool = False
+) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT), str(ROOT / "benchmarks"), env.get("PYTHONPATH")) if p
     )
     args = [sys.executable, __file__, "--child", str(db), run_id, request_id, str(first)]
     proc = subprocess.run(
-        [*args, *(["--profile"] if profile else [])],
+        [*args, *(["--profile"] if profile else []), *(["--phases"] if phases else [])],
         capture_output=True,
         text=True,
         check=True,
@@ -262,24 +327,37 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
             warm.append(seconds)
         await runtime.close()
         store = None
-        cold, second, read_all = [], [], []
+        cold, second, read_all, opened, messages = [], [], [], [], 0
+        split: dict[str, list[float]] = {}
         first = turns + 1 + repeats
         for _ in range(repeats):
             out = run_child(db, run_id, request_id, first)
             cold.append(out["times"][0])
             second.append(out["times"][1])
             read_all.append(out["read_all"])
+            opened.append(out["open"])
+            messages = out["messages"]
             request_id = out["request_id"]
             first += 2
+            # the same kind of cold turn, phase by phase, in a subprocess of its own
+            out = run_child(db, run_id, request_id, first, phases=True)
+            for phase, seconds in out["phases"].items():
+                split.setdefault(phase, []).append(seconds)
+            request_id = out["request_id"]
+            first += 1
         med = statistics.median
         print(
             f"W6 resume at turn {turns} in a new process (respond + resume to the next pause, "
             f"after imports and store opening; median of {repeats} subprocesses): "
             f"{ms(med(cold))} [{ms(min(cold))}-{ms(max(cold))}]; a second turn there "
-            f"{ms(med(second))}"
+            f"{ms(med(second))}; opening the store there {ms(med(opened))}"
         )
         print(
-            f"W6 reading all {out['messages']} stored messages there (what a client that reads "
+            "W6 that cold turn by phase (medians of as many more subprocesses): "
+            + ", ".join(f"{phase} {ms(med(times))}" for phase, times in split.items())
+        )
+        print(
+            f"W6 reading all {messages} stored messages there (what a client that reads "
             f"every message adds; median of {repeats}): {ms(med(read_all))}"
         )
         print(
@@ -300,9 +378,11 @@ if __name__ == "__main__":
         "--profile", action="store_true", help="print a cProfile of one cold resume"
     )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument("--phases", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         db, run_id, request_id, first = args.child
-        print(json.dumps(anyio.run(child, db, run_id, request_id, int(first), args.profile)))
+        out = anyio.run(child, db, run_id, request_id, int(first), args.profile, args.phases)
+        print(json.dumps(out))
     else:
         anyio.run(main, args.turns, args.repeats, args.profile)
