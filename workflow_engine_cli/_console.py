@@ -209,7 +209,8 @@ class AnswerPolicy:
         if not self.interactive:
             return False
         self.term.line(("Approval needed: ", "bold yellow"), shown, indent=4)
-        choices = _APPROVE_CHOICES if self.term.width >= _APPROVE_ROOM else "[y/n/e]: "
+        width = self.term.width  # 0: lines are not wrapped here
+        choices = _APPROVE_CHOICES if not width or width >= _APPROVE_ROOM else "[y/n/e]: "
         while True:
             choice = self._ask(("Approve? ", "bold"), choices)
             choice = choice.strip().lower()
