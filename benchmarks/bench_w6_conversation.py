@@ -136,6 +136,19 @@ class Rows:
         ).fetchone()
         return int(row[0])
 
+    def totals(self) -> tuple[int, int, int]:
+        """(bytes of every checkpoint row, of the snapshot rows among them, the longest chain
+        of deltas a resume folded: most deltas between two snapshots)."""
+        rows = self.conn.execute(
+            "SELECT kind, length(body) FROM checkpoints WHERE run_id = ? ORDER BY seq",
+            (self.run_id,),
+        ).fetchall()
+        longest = run = 0
+        for kind, _ in rows:
+            run = 0 if kind == "snapshot" else run + 1
+            longest = max(longest, run)
+        return sum(r[1] for r in rows), sum(r[1] for r in rows if r[0] == "snapshot"), longest
+
     def snapshots(self) -> int:
         row = self.conn.execute(
             "SELECT count(*) FROM checkpoints WHERE run_id = ? AND kind = 'snapshot'",
@@ -320,6 +333,13 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
         print(
             f"W6 after {turns} turns: {rows.snapshots()} snapshot rows, journal "
             f"{rows.journal_bytes():,} B, database + WAL {kib(db_bytes(db))}"
+        )
+        total, snapshot_bytes, longest = rows.totals()
+        print(
+            f"W6 all checkpoint rows after {turns} turns, snapshots included: {total:,} B = "
+            f"{total / turns:,.0f} B/turn ({snapshot_bytes:,} B of them in snapshots, each "
+            "written once the deltas since the last one held as many bytes: storage at most "
+            f"about twice the deltas); the longest delta chain a resume folds: {longest}"
         )
         warm = []
         for i in range(repeats):
