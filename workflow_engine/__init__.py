@@ -6,7 +6,6 @@ nothing and a process pays only for the parts it uses (a CLI ``--help``, a clien
 """
 
 import typing as _typing
-from importlib import import_module as _import_module
 
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``__getattr__``
     from ._builder import WorkflowBuilder
@@ -202,7 +201,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 }
 """Each submodule and the public names it provides, imported on first use (PEP 562)."""
 
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __version__ = "0.1.0"
 
@@ -310,17 +308,6 @@ __all__ = [
 
 
 if not _typing.TYPE_CHECKING:  # hidden from type checkers, so a misspelt name stays an error
+    from workflow_engine._lazy import lazy_exports as _lazy_exports
 
-    def __getattr__(name: str) -> object:
-        """A public name, imported from its submodule on first use (PEP 562) and then cached."""
-        try:
-            module = _MODULE_OF[name]
-        except KeyError:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-        value = getattr(_import_module(f".{module}", __name__), name)
-        globals()[name] = value
-        return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    __getattr__, __dir__ = _lazy_exports(__name__, _EXPORTS, globals())
