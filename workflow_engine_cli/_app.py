@@ -978,10 +978,27 @@ def serve(
     logging.getLogger("workflow_engine.cli").info(
         "AG-UI endpoints: http://%s:%d/support and /banking", host, bound
     )
+    tune_gc_for_a_server()
     # uvicorn shuts down gracefully on Ctrl-C, then raises it again: that is a normal stop
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
     logging.getLogger("workflow_engine.cli").info("stopped")
+
+
+SERVER_GC_THRESHOLD = 10_000
+
+
+def tune_gc_for_a_server() -> None:
+    """A busy server keeps many runs' objects alive at once, and with Python's default the
+    cyclic garbage collector walks all of them again and again (W5 with 2,000 runs in flight:
+    about 40 % of the CPU, in full collections). A larger youngest generation lets short-lived
+    objects die before they are promoted (measured there: +34-49 % runs/s); what start-up built
+    is frozen out of every collection. Process-wide settings: the engine leaves them to the
+    application, and ``serve`` is ours."""
+    import gc
+
+    gc.freeze()
+    gc.set_threshold(SERVER_GC_THRESHOLD)
 
 
 def _configure_logging(level: str) -> None:
