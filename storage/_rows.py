@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from workflow_engine import Checkpoint, WorkflowRunState, delta_of
+from workflow_engine._checkpoint import CheckpointSpan
 from workflow_engine._errors import StoreCorruptError
 from workflow_engine._store import CheckpointInfo, RunRecord, StoredRequest
 
@@ -52,6 +53,22 @@ def checkpoint_row(checkpoint: Checkpoint, seq: int, *, snapshot: bool = True) -
         checkpoint.codec,
         checkpoint.schema_version,
         body,
+        checkpoint.created_at,
+    )
+
+
+def span_row(checkpoint: Checkpoint, seq: int, span: CheckpointSpan) -> tuple:
+    """A checkpoint's row stored as a span (see ``CheckpointSpan``)."""
+    return (
+        checkpoint.checkpoint_id,
+        checkpoint.run_id,
+        seq,
+        checkpoint.superstep,
+        "span",
+        checkpoint.status.value,
+        checkpoint.codec,
+        span.schema_version,
+        span.model_dump_json(),
         checkpoint.created_at,
     )
 
@@ -224,8 +241,10 @@ def checkpoint_info(run_id: str, row: Sequence[Any]) -> CheckpointInfo:
     state = _STATES.get(status) if isinstance(status, str) else None
     if state is None:
         raise _corrupt(run_id, f"the status of {what}", f"{shown(status)} is not a run state")
-    if kind not in ("snapshot", "delta"):
-        raise _corrupt(run_id, f"the kind of {what}", f"{shown(kind)} is not snapshot or delta")
+    if kind not in ("snapshot", "delta", "span"):
+        raise _corrupt(
+            run_id, f"the kind of {what}", f"{shown(kind)} is not snapshot, delta or span"
+        )
     return CheckpointInfo(
         _text(checkpoint_id, run_id, "a checkpoint id"),
         run_id,

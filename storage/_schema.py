@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     journal: Table
     MIGRATIONS: dict[int, Callable[[Connection], None]]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 _DECLARED = ("metadata", "schema_info", "runs", "checkpoints", "requests", "journal", "MIGRATIONS")
 _LOCK = threading.Lock()  # stores migrate from their own threads: declare the tables once
@@ -166,10 +166,16 @@ def _declare() -> dict[str, Any]:
                     text(f"ALTER TABLE {table} ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
                 )
 
+    def _spans_v4(conn: Connection) -> None:
+        """No new column: checkpoint rows of kind 'span' may follow from now on. The version
+        itself is the change -- an older engine, which could not fold a span, refuses the
+        database by name instead of misreading it."""
+
     migrations: dict[int, Callable[[Connection], None]] = {
         1: _create_v1,
         2: _add_journal_v2,
         3: _step_identity_v3,
+        4: _spans_v4,
     }
     """Version N's migration upgrades a database at version N-1. Never edit one that shipped."""
 

@@ -66,17 +66,18 @@ SQL_SET_STATUS = (
 SQL_REQUEST_STATUS = "UPDATE requests SET status = ? WHERE request_id = ?"
 SQL_LATEST_SEQ = "SELECT max(seq) FROM checkpoints WHERE run_id = ?"
 # what to fold for a checkpoint: the latest snapshot at or before it, then the deltas after it
+# The rows a restore folds for checkpoint ?2 of run ?1: the latest snapshot at or before it, the
+# spans after that snapshot (each holds everything up to it), and the deltas after the last span.
 SQL_CHAIN = (
-    "SELECT checkpoint_id, seq, kind, body, schema_version FROM checkpoints "
-    "WHERE run_id = ? AND seq <= ? "
-    "AND seq >= (SELECT max(seq) FROM checkpoints WHERE run_id = ? AND seq <= ? "
-    "AND kind = 'snapshot') ORDER BY seq"
+    "WITH s AS (SELECT max(seq) AS seq FROM checkpoints WHERE run_id = ?1 AND seq <= ?2 "
+    "AND kind = 'snapshot'), "
+    "t AS (SELECT coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = ?1 AND seq > s.seq "
+    "AND seq <= ?2 AND kind = 'span'), s.seq) AS seq FROM s) "
+    "SELECT checkpoint_id, c.seq, kind, body, schema_version FROM checkpoints c, s, t "
+    "WHERE c.run_id = ?1 AND c.seq >= s.seq AND c.seq <= ?2 "
+    "AND (c.seq = s.seq OR c.kind = 'span' OR c.seq > t.seq) ORDER BY c.seq"
 )
-SQL_LATEST_CHAIN = (
-    "SELECT checkpoint_id, seq, kind, body, schema_version FROM checkpoints WHERE run_id = ? "
-    "AND seq >= (SELECT max(seq) FROM checkpoints WHERE run_id = ? AND kind = 'snapshot') "
-    "ORDER BY seq"
-)
+SQL_LATEST_CHAIN = SQL_CHAIN.replace("?2", str(2**62))  # the same, up to the newest
 SQL_CHECKPOINT_PLACE = "SELECT run_id, seq FROM checkpoints WHERE checkpoint_id = ?"
 SQL_HISTORY = (
     "SELECT checkpoint_id, seq, superstep, status, created_at, kind FROM checkpoints "
@@ -127,6 +128,11 @@ SQL_LONG_HISTORIES = (
 )
 SQL_MAKE_SNAPSHOT = (
     "UPDATE checkpoints SET kind = 'snapshot', body = ? WHERE run_id = ? AND seq = ?"
+)
+SQL_FIRST_SPAN_AFTER = (  # the first span after ?2 with no snapshot between: its base is before ?2
+    "SELECT min(seq) FROM checkpoints WHERE run_id = ?1 AND seq > ?2 AND kind = 'span' "
+    "AND seq < coalesce((SELECT min(seq) FROM checkpoints WHERE run_id = ?1 AND seq > ?2 "
+    f"AND kind = 'snapshot'), {2**62})"
 )
 SQL_DROP_BEFORE = "DELETE FROM checkpoints WHERE run_id = ? AND seq < ?"
 

@@ -60,7 +60,13 @@ from workflow_engine import (
     WorkflowRunState,
 )
 from workflow_engine import __version__ as engine_version
-from workflow_engine._checkpoint import CHECKPOINT_SCHEMA_VERSION, apply_deltas
+from workflow_engine._checkpoint import (
+    CHECKPOINT_SCHEMA_VERSION,
+    CheckpointSpan,
+    apply_deltas,
+    apply_span,
+    span_of,
+)
 from workflow_engine._errors import (
     CheckpointVersionError,
     LeaseLostError,
@@ -94,6 +100,7 @@ from ._rows import (
     new_request_rows,
     run_record,
     shown,
+    span_row,
     stored_request,
 )
 from ._schema import SCHEMA_VERSION, migrate
@@ -111,6 +118,7 @@ from ._sql import (
     SQL_COMMIT_RUN_RELEASE,
     SQL_DROP_BEFORE,
     SQL_FENCE,
+    SQL_FIRST_SPAN_AFTER,
     SQL_HISTORY,
     SQL_INSERT_CHECKPOINT,
     SQL_INSERT_REQUEST,
@@ -276,6 +284,7 @@ class SqliteStore:
         synchronous: str | None = None,
         busy_timeout: float = 5.0,
         snapshot_every: int = 64,
+        span_every: int = 32,
         fault_hook: FaultHook | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -289,6 +298,10 @@ class SqliteStore:
             raise UsageError("synchronous must be NORMAL or FULL")
         self.busy_timeout = busy_timeout
         self.snapshot_every = snapshot_every
+        self.span_every = span_every
+        """Every this many deltas after a snapshot, the checkpoint is stored as a span (relative
+        to the last snapshot or span) instead: a restore folds at most this many deltas after
+        the spans. 0: never."""
         self.fault_hook = fault_hook
         self._worker: Worker | None = None
         self._conn: Conn | None = None  # the loop's, or the worker's while it has work queued
@@ -301,6 +314,7 @@ class SqliteStore:
         self._meta: dict[str, tuple[int, int]] = {}  # run_id -> (checkpoint_seq, since_snapshot)
         self._lease_seconds: dict[str, float] = {}
         self._sizes: dict[str, tuple[int, int]] = {}  # run_id -> (delta bytes since, snapshot)
+        self._span_base: dict[str, Checkpoint] = {}  # run_id -> its last snapshot or span
         self._journaled: set[str] = set()  # runs whose journal may hold entries to compact
         # run_id -> the latest checkpoint this store wrote or read, kept (on the store's thread
         # only) so that resuming a run this process paused skips reading and parsing it again
@@ -441,6 +455,7 @@ class SqliteStore:
     def _disconnect(self) -> None:
         self._recent.clear()
         self._recent_bytes = 0
+        self._span_base.clear()
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
@@ -745,6 +760,7 @@ class SqliteStore:
             if leased is not None:  # after COMMIT, like every lease we take
                 self._leased(leased[0], (0, 0), leased[1])
             self._remember(checkpoint, size)
+            self._span_base[checkpoint.run_id] = checkpoint  # its first row is a snapshot
 
         return after
 
@@ -847,14 +863,16 @@ class SqliteStore:
         if chain is None or isinstance(chain, Checkpoint):
             return run, lease, chain, answered
         try:
-            checkpoint = self._fold(run_id, chain)
+            checkpoint, base = self._fold_from(run_id, chain)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.release(lease)
             raise
-        # the chain is the latest snapshot and the deltas after it: the snapshot policy's sizes
+        # the chain is the latest snapshot, its spans and the deltas after them: the snapshot
+        # policy's sizes (what was read of them)
         since = sum(len(r[3]) for r in chain[1:])
         self._sizes[run_id] = (since, len(chain[0][3]))
+        self._span_base[run_id] = base
         self._remember(checkpoint, since + len(chain[0][3]))
         return run, lease, checkpoint, answered
 
@@ -932,6 +950,7 @@ class SqliteStore:
             gone, (_, size) = recent.popitem(last=False)
             self._recent_bytes -= size
             self._sizes.pop(gone, None)
+            self._span_base.pop(gone, None)
 
     def _recall(self, run_id: str, checkpoint_id: str | None) -> Checkpoint | None:
         kept = self._recent.get(run_id)
@@ -1069,8 +1088,17 @@ class SqliteStore:
         request_rows = new_request_rows(checkpoint, added, now) if added else None
         status_rows = [("applied", r) for r in changes.requests_answered]
         status_rows += [("cancelled", r) for r in changes.requests_cancelled]
+        spanned = False
         if body is None or snapshot:
             body = checkpoint_row(checkpoint, seq, snapshot=True)
+        elif self.span_every and since % self.span_every == 0:
+            # now and then a span instead of a delta: a restore then folds the snapshot, the
+            # spans and at most ``span_every - 1`` deltas, not every delta since the snapshot
+            base = self._span_base.get(run_id)
+            span = span_of(checkpoint, base) if base is not None else None
+            if span is not None:
+                body = span_row(checkpoint, seq, span)
+                spanned = True
         meta = (seq, since)
 
         def after(flags: tuple[bool, bool]) -> tuple[bool, bool]:
@@ -1081,6 +1109,8 @@ class SqliteStore:
                 self._meta[run_id] = meta
             kept = None if snapshot else self._recent.get(run_id)
             self._remember(checkpoint, len(body[8]) + (kept[1] if kept is not None else 0))
+            if snapshot or spanned:
+                self._span_base[run_id] = checkpoint
             self._journaled.discard(run_id)
             return flags
 
@@ -1224,7 +1254,7 @@ class SqliteStore:
 
     def _latest_chain(self, conn: Conn, run_id: str) -> list[tuple] | None:
         """The rows to fold for the run's latest checkpoint; None if it has none."""
-        rows = _chain_rows(conn, SQL_LATEST_CHAIN, (run_id, run_id))
+        rows = _chain_rows(conn, SQL_LATEST_CHAIN, (run_id,))
         if rows:
             return rows
         seq = conn.execute(SQL_LATEST_SEQ, (run_id,)).fetchone()[0]
@@ -1244,16 +1274,22 @@ class SqliteStore:
         return row[0], self._chain(conn, row[0], row[1])
 
     def _chain(self, conn: Conn, run_id: str, seq: int) -> list[tuple]:
-        """The rows to fold for checkpoint ``seq``: the latest snapshot at or before it and the
-        deltas after that snapshot."""
-        rows = _chain_rows(conn, SQL_CHAIN, (run_id, seq, run_id, seq))
+        """The rows to fold for checkpoint ``seq``: the latest snapshot at or before it, the spans
+        after that snapshot, and the deltas after the last of them."""
+        rows = _chain_rows(conn, SQL_CHAIN, (run_id, seq))
         if not rows:
             raise StoreCorruptError(f"run {run_id!r}: no snapshot at or before checkpoint #{seq}")
         return rows
 
     @staticmethod
     def _fold(run_id: str, rows: list[tuple]) -> Checkpoint:
-        """The checkpoint a chain of rows (a snapshot, then deltas) reads as."""
+        """The checkpoint a chain of rows (a snapshot, spans, then deltas) reads as."""
+        return SqliteStore._fold_from(run_id, rows)[0]
+
+    @staticmethod
+    def _fold_from(run_id: str, rows: list[tuple]) -> tuple[Checkpoint, Checkpoint]:
+        """The checkpoint a chain of rows reads as, and the last snapshot or span on the way
+        (what the next span is written relative to)."""
         snapshot: Checkpoint | None = None
         deltas: list[CheckpointDelta] = []
         where = f"run {run_id!r}: no checkpoint to read"
@@ -1276,12 +1312,16 @@ class SqliteStore:
                     raise ValueError(f"its body is not UTF-8 at position {exc.start}") from None
                 if kind == "snapshot":
                     snapshot, deltas = Checkpoint.model_validate_json(body), []
+                elif kind == "span" and snapshot is not None:
+                    # it holds everything up to it: deltas before it (none are read) are moot
+                    span = CheckpointSpan.model_validate_json(body)
+                    snapshot, deltas = apply_span(snapshot, span), []
                 elif kind == "delta" and snapshot is not None:
                     deltas.append(CheckpointDelta.model_validate_json(body))
                 else:
-                    first = snapshot is None and kind == "delta"
+                    first = snapshot is None and kind in ("delta", "span")
                     raise ValueError(
-                        "a delta with no snapshot before it" if first else "unknown kind"
+                        f"a {kind} with no snapshot before it" if first else "unknown kind"
                     )
             except (ValidationError, ValueError) as exc:
                 raise StoreCorruptError(
@@ -1294,10 +1334,10 @@ class SqliteStore:
         if snapshot is None:
             raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
         if not deltas:
-            return snapshot
+            return snapshot, snapshot
         try:
             # one fold for the whole chain: each delta costs what it holds
-            return apply_deltas(snapshot, deltas)
+            return apply_deltas(snapshot, deltas), snapshot
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise StoreCorruptError(
                 f"run {run_id!r}: the checkpoint chain ending at {where.split(': ', 1)[1]} is "
@@ -1459,8 +1499,13 @@ class SqliteStore:
         deleted = 0
         for run_id, max_seq, _count in conn.execute(SQL_LONG_HISTORIES, (keep,)).fetchall():
             first_kept = max_seq - keep + 1
-            # the oldest kept checkpoint becomes a snapshot, so nothing kept needs the rest
+            # the oldest kept checkpoint becomes a snapshot, so nothing kept needs the rest;
+            # so does the first span after it, which is relative to a row about to go
             full = self._fold(run_id, self._chain(conn, run_id, first_kept))
+            (span_seq,) = conn.execute(SQL_FIRST_SPAN_AFTER, (run_id, first_kept)).fetchone()
+            if span_seq is not None:
+                rebased = self._fold(run_id, self._chain(conn, run_id, span_seq))
+                conn.execute(SQL_MAKE_SNAPSHOT, (rebased.model_dump_json(), run_id, span_seq))
             conn.execute(SQL_MAKE_SNAPSHOT, (full.model_dump_json(), run_id, first_kept))
             deleted += conn.execute(SQL_DROP_BEFORE, (run_id, first_kept)).rowcount
         return deleted

@@ -424,3 +424,121 @@ def settle_answers(
 def _tail(value: Any, kept: int | None) -> Any:
     """What a delta stores for a state value: the new items of a list that only grew."""
     return value if kept is None else value[kept:]
+
+
+# --- spans: a checkpoint stored relative to an earlier one, so a fold skips the deltas between ---
+
+
+class CheckpointSpan(BaseModel):
+    """A whole checkpoint whose growing parts are stored as what they gained since ``base_id``
+    (an earlier checkpoint of the run): every list in its state that extends the base's, its
+    outputs, cancelled requests and answer digests. A store writes one now and then in place
+    of a delta, so that restoring folds a snapshot, a few spans and the deltas after the last
+    one -- not every delta since the snapshot -- while each item is still stored about once.
+    ``apply_span(base, span_of(cp, base)) == cp``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    _refuse_newer = model_validator(mode="before")(_refuse_newer)
+
+    schema_version: int = CHECKPOINT_SCHEMA_VERSION
+    base_id: str
+    checkpoint: Checkpoint
+    """The checkpoint, with each value counted below cut to the items after the kept ones."""
+    executor_state_kept: dict[str, dict[str, int]] = Field(default_factory=_new_dict)
+    shared_state_kept: dict[str, int] = Field(default_factory=_new_dict)
+    outputs_kept: int = 0
+    cancelled_kept: int = 0
+    digests_kept: int = 0
+
+
+def _kept_of(new: Any, old: Any) -> int | None:
+    """How many leading items ``new`` shares with all of ``old`` (a list that only grew), or
+    None. Empty or short lists are stored whole: there is nothing to save."""
+    grew = type(new) is list and type(old) is list and len(old) > 1 and len(new) >= len(old)
+    return len(old) if grew and new[: len(old)] == old else None
+
+
+def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
+    """``checkpoint`` stored relative to ``base`` (an earlier checkpoint of the same run); None
+    when it would not rebuild exactly (then a store writes a delta instead)."""
+    if base.run_id != checkpoint.run_id:
+        return None
+    states: dict[str, dict[str, Any]] = {}
+    state_kept: dict[str, dict[str, int]] = {}
+    for executor_id, state in checkpoint.executor_states.items():
+        old_state = base.executor_states.get(executor_id, {})
+        values: dict[str, Any] = {}
+        for key, value in state.items():
+            kept = _kept_of(value, old_state.get(key))
+            if kept is not None:
+                state_kept.setdefault(executor_id, {})[key] = kept
+                value = value[kept:]
+            values[key] = value
+        states[executor_id] = values
+    shared: dict[str, Any] = {}
+    shared_kept: dict[str, int] = {}
+    for key, value in checkpoint.shared_state.items():
+        kept = _kept_of(value, base.shared_state.get(key))
+        if kept is not None:
+            shared_kept[key] = kept
+            value = value[kept:]
+        shared[key] = value
+    outputs_kept = _kept_of(checkpoint.outputs, base.outputs) or 0
+    cancelled_kept = _kept_of(checkpoint.cancelled_requests, base.cancelled_requests) or 0
+    new_digests = list(checkpoint.answered_digests.items())
+    old_digests = list(base.answered_digests.items())
+    digests_kept = _kept_of(new_digests, old_digests) or 0
+    cut = checkpoint.model_copy(
+        update={
+            "executor_states": states,
+            "shared_state": shared,
+            "outputs": checkpoint.outputs[outputs_kept:],
+            "cancelled_requests": checkpoint.cancelled_requests[cancelled_kept:],
+            "answered_digests": dict(new_digests[digests_kept:]),
+        }
+    )
+    span = construct(
+        CheckpointSpan,
+        schema_version=CHECKPOINT_SCHEMA_VERSION,
+        base_id=base.checkpoint_id,
+        checkpoint=cut,
+        executor_state_kept=state_kept,
+        shared_state_kept=shared_kept,
+        outputs_kept=outputs_kept,
+        cancelled_kept=cancelled_kept,
+        digests_kept=digests_kept,
+    )
+    if apply_span(base, span).model_dump_json() != checkpoint.model_dump_json():
+        return None  # e.g. a value that compares equal but encodes differently: store a delta
+    return span
+
+
+def apply_span(base: Checkpoint, span: CheckpointSpan) -> Checkpoint:
+    """The checkpoint ``span`` was taken from, given the checkpoint it is relative to."""
+    if span.base_id != base.checkpoint_id:
+        raise ValueError(f"a span relative to {span.base_id} applied to {base.checkpoint_id}")
+    cp = span.checkpoint
+    states = {e: dict(v) for e, v in cp.executor_states.items()}
+    for executor_id, kept_items in span.executor_state_kept.items():
+        old_state = base.executor_states[executor_id]
+        state = states[executor_id]
+        for key, kept in kept_items.items():
+            state[key] = [*old_state[key][:kept], *state[key]]
+    shared = dict(cp.shared_state)
+    for key, kept in span.shared_state_kept.items():
+        shared[key] = [*base.shared_state[key][:kept], *shared[key]]
+    digests = list(base.answered_digests.items())[: span.digests_kept]
+    digests.extend(cp.answered_digests.items())
+    return cp.model_copy(
+        update={
+            "executor_states": states,
+            "shared_state": shared,
+            "outputs": [*base.outputs[: span.outputs_kept], *cp.outputs],
+            "cancelled_requests": [
+                *base.cancelled_requests[: span.cancelled_kept],
+                *cp.cancelled_requests,
+            ],
+            "answered_digests": dict(digests),
+        }
+    )

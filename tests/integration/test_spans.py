@@ -1,0 +1,194 @@
+"""Spans: now and then a checkpoint is stored relative to the last snapshot or span instead of
+its parent, so a restore folds a snapshot, a few spans and a few deltas. Every checkpoint must
+still read back exactly as without spans."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workflow_engine import (
+    Executor,
+    RequestPort,
+    Runtime,
+    StoreCorruptError,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+)
+from workflow_engine.storage import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+STEPS = 150
+
+
+class Grower(Executor):
+    """Each superstep: a growing list in its state and in shared state, a replaced value, an
+    output now and then, a question every 37 steps."""
+
+    @handler
+    async def step(self, n: int, ctx: WorkflowContext[int | str, str]) -> None:
+        await ctx.append_state("log", [f"step {n}"])
+        seen = await ctx.get_shared("seen", [])
+        await ctx.set_shared("seen", [*seen, n])
+        await ctx.set_state("last", {"n": n, "half": n // 2})
+        if n % 10 == 0:
+            await ctx.yield_output(f"at {n}")
+        if n >= STEPS:
+            await ctx.yield_output("done")
+        elif n % 37 == 0:
+            await ctx.send_message(f"go on after {n}?")
+        else:
+            await ctx.send_message(n + 1)
+
+    @handler
+    async def answered(self, answer: bool, ctx: WorkflowContext[int, str]) -> None:
+        await ctx.append_state("log", [f"answer {answer}"])
+        seen = await ctx.get_shared("seen", [])
+        await ctx.send_message(seen[-1] + 1)
+
+
+def grower_workflow():
+    grower = Grower("grower")
+    ask = RequestPort("ask", request_type=str, response_type=bool)
+    return (
+        WorkflowBuilder(name="grower", start=grower)
+        .add_edge(grower, grower)
+        .add_edge(grower, ask)
+        .add_edge(ask, grower)
+        .with_max_supersteps(1000)
+        .build()
+    )
+
+
+async def drive(store: SqliteStore) -> tuple[str, list[Any]]:
+    """Run to the end, answering each question (True); the run id and the outputs."""
+    rt = Runtime(store)
+    rt.register(grower_workflow())
+    result = await rt.run("grower", 1)
+    while result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+        result = await rt.respond_and_resume(result.pending_requests[0].request_id, True)
+    assert result.status is WorkflowRunState.IDLE, result.status
+    return result.run_id, result.outputs
+
+
+def state_of(cp: Any) -> tuple:
+    """What a checkpoint holds, without the ids and times that differ between two runs."""
+    return (
+        cp.superstep,
+        cp.status,
+        cp.executor_states,
+        cp.shared_state,
+        cp.outputs,
+        [m.data for m in cp.messages],
+        sorted(r.data for r in cp.pending_requests.values()),
+        len(cp.answered_digests) + len(cp.answered_requests),
+    )
+
+
+async def history_states(store: SqliteStore, run_id: str) -> list[tuple]:
+    return [state_of(await store.load(i.checkpoint_id)) for i in await store.history(run_id)]
+
+
+async def test_every_checkpoint_reads_back_as_without_spans(tmp_path: Path) -> None:
+    spans = SqliteStore(tmp_path / "spans.db", snapshot_every=16, span_every=4)
+    plain = SqliteStore(tmp_path / "plain.db", snapshot_every=16, span_every=0)
+    run_a, outputs_a = await drive(spans)
+    run_b, outputs_b = await drive(plain)
+    assert outputs_a == outputs_b and outputs_a[-1] == "done"
+    # a new store on the same file: nothing kept in memory, everything folded from rows
+    again = SqliteStore(tmp_path / "spans.db")
+    fresh = SqliteStore(tmp_path / "plain.db")
+    a, b = await history_states(again, run_a), await history_states(fresh, run_b)
+    assert len(a) == len(b) > STEPS
+    assert a == b
+    with sqlite3.connect(tmp_path / "spans.db") as raw:
+        kinds = [k for (k,) in raw.execute("SELECT kind FROM checkpoints ORDER BY seq")]
+    assert kinds.count("span") > 10, kinds
+    for store in (spans, plain, again, fresh):
+        await store.close()
+
+
+async def test_a_restore_folds_at_most_span_every_deltas(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = SqliteStore(db, snapshot_every=10_000, span_every=8)
+    run_id, _ = await drive(store)
+    await store.close()
+    store = SqliteStore(db)
+    await store.open()
+    folded = await store._run(store._transaction, "BEGIN", store._latest_chain, (run_id,))
+    kinds = [row[2] for row in folded]
+    assert kinds[0] == "snapshot" and kinds.count("delta") < 8, kinds
+    assert kinds.count("span") >= STEPS // 8 - 2, kinds
+    latest = await store.latest(run_id)
+    assert latest is not None and latest.outputs[-1] == "done"
+    await store.close()
+
+
+async def test_a_run_resumes_across_processes_of_spans(tmp_path: Path) -> None:
+    """Pause, reopen the file (no memory of the last span), go on: spans written after the
+    restart are relative to the span or snapshot folded on the way."""
+    db = tmp_path / "runs.db"
+    outputs: list[Any] = []
+    result = None
+    for _ in range(8):
+        store = SqliteStore(db, snapshot_every=10_000, span_every=3)
+        rt = Runtime(store)
+        rt.register(grower_workflow())
+        if result is None:
+            result = await rt.run("grower", 1)
+        else:
+            result = await rt.respond_and_resume(result.pending_requests[0].request_id, True)
+        outputs = result.outputs
+        await rt.close()
+        if result.status is WorkflowRunState.IDLE:
+            break
+    assert result is not None and result.status is WorkflowRunState.IDLE
+    assert outputs[-1] == "done"
+    plain = SqliteStore(tmp_path / "plain.db", span_every=0)
+    run_b, _ = await drive(plain)
+    store = SqliteStore(db)
+    assert await history_states(store, result.run_id) == await history_states(plain, run_b)
+    await store.close()
+    await plain.close()
+
+
+async def test_pruning_keeps_every_kept_checkpoint_readable(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = SqliteStore(db, snapshot_every=10_000, span_every=5)
+    run_id, _ = await drive(store)
+    before = await history_states(store, run_id)
+    for keep in (97, 41, 12, 3):
+        await store.prune(keep_last=keep)
+        reopened = SqliteStore(db)
+        assert await history_states(reopened, run_id) == before[-keep:]
+        await reopened.close()
+    await store.close()
+
+
+async def test_a_span_on_the_wrong_base_is_reported_by_name(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    store = SqliteStore(db, snapshot_every=10_000, span_every=4)
+    run_id, _ = await drive(store)
+    await store.close()
+    with sqlite3.connect(db) as raw:
+        checkpoint_id, body = raw.execute(
+            "SELECT checkpoint_id, body FROM checkpoints WHERE kind = 'span' ORDER BY seq DESC"
+        ).fetchone()
+        data = json.loads(body)
+        data["base_id"] = "0" * 32
+        raw.execute(
+            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+            (json.dumps(data), checkpoint_id),
+        )
+    store = SqliteStore(db)
+    with pytest.raises(StoreCorruptError) as info:
+        await store.latest(run_id)
+    assert run_id in str(info.value) and checkpoint_id in str(info.value)
+    await store.close()
