@@ -50,6 +50,7 @@ from __future__ import annotations
 import base64
 import datetime as _dt
 import math
+import operator
 import uuid
 from collections.abc import Callable, Iterable
 from decimal import Decimal
@@ -726,3 +727,30 @@ def decode_stored(codec: JsonCodec, data: JSONValue, run_id: str, what: str) -> 
         return codec.decode(data)
     except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StoreCorruptError(f"run {run_id!r}: {what} does not decode: {exc}") from exc
+
+
+def strictly_equal(a: Any, b: Any) -> bool:
+    """Encoded values that are equal *and* encode the same: ``==`` alone says ``True == 1 ==
+    1.0`` and ``-0.0 == 0.0``, and ignores the order of a dict's keys."""
+    if a is b:
+        return True
+    kind = type(a)
+    if kind is not type(b):
+        return False
+    if kind is list:
+        return len(a) == len(b) and all(map(strictly_equal, a, b))
+    if kind is dict:
+        return list(a) == list(b) and all(strictly_equal(v, b[k]) for k, v in a.items())
+    if kind is float:
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
+
+
+def starts_with(new: list[Any], old: list[Any]) -> bool:
+    """``new`` begins with exactly the items of ``old`` (what lets a delta store only the rest).
+    The same objects (what appending to a copy leaves) are checked at C speed; only lists
+    rebuilt item by item are compared type by type."""
+    n = len(old)
+    if len(new) < n or new[:n] != old:
+        return False
+    return all(map(operator.is_, new, old)) or all(map(strictly_equal, new, old))

@@ -89,7 +89,9 @@ class ExecutorStep:
     """What one executor did in one superstep; applied at the barrier in executor order."""
 
     __slots__ = (
+        "appended",
         "emit",
+        "exact_writes",
         "executor_id",
         "flat_writes",
         "outputs",
@@ -111,6 +113,8 @@ class ExecutorStep:
         self.state_writes: dict[str, Any] = {}
         self.shared_writes: dict[str, Any] = {}
         self.flat_writes: dict[str, Any] | None = None  # shared writes that are lists of primitives
+        self.exact_writes: set[str] | None = None  # of those, the ones with no bool (see below)
+        self.appended: dict[str, int] | None = None  # state key -> items kept by append_state
         self.requests: list[ExternalRequest] = []
 
 
@@ -378,7 +382,10 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     async def set_state(self, key: str, value: Any) -> None:
         """Write this executor's durable state; committed with the superstep. The value is
         encoded (and checked decodable) now, so a later read is a copy."""
-        self._step.state_writes[key] = encode_checked(self._scope.codec, value)
+        step = self._step
+        step.state_writes[key] = encode_checked(self._scope.codec, value)
+        if step.appended:
+            step.appended.pop(key, None)
 
     async def append_state(self, key: str, items: Iterable[Any]) -> None:
         """Append ``items`` to this executor's list state ``key`` (an empty list if unset).
@@ -388,12 +395,15 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         step = self._step
         codec = self._scope.codec
         current = step.state_writes.get(key, _MISSING)
-        if current is _MISSING:
+        committed = current is _MISSING  # appending to the committed list, not to a write
+        if committed:
             current = step.state.get(key, _MISSING)
         if current is _MISSING:
             current = []
         new = encode_checked(codec, list(items))
         if not isinstance(codec, TaggedJsonCodec):  # no promise how another codec stores lists
+            if step.appended:
+                step.appended.pop(key, None)
             value = await self.get_state(key, [])
             if type(value) is not list:
                 raise UsageError(
@@ -407,6 +417,10 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 f"append_state: state {key!r} of executor {self.executor_id!r} is not a list"
             )
         step.state_writes[key] = [*current, *new]
+        if committed:  # the committed items are kept as they are: a delta stores only the rest
+            if step.appended is None:
+                step.appended = {}
+            step.appended[key] = len(current)
 
     async def get_state_items(
         self,
@@ -458,18 +472,26 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         the same key in one superstep, the later one in graph order wins."""
         step = self._step
         codec = self._scope.codec
-        if (
-            type(value) is list
-            and type(codec) is TaggedJsonCodec
-            and _PRIMITIVES.issuperset(map(type, value))
-        ):
-            # what encode_checked returns for it; remembered so the next read skips the scan
-            if step.flat_writes is None:
-                step.flat_writes = {}
-            step.shared_writes[key] = step.flat_writes[key] = value.copy()
-            return
+        if type(value) is list and type(codec) is TaggedJsonCodec:
+            kinds = set(map(type, value))
+            if kinds <= _PRIMITIVES:
+                # what encode_checked returns for it; remembered so the next read skips the
+                # scan, and whether it holds a bool (True == 1: then ``==`` on it is not exact)
+                if step.flat_writes is None:
+                    step.flat_writes = {}
+                step.shared_writes[key] = step.flat_writes[key] = value.copy()
+                if bool in kinds:
+                    if step.exact_writes:
+                        step.exact_writes.discard(key)
+                else:
+                    if step.exact_writes is None:
+                        step.exact_writes = set()
+                    step.exact_writes.add(key)
+                return
         if step.flat_writes:
             step.flat_writes.pop(key, None)
+        if step.exact_writes:
+            step.exact_writes.discard(key)
         step.shared_writes[key] = encode_checked(codec, value)
 
     # --- requests -------------------------------------------------------------------------------

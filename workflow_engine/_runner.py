@@ -36,7 +36,7 @@ from ._checkpoint import (
     construct,
     settle_answers,
 )
-from ._codec import JsonCodec
+from ._codec import JsonCodec, starts_with
 from ._context import ExecutorStep, StepScope, WorkflowContext
 from ._errors import (
     CheckpointStoreError,
@@ -96,6 +96,8 @@ class RunState:
     shared_flat: dict[str, Any] = field(default_factory=dict)
     """Shared keys whose encoding (this very object in ``shared``) is a list of JSON
     primitives, so reading it is a copy with no type scan (not persisted: a cache)."""
+    shared_exact: set[str] = field(default_factory=set)
+    """Of those, the keys whose list holds no bool: ``==`` on it is exact (a cache too)."""
     fan_in: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
     pending: dict[str, ExternalRequest] = field(default_factory=dict)
     answered: dict[str, Any] = field(default_factory=dict)
@@ -525,6 +527,7 @@ class RunLoop:
         state_keys: dict[str, list[str]] = {}
         state_appends: dict[str, dict[str, int]] = {}
         shared_keys: list[str] = []
+        exact: set[str] = set()  # written shared keys whose new list holds no bool
         new_outputs: list[Any] = []
         encoded_outputs: list[Any] = []
         new_requests: list[ExternalRequest] = []
@@ -535,7 +538,7 @@ class RunLoop:
                     executor_states = dict(executor_states)
                 executor_states[step.executor_id] = {**step.state, **step.state_writes}
                 state_keys[step.executor_id] = list(step.state_writes)
-                grown = appended_prefixes(step.state, step.state_writes)
+                grown = appended_prefixes(step.state, step.state_writes, step.appended)
                 if grown:
                     state_appends[step.executor_id] = grown
             if step.shared_writes:
@@ -546,6 +549,11 @@ class RunLoop:
                 if step.flat_writes:
                     flat.update(step.flat_writes)
                 shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
+                for k in step.shared_writes:  # the later writer's list decides
+                    if step.exact_writes and k in step.exact_writes:
+                        exact.add(k)
+                    else:
+                        exact.discard(k)
             for copy, encoded in step.outputs:  # snapshots taken (and checked) at yield time
                 new_outputs.append(copy)
                 encoded_outputs.append(encoded)
@@ -556,7 +564,11 @@ class RunLoop:
                     Send(source, message, target, send_id(number, ordinal, source), encoded)
                 )
         shared_appends = (
-            appended_prefixes(s.shared, {k: shared[k] for k in shared_keys}) if shared_keys else {}
+            appended_prefixes(
+                s.shared, {k: shared[k] for k in shared_keys}, exact=exact & s.shared_exact
+            )
+            if shared_keys
+            else {}
         )
         delivery = await self.route(sends, s.fan_in)
         self.give_copies(delivery.inbox)
@@ -569,6 +581,8 @@ class RunLoop:
         s.shared = shared
         if flat is not s.shared_flat:  # keep only what is still the committed encoding
             s.shared_flat = {k: v for k, v in flat.items() if shared.get(k) is v}
+        if shared_keys:
+            s.shared_exact = (s.shared_exact - set(shared_keys)) | exact
         s.inbox = delivery.inbox
         s.fan_in = delivery.fan_in
         s.encoded_outputs.extend(encoded_outputs)
@@ -642,15 +656,32 @@ class RunLoop:
 NO_CHANGES = CheckpointChanges()
 
 
-def appended_prefixes(old: dict[str, Any], writes: dict[str, Any]) -> dict[str, int]:
+def appended_prefixes(
+    old: dict[str, Any],
+    writes: dict[str, Any],
+    kept: dict[str, int] | None = None,
+    exact: set[str] | frozenset[str] = frozenset(),
+) -> dict[str, int]:
     """Keys whose new (encoded) value is a list that extends the old one: key -> how many items
-    it kept. A conversation that grows by a turn is then stored as the turn, not again whole."""
+    it kept. A conversation that grows by a turn is then stored as the turn, not again whole.
+
+    ``kept``: keys known to extend (``append_state``), with the count. ``exact``: keys whose
+    old and new lists hold no bool, so ``==`` proves their items equal; any other list's items
+    must be the same objects or equal with their types (``True == 1``, but a delta that kept
+    the ``1`` would bring back ``1`` where the run had ``True``)."""
     out: dict[str, int] = {}
     for key, new in writes.items():
+        if kept is not None and key in kept:
+            if kept[key]:
+                out[key] = kept[key]
+            continue
         before = old.get(key)
         if type(new) is list and type(before) is list and before:
             n = len(before)
-            if len(new) >= n and new[:n] == before:
+            if key in exact:
+                if len(new) >= n and new[:n] == before:
+                    out[key] = n
+            elif starts_with(new, before):
                 out[key] = n
     return out
 
