@@ -136,18 +136,23 @@ class Rows:
         ).fetchone()
         return int(row[0])
 
-    def totals(self) -> tuple[int, int, int]:
-        """(bytes of every checkpoint row, of the snapshot rows among them, the longest chain
-        of deltas a resume folded: most deltas between two snapshots)."""
+    def totals(self) -> tuple[int, int, int, int]:
+        """(bytes of every checkpoint row, of the snapshot rows among them, the most deltas a
+        resume folds: between a snapshot or span and the next one)."""
         rows = self.conn.execute(
             "SELECT kind, length(body) FROM checkpoints WHERE run_id = ? ORDER BY seq",
             (self.run_id,),
         ).fetchall()
         longest = run = 0
         for kind, _ in rows:
-            run = 0 if kind == "snapshot" else run + 1
+            run = 0 if kind in ("snapshot", "span") else run + 1
             longest = max(longest, run)
-        return sum(r[1] for r in rows), sum(r[1] for r in rows if r[0] == "snapshot"), longest
+        return (
+            sum(r[1] for r in rows),
+            sum(r[1] for r in rows if r[0] == "snapshot"),
+            longest,
+            sum(1 for r in rows if r[0] == "span"),
+        )
 
     def snapshots(self) -> int:
         row = self.conn.execute(
@@ -183,7 +188,7 @@ class Phases:
     def __init__(self, store: SqliteStore) -> None:
         self.seconds: dict[str, float] = {}
         self.fold = 0.0
-        fold = store._fold
+        fold = store._fold_from
 
         def timed_fold(run_id: str, rows: list[tuple]) -> Any:
             t0 = time.perf_counter()
@@ -192,7 +197,7 @@ class Phases:
             finally:
                 self.fold += time.perf_counter() - t0
 
-        store._fold = timed_fold  # type: ignore[method-assign]
+        store._fold_from = timed_fold  # type: ignore[method-assign]
         acquire = store.acquire_latest
 
         async def timed_acquire(*args: Any, **kwargs: Any) -> Any:
@@ -334,12 +339,13 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
             f"W6 after {turns} turns: {rows.snapshots()} snapshot rows, journal "
             f"{rows.journal_bytes():,} B, database + WAL {kib(db_bytes(db))}"
         )
-        total, snapshot_bytes, longest = rows.totals()
+        total, snapshot_bytes, longest, spans = rows.totals()
         print(
             f"W6 all checkpoint rows after {turns} turns, snapshots included: {total:,} B = "
             f"{total / turns:,.0f} B/turn ({snapshot_bytes:,} B of them in snapshots, each "
             "written once the deltas since the last one held as many bytes: storage at most "
-            f"about twice the deltas); the longest delta chain a resume folds: {longest}"
+            f"about twice the deltas); {spans} spans; the most deltas a resume folds after the "
+            f"snapshot and spans: {longest}"
         )
         warm = []
         for i in range(repeats):

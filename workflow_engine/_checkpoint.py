@@ -16,6 +16,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ._codec import starts_with
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotLatestError,
@@ -453,15 +454,16 @@ class CheckpointSpan(BaseModel):
 
 
 def _kept_of(new: Any, old: Any) -> int | None:
-    """How many leading items ``new`` shares with all of ``old`` (a list that only grew), or
-    None. Empty or short lists are stored whole: there is nothing to save."""
-    grew = type(new) is list and type(old) is list and len(old) > 1 and len(new) >= len(old)
-    return len(old) if grew and new[: len(old)] == old else None
+    """How many leading items ``new`` keeps exactly from ``old`` (a list that only grew: equal
+    and of the same types), or None. Short lists are stored whole: nothing to save."""
+    grew = type(new) is list and type(old) is list and len(old) > 1
+    return len(old) if grew and starts_with(new, old) else None
 
 
 def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
-    """``checkpoint`` stored relative to ``base`` (an earlier checkpoint of the same run); None
-    when it would not rebuild exactly (then a store writes a delta instead)."""
+    """``checkpoint`` stored relative to ``base`` (an earlier checkpoint of the same run; None
+    for another run's). Only what it kept exactly (``starts_with``) is left out, so
+    ``apply_span`` rebuilds it exactly."""
     if base.run_id != checkpoint.run_id:
         return None
     states: dict[str, dict[str, Any]] = {}
@@ -509,8 +511,6 @@ def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
         cancelled_kept=cancelled_kept,
         digests_kept=digests_kept,
     )
-    if apply_span(base, span).model_dump_json() != checkpoint.model_dump_json():
-        return None  # e.g. a value that compares equal but encodes differently: store a delta
     return span
 
 
@@ -528,8 +528,12 @@ def apply_span(base: Checkpoint, span: CheckpointSpan) -> Checkpoint:
     shared = dict(cp.shared_state)
     for key, kept in span.shared_state_kept.items():
         shared[key] = [*base.shared_state[key][:kept], *shared[key]]
-    digests = list(base.answered_digests.items())[: span.digests_kept]
-    digests.extend(cp.answered_digests.items())
+    old_digests = base.answered_digests
+    if span.digests_kept == len(old_digests):  # (usually: digests only grow)
+        digests = {**old_digests, **cp.answered_digests}
+    else:
+        digests = dict(list(old_digests.items())[: span.digests_kept])
+        digests.update(cp.answered_digests)
     return cp.model_copy(
         update={
             "executor_states": states,
@@ -539,6 +543,6 @@ def apply_span(base: Checkpoint, span: CheckpointSpan) -> Checkpoint:
                 *base.cancelled_requests[: span.cancelled_kept],
                 *cp.cancelled_requests,
             ],
-            "answered_digests": dict(digests),
+            "answered_digests": digests,
         }
     )

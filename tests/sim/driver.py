@@ -242,6 +242,7 @@ class Driver:
                 self.db,
                 clock=self.world.now,
                 snapshot_every=self.plan.snapshot_every,
+                span_every=self.plan.span_every,
                 fault_hook=self.sqlite_hook(proc) if self.sqlite_hook else None,
             )
         runtime = Runtime(CrashingStore(real, proc), lease_seconds=LEASE)  # type: ignore[arg-type]

@@ -167,6 +167,7 @@ class FaultPlan:
 
     store: str = "memory"  # or "sqlite"
     snapshot_every: int = 64
+    span_every: int = 32  # sqlite: a span every this many deltas after a snapshot (0: none)
     crashes: tuple[int, ...] = ()  # global point ordinals at which the executing process dies
     recovery: tuple[str, ...] = ()  # per crash: wait | busy | early
     races: tuple[int, ...] = ()  # resume ordinals executed by two workers at once
@@ -182,12 +183,18 @@ class FaultPlan:
 
     @property
     def is_clean(self) -> bool:
-        return self == FaultPlan(store=self.store, snapshot_every=self.snapshot_every)
+        return self == FaultPlan(
+            store=self.store, snapshot_every=self.snapshot_every, span_every=self.span_every
+        )
 
     def describe(self) -> str:
         parts = [
             self.store
-            + (f"(snapshot_every={self.snapshot_every})" if self.store == "sqlite" else "")
+            + (
+                f"(snapshot_every={self.snapshot_every}, span_every={self.span_every})"
+                if self.store == "sqlite"
+                else ""
+            )
         ]
         if self.crashes:
             parts.append(
@@ -244,8 +251,19 @@ def draw_plan(seed: int, stats: ReferenceStats, *, sqlite_share: float = 0.12) -
         midrun = rng.randint(1, stats.user_points)
         if midrun == stall:
             midrun = None
+    # drawn apart, so that adding it changed no other seed's plan
+    span_every = random.Random(f"spans:{seed}").choice([0, 1, 2, 5, 32])
     return FaultPlan(
-        store, snapshot_every, crashes, recovery, races, stall, stall_answer, freeze, midrun
+        store,
+        snapshot_every,
+        span_every,
+        crashes,
+        recovery,
+        races,
+        stall,
+        stall_answer,
+        freeze,
+        midrun,
     )
 
 

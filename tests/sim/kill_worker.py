@@ -123,7 +123,11 @@ def drive(cmd: dict[str, Any]) -> None:
 
         return hook
 
-    plan = FaultPlan(store="sqlite", snapshot_every=cmd.get("snapshot_every", 3))
+    plan = FaultPlan(
+        store="sqlite",
+        snapshot_every=cmd.get("snapshot_every", 3),
+        span_every=cmd.get("span_every", 2),
+    )
     driver = Driver(kill_scenario(cmd["seed"]), plan, world, where, sqlite_hook=sqlite_hook)
 
     async def main() -> None:

@@ -1,0 +1,102 @@
+"""``apply_span(base, span_of(cp, base))`` rebuilds ``cp`` exactly -- as JSON, where True and 1,
+-0.0 and 0.0, and the order of a dict's keys differ -- whatever grew, shrank or was retyped."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workflow_engine import Checkpoint, WorkflowRunState
+from workflow_engine._checkpoint import CheckpointSpan, apply_span, span_of
+
+leaf = st.one_of(
+    st.integers(-2, 2),
+    st.booleans(),
+    st.sampled_from([0.0, -0.0, 1.0, 0.5]),
+    st.text(max_size=3),
+    st.none(),
+)
+value = st.recursive(
+    leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.sampled_from("abc"), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+items = st.lists(value, max_size=6)
+
+
+def _retyped(x: Any) -> Any:
+    if type(x) is bool:
+        return int(x)
+    if type(x) is int and x in (0, 1):
+        return bool(x)
+    if type(x) is float and x == 0.0:
+        return -x
+    if type(x) is dict:
+        return dict(reversed(list(x.items())))
+    return x
+
+
+@st.composite
+def grown(draw: st.DrawFn, old: list[Any], more: st.SearchStrategy = items) -> list[Any]:
+    """``old`` grown, replaced, shrunk, or with equal items of another type."""
+    how = draw(st.sampled_from(["grow", "replace", "shrink", "retype", "same"]))
+    if how == "grow":
+        return [*old, *draw(more)]
+    if how == "replace":
+        return draw(more)
+    if how == "shrink":
+        return old[: len(old) // 2]
+    if how == "retype":
+        return [_retyped(x) for x in old] + draw(more)
+    return list(old)
+
+
+def checkpoint(cid: str, states: dict, shared: dict, lists: tuple) -> Checkpoint:
+    outputs, cancelled, digests = lists
+    return Checkpoint(
+        codec="tagged-json/1",
+        checkpoint_id=cid,
+        run_id="run",
+        workflow_name="w",
+        workflow_signature="s",
+        superstep=len(cid),
+        status=WorkflowRunState.IN_PROGRESS,
+        executor_states=states,
+        shared_state=shared,
+        outputs=outputs,
+        cancelled_requests=cancelled,
+        answered_digests=digests,
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_span_rebuilds_its_checkpoint_exactly(data: st.DataObject) -> None:
+    keys = ["log", "last", "other"]
+    old_states = {"e": {k: data.draw(items) for k in keys}}
+    old_shared = {k: data.draw(items) for k in keys}
+    old_lists = (
+        data.draw(items),
+        data.draw(st.lists(st.text(max_size=2), max_size=5)),
+        data.draw(st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=5)),
+    )
+    base = checkpoint("base", old_states, old_shared, old_lists)
+    new_states = {"e": {k: data.draw(grown(v)) for k, v in old_states["e"].items()}}
+    new_states["f"] = {"x": data.draw(items)}
+    new_shared = {k: data.draw(grown(v)) for k, v in old_shared.items()}
+    digests = dict(old_lists[2])
+    digests.update(data.draw(st.dictionaries(st.text(max_size=3), st.text(max_size=2))))
+    new_lists = (
+        data.draw(grown(old_lists[0])),
+        data.draw(grown(old_lists[1], st.lists(st.text(max_size=2), max_size=3))),
+        digests,
+    )
+    cp = checkpoint("later", new_states, new_shared, new_lists)
+    span = span_of(cp, base)
+    assert span is not None
+    stored = CheckpointSpan.model_validate_json(span.model_dump_json())
+    assert apply_span(base, stored).model_dump_json() == cp.model_dump_json()
