@@ -3,8 +3,10 @@
 Every write is one ``BEGIN IMMEDIATE`` transaction (or a SAVEPOINT in one), so a superstep
 commit -- checkpoint, new requests, applied answers, run status -- lands whole or not at all,
 and two processes never interleave writes. A commit writes a *delta* (what the superstep
-changed) and, every ``snapshot_every`` commits, a full *snapshot*, so restore reads one snapshot
-plus a bounded tail.
+changed); now and then a full *snapshot* (once the deltas since the last one hold as many bytes
+as it did, so storage stays linear); and every ``span_every`` deltas after a snapshot a *span*
+(the checkpoint with its growing lists as what they gained since the last snapshot or span). A
+restore reads the snapshot, its spans and fewer than ``span_every`` deltas.
 
 Execution: the store owns one ``sqlite3`` connection. A short transaction runs right on the
 event loop's thread: a WAL commit costs tens of µs, less than the hop to a thread and back
