@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.unit.retyping import retyped
 from workflow_engine import (
     Checkpoint,
     CheckpointDelta,
@@ -43,16 +44,6 @@ steps = st.lists(
 )
 
 
-def _retyped(x: Any) -> Any:
-    if type(x) is bool:
-        return int(x)
-    if type(x) is int and x in (0, 1):
-        return bool(x)
-    if type(x) is float and x == 0.0:
-        return -x
-    return x
-
-
 class Mutator(Executor):
     @handler
     async def step(self, ops: list[Any], ctx: WorkflowContext[list[Any], Any]) -> None:
@@ -76,7 +67,7 @@ class Mutator(Executor):
             xs.append("not written")  # read, changed, never written back
             xs = await ctx.get_shared("xs", [])
         elif kind == "retype":  # equal, other type: True == 1, 0 == False, 0.0 == -0.0
-            xs = [_retyped(x) for x in xs] + [value]
+            xs = [retyped(x) for x in xs] + [value]
         elif kind == "twice":  # write, read back own write, write again
             await ctx.set_shared("xs", [*xs, value])
             xs = await ctx.get_shared("xs")

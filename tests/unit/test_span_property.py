@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.retyping import retyped
 from workflow_engine import Checkpoint, WorkflowRunState
 from workflow_engine._checkpoint import CheckpointSpan, apply_span, span_of
 
@@ -28,18 +29,6 @@ value = st.recursive(
 items = st.lists(value, max_size=6)
 
 
-def _retyped(x: Any) -> Any:
-    if type(x) is bool:
-        return int(x)
-    if type(x) is int and x in (0, 1):
-        return bool(x)
-    if type(x) is float and x == 0.0:
-        return -x
-    if type(x) is dict:
-        return dict(reversed(list(x.items())))
-    return x
-
-
 @st.composite
 def grown(draw: st.DrawFn, old: list[Any], more: st.SearchStrategy = items) -> list[Any]:
     """``old`` grown, replaced, shrunk, or with equal items of another type."""
@@ -51,7 +40,7 @@ def grown(draw: st.DrawFn, old: list[Any], more: st.SearchStrategy = items) -> l
     if how == "shrink":
         return old[: len(old) // 2]
     if how == "retype":
-        return [_retyped(x) for x in old] + draw(more)
+        return [retyped(x) for x in old] + draw(more)
     return list(old)
 
 
