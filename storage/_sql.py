@@ -65,17 +65,17 @@ SQL_SET_STATUS = (
 )
 SQL_REQUEST_STATUS = "UPDATE requests SET status = ? WHERE request_id = ?"
 SQL_LATEST_SEQ = "SELECT max(seq) FROM checkpoints WHERE run_id = ?"
-# what to fold for a checkpoint: the latest snapshot at or before it, then the deltas after it
 # The rows a restore folds for checkpoint ?2 of run ?1: the latest snapshot at or before it, the
 # spans after that snapshot (each holds everything up to it), and the deltas after the last span.
+# Scalar subqueries, each run once: a range of the (run_id, seq) index, not a join per row.
+_SNAPSHOT_SEQ = (
+    "(SELECT max(seq) FROM checkpoints WHERE run_id = ?1 AND seq <= ?2 AND kind = 'snapshot')"
+)
 SQL_CHAIN = (
-    "WITH s AS (SELECT max(seq) AS seq FROM checkpoints WHERE run_id = ?1 AND seq <= ?2 "
-    "AND kind = 'snapshot'), "
-    "t AS (SELECT coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = ?1 AND seq > s.seq "
-    "AND seq <= ?2 AND kind = 'span'), s.seq) AS seq FROM s) "
-    "SELECT checkpoint_id, c.seq, kind, body, schema_version FROM checkpoints c, s, t "
-    "WHERE c.run_id = ?1 AND c.seq >= s.seq AND c.seq <= ?2 "
-    "AND (c.seq = s.seq OR c.kind = 'span' OR c.seq > t.seq) ORDER BY c.seq"
+    "SELECT checkpoint_id, seq, kind, body, schema_version FROM checkpoints "
+    f"WHERE run_id = ?1 AND seq <= ?2 AND seq >= {_SNAPSHOT_SEQ} "
+    "AND (kind != 'delta' OR seq > coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = ?1 "
+    f"AND seq <= ?2 AND seq > {_SNAPSHOT_SEQ} AND kind = 'span'), -1)) ORDER BY seq"
 )
 SQL_LATEST_CHAIN = SQL_CHAIN.replace("?2", str(2**62))  # the same, up to the newest
 SQL_CHECKPOINT_PLACE = "SELECT run_id, seq FROM checkpoints WHERE checkpoint_id = ?"
