@@ -42,33 +42,28 @@ def admit_rows(
 
 
 def checkpoint_row(checkpoint: Checkpoint, seq: int, *, snapshot: bool = True) -> tuple:
-    body = checkpoint.model_dump_json() if snapshot else delta_of(checkpoint).model_dump_json()
-    return (
-        checkpoint.checkpoint_id,
-        checkpoint.run_id,
-        seq,
-        checkpoint.superstep,
-        "snapshot" if snapshot else "delta",
-        checkpoint.status.value,
-        checkpoint.codec,
-        checkpoint.schema_version,
-        body,
-        checkpoint.created_at,
-    )
+    if snapshot:
+        return _row(checkpoint, seq, "snapshot", checkpoint.model_dump_json())
+    return _row(checkpoint, seq, "delta", delta_of(checkpoint).model_dump_json())
 
 
 def span_row(checkpoint: Checkpoint, seq: int, span: CheckpointSpan) -> tuple:
     """A checkpoint's row stored as a span (see ``CheckpointSpan``)."""
+    return _row(checkpoint, seq, "span", span.model_dump_json())
+
+
+def _row(checkpoint: Checkpoint, seq: int, kind: str, body: str) -> tuple:
+    """``SQL_INSERT_CHECKPOINT``'s parameters (every kind stores the checkpoint's version)."""
     return (
         checkpoint.checkpoint_id,
         checkpoint.run_id,
         seq,
         checkpoint.superstep,
-        "span",
+        kind,
         checkpoint.status.value,
         checkpoint.codec,
-        span.schema_version,
-        span.model_dump_json(),
+        checkpoint.schema_version,
+        body,
         checkpoint.created_at,
     )
 
