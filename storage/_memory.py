@@ -151,10 +151,14 @@ class InMemoryRunStore:
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None = None,
     ) -> Acquired:
+        run = self._run(run_id)
         if check is not None:
-            check(self._run(run_id))
+            check(run)
         lease = await self.acquire(run_id, owner, lease_seconds)
         answered = await self.list_requests(run_id, status="answered")
+        if answered and run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+            # it runs from now on, to apply them (answering does not write the run's status)
+            self._runs[run_id] = replace(self._runs[run_id], status=WorkflowRunState.IN_PROGRESS)
         return self._run(run_id), lease, await self.latest(run_id), answered
 
     async def answer_and_acquire(

@@ -44,6 +44,10 @@ SQL_LEASE_STATE = (
 SQL_TAKE_LEASE = (
     "UPDATE runs SET owner = ?, lease_expires_at = ?, version = ? WHERE run_id = ? AND version = ?"
 )
+SQL_TAKE_LEASE_TO_APPLY = (  # the same, for a run resting with answers to apply: it runs now
+    "UPDATE runs SET owner = ?, lease_expires_at = ?, version = ?, status = 'in_progress' "
+    "WHERE run_id = ? AND version = ?"
+)
 SQL_RELEASE = (  # owner tokens are unique per execution, so the owner alone fences a release
     "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
 )

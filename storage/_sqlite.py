@@ -148,6 +148,7 @@ from ._sql import (
     SQL_SET_STATUS,
     SQL_STORE_ANSWER,
     SQL_TAKE_LEASE,
+    SQL_TAKE_LEASE_TO_APPLY,
     filtered,
 )
 from ._worker import Worker
@@ -815,7 +816,12 @@ class SqliteStore:
         seq: int,
         since: int,
         cancel_requested: int = 0,
+        *,
+        applying: bool = False,
     ) -> tuple[Lease, tuple[int, int]]:
+        """Take the run's lease (``RunBusyError`` if a live owner holds it). ``applying``: the
+        run rests with answers waiting, so it runs from now on -- its status says so until the
+        commit that applies them (which answering does not write)."""
         if (
             holder is not None
             and holder != owner
@@ -827,7 +833,8 @@ class SqliteStore:
                 f"runs for {expires - now:.1f} s more"  # type: ignore[operator]
             )
         expires_at = now + lease_seconds
-        conn.execute(SQL_TAKE_LEASE, (owner, expires_at, version + 1, run_id, version))
+        take = SQL_TAKE_LEASE_TO_APPLY if applying else SQL_TAKE_LEASE
+        conn.execute(take, (owner, expires_at, version + 1, run_id, version))
         lease = Lease(run_id, owner, version + 1, expires_at, bool(cancel_requested))
         return lease, (seq, since)
 
@@ -976,7 +983,11 @@ class SqliteStore:
         columns = lease_columns(run_id, (row[8], row[9], row[7], row[13], row[14], row[15]))
         if check is not None:
             check(run)
-        lease, meta = self._take_lease(conn, run_id, owner, lease_seconds, now, *columns)
+        answered = [stored_request(r) for r in conn.execute(SQL_ANSWERED, (run_id,)).fetchall()]
+        applying = bool(answered) and run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+        lease, meta = self._take_lease(
+            conn, run_id, owner, lease_seconds, now, *columns, applying=applying
+        )
         # the checkpoint kept in memory, taken now (others' writes may drop it from the cache
         # before this one is answered), or the rows to read it from
         chain: list[tuple] | Checkpoint | None = self._recall(run_id, run.latest_checkpoint_id)
@@ -984,7 +995,6 @@ class SqliteStore:
             chain = self._latest_chain(conn, run_id)
             # raising here rolls the lease back: nothing is written
             _check_chain(run_id, run.latest_checkpoint_id, chain)
-        answered = [stored_request(r) for r in conn.execute(SQL_ANSWERED, (run_id,)).fetchall()]
         return run, lease, meta, chain, answered
 
     async def release(self, lease: Lease) -> None:

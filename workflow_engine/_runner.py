@@ -213,6 +213,9 @@ class RunLoop:
         self.journal_run = state.run_id if store is not None else new_checkpoint_id()
         self.committed_outputs: list[Any] = []
         """Outputs of supersteps committed by this continuation (a failed one adds none)."""
+        self.unsaved: CheckpointChanges | None = None
+        """Changes made before the first superstep and not committed yet (answers applied where
+        the store keeps them): the next commit includes them."""
 
     def ensure_checkpoint(self) -> Checkpoint:
         """The checkpoint matching the current state (built now if the run had no store)."""
@@ -288,6 +291,9 @@ class RunLoop:
         if self.store is None:
             self._dirty = True
             return
+        if self.unsaved is not None:
+            changes = joined_changes(self.unsaved, changes or NO_CHANGES)
+            self.unsaved = None
         cp = self.make_checkpoint(changes)
         try:
             await self.store.save(cp)
@@ -319,7 +325,13 @@ class RunLoop:
         if self.cancel_requested:
             return await self.finish_cancelled()
         assert status is not None
+        await self.commit_unsaved()  # no superstep committed them
         return status
+
+    async def commit_unsaved(self) -> None:
+        """Commit what changed before the first superstep, if that is still unsaved."""
+        if self.unsaved is not None:
+            await self.commit()
 
     async def _supersteps(self) -> WorkflowRunState | None:
         s = self.state
@@ -335,6 +347,7 @@ class RunLoop:
             if not await self.superstep():
                 if self.cancel_requested:
                     return None
+                await self.commit_unsaved()  # the answers are applied, as before the failure
                 s.status = WorkflowRunState.FAILED
                 self.emit(WorkflowStatusEvent(s.status))
                 return s.status
@@ -346,6 +359,8 @@ class RunLoop:
 
     async def finish_cancelled(self) -> WorkflowRunState:
         s = self.state
+        # first the answers applied (their requests get their rows), then the cancelling
+        await self.commit_unsaved()
         changes = changes_of(requests_cancelled=list(s.pending))
         s.cancelled.extend(s.pending)
         s.pending = {}
@@ -707,6 +722,22 @@ def changes_of(
         requests_added=requests_added or [],
         requests_answered=requests_answered or [],
         requests_cancelled=requests_cancelled or [],
+    )
+
+
+def joined_changes(first: CheckpointChanges, then: CheckpointChanges) -> CheckpointChanges:
+    """The changes of two steps committed as one: ``first`` only applied answers (it changes
+    requests, nothing else)."""
+    assert not (first.executor_state_keys or first.shared_state_keys or first.outputs_added)
+    return changes_of(
+        executor_state_keys=then.executor_state_keys,
+        executor_state_appends=then.executor_state_appends,
+        shared_state_keys=then.shared_state_keys,
+        shared_state_appends=then.shared_state_appends,
+        outputs_added=then.outputs_added,
+        requests_added=[*first.requests_added, *then.requests_added],
+        requests_answered=[*first.requests_answered, *then.requests_answered],
+        requests_cancelled=[*first.requests_cancelled, *then.requests_cancelled],
     )
 
 

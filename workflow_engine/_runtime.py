@@ -117,6 +117,9 @@ class _LeasedStore:
         self.lost = False
         self.continues_latest = True
         """The runtime hands the runner the run's latest checkpoint (no need to check it)."""
+        self.answers_stored = True
+        """Every answer the runner applies is stored (``respond``) and stays ``answered`` until a
+        commit applies it: the runner may apply answers in its first superstep's commit."""
         self.cancel_requested = lease.cancel_requested
         self.answers_waiting = False
 

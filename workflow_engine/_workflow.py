@@ -412,6 +412,18 @@ class Workflow:
         loop = RunLoop(self, state, emit, store, limit)
         answers = self.validate_responses(state, responses or {})
         changed = bool(answers)
+        # Where the store keeps every answer until a commit applies it (``respond``), applying
+        # them needs no commit of its own: the first superstep's commit applies them, and a
+        # crash before it applies them again, to the same messages. Not an answer about an
+        # in-doubt step: it writes the journal, so it is committed at once, alone.
+        defer = message is _NO_MESSAGE and getattr(store, "answers_stored", False)
+        if defer and answers:
+            settling = [a for a in answers if a[1].effect_key is not None]
+            if settling:
+                await self._apply_answers(loop, settling)
+                await loop.commit(changes_of(requests_answered=[a[0] for a in settling]))
+                answers = [a for a in answers if a[1].effect_key is None]
+                changed = bool(answers)
         added: list[str] = []
         if answers:
             added = await self._apply_answers(loop, answers)
@@ -421,9 +433,11 @@ class Workflow:
             changed = True
         state.status = WorkflowRunState.IN_PROGRESS
         if changed:
-            await loop.commit(
-                changes_of(requests_added=added, requests_answered=[a[0] for a in answers])
-            )
+            applied = changes_of(requests_added=added, requests_answered=[a[0] for a in answers])
+            if defer:
+                loop.unsaved = applied
+            else:
+                await loop.commit(applied)
         return loop, store
 
     def admit(

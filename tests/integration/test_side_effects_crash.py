@@ -6,9 +6,10 @@ log every invocation to a second file. Each scenario has its own SQLite file, le
 and every step runs in a fresh process forked by the crash harness's zygote (``crash_worker.py``,
 command ``ledger``): start the run until it pauses for approval, answer in another process, then
 resume in a process that SIGKILLs itself at the k-th call of the store's fault hook -- for every
-k of the resume: before, inside and after the commit that applies the answers, the intent and
-the result journaled around each tool call, the model call's result, and the superstep's commit
--- or is killed by a timer; then resume in fresh processes until the run is done.
+k of the resume: the intent and the result journaled around each tool call, the model call's
+result, and before, inside and after the superstep's commit (which also applies the approvals:
+an answer stored by ``respond`` needs no commit of its own) -- or is killed by a timer; then
+resume in fresh processes until the run is done.
 
 The contract under test: a journaled step never runs again once its result is durable, and a
 step that is not idempotent (a transfer) is never repeated blindly. Before a transfer starts the
@@ -318,18 +319,26 @@ class Simulation:
         """A result is stored unless one exists (first writer wins); it replaces an intent."""
         self.transaction(step, "journal", partial(self.journal.__setitem__, step, "value"))
 
-    def apply_answers(self) -> None:
-        self.approvals = "applied"
+    def settle(self) -> None:
+        """The answers about effects: committed at once, alone (they wrote the journal)."""
         self.questions = [
             replace(q, status="applied") if q.status == "answered" else q for q in self.questions
         ]
         self.history += 1
 
+    def _apply_approvals(self) -> None:
+        """A resume's first superstep commit applies the approvals (the question's, if the run
+        asks instead): stored by ``respond``, they need no commit of their own."""
+        if self.approvals == "answered":
+            self.approvals = "applied"
+
     def ask(self, step: str) -> None:
+        self._apply_approvals()
         self.questions.append(Question(step, "pending", None))
         self.history += 1
 
     def finish(self) -> None:
+        self._apply_approvals()
         self.journal.clear()  # compacted by the superstep's commit
         self.history += 1
         self.done = True
@@ -343,14 +352,14 @@ def course_of(workload: Workload, start: Durable) -> Course:
         return Course(start, [], "idle_with_pending_requests")  # waits for a person
     sim = Simulation(start)
     answered = [q for q in start.questions if q.status == "answered"]
-    if start.approvals == "answered" or answered:
+    if answered:
         for q in answered:  # the answers about effects go to the journal first
             if q.happened:
                 sim.journal_result(q.step)
             else:
                 sim.journal.pop(q.step, None)
                 sim.mark(None)
-        sim.transaction(None, "commit", sim.apply_answers)
+        sim.transaction(None, "commit", sim.settle)
     for step, call in workload.steps:
         entry = sim.journal.get(step)
         if entry == "value":
@@ -820,9 +829,9 @@ def transaction(step: str | None, kind: str) -> list[Label]:
 
 
 def test_fault_points_of_the_resume_after_approval(references: dict[str, Reference]) -> None:
-    """The answers' commit; for each call that runs, an intent (unless it is idempotent) and
-    its result; the model's next answer; the superstep's commit. The rejected call writes
-    nothing."""
+    """For each call that runs, an intent (unless it is idempotent) and its result; the
+    model's next answer; the superstep's commit, which applies the answers too. The rejected
+    call writes nothing."""
     for workload in WORKLOADS.values():
         calls = [
             (transaction(c.step, "intent") if not c.idempotent else [])
@@ -830,8 +839,7 @@ def test_fault_points_of_the_resume_after_approval(references: dict[str, Referen
             for c in workload.runs
         ]
         assert references[workload.name].labels == (
-            transaction(None, "commit")
-            + [label for call in calls for label in call]
+            [label for call in calls for label in call]
             + transaction(MODEL, "journal")
             + transaction(None, "commit")
         )
@@ -839,10 +847,10 @@ def test_fault_points_of_the_resume_after_approval(references: dict[str, Referen
 
 def test_the_model_predicts_an_uninterrupted_resume(references: dict[str, Reference]) -> None:
     """From the answered approvals the model runs every tool once and ends idle, reporting the
-    uninterrupted resume's fault points (two checkpoints after the answers: theirs, the
-    turn's)."""
+    uninterrupted resume's fault points (one checkpoint after the answers: the turn's, which
+    applies them)."""
     for workload in WORKLOADS.values():
-        start = Durable("answered", (), (), references[workload.name].state["history"] - 2, False)
+        start = Durable("answered", (), (), references[workload.name].state["history"] - 1, False)
         course = course_of(workload, start)
         assert course.labels == references[workload.name].labels
         assert course.status == "idle" and course.moments[-1].after.done

@@ -835,20 +835,31 @@ def _schedule(
     checkpoints: list[Any], identities: dict[str, str], field_name: str
 ) -> list[tuple[int, tuple[str, ...]]]:
     """(superstep, logical identities) of the requests that first appear in each checkpoint's
-    ``field_name`` (answered: the answers applied there, sorted; pending: the requests made
-    there, in the order they were made). Ids are compared by what they name, never across
-    runs; in-doubt questions are left out (only a run that crashed has them)."""
+    ``field_name``. Answered: the answers applied there, sorted, at the superstep the run had
+    reached when they were applied (the checkpoint before: a resume's first superstep commit
+    applies them). Pending: the requests made there, in the order they were made, at the
+    superstep each was made in (an answer routed into another port makes one before the
+    superstep that commits it). Ids are compared by what they name, never across runs;
+    in-doubt questions are left out (only a run that crashed has them)."""
     out: list[tuple[int, tuple[str, ...]]] = []
     seen: set[str] = set()
+    answers = field_name == "answered_requests"
+    reached = checkpoints[0].superstep if checkpoints else 0
     for cp in checkpoints:
-        ids = cp.answered_ids() if field_name == "answered_requests" else list(cp.pending_requests)
-        new = [identities.get(rid, rid) for rid in ids if rid not in seen]
+        ids = cp.answered_ids() if answers else list(cp.pending_requests)
+        fresh = [rid for rid in ids if rid not in seen]
         seen.update(ids)
-        new = [logical for logical in new if not logical.startswith(IN_DOUBT)]
-        if field_name == "answered_requests":
-            new.sort()
-        if new:
-            out.append((cp.superstep, tuple(new)))
+        fresh = [rid for rid in fresh if not identities.get(rid, rid).startswith(IN_DOUBT)]
+        if answers and fresh:
+            out.append((reached, tuple(sorted(identities.get(rid, rid) for rid in fresh))))
+        groups: list[tuple[int, tuple[str, ...]]] = []  # this checkpoint's, by superstep made
+        for rid in [] if answers else fresh:
+            made = cp.pending_requests[rid].superstep
+            if not groups or groups[-1][0] != made:
+                groups.append((made, ()))
+            groups[-1] = (made, (*groups[-1][1], identities.get(rid, rid)))
+        out.extend(groups)
+        reached = cp.superstep
     return out
 
 
