@@ -412,6 +412,7 @@ class Workflow:
         loop = RunLoop(self, state, emit, store, limit)
         answers = self.validate_responses(state, responses or {})
         changed = bool(answers)
+        state.status = WorkflowRunState.IN_PROGRESS
         # Where the store keeps every answer until a commit applies it (``respond``), applying
         # them needs no commit of its own: the first superstep's commit applies them, and a
         # crash before it applies them again, to the same messages. Not an answer about an
@@ -431,7 +432,6 @@ class Workflow:
             self._check_start(message)
             state.inbox.append(self._input_envelope(state, message))
             changed = True
-        state.status = WorkflowRunState.IN_PROGRESS
         if changed:
             applied = changes_of(requests_added=added, requests_answered=[a[0] for a in answers])
             if defer:
