@@ -60,6 +60,7 @@ class RunInfo:
     updated_at: float
     outputs: list[Any] = field(default_factory=list)
     pending_requests: list[ExternalRequest] = field(default_factory=list)
+    """The requests waiting for an answer (one answered, not yet applied by the run, is not)."""
     error: dict[str, Any] | None = None
     parent_run_id: str | None = None
 
@@ -565,6 +566,10 @@ class Runtime:
             ]
             if wf.signature == run.workflow_signature:
                 pending = list(wf.restore(checkpoint).pending.values())
+            if pending:  # an answered request waits for the run, not for a person
+                answered = await self.store.list_requests(run_id, status="answered")
+                taken = {r.request_id for r in answered}
+                pending = [r for r in pending if r.request_id not in taken]
         return RunInfo(
             run_id=run.run_id,
             workflow_name=run.workflow_name,

@@ -648,11 +648,24 @@ def _print_table(headers: list[str], rows: list[list[str]], wrap: Sequence[str] 
 
 def _live_worker(record: Any) -> str | None:
     """The process holding the run's lease now, or None (a run left ``in_progress`` by a
-    process that was stopped shows as ``interrupted``: `resume` continues it)."""
+    process that was stopped shows as ``interrupted``: `resume` continues it). A lease whose
+    holder on this host has exited is not live, however long it still runs: ``resume`` takes
+    it over at once too."""
+    from workflow_engine import owner_is_dead
+
     expires = record.lease_expires_at
     if record.owner is None or expires is None or expires < datetime.now(UTC).timestamp():
         return None
+    if owner_is_dead(str(record.owner)):
+        return None
     return str(record.owner)
+
+
+def _shown_status(record: Any) -> str:
+    """The run's status as a person reads it: ``interrupted`` for one in progress that no
+    live process executes."""
+    status = str(record.status.value)
+    return "interrupted" if status == "in_progress" and not _live_worker(record) else status
 
 
 @runs_app.command("list")
@@ -703,9 +716,7 @@ def runs_list(
                 [
                     short[r.run_id],
                     r.workflow_name,
-                    r.status.value
-                    if _live_worker(r) or r.status.value != "in_progress"
-                    else "interrupted",
+                    _shown_status(r),
                     str(r.superstep),
                     _when(r.updated_at),
                 ]
@@ -734,6 +745,7 @@ def runs_show(
         async def go(runtime: Runtime) -> int:
             full = await _run_for(runtime, run_id)
             info = await runtime.get_run(full)
+            record = await runtime.store.get_run(full)
             history = await runtime.history(full)
             if json_mode:
                 print(
@@ -742,6 +754,7 @@ def runs_show(
                             "run_id": info.run_id,
                             "workflow": info.workflow_name,
                             "status": info.status.value,
+                            "worker": _live_worker(record),
                             "superstep": info.superstep,
                             "outputs": [describe_output(o) for o in info.outputs],
                             "pending_requests": [r.request_id for r in info.pending_requests],
@@ -759,7 +772,7 @@ def runs_show(
             term = Terminal()
             term.line(
                 (f"Run {info.run_id}", "bold"),
-                f" · {info.workflow_name} · {info.status.value} · superstep {info.superstep}",
+                f" · {info.workflow_name} · {_shown_status(record)} · superstep {info.superstep}",
             )
             rows = [
                 [str(h.seq), str(h.superstep), h.status.value, h.kind, _when(h.created_at)]

@@ -96,18 +96,21 @@ async def test_the_run_shows_in_progress_while_it_applies_the_answer(tmp_path: P
     gate = anyio.Event()
     end = End("end", gate)
     runtime, run_id, request_id = await paused_run(db, end)
+    onlooker = Runtime(SqliteStore(db))  # another connection: what a CLI or a console reads
+    onlooker.register(review(End("end")))
+    assert [r.request_id for r in (await onlooker.get_run(run_id)).pending_requests] == [request_id]
     await runtime.respond(request_id, True)
     assert request_rows(db) == [(request_id, "answered")]
-    onlooker = SqliteStore(db)  # another connection: what a CLI or a console reads
+    assert (await onlooker.get_run(run_id)).pending_requests == []  # it waits for no one now
     async with anyio.create_task_group() as tg:
         tg.start_soon(runtime.resume, run_id)
         await end.started.wait()
         run = await onlooker.get_run(run_id)
-        assert run.status is WorkflowRunState.IN_PROGRESS
+        assert run.status is WorkflowRunState.IN_PROGRESS and run.pending_requests == []
         assert request_rows(db) == [(request_id, "answered")]  # applied by the coming commit
         gate.set()
     run = await onlooker.get_run(run_id)
-    assert run.status is WorkflowRunState.IDLE
+    assert run.status is WorkflowRunState.IDLE and run.outputs == ["published"]
     assert request_rows(db) == [(request_id, "applied")]
     await onlooker.close()
     await runtime.close()

@@ -1,0 +1,68 @@
+"""A run whose worker was SIGKILLed mid-step reads as ``interrupted`` at once, not as running.
+
+The lease it held runs on for its length, but a process on this host that has exited holds
+nothing: ``resume`` takes such a lease over at once, and the CLI shows the run as interrupted
+(``--json``: status ``in_progress``, worker null) from the moment the process is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from tests.integration.cli_harness import Cli
+
+WORKER = textwrap.dedent(
+    """
+    import sys
+    import anyio
+    from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
+    from workflow_engine.storage import SqliteStore
+
+    class Slow(Executor):
+        @handler
+        async def go(self, text: str, ctx: WorkflowContext[None, str]) -> None:
+            print("working", flush=True)
+            await anyio.sleep(120)
+            await ctx.yield_output(text)
+
+    async def main() -> None:
+        runtime = Runtime(SqliteStore(sys.argv[1]), lease_seconds=600)
+        runtime.register(WorkflowBuilder("slow", start=Slow("slow")).build())
+        await runtime.run("slow", "hello", run_id=sys.argv[2])
+
+    anyio.run(main)
+    """
+)
+RUN_ID = "d" * 32
+
+
+def test_a_killed_worker_leaves_its_run_interrupted(tmp_path: Path) -> None:
+    cli = Cli(tmp_path)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(cli.db), RUN_ID],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=cli.env,
+    )
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "working"
+        [running] = cli.json("runs", "list")
+        assert running["status"] == "in_progress" and running["worker"] is not None
+        assert str(worker.pid) in running["worker"]
+        assert "interrupted" not in cli.expect(0, "runs", "list").out
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+    [run] = cli.json("runs", "list")
+    assert run["status"] == "in_progress" and run["worker"] is None  # its lease runs 10 min more
+    assert "interrupted" in cli.expect(0, "runs", "list").out
+    shown = cli.json("runs", "show", RUN_ID)
+    assert shown["status"] == "in_progress" and shown["worker"] is None
+    assert "· interrupted ·" in cli.expect(0, "runs", "show", RUN_ID).out
