@@ -343,10 +343,20 @@ class Runtime:
     async def _resume_once(
         self, run_id: str, max_supersteps: int | None
     ) -> tuple[WorkflowRunResult, _LeasedStore]:
-        wf, sink, loaded = await self._acquire(run_id)
+        acquired = await self._acquire(run_id)
+        return await self._resume_leased(run_id, acquired, max_supersteps), acquired[1]
+
+    async def _resume_leased(
+        self,
+        run_id: str,
+        acquired: tuple[Workflow, _LeasedStore, tuple[Checkpoint | None, Sequence[StoredRequest]]],
+        max_supersteps: int | None,
+    ) -> WorkflowRunResult:
+        """Continue a run whose lease ``acquired`` holds, until it rests; the lease ends."""
+        wf, sink, loaded = acquired
         try:
             checkpoint, answers = await self._resume_point(wf, run_id, loaded)
-            return await self._drive(wf, sink, checkpoint, answers, max_supersteps), sink
+            return await self._drive(wf, sink, checkpoint, answers, max_supersteps)
         finally:
             await self._release(sink)
 
@@ -358,10 +368,14 @@ class Runtime:
             if not sink.answers_waiting or result.status is not _WAITING:
                 break
             try:
-                more, sink = await self._resume_once(result.run_id, max_supersteps)
+                acquired = await self._acquire(result.run_id)
             except RunBusyError:
-                break  # another worker took the run: it applies them
-            result = _joined(result, more)
+                break  # another worker took the run meanwhile: it applies them
+            # a lease lost from here on is this call's to report, as in any resume
+            sink = acquired[1]
+            result = _joined(
+                result, await self._resume_leased(result.run_id, acquired, max_supersteps)
+            )
         return result
 
     def resume_stream(self, run_id: str, *, max_supersteps: int | None = None) -> RuntimeRunStream:

@@ -82,6 +82,14 @@ CAUSES = {
         "(workflow_engine/_context.py WorkflowContext.run_once, workflow_engine/_runtime.py "
         "_LeasedStore.lease_lost)"
     ),
+    "catch-up-lost": (
+        "Runtime._go_on (resume again when answers arrived while the run executed) took every "
+        "RunBusyError of the catch-up for 'another worker took the run first' -- also a "
+        "LeaseLostError raised mid-step when this worker was frozen past its lease -- and "
+        "returned the earlier result: the caller never learned that its process's step was "
+        "cut off, so an idempotent step's retry by the worker that took over looked like a "
+        "second whole execution (workflow_engine/_runtime.py Runtime._go_on) [fixed]"
+    ),
     "unknown": "no known cause matches: a new bug, or a simulator bug",
 }
 
@@ -112,9 +120,13 @@ def diagnose(result: SeedResult) -> list[str]:
         causes.add("in-doubt-twice")  # the same step asked about again, and the run stuck
     elif any("UNIQUE constraint" in v.detail for v in result.violations):
         causes.add("request-id")
+    frozen = set(result.faulted.stalled) if result.plan.freeze else set()
     for runs in result.faulted.ledger.executions.values():
         if sum(not e.torn for e in runs) > 1 and not any(e.stale for e in runs):
-            causes.add("answer-scope" if result.plan.reordered else "unknown")
+            if any(e.process in frozen and not e.torn and not e.settled for e in runs):
+                causes.add("catch-up-lost")  # a frozen worker's cut-off step, never reported
+            else:
+                causes.add("answer-scope" if result.plan.reordered else "unknown")
     return sorted(causes) or ["unknown"]
 
 
