@@ -336,7 +336,9 @@ class Runtime:
         """Continue a run from its latest checkpoint with every stored answer, until it rests.
 
         Answers stored while the run executed (their ``respond`` found it busy) are applied
-        too: a run never rests waiting for an answer it already has."""
+        too: a run never rests waiting for an answer it already has. A lease lost on the way
+        (this worker paused past it, another took the run) raises ``LeaseLostError``, also
+        while applying those."""
         result, sink = await self._resume_once(run_id, max_supersteps)
         return await self._go_on(result, sink, max_supersteps)
 
