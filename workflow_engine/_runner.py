@@ -729,15 +729,11 @@ def joined_changes(first: CheckpointChanges, then: CheckpointChanges) -> Checkpo
     """The changes of two steps committed as one: ``first`` only applied answers (it changes
     requests, nothing else)."""
     assert not (first.executor_state_keys or first.shared_state_keys or first.outputs_added)
-    return changes_of(
-        executor_state_keys=then.executor_state_keys,
-        executor_state_appends=then.executor_state_appends,
-        shared_state_keys=then.shared_state_keys,
-        shared_state_appends=then.shared_state_appends,
-        outputs_added=then.outputs_added,
-        requests_added=[*first.requests_added, *then.requests_added],
-        requests_answered=[*first.requests_answered, *then.requests_answered],
-        requests_cancelled=[*first.requests_cancelled, *then.requests_cancelled],
+    return then.model_copy(
+        update={
+            name: [*getattr(first, name), *getattr(then, name)]
+            for name in ("requests_added", "requests_answered", "requests_cancelled")
+        }
     )
 
 

@@ -339,14 +339,9 @@ class Runtime:
         too: a run never rests waiting for an answer it already has. A lease lost on the way
         (this worker paused past it, another took the run) raises ``LeaseLostError``, also
         while applying those."""
-        result, sink = await self._resume_once(run_id, max_supersteps)
-        return await self._go_on(result, sink, max_supersteps)
-
-    async def _resume_once(
-        self, run_id: str, max_supersteps: int | None
-    ) -> tuple[WorkflowRunResult, _LeasedStore]:
         acquired = await self._acquire(run_id)
-        return await self._resume_leased(run_id, acquired, max_supersteps), acquired[1]
+        result = await self._resume_leased(run_id, acquired, max_supersteps)
+        return await self._go_on(result, acquired[1], max_supersteps)
 
     async def _resume_leased(
         self,

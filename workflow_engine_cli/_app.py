@@ -323,13 +323,12 @@ def _matched(kind: str, given: str, ids: list[str]) -> str:
         raise Exit(EXIT_USAGE) from None
 
 
-async def _run_for(runtime: Runtime, given: str) -> str:
-    """Resolve a run id (prefix) and register the workflow that run belongs to (its agents on
-    the scripted model: the commands using this run none)."""
-    run_id = await _full_run_id(runtime, given)
-    run = await runtime.store.get_run(run_id)
+async def _run_for(runtime: Runtime, given: str) -> Any:
+    """Resolve a run id (prefix), register the workflow that run belongs to (its agents on
+    the scripted model: the commands using this run none), and return the run's record."""
+    run = await runtime.store.get_run(await _full_run_id(runtime, given))
     register(runtime, [run.workflow_name])
-    return run_id
+    return run
 
 
 # --- running ----------------------------------------------------------------------------------
@@ -599,7 +598,7 @@ def cancel(
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
-            info = await runtime.cancel(await _run_for(runtime, run_id))
+            info = await runtime.cancel((await _run_for(runtime, run_id)).run_id)
             print(f"Run {clean(info.run_id)} {info.status.value}.")
             return EXIT_DONE
 
@@ -743,9 +742,9 @@ def runs_show(
         from ._console import describe_output
 
         async def go(runtime: Runtime) -> int:
-            full = await _run_for(runtime, run_id)
+            record = await _run_for(runtime, run_id)
+            full = record.run_id
             info = await runtime.get_run(full)
-            record = await runtime.store.get_run(full)
             history = await runtime.history(full)
             if json_mode:
                 print(
