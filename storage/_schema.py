@@ -11,6 +11,8 @@ Every row that holds encoded data records the codec and schema version that wrot
                   stored; (v3) the superstep each entry belongs to (compacted at its commit),
                   intents of steps that started
     runs.cancel_requested (v3) a durable request to cancel the run at its next boundary
+    runs.run_no   (v5) a number per run; checkpoint rows are keyed ``pos = run_no * 2**32 + seq``
+                  (the table's own key orders a run's rows: no ``(run_id, seq)`` index to write)
 
 The tables (and ``MIGRATIONS``) are built on first access: SQLAlchemy is needed only to create
 and migrate a database, not to import ``storage`` or to open a database that is up to date.
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     journal: Table
     MIGRATIONS: dict[int, Callable[[Connection], None]]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _DECLARED = ("metadata", "schema_info", "runs", "checkpoints", "requests", "journal", "MIGRATIONS")
 _LOCK = threading.Lock()  # stores migrate from their own threads: declare the tables once
@@ -54,6 +56,7 @@ def __getattr__(name: str) -> Any:
 
 def _declare() -> dict[str, Any]:
     from sqlalchemy import (
+        BigInteger,
         Column,
         Float,
         ForeignKey,
@@ -63,7 +66,6 @@ def _declare() -> dict[str, Any]:
         String,
         Table,
         Text,
-        UniqueConstraint,
     )
 
     metadata = MetaData()
@@ -95,14 +97,18 @@ def _declare() -> dict[str, Any]:
         Column("error", Text),
         Column("parent_run_id", String(64)),
         Column("cancel_requested", Integer, nullable=False, server_default="0"),
+        Column("run_no", BigInteger().with_variant(Integer, "sqlite")),
         Index("ix_runs_status", "status"),
         Index("ix_runs_workflow", "workflow_name"),
+        Index("ix_runs_run_no", "run_no", unique=True),
     )
 
     checkpoints = Table(
         "checkpoints",
         metadata,
-        Column("checkpoint_id", String(64), primary_key=True),
+        # exactly INTEGER on SQLite, so that it is the rowid: the row is stored under it
+        Column("pos", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
+        Column("checkpoint_id", String(64), nullable=False, unique=True),
         Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
         Column("seq", Integer, nullable=False),
         Column("superstep", Integer, nullable=False),
@@ -112,7 +118,6 @@ def _declare() -> dict[str, Any]:
         Column("schema_version", Integer, nullable=False),
         Column("body", Text, nullable=False),
         Column("created_at", Float, nullable=False),
-        UniqueConstraint("run_id", "seq", name="uq_checkpoints_run_seq"),
     )
 
     requests = Table(
@@ -171,11 +176,33 @@ def _declare() -> dict[str, Any]:
         itself is the change -- an older engine, which could not fold a span, refuses the
         database by name instead of misreading it."""
 
+    def _checkpoints_by_position_v5(conn: Connection) -> None:
+        """Number the runs, and rebuild the checkpoints table keyed by (run number, seq). A
+        database created by this code already has both: each step runs only where missing."""
+        present = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(runs)")}
+        if "run_no" not in present:
+            conn.exec_driver_sql("ALTER TABLE runs ADD COLUMN run_no INTEGER")
+            conn.exec_driver_sql("UPDATE runs SET run_no = rowid")  # unique; fixed from now on
+            next(i for i in runs.indexes if i.name == "ix_runs_run_no").create(conn)
+        present = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(checkpoints)")}
+        if "pos" not in present:
+            conn.exec_driver_sql("ALTER TABLE checkpoints RENAME TO checkpoints_v4")
+            checkpoints.create(conn)
+            columns = ", ".join(c.name for c in checkpoints.columns if c.name != "pos")
+            prefixed = ", ".join(f"c.{c.name}" for c in checkpoints.columns if c.name != "pos")
+            conn.exec_driver_sql(
+                f"INSERT INTO checkpoints (pos, {columns}) "
+                f"SELECT r.run_no * 4294967296 + c.seq, {prefixed} "
+                "FROM checkpoints_v4 c JOIN runs r ON r.run_id = c.run_id"
+            )
+            conn.exec_driver_sql("DROP TABLE checkpoints_v4")
+
     migrations: dict[int, Callable[[Connection], None]] = {
         1: _create_v1,
         2: _add_journal_v2,
         3: _step_identity_v3,
         4: _spans_v4,
+        5: _checkpoints_by_position_v5,
     }
     """Version N's migration upgrades a database at version N-1. Never edit one that shipped."""
 

@@ -17,15 +17,25 @@ REQUEST_COLUMNS = (
 TERMINAL_SQL = "('idle', 'cancelled', 'failed')"
 
 SQL_SCHEMA_VERSION = "SELECT version FROM we_schema WHERE id = 1"
+
+# Checkpoint rows are keyed by ``pos = run_no * 2**32 + seq`` (``runs.run_no``: a number per run,
+# given at admission): the table's own b-tree orders a run's rows, so a commit inserts into two
+# b-trees (the table and the ``checkpoint_id`` index) instead of three. Every query of a run's
+# rows is a range of ``pos``; ``_BASE`` is that run's first position (run id as ``?1``).
+SEQ_SPAN = 2**32
+_BASE = f"(SELECT run_no FROM runs WHERE run_id = ?1) * {SEQ_SPAN}"
+_IN_RUN = f"pos BETWEEN {_BASE} AND {_BASE} + {SEQ_SPAN - 1}"
 SQL_INSERT_RUN = (
     "INSERT INTO runs (run_id, workflow_name, workflow_signature, status, superstep, created_at, "
     "updated_at, owner, lease_expires_at, version, latest_checkpoint_id, checkpoint_seq, "
-    "since_snapshot, error, parent_run_id) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, NULL, ?)"
+    "since_snapshot, error, parent_run_id, run_no) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, NULL, ?, "
+    "(SELECT coalesce(max(run_no), 0) + 1 FROM runs))"
 )
-SQL_INSERT_CHECKPOINT = (
-    "INSERT INTO checkpoints (checkpoint_id, run_id, seq, superstep, kind, status, codec, "
-    "schema_version, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+SQL_INSERT_CHECKPOINT = (  # the run's row exists (admitted in the same transaction, or leased)
+    "INSERT INTO checkpoints (pos, checkpoint_id, run_id, seq, superstep, kind, status, codec, "
+    f"schema_version, body, created_at) VALUES ({_BASE.replace('?1', '?2')} + ?3, "
+    "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
 )
 SQL_INSERT_REQUEST = (
     "INSERT INTO requests (request_id, run_id, port_id, source_executor_id, kind, data, "
@@ -63,29 +73,40 @@ SQL_COMMIT_RUN_RELEASE = (  # the same, and the lease ends (lease_expires_at is 
     "error = NULL, owner = NULL WHERE run_id = ? AND version = ? AND owner = ? "
     "AND (? IS NULL OR latest_checkpoint_id = ?)"
 )
+# The same two with the status kept: a run whose status did not change since its last commit
+# (most supersteps) leaves it out of SET, so the ``status`` index is not rewritten -- one page
+# fewer per commit. ``status = ?`` (the last parameter) checks that it did not change.
+SQL_COMMIT_RUN_KEEP_STATUS = SQL_COMMIT_RUN.replace("status = ?, ", "", 1) + " AND status = ?"
+SQL_COMMIT_RUN_RELEASE_KEEP_STATUS = (
+    SQL_COMMIT_RUN_RELEASE.replace("status = ?, ", "", 1) + " AND status = ?"
+)
 SQL_SET_STATUS = (
     "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ? "
     "WHERE run_id = ? AND version = ? AND owner = ?"
 )
 SQL_REQUEST_STATUS = "UPDATE requests SET status = ? WHERE request_id = ?"
-SQL_LATEST_SEQ = "SELECT max(seq) FROM checkpoints WHERE run_id = ?"
+SQL_LATEST_SEQ = (  # one row always: NULL when the run has no checkpoint rows
+    f"SELECT (SELECT seq FROM checkpoints WHERE {_IN_RUN} ORDER BY pos DESC LIMIT 1)"
+)
 # The rows a restore folds for checkpoint ?2 of run ?1: the latest snapshot at or before it, the
 # spans after that snapshot (each holds everything up to it), and the deltas after the last span.
-# Scalar subqueries, each run once: a range of the (run_id, seq) index, not a join per row.
+# Scalar subqueries, each run once: ranges of ``pos`` read backwards, not a join per row.
 _SNAPSHOT_SEQ = (
-    "(SELECT max(seq) FROM checkpoints WHERE run_id = ?1 AND seq <= ?2 AND kind = 'snapshot')"
+    f"(SELECT seq FROM checkpoints WHERE pos BETWEEN {_BASE} AND {_BASE} + ?2 "
+    "AND kind = 'snapshot' ORDER BY pos DESC LIMIT 1)"
 )
 SQL_CHAIN = (
     "SELECT checkpoint_id, seq, kind, body, schema_version FROM checkpoints "
-    f"WHERE run_id = ?1 AND seq <= ?2 AND seq >= {_SNAPSHOT_SEQ} "
-    "AND (kind != 'delta' OR seq > coalesce((SELECT max(seq) FROM checkpoints WHERE run_id = ?1 "
-    f"AND seq <= ?2 AND seq > {_SNAPSHOT_SEQ} AND kind = 'span'), -1)) ORDER BY seq"
+    f"WHERE pos BETWEEN {_BASE} + {_SNAPSHOT_SEQ} AND {_BASE} + ?2 "
+    "AND (kind != 'delta' OR seq > coalesce((SELECT seq FROM checkpoints "
+    f"WHERE pos > {_BASE} + {_SNAPSHOT_SEQ} AND pos <= {_BASE} + ?2 AND kind = 'span' "
+    "ORDER BY pos DESC LIMIT 1), -1)) ORDER BY pos"
 )
-SQL_LATEST_CHAIN = SQL_CHAIN.replace("?2", str(2**62))  # the same, up to the newest
+SQL_LATEST_CHAIN = SQL_CHAIN.replace("?2", str(SEQ_SPAN - 1))  # the same, up to the newest
 SQL_CHECKPOINT_PLACE = "SELECT run_id, seq FROM checkpoints WHERE checkpoint_id = ?"
 SQL_HISTORY = (
     "SELECT checkpoint_id, seq, superstep, status, created_at, kind FROM checkpoints "
-    "WHERE run_id = ? ORDER BY seq"
+    f"WHERE {_IN_RUN} ORDER BY pos"
 )
 SQL_REQUEST = f"SELECT {REQUEST_COLUMNS} FROM requests WHERE request_id = ?"
 SQL_REQUEST_AND_RUN = (
@@ -123,22 +144,27 @@ SQL_DOOMED = (  # finished, old, and not leased (a failed run being retried is k
     f"SELECT run_id FROM runs WHERE status IN {TERMINAL_SQL} AND updated_at < ? "
     "AND (owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ?)"
 )
+SQL_DOOMED_RUN_NOS = SQL_DOOMED.replace("SELECT run_id", "SELECT run_no", 1)
 SQL_PRUNE = {
     table: f"DELETE FROM {table} WHERE run_id IN ({SQL_DOOMED})"
-    for table in ("checkpoints", "requests", "journal", "runs")
+    for table in ("requests", "journal", "runs")
 }
+SQL_DROP_RUN_CHECKPOINTS = (  # every checkpoint of run number ?1
+    f"DELETE FROM checkpoints WHERE pos BETWEEN ?1 * {SEQ_SPAN} "
+    f"AND ?1 * {SEQ_SPAN} + {SEQ_SPAN - 1}"
+)
 SQL_LONG_HISTORIES = (
     "SELECT run_id, max(seq), count(*) FROM checkpoints GROUP BY run_id HAVING count(*) > ?"
 )
-SQL_MAKE_SNAPSHOT = (
-    "UPDATE checkpoints SET kind = 'snapshot', body = ? WHERE run_id = ? AND seq = ?"
+SQL_MAKE_SNAPSHOT = (  # checkpoint ?3 of run ?1 becomes a snapshot holding ?2
+    f"UPDATE checkpoints SET kind = 'snapshot', body = ?2 WHERE pos = {_BASE} + ?3"
 )
 SQL_FIRST_SPAN_AFTER = (  # the first span after ?2 with no snapshot between: its base is before ?2
-    "SELECT min(seq) FROM checkpoints WHERE run_id = ?1 AND seq > ?2 AND kind = 'span' "
-    "AND seq < coalesce((SELECT min(seq) FROM checkpoints WHERE run_id = ?1 AND seq > ?2 "
-    f"AND kind = 'snapshot'), {2**62})"
+    f"SELECT min(seq) FROM checkpoints WHERE pos > {_BASE} + ?2 AND pos < {_BASE} + "
+    f"coalesce((SELECT seq FROM checkpoints WHERE pos > {_BASE} + ?2 AND pos <= {_BASE} + "
+    f"{SEQ_SPAN - 1} AND kind = 'snapshot' ORDER BY pos LIMIT 1), {SEQ_SPAN}) AND kind = 'span'"
 )
-SQL_DROP_BEFORE = "DELETE FROM checkpoints WHERE run_id = ? AND seq < ?"
+SQL_DROP_BEFORE = f"DELETE FROM checkpoints WHERE pos >= {_BASE} AND pos < {_BASE} + ?2"
 
 
 def filtered(select: str, filters: Sequence[tuple[str, Any]], order: str) -> tuple[str, list]:

@@ -117,8 +117,12 @@ from ._sql import (
     SQL_CHAIN,
     SQL_CHECKPOINT_PLACE,
     SQL_COMMIT_RUN,
+    SQL_COMMIT_RUN_KEEP_STATUS,
     SQL_COMMIT_RUN_RELEASE,
+    SQL_COMMIT_RUN_RELEASE_KEEP_STATUS,
+    SQL_DOOMED_RUN_NOS,
     SQL_DROP_BEFORE,
+    SQL_DROP_RUN_CHECKPOINTS,
     SQL_FENCE,
     SQL_FIRST_SPAN_AFTER,
     SQL_HISTORY,
@@ -316,6 +320,7 @@ class SqliteStore:
         self._finalizer: weakref.finalize[Any, Any] | None = None
         self._meta: dict[str, tuple[int, int]] = {}  # run_id -> (checkpoint_seq, since_snapshot)
         self._lease_seconds: dict[str, float] = {}
+        self._status: dict[str, str] = {}  # run_id -> the status our last commit of it wrote
         self._sizes: dict[str, tuple[int, int]] = {}  # run_id -> (delta bytes since, snapshot)
         self._span_base: dict[str, Checkpoint] = {}  # run_id -> its last snapshot or span
         self._journaled: set[str] = set()  # runs whose journal may hold entries to compact
@@ -800,6 +805,7 @@ class SqliteStore:
     def _leased(self, lease: Lease, meta: tuple[int, int], lease_seconds: float) -> None:
         """After the COMMIT that took ``lease``: where the run's checkpoint chain stands."""
         self._meta[lease.run_id] = meta
+        self._status.pop(lease.run_id, None)  # as the lease was taken (maybe 'in_progress')
         self._journaled.add(lease.run_id)  # a crashed holder may have left entries
         self._lease_seconds[lease.run_id] = lease_seconds
 
@@ -1040,6 +1046,7 @@ class SqliteStore:
         """Our lease on ``run_id`` ended: drop what we kept for committing under it."""
         self._meta.pop(run_id, None)
         self._lease_seconds.pop(run_id, None)
+        self._status.pop(run_id, None)
 
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         """One transaction: fenced run update, checkpoint row, request changes."""
@@ -1080,10 +1087,10 @@ class SqliteStore:
         changes = checkpoint.changes
         expires_at = now + self._lease_seconds.get(run_id, 30.0)  # each commit renews
         self._fault("commit:before")
-        text = SQL_COMMIT_RUN_RELEASE if release else SQL_COMMIT_RUN
+        status = checkpoint.status.value
         run = (
             lease.version + 1,
-            checkpoint.status.value,
+            status,
             checkpoint.superstep,
             now,
             checkpoint.checkpoint_id,
@@ -1096,6 +1103,10 @@ class SqliteStore:
             checkpoint.parent_id,
             checkpoint.parent_id,
         )
+        text = SQL_COMMIT_RUN_RELEASE if release else SQL_COMMIT_RUN
+        kept = None  # the status is unchanged: the update that leaves it out, tried first
+        if self._status.get(run_id) == status:
+            kept = SQL_COMMIT_RUN_RELEASE_KEEP_STATUS if release else SQL_COMMIT_RUN_KEEP_STATUS
         added = changes.requests_added
         request_rows = new_request_rows(checkpoint, added, now) if added else None
         status_rows = [("applied", r) for r in changes.requests_answered]
@@ -1119,6 +1130,7 @@ class SqliteStore:
                 self._forget(run_id)
             else:
                 self._meta[run_id] = meta
+                self._status[run_id] = status
             kept = None if snapshot else self._recent.get(run_id)
             self._remember(checkpoint, len(body[8]) + (kept[1] if kept is not None else 0))
             if snapshot or spanned:
@@ -1127,7 +1139,14 @@ class SqliteStore:
             return flags
 
         cancel, waiting = await self._in_write(
-            self._commit_rows, checkpoint, text, run, body, request_rows, status_rows, after=after
+            self._commit_rows,
+            checkpoint,
+            (text, kept),
+            run,
+            body,
+            request_rows,
+            status_rows,
+            after=after,
         )
         if snapshot:
             self._sizes[run_id] = (0, len(body[8]))
@@ -1141,14 +1160,18 @@ class SqliteStore:
         self,
         conn: Conn,
         checkpoint: Checkpoint,
-        text: str,
+        texts: tuple[str, str | None],
         run: tuple,
         body: tuple,
         request_rows: list[tuple] | None,
         status_rows: list[tuple[str, str]],
     ) -> tuple[bool, bool]:
         run_id = run[8]
-        if conn.execute(text, run).rowcount != 1:  # refused: say why (lease lost, or history moved)
+        text, kept = texts
+        # the status as the row holds it (checked by the update itself): leave it out
+        updated = kept is not None and conn.execute(kept, (run[0], *run[2:], run[1])).rowcount == 1
+        if not updated and conn.execute(text, run).rowcount != 1:
+            # refused: say why (lease lost, or history moved)
             latest, _ = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
             raise CheckpointNotLatestError(
                 f"run {run_id!r}: checkpoint {checkpoint.checkpoint_id} follows "
@@ -1180,6 +1203,7 @@ class SqliteStore:
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
     ) -> Lease:
+        self._status.pop(lease.run_id, None)
         params = (
             lease.version + 1,
             status.value,
@@ -1517,8 +1541,8 @@ class SqliteStore:
             (span_seq,) = conn.execute(SQL_FIRST_SPAN_AFTER, (run_id, first_kept)).fetchone()
             if span_seq is not None:
                 rebased = self._fold(run_id, self._chain(conn, run_id, span_seq))
-                conn.execute(SQL_MAKE_SNAPSHOT, (rebased.model_dump_json(), run_id, span_seq))
-            conn.execute(SQL_MAKE_SNAPSHOT, (full.model_dump_json(), run_id, first_kept))
+                conn.execute(SQL_MAKE_SNAPSHOT, (run_id, rebased.model_dump_json(), span_seq))
+            conn.execute(SQL_MAKE_SNAPSHOT, (run_id, full.model_dump_json(), first_kept))
             deleted += conn.execute(SQL_DROP_BEFORE, (run_id, first_kept)).rowcount
         return deleted
 
@@ -1573,7 +1597,9 @@ def _update_one(conn: Conn, text: str, params: Sequence[Any]) -> bool:
 
 
 def _prune_finished(conn: Conn, finished_before: float, now: float) -> int:
-    deleted = conn.execute(SQL_PRUNE["checkpoints"], (finished_before, now)).rowcount
+    deleted = 0
+    for (run_no,) in conn.execute(SQL_DOOMED_RUN_NOS, (finished_before, now)).fetchall():
+        deleted += conn.execute(SQL_DROP_RUN_CHECKPOINTS, (run_no,)).rowcount
     for table in ("requests", "journal", "runs"):
         conn.execute(SQL_PRUNE[table], (finished_before, now))
     return deleted
