@@ -56,6 +56,7 @@ def __getattr__(name: str) -> Any:
 
 def _declare() -> dict[str, Any]:
     from sqlalchemy import (
+        DDL,
         BigInteger,
         Column,
         Float,
@@ -66,6 +67,7 @@ def _declare() -> dict[str, Any]:
         String,
         Table,
         Text,
+        event,
     )
 
     metadata = MetaData()
@@ -118,6 +120,20 @@ def _declare() -> dict[str, Any]:
         Column("schema_version", Integer, nullable=False),
         Column("body", Text, nullable=False),
         Column("created_at", Float, nullable=False),
+    )
+    # A row is only ever written at its place. An engine before schema 5 that had the database
+    # open when it was upgraded leaves ``pos`` out of its INSERT, and SQLite would put the row
+    # after the newest run's rows -- into another run. It is refused by name instead.
+    event.listen(
+        checkpoints,
+        "after_create",
+        DDL(
+            "CREATE TRIGGER checkpoints_in_place BEFORE INSERT ON checkpoints "
+            "WHEN NEW.pos IS NOT (SELECT run_no FROM runs WHERE run_id = NEW.run_id) * 4294967296 "
+            "+ NEW.seq BEGIN SELECT RAISE(ABORT, 'checkpoint row out of place: this database was "
+            "upgraded to schema 5 by a newer workflow-engine, and a process of an older version "
+            "cannot write to it; restart that process with the newer version'); END"
+        ).execute_if(dialect="sqlite"),
     )
 
     requests = Table(

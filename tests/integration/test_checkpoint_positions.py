@@ -84,6 +84,7 @@ async def test_a_version_4_database_is_rebuilt_keyed_by_position(tmp_path: Path)
         assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
         names = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
         assert "checkpoints_v4" not in names
+        assert "checkpoints_in_place" in names  # the rebuilt table refuses rows out of place
         indexes = [row[1] for row in raw.execute("PRAGMA index_list(checkpoints)")]
         assert len(indexes) == 1, indexes  # the checkpoint id's; no (run_id, seq) index
         numbers = raw.execute("SELECT run_no FROM runs ORDER BY run_no").fetchall()
@@ -182,3 +183,27 @@ async def test_a_status_changed_behind_the_store_is_written_again(tmp_path: Path
         ).fetchone()
         assert by_index == 1
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+async def test_an_older_engine_cannot_write_a_row_out_of_place(tmp_path: Path) -> None:
+    """An engine before schema 5 that had the file open while it was upgraded inserts checkpoint
+    rows without their place (its INSERT, verbatim below); SQLite would file such a row after the
+    newest run's rows. It is refused by name, and nothing is written."""
+    db = tmp_path / "runs.db"
+    rt = Runtime(SqliteStore(db))
+    rt.register(stepper_workflow())
+    older = await rt.run("stepper", 1)
+    newer = await rt.run("stepper", 1)
+    await rt.close()
+    with sqlite3.connect(db) as raw:
+        before = raw.execute("SELECT count(*) FROM checkpoints").fetchone()[0]
+        with pytest.raises(sqlite3.IntegrityError, match="out of place.*older version"):
+            raw.execute(  # the statement of schema 4's store
+                "INSERT INTO checkpoints (checkpoint_id, run_id, seq, superstep, kind, status, "
+                "codec, schema_version, body, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ("c-old", older.run_id, 9, 9, "delta", "in_progress", "json", 2, "{}", 0.0),
+            )
+        assert raw.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == before
+    store = SqliteStore(db)
+    assert len(await store.history(newer.run_id)) == len(await store.history(older.run_id))
+    await store.close()
