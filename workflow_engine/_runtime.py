@@ -669,10 +669,16 @@ class Runtime:
                 for n, i in enumerate(history)
                 if (i.superstep == superstep if superstep is not None else n == len(history) - 1)
             ]
-        if not chosen:
-            where = f"checkpoint {checkpoint_id!r}" if checkpoint_id else f"superstep {superstep}"
-            raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
-        source = await self.store.load(chosen[0].checkpoint_id)
+        try:
+            if not chosen:
+                where = (
+                    f"checkpoint {checkpoint_id!r}" if checkpoint_id else f"superstep {superstep}"
+                )
+                raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
+            source = await self.store.load(chosen[0].checkpoint_id)
+        except CheckpointNotFoundError:
+            await self.store.get_run(run_id)  # RunNotFoundError if it was pruned meanwhile
+            raise
         forked = wf.fork_checkpoint(source, new_run_id=uuid.uuid4().hex)
         await self.store.admit(forked, parent_run_id=run_id)
         return forked.run_id

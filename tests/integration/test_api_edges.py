@@ -11,6 +11,7 @@ from workflow_engine import (
     Executor,
     RequestPort,
     RunExistsError,
+    RunNotFoundError,
     Runtime,
     UsageError,
     WorkflowBuilder,
@@ -73,6 +74,27 @@ async def test_fork_defaults_to_the_latest_checkpoint_and_run_ids_are_unique(
     assert info.parent_run_id == "chosen"
     with pytest.raises(RunExistsError, match="'chosen' already exists"):
         await runtime.run("ask", "again", run_id="chosen")
+    await runtime.close()
+
+
+class PruningWhileForking(SqliteStore):
+    """A store on which another process prunes every finished run right after ``history`` is
+    read: the moment a fork is between choosing its checkpoint and loading it."""
+
+    async def history(self, run_id: str) -> Any:
+        found = await super().history(run_id)
+        await super().prune(finished_before=self.clock() + 1)
+        return found
+
+
+async def test_forking_a_run_pruned_meanwhile_says_the_run_is_gone(tmp_path: Path) -> None:
+    """It said ``no checkpoint '0661…'``: a checkpoint id the caller never gave."""
+    runtime = Runtime(PruningWhileForking(tmp_path / "runs.db"))
+    runtime.register(build_gate)
+    done = await runtime.run("gate", "m", run_id="finished")
+    assert done.status is WorkflowRunState.IDLE
+    with pytest.raises(RunNotFoundError, match="'finished'"):
+        await runtime.fork("finished")
     await runtime.close()
 
 
