@@ -42,6 +42,7 @@ from ._store import (
     RunStore,
     StoredRequest,
     default_owner,
+    owner_is_dead,
 )
 from ._workflow import Workflow, WorkflowRunResult
 
@@ -693,6 +694,17 @@ class Runtime:
         try:
             wf, sink, loaded = await self._acquire(run_id, cancelling=True)
         except RunBusyError:
+            await self.store.request_cancel(run_id)
+            return await self.get_run(run_id)
+        except (WorkflowNotRegisteredError, SignatureMismatchError):
+            # this process cannot execute the run, but a worker executing it now honours a
+            # stored cancel (say, the command line cancelling an application's run)
+            run = await self.store.get_run(run_id)
+            expires = run.lease_expires_at
+            if run.owner is None or expires is None or expires < time.time():
+                raise
+            if owner_is_dead(run.owner):
+                raise
             await self.store.request_cancel(run_id)
             return await self.get_run(run_id)
         try:

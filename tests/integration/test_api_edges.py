@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any, Literal, Never
 
+import anyio
 import pytest
 
 from workflow_engine import (
@@ -16,6 +18,7 @@ from workflow_engine import (
     UsageError,
     WorkflowBuilder,
     WorkflowContext,
+    WorkflowNotRegisteredError,
     WorkflowRunState,
     handler,
 )
@@ -96,6 +99,55 @@ async def test_forking_a_run_pruned_meanwhile_says_the_run_is_gone(tmp_path: Pat
     with pytest.raises(RunNotFoundError, match="'finished'"):
         await runtime.fork("finished")
     await runtime.close()
+
+
+class Slow(Executor):
+    @handler
+    async def tick(self, n: int, ctx: WorkflowContext[int, str]) -> None:
+        await anyio.sleep(0.02)
+        if n >= 60:
+            await ctx.yield_output("finished")
+        else:
+            await ctx.send_message(n + 1)
+
+
+def build_slow() -> Any:
+    slow = Slow("slow")
+    return WorkflowBuilder(name="slow", start=slow).add_edge(slow, slow).build()
+
+
+async def test_a_runtime_without_the_workflow_cancels_a_run_another_worker_executes(
+    tmp_path: Path,
+) -> None:
+    """The command line cancelling an application's run: it was WorkflowNotRegisteredError."""
+    db = tmp_path / "runs.db"
+    worker = Runtime(SqliteStore(db))
+    worker.register(build_slow)
+    outsider = Runtime(SqliteStore(db))  # registers nothing
+    results = []
+
+    async def execute() -> None:
+        results.append(await worker.run("slow", 0, run_id="busy"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute)
+        while True:
+            await anyio.sleep(0.01)
+            with contextlib.suppress(RunNotFoundError):
+                if (await outsider.get_run("busy")).superstep >= 2:
+                    break
+        info = await outsider.cancel("busy")
+        assert info.status is WorkflowRunState.IN_PROGRESS  # stored: the worker stops it
+    assert results[0].status is WorkflowRunState.CANCELLED
+    assert results[0].outputs == []
+    # a run no worker executes still needs its workflow to be cancelled
+    worker.register(build_ask)
+    await worker.run("ask", "m", run_id="resting")
+    with pytest.raises(WorkflowNotRegisteredError, match="'ask'"):
+        await outsider.cancel("resting")
+    assert (await outsider.get_run("resting")).status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    await worker.close()
+    await outsider.close()
 
 
 def test_tool_calls_from_a_client_that_gives_no_ids_get_ids_of_their_own() -> None:
