@@ -111,7 +111,10 @@ def _declare() -> dict[str, Any]:
         # exactly INTEGER on SQLite, so that it is the rowid: the row is stored under it
         Column("pos", BigInteger().with_variant(Integer, "sqlite"), primary_key=True),
         Column("checkpoint_id", String(64), nullable=False, unique=True),
-        Column("run_id", String(64), ForeignKey("runs.run_id", ondelete="CASCADE"), nullable=False),
+        # no foreign key: with no index on run_id, deleting a run would scan every checkpoint
+        # row for its children (pruning 300 of 600 runs took 2.9 s, not 35 ms). The trigger
+        # below refuses a row whose run does not exist, and a run's rows go with it by range.
+        Column("run_id", String(64), nullable=False),
         Column("seq", Integer, nullable=False),
         Column("superstep", Integer, nullable=False),
         Column("kind", String(16), nullable=False),
@@ -121,18 +124,20 @@ def _declare() -> dict[str, Any]:
         Column("body", Text, nullable=False),
         Column("created_at", Float, nullable=False),
     )
-    # A row is only ever written at its place. An engine before schema 5 that had the database
-    # open when it was upgraded leaves ``pos`` out of its INSERT, and SQLite would put the row
-    # after the newest run's rows -- into another run. It is refused by name instead.
+    # A row is only ever written at its place, under an existing run. An engine before schema 5
+    # that had the database open when it was upgraded leaves ``pos`` out of its INSERT, and
+    # SQLite would put the row after the newest run's rows -- into another run. It is refused by
+    # name instead.
     event.listen(
         checkpoints,
         "after_create",
         DDL(
             "CREATE TRIGGER checkpoints_in_place BEFORE INSERT ON checkpoints "
             "WHEN NEW.pos IS NOT (SELECT run_no FROM runs WHERE run_id = NEW.run_id) * 4294967296 "
-            "+ NEW.seq BEGIN SELECT RAISE(ABORT, 'checkpoint row out of place: this database was "
-            "upgraded to schema 5 by a newer workflow-engine, and a process of an older version "
-            "cannot write to it; restart that process with the newer version'); END"
+            "+ NEW.seq BEGIN SELECT RAISE(ABORT, 'checkpoint row out of place: its run does not "
+            "exist, or a process of an older version writes to this database, which a newer "
+            "workflow-engine upgraded to schema 5; restart that process with the newer "
+            "version'); END"
         ).execute_if(dialect="sqlite"),
     )
 
