@@ -153,9 +153,16 @@ SQL_DROP_RUN_CHECKPOINTS = (  # every checkpoint of run number ?1
     f"DELETE FROM checkpoints WHERE pos BETWEEN ?1 * {SEQ_SPAN} "
     f"AND ?1 * {SEQ_SPAN} + {SEQ_SPAN - 1}"
 )
-SQL_LONG_HISTORIES = (
-    "SELECT run_id, max(seq), count(*) FROM checkpoints GROUP BY run_id HAVING count(*) > ?"
+_RUN_ROWS = (  # the rows of run ``r``
+    f"FROM checkpoints WHERE pos BETWEEN r.run_no * {SEQ_SPAN} "
+    f"AND r.run_no * {SEQ_SPAN} + {SEQ_SPAN - 1}"
 )
+SQL_LONG_HISTORIES = (  # runs with more than ?1 checkpoint rows: (run, newest seq, rows)
+    "SELECT run_id, newest, newest - oldest + 1 FROM (SELECT r.run_id AS run_id, "
+    f"(SELECT seq {_RUN_ROWS} ORDER BY pos DESC LIMIT 1) AS newest, "
+    f"(SELECT seq {_RUN_ROWS} ORDER BY pos LIMIT 1) AS oldest FROM runs r) "
+    "WHERE newest - oldest + 1 > ?1"
+)  # two seeks per run: its rows' seqs are contiguous (they only ever go from the front)
 SQL_MAKE_SNAPSHOT = (  # checkpoint ?3 of run ?1 becomes a snapshot holding ?2
     f"UPDATE checkpoints SET kind = 'snapshot', body = ?2 WHERE pos = {_BASE} + ?3"
 )
