@@ -180,7 +180,8 @@ class InMemoryRunStore:
 
     async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         lease = await self.commit(lease, checkpoint)
-        await self.release(lease)
+        if not lease.cancel_requested:  # else kept: its holder honours the cancel now
+            await self.release(lease)
         return lease
 
     async def get_run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:

@@ -1096,17 +1096,14 @@ class SqliteStore:
             checkpoint.checkpoint_id,
             seq,
             since,
-            None if release else expires_at,
+            expires_at,  # None where the lease ends (``_commit_rows``)
             run_id,
             lease.version,
             lease.owner,
             checkpoint.parent_id,
             checkpoint.parent_id,
         )
-        text = SQL_COMMIT_RUN_RELEASE if release else SQL_COMMIT_RUN
-        kept = None  # the status is unchanged: the update that leaves it out, tried first
-        if self._status.get(run_id) == status:
-            kept = SQL_COMMIT_RUN_RELEASE_KEEP_STATUS if release else SQL_COMMIT_RUN_KEEP_STATUS
+        same_status = self._status.get(run_id) == status
         added = changes.requests_added
         request_rows = new_request_rows(checkpoint, added, now) if added else None
         status_rows = [("applied", r) for r in changes.requests_answered]
@@ -1124,9 +1121,9 @@ class SqliteStore:
                 spanned = True
         meta = (seq, since)
 
-        def after(flags: tuple[bool, bool]) -> tuple[bool, bool]:
+        def after(flags: tuple[bool, bool, bool]) -> tuple[bool, bool, bool]:
             # after COMMIT (even if the caller gave up waiting)
-            if release:
+            if flags[2]:  # released
                 self._forget(run_id)
             else:
                 self._meta[run_id] = meta
@@ -1138,10 +1135,10 @@ class SqliteStore:
             self._journaled.discard(run_id)
             return flags
 
-        cancel, waiting = await self._in_write(
+        cancel, waiting, _ = await self._in_write(
             self._commit_rows,
             checkpoint,
-            (text, kept),
+            (release, same_status),
             run,
             body,
             request_rows,
@@ -1160,16 +1157,30 @@ class SqliteStore:
         self,
         conn: Conn,
         checkpoint: Checkpoint,
-        texts: tuple[str, str | None],
+        how: tuple[bool, bool],
         run: tuple,
         body: tuple,
         request_rows: list[tuple] | None,
         status_rows: list[tuple[str, str]],
-    ) -> tuple[bool, bool]:
+    ) -> tuple[bool, bool, bool]:
+        """The commit's rows: (cancel requested, answers waiting, lease released). ``how``:
+        (release the lease, the status is what our last commit wrote)."""
         run_id = run[8]
-        text, kept = texts
+        release, same_status = how
+        cancel = bool(conn.execute(SQL_CANCEL_FLAG, (run_id,)).fetchone()[0])
+        if cancel and checkpoint.status is WorkflowRunState.CANCELLED:
+            conn.execute(SQL_CANCEL_DONE, (run_id,))
+            cancel = False
+        # a cancel requested while this superstep ran: the lease is kept even if the run would
+        # rest now, so that its holder honours the cancel at this boundary
+        release = release and not cancel
+        if release:
+            text, kept = SQL_COMMIT_RUN_RELEASE, SQL_COMMIT_RUN_RELEASE_KEEP_STATUS
+            run = (*run[:7], None, *run[8:])
+        else:
+            text, kept = SQL_COMMIT_RUN, SQL_COMMIT_RUN_KEEP_STATUS
         # the status as the row holds it (checked by the update itself): leave it out
-        updated = kept is not None and conn.execute(kept, (run[0], *run[2:], run[1])).rowcount == 1
+        updated = same_status and conn.execute(kept, (run[0], *run[2:], run[1])).rowcount == 1
         if not updated and conn.execute(text, run).rowcount != 1:
             # refused: say why (lease lost, or history moved)
             latest, _ = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
@@ -1178,7 +1189,6 @@ class SqliteStore:
                 f"{checkpoint.parent_id}, but the run's latest checkpoint is {latest}; continue "
                 "from the latest, or fork"
             )
-        cancel = bool(conn.execute(SQL_CANCEL_FLAG, (run_id,)).fetchone()[0])
         conn.execute(SQL_INSERT_CHECKPOINT, body)
         if request_rows:
             conn.executemany(SQL_INSERT_REQUEST, request_rows)
@@ -1188,9 +1198,6 @@ class SqliteStore:
         # store touched since its lease was taken can have any)
         if run_id in self._journaled:
             conn.execute(SQL_JOURNAL_COMPACT, (run_id, checkpoint.superstep))
-        if cancel and checkpoint.status is WorkflowRunState.CANCELLED:
-            conn.execute(SQL_CANCEL_DONE, (run_id,))
-            cancel = False
         # answers stored while this worker executed (this commit applied the ones it knew of):
         # a run about to rest must go on instead of waiting for them
         waiting = (
@@ -1198,7 +1205,7 @@ class SqliteStore:
             and conn.execute(SQL_ANSWER_WAITING, (run_id,)).fetchone() is not None
         )
         self._fault("commit:inside")
-        return cancel, waiting
+        return cancel, waiting, release
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None

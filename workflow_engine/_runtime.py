@@ -150,7 +150,7 @@ class _LeasedStore:
         try:
             if self.release_on_rest and checkpoint.status in _RESTING:
                 self._took(await self.store.commit_and_release(self.lease, checkpoint))
-                self.released = True
+                self.released = not self.lease.cancel_requested  # kept to honour a cancel
                 return
             self._took(await self.store.commit(self.lease, checkpoint))
         except RunBusyError:
@@ -670,16 +670,22 @@ class Runtime:
                 for n, i in enumerate(history)
                 if (i.superstep == superstep if superstep is not None else n == len(history) - 1)
             ]
+        where = (
+            f"checkpoint {checkpoint_id!r}"
+            if checkpoint_id
+            else f"superstep {superstep}"
+            if superstep is not None
+            else "latest checkpoint"
+        )
+        if not chosen:
+            raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
         try:
-            if not chosen:
-                where = (
-                    f"checkpoint {checkpoint_id!r}" if checkpoint_id else f"superstep {superstep}"
-                )
-                raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
             source = await self.store.load(chosen[0].checkpoint_id)
         except CheckpointNotFoundError:
             await self.store.get_run(run_id)  # RunNotFoundError if it was pruned meanwhile
-            raise
+            raise CheckpointNotFoundError(
+                f"run {run_id!r} has no {where} any more: it was pruned while being forked"
+            ) from None
         forked = wf.fork_checkpoint(source, new_run_id=uuid.uuid4().hex)
         await self.store.admit(forked, parent_run_id=run_id)
         return forked.run_id
@@ -696,15 +702,21 @@ class Runtime:
         except RunBusyError:
             await self.store.request_cancel(run_id)
             return await self.get_run(run_id)
-        except (WorkflowNotRegisteredError, SignatureMismatchError):
+        except (WorkflowNotRegisteredError, SignatureMismatchError) as exc:
             # this process cannot execute the run, but a worker executing it now honours a
             # stored cancel (say, the command line cancelling an application's run)
             run = await self.store.get_run(run_id)
+            if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
+                raise RunNotResumableError(
+                    f"run {run_id!r} is already {run.status.value}"
+                ) from None
             expires = run.lease_expires_at
-            if run.owner is None or expires is None or expires < time.time():
-                raise
-            if owner_is_dead(run.owner):
-                raise
+            live = run.owner is not None and expires is not None and expires >= time.time()
+            if not live or owner_is_dead(str(run.owner)):
+                raise type(exc)(
+                    f"{exc}; no worker is executing run {run_id!r}, so cancelling it takes a "
+                    "process that has its workflow"
+                ) from None
             await self.store.request_cancel(run_id)
             return await self.get_run(run_id)
         try:

@@ -211,7 +211,10 @@ class RunStore(Protocol):
         ...
 
     async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
-        """``commit`` and ``release`` in one transaction (the run rests after this checkpoint)."""
+        """``commit`` and ``release`` in one transaction (the run rests after this checkpoint)
+        -- unless a cancel of the run was requested meanwhile: then the lease is kept (the
+        returned lease says ``cancel_requested``), so that its holder honours the cancel at
+        this boundary instead of leaving it unanswered on a resting run."""
         ...
 
     async def set_status(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 from pathlib import Path
 from typing import Any, Literal, Never
 
@@ -10,10 +11,12 @@ import anyio
 import pytest
 
 from workflow_engine import (
+    CheckpointNotFoundError,
     Executor,
     RequestPort,
     RunExistsError,
     RunNotFoundError,
+    RunNotResumableError,
     Runtime,
     UsageError,
     WorkflowBuilder,
@@ -24,7 +27,7 @@ from workflow_engine import (
 )
 from workflow_engine.executors import Agent, ChatMessage, ChatResponseUpdate
 from workflow_engine.executors._clients import message_from_updates
-from workflow_engine.storage import SqliteStore
+from workflow_engine.storage import InMemoryRunStore, SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -81,12 +84,18 @@ async def test_fork_defaults_to_the_latest_checkpoint_and_run_ids_are_unique(
 
 
 class PruningWhileForking(SqliteStore):
-    """A store on which another process prunes every finished run right after ``history`` is
-    read: the moment a fork is between choosing its checkpoint and loading it."""
+    """A store on which another process prunes right after ``history`` is read (every finished
+    run, or all but the last checkpoint of every run): the moment a fork is between choosing
+    its checkpoint and loading it."""
+
+    keep_last: int | None = None
 
     async def history(self, run_id: str) -> Any:
         found = await super().history(run_id)
-        await super().prune(finished_before=self.clock() + 1)
+        if self.keep_last is None:
+            await super().prune(finished_before=self.clock() + 1)
+        else:
+            await super().prune(keep_last=self.keep_last)
         return found
 
 
@@ -98,6 +107,21 @@ async def test_forking_a_run_pruned_meanwhile_says_the_run_is_gone(tmp_path: Pat
     assert done.status is WorkflowRunState.IDLE
     with pytest.raises(RunNotFoundError, match="'finished'"):
         await runtime.fork("finished")
+    await runtime.close()
+
+
+async def test_forking_a_checkpoint_pruned_meanwhile_names_the_run_and_superstep(
+    tmp_path: Path,
+) -> None:
+    """It said ``no checkpoint '0661…'`` here too (only the run's old checkpoints went)."""
+    store = PruningWhileForking(tmp_path / "runs.db")
+    store.keep_last = 1
+    runtime = Runtime(store)
+    runtime.register(build_slow)
+    done = await runtime.run("slow", 55, run_id="long")
+    assert done.status is WorkflowRunState.IDLE
+    with pytest.raises(CheckpointNotFoundError, match="run 'long' has no superstep 1 any more"):
+        await runtime.fork("long", 1)
     await runtime.close()
 
 
@@ -143,11 +167,68 @@ async def test_a_runtime_without_the_workflow_cancels_a_run_another_worker_execu
     # a run no worker executes still needs its workflow to be cancelled
     worker.register(build_ask)
     await worker.run("ask", "m", run_id="resting")
-    with pytest.raises(WorkflowNotRegisteredError, match="'ask'"):
+    with pytest.raises(WorkflowNotRegisteredError, match="'ask'.*no worker is executing"):
         await outsider.cancel("resting")
+    with pytest.raises(RunNotResumableError, match="'busy' is already cancelled"):
+        await outsider.cancel("busy")  # as a process with the workflow says
     assert (await outsider.get_run("resting")).status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
     await worker.close()
     await outsider.close()
+
+
+class SlowLast(Executor):
+    """One slow superstep that pauses the run (``ask``) or finishes it."""
+
+    @handler
+    async def go(self, then: str, ctx: WorkflowContext[str, str]) -> None:
+        await anyio.sleep(0.3)
+        if then == "ask":
+            await ctx.send_message("may I?")
+        else:
+            await ctx.yield_output("finished")
+
+
+def build_slow_last() -> Any:
+    slow = SlowLast("slow")
+    ask = RequestPort("ask", request_type=str, response_type=str)
+    return WorkflowBuilder(name="slow-last", start=slow).add_edge(slow, ask).build()
+
+
+@pytest.mark.parametrize("then", ["ask", "finish"])
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_a_cancel_stored_during_the_superstep_that_rests_the_run_is_honoured(
+    tmp_path: Path, then: str, kind: str
+) -> None:
+    """The commit that rested the run also ended its lease, so the worker could not honour a
+    cancel stored meanwhile: ``run``/``resume`` raised RunBusyError and the run rested with the
+    cancel still requested (its request answerable). The lease is kept for the cancel now."""
+    store: Any = SqliteStore(tmp_path / "runs.db") if kind == "sqlite" else InMemoryRunStore()
+    worker, outsider = Runtime(store), Runtime(store)
+    worker.register(build_slow_last)
+    outsider.register(build_slow_last)
+    results = []
+
+    async def execute() -> None:
+        results.append(await worker.run("slow-last", then, run_id="r"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute)
+        while True:
+            await anyio.sleep(0.02)
+            with contextlib.suppress(RunNotFoundError):
+                await outsider.get_run("r")
+                break
+        info = await outsider.cancel("r")  # stored: the worker is in its superstep
+        assert info.status is WorkflowRunState.IN_PROGRESS
+    assert results[0].status is WorkflowRunState.CANCELLED, results[0]
+    info = await outsider.get_run("r")
+    assert info.status is WorkflowRunState.CANCELLED and info.pending_requests == []
+    assert await outsider.pending_requests() == []
+    assert (await store.get_run("r")).owner is None  # the lease ended with the cancel
+    if kind == "sqlite":
+        with sqlite3.connect(tmp_path / "runs.db") as raw:
+            assert raw.execute("SELECT cancel_requested FROM runs").fetchone()[0] == 0
+    await worker.close()
 
 
 def test_tool_calls_from_a_client_that_gives_no_ids_get_ids_of_their_own() -> None:
