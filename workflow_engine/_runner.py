@@ -201,7 +201,9 @@ class RunLoop:
         self.emit = emit
         self.store = store
         self.max_supersteps = max_supersteps
-        self.cancel_requested = False
+        # a cancel stored while no worker could honour it (its worker died mid-superstep): the
+        # point this continuation starts from is the boundary that honours it
+        self.cancel_requested = bool(getattr(store, "cancel_requested", False))
         self._cancel_scope: anyio.CancelScope | None = None
         self._dirty = False
         self._executing = False

@@ -231,6 +231,52 @@ async def test_a_cancel_stored_during_the_superstep_that_rests_the_run_is_honour
     await worker.close()
 
 
+class Counted(Executor):
+    """Asks, and counts every time its answer handler runs (a side effect)."""
+
+    runs = 0
+
+    @handler
+    async def start(self, message: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(message)
+
+    @handler
+    async def answered(self, answer: bool, ctx: WorkflowContext[str, str]) -> None:
+        Counted.runs += 1
+        await ctx.yield_output("done")
+
+
+def build_counted() -> Any:
+    counted = Counted("counted")
+    ask = RequestPort("ask", request_type=str, response_type=bool)
+    return (
+        WorkflowBuilder(name="counted", start=counted)
+        .add_edge(counted, ask)
+        .add_edge(ask, counted)
+        .build()
+    )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_a_stored_cancel_is_honoured_before_a_resume_executes_anything(
+    tmp_path: Path, kind: str
+) -> None:
+    """A cancel stored for a worker that then died: the next resume executed a superstep
+    first (its side effects included), then cancelled."""
+    store: Any = SqliteStore(tmp_path / "runs.db") if kind == "sqlite" else InMemoryRunStore()
+    runtime = Runtime(store)
+    runtime.register(build_counted)
+    paused = await runtime.run("counted", "may I?", run_id="r")
+    await runtime.respond(paused.pending_requests[0].request_id, True)
+    await store.request_cancel("r")  # as a cancel from the command line while a worker ran
+    Counted.runs = 0
+    result = await runtime.resume("r")
+    assert result.status is WorkflowRunState.CANCELLED, result
+    assert Counted.runs == 0 and result.outputs == []
+    assert (await runtime.get_run("r")).status is WorkflowRunState.CANCELLED
+    await runtime.close()
+
+
 def test_tool_calls_from_a_client_that_gives_no_ids_get_ids_of_their_own() -> None:
     updates = [
         ChatResponseUpdate(
