@@ -1036,9 +1036,14 @@ class SqliteStore:
         if row is None:
             raise RunNotFoundError(f"no run {lease.run_id!r}")
         if row[0] != lease.owner or row[1] != lease.version:
+            now = (
+                f"is being executed by another worker ({row[0]})"
+                if row[0] is not None
+                else "was taken over by another worker, which is done with it (it cancelled, "
+                "resumed or released the run)"
+            )
             raise LeaseLostError(
-                f"run {lease.run_id!r} is being executed by another worker ({row[0]}): our "
-                "lease was taken over, so this write is refused"
+                f"run {lease.run_id!r} {now}: our lease was lost, so this write is refused"
             )
         return row[2], bool(row[3])
 

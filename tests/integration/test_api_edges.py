@@ -13,6 +13,7 @@ import pytest
 from workflow_engine import (
     CheckpointNotFoundError,
     Executor,
+    LeaseLostError,
     RequestPort,
     RunExistsError,
     RunNotFoundError,
@@ -291,3 +292,25 @@ def test_tool_calls_from_a_client_that_gives_no_ids_get_ids_of_their_own() -> No
     assert calls[0].arguments == {"a": 1}
     assert calls[0].call_id and calls[1].call_id and calls[0].call_id != calls[1].call_id
     assert isinstance(message, ChatMessage) and Agent  # the public names stay importable
+
+
+async def test_a_lease_lost_to_a_worker_that_is_done_does_not_name_none(tmp_path: Path) -> None:
+    """It said ``being executed by another worker (None)``: no worker holds the run."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(build_ask)
+    await runtime.run("ask", "m", run_id="r")
+    frozen = SqliteStore(db)
+    lease = await frozen.acquire("r", "frozen-worker", lease_seconds=0.05)
+    await anyio.sleep(0.1)  # past its lease, as a process stopped for a while
+    other = SqliteStore(db)
+    await other.release(await other.acquire("r", "other-worker", lease_seconds=5))
+    with pytest.raises(LeaseLostError) as lost:
+        await frozen.renew(lease)
+    assert "None" not in str(lost.value) and "'r'" in str(lost.value), lost.value
+    await other.acquire("r", "third-worker", lease_seconds=5)
+    with pytest.raises(LeaseLostError, match=r"another worker \(third-worker\)"):
+        await frozen.renew(lease)
+    for store in (frozen, other):
+        await store.close()
+    await runtime.close()
