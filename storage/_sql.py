@@ -73,13 +73,11 @@ SQL_COMMIT_RUN_RELEASE = (  # the same, and the lease ends (lease_expires_at is 
     "error = NULL, owner = NULL WHERE run_id = ? AND version = ? AND owner = ? "
     "AND (? IS NULL OR latest_checkpoint_id = ?)"
 )
-# The same two with the status kept: a run whose status did not change since its last commit
-# (most supersteps) leaves it out of SET, so the ``status`` index is not rewritten -- one page
-# fewer per commit. ``status = ?`` (the last parameter) checks that it did not change.
+# SQL_COMMIT_RUN for a run whose status did not change since its last commit (most supersteps):
+# leaving it out of SET, the ``status`` index is not rewritten -- one page fewer per commit.
+# ``status = ?`` (the last parameter) checks that it did not change. A commit that ends the lease
+# writes the status in full: it rests the run, which its last commit under the lease did not.
 SQL_COMMIT_RUN_KEEP_STATUS = SQL_COMMIT_RUN.replace("status = ?, ", "", 1) + " AND status = ?"
-SQL_COMMIT_RUN_RELEASE_KEEP_STATUS = (
-    SQL_COMMIT_RUN_RELEASE.replace("status = ?, ", "", 1) + " AND status = ?"
-)
 SQL_SET_STATUS = (
     "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ? "
     "WHERE run_id = ? AND version = ? AND owner = ?"

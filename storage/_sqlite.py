@@ -119,7 +119,6 @@ from ._sql import (
     SQL_COMMIT_RUN,
     SQL_COMMIT_RUN_KEEP_STATUS,
     SQL_COMMIT_RUN_RELEASE,
-    SQL_COMMIT_RUN_RELEASE_KEEP_STATUS,
     SQL_DOOMED_RUN_NOS,
     SQL_DROP_BEFORE,
     SQL_DROP_RUN_CHECKPOINTS,
@@ -1180,12 +1179,13 @@ class SqliteStore:
         # rest now, so that its holder honours the cancel at this boundary
         release = release and not cancel
         if release:
-            text, kept = SQL_COMMIT_RUN_RELEASE, SQL_COMMIT_RUN_RELEASE_KEEP_STATUS
+            text, updated = SQL_COMMIT_RUN_RELEASE, False
             run = (*run[:7], None, *run[8:])
         else:
-            text, kept = SQL_COMMIT_RUN, SQL_COMMIT_RUN_KEEP_STATUS
-        # the status as the row holds it (checked by the update itself): leave it out
-        updated = same_status and conn.execute(kept, (run[0], *run[2:], run[1])).rowcount == 1
+            text = SQL_COMMIT_RUN
+            # the status as the row holds it (the update checks that): leave it out
+            kept = (run[0], *run[2:], run[1])
+            updated = same_status and conn.execute(SQL_COMMIT_RUN_KEEP_STATUS, kept).rowcount == 1
         if not updated and conn.execute(text, run).rowcount != 1:
             # refused: say why (lease lost, or history moved)
             latest, _ = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
