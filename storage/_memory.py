@@ -185,11 +185,17 @@ class InMemoryRunStore:
         return lease
 
     async def get_run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None]:
-        return self._run(run_id), await self.latest(run_id)
+        return self._shown(self._run(run_id)), await self.latest(run_id)
 
     async def get_request_and_run(self, request_id: str) -> tuple[StoredRequest, RunRecord]:
         request = await self.get_request(request_id)
-        return request, self._run(request.run_id)
+        return request, self._shown(self._run(request.run_id))
+
+    def _shown(self, run: RunRecord) -> RunRecord:
+        """The record as readers get it: with the cancel request kept beside it."""
+        if run.run_id in self._cancel_requested:
+            return replace(run, cancel_requested=True)
+        return run
 
     async def release(self, lease: Lease) -> None:
         async with self._lock:
@@ -279,7 +285,7 @@ class InMemoryRunStore:
             return Lease(lease.run_id, lease.owner, run.version + 1, lease.expires_at)
 
     async def get_run(self, run_id: str) -> RunRecord:
-        return self._run(run_id)
+        return self._shown(self._run(run_id))
 
     async def list_runs(
         self,
@@ -288,7 +294,7 @@ class InMemoryRunStore:
         limit: int | None = None,
     ) -> Sequence[RunRecord]:
         out = [
-            r
+            self._shown(r)
             for r in sorted(self._runs.values(), key=lambda r: (r.created_at, r.run_id))
             if (status is None or r.status == status)
             and (workflow is None or r.workflow_name == workflow)

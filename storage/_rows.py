@@ -212,6 +212,7 @@ def run_record(row: Sequence[Any]) -> RunRecord:
         latest_checkpoint_id=_text(row[10], run_id, "its latest_checkpoint_id", optional=True),
         error=error,
         parent_run_id=_text(row[12], run_id, "its parent_run_id", optional=True),
+        cancel_requested=bool(_integer(row[13], run_id, "its cancel_requested")),
     )
 
 

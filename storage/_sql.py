@@ -8,7 +8,7 @@ from typing import Any
 
 RUN_COLUMNS = (
     "run_id, workflow_name, workflow_signature, status, superstep, created_at, updated_at, "
-    "version, owner, lease_expires_at, latest_checkpoint_id, error, parent_run_id"
+    "version, owner, lease_expires_at, latest_checkpoint_id, error, parent_run_id, cancel_requested"
 )  # RunRecord's field order
 REQUEST_COLUMNS = (
     "request_id, run_id, port_id, source_executor_id, kind, data, response_type, superstep, "
@@ -44,8 +44,7 @@ SQL_INSERT_REQUEST = (
 )
 SQL_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?"
 SQL_RUN_FOR_LEASE = (
-    f"SELECT {RUN_COLUMNS}, checkpoint_seq, since_snapshot, cancel_requested "
-    "FROM runs WHERE run_id = ?"
+    f"SELECT {RUN_COLUMNS}, checkpoint_seq, since_snapshot FROM runs WHERE run_id = ?"
 )
 SQL_LEASE_STATE = (
     "SELECT owner, lease_expires_at, version, checkpoint_seq, since_snapshot, cancel_requested "

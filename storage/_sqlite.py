@@ -985,7 +985,7 @@ class SqliteStore:
         if row is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
         run = run_record(row)
-        columns = lease_columns(run_id, (row[8], row[9], row[7], row[13], row[14], row[15]))
+        columns = lease_columns(run_id, (row[8], row[9], row[7], row[14], row[15], row[13]))
         if check is not None:
             check(run)
         answered = [stored_request(r) for r in conn.execute(SQL_ANSWERED, (run_id,)).fetchall()]

@@ -64,6 +64,8 @@ class RunInfo:
     """The requests waiting for an answer (one answered, not yet applied by the run, is not)."""
     error: dict[str, Any] | None = None
     parent_run_id: str | None = None
+    cancel_requested: bool = False
+    """A cancel waits for the worker executing the run (see :meth:`Runtime.cancel`)."""
 
 
 @dataclass
@@ -593,6 +595,7 @@ class Runtime:
             pending_requests=pending,
             error=run.error,
             parent_run_id=run.parent_run_id,
+            cancel_requested=run.cancel_requested,
         )
 
     async def list_runs(

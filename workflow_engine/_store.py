@@ -83,6 +83,9 @@ class RunRecord:
     latest_checkpoint_id: str | None = None
     error: dict[str, Any] | None = None
     parent_run_id: str | None = None
+    cancel_requested: bool = False
+    """A cancel is stored for the worker executing the run (honoured at its next superstep
+    boundary, or where the next continuation starts)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -664,7 +664,9 @@ def _shown_status(record: Any) -> str:
     """The run's status as a person reads it: ``interrupted`` for one in progress that no
     live process executes."""
     status = str(record.status.value)
-    return "interrupted" if status == "in_progress" and not _live_worker(record) else status
+    shown = "interrupted" if status == "in_progress" and not _live_worker(record) else status
+    # a stored cancel its worker has not honoured yet
+    return f"{shown}, cancelling" if record.cancel_requested else shown
 
 
 @runs_app.command("list")
@@ -697,6 +699,7 @@ def runs_list(
                                 "workflow": r.workflow_name,
                                 "status": r.status.value,
                                 "worker": _live_worker(r),
+                                "cancel_requested": r.cancel_requested,
                                 "superstep": r.superstep,
                                 "created_at": r.created_at,
                                 "updated_at": r.updated_at,
@@ -754,6 +757,7 @@ def runs_show(
                             "workflow": info.workflow_name,
                             "status": info.status.value,
                             "worker": _live_worker(record),
+                            "cancel_requested": info.cancel_requested,
                             "superstep": info.superstep,
                             "outputs": [describe_output(o) for o in info.outputs],
                             "pending_requests": [r.request_id for r in info.pending_requests],

@@ -163,8 +163,10 @@ async def test_a_runtime_without_the_workflow_cancels_a_run_another_worker_execu
                     break
         info = await outsider.cancel("busy")
         assert info.status is WorkflowRunState.IN_PROGRESS  # stored: the worker stops it
+        assert info.cancel_requested
     assert results[0].status is WorkflowRunState.CANCELLED
     assert results[0].outputs == []
+    assert not (await outsider.get_run("busy")).cancel_requested  # honoured
     # a run no worker executes still needs its workflow to be cancelled
     worker.register(build_ask)
     await worker.run("ask", "m", run_id="resting")
@@ -270,11 +272,14 @@ async def test_a_stored_cancel_is_honoured_before_a_resume_executes_anything(
     paused = await runtime.run("counted", "may I?", run_id="r")
     await runtime.respond(paused.pending_requests[0].request_id, True)
     await store.request_cancel("r")  # as a cancel from the command line while a worker ran
+    assert (await runtime.get_run("r")).cancel_requested
+    assert [r.cancel_requested for r in await runtime.list_runs()] == [True]
     Counted.runs = 0
     result = await runtime.resume("r")
     assert result.status is WorkflowRunState.CANCELLED, result
     assert Counted.runs == 0 and result.outputs == []
     assert (await runtime.get_run("r")).status is WorkflowRunState.CANCELLED
+    assert not (await runtime.get_run("r")).cancel_requested
     await runtime.close()
 
 

@@ -66,3 +66,30 @@ def test_a_killed_worker_leaves_its_run_interrupted(tmp_path: Path) -> None:
     shown = cli.json("runs", "show", RUN_ID)
     assert shown["status"] == "in_progress" and shown["worker"] is None
     assert "· interrupted ·" in cli.expect(0, "runs", "show", RUN_ID).out
+
+
+def test_a_cancel_the_command_line_stored_shows_until_it_is_honoured(tmp_path: Path) -> None:
+    """``workflow-engine cancel`` on an application's run (a workflow the command line does not
+    have) stores the cancel for its worker; the run reads as cancelling until that worker, or
+    the next one to resume it, honours it."""
+    cli = Cli(tmp_path)
+    worker = subprocess.Popen(
+        [sys.executable, "-c", WORKER, str(cli.db), RUN_ID],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=cli.env,
+    )
+    try:
+        assert worker.stdout is not None and worker.stdout.readline().strip() == "working"
+        assert cli.expect(0, "cancel", RUN_ID).out.strip() == f"Run {RUN_ID} in_progress."
+        [running] = cli.json("runs", "list")
+        assert running["cancel_requested"] is True and running["worker"] is not None
+        assert "in_progress, cancelling" in cli.expect(0, "runs", "list").out
+    finally:
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        if worker.stdout is not None:
+            worker.stdout.close()
+    shown = cli.json("runs", "show", RUN_ID)
+    assert shown["cancel_requested"] is True and shown["status"] == "in_progress"
+    assert "· interrupted, cancelling ·" in cli.expect(0, "runs", "show", RUN_ID).out
