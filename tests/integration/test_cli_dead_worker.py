@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.integration.cli_harness import Cli
@@ -41,8 +43,9 @@ WORKER = textwrap.dedent(
 RUN_ID = "d" * 32
 
 
-def test_a_killed_worker_leaves_its_run_interrupted(tmp_path: Path) -> None:
-    cli = Cli(tmp_path)
+@contextmanager
+def worker_in_its_step(cli: Cli) -> Iterator[subprocess.Popen[str]]:
+    """A worker process inside run ``RUN_ID``'s long step; SIGKILLed when the block ends."""
     worker = subprocess.Popen(
         [sys.executable, "-c", WORKER, str(cli.db), RUN_ID],
         stdout=subprocess.PIPE,
@@ -51,15 +54,21 @@ def test_a_killed_worker_leaves_its_run_interrupted(tmp_path: Path) -> None:
     )
     try:
         assert worker.stdout is not None and worker.stdout.readline().strip() == "working"
-        [running] = cli.json("runs", "list")
-        assert running["status"] == "in_progress" and running["worker"] is not None
-        assert str(worker.pid) in running["worker"]
-        assert "interrupted" not in cli.expect(0, "runs", "list").out
+        yield worker
     finally:
         os.kill(worker.pid, signal.SIGKILL)
         worker.wait()
         if worker.stdout is not None:
             worker.stdout.close()
+
+
+def test_a_killed_worker_leaves_its_run_interrupted(tmp_path: Path) -> None:
+    cli = Cli(tmp_path)
+    with worker_in_its_step(cli) as worker:
+        [running] = cli.json("runs", "list")
+        assert running["status"] == "in_progress" and running["worker"] is not None
+        assert str(worker.pid) in running["worker"]
+        assert "interrupted" not in cli.expect(0, "runs", "list").out
     [run] = cli.json("runs", "list")
     assert run["status"] == "in_progress" and run["worker"] is None  # its lease runs 10 min more
     assert "interrupted" in cli.expect(0, "runs", "list").out
@@ -73,23 +82,11 @@ def test_a_cancel_the_command_line_stored_shows_until_it_is_honoured(tmp_path: P
     have) stores the cancel for its worker; the run reads as cancelling until that worker, or
     the next one to resume it, honours it."""
     cli = Cli(tmp_path)
-    worker = subprocess.Popen(
-        [sys.executable, "-c", WORKER, str(cli.db), RUN_ID],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=cli.env,
-    )
-    try:
-        assert worker.stdout is not None and worker.stdout.readline().strip() == "working"
+    with worker_in_its_step(cli):
         assert cli.expect(0, "cancel", RUN_ID).out.strip() == f"Run {RUN_ID} in_progress."
         [running] = cli.json("runs", "list")
         assert running["cancel_requested"] is True and running["worker"] is not None
         assert "in_progress, cancelling" in cli.expect(0, "runs", "list").out
-    finally:
-        os.kill(worker.pid, signal.SIGKILL)
-        worker.wait()
-        if worker.stdout is not None:
-            worker.stdout.close()
     shown = cli.json("runs", "show", RUN_ID)
     assert shown["cancel_requested"] is True and shown["status"] == "in_progress"
     assert "· interrupted, cancelling ·" in cli.expect(0, "runs", "show", RUN_ID).out
