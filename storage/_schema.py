@@ -25,6 +25,8 @@ import sqlite3
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ._sql import SEQ_SPAN
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from pathlib import Path
@@ -133,11 +135,11 @@ def _declare() -> dict[str, Any]:
         "after_create",
         DDL(
             "CREATE TRIGGER checkpoints_in_place BEFORE INSERT ON checkpoints "
-            "WHEN NEW.pos IS NOT (SELECT run_no FROM runs WHERE run_id = NEW.run_id) * 4294967296 "
-            "+ NEW.seq BEGIN SELECT RAISE(ABORT, 'checkpoint row out of place: its run does not "
-            "exist, or a process of an older version writes to this database, which a newer "
-            "workflow-engine upgraded to schema 5; restart that process with the newer "
-            "version'); END"
+            "WHEN NEW.pos IS NOT (SELECT run_no FROM runs WHERE run_id = NEW.run_id) * "
+            f"{SEQ_SPAN} + NEW.seq BEGIN SELECT RAISE(ABORT, 'checkpoint row out of place: "
+            "its run does not exist, or a process of an older version writes to this "
+            "database, which a newer workflow-engine upgraded to schema 5; restart that "
+            "process with the newer version'); END"
         ).execute_if(dialect="sqlite"),
     )
 
@@ -213,7 +215,7 @@ def _declare() -> dict[str, Any]:
             prefixed = ", ".join(f"c.{c.name}" for c in checkpoints.columns if c.name != "pos")
             conn.exec_driver_sql(
                 f"INSERT INTO checkpoints (pos, {columns}) "
-                f"SELECT r.run_no * 4294967296 + c.seq, {prefixed} "
+                f"SELECT r.run_no * {SEQ_SPAN} + c.seq, {prefixed} "
                 "FROM checkpoints_v4 c JOIN runs r ON r.run_id = c.run_id"
             )
             conn.exec_driver_sql("DROP TABLE checkpoints_v4")

@@ -23,8 +23,16 @@ SQL_SCHEMA_VERSION = "SELECT version FROM we_schema WHERE id = 1"
 # b-trees (the table and the ``checkpoint_id`` index) instead of three. Every query of a run's
 # rows is a range of ``pos``; ``_BASE`` is that run's first position (run id as ``?1``).
 SEQ_SPAN = 2**32
-_BASE = f"(SELECT run_no FROM runs WHERE run_id = ?1) * {SEQ_SPAN}"
-_IN_RUN = f"pos BETWEEN {_BASE} AND {_BASE} + {SEQ_SPAN - 1}"
+
+
+def _rows_of(run_no: str) -> str:
+    """The condition on ``pos`` that selects every checkpoint row of run number ``run_no``."""
+    return f"pos BETWEEN {run_no} * {SEQ_SPAN} AND {run_no} * {SEQ_SPAN} + {SEQ_SPAN - 1}"
+
+
+_RUN_NO = "(SELECT run_no FROM runs WHERE run_id = ?1)"
+_BASE = f"{_RUN_NO} * {SEQ_SPAN}"
+_IN_RUN = _rows_of(_RUN_NO)
 SQL_INSERT_RUN = (
     "INSERT INTO runs (run_id, workflow_name, workflow_signature, status, superstep, created_at, "
     "updated_at, owner, lease_expires_at, version, latest_checkpoint_id, checkpoint_seq, "
@@ -146,14 +154,8 @@ SQL_PRUNE = {
     table: f"DELETE FROM {table} WHERE run_id IN ({SQL_DOOMED})"
     for table in ("requests", "journal", "runs")
 }
-SQL_DROP_RUN_CHECKPOINTS = (  # every checkpoint of run number ?1
-    f"DELETE FROM checkpoints WHERE pos BETWEEN ?1 * {SEQ_SPAN} "
-    f"AND ?1 * {SEQ_SPAN} + {SEQ_SPAN - 1}"
-)
-_RUN_ROWS = (  # the rows of run ``r``
-    f"FROM checkpoints WHERE pos BETWEEN r.run_no * {SEQ_SPAN} "
-    f"AND r.run_no * {SEQ_SPAN} + {SEQ_SPAN - 1}"
-)
+SQL_DROP_RUN_CHECKPOINTS = f"DELETE FROM checkpoints WHERE {_rows_of('?1')}"  # of run number ?1
+_RUN_ROWS = f"FROM checkpoints WHERE {_rows_of('r.run_no')}"  # the rows of run ``r``
 SQL_LONG_HISTORIES = (  # runs with more than ?1 checkpoint rows: (run, newest seq, rows)
     "SELECT run_id, newest, newest - oldest + 1 FROM (SELECT r.run_id AS run_id, "
     f"(SELECT seq {_RUN_ROWS} ORDER BY pos DESC LIMIT 1) AS newest, "

@@ -42,7 +42,6 @@ from ._store import (
     RunStore,
     StoredRequest,
     default_owner,
-    owner_is_dead,
 )
 from ._workflow import Workflow, WorkflowRunResult
 
@@ -713,9 +712,7 @@ class Runtime:
                 raise RunNotResumableError(
                     f"run {run_id!r} is already {run.status.value}"
                 ) from None
-            expires = run.lease_expires_at
-            live = run.owner is not None and expires is not None and expires >= time.time()
-            if not live or owner_is_dead(str(run.owner)):
+            if run.live_owner(time.time()) is None:
                 raise type(exc)(
                     f"{exc}; no worker is executing run {run_id!r}, so cancelling it takes a "
                     "process that has its workflow"

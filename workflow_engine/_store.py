@@ -87,6 +87,14 @@ class RunRecord:
     """A cancel is stored for the worker executing the run (honoured at its next superstep
     boundary, or where the next continuation starts)."""
 
+    def live_owner(self, now: float) -> str | None:
+        """The worker whose lease on the run is live at ``now``, or None. A lease whose holder
+        on this host has exited is not live, however long it still runs."""
+        owner, expires = self.owner, self.lease_expires_at
+        if owner is None or expires is None or expires < now or owner_is_dead(owner):
+            return None
+        return owner
+
 
 @dataclass(frozen=True, slots=True)
 class StoredRequest:

@@ -650,14 +650,7 @@ def _live_worker(record: Any) -> str | None:
     process that was stopped shows as ``interrupted``: `resume` continues it). A lease whose
     holder on this host has exited is not live, however long it still runs: ``resume`` takes
     it over at once too."""
-    from workflow_engine import owner_is_dead
-
-    expires = record.lease_expires_at
-    if record.owner is None or expires is None or expires < datetime.now(UTC).timestamp():
-        return None
-    if owner_is_dead(str(record.owner)):
-        return None
-    return str(record.owner)
+    return record.live_owner(datetime.now(UTC).timestamp())
 
 
 def _shown_status(record: Any) -> str:
