@@ -52,6 +52,22 @@ async def run_all(jobs: list[Callable[[], Awaitable[None]]], concurrency: int) -
             tg.start_soon(limited, job)
 
 
+async def harness_seconds(count: int, concurrency: int, repeats: int = 5) -> float:
+    """Seconds per job that ``run_all`` itself costs (its tasks, the limiter), each job doing
+    nothing but yield once: the part of a W5 figure that is the harness, not the engine (the
+    floor spawns bare asyncio tasks)."""
+
+    async def empty() -> None:
+        await anyio.lowlevel.checkpoint()
+
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        await run_all([empty] * count, concurrency)
+        samples.append((time.perf_counter() - t0) / count)
+    return statistics.median(samples)
+
+
 async def one_round(
     path: Path, runs: int, concurrency: int, separate: bool = False
 ) -> tuple[float, float]:
@@ -117,11 +133,14 @@ async def main(
                 totals.append(count / (pause_s + resume_s))
             med = statistics.median
             pause, resume = med(pauses), med(resumes)
+            harness = await harness_seconds(count, limit)
             print(
                 f"W5 {count} runs, {label}: start→paused {pause:,.0f} runs/s "
                 f"({pause / floor.runs_per_s:.0%} of the floor), {answering}→done "
                 f"{resume:,.0f} runs/s ({resume / floor.runs_per_s:.0%} of the floor), whole "
-                f"lifecycle {med(totals):,.0f} runs/s (median of {len(totals)} rounds)"
+                f"lifecycle {med(totals):,.0f} runs/s (median of {len(totals)} rounds); "
+                f"the harness alone (its tasks and limiter, empty jobs): {harness * 1e6:.1f} µs "
+                f"per run, {harness * floor.runs_per_s:.0%} of the floor's time per run"
             )
     print("  targets: ≥ 25% of the floor's runs/s in both directions; ≥ 2,000 runs/s")
 
