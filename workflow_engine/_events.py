@@ -84,47 +84,65 @@ class ErrorDetails:
 
 @dataclass(slots=True)
 class WorkflowStartedEvent(WorkflowEvent):
+    """A run began executing (a new run, or a resumed one)."""
+
     run_id: str
 
 
 @dataclass(slots=True)
 class WorkflowStatusEvent(WorkflowEvent):
+    """The run's state changed (``IN_PROGRESS``, ``IDLE_WITH_PENDING_REQUESTS``, ...)."""
+
     state: WorkflowRunState
 
 
 @dataclass(slots=True)
 class SuperstepStartedEvent(WorkflowEvent):
+    """A superstep began: every executor with messages waiting runs in it."""
+
     superstep: int
 
 
 @dataclass(slots=True)
 class SuperstepCompletedEvent(WorkflowEvent):
+    """A superstep's executors all finished; its checkpoint is committed next."""
+
     superstep: int
 
 
 @dataclass(slots=True)
 class ExecutorInvokedEvent(WorkflowEvent):
+    """An executor's handler was called with the messages of this superstep."""
+
     executor_id: str
 
 
 @dataclass(slots=True)
 class ExecutorCompletedEvent(WorkflowEvent):
+    """An executor's handlers returned for this superstep."""
+
     executor_id: str
 
 
 @dataclass(slots=True)
 class ExecutorFailedEvent(WorkflowEvent):
+    """An executor's handler raised; the superstep is not applied."""
+
     executor_id: str
     error: ErrorDetails
 
 
 @dataclass(slots=True)
 class WorkflowFailedEvent(WorkflowEvent):
+    """The run failed; ``error`` says where and why."""
+
     error: ErrorDetails
 
 
 @dataclass(slots=True)
 class WorkflowOutputEvent(WorkflowEvent):
+    """An executor yielded an output of the workflow."""
+
     data: Any
     source_executor_id: str
 

@@ -51,6 +51,8 @@ class EdgeGroup:
 
 @dataclass(frozen=True)
 class Graph:
+    """The validated graph ``WorkflowBuilder.build`` makes: nodes in a fixed order, edges."""
+
     nodes: dict[str, Node]
     order: dict[str, int]
     start_id: str

@@ -817,6 +817,8 @@ def _joined(first: WorkflowRunResult, then: WorkflowRunResult) -> WorkflowRunRes
 
 @dataclass
 class _Outcome:
+    """Where a streamed run's result is put (joined across catch-up resumes)."""
+
     result: WorkflowRunResult | None = None
 
 

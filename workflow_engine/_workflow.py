@@ -158,6 +158,8 @@ class WorkflowRunStream:
 
 @dataclass
 class _StreamHandle:
+    """The stream's run loop once it exists, and whether it was closed before that."""
+
     loop: RunLoop | None = None
     cancel_early: bool = False
 
