@@ -109,6 +109,10 @@ SQL_CHAIN = (
 )
 SQL_LATEST_CHAIN = SQL_CHAIN.replace("?2", str(SEQ_SPAN - 1))  # the same, up to the newest
 SQL_CHECKPOINT_PLACE = "SELECT run_id, seq FROM checkpoints WHERE checkpoint_id = ?"
+SQL_SPAN_BASE = (  # what a new span of run ?1 must be relative to: its newest snapshot or span
+    f"SELECT checkpoint_id FROM checkpoints WHERE {_IN_RUN} AND kind != 'delta' "
+    "ORDER BY pos DESC LIMIT 1"
+)
 SQL_HISTORY = (
     "SELECT checkpoint_id, seq, superstep, status, created_at, kind FROM checkpoints "
     f"WHERE {_IN_RUN} ORDER BY pos"

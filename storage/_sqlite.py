@@ -149,6 +149,7 @@ from ._sql import (
     SQL_RUN_FOR_LEASE,
     SQL_SCHEMA_VERSION,
     SQL_SET_STATUS,
+    SQL_SPAN_BASE,
     SQL_STORE_ANSWER,
     SQL_TAKE_LEASE,
     SQL_TAKE_LEASE_TO_APPLY,
@@ -1112,7 +1113,7 @@ class SqliteStore:
         request_rows = new_request_rows(checkpoint, added, now) if added else None
         status_rows = [("applied", r) for r in changes.requests_answered]
         status_rows += [("cancelled", r) for r in changes.requests_cancelled]
-        spanned = False
+        span_base: str | None = None
         if body is None or snapshot:
             body = checkpoint_row(checkpoint, seq, snapshot=True)
         elif self.span_every and since % self.span_every == 0:
@@ -1122,38 +1123,40 @@ class SqliteStore:
             span = span_of(checkpoint, base) if base is not None else None
             if span is not None:
                 body = span_row(checkpoint, seq, span)
-                spanned = True
-        meta = (seq, since)
+                span_base = span.base_id
 
-        def after(flags: tuple[bool, bool, bool]) -> tuple[bool, bool, bool]:
-            # after COMMIT (even if the caller gave up waiting)
-            if flags[2]:  # released
+        def after(done: tuple[bool, bool, bool, tuple]) -> tuple[bool, bool, bool, tuple]:
+            # after COMMIT (even if the caller gave up waiting); ``written``: the row as stored
+            # (a span may have become a snapshot, see ``_commit_rows``)
+            released, written = done[2], done[3]
+            whole = written[4] == "snapshot"
+            if released:
                 self._forget(run_id)
             else:
-                self._meta[run_id] = meta
+                self._meta[run_id] = (seq, 0 if whole else since)
                 self._status[run_id] = status
-            kept = None if snapshot else self._recent.get(run_id)
-            self._remember(checkpoint, len(body[8]) + (kept[1] if kept is not None else 0))
-            if snapshot or spanned:
+            kept = None if whole else self._recent.get(run_id)
+            self._remember(checkpoint, len(written[8]) + (kept[1] if kept is not None else 0))
+            if whole or written[4] == "span":
                 self._span_base[run_id] = checkpoint
+            if whole:
+                self._sizes[run_id] = (0, len(written[8]))
+            else:
+                since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
+                self._sizes[run_id] = (since_bytes + len(written[8]), snapshot_bytes)
             self._journaled.discard(run_id)
-            return flags
+            return done
 
-        cancel, waiting, _ = await self._in_write(
+        cancel, waiting, _, _ = await self._in_write(
             self._commit_rows,
             checkpoint,
-            (release, same_status),
+            (release, same_status, span_base),
             run,
             body,
             request_rows,
             status_rows,
             after=after,
         )
-        if snapshot:
-            self._sizes[run_id] = (0, len(body[8]))
-        else:
-            since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
-            self._sizes[run_id] = (since_bytes + len(body[8]), snapshot_bytes)
         self._fault("commit:after")
         return Lease(run_id, lease.owner, lease.version + 1, expires_at, cancel, waiting)
 
@@ -1161,16 +1164,25 @@ class SqliteStore:
         self,
         conn: Conn,
         checkpoint: Checkpoint,
-        how: tuple[bool, bool],
+        how: tuple[bool, bool, str | None],
         run: tuple,
         body: tuple,
         request_rows: list[tuple] | None,
         status_rows: list[tuple[str, str]],
-    ) -> tuple[bool, bool, bool]:
-        """The commit's rows: (cancel requested, answers waiting, lease released). ``how``:
-        (release the lease, the status is what our last commit wrote)."""
+    ) -> tuple[bool, bool, bool, tuple]:
+        """The commit's rows: (cancel requested, answers waiting, lease released, the checkpoint
+        row written). ``how``: (release the lease, the status is what our last commit wrote,
+        the checkpoint a span ``body`` is relative to)."""
         run_id = run[8]
-        release, same_status = how
+        release, same_status, span_base = how
+        if span_base is not None and conn.execute(SQL_SPAN_BASE, (run_id,)).fetchone() != (
+            span_base,
+        ):
+            # a restore would not start from the span's base any more: ``prune(keep_last=)``
+            # (any process) re-based the run's history since this store last read or wrote
+            # it. Stored whole instead, the checkpoint is where restores start from now.
+            body = checkpoint_row(checkpoint, run[5], snapshot=True)
+            run = (*run[:6], 0, *run[7:])
         cancel = bool(conn.execute(SQL_CANCEL_FLAG, (run_id,)).fetchone()[0])
         if cancel and checkpoint.status is WorkflowRunState.CANCELLED:
             conn.execute(SQL_CANCEL_DONE, (run_id,))
@@ -1210,7 +1222,7 @@ class SqliteStore:
             and conn.execute(SQL_ANSWER_WAITING, (run_id,)).fetchone() is not None
         )
         self._fault("commit:inside")
-        return cancel, waiting, release
+        return cancel, waiting, release, body
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None

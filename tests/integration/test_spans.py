@@ -9,7 +9,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from workflow_engine import (
     Executor,
@@ -192,3 +195,91 @@ async def test_a_span_on_the_wrong_base_is_reported_by_name(tmp_path: Path) -> N
         await store.latest(run_id)
     assert run_id in str(info.value) and checkpoint_id in str(info.value)
     await store.close()
+
+
+@pytest.mark.parametrize("pruner", ["another store", "the writer's own store"])
+async def test_a_writer_goes_on_correctly_after_its_history_was_pruned(
+    tmp_path: Path, pruner: str
+) -> None:
+    """``prune(keep_last=)`` while a store keeps the run in memory (its last span's base): the
+    writer's next span must not be relative to a checkpoint the prune deleted or re-based --
+    every reader after it would get StoreCorruptError (outside tester). The other store stands
+    for another process: its own connection, nothing shared in memory."""
+    db = tmp_path / "runs.db"
+    writer = SqliteStore(db, snapshot_every=10_000, span_every=4)
+    other = SqliteStore(db)
+    prunes = writer if pruner == "the writer's own store" else other
+    rt = Runtime(writer)
+    rt.register(grower_workflow())
+    result = await rt.run("grower", 1)
+    pauses = 0
+    while result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+        pauses += 1
+        await prunes.prune(keep_last=1)  # the newest row only: the last span goes (or is it)
+        result = await rt.respond_and_resume(result.pending_requests[0].request_id, True)
+    assert pauses == STEPS // 37 and result.outputs[-1] == "done"
+    plain = SqliteStore(tmp_path / "plain.db", span_every=0)
+    run_b, outputs_b = await drive(plain)
+    fresh = SqliteStore(db)
+    kept = await history_states(fresh, result.run_id)
+    assert kept == (await history_states(plain, run_b))[-len(kept) :]
+    assert (await Runtime(fresh).get_run(result.run_id)).status is WorkflowRunState.IDLE
+    assert result.outputs == outputs_b
+    for store in (writer, other, plain, fresh):
+        await store.close()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[tuple], list[Any]]:
+    """The grower's uninterrupted history (every checkpoint's state) and outputs."""
+
+    async def run() -> tuple[list[tuple], list[Any]]:
+        plain = SqliteStore(tmp_path_factory.mktemp("reference") / "plain.db", span_every=0)
+        run_id, outputs = await drive(plain)
+        states = await history_states(plain, run_id)
+        await plain.close()
+        return states, outputs
+
+    return anyio.run(run)
+
+
+@settings(
+    max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    snapshot_every=st.sampled_from([2, 5, 10_000]),
+    span_every=st.sampled_from([1, 2, 4, 32]),
+    keeps=st.lists(st.one_of(st.none(), st.integers(1, 12)), min_size=4, max_size=4),
+    same_store=st.booleans(),
+)
+async def test_pruning_at_any_pause_leaves_the_run_exact(
+    tmp_path_factory: pytest.TempPathFactory,
+    reference: tuple[list[tuple], list[Any]],
+    snapshot_every: int,
+    span_every: int,
+    keeps: list[int | None],
+    same_store: bool,
+) -> None:
+    """At each of the run's pauses, maybe ``prune(keep_last=k)`` (by the writer's store or by
+    another); the writer goes on with what it keeps in memory. A fresh store then reads every
+    kept checkpoint exactly as the uninterrupted run had it."""
+    db = tmp_path_factory.mktemp("pruned") / "runs.db"
+    writer = SqliteStore(db, snapshot_every=snapshot_every, span_every=span_every)
+    other = SqliteStore(db)
+    rt = Runtime(writer)
+    rt.register(grower_workflow())
+    result = await rt.run("grower", 1)
+    pause = 0
+    while result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+        keep = keeps[pause]
+        pause += 1
+        if keep is not None:
+            await (writer if same_store else other).prune(keep_last=keep)
+        result = await rt.respond_and_resume(result.pending_requests[0].request_id, True)
+    states, outputs = reference
+    assert result.outputs == outputs
+    fresh = SqliteStore(db)
+    kept = await history_states(fresh, result.run_id)
+    assert kept == states[-len(kept) :]
+    for store in (writer, other, fresh):
+        await store.close()
