@@ -353,10 +353,15 @@ class SqliteStore:
                 raise StoreUnavailableError(
                     f"cannot create the directory for the database {self.path}: {exc.strerror}"
                 ) from exc
+            if self.path.is_dir():
+                raise StoreUnavailableError(
+                    f"cannot open the database {self.path}: it is a directory, not a file"
+                )
             if not os.access(self.path.parent, os.W_OK):
                 raise StoreUnavailableError(
-                    f"cannot write the database {self.path}: directory {self.path.parent} is "
-                    "not writable"
+                    f"cannot open the database {self.path}: directory {self.path.parent} is "
+                    "not writable (SQLite keeps a database's -wal and -shm files beside it, "
+                    "even to read it)"
                 )
             worker = Worker(f"workflow-engine-sqlite:{self.path.name}")
             # an existing, current database is opened right here on the loop (a connection and
@@ -722,7 +727,9 @@ class SqliteStore:
             )
         if "not a database" in lowered or "malformed" in lowered:
             return StoreCorruptError(f"database {self.path} is damaged: {text}")
-        if "readonly" in lowered or "unable to open" in lowered or "disk i/o" in lowered:
+        if "unable to open" in lowered:
+            return StoreUnavailableError(f"cannot open the database {self.path}: {text}")
+        if "readonly" in lowered or "disk i/o" in lowered:
             return StoreUnavailableError(f"cannot write the database {self.path}: {text}")
         return StorageError(f"database {self.path}: {text}")
 

@@ -98,6 +98,28 @@ def _print_version(value: bool) -> None:
     raise typer.Exit(EXIT_DONE)
 
 
+_DB_HELP = (
+    "SQLite file holding the runs (default: $WORKFLOW_ENGINE_DB, else "
+    "~/.local/share/workflow-engine/runs.db)."
+)
+
+
+class _Before:
+    """Options given before the command: ``workflow-engine --db PATH runs list`` is
+    ``workflow-engine runs list --db PATH``."""
+
+    db: Path | None = None
+
+
+def _db_before(db: Path | None) -> Path | None:
+    _Before.db = db
+    return db
+
+
+def _db_or_before(db: Path | None) -> Path | None:
+    return db if db is not None else _Before.db
+
+
 @app.callback()
 def _options(
     version: Annotated[
@@ -106,13 +128,14 @@ def _options(
             "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
+    db: Annotated[Path | None, typer.Option("--db", callback=_db_before, help=_DB_HELP)] = None,
 ) -> None:
     pass
 
 
 DbOption = Annotated[
     Path | None,
-    typer.Option("--db", envvar="WORKFLOW_ENGINE_DB", help="SQLite file holding the runs."),
+    typer.Option("--db", callback=_db_or_before, help=_DB_HELP),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 

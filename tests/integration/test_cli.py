@@ -312,6 +312,26 @@ def test_runs_list_and_cancel(cli: Cli) -> None:
     assert len(cli.ledger()) == 1  # the first run's refund only
 
 
+def test_the_database_option_goes_before_or_after_the_command(cli: Cli, tmp_path: Path) -> None:
+    """``--db`` before the command, after it, or ``$WORKFLOW_ENGINE_DB``: the command's own
+    option wins, then the one before it, then the environment (outside tester: ``workflow-engine
+    --db X runs list`` was "No such option")."""
+    paused_id, _ = cli.start_paused()
+    elsewhere = str(tmp_path / "elsewhere.db")
+    listed = json.loads(cli.expect(0, "--db", str(cli.db), "runs", "list", "--json", db=False).out)
+    assert [r["run_id"] for r in listed] == [paused_id]
+    both = cli.expect(0, "--db", elsewhere, "runs", "list", "--json", "--db", str(cli.db), db=False)
+    assert [r["run_id"] for r in json.loads(both.out)] == [paused_id]
+    assert "no database at" in cli.expect(4, "--db", elsewhere, "runs", "list", db=False).err
+    cli.env["WORKFLOW_ENGINE_DB"] = elsewhere
+    try:
+        before = cli.expect(0, "--db", str(cli.db), "runs", "show", paused_id, db=False)
+        assert paused_id in before.out
+        assert "no database at" in cli.expect(4, "runs", "list", db=False).err
+    finally:
+        del cli.env["WORKFLOW_ENGINE_DB"]
+
+
 # --- 5. interactive, through a pseudo-terminal --------------------------------------------------
 
 

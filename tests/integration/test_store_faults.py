@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.integration.cli_harness import ENGINE
 from tests.integration.workflows import stepper_workflow
 from workflow_engine import (
     CheckpointVersionError,
@@ -125,6 +128,36 @@ async def test_unusable_directory_is_reported(tmp_path: Path) -> None:
     store = SqliteStore(blocker / "sub" / "runs.db")
     with pytest.raises(StoreUnavailableError, match="not-a-dir"):
         await store.open()
+
+
+async def test_a_directory_given_as_the_database_is_named_as_one(tmp_path: Path) -> None:
+    folder = tmp_path / "runs.db"
+    folder.mkdir()
+    with pytest.raises(StoreUnavailableError, match="runs.db: it is a directory, not a file"):
+        await SqliteStore(folder).open()
+    assert list(folder.iterdir()) == []
+
+
+async def test_a_read_only_directory_says_why_even_reading_needs_it(tmp_path: Path) -> None:
+    """``runs list`` on a database in a directory its user cannot write: one line that says
+    why a read needs it, exit 6 (root runs it without its permission override)."""
+    db = tmp_path / "ro" / "runs.db"
+    rt = runtime(db)
+    await rt.run("stepper", 1)
+    await rt.close()
+    for suffix in ("-wal", "-shm"):
+        db.with_name(f"runs.db{suffix}").unlink(missing_ok=True)
+    argv = [str(ENGINE), "runs", "list", "--db", str(db)]
+    if os.geteuid() == 0:
+        argv = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", *argv]
+    db.parent.chmod(0o555)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        db.parent.chmod(0o755)
+    assert done.returncode == 6, done
+    assert "not writable" in done.stderr and "even to read it" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and sorted(os.listdir(db.parent)) == ["runs.db"]
 
 
 async def test_lock_held_past_the_busy_timeout(tmp_path: Path) -> None:
