@@ -44,6 +44,11 @@ def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def _copy(value: Any) -> Any:
+    """A JSON copy of ``value`` as a store keeps it: its keys in their order."""
+    return json.loads(json.dumps(value, separators=(",", ":"), allow_nan=False))
+
+
 class InMemoryRunStore:
     """A RunStore in process memory. Checkpoints are immutable, so they are kept as objects."""
 
@@ -377,14 +382,14 @@ class InMemoryRunStore:
             self._requests[request_id] = replace(
                 request,
                 status="answered",
-                answer=json.loads(_canonical(answer)),
+                answer=_copy(answer),
                 answered_at=self.clock(),
             )
             return AnswerOutcome.STORED
 
     async def journal_get(self, run_id: str, key: str) -> Any | None:
         found = self._journal.get((run_id, key))
-        return None if found is None else json.loads(_canonical(found[1]))
+        return None if found is None else _copy(found[1])
 
     async def journal_intent(
         self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None
@@ -392,7 +397,7 @@ class InMemoryRunStore:
         async with self._lock:
             if lease is not None:
                 self._fenced(lease)
-            self._journal.setdefault((run_id, key), (superstep, json.loads(_canonical(entry))))
+            self._journal.setdefault((run_id, key), (superstep, _copy(entry)))
 
     async def journal_put(
         self, run_id: str, key: str, value: Any, superstep: int, *, lease: Lease | None = None
@@ -402,9 +407,9 @@ class InMemoryRunStore:
                 self._fenced(lease)
             found = self._journal.get((run_id, key))
             if found is not None and "value" in found[1]:
-                return json.loads(_canonical(found[1]))
-            self._journal[(run_id, key)] = (superstep, json.loads(_canonical(value)))
-            return json.loads(_canonical(value))
+                return _copy(found[1])
+            self._journal[(run_id, key)] = (superstep, _copy(value))
+            return _copy(value)
 
     async def journal_clear(self, run_id: str, key: str, *, lease: Lease | None = None) -> None:
         async with self._lock:

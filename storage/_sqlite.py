@@ -180,7 +180,14 @@ def default_db_path() -> Path:
 
 
 def canonical_json(value: Any) -> str:
+    """``value`` as JSON with its keys sorted: two values that are equal give the same text."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def stored_json(value: Any) -> str:
+    """``value`` as JSON the way it is stored: compact, its keys in their order (a handler that
+    walks an answer or a ``run_once`` result sees them as given, as it would without a store)."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 _MAX_CHAIN = 1024
@@ -910,7 +917,7 @@ class SqliteStore:
         same fault points as ``answer``. A run another live owner holds gives ``None`` for the
         second part, the answer stored all the same (that worker applies it); whatever else
         the acquiring raises (``check`` included) aborts the whole, nothing written."""
-        text = canonical_json(answer)
+        text = stored_json(answer)
         self._fault("answer:before")
 
         def after(rows: tuple) -> tuple:
@@ -1450,7 +1457,7 @@ class SqliteStore:
         return [stored_request(r) for r in rows]
 
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
-        text = canonical_json(answer)
+        text = stored_json(answer)
         self._fault("answer:before")
         outcome = await self._in_write(self._answer, request_id, text)
         if outcome is AnswerOutcome.STORED:
@@ -1468,7 +1475,7 @@ class SqliteStore:
         if status == "cancelled":
             raise RequestCancelledError(f"run {run_id!r}: request {request_id!r} was cancelled")
         if status in ("answered", "applied"):
-            if previous == text:
+            if previous == text or _same_json(previous, text):
                 return AnswerOutcome.DUPLICATE
             raise RequestAlreadyAnsweredError(
                 f"run {run_id!r}: request {request_id!r} was already answered with a "
@@ -1489,7 +1496,7 @@ class SqliteStore:
         self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None
     ) -> None:
         """Record that a step is starting (kept if the key has an entry), fenced by ``lease``."""
-        text = canonical_json(entry)
+        text = stored_json(entry)
         self._journaled.add(run_id)
         self._fault("intent:before")
         await self._in_write(self._journal_write, run_id, key, text, superstep, lease, False)
@@ -1500,7 +1507,7 @@ class SqliteStore:
     ) -> Any:
         """Store a result unless one exists (first writer wins; it replaces an intent);
         returns the stored result. Fenced by ``lease`` when given."""
-        text = canonical_json(value)
+        text = stored_json(value)
         self._journaled.add(run_id)
         self._fault("journal:before")
         stored = await self._in_write(
@@ -1579,6 +1586,14 @@ class SqliteStore:
 
 
 # --- statements and rows ------------------------------------------------------------------------
+
+
+def _same_json(stored: str, text: str) -> bool:
+    """Whether a stored answer and a new one are the same value (keys in any order)."""
+    try:
+        return canonical_json(json.loads(stored)) == canonical_json(json.loads(text))
+    except ValueError:  # a damaged stored answer is no duplicate of anything
+        return False
 
 
 def _decode_text(data: bytes) -> str:

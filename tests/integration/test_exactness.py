@@ -781,3 +781,72 @@ async def test_an_answer_stored_while_the_run_executes_is_applied(tmp_path: Path
     assert sorted(result.outputs) == [1, 2]
     assert await runtime.pending_requests(paused.run_id) == []
     await runtime.close()
+
+
+# --- what a handler gets back is what it would get without a store ---------------------------
+
+
+def build_key_order() -> Any:
+    """``run_once`` returns a dict and a person answers with one: the handler lists the keys."""
+
+    class Asker(Executor):
+        @handler
+        async def go(self, topic: str, ctx: WorkflowContext[str, Any]) -> None:
+            async def effect() -> dict[str, int]:
+                return {"zeta": 1, "alpha": 2, "mid": 3}
+
+            got = await ctx.run_once("effect", effect)
+            await ctx.yield_output(("run_once", list(got)))
+            await ctx.send_message(topic)
+
+    class Told(Executor):
+        @handler
+        async def told(self, answer: dict[str, int], ctx: WorkflowContext[Never, Any]) -> None:
+            await ctx.yield_output(("answer", list(answer)))
+
+    def build() -> Any:
+        asker, told = Asker("asker"), Told("told")
+        ask = RequestPort("ask", request_type=str, response_type=dict[str, int])
+        return (
+            WorkflowBuilder(name="key-order", start=asker)
+            .add_edge(asker, ask)
+            .add_edge(ask, told)
+            .build()
+        )
+
+    return build
+
+
+@pytest.mark.parametrize("store", ["sqlite", "memory"])
+async def test_dict_keys_keep_their_order_through_the_store(tmp_path: Path, store: str) -> None:
+    """A ``run_once`` result and an answer reach the handler with their keys in the order they
+    had, as in a run without a store (outside tester: the stores sorted them); the same answer
+    with its keys in another order is a duplicate, not a conflict."""
+    from workflow_engine import AnswerOutcome, RequestAlreadyAnsweredError
+    from workflow_engine.storage import InMemoryRunStore
+
+    build = build_key_order()
+    answer = {"zeta": 1, "alpha": 2, "mid": 3}
+    plain = build()
+    paused = await plain.run("topic")
+    done = await plain.run(
+        checkpoint=paused.checkpoint, responses={paused.pending_requests[0].request_id: answer}
+    )
+    expected = paused.outputs + done.outputs
+    assert expected == [
+        ("run_once", ["zeta", "alpha", "mid"]),
+        ("answer", ["zeta", "alpha", "mid"]),
+    ]
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db") if store == "sqlite" else InMemoryRunStore())
+    rt.register(build)
+    first = await rt.run("key-order", "topic")
+    request_id = first.pending_requests[0].request_id
+    assert await rt.respond(request_id, answer) is AnswerOutcome.STORED
+    reordered = {"alpha": 2, "mid": 3, "zeta": 1}
+    assert await rt.respond(request_id, reordered) is AnswerOutcome.DUPLICATE
+    with pytest.raises(RequestAlreadyAnsweredError):
+        await rt.respond(request_id, {"zeta": 1, "alpha": 2, "mid": 4})
+    last = await rt.resume(first.run_id)
+    assert [tuple(o) for o in first.outputs + last.outputs] == expected
+    await rt.close()
