@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import base64
 import datetime as _dt
+import json
 import math
 import operator
 import uuid
@@ -105,6 +106,27 @@ class JsonCodec(Protocol):
 
 
 # --- errors collected on the way out of the recursion -----------------------------------------
+
+
+def _require_text(values: Iterable[Any], at: str) -> None:
+    """Every str among ``values`` is valid Unicode (no lone surrogate, which UTF-8 cannot
+    hold: a checkpoint or an answer holding one could never be stored or read back)."""
+    texts = [v for v in values if type(v) is str]
+    if "".join(texts).isascii():
+        return
+    for text in texts:
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SerializationError(f"cannot encode {at}: {_unicode_problem(exc)}") from None
+
+
+def _unicode_problem(exc: UnicodeEncodeError) -> str:
+    bad = exc.object[exc.start : exc.end]
+    return (
+        f"it holds text with a lone surrogate ({bad!r}), which is not valid Unicode and "
+        "cannot be stored; decode bytes with errors='replace', or keep them as bytes"
+    )
 
 
 class _Failure(Exception):
@@ -171,17 +193,21 @@ class TaggedJsonCodec:
     # public -------------------------------------------------------------------------------------
 
     def encode(self, value: Any, *, at: str = "value") -> JSONValue:
-        """JSON-compatible data for ``value``; ``at`` names it in error messages."""
+        """JSON-compatible data for ``value``; ``at`` names it in error messages. Text must be
+        valid Unicode (a str with a lone surrogate cannot be written as UTF-8 JSON)."""
         t = type(value)
         if t in _PRIMITIVES:
+            if t is str and not value.isascii():
+                _require_text((value,), at)
             return value
         if t is float:
             return value if math.isfinite(value) else {"$float": repr(value)}
         if t is list:
             # fast path: a list of JSON scalars (one C-level type pass) is copied as it is
-            if _PRIMITIVES.issuperset(map(type, value)):
-                return value.copy()
-            if _SCALARS.issuperset(map(type, value)) and _finite(value):
+            types = set(map(type, value))
+            if types <= _PRIMITIVES or (types <= _SCALARS and _finite(value)):
+                if str in types:
+                    _require_text(value, at)
                 return value.copy()
         elif (
             t is dict
@@ -190,15 +216,22 @@ class TaggedJsonCodec:
             and not any(k.startswith("$") for k in value)
             and _finite(value.values())
         ):
+            _require_text(value, at)
+            _require_text(value.values(), at)
             return value.copy()  # fast path: plain keys, JSON scalar values
         try:
-            return self._enc(value, 1)
+            encoded = self._enc(value, 1)
         except _Failure as failure:
             raise failure.public("encode", at) from failure.__cause__
         except SerializationError:
             raise
         except Exception as exc:  # a case no rule foresaw: still a clear, typed error
             raise SerializationError(f"cannot encode {at}: {type(exc).__name__}: {exc}") from exc
+        try:
+            json.dumps(encoded, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise SerializationError(f"cannot encode {at}: {_unicode_problem(exc)}") from None
+        return encoded
 
     def decode(self, data: JSONValue, *, at: str = "data") -> Any:
         """The value ``data`` encodes; any problem is a :class:`SerializationError` naming the
@@ -232,10 +265,14 @@ class TaggedJsonCodec:
         """``encode``, and prove the result decodes -- what is stored must be readable. Plain
         JSON (scalars, a list or flat dict of them) always decodes, so it skips the proof."""
         t = type(value)
-        if t in _PRIMITIVES:
+        if t in _PRIMITIVES and (t is not str or value.isascii()):
             return value
-        if t is list and _PRIMITIVES.issuperset(map(type, value)):
-            return value.copy()
+        if t is list:
+            types = set(map(type, value))
+            if types <= _PRIMITIVES:
+                if str in types:
+                    _require_text(value, at)
+                return value.copy()
         encoded = self.encode(value, at=at)
         if encoded is not value and not (
             type(encoded) is dict
@@ -251,14 +288,22 @@ class TaggedJsonCodec:
         receiver or a restored run would get. Raises like :meth:`encode` if it is not storable."""
         t = type(value)
         if t in _SCALARS:
+            if t is str and not value.isascii():
+                _require_text((value,), "value")
             return value
-        if t is list and _SCALARS.issuperset(map(type, value)):
-            return value.copy()
+        if t is list:
+            types = set(map(type, value))
+            if types <= _SCALARS:
+                if str in types:
+                    _require_text(value, "value")
+                return value.copy()
         if (
             t is dict
             and _SCALARS.issuperset(map(type, value))
             and _SCALARS.issuperset(map(type, value.values()))
         ):
+            _require_text(value, "value")
+            _require_text(value.values(), "value")
             return value.copy()
         return self.decode(self.encode(value))
 

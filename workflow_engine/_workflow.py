@@ -714,6 +714,10 @@ class Workflow:
                 raise
             except (ValueError, TypeError) as exc:
                 raise ResponseTypeError(f"run {run_id!r}, request {request_id!r}: {exc}") from exc
+        try:
+            self.codec.encode(value)  # storable (e.g. its text is valid Unicode)
+        except SerializationError as exc:
+            raise ResponseTypeError(f"run {run_id!r}, request {request_id!r}: {exc}") from exc
         return value
 
     def coerce_response(self, run_id: str, request_id: str, expected: Any, data: Any) -> Any:

@@ -850,3 +850,64 @@ async def test_dict_keys_keep_their_order_through_the_store(tmp_path: Path, stor
     last = await rt.resume(first.run_id)
     assert [tuple(o) for o in first.outputs + last.outputs] == expected
     await rt.close()
+
+
+async def test_text_that_is_not_valid_unicode_fails_the_run_with_the_error_recorded(
+    tmp_path: Path,
+) -> None:
+    """An output with a lone surrogate (bytes decoded with ``surrogateescape``): the same
+    FAILED run with and without a store, the error recorded -- not a run left ``in_progress``
+    whose every resume fails to save (outside tester)."""
+
+    class Namer(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Never, Any]) -> None:
+            await ctx.yield_output(b"caf\xe9".decode("utf-8", "surrogateescape"))
+
+    def build() -> Any:
+        return WorkflowBuilder(name="namer", start=Namer("namer")).build()
+
+    plain = await build().run("m")
+    assert plain.status is WorkflowRunState.FAILED and plain.error is not None
+    assert "lone surrogate" in plain.error.message
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    result = await runtime.run("namer", "m")
+    assert result.status is WorkflowRunState.FAILED
+    info = await runtime.get_run(result.run_id)
+    assert info.status is WorkflowRunState.FAILED
+    assert info.error is not None and "lone surrogate" in info.error["message"]
+    await runtime.close()
+
+
+async def test_an_answer_that_is_not_valid_unicode_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    from workflow_engine import ResponseTypeError
+
+    class Greet(Executor):
+        @handler
+        async def greet(self, name: str, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output(f"hello {name}")
+
+    def build() -> Any:
+        start, greet = Start("start"), Greet("greet")
+        ask = RequestPort("ask", request_type=str, response_type=str)
+        return (
+            WorkflowBuilder(name="ask-name", start=start)
+            .add_edge(start, ask)
+            .add_edge(ask, greet)
+            .build()
+        )
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    paused = await runtime.run("ask-name", "name?")
+    request_id = paused.pending_requests[0].request_id
+    with pytest.raises(ResponseTypeError, match="lone surrogate") as info:
+        await runtime.respond(request_id, "caf\udce9")
+    assert request_id in str(info.value)
+    with pytest.raises(ResponseTypeError, match="lone surrogate"):
+        await runtime.respond_and_resume(request_id, "caf\udce9")
+    assert [r.request_id for r in await runtime.pending_requests(paused.run_id)] == [request_id]
+    done = await runtime.respond_and_resume(request_id, "café")
+    assert done.status is WorkflowRunState.IDLE and done.outputs == ["hello café"]
+    await runtime.close()
