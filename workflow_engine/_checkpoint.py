@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ._codec import starts_with
+from ._codec import starts_with, strictly_equal
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotLatestError,
@@ -25,10 +25,12 @@ from ._errors import (
 )
 from ._events import WorkflowRunState
 
-CHECKPOINT_SCHEMA_VERSION = 2
+CHECKPOINT_SCHEMA_VERSION = 3
 """1: every answered request kept whole in ``answered_requests``. 2: only the answers applied by
 the checkpoint's own commit or still in flight are kept whole; every other answer is a digest in
-``answered_digests`` (a 1,000-turn chat parsed 1,000 stored answers at every resume)."""
+``answered_digests`` (a 1,000-turn chat parsed 1,000 stored answers at every resume). 3: a span
+leaves out a state value unchanged since its base (``executor_state_same``,
+``shared_state_same``): a big value set once was stored again in every span."""
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -448,9 +450,23 @@ class CheckpointSpan(BaseModel):
     """The checkpoint, with each value counted below cut to the items after the kept ones."""
     executor_state_kept: dict[str, dict[str, int]] = Field(default_factory=_new_dict)
     shared_state_kept: dict[str, int] = Field(default_factory=_new_dict)
+    executor_state_same: dict[str, list[str]] = Field(default_factory=_new_dict)
+    """Per executor, the keys whose values are the base's (``None`` in ``checkpoint``, where
+    they keep their place among the keys)."""
+    shared_state_same: list[str] = Field(default_factory=_new_list)
     outputs_kept: int = 0
     cancelled_kept: int = 0
     digests_kept: int = 0
+
+
+_MISSING: Any = object()
+
+
+def _same_as_base(new: Any, old: Any) -> bool:
+    """A value worth leaving out of a span because the base holds it exactly: a container or a
+    long text (a scalar costs less stored than named)."""
+    big = type(new) in (list, dict) or (type(new) is str and len(new) > 64)
+    return big and strictly_equal(new, old)
 
 
 def _kept_of(new: Any, old: Any) -> int | None:
@@ -468,23 +484,33 @@ def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
         return None
     states: dict[str, dict[str, Any]] = {}
     state_kept: dict[str, dict[str, int]] = {}
+    state_same: dict[str, list[str]] = {}
     for executor_id, state in checkpoint.executor_states.items():
         old_state = base.executor_states.get(executor_id, {})
         values: dict[str, Any] = {}
         for key, value in state.items():
-            kept = _kept_of(value, old_state.get(key))
+            old = old_state.get(key, _MISSING)
+            kept = _kept_of(value, old)
             if kept is not None:
                 state_kept.setdefault(executor_id, {})[key] = kept
                 value = value[kept:]
+            elif old is not _MISSING and _same_as_base(value, old):
+                state_same.setdefault(executor_id, []).append(key)
+                value = None
             values[key] = value
         states[executor_id] = values
     shared: dict[str, Any] = {}
     shared_kept: dict[str, int] = {}
+    shared_same: list[str] = []
     for key, value in checkpoint.shared_state.items():
-        kept = _kept_of(value, base.shared_state.get(key))
+        old = base.shared_state.get(key, _MISSING)
+        kept = _kept_of(value, old)
         if kept is not None:
             shared_kept[key] = kept
             value = value[kept:]
+        elif old is not _MISSING and _same_as_base(value, old):
+            shared_same.append(key)
+            value = None
         shared[key] = value
     outputs_kept = _kept_of(checkpoint.outputs, base.outputs) or 0
     cancelled_kept = _kept_of(checkpoint.cancelled_requests, base.cancelled_requests) or 0
@@ -507,6 +533,8 @@ def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
         checkpoint=cut,
         executor_state_kept=state_kept,
         shared_state_kept=shared_kept,
+        executor_state_same=state_same,
+        shared_state_same=shared_same,
         outputs_kept=outputs_kept,
         cancelled_kept=cancelled_kept,
         digests_kept=digests_kept,
@@ -525,9 +553,16 @@ def apply_span(base: Checkpoint, span: CheckpointSpan) -> Checkpoint:
         state = states[executor_id]
         for key, kept in kept_items.items():
             state[key] = [*old_state[key][:kept], *state[key]]
+    for executor_id, keys in span.executor_state_same.items():
+        old_state = base.executor_states[executor_id]
+        state = states[executor_id]
+        for key in keys:
+            state[key] = old_state[key]  # (the key is there already: its place is kept)
     shared = dict(cp.shared_state)
     for key, kept in span.shared_state_kept.items():
         shared[key] = [*base.shared_state[key][:kept], *shared[key]]
+    for key in span.shared_state_same:
+        shared[key] = base.shared_state[key]
     old_digests = base.answered_digests
     if span.digests_kept == len(old_digests):  # (usually: digests only grow)
         digests = {**old_digests, **cp.answered_digests}
