@@ -108,7 +108,7 @@ class JsonCodec(Protocol):
 # --- errors collected on the way out of the recursion -----------------------------------------
 
 
-def _require_text(values: Iterable[Any], at: str) -> None:
+def require_text(values: Iterable[Any], at: str) -> None:
     """Every str among ``values`` is valid Unicode (no lone surrogate, which UTF-8 cannot
     hold: a checkpoint or an answer holding one could never be stored or read back)."""
     texts = [v for v in values if type(v) is str]
@@ -198,7 +198,7 @@ class TaggedJsonCodec:
         t = type(value)
         if t in _PRIMITIVES:
             if t is str and not value.isascii():
-                _require_text((value,), at)
+                require_text((value,), at)
             return value
         if t is float:
             return value if math.isfinite(value) else {"$float": repr(value)}
@@ -207,7 +207,7 @@ class TaggedJsonCodec:
             types = set(map(type, value))
             if types <= _PRIMITIVES or (types <= _SCALARS and _finite(value)):
                 if str in types:
-                    _require_text(value, at)
+                    require_text(value, at)
                 return value.copy()
         elif (
             t is dict
@@ -216,8 +216,8 @@ class TaggedJsonCodec:
             and not any(k.startswith("$") for k in value)
             and _finite(value.values())
         ):
-            _require_text(value, at)
-            _require_text(value.values(), at)
+            require_text(value, at)
+            require_text(value.values(), at)
             return value.copy()  # fast path: plain keys, JSON scalar values
         try:
             encoded = self._enc(value, 1)
@@ -271,7 +271,7 @@ class TaggedJsonCodec:
             types = set(map(type, value))
             if types <= _PRIMITIVES:
                 if str in types:
-                    _require_text(value, at)
+                    require_text(value, at)
                 return value.copy()
         encoded = self.encode(value, at=at)
         if encoded is not value and not (
@@ -289,21 +289,21 @@ class TaggedJsonCodec:
         t = type(value)
         if t in _SCALARS:
             if t is str and not value.isascii():
-                _require_text((value,), "value")
+                require_text((value,), "value")
             return value
         if t is list:
             types = set(map(type, value))
             if types <= _SCALARS:
                 if str in types:
-                    _require_text(value, "value")
+                    require_text(value, "value")
                 return value.copy()
         if (
             t is dict
             and _SCALARS.issuperset(map(type, value))
             and _SCALARS.issuperset(map(type, value.values()))
         ):
-            _require_text(value, "value")
-            _require_text(value.values(), "value")
+            require_text(value, "value")
+            require_text(value.values(), "value")
             return value.copy()
         return self.decode(self.encode(value))
 

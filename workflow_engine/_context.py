@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, Never, overload
 import anyio
 from typing_extensions import TypeVar
 
-from ._codec import _PRIMITIVES, TaggedJsonCodec, decode_stored, encode_checked
+from ._codec import _PRIMITIVES, TaggedJsonCodec, decode_stored, encode_checked, require_text
 from ._errors import (
     DefinitionError,
     EffectInDoubtError,
@@ -383,6 +383,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """Write this executor's durable state; committed with the superstep. The value is
         encoded (and checked decodable) now, so a later read is a copy."""
         step = self._step
+        _check_key(key)
         step.state_writes[key] = encode_checked(self._scope.codec, value)
         if step.appended:
             step.appended.pop(key, None)
@@ -393,6 +394,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         Only the new items are encoded (and checked), and a durable store writes only them: a
         conversation that grows by a turn costs that turn however long it already is."""
         step = self._step
+        _check_key(key)
         codec = self._scope.codec
         current = step.state_writes.get(key, _MISSING)
         committed = current is _MISSING  # appending to the committed list, not to a write
@@ -471,6 +473,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """Write shared state; visible to every executor after the barrier. If two executors write
         the same key in one superstep, the later one in graph order wins."""
         step = self._step
+        _check_key(key)
         codec = self._scope.codec
         if type(value) is list and type(codec) is TaggedJsonCodec:
             kinds = set(map(type, value))
@@ -516,3 +519,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         )
         step.requests.append(request)
         return request.request_id
+
+
+def _check_key(key: str) -> None:
+    """A state key is stored as text: it must be valid Unicode (``SerializationError``)."""
+    if type(key) is str and not key.isascii():
+        require_text((key,), f"the state key {key!r}")

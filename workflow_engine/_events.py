@@ -79,7 +79,15 @@ class ErrorDetails:
     @classmethod
     def from_exception(cls, exc: BaseException, executor_id: str | None = None) -> ErrorDetails:
         code = getattr(exc, "code", None) or "executor_failed"
-        return cls(type(exc).__name__, str(exc), code, executor_id)
+        return cls(_text(type(exc).__name__), _text(str(exc)), _text(str(code)), executor_id)
+
+
+def _text(value: str) -> str:
+    """``value`` as valid Unicode: a lone surrogate (a file name decoded with
+    ``surrogateescape`` in a message) is written as its escape, so the error can be stored."""
+    if value.isascii():
+        return value
+    return value.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 @dataclass(slots=True)

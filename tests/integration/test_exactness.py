@@ -911,3 +911,44 @@ async def test_an_answer_that_is_not_valid_unicode_is_refused_and_changes_nothin
     done = await runtime.respond_and_resume(request_id, "café")
     assert done.status is WorkflowRunState.IDLE and done.outputs == ["hello café"]
     await runtime.close()
+
+
+@pytest.mark.parametrize("where", ["error message", "state key", "shared key"])
+async def test_a_lone_surrogate_in_an_error_or_a_key_fails_only_its_run(
+    tmp_path: Path, where: str
+) -> None:
+    """A handler that raises with a non-UTF-8 file name in its message, or uses one as a state
+    key: that run ends FAILED with the error recorded (escaped), with and without a store, and
+    every other run stays readable (outside tester: the stored error made ``list_runs`` and the
+    CLI's listings fail for the whole database; a key left the run in_progress)."""
+    name = b"caf\xe9.txt".decode("utf-8", "surrogateescape")
+
+    class Importer(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Never, Any]) -> None:
+            if where == "error message":
+                raise ValueError(f"cannot import {name}")
+            if where == "state key":
+                await ctx.set_state(name, 1)
+            else:
+                await ctx.set_shared(name, 1)
+
+    def build() -> Any:
+        return WorkflowBuilder(name="importer", start=Importer("importer")).build()
+
+    plain = await build().run("m")
+    assert plain.status is WorkflowRunState.FAILED and plain.error is not None
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    other = await runtime.run("importer", "m")
+    failed = await runtime.run("importer", "m")
+    assert failed.status is WorkflowRunState.FAILED and failed.error is not None
+    assert failed.error.message == plain.error.message
+    assert "caf\\udce9" in failed.error.message
+    await runtime.close()
+    fresh = open_runtime(tmp_path / "runs.db", build)
+    listed = await fresh.list_runs()
+    assert {r.run_id for r in listed} == {other.run_id, failed.run_id}
+    info = await fresh.get_run(failed.run_id)
+    assert info.status is WorkflowRunState.FAILED
+    assert info.error is not None and info.error["message"] == failed.error.message
+    await fresh.close()
