@@ -45,6 +45,7 @@ from ._exits import (
     EXIT_STORAGE,
     EXIT_USAGE,
 )
+from ._hints import Hints
 from ._ids import AmbiguousIdError, match, short_ids
 from ._registry import (
     DEMO_ALIASES,
@@ -113,11 +114,14 @@ class _Before:
 
 def _db_before(db: Path | None) -> Path | None:
     _Before.db = db
+    Hints.given(db)
     return db
 
 
 def _db_or_before(db: Path | None) -> Path | None:
-    return db if db is not None else _Before.db
+    chosen = db if db is not None else _Before.db
+    Hints.given(chosen)
+    return chosen
 
 
 @app.callback()
@@ -295,17 +299,23 @@ async def _with_runtime(
     Only ``workflows`` are registered up front; commands register the workflow of the run they
     act on once they know it (building every graph would dominate a listing's start-up time).
     """
+    _require_database(db)
+    runtime = open_runtime(db, workflows=workflows)
+    try:
+        return await body(runtime)
+    finally:
+        await runtime.close()
+
+
+def _require_database(db: Path | None) -> None:
+    """Exit 4 when there is no database where the command looks (a mistyped ``--db`` is said,
+    not met with a new empty file)."""
     from workflow_engine.storage import default_db_path
 
     path = db if db is not None else default_db_path()
     if not Path(path).exists():
         print_error(f"no database at {path} (nothing has run there yet; check --db)")
         raise Exit(EXIT_NOT_FOUND)
-    runtime = open_runtime(db, workflows=workflows)
-    try:
-        return await body(runtime)
-    finally:
-        await runtime.close()
 
 
 def _when(ts: float) -> str:
@@ -391,7 +401,9 @@ OfflineOption = Annotated[
 
 @app.command()
 def demo(
-    name: Annotated[str, typer.Argument(help="handoff (support), banking or transfer")] = "handoff",
+    name: Annotated[
+        str, typer.Argument(help="handoff (support), banking, transfer or review")
+    ] = "handoff",
     message: Annotated[
         str | None, typer.Option("--message", "-m", help="The first user message.")
     ] = None,
@@ -523,6 +535,7 @@ def resume(
     resumed: list[str] = []
 
     async def body() -> int:
+        _require_database(db)
         runtime = open_runtime(db, workflows=())
         try:
             full = await _full_run_id(runtime, run_id)
@@ -604,7 +617,7 @@ def respond(
             register(runtime, [run.workflow_name])
             outcome = await runtime.respond(full, answer)
             note = "already had this answer" if outcome.value == "duplicate" else "answer stored"
-            print(f"{note}; continue with `workflow-engine resume {clean(run.run_id)}`")
+            print(f"{note}; continue with `workflow-engine resume {clean(run.run_id)}{Hints.db}`")
             return EXIT_DONE
 
         return await _with_runtime(db, go)

@@ -49,6 +49,7 @@ from workflow_engine.executors import (
 )
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED
+from ._hints import Hints
 from ._term import Part, Terminal
 from ._views import compact, field_notes, shape
 
@@ -414,8 +415,8 @@ def print_paused(
         term.line(f"  request {request.request_id} ({type(request.data).__name__})")
     request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"
     term.line(
-        f"Answer with `workflow-engine respond {request_id} --approve|--reject|--message TEXT`, "
-        f"then `workflow-engine resume {run_id}`."
+        f"Answer with `workflow-engine respond {request_id} --approve|--reject|--message TEXT"
+        f"{Hints.db}`, then `workflow-engine resume {run_id}{Hints.db}`."
     )
 
 

@@ -323,6 +323,13 @@ def test_the_database_option_goes_before_or_after_the_command(cli: Cli, tmp_path
     both = cli.expect(0, "--db", elsewhere, "runs", "list", "--json", "--db", str(cli.db), db=False)
     assert [r["run_id"] for r in json.loads(both.out)] == [paused_id]
     assert "no database at" in cli.expect(4, "--db", elsewhere, "runs", "list", db=False).err
+    # the commands printed to continue name the database; a mistyped one is not created
+    paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--detach")
+    assert f"resume {paused.out.split('Run ')[1].split()[0]} --db {cli.db}`" in flat(paused.out)
+    stored = cli.expect(0, "respond", cli.start_paused()[1], "--approve")
+    assert f"--db {cli.db}`" in stored.out
+    assert "no database at" in cli.expect(4, "resume", "abc", "--db", elsewhere, db=False).err
+    assert not Path(elsewhere).exists()
     cli.env["WORKFLOW_ENGINE_DB"] = elsewhere
     try:
         before = cli.expect(0, "--db", str(cli.db), "runs", "show", paused_id, db=False)
