@@ -647,6 +647,8 @@ class SqliteStore:
                             raise
                         conn.execute("ROLLBACK TO one_write")
                         conn.execute("RELEASE one_write")
+                        if isinstance(exc, UnicodeEncodeError):
+                            exc = _not_text(exc)
                         outcomes.append((None, exc))
                         continue
                     conn.execute("RELEASE one_write")
@@ -721,6 +723,8 @@ class SqliteStore:
             return result
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
+        except UnicodeEncodeError as exc:  # an id or a value with a lone surrogate
+            raise _not_text(exc) from None
 
     def _translate(self, exc: sqlite3.Error) -> StorageError:
         text = str(exc)
@@ -1586,6 +1590,15 @@ class SqliteStore:
 
 
 # --- statements and rows ------------------------------------------------------------------------
+
+
+def _not_text(exc: UnicodeEncodeError) -> UsageError:
+    """An id or a value holding a lone surrogate: nothing stored holds one, nothing can."""
+    bad = exc.object[exc.start : exc.end] if isinstance(exc.object, str) else "?"
+    return UsageError(
+        f"text with a lone surrogate ({bad!r}) is not valid Unicode: no run, request or value "
+        "in a store holds one"
+    )
 
 
 def _same_json(stored: str, text: str) -> bool:

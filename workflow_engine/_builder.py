@@ -6,6 +6,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, get_args, get_origin
 
+from ._codec import is_text
 from ._errors import (
     DefinitionError,
     DuplicateExecutorError,
@@ -161,6 +162,12 @@ class WorkflowBuilder:
                 raise UnknownExecutorError(
                     f"workflow {self.name!r} refers to {node_id!r}, which is not an executor or "
                     f"port of this builder (known: {', '.join(sorted(self._nodes)) or 'none'})"
+                )
+        for name in (self.name, *self._nodes):
+            if not is_text(name):
+                raise DefinitionError(
+                    f"the name {name!r} is not valid Unicode text (a lone surrogate): workflow "
+                    "and executor names are stored"
                 )
         if self._start is None:
             raise MissingStartError(

@@ -121,6 +121,17 @@ def require_text(values: Iterable[Any], at: str) -> None:
             raise SerializationError(f"cannot encode {at}: {_unicode_problem(exc)}") from None
 
 
+def is_text(value: str) -> bool:
+    """Valid Unicode text: UTF-8 can hold it (no lone surrogate)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _unicode_problem(exc: UnicodeEncodeError) -> str:
     bad = exc.object[exc.start : exc.end]
     return (

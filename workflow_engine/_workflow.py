@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import TypeAdapter, ValidationError
 
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore, answer_digest
-from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored
+from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored, is_text
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotLatestError,
@@ -452,6 +452,8 @@ class Workflow:
         """The first checkpoint of a new run: ``message`` in flight to the start executor,
         ``shared_state`` (e.g. a caller's ``function_invocation_kwargs``) already set."""
         self._check_start(message)
+        if run_id is not None and not is_text(run_id):
+            raise UsageError(f"run id {run_id!r} is not valid Unicode text (a lone surrogate)")
         state = RunState(run_id=run_id or uuid.uuid4().hex, secret=new_step_secret())
         state.inbox = [self._input_envelope(state, message)]
         state.shared = {k: self.codec.encode(v) for k, v in (shared_state or {}).items()}

@@ -319,3 +319,36 @@ async def test_a_lease_lost_to_a_worker_that_is_done_does_not_name_none(tmp_path
     for store in (frozen, other):
         await store.close()
     await runtime.close()
+
+
+async def test_ids_that_are_not_valid_unicode_are_refused_in_the_error_tree(tmp_path: Path) -> None:
+    """A run id, workflow name or executor id with a lone surrogate: a ``WorkflowError`` naming
+    it, never a raw ``UnicodeEncodeError`` or pydantic error (outside tester)."""
+    from workflow_engine import (
+        DefinitionError,
+        Executor,
+        Runtime,
+        UsageError,
+        WorkflowBuilder,
+        handler,
+    )
+
+    bad = "caf\udce9"
+
+    class Echo(Executor):
+        @handler
+        async def echo(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output(message)
+
+    with pytest.raises(DefinitionError, match="not valid Unicode"):
+        WorkflowBuilder(name=bad, start=Echo("echo")).build()
+    with pytest.raises(DefinitionError, match="not valid Unicode"):
+        WorkflowBuilder(name="echo", start=Echo(bad)).build()
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(lambda: WorkflowBuilder(name="echo", start=Echo("echo")).build())
+    with pytest.raises(UsageError, match="not valid Unicode"):
+        await runtime.run("echo", "hi", run_id=bad)
+    with pytest.raises(UsageError, match="lone surrogate"):
+        await runtime.get_run(bad)
+    assert (await runtime.run("echo", "hi", run_id="fine")).outputs == ["hi"]
+    await runtime.close()
