@@ -601,9 +601,23 @@ class AGUIService:
                 await runtime.respond(request_id, value)
             except ResponseError as exc:
                 raise AGUIError(exc.code, str(exc)) from exc
-        if current is None or not pending:
+        if current is None or not (pending or await self._cut_off(current)):
             return NOTHING_TO_DO, {}
         return current, dict(prepared)
+
+    async def _cut_off(self, run_id: str) -> bool:
+        """Whether the run a repeated resume names stopped before it applied the answers it was
+        given (the server was killed or restarted): left in the middle of a superstep, or
+        resting with answers waiting -- and no live worker is on it. The repeat continues it;
+        otherwise the repeat changes nothing."""
+        run = await self.store.get_run(run_id)
+        if run.live_owner(time.time()) is not None:
+            return False  # being executed: that worker applies the answers
+        if run.status is WorkflowRunState.IN_PROGRESS:
+            return True
+        if run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+            return bool(await self.store.list_requests(run_id, status="answered"))
+        return False
 
     async def _answered_before(
         self, answer: ResumeAnswer, thread_id: str, workflow: Workflow

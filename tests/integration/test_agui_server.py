@@ -253,6 +253,46 @@ def test_a_thread_survives_a_server_restart(tmp_path: Path) -> None:
     assert len(ledger_lines(server, thread_id)) == 1
 
 
+def test_a_resume_resent_after_the_server_stopped_short_continues_the_run(
+    tmp_path: Path,
+) -> None:
+    """The server stored the answer but stopped before applying it (killed, restarted: here the
+    answer is stored from the command line while no server runs). The client, never told how
+    its resume ended, sends it again to the new server: that continues the run, once (outside
+    tester: an empty RUN_FINISHED, and the approved refund never happened)."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = Server(
+        db=tmp_path / "runs.db",
+        log=tmp_path / "server.log",
+        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(ledger)},
+    )
+    thread_id = thread()
+    with server:
+        [interrupt] = to_approval(Client(server.url), thread_id).interrupts
+    engine = [*cli(), "--db", str(server.db)]
+    listed = subprocess.run(
+        [*engine, "requests", "list", "--json"], capture_output=True, text=True, check=True
+    )
+    [request] = json.loads(listed.stdout)
+    subprocess.run(
+        [*engine, "respond", request["request_id"], "--approve"],
+        capture_output=True,
+        check=True,
+        env=server_env(WORKFLOW_ENGINE_DEMO_LEDGER=str(ledger)),
+    )
+    assert not ledger_lines(server, thread_id)  # stored, not applied
+    with server:
+        client = Client(server.url)
+        stream = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+        assert_success(stream)
+        assert "submitted" in stream.results()[interrupt.tool_call_id]
+        assert "case complete." in stream.text()
+        again = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+        assert_success(again)
+        assert not again.of(EventType.TOOL_CALL_RESULT)  # done: the repeat changes nothing
+    assert len(ledger_lines(server, thread_id)) == 1
+
+
 # --- 5. exactly-once answers --------------------------------------------------------------------
 
 
