@@ -88,6 +88,7 @@ from workflow_engine import (
     WorkflowRunState,
     WorkflowStatusEvent,
 )
+from workflow_engine._identity import INPUT_SOURCE
 from workflow_engine._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
 from workflow_engine.executors import Agent, AgentRunUpdateEvent, ChatMessage
 from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
@@ -543,6 +544,17 @@ class AGUIService:
                 "them (or cancel) before sending a new message",
             )
         message = self._start_message(workflow, run_input.messages)
+        if current is not None and await self._cut_off(current):
+            # the server stopped while this thread's run worked (or before it applied answers):
+            # the same request again continues that run; another message would leave it behind
+            if await self._started_with(workflow, current, message):
+                return Turn(current, key)
+            raise AGUIError(
+                "run_interrupted",
+                f"thread {thread_id}: its run {current} was cut off when the server stopped; "
+                "send the request that started it (or the resume it was given) again to "
+                "continue it, before a new message",
+            )
         key = new_interrupt_key()
         shared: dict[str, Any] = {**self.run_state, INTERRUPT_KEY: key}
         props = normalize_forwarded_props(run_input.forwarded_props)
@@ -604,6 +616,16 @@ class AGUIService:
         if current is None or not (pending or await self._cut_off(current)):
             return NOTHING_TO_DO, {}
         return current, dict(prepared)
+
+    async def _started_with(self, workflow: Workflow, run_id: str, message: Any) -> bool:
+        """Whether ``message`` is the one that started run ``run_id`` (a request sent again)."""
+        history = await self.store.history(run_id)
+        if not history or history[0].seq != 0:  # its start was pruned: cannot tell
+            return False
+        first = await self.store.load(history[0].checkpoint_id)
+        started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
+        encoded = workflow.codec.encode(message)
+        return len(started) == 1 and _canonical(started[0]) == _canonical(encoded)
 
     async def _cut_off(self, run_id: str) -> bool:
         """Whether the run a repeated resume names stopped before it applied the answers it was
@@ -810,3 +832,7 @@ def check_thread_id(thread_id: str) -> None:
             "invalid_run_input",
             f"threadId has {len(thread_id)} characters; the limit is {MAX_THREAD_ID_LENGTH}",
         )
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))

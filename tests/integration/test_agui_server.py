@@ -293,6 +293,44 @@ def test_a_resume_resent_after_the_server_stopped_short_continues_the_run(
     assert len(ledger_lines(server, thread_id)) == 1
 
 
+def test_a_thread_whose_run_was_cut_off_continues_it_before_a_new_message(
+    tmp_path: Path,
+) -> None:
+    """A thread's run left unfinished by a server that stopped (here: its answer stored while no
+    server ran): another message is refused by name, and the request that started the run, sent
+    again, continues it -- instead of a second run beside one left behind for good (outside
+    tester: a first message re-sent after a SIGKILL started a new run)."""
+    ledger = tmp_path / "ledger.jsonl"
+    server = Server(
+        db=tmp_path / "runs.db",
+        log=tmp_path / "server.log",
+        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(ledger)},
+    )
+    thread_id = thread()
+    with server:
+        to_approval(Client(server.url), thread_id)
+    engine = [*cli(), "--db", str(server.db)]
+    listed = subprocess.run(
+        [*engine, "requests", "list", "--json"], capture_output=True, text=True, check=True
+    )
+    [request] = json.loads(listed.stdout)
+    subprocess.run([*engine, "respond", request["request_id"], "--approve"], check=True)
+    with server:
+        client = Client(server.url)
+        other = client.start("/support", thread_id, "Where is my parcel?")
+        assert other.error_code == "run_interrupted", other.describe()
+        again = client.start("/support", thread_id, REFUND)
+        assert_success(again)
+        assert "case complete." in again.text()
+    runs = json.loads(
+        subprocess.run(
+            [*engine, "runs", "list", "--json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert [r["status"] for r in runs] == ["idle"]
+    assert len(ledger_lines(server, thread_id)) == 1
+
+
 # --- 5. exactly-once answers --------------------------------------------------------------------
 
 
