@@ -13,6 +13,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -233,17 +234,36 @@ def test_a_new_run_on_a_thread_uses_fresh_message_and_tool_call_ids(client: Clie
 # --- 4. a server restart between interrupt and resume -------------------------------------------
 
 
-def test_a_thread_survives_a_server_restart(tmp_path: Path) -> None:
-    ledger = tmp_path / "ledger.jsonl"
+def paused_then_stopped(tmp_path: Path) -> tuple[Server, str, Any]:
+    """A server of its own (with a ledger) that ran a thread to its approval, then stopped:
+    the server, the thread and its interrupt."""
     server = Server(
         db=tmp_path / "runs.db",
         log=tmp_path / "server.log",
-        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(ledger)},
+        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(tmp_path / "ledger.jsonl")},
     )
     thread_id = thread()
     with server:
         [interrupt] = to_approval(Client(server.url), thread_id).interrupts
     assert server.proc is None
+    return server, thread_id, interrupt
+
+
+def approve_from_the_command_line(server: Server, thread_id: str) -> list[str]:
+    """Store the approval of the one pending request while no server runs (as a server killed
+    after storing it, before applying it, leaves it); the CLI's arguments for that database."""
+    engine = [*cli(), "--db", str(server.db)]
+    listed = subprocess.run(
+        [*engine, "requests", "list", "--json"], capture_output=True, text=True, check=True
+    )
+    [request] = json.loads(listed.stdout)
+    subprocess.run([*engine, "respond", request["request_id"], "--approve"], check=True)
+    assert not ledger_lines(server, thread_id)  # stored, not applied
+    return engine
+
+
+def test_a_thread_survives_a_server_restart(tmp_path: Path) -> None:
+    server, thread_id, interrupt = paused_then_stopped(tmp_path)
     with server:  # a new process (and port) on the same database
         client = Client(server.url)
         stream = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
@@ -260,27 +280,8 @@ def test_a_resume_resent_after_the_server_stopped_short_continues_the_run(
     answer is stored from the command line while no server runs). The client, never told how
     its resume ended, sends it again to the new server: that continues the run, once (outside
     tester: an empty RUN_FINISHED, and the approved refund never happened)."""
-    ledger = tmp_path / "ledger.jsonl"
-    server = Server(
-        db=tmp_path / "runs.db",
-        log=tmp_path / "server.log",
-        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(ledger)},
-    )
-    thread_id = thread()
-    with server:
-        [interrupt] = to_approval(Client(server.url), thread_id).interrupts
-    engine = [*cli(), "--db", str(server.db)]
-    listed = subprocess.run(
-        [*engine, "requests", "list", "--json"], capture_output=True, text=True, check=True
-    )
-    [request] = json.loads(listed.stdout)
-    subprocess.run(
-        [*engine, "respond", request["request_id"], "--approve"],
-        capture_output=True,
-        check=True,
-        env=server_env(WORKFLOW_ENGINE_DEMO_LEDGER=str(ledger)),
-    )
-    assert not ledger_lines(server, thread_id)  # stored, not applied
+    server, thread_id, interrupt = paused_then_stopped(tmp_path)
+    approve_from_the_command_line(server, thread_id)
     with server:
         client = Client(server.url)
         stream = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
@@ -300,21 +301,8 @@ def test_a_thread_whose_run_was_cut_off_continues_it_before_a_new_message(
     server ran): another message is refused by name, and the request that started the run, sent
     again, continues it -- instead of a second run beside one left behind for good (outside
     tester: a first message re-sent after a SIGKILL started a new run)."""
-    ledger = tmp_path / "ledger.jsonl"
-    server = Server(
-        db=tmp_path / "runs.db",
-        log=tmp_path / "server.log",
-        env={"WORKFLOW_ENGINE_DEMO_LEDGER": str(ledger)},
-    )
-    thread_id = thread()
-    with server:
-        to_approval(Client(server.url), thread_id)
-    engine = [*cli(), "--db", str(server.db)]
-    listed = subprocess.run(
-        [*engine, "requests", "list", "--json"], capture_output=True, text=True, check=True
-    )
-    [request] = json.loads(listed.stdout)
-    subprocess.run([*engine, "respond", request["request_id"], "--approve"], check=True)
+    server, thread_id, _ = paused_then_stopped(tmp_path)
+    engine = approve_from_the_command_line(server, thread_id)
     with server:
         client = Client(server.url)
         other = client.start("/support", thread_id, "Where is my parcel?")
