@@ -53,7 +53,7 @@ import json
 import math
 import operator
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from decimal import Decimal
 from typing import Any, Protocol, runtime_checkable
 from zoneinfo import ZoneInfo
@@ -108,17 +108,29 @@ class JsonCodec(Protocol):
 # --- errors collected on the way out of the recursion -----------------------------------------
 
 
-def require_text(values: Iterable[Any], at: str) -> None:
+def require_text(values: Collection[Any], at: str) -> None:
     """Every str among ``values`` is valid Unicode (no lone surrogate, which UTF-8 cannot
     hold: a checkpoint or an answer holding one could never be stored or read back)."""
-    texts = [v for v in values if type(v) is str]
-    if "".join(texts).isascii():
+    try:
+        joined = "".join(values)  # (only text: one C-level pass)
+    except TypeError:
+        joined = "".join([v for v in values if isinstance(v, str)])
+    if joined.isascii():
         return
-    for text in texts:
+    for text in values:
+        if not isinstance(text, str):
+            continue
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SerializationError(f"cannot encode {at}: {_unicode_problem(exc)}") from None
+
+
+def _scalar_list_copy(value: list[Any], types: set[type], at: str) -> list[Any]:
+    """A copy of a list of JSON scalars (``types``: its items' types), its text checked."""
+    if str in types:
+        require_text(value, at)
+    return value.copy()
 
 
 def is_text(value: str) -> bool:
@@ -217,9 +229,7 @@ class TaggedJsonCodec:
             # fast path: a list of JSON scalars (one C-level type pass) is copied as it is
             types = set(map(type, value))
             if types <= _PRIMITIVES or (types <= _SCALARS and _finite(value)):
-                if str in types:
-                    require_text(value, at)
-                return value.copy()
+                return _scalar_list_copy(value, types, at)
         elif (
             t is dict
             and _STR_ONLY.issuperset(map(type, value))
@@ -281,9 +291,7 @@ class TaggedJsonCodec:
         if t is list:
             types = set(map(type, value))
             if types <= _PRIMITIVES:
-                if str in types:
-                    require_text(value, at)
-                return value.copy()
+                return _scalar_list_copy(value, types, at)
         encoded = self.encode(value, at=at)
         if encoded is not value and not (
             type(encoded) is dict
@@ -305,9 +313,7 @@ class TaggedJsonCodec:
         if t is list:
             types = set(map(type, value))
             if types <= _SCALARS:
-                if str in types:
-                    require_text(value, "value")
-                return value.copy()
+                return _scalar_list_copy(value, types, "value")
         if (
             t is dict
             and _SCALARS.issuperset(map(type, value))

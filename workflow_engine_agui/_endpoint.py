@@ -72,6 +72,7 @@ from workflow_engine import (
     RequestInfoEvent,
     ResponseError,
     RunNotFoundError,
+    RunRecord,
     RunStore,
     Runtime,
     SerializationError,
@@ -88,6 +89,7 @@ from workflow_engine import (
     WorkflowRunState,
     WorkflowStatusEvent,
 )
+from workflow_engine._codec import strictly_equal
 from workflow_engine._identity import INPUT_SOURCE
 from workflow_engine._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
 from workflow_engine.executors import Agent, AgentRunUpdateEvent, ChatMessage
@@ -522,15 +524,16 @@ class AGUIService:
         pending: dict[str, ExternalRequest] = {}
         key: str | None = None
         checkpoint: Checkpoint | None = None
+        record: RunRecord | None = None
         if current is not None:
-            _, checkpoint = await self.store.get_run_and_latest(current)
+            record, checkpoint = await self.store.get_run_and_latest(current)
             key = run_key(current, checkpoint)
             info = await runtime.get_run(current)
             if info.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
                 pending = {interrupt_id_for(r.request_id, key): r for r in info.pending_requests}
         if resume:
             run_id, answers = await self._resume(
-                runtime, workflow, current, pending, resume, thread_id
+                runtime, workflow, record, pending, resume, thread_id
             )
             held: dict[str, HeldCall] = {}
             if run_id == current and checkpoint is not None:
@@ -544,11 +547,11 @@ class AGUIService:
                 "them (or cancel) before sending a new message",
             )
         message = self._start_message(workflow, run_input.messages)
-        if current is not None and await self._cut_off(current):
+        if record is not None and await self._cut_off(record):
             # the server stopped while this thread's run worked (or before it applied answers):
             # the same request again continues that run; another message would leave it behind
-            if await self._started_with(workflow, current, message):
-                return Turn(current, key)
+            if await self._started_with(workflow, record.run_id, message):
+                return Turn(record.run_id, key)
             raise AGUIError(
                 "run_interrupted",
                 f"thread {thread_id}: its run {current} was cut off when the server stopped; "
@@ -570,7 +573,7 @@ class AGUIService:
         self,
         runtime: Runtime,
         workflow: Workflow,
-        current: str | None,
+        record: RunRecord | None,
         pending: dict[str, ExternalRequest],
         resume: list[ResumeAnswer],
         thread_id: str,
@@ -578,6 +581,7 @@ class AGUIService:
         """Check every answer, then store them; the run to continue, and the answers stored by
         request id. Answers to interrupts that were already answered identically are accepted
         again (a repeated resume is harmless)."""
+        current = record.run_id if record is not None else None
         fresh = [a for a in resume if a.interrupt_id in pending]
         repeats = [
             (a, await self._answered_before(a, thread_id, workflow))
@@ -613,9 +617,9 @@ class AGUIService:
                 await runtime.respond(request_id, value)
             except ResponseError as exc:
                 raise AGUIError(exc.code, str(exc)) from exc
-        if current is None or not (pending or await self._cut_off(current)):
+        if record is None or not (pending or await self._cut_off(record)):
             return NOTHING_TO_DO, {}
-        return current, dict(prepared)
+        return record.run_id, dict(prepared)
 
     async def _started_with(self, workflow: Workflow, run_id: str, message: Any) -> bool:
         """Whether ``message`` is the one that started run ``run_id`` (a request sent again)."""
@@ -624,21 +628,19 @@ class AGUIService:
             return False
         first = await self.store.load(history[0].checkpoint_id)
         started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
-        encoded = workflow.codec.encode(message)
-        return len(started) == 1 and _canonical(started[0]) == _canonical(encoded)
+        return len(started) == 1 and strictly_equal(started[0], workflow.codec.encode(message))
 
-    async def _cut_off(self, run_id: str) -> bool:
-        """Whether the run a repeated resume names stopped before it applied the answers it was
-        given (the server was killed or restarted): left in the middle of a superstep, or
-        resting with answers waiting -- and no live worker is on it. The repeat continues it;
-        otherwise the repeat changes nothing."""
-        run = await self.store.get_run(run_id)
+    async def _cut_off(self, run: RunRecord) -> bool:
+        """Whether the thread's run stopped before it applied the answers it was given (the
+        server was killed or restarted): left in the middle of a superstep, or resting with
+        answers waiting -- and no live worker is on it. The same request again continues it;
+        otherwise a repeated resume changes nothing."""
         if run.live_owner(time.time()) is not None:
             return False  # being executed: that worker applies the answers
         if run.status is WorkflowRunState.IN_PROGRESS:
             return True
         if run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
-            return bool(await self.store.list_requests(run_id, status="answered"))
+            return bool(await self.store.list_requests(run.run_id, status="answered"))
         return False
 
     async def _answered_before(
@@ -832,7 +834,3 @@ def check_thread_id(thread_id: str) -> None:
             "invalid_run_input",
             f"threadId has {len(thread_id)} characters; the limit is {MAX_THREAD_ID_LENGTH}",
         )
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))

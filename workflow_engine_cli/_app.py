@@ -114,7 +114,6 @@ class _Before:
 
 def _db_before(db: Path | None) -> Path | None:
     _Before.db = db
-    Hints.given(db)
     return db
 
 
