@@ -22,7 +22,7 @@ from ._errors import (
     UnknownTargetError,
     UsageError,
 )
-from ._events import WorkflowEvent, WorkflowOutputEvent
+from ._events import WorkflowEvent
 from ._identity import derive_id, step_key
 from ._requests import ExternalRequest
 from ._types import Matcher, type_name
@@ -343,7 +343,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         self._step.sent.append((self._scope.codec.decode(encoded), target_id, encoded))
 
     async def yield_output(self, output: TWorkflowOut) -> None:
-        """Publish a workflow output (``WorkflowOutputEvent``; kept in the run's outputs)."""
+        """Publish a workflow output: kept in the run's outputs, and streamed as a
+        ``WorkflowOutputEvent`` once the superstep's commit has recorded it (an output of a
+        superstep that fails, or whose commit fails, is never published)."""
         if not self._yields(output):
             raise UndeclaredOutputError(
                 f"executor {self.executor_id!r} yielded {type_name(type(output))}, which its "
@@ -353,7 +355,6 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         encoded = self._scope.codec.encode(output)
         copy = self._scope.codec.decode(encoded)
         self._step.outputs.append((copy, encoded))
-        self._step.emit(WorkflowOutputEvent(copy, self.executor_id))
 
     async def add_event(self, event: WorkflowEvent) -> None:
         """Emit a custom event into the run's event stream."""

@@ -6,8 +6,10 @@ Order inside one superstep, and why:
    their events are released in graph order, the first live, so the stream is deterministic;
 2. at the barrier, effects apply in graph order: state, shared state, outputs, requests, then
    sends are routed (conditions evaluated first, then the pure planner);
-3. the checkpoint is saved -- and only then are new ``RequestInfoEvent``s published, so every
-   request id a client can see exists in the store.
+3. the checkpoint is saved -- and only then are the superstep's ``WorkflowOutputEvent``s, its
+   ``SuperstepCompletedEvent`` and new ``RequestInfoEvent``s published, so every output and
+   request id a client can see exists in the store (events that report progress -- an executor
+   invoked, an agent's streamed text -- are live).
 
 A failing handler ends the run FAILED without touching the last checkpoint, so it stays a valid
 point to retry from.
@@ -55,6 +57,7 @@ from ._events import (
     SuperstepStartedEvent,
     WorkflowEvent,
     WorkflowFailedEvent,
+    WorkflowOutputEvent,
     WorkflowRunState,
     WorkflowStatusEvent,
 )
@@ -442,10 +445,15 @@ class RunLoop:
         except Exception as exc:
             self.fail(exc)
             return False
-        self.emit(SuperstepCompletedEvent(number))
         await self.commit(changes)
+        # what the commit recorded is published only now: a failed commit publishes none of it
+        emit = self.emit
+        for step in steps:
+            for copy, _ in step.outputs:
+                emit(WorkflowOutputEvent(copy, step.executor_id))
+        emit(SuperstepCompletedEvent(number))
         for request in new_requests:
-            self.emit(RequestInfoEvent(request))
+            emit(RequestInfoEvent(request))
         return True
 
     async def _ask_about_effects(

@@ -13,10 +13,17 @@ import pytest
 from tests.integration.workflows import Answer, stepper_workflow
 from workflow_engine import (
     CheckpointStoreError,
+    Executor,
     LeaseLostError,
     RequestInfoEvent,
     Runtime,
+    SuperstepCompletedEvent,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowEvent,
+    WorkflowOutputEvent,
     WorkflowRunState,
+    handler,
 )
 from workflow_engine.storage import SqliteStore
 
@@ -131,3 +138,89 @@ async def test_a_failed_commit_publishes_no_request(tmp_path: Path) -> None:
     info = await rt.get_run(run_id)
     assert info.pending_requests == [] and info.superstep == 2
     await rt.close()
+
+
+async def test_a_failed_commit_publishes_no_output(tmp_path: Path) -> None:
+    """The commit of the superstep that yields the run's output fails: the stream shows neither
+    that output nor the superstep as completed; the retry publishes the output once."""
+    commits = 0
+
+    def hook(point: str) -> None:
+        nonlocal commits
+        if point == "commit:inside":
+            commits += 1
+            if commits == 3:  # superstep 3 yields (stop_at=3)
+                raise CommitFault("disk gone")
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db", fault_hook=hook))
+    rt.register(lambda: stepper_workflow(pause_at=99, stop_at=3))
+    run_id = await rt.start("stepper", 1)
+    seen: list[WorkflowEvent] = []
+    with pytest.raises(CheckpointStoreError, match="disk gone"):
+        async for event in rt.resume_stream(run_id):
+            seen.append(event)
+    assert not [e for e in seen if isinstance(e, WorkflowOutputEvent)]
+    assert [e.superstep for e in seen if isinstance(e, SuperstepCompletedEvent)] == [1, 2]
+    info = await rt.get_run(run_id)
+    assert info.outputs == [] and info.superstep == 2
+    again = [event async for event in rt.resume_stream(run_id)]
+    outputs = [e.data for e in again if isinstance(e, WorkflowOutputEvent)]
+    assert outputs == ["done: seen=[1, 2, 3] total=6"]
+    # the output comes with its superstep's completion, after the commit that recorded it
+    kinds = [
+        type(e).__name__
+        for e in again
+        if isinstance(e, WorkflowOutputEvent | SuperstepCompletedEvent)
+    ]
+    assert kinds == ["WorkflowOutputEvent", "SuperstepCompletedEvent"]
+    assert (await rt.get_run(run_id)).outputs == outputs
+    await rt.close()
+
+
+class _Gated(Executor):
+    """Yields its output once ``gate`` is set, the first time only (a slow first execution)."""
+
+    def __init__(self, gate: asyncio.Event) -> None:
+        super().__init__("gated")
+        self.gate = gate
+        self.calls = 0
+
+    @handler
+    async def on_text(self, text: str, ctx: WorkflowContext[None, str]) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            await self.gate.wait()
+        await ctx.yield_output(f"{text} #{self.calls}")
+
+
+async def test_a_worker_that_lost_its_lease_publishes_no_output(tmp_path: Path) -> None:
+    """Worker A's superstep outlives its lease; B takes the run over and completes it. A's
+    commit is refused, and A's stream never showed the output that did not become durable."""
+    db = tmp_path / "runs.db"
+    gate = asyncio.Event()
+    gated = _Gated(gate)
+    a = Runtime(SqliteStore(db))
+    a.register(lambda: WorkflowBuilder(name="gated", start=gated).build())
+    run_id = await a.start("gated", "hello")
+    seen: list[WorkflowEvent] = []
+
+    async def stream_a() -> None:
+        async for event in a.resume_stream(run_id):
+            seen.append(event)
+
+    task = asyncio.create_task(stream_a())
+    while gated.calls == 0:
+        await asyncio.sleep(0.005)
+    # B's clock is a minute ahead: A's lease has run out for B, which takes the run over
+    b_store = SqliteStore(db, clock=lambda: a.store.clock() + 60)  # type: ignore[attr-defined]
+    b = Runtime(b_store)
+    b.register(lambda: WorkflowBuilder(name="gated", start=gated).build())
+    done = await b.resume(run_id)
+    assert done.outputs == ["hello #2"]
+    gate.set()
+    with pytest.raises(LeaseLostError):
+        await task
+    assert not [e for e in seen if isinstance(e, WorkflowOutputEvent)]
+    assert (await a.get_run(run_id)).outputs == ["hello #2"]
+    await b.close()
+    await a.close()
