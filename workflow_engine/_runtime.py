@@ -9,6 +9,7 @@ checkpoint, delivers the stored answers and continues, committing every superste
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -26,8 +27,10 @@ from ._errors import (
     LeaseLostError,
     RunBusyError,
     RunNotResumableError,
+    SerializationError,
     SignatureMismatchError,
     StoreLockedError,
+    WorkflowError,
     WorkflowNotRegisteredError,
 )
 from ._events import WorkflowEvent, WorkflowRunState
@@ -65,6 +68,10 @@ class RunInfo:
     parent_run_id: str | None = None
     cancel_requested: bool = False
     """A cancel waits for the worker executing the run (see :meth:`Runtime.cancel`)."""
+    decoded: bool = True
+    """False when this runtime cannot decode the run's values -- its workflow is not registered
+    here, or its graph changed (a stranded run): ``outputs`` and each request's ``data`` are
+    then the codec's stored JSON, and ``response_type`` the stored type name."""
 
 
 @dataclass
@@ -125,6 +132,8 @@ class _LeasedStore:
         commit applies it: the runner may apply answers in its first superstep's commit."""
         self.cancel_requested = lease.cancel_requested
         self.answers_waiting = False
+        self.before: RunRecord | None = None
+        """The run as it was before this lease was taken (its status and error)."""
 
     async def ensure_held(self) -> None:
         """Raise ``LeaseLostError`` unless this worker still holds the run. An expired lease
@@ -268,16 +277,30 @@ class Runtime:
     # --- registration ---------------------------------------------------------------------------
 
     def register(self, workflow: Workflow | WorkflowFactory, name: str | None = None) -> str:
-        """Register a workflow (or a function building one) under its name; returns the name."""
+        """Register a workflow (or a function building one) under its name; returns the name.
+
+        Runs are stored with their workflow's name and found again by it, so ``name``, if
+        given, must be that name; another graph under a name already registered is refused
+        (the runs stored by the first would resume on the second)."""
         if isinstance(workflow, Workflow):
             built = workflow
         else:
             built = workflow()
             if not isinstance(built, Workflow):
                 raise DefinitionError(f"{workflow!r} did not return a Workflow")
-        key = name or built.name
-        self._workflows[key] = built
-        return key
+        if name is not None and name != built.name:
+            raise DefinitionError(
+                f"cannot register workflow {built.name!r} as {name!r}: its runs are stored and "
+                f"resumed by its own name; build it with WorkflowBuilder(name={name!r}) instead"
+            )
+        known = self._workflows.get(built.name)
+        if known is not None and known.signature != built.signature:
+            raise DefinitionError(
+                f"a different workflow named {built.name!r} is already registered (signature "
+                f"{known.signature}; this one {built.signature}): give each graph its own name"
+            )
+        self._workflows[built.name] = built
+        return built.name
 
     @property
     def workflow_names(self) -> list[str]:
@@ -354,7 +377,7 @@ class Runtime:
         """Continue a run whose lease ``acquired`` holds, until it rests; the lease ends."""
         wf, sink, loaded = acquired
         try:
-            checkpoint, answers = await self._resume_point(wf, run_id, loaded)
+            checkpoint, answers = await self._start_point(wf, sink, loaded)
             return await self._drive(wf, sink, checkpoint, answers, max_supersteps)
         finally:
             await self._release(sink)
@@ -394,19 +417,22 @@ class Runtime:
             _, lease, checkpoint, answered = await self.store.acquire_latest(
                 run_id, self._lease_owner(), self.lease_seconds, check
             )
-        wf = chosen[0]
-        return wf, self._sink(wf, lease, streaming=streaming), (checkpoint, answered)
+        wf, before = chosen
+        sink = self._sink(wf, lease, streaming=streaming)
+        sink.before = before
+        return wf, sink, (checkpoint, answered)
 
     def _resumable(
         self, run_id: str, *, cancelling: bool = False
-    ) -> tuple[list[Workflow], Callable[[RunRecord], None]]:
+    ) -> tuple[list[Any], Callable[[RunRecord], None]]:
         """The check a store runs before it hands out the run's lease (the run's workflow is
         registered, with the same graph; the run is not finished), and where it puts the
         run's workflow."""
-        chosen: list[Workflow] = []
+        chosen: list[Any] = []  # the run's workflow, then the run as it was before the lease
 
         def check(run: RunRecord) -> None:
             chosen.append(self._workflow_for(run))
+            chosen.append(run)
             if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
                 if cancelling:
                     raise RunNotResumableError(f"run {run_id!r} is already {run.status.value}")
@@ -415,6 +441,26 @@ class Runtime:
                 )
 
         return chosen, check
+
+    async def _start_point(
+        self,
+        wf: Workflow,
+        sink: _LeasedStore,
+        loaded: tuple[Checkpoint | None, Sequence[StoredRequest]],
+    ) -> tuple[Checkpoint, list[ExternalResponse]]:
+        """``_resume_point`` under the lease ``sink`` holds. Refused there (a stored answer
+        that no longer decodes, a missing checkpoint), the run gets back the status it had
+        before the lease: nothing ran, so it is not left looking interrupted."""
+        try:
+            return await self._resume_point(wf, sink.lease.run_id, loaded)
+        except Exception:
+            before = sink.before
+            if before is not None and before.status is not WorkflowRunState.IN_PROGRESS:
+                with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
+                    sink.lease = await self.store.set_status(
+                        sink.lease, before.status, before.error
+                    )
+            raise
 
     async def _resume_point(
         self,
@@ -488,7 +534,7 @@ class Runtime:
                     raise
                 return  # another worker took the run: it applies the waiting answers
             try:
-                checkpoint, answers = await self._resume_point(wf, run_id, loaded)
+                checkpoint, answers = await self._start_point(wf, sink, loaded)
                 stream = wf.run_stream(
                     checkpoint=checkpoint,
                     responses=answers,
@@ -540,10 +586,11 @@ class Runtime:
                 f"{request_id!r} is stored, and that worker applies it"
             )
         _, lease, checkpoint, answered = taken
-        wf = chosen[0]
+        wf, before = chosen
         sink = self._sink(wf, lease)
+        sink.before = before
         try:
-            resume_at, answers = await self._resume_point(wf, run_id, (checkpoint, answered))
+            resume_at, answers = await self._start_point(wf, sink, (checkpoint, answered))
             result = await self._drive(wf, sink, resume_at, answers, max_supersteps)
         finally:
             await self._release(sink)
@@ -554,7 +601,14 @@ class Runtime:
         encoded for the store."""
         request, run = await self.store.get_request_and_run(request_id)
         wf = self._workflow_for(run)
-        expected = wf.resolve_type(request.response_type)
+        try:
+            expected = wf.resolve_type(request.response_type)
+        except SerializationError as exc:
+            raise SerializationError(
+                f"run {run.run_id!r}: request {request_id!r} expects an answer of type "
+                f"{request.response_type!r}, which workflow {wf.name!r} as registered here does "
+                "not declare (was the type renamed since the request was made?)"
+            ) from exc
         value = wf.check_answer(
             run.run_id,
             request_id,
@@ -571,18 +625,33 @@ class Runtime:
         run, checkpoint = await self.store.get_run_and_latest(run_id)
         outputs: list[Any] = []
         pending: list[ExternalRequest] = []
-        if checkpoint is not None and run.workflow_name in self._workflows:
-            wf = self._workflows[run.workflow_name]
+        wf = self._workflows.get(run.workflow_name)
+        decoded = wf is not None and wf.signature == run.workflow_signature
+        if checkpoint is not None and wf is not None and decoded:
             outputs = [
                 wf.decode_stored(o, run_id, f"output {i} of checkpoint {checkpoint.checkpoint_id}")
                 for i, o in enumerate(checkpoint.outputs)
             ]
-            if wf.signature == run.workflow_signature:
-                pending = list(wf.restore(checkpoint).pending.values())
+            pending = list(wf.restore(checkpoint).pending.values())
             if pending:  # an answered request waits for the run, not for a person
                 answered = await self.store.list_requests(run_id, status="answered")
                 taken = {r.request_id for r in answered}
                 pending = [r for r in pending if r.request_id not in taken]
+        elif checkpoint is not None:  # what is stored, as stored: not hidden, not guessed at
+            outputs = list(checkpoint.outputs)
+            pending = [
+                ExternalRequest(
+                    request_id=r.request_id,
+                    port_id=r.port_id,
+                    data=r.data,
+                    response_type=r.response_type,
+                    source_executor_id=r.source_executor_id,
+                    superstep=r.superstep,
+                    run_id=r.run_id,
+                    from_port=r.kind == "port",
+                )
+                for r in await self.store.list_requests(run_id, status="pending")
+            ]
         return RunInfo(
             run_id=run.run_id,
             workflow_name=run.workflow_name,
@@ -595,6 +664,7 @@ class Runtime:
             error=run.error,
             parent_run_id=run.parent_run_id,
             cancel_requested=run.cancel_requested,
+            decoded=decoded,
         )
 
     async def list_runs(

@@ -352,3 +352,90 @@ async def test_ids_that_are_not_valid_unicode_are_refused_in_the_error_tree(tmp_
         await runtime.get_run(bad)
     assert (await runtime.run("echo", "hi", run_id="fine")).outputs == ["hi"]
     await runtime.close()
+
+
+_VERSIONED_REVIEW = """
+import os, sys
+from typing import Never
+
+import anyio
+from pydantic import BaseModel
+
+from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
+from workflow_engine import response_handler
+from workflow_engine.storage import SqliteStore
+
+
+class Draft(BaseModel):
+    text: str
+
+
+class Decision(BaseModel):
+    approved: bool
+    if os.environ["VERSION"] == "2":
+        reviewer: str  # version 2 requires a field version 1's answers lack
+
+
+class Writer(Executor):
+    @handler
+    async def write(self, topic: str, ctx: WorkflowContext[Never]) -> None:
+        await ctx.request_info(Draft(text=topic), Decision)
+
+    @response_handler
+    async def done(self, d: Draft, dec: Decision, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(str(dec))
+
+
+async def main(db: str) -> None:
+    rt = Runtime(SqliteStore(db))
+    rt.register(WorkflowBuilder(name="review", start=Writer("writer")).build())
+    if os.environ["VERSION"] == "1":
+        paused = await rt.run("review", "a topic")
+        await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    else:
+        (run,) = await rt.store.list_runs()
+        try:
+            await rt.resume(run.run_id)
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+    await rt.close()
+
+
+anyio.run(main, sys.argv[1])
+"""
+
+
+async def test_a_resume_refused_before_anything_ran_leaves_the_run_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """Version 2 of a workflow cannot decode the answer version 1 stored: the resume is refused,
+    and the run still shows what it was (paused with an answer), not interrupted."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "versioned_review.py"
+    script.write_text(_VERSIONED_REVIEW)
+    db = tmp_path / "runs.db"
+
+    def run(version: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(script), str(db)],
+            env={**os.environ, "VERSION": version},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    run("1")
+    refused = run("2")
+    assert refused.startswith("StoreCorruptError") and "reviewer" in refused
+    store = SqliteStore(db)
+    (record,) = await store.list_runs()
+    assert record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    assert record.owner is None and record.error is None
+    (request,) = await store.list_requests(record.run_id, status="answered")
+    assert request.answer is not None  # the answer stays, for version 1 to apply
+    await store.close()

@@ -8,12 +8,14 @@ import pytest
 
 from tests.integration.workflows import (
     Answer,
+    Ticket,
     changed_stepper_workflow,
     exploding_workflow,
     stepper_workflow,
 )
 from workflow_engine import (
     AnswerOutcome,
+    DefinitionError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
     ResponseTypeError,
@@ -115,6 +117,23 @@ async def test_changed_graph_strands_the_run_with_a_clear_error(tmp_path: Path) 
     await unregistered.close()
 
 
+async def test_a_workflow_is_registered_under_its_own_name_only(tmp_path: Path) -> None:
+    """Runs are stored with their workflow's name: an alias would admit runs that no process
+    could resume, and a second graph under one name would resume the first one's runs."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    with pytest.raises(DefinitionError, match="'stepper' as 'stepper_v2'"):
+        rt.register(stepper_workflow, name="stepper_v2")
+    assert rt.workflow_names == []
+    assert rt.register(stepper_workflow, name="stepper") == "stepper"
+    assert rt.register(stepper_workflow) == "stepper"  # the same graph again: fine
+    with pytest.raises(DefinitionError, match="different workflow named 'stepper'"):
+        rt.register(changed_stepper_workflow)
+    paused = await rt.run("stepper", 1)  # the first graph is still the one registered
+    await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    assert (await rt.resume(paused.run_id)).outputs == [EXPECTED]
+    await rt.close()
+
+
 async def test_fork_travels_back_and_leaves_the_original_alone(tmp_path: Path) -> None:
     rt = open_runtime(tmp_path / "runs.db")
     paused = await rt.run("stepper", 1)
@@ -181,3 +200,27 @@ async def test_unknown_run_is_a_clear_error(tmp_path: Path) -> None:
         with pytest.raises(RunNotFoundError, match="'ghost'"):
             await call("ghost")
     await rt.close()
+
+
+async def test_get_run_shows_what_it_cannot_decode_as_stored(tmp_path: Path) -> None:
+    """A runtime without the run's workflow, or with a changed graph, does not hide the run's
+    outputs and pending requests: it shows them as stored and says so (``decoded``)."""
+    db = tmp_path / "runs.db"
+    rt = open_runtime(db)
+    paused = await rt.run("stepper", 1)
+    finished = await rt.run("stepper", 1)
+    await rt.respond(finished.pending_requests[0].request_id, {"approved": True})
+    assert (await rt.resume(finished.run_id)).outputs == [EXPECTED]
+    mine = await rt.get_run(paused.run_id)
+    assert mine.decoded and [type(r.data) for r in mine.pending_requests] == [Ticket]
+    await rt.close()
+    for outsider in (Runtime(SqliteStore(db)), open_runtime(db, changed_stepper_workflow)):
+        waiting = await outsider.get_run(paused.run_id)
+        assert not waiting.decoded
+        (request,) = waiting.pending_requests
+        assert request.request_id == paused.pending_requests[0].request_id
+        assert request.data["data"] == {"step": 3, "question": "continue after 3?"}
+        assert request.response_type.endswith("Answer")
+        done = await outsider.get_run(finished.run_id)
+        assert done.outputs == [EXPECTED] and done.pending_requests == [] and not done.decoded
+        await outsider.close()
