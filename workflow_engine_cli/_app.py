@@ -789,6 +789,7 @@ def runs_show(
                             "superstep": info.superstep,
                             "outputs": [describe_output(o) for o in info.outputs],
                             "pending_requests": [r.request_id for r in info.pending_requests],
+                            "decoded": info.decoded,
                             "error": info.error,
                             "history": [
                                 {"seq": h.seq, "superstep": h.superstep, "status": h.status.value}
@@ -810,13 +811,17 @@ def runs_show(
                 for h in history
             ]
             _print_table(["#", "SUPERSTEP", "STATUS", "KIND", "AT (UTC)"], rows, wrap=["AT (UTC)"])
+            if not info.decoded and (info.outputs or info.pending_requests):
+                term.line(
+                    ("note: ", "dim"),
+                    f"workflow {info.workflow_name!r} is not built here (or its graph changed): "
+                    "values are shown as stored",
+                )
             for output in info.outputs:
                 term.line(("output: ", "green"), describe_output(output))
             for request in info.pending_requests:
-                term.line(
-                    ("waiting: ", "yellow"),
-                    f"{request.request_id} ({type(request.data).__name__})",
-                )
+                asks = type(request.data).__name__ if info.decoded else f"at {request.port_id}"
+                term.line(("waiting: ", "yellow"), f"{request.request_id} ({asks})")
             if info.error is not None:
                 message = info.error.get("message") if isinstance(info.error, dict) else None
                 if not isinstance(message, str):  # a store that does not check what it reads
@@ -1001,6 +1006,7 @@ def serve(
     if max_body_bytes < 1:
         print_error("--max-body-bytes must be at least 1")
         raise typer.Exit(EXIT_USAGE)
+    _open_or_exit(db)
     _configure_logging(level)
     try:
         sock = _listen(host, port)
@@ -1027,6 +1033,26 @@ def serve(
     with contextlib.suppress(KeyboardInterrupt):
         uvicorn.Server(config).run(sockets=[sock])
     logging.getLogger("workflow_engine.cli").info("stopped")
+
+
+def _open_or_exit(db: Path | None) -> None:
+    """Exit with one line (6) unless the database opens (created if new): a server started on
+    a damaged or newer database would answer every request with an error."""
+    from workflow_engine.storage import SqliteStore
+
+    async def opened() -> int:
+        store = SqliteStore(db)
+        try:
+            await store.open()
+        finally:
+            await store.close()
+        return 0
+
+    try:
+        run_async(opened)
+    except typer.Exit as stop:
+        if stop.exit_code:
+            raise
 
 
 SERVER_GC_THRESHOLD = 10_000

@@ -71,8 +71,11 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        await store.close()
+        await store.open()  # a database that cannot be used fails the start-up, not each request
+        try:
+            yield
+        finally:
+            await store.close()
 
     app = FastAPI(title="workflow-engine AG-UI", docs_url=None, redoc_url=None, lifespan=lifespan)
 

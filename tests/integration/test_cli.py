@@ -10,10 +10,12 @@ commands that share nothing run concurrently, each against its own database.
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -536,3 +538,46 @@ def test_serve_log_level_warning_is_quiet(cli: Cli) -> None:
         assert server.stop() == 0
     log = "".join(server.rest())
     assert "uvicorn.access" not in log and "AG-UI endpoints" not in log, log
+
+
+def test_serve_refuses_a_database_it_cannot_use(cli: Cli) -> None:
+    """A damaged file, or one a newer engine wrote: ``serve`` exits 6 with one line, as every
+    other command does, instead of starting a server whose every request fails."""
+    cli.db.write_bytes(os.urandom(10_000))
+    damaged = cli.expect(6, "serve", "--port", "0")
+    assert "is damaged" in damaged.error_line() and damaged.out == ""
+    cli.db.unlink()
+    anyio.run(_create_database, cli.db)
+    with sqlite3.connect(cli.db) as raw:
+        raw.execute("UPDATE we_schema SET version = version + 1")
+    newer = cli.expect(6, "serve", "--port", "0")
+    assert "newer" in newer.error_line()
+
+
+async def _application_run(db: Path) -> tuple[str, str]:
+    """A paused run of a workflow the command line does not build (stepper: counts, then asks)
+    and a finished one; their ids."""
+    from tests.integration.workflows import stepper_workflow
+    from workflow_engine import Runtime
+
+    rt = Runtime(SqliteStore(db))
+    rt.register(stepper_workflow)
+    paused = await rt.run("stepper", 1)
+    finished = await rt.run("stepper", 1)
+    await rt.respond(finished.pending_requests[0].request_id, {"approved": True})
+    await rt.resume(finished.run_id)
+    await rt.close()
+    return paused.run_id, finished.run_id
+
+
+def test_runs_show_of_an_application_run_shows_its_values_as_stored(cli: Cli) -> None:
+    paused, finished = anyio.run(_application_run, cli.db)
+    waiting = cli.json("runs", "show", paused)
+    listed = [r["request_id"] for r in cli.json("requests", "list") if r["run_id"] == paused]
+    assert waiting["pending_requests"] == listed and len(listed) == 1
+    assert waiting["decoded"] is False
+    assert cli.json("runs", "show", finished)["outputs"] == [
+        "done: seen=[1, 2, 3, 4, 5, 6] total=21"
+    ]
+    shown = cli.expect(0, "runs", "show", paused).out
+    assert "values are shown as stored" in flat(shown) and f"waiting: {listed[0]}" in shown
