@@ -23,17 +23,19 @@ import sniffio
 from ._checkpoint import Checkpoint
 from ._errors import (
     CheckpointNotFoundError,
+    CheckpointStoreError,
     DefinitionError,
     LeaseLostError,
     RunBusyError,
     RunNotResumableError,
     SerializationError,
     SignatureMismatchError,
+    StorageError,
     StoreLockedError,
     WorkflowError,
     WorkflowNotRegisteredError,
 )
-from ._events import WorkflowEvent, WorkflowRunState
+from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState
 from ._journal import JournalStore, keeps_journal
 from ._pump import EventPump
 from ._requests import ExternalRequest, ExternalResponse
@@ -496,7 +498,7 @@ class Runtime:
         max_supersteps: int | None,
     ) -> WorkflowRunResult:
         """Run to rest without streaming (events collected), renewing the lease beside it."""
-        async with _kept_alive(sink):
+        async with _kept_alive(sink), self._store_failure_recorded(sink):
             result = await wf.run(
                 checkpoint=checkpoint,
                 responses=answers,
@@ -505,6 +507,30 @@ class Runtime:
             )
         await self._record_outcome(sink, result)
         return result
+
+    @asynccontextmanager
+    async def _store_failure_recorded(self, sink: _LeasedStore) -> AsyncIterator[None]:
+        """A commit the store refused for a reason of its own (a full disk, a value too big for
+        it) leaves the run FAILED with that error, if the store still takes that one small
+        write -- not ``in_progress``, looking cut off by a crash, with nothing said. Resuming
+        retries from the last checkpoint. The error is raised all the same; a lease lost, a
+        locked or damaged store are not failures of the run and change nothing here."""
+        try:
+            yield
+        except (StorageError, CheckpointStoreError) as exc:
+            if type(exc) in (StorageError, CheckpointStoreError):
+                details = ErrorDetails.from_exception(exc)
+                error = {
+                    "error_type": details.error_type,
+                    "message": details.message,
+                    "code": "store_failed",
+                    "executor_id": None,
+                }
+                with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
+                    sink.lease = await self.store.set_status(
+                        sink.lease, WorkflowRunState.FAILED, error
+                    )
+            raise
 
     async def _record_outcome(self, sink: _LeasedStore, result: WorkflowRunResult) -> None:
         """A run that stopped FAILED or at its superstep limit records that (and the error)."""
@@ -541,7 +567,7 @@ class Runtime:
                     checkpoint_store=sink,
                     max_supersteps=max_supersteps,
                 )
-                async with _kept_alive(sink), stream:
+                async with _kept_alive(sink), self._store_failure_recorded(sink), stream:
                     async for event in stream:
                         emit(event)
                 result = stream.result

@@ -17,6 +17,7 @@ from workflow_engine import (
     LeaseLostError,
     RequestInfoEvent,
     Runtime,
+    StorageError,
     SuperstepCompletedEvent,
     WorkflowBuilder,
     WorkflowContext,
@@ -224,3 +225,36 @@ async def test_a_worker_that_lost_its_lease_publishes_no_output(tmp_path: Path) 
     assert (await a.get_run(run_id)).outputs == ["hello #2"]
     await b.close()
     await a.close()
+
+
+@pytest.mark.parametrize("streaming", [False, True])
+async def test_a_commit_the_store_refuses_leaves_the_run_failed_with_the_reason(
+    tmp_path: Path, streaming: bool
+) -> None:
+    """The store refuses a superstep's commit for a reason of its own (here: a full disk): the
+    caller gets that error, and the run is recorded FAILED with it -- not left in progress as
+    if a crash had cut it off. Resuming retries from the last checkpoint."""
+    full = True
+
+    def hook(point: str) -> None:
+        if point == "commit:inside" and full:
+            raise StorageError("database or disk is full")
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db", fault_hook=hook))
+    rt.register(lambda: stepper_workflow(pause_at=99, stop_at=3))
+    run_id = await rt.start("stepper", 1)
+    with pytest.raises(StorageError, match="disk is full"):
+        if streaming:
+            async for _ in rt.resume_stream(run_id):
+                pass
+        else:
+            await rt.resume(run_id)
+    info = await rt.get_run(run_id)
+    assert info.status is WorkflowRunState.FAILED and info.superstep == 0
+    assert info.error is not None and "disk is full" in info.error["message"]
+    assert info.error["code"] == "store_failed"
+    full = False
+    done = await rt.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == ["done: seen=[1, 2, 3] total=6"]
+    assert (await rt.get_run(run_id)).error is None
+    await rt.close()
