@@ -280,6 +280,8 @@ class WorkflowNotRegisteredError(WorkflowError):
     """A stored run names a workflow this process has not registered."""
 
     code = "workflow_not_registered"
+    workflow_name: str | None = None
+    """The name looked for (set by ``Runtime``)."""
 
 
 class UsageError(WorkflowError, ValueError):

@@ -312,10 +312,12 @@ class Runtime:
         try:
             return self._workflows[name]
         except KeyError:
-            raise WorkflowNotRegisteredError(
+            error = WorkflowNotRegisteredError(
                 f"no workflow named {name!r} is registered (registered: "
                 f"{', '.join(self.workflow_names) or 'none'})"
-            ) from None
+            )
+            error.workflow_name = name
+            raise error from None
 
     def _workflow_for(self, run: RunRecord) -> Workflow:
         wf = self.workflow(run.workflow_name)
@@ -809,10 +811,12 @@ class Runtime:
                     f"run {run_id!r} is already {run.status.value}"
                 ) from None
             if run.live_owner(time.time()) is None:
-                raise type(exc)(
+                said = type(exc)(
                     f"{exc}; no worker is executing run {run_id!r}, so cancelling it takes a "
                     "process that has its workflow"
-                ) from None
+                )
+                said.__dict__.update(exc.__dict__)  # what it names (``workflow_name``)
+                raise said from None
             await self.store.request_cancel(run_id)
             return await self.get_run(run_id)
         try:

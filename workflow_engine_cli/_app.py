@@ -265,7 +265,7 @@ def run_async(func: Callable[[], Awaitable[int]]) -> None:
     except Exit as stop:
         code = stop.code
     except WorkflowError as exc:
-        print_error(str(exc))
+        print_error(_said_here(exc))
         code = exit_code_for(exc)
     except (typer.Exit, typer.Abort):  # click's own control flow (RuntimeErrors)
         raise
@@ -275,6 +275,24 @@ def run_async(func: Callable[[], Awaitable[int]]) -> None:
     except Exception as exc:  # a bug: still one line (WORKFLOW_ENGINE_DEBUG=1 shows where)
         code = _internal_error(exc)
     raise typer.Exit(code)
+
+
+def _said_here(exc: Exception) -> str:
+    """The error's message; for a workflow the command line does not build (an application's),
+    what it builds and where to go instead of the runtime's "registered: ..." list."""
+    from workflow_engine import WorkflowNotRegisteredError
+
+    from ._registry import workflow_names
+
+    name = getattr(exc, "workflow_name", None)
+    if isinstance(exc, WorkflowNotRegisteredError) and name not in workflow_names():
+        rest = str(exc).partition(")")[2]  # what the runtime added after its list
+        return (
+            f"workflow {name!r} is not one the command line builds "
+            f"({', '.join(workflow_names())}): act on its runs from the application that "
+            f"defines it{rest}"
+        )
+    return str(exc)
 
 
 def _internal_error(exc: Exception) -> int:
@@ -770,7 +788,7 @@ def runs_show(
     """A run's timeline (checkpoints per superstep), outputs and pending requests."""
 
     async def body() -> int:
-        from ._console import describe_output
+        from ._views import describe_output
 
         async def go(runtime: Runtime) -> int:
             record = await _run_for(runtime, run_id)

@@ -51,21 +51,13 @@ from workflow_engine.executors import (
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED
 from ._hints import Hints
 from ._term import Part, Terminal
-from ._views import compact, field_notes, shape
+from ._views import compact, describe_output, field_notes, shape
 
 _WHERE = re.compile(r"^run '[^']*', request '[^']*': ")  # said once already: the prompt is it
 RESULT_CHARS = 400  # a tool result longer than this is shortened on screen (--json has it all)
 
 Submit = Callable[[Any], Awaitable[None]]
 """Stores an answer; raises ``ResponseTypeError`` (with pydantic's message) for an invalid one."""
-
-
-def describe_output(value: Any) -> str:
-    if isinstance(value, HandoffOutcome):
-        return f"conversation {value.status.replace('_', ' ')} (last agent: {value.last_agent})"
-    if isinstance(value, AgentResponse):
-        return value.text
-    return str(value)
 
 
 _APPROVE_CHOICES = "[y]es / [n]o / [e]dit arguments: "

@@ -9,6 +9,7 @@ Python objects still needs the workflow and happens only where a command acts on
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 
@@ -147,3 +148,18 @@ def field_notes(schema: dict[str, Any]) -> list[tuple[str, str]]:
         if isinstance(sub, dict) and sub.get("description"):
             notes.append((name, str(sub["description"])))
     return notes
+
+
+def describe_output(value: Any) -> str:
+    """A workflow output on one line: an agent's reply as its text, a handoff's outcome in
+    words, anything else as ``str``. The agent types are looked up only if their package is
+    loaded (a value of them cannot exist otherwise), so listing an application's outputs does
+    not import the agents."""
+    agents = sys.modules.get("workflow_engine.executors")
+    if agents is not None:
+        if isinstance(value, agents.HandoffOutcome):
+            status = value.status.replace("_", " ")
+            return f"conversation {status} (last agent: {value.last_agent})"
+        if isinstance(value, agents.AgentResponse):
+            return str(value.text)
+    return str(value)
