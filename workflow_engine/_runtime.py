@@ -654,7 +654,16 @@ class Runtime:
         outputs: list[Any] = []
         pending: list[ExternalRequest] = []
         wf = self._workflows.get(run.workflow_name)
-        decoded = wf is not None and wf.signature == run.workflow_signature
+        decoded = (
+            wf is not None
+            and wf.signature == run.workflow_signature
+            and (
+                checkpoint is None
+                or all(
+                    wf.declares_type(r.response_type) for r in checkpoint.pending_requests.values()
+                )
+            )
+        )
         if checkpoint is not None and wf is not None and decoded:
             outputs = [
                 wf.decode_stored(o, run_id, f"output {i} of checkpoint {checkpoint.checkpoint_id}")
@@ -738,13 +747,29 @@ class Runtime:
         return list(await self.store.history(run_id))
 
     async def stranded_runs(self) -> list[RunRecord]:
-        """Unfinished runs whose workflow is not registered or whose graph changed."""
+        """Unfinished runs this process cannot continue: their workflow is not registered, its
+        graph changed, or a request they wait on expects an answer type the registered
+        workflow no longer declares (a response type renamed)."""
+        runs = [
+            run
+            for run in await self.store.list_runs()
+            if run.status not in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED)
+        ]
+        unanswerable = set()
+        if runs:
+            names = {run.run_id: run.workflow_name for run in runs}
+            waiting = [
+                *await self.store.list_requests(status="pending"),
+                *await self.store.list_requests(status="answered"),  # not applied yet
+            ]
+            for r in waiting:
+                wf = self._workflows.get(names.get(r.run_id, ""))
+                if wf is not None and not wf.declares_type(r.response_type):
+                    unanswerable.add(r.run_id)
         out = []
-        for run in await self.store.list_runs():
-            if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
-                continue
+        for run in runs:
             wf = self._workflows.get(run.workflow_name)
-            if wf is None or wf.signature != run.workflow_signature:
+            if wf is None or wf.signature != run.workflow_signature or run.run_id in unanswerable:
                 out.append(run)
         return out
 

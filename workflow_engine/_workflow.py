@@ -269,6 +269,10 @@ class Workflow:
             self._name_annotation(t)
         return self
 
+    def declares_type(self, name: str) -> bool:
+        """Whether ``name`` (a stored type name) is one this workflow declares."""
+        return name in self._annotations
+
     def resolve_type(self, name: str) -> Any:
         """The annotation a stored type name refers to (only names this workflow declares)."""
         try:

@@ -376,6 +376,14 @@ class Decision(BaseModel):
         reviewer: str  # version 2 requires a field version 1's answers lack
 
 
+if os.environ["VERSION"] == "3":
+
+    class Verdict(BaseModel):  # version 3 renamed the answer's type
+        approved: bool
+
+    Decision = Verdict  # noqa: F811
+
+
 class Writer(Executor):
     @handler
     async def write(self, topic: str, ctx: WorkflowContext[Never]) -> None:
@@ -391,11 +399,21 @@ async def main(db: str) -> None:
     rt.register(WorkflowBuilder(name="review", start=Writer("writer")).build())
     if os.environ["VERSION"] == "1":
         paused = await rt.run("review", "a topic")
-        await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
-    else:
+        if sys.argv[2:] == ["answer"]:
+            await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    elif os.environ["VERSION"] == "2":
         (run,) = await rt.store.list_runs()
         try:
             await rt.resume(run.run_id)
+        except Exception as exc:
+            print(type(exc).__name__, exc)
+    else:
+        (run,) = await rt.store.list_runs()
+        print("stranded", [r.run_id for r in await rt.stranded_runs()])
+        print("decoded", (await rt.get_run(run.run_id)).decoded)
+        (request,) = await rt.pending_requests()
+        try:
+            await rt.respond(request.request_id, {"approved": True})
         except Exception as exc:
             print(type(exc).__name__, exc)
     await rt.close()
@@ -418,6 +436,40 @@ async def test_a_resume_refused_before_anything_ran_leaves_the_run_as_it_was(
     script.write_text(_VERSIONED_REVIEW)
     db = tmp_path / "runs.db"
 
+    def run(version: str, *args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, str(script), str(db), *args],
+            env={**os.environ, "VERSION": version},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    run("1", "answer")
+    refused = run("2")
+    assert refused.startswith("StoreCorruptError") and "reviewer" in refused
+    store = SqliteStore(db)
+    (record,) = await store.list_runs()
+    assert record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    assert record.owner is None and record.error is None
+    (request,) = await store.list_requests(record.run_id, status="answered")
+    assert request.answer is not None  # the answer stays, for version 1 to apply
+    await store.close()
+
+
+async def test_a_renamed_answer_type_strands_the_runs_that_wait_for_it(tmp_path: Path) -> None:
+    """Version 3 renamed the type version 1's question expects as its answer (same graph): the
+    run is listed as stranded, get_run shows it as stored, and respond names run and request."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "versioned_review.py"
+    script.write_text(_VERSIONED_REVIEW)
+    db = tmp_path / "runs.db"
+
     def run(version: str) -> str:
         done = subprocess.run(
             [sys.executable, str(script), str(db)],
@@ -430,12 +482,12 @@ async def test_a_resume_refused_before_anything_ran_leaves_the_run_as_it_was(
         return done.stdout
 
     run("1")
-    refused = run("2")
-    assert refused.startswith("StoreCorruptError") and "reviewer" in refused
     store = SqliteStore(db)
     (record,) = await store.list_runs()
-    assert record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
-    assert record.owner is None and record.error is None
-    (request,) = await store.list_requests(record.run_id, status="answered")
-    assert request.answer is not None  # the answer stays, for version 1 to apply
+    (request,) = await store.list_requests(record.run_id)
     await store.close()
+    stranded, decoded, refused = run("3").splitlines()
+    assert stranded == f"stranded {[record.run_id]}"
+    assert decoded == "decoded False"
+    assert refused.startswith("SerializationError") and "'Decision'" in refused
+    assert record.run_id in refused and request.request_id in refused
