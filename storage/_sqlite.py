@@ -186,8 +186,10 @@ def canonical_json(value: Any) -> str:
 
 def stored_json(value: Any) -> str:
     """``value`` as JSON the way it is stored: compact, its keys in their order (a handler that
-    walks an answer or a ``run_once`` result sees them as given, as it would without a store)."""
-    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+    walks an answer or a ``run_once`` result sees them as given, as it would without a store),
+    text as UTF-8 (an escaped emoji takes 12 bytes, not 4). The codec has refused text that is
+    not valid Unicode before a value gets here."""
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 _MAX_CHAIN = 1024

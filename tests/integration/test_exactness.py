@@ -852,6 +852,35 @@ async def test_dict_keys_keep_their_order_through_the_store(tmp_path: Path, stor
     await rt.close()
 
 
+async def test_an_answer_is_stored_as_utf8_and_an_escaped_one_still_matches(tmp_path: Path) -> None:
+    """Non-ASCII text in an answer takes its UTF-8 bytes in the database, not six or twelve
+    bytes of escape per character (outside tester: a 1,200-byte emoji answer took 3,602); an
+    answer an older version stored escaped is still the same answer."""
+    import json
+    import sqlite3
+
+    from workflow_engine import AnswerOutcome
+
+    db = tmp_path / "runs.db"
+    rt = Runtime(SqliteStore(db))
+    rt.register(build_key_order())
+    first = await rt.run("key-order", "topic")
+    request_id = first.pending_requests[0].request_id
+    answer = {"\N{GRINNING FACE}" * 300: 1, "caf\u00e9": 2}
+    assert await rt.respond(request_id, answer) is AnswerOutcome.STORED
+    with sqlite3.connect(db) as raw:
+        (stored,) = raw.execute(
+            "SELECT CAST(answer AS BLOB) FROM requests WHERE request_id = ?", (request_id,)
+        ).fetchone()
+        assert len(stored) < 1_300 and "\N{GRINNING FACE}".encode() in stored
+        escaped = json.dumps(json.loads(stored), separators=(",", ":"))  # as before
+        raw.execute("UPDATE requests SET answer = ? WHERE request_id = ?", (escaped, request_id))
+    assert await rt.respond(request_id, answer) is AnswerOutcome.DUPLICATE
+    done = await rt.resume(first.run_id)
+    assert done.outputs == [("answer", list(answer))]
+    await rt.close()
+
+
 async def test_text_that_is_not_valid_unicode_fails_the_run_with_the_error_recorded(
     tmp_path: Path,
 ) -> None:
