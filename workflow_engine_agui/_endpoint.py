@@ -529,7 +529,8 @@ class AGUIService:
             record, checkpoint = await self.store.get_run_and_latest(current)
             key = run_key(current, checkpoint)
             info = await runtime.get_run(current)
-            if info.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+            # a run this workflow cannot decode is stranded: none of its requests can be answered
+            if info.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and info.decoded:
                 pending = {interrupt_id_for(r.request_id, key): r for r in info.pending_requests}
         if resume:
             run_id, answers = await self._resume(
@@ -547,6 +548,12 @@ class AGUIService:
                 "them (or cancel) before sending a new message",
             )
         message = self._start_message(workflow, run_input.messages)
+        if record is not None and record.live_owner(time.time()) is not None:
+            raise AGUIError(
+                "run_busy",
+                f"thread {thread_id}: its run {current} is being executed; send a new message "
+                "once it has paused or finished",
+            )
         if record is not None and await self._cut_off(record):
             # the server stopped while this thread's run worked (or before it applied answers):
             # the same request again continues that run; another message would leave it behind
@@ -617,9 +624,19 @@ class AGUIService:
                 await runtime.respond(request_id, value)
             except ResponseError as exc:
                 raise AGUIError(exc.code, str(exc)) from exc
-        if record is None or not (pending or await self._cut_off(record)):
+        if record is None:
             return NOTHING_TO_DO, {}
-        return record.run_id, dict(prepared)
+        if pending or await self._cut_off(record):
+            return record.run_id, dict(prepared)
+        if record.live_owner(time.time()) is not None:
+            raise AGUIError(
+                "run_busy",
+                f"thread {thread_id}: its run {record.run_id} is being executed by another "
+                "request; the answers are stored and that execution applies them",
+            )
+        if record.status is WorkflowRunState.FAILED:
+            return record.run_id, dict(prepared)  # sent again: the failed superstep is retried
+        return NOTHING_TO_DO, {}
 
     async def _started_with(self, workflow: Workflow, run_id: str, message: Any) -> bool:
         """Whether ``message`` is the one that started run ``run_id`` (a request sent again)."""

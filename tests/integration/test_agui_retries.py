@@ -1,0 +1,152 @@
+"""What a resume sent again gets, through a real uvicorn server in-process (the endpoint mounted
+in an application, as users do) and a real HTTP client: a run that failed is retried, and a run
+another request is executing is ``run_busy`` -- never a bare ``RUN_FINISHED`` that says the run
+is done when it is not (outside tester)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Never
+
+import anyio
+import httpx
+import uvicorn
+from fastapi import FastAPI
+from pydantic import BaseModel
+
+from workflow_engine import (
+    Executor,
+    StorageError,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+    response_handler,
+)
+from workflow_engine.storage import SqliteStore
+from workflow_engine_agui import add_agui_endpoint
+
+
+class Decision(BaseModel):
+    ok: bool
+
+
+class Asker(Executor):
+    """Asks once; its answer is held up while ``gate`` is closed (a slow step)."""
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__("asker")
+        self.gate = gate
+
+    @handler
+    async def ask(self, text: str, ctx: WorkflowContext[Never]) -> None:
+        await ctx.request_info(text, Decision)
+
+    @response_handler
+    async def answered(
+        self, question: str, decision: Decision, ctx: WorkflowContext[Never, str]
+    ) -> None:
+        while not self.gate.is_set():
+            await anyio.sleep(0.01)
+        await ctx.yield_output(f"{question}: {'yes' if decision.ok else 'no'}")
+
+
+class Faults:
+    """A switch for the store's commits: while ``full``, each fails as on a full disk."""
+
+    def __init__(self) -> None:
+        self.full = False
+
+    def __call__(self, point: str) -> None:
+        if point == "commit:inside" and self.full:
+            raise StorageError("database or disk is full")
+
+
+@contextmanager
+def serving(tmp_path: Path, gate: threading.Event, faults: Faults) -> Iterator[str]:
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db", fault_hook=faults)
+    workflow = WorkflowBuilder(name="asker", start=Asker(gate)).build()
+    add_agui_endpoint(app, workflow, "/ask", store=store)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}/ask"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def post(url: str, **body: Any) -> list[dict[str, Any]]:
+    sent = httpx.post(url, json={"threadId": "t", "runId": "r", "messages": [], **body}, timeout=30)
+    assert sent.status_code == 200, sent.text
+    return [json.loads(line[5:]) for line in sent.text.splitlines() if line.startswith("data:")]
+
+
+def resume_of(paused: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    (interrupt,) = paused[-1]["outcome"]["interrupts"]
+    return [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"ok": True}}]
+
+
+def status_of(tmp_path: Path) -> WorkflowRunState:
+    async def read() -> WorkflowRunState:
+        async with SqliteStore(tmp_path / "runs.db") as store:
+            (run,) = await store.list_runs()
+            return run.status
+
+    return anyio.run(read)
+
+
+def test_a_resume_sent_again_retries_a_run_that_failed(tmp_path: Path) -> None:
+    gate, faults = threading.Event(), Faults()
+    gate.set()
+    with serving(tmp_path, gate, faults) as url:
+        question = {"id": "m", "role": "user", "content": "ship it"}
+        resume = resume_of(post(url, messages=[question]))
+        faults.full = True
+        failed = post(url, resume=resume)
+        assert failed[-1]["type"] == "RUN_ERROR" and failed[-1]["code"] == "storage_error"
+        assert not [e for e in failed if e["type"] == "CUSTOM" and e["name"] == "workflow_output"]
+        assert status_of(tmp_path) is WorkflowRunState.FAILED
+        faults.full = False
+        retried = post(url, resume=resume)
+    assert retried[-1]["type"] == "RUN_FINISHED", retried[-1]
+    assert retried[-1]["result"]["outputs"][0]["data"] == "ship it: yes"
+    assert status_of(tmp_path) is WorkflowRunState.IDLE
+
+
+def test_a_resume_or_message_that_finds_the_run_executing_is_run_busy(tmp_path: Path) -> None:
+    gate, faults = threading.Event(), Faults()
+    with serving(tmp_path, gate, faults) as url:
+        question = {"id": "m", "role": "user", "content": "ship it"}
+        resume = resume_of(post(url, messages=[question]))
+        first: list[list[dict[str, Any]]] = []
+        sender = threading.Thread(target=lambda: first.append(post(url, resume=resume)))
+        sender.start()
+        deadline = time.monotonic() + 10
+        while status_of(tmp_path) is not WorkflowRunState.IN_PROGRESS:
+            assert time.monotonic() < deadline, "the first resume never started"
+            time.sleep(0.01)
+        again = post(url, resume=resume)
+        other = post(url, messages=[{"id": "m2", "role": "user", "content": "and this"}])
+        gate.set()
+        sender.join(timeout=30)
+    assert again[-1]["type"] == "RUN_ERROR" and again[-1]["code"] == "run_busy", again[-1]
+    # a new message does not start a second run beside the one executing
+    assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
+    assert status_of(tmp_path) is WorkflowRunState.IDLE  # the one run there is
+    assert first[0][-1]["type"] == "RUN_FINISHED"
+    assert first[0][-1]["result"]["outputs"][0]["data"] == "ship it: yes"
