@@ -16,6 +16,7 @@ engine's idempotency key for its step.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -199,8 +200,11 @@ class Agent:
     ) -> ChatMessage:
         specs = [t.spec for t in self.tools.values()]
         prompt = self._model_messages(Joined.copy_of(conversation))
+        asked = False
 
         async def call(_key: str) -> ChatMessage:
+            nonlocal asked
+            asked = True
             updates: list[ChatResponseUpdate] = []
             async for update in self.client.get_streaming_response(prompt, tools=specs):
                 updates.append(update)
@@ -224,7 +228,35 @@ class Agent:
             return message.model_copy(update={"author_name": self.name})
 
         # asking a model again is harmless: a call cut off by a crash is simply asked again
-        return await journal("model", call, idempotent=True)
+        message = await journal("model", call, idempotent=True)
+        if not asked and on_update is not None:
+            await self._replay(message, on_update)
+        return message
+
+    async def _replay(self, message: ChatMessage, on_update: UpdateSink) -> None:
+        """Stream a reply the journal kept (a superstep retried after a failure, or after a
+        crash) as the model streamed it first: whoever watches this run sees what the agent
+        said, not only the tool calls that follow from it."""
+        message_id = message.message_id or f"msg_{uuid.uuid4().hex[:16]}"
+        for content in message.contents:
+            if isinstance(content, TextContent):
+                update = AgentRunUpdateEvent(
+                    self.name, "text", message_id=message_id, text=content.text
+                )
+            elif isinstance(content, FunctionCallContent):
+                update = AgentRunUpdateEvent(
+                    self.name,
+                    "function_call",
+                    message_id=message_id,
+                    call_id=content.call_id,
+                    name=content.name,
+                    arguments_delta=json.dumps(content.arguments),
+                )
+            else:
+                continue
+            await on_update(update)
+        if message.contents:
+            await on_update(AgentRunUpdateEvent(self.name, "message_end", message_id=message_id))
 
     def _needs_approval(self, call: FunctionCallContent) -> bool:
         t = self.tools.get(call.name)

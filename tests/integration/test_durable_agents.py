@@ -55,3 +55,41 @@ async def _journal_rows(db: Path) -> list[str]:
 
     with sqlite3.connect(db) as raw:
         return [key for (key,) in raw.execute("SELECT key FROM journal")]
+
+
+async def test_a_retried_superstep_streams_the_agents_words_again(tmp_path: Path) -> None:
+    """The commit after the approved transfer fails (a full disk); the retry takes the model's
+    replies from the journal instead of asking again -- and still streams what the agent said,
+    as the first attempt did (outside tester: the retry showed the tool calls without the text
+    that came with them)."""
+    from workflow_engine import StorageError
+    from workflow_engine.executors import AgentRunUpdateEvent
+
+    full = False
+
+    def hook(point: str) -> None:
+        if point == "commit:inside" and full:
+            raise StorageError("database or disk is full")
+
+    bank_transfer.LEDGER.clear()
+    rt = Runtime(SqliteStore(tmp_path / "runs.db", fault_hook=hook))
+    rt.register(bank_transfer.build_request_port_workflow)
+    paused = await rt.run("bank_transfer", MESSAGE)
+    await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+
+    def said(events: list[object]) -> tuple[str, list[str | None]]:
+        updates = [e for e in events if isinstance(e, AgentRunUpdateEvent)]
+        text = "".join(u.text for u in updates if u.kind == "text")
+        return text, [u.name for u in updates if u.kind == "function_call"]
+
+    full = True
+    first: list[object] = []
+    with pytest.raises(StorageError):
+        async for event in rt.resume_stream(paused.run_id):
+            first.append(event)
+    full = False
+    retried = [event async for event in rt.resume_stream(paused.run_id)]
+    text, calls = said(retried)
+    assert text and (text, calls) == said(first)
+    assert len(bank_transfer.LEDGER) == 1  # the approved transfer ran once
+    await rt.close()
