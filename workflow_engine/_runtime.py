@@ -478,6 +478,7 @@ class Runtime:
         checkpoint, answered = loaded
         if checkpoint is None:
             raise CheckpointNotFoundError(f"run {run_id!r} has no checkpoint")
+        _require_declared(wf, checkpoint)
         by_id = {r.request_id: r for r in answered}
         answers = [
             ExternalResponse(
@@ -525,7 +526,7 @@ class Runtime:
                 error = {
                     "error_type": details.error_type,
                     "message": details.message,
-                    "code": "store_failed",
+                    "code": details.code,  # storage_error: what the caller is raised, too
                     "executor_id": None,
                 }
                 with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
@@ -847,6 +848,7 @@ class Runtime:
         try:
             checkpoint = loaded[0] if loaded is not None else await self.store.latest(run_id)
             assert checkpoint is not None
+            _require_declared(wf, checkpoint)
             await wf.cancel(checkpoint=checkpoint, checkpoint_store=sink)
         finally:
             await self._release(sink)
@@ -859,6 +861,20 @@ class Runtime:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+def _require_declared(wf: Workflow, checkpoint: Checkpoint) -> None:
+    """Refuse, as a stranded run, a checkpoint waiting for an answer of a type ``wf`` no longer
+    declares (a response model renamed leaves the graph's signature as it was): the stored
+    records are intact, the workflow changed."""
+    for request in checkpoint.pending_requests.values():
+        if not wf.declares_type(request.response_type):
+            raise SignatureMismatchError(
+                f"run {checkpoint.run_id!r} waits for an answer of type "
+                f"{request.response_type!r} to request {request.request_id!r}, which workflow "
+                f"{wf.name!r} as registered here no longer declares: the run is stranded "
+                "(register the workflow with that type again to continue it)"
+            )
 
 
 @asynccontextmanager

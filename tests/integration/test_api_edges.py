@@ -416,6 +416,11 @@ async def main(db: str) -> None:
             await rt.respond(request.request_id, {"approved": True})
         except Exception as exc:
             print(type(exc).__name__, exc)
+        for act in (rt.resume, rt.cancel):
+            try:
+                await act(run.run_id)
+            except Exception as exc:
+                print(type(exc).__name__, exc)
     await rt.close()
 
 
@@ -486,8 +491,14 @@ async def test_a_renamed_answer_type_strands_the_runs_that_wait_for_it(tmp_path:
     (record,) = await store.list_runs()
     (request,) = await store.list_requests(record.run_id)
     await store.close()
-    stranded, decoded, refused = run("3").splitlines()
+    stranded, decoded, refused, resumed, cancelled = run("3").splitlines()
     assert stranded == f"stranded {[record.run_id]}"
     assert decoded == "decoded False"
     assert refused.startswith("SerializationError") and "'Decision'" in refused
     assert record.run_id in refused and request.request_id in refused
+    for said in (resumed, cancelled):  # a stranded run, not a damaged record
+        assert said.startswith("SignatureMismatchError") and "stranded" in said, said
+    store = SqliteStore(db)
+    (after,) = await store.list_runs()
+    assert after.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and after.owner is None
+    await store.close()

@@ -252,7 +252,7 @@ async def test_a_commit_the_store_refuses_leaves_the_run_failed_with_the_reason(
     info = await rt.get_run(run_id)
     assert info.status is WorkflowRunState.FAILED and info.superstep == 0
     assert info.error is not None and "disk is full" in info.error["message"]
-    assert info.error["code"] == "store_failed"
+    assert info.error["code"] == "storage_error"
     full = False
     done = await rt.resume(run_id)
     assert done.status is WorkflowRunState.IDLE and done.outputs == ["done: seen=[1, 2, 3] total=6"]
