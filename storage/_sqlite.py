@@ -192,6 +192,10 @@ def stored_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+_TABLES = frozenset({"we_schema", "runs", "checkpoints", "requests", "journal"})
+"""The tables of the current schema (``_schema``)."""
+SQL_TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+
 _MAX_CHAIN = 1024
 """At most this many deltas follow a snapshot, however small they are."""
 _CHECKPOINT_EVERY = 200
@@ -443,6 +447,7 @@ class SqliteStore:
                     conn.close()
                     return False
                 self._migrate()
+            self._check_tables(conn)
             conn.execute("PRAGMA busy_timeout=0")  # on the loop: a busy lock goes to the worker
             self._start_wal(conn)
         except BaseException as exc:
@@ -497,6 +502,16 @@ class SqliteStore:
                 f"{shown(row[0])}, not a version number"
             )
         return row[0]
+
+    def _check_tables(self, conn: Conn) -> None:
+        """A database at this schema version has every table of it: one that lost a table (a
+        hand edit, another tool) is refused at open, not at the first write that needs it."""
+        have = {row[0] for row in conn.execute(SQL_TABLE_NAMES)}
+        missing = sorted(_TABLES - have)
+        if missing:
+            raise StoreCorruptError(
+                f"database {self.path} is damaged: it has no table {', '.join(missing)}"
+            )
 
     def _check_version(self, current: int) -> None:
         if current > SCHEMA_VERSION:

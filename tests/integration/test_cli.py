@@ -608,3 +608,12 @@ def test_acting_on_an_application_run_says_where_to_go(cli: Cli) -> None:
         line = cli.expect(4, command, paused).error_line()
         assert "workflow 'stepper' is not one the command line builds" in line, line
         assert "registered: none" not in line
+
+
+def test_a_database_missing_a_table_is_refused_at_open(cli: Cli) -> None:
+    anyio.run(_create_database, cli.db)
+    with sqlite3.connect(cli.db) as raw:
+        raw.execute("DROP TABLE requests")
+    for args in (["runs", "list"], ["serve", "--port", "0"]):
+        line = cli.expect(6, *args).error_line()
+        assert "is damaged: it has no table requests" in line, line
