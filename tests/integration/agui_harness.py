@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -368,3 +369,26 @@ def check_sequence(events: Sequence[BaseEvent]) -> None:
                 assert not +open_steps, f"steps left open {dict(+open_steps)}: {where(i)}"
                 ended = True
     assert ended, f"the stream ended without RUN_FINISHED or RUN_ERROR: {where(len(events) - 1)}"
+
+
+@contextmanager
+def in_process(app: Any) -> Iterator[int]:
+    """``app`` served by a real uvicorn server on a free loopback port, in a thread of this
+    process (an application mounting the endpoint, as users do); the port."""
+    import threading
+
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert server.started, "the in-process server did not start"
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import anyio
 import httpx
-import uvicorn
 from fastapi import FastAPI
 
+from tests.integration.agui_harness import in_process
 from workflow_engine import Executor, WorkflowBuilder, WorkflowContext, handler
 from workflow_engine.storage import SqliteStore
 from workflow_engine_agui import add_agui_endpoint
@@ -24,25 +23,12 @@ class Slow(Executor):
         await ctx.yield_output(text.upper())
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_keepalive_comments_during_a_long_step(tmp_path: Path) -> None:
     app = FastAPI()
     workflow = WorkflowBuilder(name="slow", start=Slow("slow")).build()
     store = SqliteStore(tmp_path / "runs.db")
     add_agui_endpoint(app, workflow, "/slow", store=store, keepalive_seconds=0.1)
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
+    with in_process(app) as port, _closing(store):
         body = {
             "threadId": "t",
             "runId": "r",
@@ -57,7 +43,11 @@ def test_keepalive_comments_during_a_long_step(tmp_path: Path) -> None:
         assert len(comments) >= 3  # ~0.6 s of work at one comment per 0.1 s of silence
         assert '"RUN_STARTED"' in data[0] and '"RUN_FINISHED"' in data[-1]
         assert any("HELLO" in line for line in data)
+
+
+@contextmanager
+def _closing(store: SqliteStore) -> Iterator[None]:
+    try:
+        yield
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         anyio.run(store.close)

@@ -6,7 +6,6 @@ is done when it is not (outside tester)."""
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -16,10 +15,10 @@ from typing import Any, Never
 
 import anyio
 import httpx
-import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from tests.integration.agui_harness import in_process
 from workflow_engine import (
     Executor,
     StorageError,
@@ -74,20 +73,8 @@ def serving(tmp_path: Path, gate: threading.Event, faults: Faults) -> Iterator[s
     store = SqliteStore(tmp_path / "runs.db", fault_hook=faults)
     workflow = WorkflowBuilder(name="asker", start=Asker(gate)).build()
     add_agui_endpoint(app, workflow, "/ask", store=store)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.02)
+    with in_process(app) as port:
         yield f"http://127.0.0.1:{port}/ask"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 def post(url: str, **body: Any) -> list[dict[str, Any]]:

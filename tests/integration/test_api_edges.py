@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Never
 
@@ -428,18 +429,15 @@ anyio.run(main, sys.argv[1])
 """
 
 
-async def test_a_resume_refused_before_anything_ran_leaves_the_run_as_it_was(
-    tmp_path: Path,
-) -> None:
-    """Version 2 of a workflow cannot decode the answer version 1 stored: the resume is refused,
-    and the run still shows what it was (paused with an answer), not interrupted."""
+def versioned_review(tmp_path: Path, db: Path) -> Callable[..., str]:
+    """``run(version, *args)``: the review workflow of that version, in a process of its own
+    on ``db`` (what it prints)."""
     import os
     import subprocess
     import sys
 
     script = tmp_path / "versioned_review.py"
     script.write_text(_VERSIONED_REVIEW)
-    db = tmp_path / "runs.db"
 
     def run(version: str, *args: str) -> str:
         done = subprocess.run(
@@ -452,6 +450,16 @@ async def test_a_resume_refused_before_anything_ran_leaves_the_run_as_it_was(
         assert done.returncode == 0, done.stderr
         return done.stdout
 
+    return run
+
+
+async def test_a_resume_refused_before_anything_ran_leaves_the_run_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """Version 2 of a workflow cannot decode the answer version 1 stored: the resume is refused,
+    and the run still shows what it was (paused with an answer), not interrupted."""
+    db = tmp_path / "runs.db"
+    run = versioned_review(tmp_path, db)
     run("1", "answer")
     refused = run("2")
     assert refused.startswith("StoreCorruptError") and "reviewer" in refused
@@ -467,25 +475,8 @@ async def test_a_resume_refused_before_anything_ran_leaves_the_run_as_it_was(
 async def test_a_renamed_answer_type_strands_the_runs_that_wait_for_it(tmp_path: Path) -> None:
     """Version 3 renamed the type version 1's question expects as its answer (same graph): the
     run is listed as stranded, get_run shows it as stored, and respond names run and request."""
-    import os
-    import subprocess
-    import sys
-
-    script = tmp_path / "versioned_review.py"
-    script.write_text(_VERSIONED_REVIEW)
     db = tmp_path / "runs.db"
-
-    def run(version: str) -> str:
-        done = subprocess.run(
-            [sys.executable, str(script), str(db)],
-            env={**os.environ, "VERSION": version},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, done.stderr
-        return done.stdout
-
+    run = versioned_review(tmp_path, db)
     run("1")
     store = SqliteStore(db)
     (record,) = await store.list_runs()

@@ -408,28 +408,34 @@ finally:
 """
 
 
+def loaded_by(cli: Cli, out: Path, argv: list[str]) -> tuple[str, set[str]]:
+    """``workflow-engine ARGV`` run in a fresh interpreter: its output, and every module it
+    imported."""
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(out), json.dumps(argv)],
+        capture_output=True,
+        text=True,
+        env=cli.env,
+        cwd=cli.cwd,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, set(json.loads(out.read_text()))
+
+
 def test_read_only_commands_do_not_load_agents_server_or_rich(cli: Cli, tmp_path: Path) -> None:
     """What makes them start fast (timing itself is measured, not asserted)."""
     cli.start_paused()
     for n, args in enumerate([["--version"], ["--help"], ["runs", "list"], ["requests", "list"]]):
-        out = tmp_path / f"modules{n}.json"
         argv = [*args, "--db", str(cli.db)] if args[0] in ("runs", "requests") else args
-        proc = subprocess.run(
-            [sys.executable, "-c", PROBE, str(out), json.dumps(argv)],
-            capture_output=True,
-            text=True,
-            env=cli.env,
-            cwd=cli.cwd,
-            timeout=30,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        loaded = {m.split(".")[0] for m in json.loads(out.read_text())}
+        printed, modules = loaded_by(cli, tmp_path / f"modules{n}.json", argv)
+        loaded = {m.split(".")[0] for m in modules}
         heavy = HEAVY - {"rich"} if args == ["--help"] else HEAVY  # typer formats help with rich
         assert loaded.isdisjoint(heavy), (args, sorted(loaded & heavy))
         if args in (["--version"], ["--help"]):
             assert "workflow_engine" not in loaded and "storage" not in loaded, args
-    assert "approve submit_refund(" in proc.stdout  # requests list still says what is waiting
+    assert "approve submit_refund(" in printed  # requests list still says what is waiting
 
 
 class ServerProcess:
@@ -585,20 +591,9 @@ def test_runs_show_of_an_application_run_shows_its_values_as_stored(cli: Cli) ->
 
 def test_runs_show_of_an_application_run_does_not_load_the_agents(cli: Cli, tmp_path: Path) -> None:
     paused, _ = anyio.run(_application_run, cli.db)
-    out = tmp_path / "modules.json"
     argv = ["runs", "show", paused, "--db", str(cli.db)]
-    proc = subprocess.run(
-        [sys.executable, "-c", PROBE, str(out), json.dumps(argv)],
-        capture_output=True,
-        text=True,
-        env=cli.env,
-        cwd=cli.cwd,
-        timeout=30,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "waiting: " in proc.stdout and "values are shown as stored" in flat(proc.stdout)
-    loaded = set(json.loads(out.read_text()))
+    printed, loaded = loaded_by(cli, tmp_path / "modules.json", argv)
+    assert "waiting: " in printed and "values are shown as stored" in flat(printed)
     assert not [m for m in loaded if m.startswith("workflow_engine.executors")]
 
 
