@@ -138,17 +138,32 @@ class EventPrinter:
 
 
 def interruptible_input(prompt: str) -> str:
-    """``input()`` that a single Ctrl-C interrupts.
+    """``input()`` that a single Ctrl-C interrupts, and that reads only what is typed after
+    its prompt is shown.
 
     Under ``anyio.run`` asyncio's runner owns SIGINT and only cancels the main task, which a
-    blocking ``input()`` never notices; restore Python's default handler while we wait.
+    blocking ``input()`` never notices; restore Python's default handler while we wait. On a
+    terminal, keys typed earlier -- while an agent was speaking, or the lines after the first of
+    a paste -- are discarded first: an approval is answered by a person who saw the question,
+    never by type-ahead.
     """
+    discard_typeahead()
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return input(prompt)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def discard_typeahead() -> None:
+    """Drop what the terminal holds that no one has read yet (nothing to do off a terminal:
+    piped answers are meant to be read in order)."""
+    if stdin_is_tty():
+        import termios
+
+        with contextlib.suppress(OSError, termios.error, ValueError):
+            termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
 
 
 def enable_line_editing() -> None:

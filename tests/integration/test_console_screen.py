@@ -120,6 +120,23 @@ def test_demo_approved_shows_every_agent_line(cli: Cli, sessions: list[ScreenSes
     assert (refund["kind"], refund["amount"]) == ("refund", 89.99)
 
 
+def test_an_approval_is_never_answered_by_type_ahead(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """A paste of two lines at the first prompt: the second ("yes") must not answer the
+    approval that appears later, which the person has not seen yet (outside tester)."""
+    demo = open_screen(sessions, cli, "demo", "handoff")
+    demo.expect_screen("You:")
+    demo.send_raw(f"{REFUND}\ryes\r".encode())
+    demo.expect_screen(APPROVE)
+    demo.settle()
+    assert f"{APPROVE} yes" not in flat(demo.screen_text())
+    assert cli.ledger() == []  # the refund waits for an answer typed after the question
+    demo.send("y")
+    assert demo.wait() == 0, demo.screen_text()
+    assert len(cli.ledger()) == 1
+
+
 def test_approval_prompt_fits_a_40_column_window(cli: Cli, sessions: list[ScreenSession]) -> None:
     """In a narrow window the prompt is the short one, whole on one screen line with the
     answer (the long one would leave its last characters alone on the next line)."""
