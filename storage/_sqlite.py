@@ -870,8 +870,9 @@ class SqliteStore:
             and not owner_is_dead(holder)
         ):
             raise RunBusyError(
-                f"run {run_id!r} is being executed by another worker ({holder}); its lease "
-                f"runs for {expires - now:.1f} s more"  # type: ignore[operator]
+                f"run {run_id!r} is being executed by another worker ({holder}), which renews "
+                f"its lease while it works (it lapses {expires - now:.0f} s after that worker "
+                "stops without releasing it)"  # type: ignore[operator]
             )
         expires_at = now + lease_seconds
         take = SQL_TAKE_LEASE_TO_APPLY if applying else SQL_TAKE_LEASE

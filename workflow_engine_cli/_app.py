@@ -3,7 +3,7 @@
 Exit codes (also in ``--help`` and the README):
 
     0  done (the run finished, or the command succeeded)
-    1  the run failed
+    1  the run failed or was cancelled
     2  bad usage or invalid input (malformed JSON, an answer of the wrong type, an ambiguous id)
     3  paused: the run waits for input (answer with ``respond``, continue with ``resume``)
     4  not found: unknown run, request or workflow
@@ -37,13 +37,13 @@ import typer
 from ._exits import (
     EXIT_BROKEN_PIPE,
     EXIT_CANNOT_LISTEN,
-    EXIT_CONFLICT,
     EXIT_DONE,
     EXIT_FAILED,
     EXIT_NOT_FOUND,
     EXIT_PAUSED,
-    EXIT_STORAGE,
     EXIT_USAGE,
+    Exit,
+    exit_code_for,
 )
 from ._hints import Hints
 from ._ids import AmbiguousIdError, match, short_ids
@@ -67,15 +67,15 @@ if TYPE_CHECKING:
 
     from rich.console import Console
 
-    from workflow_engine import Runtime, WorkflowError
+    from workflow_engine import Runtime
 
 
 HELP = __doc__ or ""
 app = typer.Typer(
     help=HELP.split("\n\n")[0],
-    epilog="Exit codes: 0 done · 1 run failed · 2 bad input · 3 paused (waiting for input) · "
-    "4 not found · 5 conflict · 6 storage problem · 7 server cannot listen · "
-    "141 output closed (| head)",
+    epilog="Exit codes: 0 done · 1 run failed or cancelled · 2 bad input · "
+    "3 paused (waiting for input) · 4 not found · 5 conflict · 6 storage problem · "
+    "7 server cannot listen · 141 output closed (| head)",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -145,11 +145,6 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable outpu
 T = TypeVar("T")
 
 
-class Exit(Exception):
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
 def err_console() -> Console:
     from rich.console import Console
 
@@ -161,49 +156,6 @@ def escape(text: str) -> str:
     from rich.markup import escape
 
     return escape(text)
-
-
-def exit_code_for(exc: WorkflowError) -> int:
-    from workflow_engine import (
-        CheckpointNotFoundError,
-        CheckpointNotLatestError,
-        CheckpointVersionError,
-        GraphValidationError,
-        RequestAlreadyAnsweredError,
-        RequestCancelledError,
-        ResponseTypeError,
-        RunBusyError,
-        RunExistsError,
-        RunNotFoundError,
-        RunNotResumableError,
-        SerializationError,
-        SignatureMismatchError,
-        StorageError,
-        UnknownRequestError,
-        WorkflowNotRegisteredError,
-    )
-
-    if isinstance(exc, RunNotFoundError | UnknownRequestError | WorkflowNotRegisteredError):
-        return EXIT_NOT_FOUND
-    if isinstance(exc, CheckpointNotFoundError):
-        return EXIT_NOT_FOUND
-    if isinstance(
-        exc,
-        RequestAlreadyAnsweredError
-        | RequestCancelledError
-        | RunBusyError
-        | RunExistsError
-        | RunNotResumableError
-        | CheckpointNotLatestError
-        | SignatureMismatchError,
-    ):
-        return EXIT_CONFLICT
-    if isinstance(exc, StorageError | SerializationError | CheckpointVersionError):
-        # a value the CLI reads back that does not decode is a damaged (or foreign) record
-        return EXIT_STORAGE
-    if isinstance(exc, ResponseTypeError | GraphValidationError):
-        return EXIT_USAGE
-    return EXIT_FAILED
 
 
 def print_error(message: str) -> None:
@@ -652,7 +604,13 @@ def cancel(
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             info = await runtime.cancel((await _run_for(runtime, run_id)).run_id)
-            print(f"Run {clean(info.run_id)} {info.status.value}.")
+            if info.cancel_requested:  # another worker executes it: it ends it at a boundary
+                print(
+                    f"Run {clean(info.run_id)} {info.status.value}, cancelling: the worker "
+                    "executing it ends it cancelled after its current step."
+                )
+            else:
+                print(f"Run {clean(info.run_id)} {info.status.value}.")
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -844,7 +802,10 @@ def runs_show(
                 message = info.error.get("message") if isinstance(info.error, dict) else None
                 if not isinstance(message, str):  # a store that does not check what it reads
                     message = "(the recorded error is damaged and cannot be shown)"
-                term.line(("error: ", "red"), message)
+                code = info.error.get("code") if isinstance(info.error, dict) else None
+                said = f"{message} ({code})" if isinstance(code, str) and code else message
+                # not "error:", which is how this command would say that it failed itself
+                term.line((f"{info.status.value} with: ", "red"), said)
             return EXIT_DONE
 
         return await _with_runtime(db, go)

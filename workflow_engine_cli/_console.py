@@ -34,6 +34,9 @@ from workflow_engine import (
     JsonCodec,
     ResponseTypeError,
     Runtime,
+    StorageError,
+    StoreLockedError,
+    StoreUnavailableError,
     WorkflowEvent,
     WorkflowFailedEvent,
     WorkflowOutputEvent,
@@ -48,7 +51,7 @@ from workflow_engine.executors import (
     ToolApprovalRequestContent,
 )
 
-from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED
+from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
 from ._hints import Hints
 from ._term import Part, Terminal
 from ._views import compact, describe_output, field_notes, shape
@@ -72,7 +75,7 @@ class EventPrinter:
         self.json_mode = json_mode
         self.codec = codec
         self._speaker: str | None = None  # the agent whose line of text is open
-        self._failure: str | None = None  # the last failure shown (not shown twice)
+        self.failure: str | None = None  # the last failure shown (not shown twice)
         self._calls: dict[str, dict[str, Any]] = {}
         self.outputs_shown: list[Any] = []  # so that the summary at the end does not repeat them
 
@@ -91,9 +94,9 @@ class EventPrinter:
             self._agent_update(event)
         elif isinstance(event, ExecutorFailedEvent | WorkflowFailedEvent):
             self._close_line()
-            if event.error.message != self._failure:  # the run's failure repeats the step's
+            if event.error.message != self.failure:  # the run's failure repeats the step's
                 self.term.line((f"✗ {event.error.message}", "bold red"))
-            self._failure = event.error.message
+            self.failure = event.error.message
         elif isinstance(event, WorkflowOutputEvent):
             self._close_line()
             if not isinstance(event.data, HandoffOutcome | AgentResponse):
@@ -383,6 +386,16 @@ async def drive(
                 with nullcontext() if json_mode else term.working():
                     async for event in stream:
                         printer.show(event)
+        except StorageError as exc:
+            if json_mode or not _worth_retrying(exc):
+                raise
+            if str(exc) != printer.failure:  # else its step's failure said it already
+                term.line((f"✗ {exc}", "bold red"))
+            term.line(
+                f"Nothing committed is lost: once the storage is usable again, continue with "
+                f"`workflow-engine resume {run_id}{Hints.db}`."
+            )
+            raise Exit(exit_code_for(exc)) from None
         finally:
             printer.finish()
         result = stream.result
@@ -397,6 +410,8 @@ async def drive(
         if result.status is not WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
             if not json_mode:
                 term.line((f"Run {run_id} ended {result.status.value}.", "red"))
+                if result.status is not WorkflowRunState.CANCELLED:
+                    term.line(f"Resuming retries it: `workflow-engine resume {run_id}{Hints.db}`.")
             return EXIT_FAILED
         waiting = []
         for request in result.pending_requests:
@@ -409,6 +424,13 @@ async def drive(
         if waiting:
             print_paused(term, run_id, waiting, json_mode)
             return EXIT_PAUSED
+
+
+def _worth_retrying(exc: StorageError) -> bool:
+    """A store that refused a write for a reason that passes (a full disk, a lock held too
+    long, a file it could not write): the run can go on once that is fixed. Not a damaged
+    record, a run another worker took, or one that does not exist."""
+    return type(exc) is StorageError or isinstance(exc, StoreLockedError | StoreUnavailableError)
 
 
 def print_paused(

@@ -401,19 +401,26 @@ def _records(headers: Sequence[str], cells: list[list[str]], width: int, live: b
     line between rows. Values wrap between words under their label; a word wider than the
     window (an id) stays whole and lets the terminal fold it."""
     label = max(cell_width(h) for h in headers) + 2
-    room = max(width - label, MIN_WRAP)
     lines: list[str] = []
     for n, row in enumerate(cells):
         if n:
             lines.append("")
         for header, cell in zip(headers, row, strict=True):
-            pad = label
-            if pad + cell_width(cell.split(" ")[0]) > width:  # a long word: a shorter label
-                pad = cell_width(header) + 2
-            head = styled(header.ljust(pad), "bold" if live else "", live=live)
-            parts = _wrap_words(cell, max(width - pad, room))
-            lines.append((head + parts[0]).rstrip())
-            lines.extend((" " * pad + part).rstrip() for part in parts[1:])
+            longest = max(cell_width(word) for word in cell.split(" "))
+            style = "bold" if live else ""
+            # the value beside its label if each of its words fits there (with a shorter label
+            # if need be); else under it, on lines of its own
+            pad = next((p for p in (label, cell_width(header) + 2) if p + longest <= width), 0)
+            if pad:
+                parts = _wrap_words(cell, width - pad)
+                lines.append((styled(header.ljust(pad), style, live=live) + parts[0]).rstrip())
+                lines.extend((" " * pad + part).rstrip() for part in parts[1:])
+                continue
+            lines.append(styled(header, style, live=live))
+            indent = 2 if 2 + longest <= width else 0
+            lines.extend(
+                (" " * indent + part).rstrip() for part in _wrap_words(cell, width - indent)
+            )
     return lines
 
 

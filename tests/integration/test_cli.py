@@ -612,3 +612,24 @@ def test_a_database_missing_a_table_is_refused_at_open(cli: Cli) -> None:
     for args in (["runs", "list"], ["serve", "--port", "0"]):
         line = cli.expect(6, *args).error_line()
         assert "is damaged: it has no table requests" in line, line
+
+
+def test_a_store_that_refuses_a_write_says_once_how_to_continue(cli: Cli) -> None:
+    """The store stays locked past its patience while ``resume`` runs (a full disk does the
+    same, as a tester saw): the screen says it once and names the command that continues the
+    run once the store is usable; that command then finishes it."""
+    run_id, request_id = cli.start_paused()
+    cli.expect(0, "respond", request_id, "--approve")
+    blocker = sqlite3.connect(cli.db, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        refused = cli.expect(6, "resume", run_id)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    said = flat(refused.out + refused.err)
+    assert said.count("stayed locked by another writer") == 1, str(refused)
+    assert f"continue with `workflow-engine resume {run_id} --db {cli.db}`" in said, str(refused)
+    done = cli.expect(0, "resume", run_id)
+    assert "finished." in done.out
+    assert len(cli.ledger()) == 1

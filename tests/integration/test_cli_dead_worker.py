@@ -83,7 +83,8 @@ def test_a_cancel_the_command_line_stored_shows_until_it_is_honoured(tmp_path: P
     the next one to resume it, honours it."""
     cli = Cli(tmp_path)
     with worker_in_its_step(cli):
-        assert cli.expect(0, "cancel", RUN_ID).out.strip() == f"Run {RUN_ID} in_progress."
+        said = cli.expect(0, "cancel", RUN_ID).out.strip()
+        assert said.startswith(f"Run {RUN_ID} in_progress, cancelling: the worker"), said
         [running] = cli.json("runs", "list")
         assert running["cancel_requested"] is True and running["worker"] is not None
         assert "in_progress, cancelling" in cli.expect(0, "runs", "list").out
