@@ -869,10 +869,11 @@ class SqliteStore:
             and (expires or 0) > now
             and not owner_is_dead(holder)
         ):
+            left = (expires or 0) - now
             raise RunBusyError(
                 f"run {run_id!r} is being executed by another worker ({holder}), which renews "
-                f"its lease while it works (it lapses {expires - now:.0f} s after that worker "
-                "stops without releasing it)"  # type: ignore[operator]
+                f"its lease while it works (it lapses {left:.0f} s after that worker stops "
+                "without releasing it)"
             )
         expires_at = now + lease_seconds
         take = SQL_TAKE_LEASE_TO_APPLY if applying else SQL_TAKE_LEASE
