@@ -1045,6 +1045,7 @@ class SqliteStore:
             if released:
                 self._forget(lease.run_id)
 
+        self._fault("release:before")
         await self._in_write(self._release, lease, after=after)
 
     @staticmethod

@@ -47,6 +47,7 @@ from ._store import (
     RunStore,
     StoredRequest,
     default_owner,
+    owner_ended,
 )
 from ._workflow import Workflow, WorkflowRunResult
 
@@ -268,8 +269,14 @@ class Runtime:
                     return
                 except StoreLockedError:
                     if pause is None:
+                        owner_ended(sink.lease.owner)
                         raise
                     await anyio.sleep(pause)
+                except BaseException:
+                    # not released (a full disk): the stored lease still names this execution,
+                    # which is over -- this process need not wait for it to run out
+                    owner_ended(sink.lease.owner)
+                    raise
 
     def _lease_owner(self) -> str:
         """A distinct owner token per execution, so two tasks of one process cannot both hold

@@ -34,11 +34,25 @@ def default_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+_ENDED_OWNERS: set[str] = set()
+"""Owner tokens of this process's executions that ended without their release being written
+(the store refused it: a full disk). Each token names one execution and is never used again."""
+
+
+def owner_ended(owner: str) -> None:
+    """Say that the execution ``owner`` names has ended, though its lease could not be released:
+    this process may take that run over at once instead of waiting out the lease."""
+    _ENDED_OWNERS.add(owner)
+
+
 def owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:...``) names a process on this host that has exited.
+    """True when ``owner`` (``host:pid:...``) names a process on this host that has exited, or
+    an execution of this process that ended without releasing its lease (``owner_ended``).
 
     Lets a crashed worker's lease be taken over at once instead of after it expires.
     """
+    if owner in _ENDED_OWNERS:
+        return True
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
     if host != socket.gethostname() or not pid_text.isdigit():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -257,4 +258,28 @@ async def test_a_commit_the_store_refuses_leaves_the_run_failed_with_the_reason(
     done = await rt.resume(run_id)
     assert done.status is WorkflowRunState.IDLE and done.outputs == ["done: seen=[1, 2, 3] total=6"]
     assert (await rt.get_run(run_id)).error is None
+    await rt.close()
+
+
+async def test_a_lease_the_full_disk_kept_does_not_block_this_process(tmp_path: Path) -> None:
+    """The disk is so full that neither the commit nor the lease's release can be written: the
+    stored lease still names an execution that is over. This process resumes the run at once
+    once the disk has room, instead of being told for the lease's 30 s that it is busy."""
+    full = True
+
+    def hook(point: str) -> None:
+        if point in ("commit:inside", "release:before") and full:
+            raise StorageError("database or disk is full")
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db", fault_hook=hook))
+    rt.register(lambda: stepper_workflow(pause_at=99, stop_at=3))
+    run_id = await rt.start("stepper", 1)
+    with pytest.raises(StorageError, match="disk is full"):
+        await rt.resume(run_id)
+    record = await rt.store.get_run(run_id)
+    assert record.owner is not None  # not released: still stored as leased
+    assert record.live_owner(time.time()) is None  # but that execution is over
+    full = False
+    done = await rt.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == ["done: seen=[1, 2, 3] total=6"]
     await rt.close()
