@@ -272,7 +272,7 @@ class Runtime:
                         owner_ended(sink.lease.owner)
                         raise
                     await anyio.sleep(pause)
-                except BaseException:
+                except Exception:
                     # not released (a full disk): the stored lease still names this execution,
                     # which is over -- this process need not wait for it to run out
                     owner_ended(sink.lease.owner)
