@@ -45,6 +45,11 @@ def owner_ended(owner: str) -> None:
     _ENDED_OWNERS.add(owner)
 
 
+def forget_ended_owner(owner: str) -> None:
+    """``owner``'s lease has been taken over or released: no need to remember it any more."""
+    _ENDED_OWNERS.discard(owner)
+
+
 def owner_is_dead(owner: str) -> bool:
     """True when ``owner`` (``host:pid:...``) names a process on this host that has exited, or
     an execution of this process that ended without releasing its lease (``owner_ended``).

@@ -32,8 +32,8 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import aclosing, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +71,7 @@ from workflow_engine import (
     ExternalRequest,
     RequestInfoEvent,
     ResponseError,
+    RunExistsError,
     RunNotFoundError,
     RunRecord,
     RunStore,
@@ -92,6 +93,7 @@ from workflow_engine import (
 from workflow_engine._codec import strictly_equal
 from workflow_engine._identity import INPUT_SOURCE
 from workflow_engine._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
+from workflow_engine._store import default_owner, forget_ended_owner, owner_ended
 from workflow_engine.executors import Agent, AgentRunUpdateEvent, ChatMessage
 from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
 
@@ -367,6 +369,13 @@ class Turn:
     run_id: str | None
     key: str | None = None
     held: dict[str, HeldCall] = field(default_factory=dict)
+    placeholder: str | None = None
+    """The owner a run this request admitted was born leased to (see ``_prepare``)."""
+
+
+_START_LEASE_SECONDS = 30.0
+"""How long a run this server admitted stays leased to it before its execution takes it (a
+server that dies in between leaves it to another after this long, or at once on this host)."""
 
 
 class AGUIService:
@@ -383,6 +392,9 @@ class AGUIService:
         self.store = store
         self.namespace = namespace
         self.run_state = dict(run_state or {})
+        self._starting: set[str] = set()
+        """Runs this server admitted whose execution has not taken their lease yet: in that
+        moment a run looks as if a server stop had cut it off."""
         """Shared state every new run starts with (e.g. a record of the model it runs on)."""
         """Keeps endpoints sharing a store apart: run ids are ``<namespace>:<thread>/<n>``."""
 
@@ -462,12 +474,15 @@ class AGUIService:
             translator.held = turn.held
             log.debug("thread %r: running %s", thread_id, run_id)
             stream = runtime.resume_stream(run_id)
-            async with aclosing(stream):
-                async for event in stream:
-                    if isinstance(event, WorkflowFailedEvent):
-                        raise AGUIError(event.error.code or "workflow_failed", event.error.message)
-                    for out in translator.translate(event):
-                        yield out
+            with self._started(run_id, turn.placeholder):
+                async with aclosing(stream):
+                    async for event in stream:
+                        self._starting.discard(run_id)  # its first event: the lease is taken
+                        if isinstance(event, WorkflowFailedEvent):
+                            error = event.error
+                            raise AGUIError(error.code or "workflow_failed", error.message)
+                        for out in translator.translate(event):
+                            yield out
             result = stream.result
             assert result is not None
             for out in translator.close_all():
@@ -548,7 +563,9 @@ class AGUIService:
                 "them (or cancel) before sending a new message",
             )
         message = self._start_message(workflow, run_input.messages)
-        if record is not None and record.live_owner(time.time()) is not None:
+        if record is not None and (
+            record.run_id in self._starting or record.live_owner(time.time()) is not None
+        ):
             raise AGUIError(
                 "run_busy",
                 f"thread {thread_id}: its run {current} is being executed; send a new message "
@@ -573,8 +590,20 @@ class AGUIService:
         checkpoint = workflow.admit(
             message, run_id=f"{self.thread_key(thread_id)}/{next_index}", shared_state=shared
         )
-        await self.store.admit(checkpoint)
-        return Turn(checkpoint.run_id, key)
+        # born leased, to an owner that only this server knows is over: another server sees
+        # the run being executed (not cut off), and this request's execution takes it at once
+        placeholder = default_owner()
+        try:
+            await self.store.admit_and_acquire(checkpoint, placeholder, _START_LEASE_SECONDS)
+        except RunExistsError:  # another request on this thread admitted it a moment ago
+            raise AGUIError(
+                "run_busy",
+                f"thread {thread_id}: another request has just started a run on it; send a new "
+                "message once that run has paused or finished",
+            ) from None
+        owner_ended(placeholder)
+        self._starting.add(checkpoint.run_id)
+        return Turn(checkpoint.run_id, key, placeholder=placeholder)
 
     async def _resume(
         self,
@@ -647,6 +676,16 @@ class AGUIService:
         started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
         return len(started) == 1 and strictly_equal(started[0], workflow.codec.encode(message))
 
+    @contextmanager
+    def _started(self, run_id: str, placeholder: str | None) -> Iterator[None]:
+        """The run's execution is under way (or over): it no longer waits to take its lease."""
+        try:
+            yield
+        finally:
+            self._starting.discard(run_id)
+            if placeholder is not None:
+                forget_ended_owner(placeholder)
+
     async def _cut_off(self, run: RunRecord) -> bool:
         """Whether the thread's run stopped before it applied the answers it was given (the
         server was killed or restarted): left in the middle of a superstep, or resting with
@@ -690,11 +729,12 @@ class AGUIService:
                 "interrupt_thread_mismatch",
                 f"interrupt {interrupt_id!r} belongs to another thread; resume it there",
             )
-        if stored.status == "cancelled" or answer.status == "cancelled":
+        stranded = stored.status == "pending" and run.workflow_signature != workflow.signature
+        if not stranded and (stored.status == "cancelled" or answer.status == "cancelled"):
             raise AGUIError(
                 "interrupt_not_pending", f"interrupt {interrupt_id!r} is {stored.status}"
             )
-        if stored.status == "pending" and run.workflow_signature != workflow.signature:
+        if stranded:
             raise AGUIError(
                 "run_stranded",
                 f"interrupt {interrupt_id!r} belongs to run {run.run_id!r}, which workflow "

@@ -37,7 +37,8 @@ class Decision(BaseModel):
 
 
 class Asker(Executor):
-    """Asks once; its answer is held up while ``gate`` is closed (a slow step)."""
+    """Asks once; its answer is held up while ``gate`` is closed (a slow step), and so is a
+    question that starts with "slow"."""
 
     def __init__(self, gate: threading.Event) -> None:
         super().__init__("asker")
@@ -45,6 +46,8 @@ class Asker(Executor):
 
     @handler
     async def ask(self, text: str, ctx: WorkflowContext[Never]) -> None:
+        while text.startswith("slow") and not self.gate.is_set():
+            await anyio.sleep(0.01)
         await ctx.request_info(text, Decision)
 
     @response_handler
@@ -137,3 +140,27 @@ def test_a_resume_or_message_that_finds_the_run_executing_is_run_busy(tmp_path: 
     assert status_of(tmp_path) is WorkflowRunState.IDLE  # the one run there is
     assert first[0][-1]["type"] == "RUN_FINISHED"
     assert first[0][-1]["result"]["outputs"][0]["data"] == "ship it: yes"
+
+
+def test_messages_sent_at_once_on_one_thread_start_one_run(tmp_path: Path) -> None:
+    """Six different first messages on one thread at once: one starts the thread's run, every
+    other is ``run_busy`` -- not ``run_exists``, nor ``run_interrupted`` for a run that was
+    only being started (outside tester)."""
+    gate, faults = threading.Event(), Faults()
+    with serving(tmp_path, gate, faults) as url:
+        answers: list[list[dict[str, Any]]] = []
+
+        def send(n: int) -> None:
+            text = {"id": f"m{n}", "role": "user", "content": f"slow question {n}"}
+            answers.append(post(url, messages=[text]))
+
+        senders = [threading.Thread(target=send, args=(n,)) for n in range(6)]
+        for sender in senders:
+            sender.start()
+        time.sleep(0.5)  # the first run is under way, held at its gate
+        gate.set()
+        for sender in senders:
+            sender.join(timeout=30)
+    ends = sorted((a[-1]["type"], a[-1].get("code")) for a in answers)
+    assert ends == [("RUN_ERROR", "run_busy")] * 5 + [("RUN_FINISHED", None)], ends
+    assert status_of(tmp_path) is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # one run

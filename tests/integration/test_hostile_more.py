@@ -599,9 +599,13 @@ def test_a_stranded_run_has_its_own_code(client: Client, server: Server) -> None
         (f"support:{thread_id}/0",),
     )
     before = raw_state(server.db)
-    for payload in ({"accepted": True}, {"accepted": False}):
-        stream = client.resume("/support", thread_id, resolved(interrupt.id, payload))
-        message = refused_stream(stream, "run_stranded")
+    cancelled = [{"interruptId": interrupt.id, "status": "cancelled"}]
+    for answer in (
+        *(resolved(interrupt.id, p) for p in ({"accepted": True}, {"accepted": False})),
+        cancelled,
+    ):
+        stream = client.resume("/support", thread_id, answer)
+        message = refused_stream(stream, "run_stranded")  # a cancel too (it said "pending")
         assert "stranded" in message and "an-older-graph" in message, message
         assert "earlier run" not in message
     assert raw_state(server.db) == before
