@@ -639,11 +639,12 @@ class Runtime:
         wf = self._workflow_for(run)
         try:
             expected = wf.resolve_type(request.response_type)
-        except SerializationError as exc:
-            raise SerializationError(
+        except SerializationError as exc:  # stranded, as resume and cancel say
+            raise SignatureMismatchError(
                 f"run {run.run_id!r}: request {request_id!r} expects an answer of type "
-                f"{request.response_type!r}, which workflow {wf.name!r} as registered here does "
-                "not declare (was the type renamed since the request was made?)"
+                f"{request.response_type!r}, which workflow {wf.name!r} as registered here no "
+                "longer declares (was the type renamed since the request was made?): the run is "
+                "stranded"
             ) from exc
         value = wf.check_answer(
             run.run_id,

@@ -485,7 +485,7 @@ async def test_a_renamed_answer_type_strands_the_runs_that_wait_for_it(tmp_path:
     stranded, decoded, refused, resumed, cancelled = run("3").splitlines()
     assert stranded == f"stranded {[record.run_id]}"
     assert decoded == "decoded False"
-    assert refused.startswith("SerializationError") and "'Decision'" in refused
+    assert refused.startswith("SignatureMismatchError") and "'Decision'" in refused
     assert record.run_id in refused and request.request_id in refused
     for said in (resumed, cancelled):  # a stranded run, not a damaged record
         assert said.startswith("SignatureMismatchError") and "stranded" in said, said
