@@ -375,10 +375,34 @@ async def drive(
     detach: bool,
     term: Terminal,
 ) -> int:
-    """Resume, stream, answer what the policy can, repeat; returns the exit code."""
+    """Resume, stream, answer what the policy can, repeat; returns the exit code. A store that
+    refuses a write on the way (a commit, an answer) is said once, with how to continue."""
     run = await runtime.store.get_run(run_id)
     codec = runtime.workflow(run.workflow_name).codec
     printer = EventPrinter(term, json_mode=json_mode, codec=codec)
+    try:
+        return await _drive(runtime, run_id, policy, printer, json_mode, detach, term)
+    except StorageError as exc:
+        if json_mode or not _worth_retrying(exc):
+            raise
+        if str(exc) != printer.failure:  # else its step's failure said it already
+            term.line((f"✗ {exc}", "bold red"))
+        term.line(
+            f"Nothing committed is lost: once the storage is usable again, continue with "
+            f"`workflow-engine resume {run_id}{Hints.db}`."
+        )
+        raise Exit(exit_code_for(exc)) from None
+
+
+async def _drive(
+    runtime: Runtime,
+    run_id: str,
+    policy: AnswerPolicy,
+    printer: EventPrinter,
+    json_mode: bool,
+    detach: bool,
+    term: Terminal,
+) -> int:
     while True:
         stream = runtime.resume_stream(run_id)
         try:
@@ -386,16 +410,6 @@ async def drive(
                 with nullcontext() if json_mode else term.working():
                     async for event in stream:
                         printer.show(event)
-        except StorageError as exc:
-            if json_mode or not _worth_retrying(exc):
-                raise
-            if str(exc) != printer.failure:  # else its step's failure said it already
-                term.line((f"✗ {exc}", "bold red"))
-            term.line(
-                f"Nothing committed is lost: once the storage is usable again, continue with "
-                f"`workflow-engine resume {run_id}{Hints.db}`."
-            )
-            raise Exit(exit_code_for(exc)) from None
         finally:
             printer.finish()
         result = stream.result

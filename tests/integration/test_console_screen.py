@@ -137,6 +137,30 @@ def test_an_approval_is_never_answered_by_type_ahead(
     assert len(cli.ledger()) == 1
 
 
+def test_an_answer_the_store_refuses_says_how_to_continue(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """The answer typed at the approval prompt cannot be stored (another writer holds the
+    database past the store's patience): the screen says so once and names the command that
+    asks again; nothing was approved (outside tester: the command was missing here)."""
+    import sqlite3
+
+    demo = start_demo(sessions, cli)
+    blocker = sqlite3.connect(cli.db, isolation_level=None, timeout=0)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        demo.send("y")
+        code = demo.wait()
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    text = flat(demo.screen_text())
+    assert code == 6, text
+    assert text.count("stayed locked by another writer") == 1, text
+    assert "continue with `workflow-engine resume" in text, text
+    assert cli.ledger() == []
+
+
 def test_approval_prompt_fits_a_40_column_window(cli: Cli, sessions: list[ScreenSession]) -> None:
     """In a narrow window the prompt is the short one, whole on one screen line with the
     answer (the long one would leave its last characters alone on the next line)."""
