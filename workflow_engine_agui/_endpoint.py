@@ -391,12 +391,12 @@ class AGUIService:
         self.target = target
         self.store = store
         self.namespace = namespace
+        """Keeps endpoints sharing a store apart: run ids are ``<namespace>:<thread>/<n>``."""
         self.run_state = dict(run_state or {})
+        """Shared state every new run starts with (e.g. a record of the model it runs on)."""
         self._starting: set[str] = set()
         """Runs this server admitted whose execution has not taken their lease yet: in that
         moment a run looks as if a server stop had cut it off."""
-        """Shared state every new run starts with (e.g. a record of the model it runs on)."""
-        """Keeps endpoints sharing a store apart: run ids are ``<namespace>:<thread>/<n>``."""
 
     def thread_key(self, thread_id: str) -> str:
         return f"{self.namespace}:{thread_id}" if self.namespace else thread_id
