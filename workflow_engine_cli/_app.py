@@ -522,6 +522,7 @@ def resume(
                 if note:
                     talk.line((note, "dim"))
             register(runtime, [run.workflow_name], chosen)
+            runtime.workflow(run.workflow_name)  # an application's: refused before "resuming"
             if not json_mode:
                 where = f"run {full} · workflow {run.workflow_name} · db {runtime.store.path}"
                 term.line((f"resuming {where}", "dim"))

@@ -600,9 +600,11 @@ def test_runs_show_of_an_application_run_does_not_load_the_agents(cli: Cli, tmp_
 def test_acting_on_an_application_run_says_where_to_go(cli: Cli) -> None:
     paused, _ = anyio.run(_application_run, cli.db)
     for command in ("resume", "cancel"):
-        line = cli.expect(4, command, paused).error_line()
+        refused = cli.expect(4, command, paused)
+        line = refused.error_line()
         assert "workflow 'stepper' is not one the command line builds" in line, line
         assert "registered: none" not in line
+        assert refused.out == ""  # not "resuming run ..." first
 
 
 def test_a_database_missing_a_table_is_refused_at_open(cli: Cli) -> None:
