@@ -257,6 +257,9 @@ class AnswerPolicy:
             except ResponseTypeError as exc:
                 self._problem(str(exc))
                 continue
+            # what runs, beside the model's call shown above (edits override, the rest stays)
+            edited = compact({**arguments, **edits})
+            self.term.line(("  runs as: ", "dim"), f"{tool}({edited})", indent=4)
             return True
 
     async def _user_input(self, request: HandoffUserInputRequest, submit: Submit) -> bool:

@@ -237,6 +237,8 @@ def test_demo_edited_arguments_are_asked_again_until_valid(
             f"{APPROVE} maybe",
             f"{APPROVE} e",
             '{"amount": 50}',
+            # what runs, not only the model's call further up (outside tester)
+            'runs as: submit_refund({"order_id": "12345", "amount": 50,',
             '← submit_refund: "Refund of 50.00 for order 12345 submitted."',
             "refund_agent: Refund of 50.00 for order 12345 submitted. case complete.",
         ],
