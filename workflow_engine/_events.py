@@ -81,6 +81,15 @@ class ErrorDetails:
         code = getattr(exc, "code", None) or "executor_failed"
         return cls(_text(type(exc).__name__), _text(str(exc)), _text(str(code)), executor_id)
 
+    def as_record(self) -> dict[str, Any]:
+        """The error as a run record stores it (``RunRecord.error``)."""
+        return {
+            "error_type": self.error_type,
+            "message": self.message,
+            "code": self.code,
+            "executor_id": self.executor_id,
+        }
+
 
 def _text(value: str) -> str:
     """``value`` as valid Unicode: a lone surrogate (a file name decoded with

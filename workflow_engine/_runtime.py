@@ -529,13 +529,8 @@ class Runtime:
             yield
         except (StorageError, CheckpointStoreError) as exc:
             if type(exc) in (StorageError, CheckpointStoreError):
-                details = ErrorDetails.from_exception(exc)
-                error = {
-                    "error_type": details.error_type,
-                    "message": details.message,
-                    "code": details.code,  # storage_error: what the caller is raised, too
-                    "executor_id": None,
-                }
+                # its code (storage_error) is what the caller is raised, too
+                error = ErrorDetails.from_exception(exc).as_record()
                 with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
                     sink.lease = await self.store.set_status(
                         sink.lease, WorkflowRunState.FAILED, error
@@ -545,14 +540,7 @@ class Runtime:
     async def _record_outcome(self, sink: _LeasedStore, result: WorkflowRunResult) -> None:
         """A run that stopped FAILED or at its superstep limit records that (and the error)."""
         if result.status in (WorkflowRunState.FAILED, WorkflowRunState.MAX_SUPERSTEPS_REACHED):
-            error = None
-            if result.error is not None:
-                error = {
-                    "error_type": result.error.error_type,
-                    "message": result.error.message,
-                    "code": result.error.code,
-                    "executor_id": result.error.executor_id,
-                }
+            error = result.error.as_record() if result.error is not None else None
             sink.lease = await self.store.set_status(sink.lease, result.status, error)
 
     async def _execute(
