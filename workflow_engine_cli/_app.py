@@ -1004,7 +1004,13 @@ def serve(
         sock.close()
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
-    config = uvicorn.Config(app_, log_config=None, log_level=level.lower(), access_log=True)
+    config = uvicorn.Config(
+        app_,
+        log_config=None,
+        log_level=level.lower(),
+        access_log=True,
+        backlog=LISTEN_BACKLOG,
+    )
     logging.getLogger("workflow_engine.cli").info(
         "AG-UI endpoints: http://%s:%d/support and /banking", host, bound
     )
@@ -1068,8 +1074,14 @@ def _configure_logging(level: str) -> None:
         logging.getLogger(name).propagate = True
 
 
+LISTEN_BACKLOG = 2048
+"""Connections the kernel queues before the server accepts them (uvicorn's default)."""
+
+
 def _listen(host: str, port: int) -> socket.socket:
-    """A bound socket for uvicorn, so that a busy port is our one-line error, not its exit 3."""
+    """A listening socket for uvicorn, so that a busy port is our one-line error, not its exit
+    3. It listens at once: a client that connects as soon as the endpoints are logged waits in
+    the backlog while the app starts (opens its store), instead of being refused."""
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -1077,6 +1089,7 @@ def _listen(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT is ok
         sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
     except OSError:
         sock.close()
         raise

@@ -525,6 +525,22 @@ def test_serve_logs_each_request_and_a_busy_port_is_one_error(cli: Cli) -> None:
         assert server.stop() == 0, "".join(server.log)
 
 
+def test_serve_listens_before_it_logs_its_endpoints() -> None:
+    """The endpoints are logged while the app still starts (opens its store): a client that
+    connects as soon as it reads them (a test, a health check) is queued, not refused. The
+    socket used to be only bound until uvicorn's start-up ended; under load the gap refused
+    the first request (the cause of a flaky run of the test above)."""
+    from workflow_engine_cli._app import _listen
+
+    sock = _listen("127.0.0.1", 0)
+    try:
+        with socket.create_connection(sock.getsockname(), timeout=5):
+            accepted, _ = sock.accept()
+            accepted.close()
+    finally:
+        sock.close()
+
+
 def test_serve_log_level_warning_is_quiet(cli: Cli) -> None:
     anyio.run(_create_database, cli.db)
     with socket.socket() as probe:  # a free port (the server binds it a moment later)
