@@ -238,7 +238,11 @@ def _said_here(exc: Exception) -> str:
 
     name = getattr(exc, "workflow_name", None)
     if isinstance(exc, WorkflowNotRegisteredError) and name not in workflow_names():
-        rest = str(exc).partition(")")[2]  # what the runtime added after its list
+        said = str(exc)
+        runtimes = f"no workflow named {name!r} is registered (registered: "
+        # what the runtime added after its list ("; no worker is executing ..."): the list
+        # holds the command line's own names, so its first ")" closes it
+        rest = said[said.find(")", len(runtimes)) + 1 :] if said.startswith(runtimes) else ""
         return (
             f"workflow {name!r} is not one the command line builds "
             f"({', '.join(workflow_names())}): act on its runs from the application that "

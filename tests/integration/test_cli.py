@@ -576,16 +576,16 @@ def test_serve_refuses_a_database_it_cannot_use(cli: Cli) -> None:
     assert "newer" in newer.error_line()
 
 
-async def _application_run(db: Path) -> tuple[str, str]:
+async def _application_run(db: Path, name: str = "stepper") -> tuple[str, str]:
     """A paused run of a workflow the command line does not build (stepper: counts, then asks)
     and a finished one; their ids."""
     from tests.integration.workflows import stepper_workflow
     from workflow_engine import Runtime
 
     rt = Runtime(SqliteStore(db))
-    rt.register(stepper_workflow)
-    paused = await rt.run("stepper", 1)
-    finished = await rt.run("stepper", 1)
+    rt.register(lambda: stepper_workflow(name=name))
+    paused = await rt.run(name, 1)
+    finished = await rt.run(name, 1)
     await rt.respond(finished.pending_requests[0].request_id, {"approved": True})
     await rt.resume(finished.run_id)
     await rt.close()
@@ -613,13 +613,23 @@ def test_runs_show_of_an_application_run_does_not_load_the_agents(cli: Cli, tmp_
     assert not [m for m in loaded if m.startswith("workflow_engine.executors")]
 
 
-def test_acting_on_an_application_run_says_where_to_go(cli: Cli) -> None:
-    paused, _ = anyio.run(_application_run, cli.db)
+@pytest.mark.parametrize("name", ["stepper", "refunds (v2)"])
+def test_acting_on_an_application_run_says_where_to_go(cli: Cli, name: str) -> None:
+    paused, _ = anyio.run(_application_run, cli.db, name)
     for command in ("resume", "cancel"):
         refused = cli.expect(4, command, paused)
         line = refused.error_line()
-        assert "workflow 'stepper' is not one the command line builds" in line, line
-        assert "registered: none" not in line
+        said = (
+            f"error: workflow {name!r} is not one the command line builds (bank_transfer, "
+            "banking, review_loop, support): act on its runs from the application that defines it"
+        )
+        if command == "resume":
+            assert line == said
+        else:
+            assert line == (
+                f"{said}; no worker is executing run {paused!r}, so cancelling it takes a "
+                "process that has its workflow"
+            )
         assert refused.out == ""  # not "resuming run ..." first
 
 
