@@ -365,6 +365,9 @@ class InMemoryRunStore:
             key=lambda r: (r.created_at, r.request_id),
         )
 
+    async def request_ids(self, prefix: str = "") -> Sequence[str]:
+        return sorted(i for i in self._requests if i.startswith(prefix))
+
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
         async with self._lock:
             request = await self.get_request(request_id)

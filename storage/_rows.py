@@ -252,6 +252,13 @@ def checkpoint_info(run_id: str, row: Sequence[Any]) -> CheckpointInfo:
     )
 
 
+def request_id_of(row: Sequence[Any]) -> str:
+    """The id of a ``(request_id, run_id)`` row, checked as ``stored_request`` checks it."""
+    run_id = row[1] if isinstance(row[1], str) else f"<unknown: {shown(row[1])}>"
+    text: str = _text(row[0], run_id, "a request id")
+    return text
+
+
 def stored_request(row: Sequence[Any]) -> StoredRequest:
     """A ``requests`` row (``REQUEST_COLUMNS`` order) as a StoredRequest, every column checked;
     errors name the run (as far as the row says) and the request."""

@@ -100,6 +100,7 @@ from ._rows import (
     lease_columns,
     load_json,
     new_request_rows,
+    request_id_of,
     run_record,
     shown,
     span_row,
@@ -144,6 +145,7 @@ from ._sql import (
     SQL_REQUEST,
     SQL_REQUEST_AND_RUN,
     SQL_REQUEST_CANCEL,
+    SQL_REQUEST_IDS,
     SQL_REQUEST_STATUS,
     SQL_RUN,
     SQL_RUN_FOR_LEASE,
@@ -1484,6 +1486,12 @@ class SqliteStore:
         )
         rows = await self._run(self._transaction, None, _fetch_all, (text, params))
         return [stored_request(r) for r in rows]
+
+    async def request_ids(self, prefix: str = "") -> Sequence[str]:
+        rows = await self._run(
+            self._transaction, None, _fetch_all, (SQL_REQUEST_IDS, (len(prefix), prefix))
+        )
+        return [request_id_of(row) for row in rows]
 
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
         text = stored_json(answer)

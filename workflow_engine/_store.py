@@ -282,6 +282,11 @@ class RunStore(Protocol):
         self, run_id: str | None = None, status: RequestStatus | None = "pending"
     ) -> Sequence[StoredRequest]: ...
 
+    async def request_ids(self, prefix: str = "") -> Sequence[str]:
+        """The id of every request (any status) that starts with ``prefix``, sorted: what a
+        shortened id is resolved against, without reading the requests' data and answers."""
+        ...
+
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome: ...
 
     async def prune(

@@ -317,8 +317,7 @@ async def _full_request_id(runtime: Runtime, given: str) -> str:
         return (await runtime.store.get_request(given)).request_id
     except UnknownRequestError:
         pass
-    every = await runtime.store.list_requests(None, status=None)
-    return _matched("request", given, [r.request_id for r in every])
+    return _matched("request", given, list(await runtime.store.request_ids(given)))
 
 
 def _matched(kind: str, given: str, ids: list[str]) -> str:
@@ -843,8 +842,7 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
             if not rows:
                 print("No pending requests.")
                 return EXIT_DONE
-            every = await runtime.store.list_requests(None, status=None)
-            short_request = short_ids(r.request_id for r in every)
+            short_request = short_ids(await runtime.store.request_ids())
             short_run = short_ids(r.run_id for r in await runtime.list_runs())
             table = [
                 [

@@ -633,6 +633,28 @@ def test_acting_on_an_application_run_says_where_to_go(cli: Cli, name: str) -> N
         assert refused.out == ""  # not "resuming run ..." first
 
 
+def test_listing_and_naming_requests_does_not_read_old_answers(cli: Cli) -> None:
+    """``requests list`` and a shortened request id read request ids, not every request's
+    data and answer (a store with 10 MB answers took 14 s to list): a finished run's answer,
+    damaged here, is not read; a command that reads it still says it is damaged."""
+    done_run, done_request = cli.start_paused()
+    cli.expect(0, "respond", done_request, "--approve")
+    cli.expect(0, "resume", done_run)
+    run_id, request_id = cli.start_paused("I want a refund for order 67890")
+    with sqlite3.connect(cli.db) as raw:
+        raw.execute("UPDATE requests SET answer = '{damaged' WHERE request_id = ?", (done_request,))
+
+    [pending] = cli.json("requests", "list")
+    assert pending["request_id"] == request_id
+    listed = cli.expect(0, "requests", "list").out
+    assert request_id[:8] in listed and "order_id" in listed
+    answered = cli.expect(0, "respond", request_id[:8], "--approve")
+    assert "answer stored" in answered.out
+    assert f"Run {run_id} finished." in cli.expect(0, "resume", run_id[:8]).out
+    damaged = cli.expect(6, "respond", done_request, "--approve").error_line()
+    assert f"the answer to request {done_request!r} is damaged" in damaged, damaged
+
+
 def test_a_database_missing_a_table_is_refused_at_open(cli: Cli) -> None:
     anyio.run(_create_database, cli.db)
     with sqlite3.connect(cli.db) as raw:

@@ -108,6 +108,22 @@ async def test_requests_flow_through_the_inbox_once(store: RunStore) -> None:
     assert await store.list_requests() == []
 
 
+async def test_request_ids_list_every_request_by_prefix(store: RunStore) -> None:
+    rt = runtime(store)
+    first, second = await rt.run("stepper", 1), await rt.run("stepper", 1)
+    await rt.cancel(second.run_id)
+    every = sorted(r.request_id for r in await store.list_requests(status=None))
+    assert len(every) == 2 and await store.request_ids() == every  # any status, sorted
+    for request_id in every:
+        assert await store.request_ids(request_id[:5]) == [
+            i for i in every if i.startswith(request_id[:5])
+        ]
+        assert await store.request_ids(request_id) == [request_id]
+    assert first.pending_requests[0].request_id in every
+    for prefix in ("%", "_", "zz", every[0][:3] + "%"):  # no pattern matching
+        assert await store.request_ids(prefix) == []
+
+
 async def test_cancelled_requests_refuse_answers(store: RunStore) -> None:
     rt = runtime(store)
     paused = await rt.run("stepper", 1)

@@ -57,6 +57,7 @@ STORE_CALLS = frozenset(
         "get_request",
         "get_request_and_run",
         "list_requests",
+        "request_ids",
         "answer",
         "answer_and_acquire",
         "prune",
