@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,6 +63,7 @@ def checkpoint(cid: str, states: dict, shared: dict, lists: tuple) -> Checkpoint
     )
 
 
+@pytest.mark.slow  # 300 examples, ~5 s; the fast tier meets spans in integration/test_spans
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_a_span_rebuilds_its_checkpoint_exactly(data: st.DataObject) -> None:
