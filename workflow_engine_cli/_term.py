@@ -425,17 +425,22 @@ def _records(headers: Sequence[str], cells: list[list[str]], width: int, live: b
 
 
 def _wrap_words(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` columns, broken only between words."""
+    """``text`` in lines of at most ``width`` columns, broken only between words (a word
+    wider than that gets a line of its own). Linear in the text, as ``_wrap_cell``."""
     lines: list[str] = []
-    current = ""
+    words: list[str] = []
+    length = used = 0
     for word in text.split(" "):
-        candidate = f"{current} {word}" if current else word
-        if current and cell_width(candidate) > width:
-            lines.append(current)
-            current = word
+        size = cell_width(word)
+        if length and used + 1 + size > width:
+            lines.append(" ".join(words))
+            words, length, used = [word], len(word), size
+        elif length:
+            words.append(word)
+            length, used = length + 1 + len(word), used + 1 + size
         else:
-            current = candidate
-    lines.append(current)
+            words, length, used = [word], len(word), size
+    lines.append(" ".join(words))
     return lines
 
 
@@ -445,22 +450,32 @@ def _table_line(cells: list[str], widths: list[int], style: str, live: bool) -> 
 
 
 def _wrap_cell(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` columns, broken between words where possible."""
+    """``text`` in lines of at most ``width`` columns, broken between words where possible.
+
+    Linear in the text: each word is measured once and the line is kept as a list of words
+    (re-measuring the growing line per word took minutes for a 40 KB cell)."""
     lines: list[str] = []
-    current = ""
+    words: list[str] = []  # the line being built
+    length = 0  # its characters (0: empty, so the next word starts it without a space)
+    used = 0  # its columns
     for word in text.split(" "):
-        candidate = f"{current} {word}" if current else word
-        if cell_width(candidate) <= width:
-            current = candidate
+        size = cell_width(word)
+        if length and used + 1 + size <= width:
+            words.append(word)
+            length, used = length + 1 + len(word), used + 1 + size
             continue
-        if current:
-            lines.append(current)
-        while cell_width(word) > width:
+        if not length and size <= width:
+            words, length, used = [word], len(word), size
+            continue
+        if length:
+            lines.append(" ".join(words))
+        while size > width:
             cut = _fit(word, width)
             lines.append(word[:cut])
+            size -= cell_width(word[:cut])
             word = word[cut:]
-        current = word
-    lines.append(current)
+        words, length, used = [word], len(word), size
+    lines.append(" ".join(words))
     return lines
 
 

@@ -8,7 +8,10 @@ import time
 
 import pyte
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from workflow_engine_cli import _term
 from workflow_engine_cli._ids import AmbiguousIdError, match, short_ids
 from workflow_engine_cli._term import Terminal, cell_width, clean, format_table
 from workflow_engine_cli._views import describe_request, plain, shape
@@ -132,6 +135,65 @@ def test_a_table_too_wide_for_the_window_becomes_one_block_per_row() -> None:
     # a word wider than the window still stays whole (the terminal folds it; a cut id could
     # not be copied)
     assert format_table(["ID", "STATUS"], [["a" * 40, "ok"]], width=30)[:2] == ["ID", "a" * 40]
+
+
+def _rewrapped_by_line(text: str, width: int, *, break_words: bool) -> list[str]:
+    """The wrapping rule, stated the slow way: a word joins the line if the line, with it,
+    still fits; a word too wide for any line is cut (``break_words``) or left whole."""
+    lines: list[str] = []
+    current = ""
+    for word in text.split(" "):
+        candidate = f"{current} {word}" if current else word
+        if cell_width(candidate) <= width or (not current and not break_words):
+            current = candidate
+            continue
+        if current:
+            lines.append(current)
+        while break_words and cell_width(word) > width:
+            cut = next(
+                (n for n in range(1, len(word) + 1) if cell_width(word[:n]) > width), len(word)
+            )
+            cut = max(cut - 1, 1)
+            lines.append(word[:cut])
+            word = word[cut:]
+        current = word
+    lines.append(current)
+    return lines
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.lists(
+        st.sampled_from(["a", "bc", " ", "  ", "日", "e\u0301", "x" * 7]), max_size=30
+    ).map("".join),
+    width=st.integers(1, 12),
+)
+def test_cells_wrap_by_the_rule_whatever_their_words(text: str, width: int) -> None:
+    assert _term._wrap_cell(text, width) == _rewrapped_by_line(text, width, break_words=True)
+    assert _term._wrap_words(text, width) == _rewrapped_by_line(text, width, break_words=False)
+
+
+def test_a_long_cell_is_measured_once_per_character(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request's 40 KB text took ``requests list`` 54 s to lay out (outside tester): the
+    growing line was measured again for every word. Now each character is measured a bounded
+    number of times, for any width."""
+    measured = 0
+
+    def counting(text: str) -> int:
+        nonlocal measured
+        measured += len(text)
+        return cell_width(text)
+
+    monkeypatch.setattr(_term, "cell_width", counting)
+    text = " ".join(f"word{n}" for n in range(5_000))
+    for width in (0, 80):
+        measured = 0
+        lines = format_table(["ID", "WHAT"], [["abc", text]], width=width, wrap=["WHAT"])
+        assert " ".join(line.split("  ", 1)[-1].strip() for line in lines[1:]) == text
+        assert measured <= 4 * len(text), (width, measured)
+    measured = 0
+    assert len(_term._records(["WHAT"], [[text]], 80, False)) > 300
+    assert measured <= 4 * len(text)
 
 
 # --- ids ----------------------------------------------------------------------------------------
