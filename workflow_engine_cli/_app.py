@@ -849,7 +849,7 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
                     short_request[row["request_id"]],
                     short_run.get(row["run_id"], row["run_id"]),
                     row["workflow"],
-                    row["what"],
+                    _at_most(row["what"], MAX_SHOWN_CHARACTERS),
                 ]
                 for row in rows
             ]
@@ -860,6 +860,17 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
         return await _with_runtime(db, go)
 
     run_async(body)
+
+
+MAX_SHOWN_CHARACTERS = 600
+"""The most of a request's text a line of ``requests list`` shows (``--json`` has it all)."""
+
+
+def _at_most(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and how many more there are."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters: --json shows all)"
 
 
 MAX_ANSWER_BYTES = 1_000_000

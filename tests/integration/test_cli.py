@@ -655,6 +655,30 @@ def test_listing_and_naming_requests_does_not_read_old_answers(cli: Cli) -> None
     assert f"the answer to request {done_request!r} is damaged" in damaged, damaged
 
 
+async def _long_draft(db: Path, words: int) -> str:
+    """A review_loop run paused on a draft of ``words`` words; its id."""
+    from workflow_engine import Runtime
+    from workflow_engine_cli.demos.review_loop import build_workflow
+
+    rt = Runtime(SqliteStore(db))
+    rt.register(build_workflow)
+    run_id = await rt.start("review_loop", " ".join(f"point{n}" for n in range(words)))
+    await rt.resume(run_id)
+    await rt.close()
+    return run_id
+
+
+def test_requests_list_shows_the_start_of_a_long_request(cli: Cli) -> None:
+    """An inbox line shows a long request's first characters and says how to see the rest
+    (a 10 MB draft printed 30 MB to the table, outside tester); ``--json`` has all of it."""
+    anyio.run(_long_draft, cli.db, 20_000)
+    out = cli.expect(0, "requests", "list").out
+    assert "point50 " in out and "point19999" not in out
+    assert "more characters: --json shows all)" in out and len(out) < 2_000
+    [pending] = cli.json("requests", "list")
+    assert "point19999" in pending["what"]
+
+
 def test_a_database_missing_a_table_is_refused_at_open(cli: Cli) -> None:
     anyio.run(_create_database, cli.db)
     with sqlite3.connect(cli.db) as raw:
