@@ -111,37 +111,3 @@ async def test_a_chain_is_read_strictly_and_damaged_text_still_names_its_checkpo
     # the fallback read left the connection decoding tolerantly, as every other read expects
     assert store._conn is not None and store._conn.text_factory is _decode_text
     await store.close()
-
-
-async def test_a_store_reads_the_database_through_a_memory_map_and_sees_other_writers(
-    tmp_path: Path,
-) -> None:
-    """Chains are read through SQLite's memory map of the database file (faster cold reads);
-    pages another connection wrote, and a WAL checkpoint copied into the file, still read as
-    written: two stores take turns resuming the same chat."""
-    db = tmp_path / "chat.db"
-    run_id, request_id = await chat(db, 1)
-    runtimes = []
-    for _ in range(2):
-        store = SqliteStore(db)
-        runtime = Runtime(store)
-        runtime.register(build_chat)
-        await store.open()
-        assert store._conn is not None
-        assert store._conn.execute("PRAGMA mmap_size").fetchone()[0] == 256 * 1024 * 1024
-        runtimes.append(runtime)
-    for n in range(2, 12):
-        runtime = runtimes[n % 2]
-        await runtime.respond(request_id, user_message(n))
-        result = await runtime.resume(run_id)
-        assert result.status is WAITING, result.error
-        request_id = result.pending_requests[0].request_id
-        with sqlite3.connect(db) as conn:  # the pages move from the WAL into the mapped file
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    for runtime in runtimes:
-        checkpoint = await runtime.store.latest(run_id)
-        assert checkpoint is not None
-        texts = checkpoint.executor_states["assistant"]["conversation"]
-        assert len(texts) == 2 * 12
-        assert all(user_message(n) in texts[2 * n] for n in range(12))
-        await runtime.close()

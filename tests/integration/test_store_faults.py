@@ -6,6 +6,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,60 @@ async def test_version_2_database_gains_step_identity_columns(tmp_path: Path) ->
         assert "cancel_requested" in columns
         columns = {row[1] for row in raw.execute("PRAGMA table_info(journal)")}
         assert "superstep" in columns
+
+
+TRUNCATED_READER = """
+import json, sys, time
+import anyio
+from workflow_engine import StorageError
+from workflow_engine.storage import SqliteStore
+
+async def main(db, run_ids):
+    store = SqliteStore(db)
+    errors = {}
+    for run_id in run_ids:
+        await store.latest(run_id)
+    print("ready", flush=True)
+    sys.stdin.readline()  # the file has been cut short
+    for _ in range(3):
+        for run_id in run_ids:
+            try:
+                await store.latest(run_id)
+            except StorageError as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+    print(json.dumps(errors), flush=True)
+    await store.close()
+
+anyio.run(main, sys.argv[1], sys.argv[2:])
+"""
+
+
+async def test_a_file_cut_short_under_a_reading_process_is_an_error_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    """Another tool truncates the database while a process reads it (a restore copied over
+    it): reads fail with errors the store names, or still see pages they cached; the process
+    lives. A memory-mapped store died of SIGBUS here (outside tester)."""
+    from tests.integration.chat_workflow import NAME, build_chat, user_message
+
+    db = tmp_path / "cut.db"
+    rt = Runtime(SqliteStore(db))
+    rt.register(build_chat)
+    run_ids = [(await rt.run(NAME, user_message(n) + " x" * 20_000)).run_id for n in range(40)]
+    await rt.close()  # the WAL is checkpointed into the file
+    size = db.stat().st_size
+    assert size > 1_000_000
+    reader = subprocess.Popen(
+        [sys.executable, "-c", TRUNCATED_READER, str(db), *run_ids],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdout is not None and reader.stdin is not None
+    assert reader.stdout.readline().strip() == "ready"
+    os.truncate(db, size // 3)
+    out, err = reader.communicate("go\n", timeout=60)
+    assert reader.returncode == 0, (reader.returncode, err[-2000:])
+    errors = json.loads(out.strip().splitlines()[-1])
+    assert set(errors) <= {"StoreCorruptError", "StorageError", "StoreUnavailableError"}, errors
