@@ -34,8 +34,7 @@ from workflow_engine import (
     WorkflowRunState,
     owner_is_dead,
 )
-from workflow_engine._errors import UsageError
-from workflow_engine._store import Acquired, RequestStatus
+from workflow_engine._store import Acquired, RequestStatus, check_prune
 
 _TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
 
@@ -423,6 +422,7 @@ class InMemoryRunStore:
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:
+        check_prune(finished_before, keep_last)
         deleted = 0
         async with self._lock:
             if finished_before is not None:
@@ -437,8 +437,6 @@ class InMemoryRunStore:
                         for key in [k for k in self._journal if k[0] == run_id]:
                             del self._journal[key]
             if keep_last is not None:
-                if keep_last < 1:
-                    raise UsageError("keep_last must be at least 1")
                 for run_id, items in self._checkpoints.items():
                     if len(items) > keep_last:
                         dropped = len(items) - keep_last

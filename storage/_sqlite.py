@@ -90,6 +90,7 @@ from workflow_engine._store import (
     RequestStatus,
     RunRecord,
     StoredRequest,
+    check_prune,
     owner_is_dead,
 )
 
@@ -1588,6 +1589,7 @@ class SqliteStore:
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:
+        check_prune(finished_before, keep_last)
         deleted = 0
         if finished_before is not None:
             deleted += await self._run(
@@ -1597,8 +1599,6 @@ class SqliteStore:
                 (finished_before, self.clock()),
             )
         if keep_last is not None:
-            if keep_last < 1:
-                raise UsageError("keep_last must be at least 1")
             deleted += await self._run(
                 self._transaction, "BEGIN IMMEDIATE", self._keep_last, (keep_last,)
             )

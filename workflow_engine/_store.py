@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ._checkpoint import Checkpoint
+from ._errors import UsageError
 from ._events import WorkflowRunState
 
 
@@ -48,6 +49,21 @@ def owner_ended(owner: str) -> None:
 def forget_ended_owner(owner: str) -> None:
     """``owner``'s lease has been taken over or released: no need to remember it any more."""
     _ENDED_OWNERS.discard(owner)
+
+
+def check_prune(finished_before: float | None, keep_last: int | None) -> None:
+    """``UsageError`` for arguments ``prune`` cannot take -- raised before a store deletes
+    anything (a refused call must change nothing)."""
+    if finished_before is not None and (
+        isinstance(finished_before, bool)
+        or not isinstance(finished_before, int | float)
+        or finished_before != finished_before  # NaN
+    ):
+        raise UsageError(f"finished_before must be a time in seconds, not {finished_before!r}")
+    if keep_last is not None and (
+        isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1
+    ):
+        raise UsageError(f"keep_last must be a whole number of at least 1, not {keep_last!r}")
 
 
 def owner_is_dead(owner: str) -> bool:

@@ -20,6 +20,7 @@ from workflow_engine import (
     Runtime,
     StorageError,
     UnknownRequestError,
+    UsageError,
     WorkflowRunState,
 )
 
@@ -158,6 +159,24 @@ async def test_list_runs_filters(store: RunStore) -> None:
     assert {r.run_id for r in await store.list_runs(workflow="stepper")} == {a.run_id, b.run_id}
     assert await store.list_runs(workflow="other") == []
     assert len(await store.list_runs(limit=1)) == 1
+
+
+@pytest.mark.parametrize(
+    ("finished_before", "keep_last"),
+    [(1e18, 0), (1e18, -1), (1e18, 1.5), (1e18, True), (float("nan"), 2), ("soon", None)],
+)
+async def test_prune_refused_changes_nothing(
+    store: RunStore, finished_before: object, keep_last: object
+) -> None:
+    """A refused prune deletes nothing: it used to delete every finished run, then refuse
+    ``keep_last=0`` (outside tester)."""
+    rt = runtime(store)
+    finished = await rt.run("stepper", 5)
+    history = await store.history(finished.run_id)
+    with pytest.raises(UsageError):
+        await store.prune(finished_before=finished_before, keep_last=keep_last)  # type: ignore[arg-type]
+    assert await store.history(finished.run_id) == history
+    assert [r.run_id for r in await store.list_runs()] == [finished.run_id]
 
 
 async def test_prune_keeps_what_it_must(store: RunStore) -> None:
