@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -180,9 +179,14 @@ def _integer(value: Any, run_id: Any, what: str) -> int:
 def _time(value: Any, run_id: Any, what: str, *, optional: bool = False) -> Any:
     if value is None and optional:
         return None
-    if type(value) not in (int, float) or not math.isfinite(value):
+    if type(value) not in (int, float) or not _EARLIEST <= value <= _LATEST:
         raise _corrupt(run_id, what, f"{shown(value)} is not a time")
     return value
+
+
+_EARLIEST, _LATEST = -62_135_596_800.0, 253_402_300_799.0
+"""The seconds a date can hold: 0001-01-01 to 9999-12-31 (UTC). A stored time outside them
+(or NaN) is damage, said as such -- not an error later, when the date is shown."""
 
 
 def run_record(row: Sequence[Any]) -> RunRecord:

@@ -285,6 +285,12 @@ BAD_COLUMNS: dict[str, tuple[str, list[list[str]], str]] = {
         [["runs", "list"], ["runs", "list", "--json"]],
         "'abc' is not a time",
     ),
+    "runs.updated_at past any calendar": (
+        # a float, but no date: `runs list` failed on it with an internal error, exit 1
+        "UPDATE runs SET updated_at = 1e300 WHERE run_id = :run",
+        [["runs", "list"], ["runs", "list", "--json"], ["runs", "show", "{run}"]],
+        "1e+300 is not a time",
+    ),
     "runs.workflow_name not UTF-8": (
         "UPDATE runs SET workflow_name = CAST(X'73FF' AS TEXT) WHERE run_id = :run",
         [["runs", "list"], ["runs", "show", "{run}"]],
