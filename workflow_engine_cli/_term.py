@@ -364,12 +364,19 @@ def format_table(
 ) -> list[str]:
     """Rows as aligned columns, two spaces apart, headers first (bold when ``live``).
 
-    Only the columns named in ``wrap`` may be narrowed (to ``MIN_WRAP`` columns at least); they
+    Each cell stays on its line (a newline in a value used to split the row). Only the columns
+    named in ``wrap`` may be narrowed (to ``MIN_WRAP`` columns at least); they
     wrap onto continuation lines between words. All other cells (ids, statuses) are written
     whole -- a cut id cannot be copied. When the columns still do not fit in ``width`` (0: no
     limit), each row becomes a block of ``HEADER  value`` lines instead (see ``_records``).
     """
-    cells = [[clean(cell) for cell in row] for row in rows]
+    # a cell is one line: free text's line breaks become spaces; anything else (ids, names)
+    # has its unprintable characters escaped, so an id is shown as it can be typed back
+    free = [h in wrap for h in headers]
+    cells = [
+        [clean(c).replace("\n", " ") if free[i] else visible(c) for i, c in enumerate(row)]
+        for row in rows
+    ]
     natural = [
         max([cell_width(h), *(cell_width(row[i]) for row in cells)]) for i, h in enumerate(headers)
     ]

@@ -103,6 +103,17 @@ def test_tables_wrap_only_the_free_text_column() -> None:
     assert format_table(["A"], [["x y"]], width=0, wrap=["A"]) == ["A", "x y"]
 
 
+def test_a_value_holding_a_newline_keeps_its_row_on_one_line() -> None:
+    """A run id with a newline in it (``Runtime.start(run_id=...)`` takes any text) split its
+    row in two (outside tester): ids show it escaped, as it can be typed; free text, a space."""
+    rows = [["odd\nid", "first\nsecond \x1b[2J"], ["plain", "x"]]
+    assert format_table(["ID", "WHAT"], rows, width=0, wrap=["WHAT"]) == [
+        "ID       WHAT",
+        "odd\\nid  first second \N{REPLACEMENT CHARACTER}[2J",
+        "plain    x",
+    ]
+
+
 def test_a_table_too_wide_for_the_window_becomes_one_block_per_row() -> None:
     """Narrower than the ids and statuses need (or than a readable free column): blocks of
     ``HEADER  value``, every id and status whole on its own line."""
