@@ -103,7 +103,9 @@ def handoff_tool(target: str, description: str) -> Tool:
     def handoff(reason: str = "") -> str:
         return f"Handed off to {target}."
 
-    return Tool(handoff, name=f"handoff_to_{target}", description=description)
+    # pure (it only names the next agent): a crash during it re-runs it, never asks a person
+    # whether the handoff "happened"
+    return Tool(handoff, name=f"handoff_to_{target}", description=description, idempotent=True)
 
 
 class HandoffParticipant(AgentHostExecutor):

@@ -93,3 +93,55 @@ async def test_a_retried_superstep_streams_the_agents_words_again(tmp_path: Path
     assert text and (text, calls) == said(first)
     assert len(bank_transfer.LEDGER) == 1  # the approved transfer ran once
     await rt.close()
+
+
+DIES_IN_HANDOFF = """
+import os, sys
+import anyio
+from workflow_engine import Runtime
+from workflow_engine.storage import SqliteStore
+from workflow_engine_cli.demos.support_handoff import build_support_workflow
+
+def build():
+    workflow = build_support_workflow()
+    for node in workflow.graph.nodes.values():
+        agent = getattr(node, "agent", None)
+        tool = agent.tools.get("handoff_to_refund_agent") if agent is not None else None
+        if tool is not None:
+            tool.func = lambda reason="": os._exit(9)  # the process dies inside the handoff
+    return workflow
+
+async def main():
+    rt = Runtime(SqliteStore(sys.argv[1]))
+    rt.register(build, name="support")
+    run_id = await rt.start("support", "I want a refund for order 12345")
+    print(run_id, flush=True)
+    await rt.resume(run_id)
+
+anyio.run(main)
+"""
+
+
+async def test_a_crash_inside_a_handoff_reruns_it_and_asks_no_one(tmp_path: Path) -> None:
+    """The engine's ``handoff_to_<agent>`` tools only name the next agent: a process that dies
+    inside one leaves nothing in doubt, and the next resume hands off again. It used to pause
+    the run with an ``InDoubtEffect`` asking a person whether the handoff happened."""
+    import subprocess
+    import sys
+
+    from workflow_engine_cli.demos.support_handoff import build_support_workflow
+
+    db = tmp_path / "support.db"
+    died = subprocess.run(
+        [sys.executable, "-c", DIES_IN_HANDOFF, str(db)], capture_output=True, text=True
+    )
+    assert died.returncode == 9, died.stderr[-2000:]
+    run_id = died.stdout.split()[0]
+    rt = Runtime(SqliteStore(db))
+    rt.register(build_support_workflow, name="support")
+    result = await rt.resume(run_id)
+    assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, result.error
+    [pending] = result.pending_requests
+    assert type(pending.data).__name__ == "ToolApprovalRequestContent", pending.data
+    assert pending.data.function_call.name == "submit_refund"
+    await rt.close()
