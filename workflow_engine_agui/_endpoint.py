@@ -472,7 +472,7 @@ class AGUIService:
             translator.scope = run_id
             translator.interrupt_key = turn.key
             translator.held = turn.held
-            log.debug("thread %r: running %s", thread_id, run_id)
+            log.debug("thread %r: running %r", thread_id, run_id)
             stream = runtime.resume_stream(run_id)
             with self._started(run_id, turn.placeholder):
                 async with aclosing(stream):
@@ -495,7 +495,7 @@ class AGUIService:
                     for r in result.pending_requests
                 ]
                 log.info(
-                    "thread %r: run %s paused with %d interrupt(s)",
+                    "thread %r: run %r paused with %d interrupt(s)",
                     thread_id,
                     run_id,
                     len(interrupts),
@@ -506,7 +506,7 @@ class AGUIService:
                     outcome=RunFinishedInterruptOutcome(interrupts=interrupts),
                 )
                 return
-            log.info("thread %r: run %s finished", thread_id, run_id)
+            log.info("thread %r: run %r finished", thread_id, run_id)
             yield RunFinishedEvent(
                 thread_id=thread_id,
                 run_id=client_run_id,

@@ -436,7 +436,8 @@ def demo(
             run_id = await start_run(runtime, workflow, first, chosen)
             started.append(run_id)
             if not json_mode:
-                term.line((f"run {run_id} · workflow {workflow} · db {runtime.store.path}", "dim"))
+                shown = f"run {visible(run_id)} · workflow {workflow} · db {runtime.store.path}"
+                term.line((shown, "dim"))
                 if not typed:
                     term.line(("You: ", "bold green"), first, indent=5)
             return await drive(
@@ -464,8 +465,8 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
     except KeyboardInterrupt:
         term = err_console()
         if run_ids:
-            term.print(f"\nInterrupted: run {run_ids[-1]} keeps its last checkpoint.")
-            term.print(f"Continue with: workflow-engine resume {run_ids[-1]}")
+            term.print(f"\nInterrupted: run {visible(run_ids[-1])} keeps its last checkpoint.")
+            term.print(f"Continue with: workflow-engine resume {visible(run_ids[-1])}")
         else:
             term.print("\nInterrupted before a run started.")
         raise typer.Exit(EXIT_PAUSED) from None
@@ -610,11 +611,11 @@ def cancel(
             info = await runtime.cancel((await _run_for(runtime, run_id)).run_id)
             if info.cancel_requested:  # another worker executes it: it ends it at a boundary
                 print(
-                    f"Run {clean(info.run_id)} {info.status.value}, cancelling: the worker "
+                    f"Run {visible(info.run_id)} {info.status.value}, cancelling: the worker "
                     "executing it ends it cancelled after its current step."
                 )
             else:
-                print(f"Run {clean(info.run_id)} {info.status.value}.")
+                print(f"Run {visible(info.run_id)} {info.status.value}.")
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -783,7 +784,7 @@ def runs_show(
 
             term = Terminal()
             term.line(
-                (f"Run {info.run_id}", "bold"),
+                (f"Run {visible(info.run_id)}", "bold"),
                 f" · {info.workflow_name} · {_shown_status(record)} · superstep {info.superstep}",
             )
             rows = [

@@ -53,7 +53,7 @@ from workflow_engine.executors import (
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
 from ._hints import Hints
-from ._term import Part, Terminal
+from ._term import Part, Terminal, visible
 from ._views import compact, describe_output, field_notes, shape
 
 _WHERE = re.compile(r"^run '[^']*', request '[^']*': ")  # said once already: the prompt is it
@@ -392,7 +392,7 @@ async def drive(
             term.line((f"✗ {exc}", "bold red"))
         term.line(
             f"Nothing committed is lost: once the storage is usable again, continue with "
-            f"`workflow-engine resume {run_id}{Hints.db}`."
+            f"`workflow-engine resume {visible(run_id)}{Hints.db}`."
         )
         raise Exit(exit_code_for(exc)) from None
 
@@ -422,13 +422,14 @@ async def _drive(
                 for output in result.outputs:
                     if output not in printer.outputs_shown:
                         term.line((f"✓ {describe_output(output)}", "bold green"))
-                term.line(f"Run {run_id} finished.")
+                term.line(f"Run {visible(run_id)} finished.")
             return EXIT_DONE
         if result.status is not WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
             if not json_mode:
-                term.line((f"Run {run_id} ended {result.status.value}.", "red"))
+                term.line((f"Run {visible(run_id)} ended {result.status.value}.", "red"))
                 if result.status is not WorkflowRunState.CANCELLED:
-                    term.line(f"Resuming retries it: `workflow-engine resume {run_id}{Hints.db}`.")
+                    command = f"workflow-engine resume {visible(run_id)}{Hints.db}"
+                    term.line(f"Resuming retries it: `{command}`.")
             return EXIT_FAILED
         waiting = []
         for request in result.pending_requests:
@@ -456,13 +457,13 @@ def print_paused(
     if json_mode:
         print(json.dumps({"paused": run_id, "requests": [r.request_id for r in pending]}))
         return
-    term.line((f"Run {run_id} is paused, waiting for input.", "bold"))
+    term.line((f"Run {visible(run_id)} is paused, waiting for input.", "bold"))
     for request in pending:
         term.line(f"  request {request.request_id} ({type(request.data).__name__})")
     request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"
     term.line(
         f"Answer with `workflow-engine respond {request_id} --approve|--reject|--message TEXT"
-        f"{Hints.db}`, then `workflow-engine resume {run_id}{Hints.db}`."
+        f"{Hints.db}`, then `workflow-engine resume {visible(run_id)}{Hints.db}`."
     )
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ._term import visible
+
 if TYPE_CHECKING:
     from workflow_engine import Checkpoint, Runtime, Workflow
     from workflow_engine.executors import ChatClient
@@ -161,11 +163,12 @@ def model_for_resume(
     if recorded is None:
         chosen = model_for_start(flags, env)
         return chosen, (
-            f"run {run_id} does not record its model (started elsewhere or by an older version); "
+            f"run {visible(run_id)} does not record its model (started elsewhere or by an older "
+            "version); "
             f"continuing on {chosen.config.describe()}"
         )
     flags.check()
-    started = f"run {run_id} was started with {recorded.describe()}"
+    started = f"run {visible(run_id)} was started with {recorded.describe()}"
     if flags.offline:
         note = None if recorded == SCRIPTED else f"{started}; continuing on the scripted model"
         return ChatModel(), note

@@ -425,7 +425,15 @@ def test_control_characters_in_ids_never_reach_the_terminal(tmp_path: Path) -> N
         client = Client(server.url)
         for thread_id in HOSTILE_THREADS:
             client.start("/support", thread_id, "Hello")
-        server_log_clean(server)
+        log = server_log_clean(server)
+    # a thread id cannot write a line of its own into the server's log (its run id was logged
+    # raw: a client could forge whole log lines)
+    assert not [line for line in log.splitlines() if line.startswith("error: forged")], log
+
+    def forges_no_line(result: Result) -> Result:
+        assert not [x for x in result.out.splitlines() if x.startswith("error: forged")], result
+        return result
+
     cli = Cli(tmp_path / "cli")
     cli.db = server.db
 
@@ -447,7 +455,8 @@ def test_control_characters_in_ids_never_reach_the_terminal(tmp_path: Path) -> N
     clean(run(cli, ["requests", "list"]))
     shown = clean(run(cli, ["runs", "show", "support:ctl\x1b[31mred/0"]))
     assert shown.code == 0, str(shown)
-    cancelled = clean(run(cli, ["cancel", "support:ctl\r\nerror: forged/0"]))
+    forges_no_line(clean(run(cli, ["runs", "show", "support:ctl\r\nerror: forged/0"])))
+    cancelled = forges_no_line(clean(run(cli, ["cancel", "support:ctl\r\nerror: forged/0"])))
     assert cancelled.code == 0 and cancelled.out.startswith("Run support:ctl"), str(cancelled)
     missing = clean(run(cli, ["runs", "show", "no\x1b[2Jsuch"]))
     assert missing.code == 4 and "no\\x1b[2Jsuch" in missing.error_line()
