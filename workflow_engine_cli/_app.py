@@ -340,9 +340,24 @@ async def _run_for(runtime: Runtime, given: str) -> Any:
 
 
 ApproveOption = Annotated[
-    bool | None,
-    typer.Option("--approve/--reject", help="Answer every tool approval yes/no instead of asking."),
+    bool,
+    typer.Option("--approve", help="Approve every tool call instead of asking."),
 ]
+RejectOption = Annotated[
+    bool,
+    typer.Option("--reject", help="Reject every tool call instead of asking."),
+]
+
+
+def _approvals(approve: bool, reject: bool) -> bool | None:
+    """--approve: True, --reject: False, neither: None (ask); both is a usage error (exit 2),
+    not "the last one wins"."""
+    if approve and reject:
+        print_error("give --approve or --reject, not both")
+        raise typer.Exit(EXIT_USAGE)
+    return True if approve else False if reject else None
+
+
 ReplyOption = Annotated[
     list[str] | None,
     typer.Option("--reply", help="Answer the next 'your turn' prompt (repeatable)."),
@@ -379,7 +394,8 @@ def demo(
     message: Annotated[
         str | None, typer.Option("--message", "-m", help="The first user message.")
     ] = None,
-    approve: ApproveOption = None,
+    approve_all: ApproveOption = False,
+    reject_all: RejectOption = False,
     reply: ReplyOption = None,
     end: EndOption = False,
     detach: Annotated[
@@ -410,6 +426,7 @@ def demo(
     from ._console import drive, make_policy, terminals
 
     term, talk = terminals(json_mode)
+    approve = _approvals(approve_all, reject_all)
     policy = make_policy(approve, reply or [], end, interactive, talk)
     if not policy.interactive and not detach and approve is None:
         # No one to ask: a demo should still run to the end (say so; --reject/--detach exist).
@@ -478,7 +495,8 @@ _AT_REST = ("idle", "cancelled")  # WorkflowRunState values: nothing left to res
 @app.command()
 def resume(
     run_id: Annotated[str, typer.Argument(help="A run id, or any unique prefix of one.")],
-    approve: ApproveOption = None,
+    approve_all: ApproveOption = False,
+    reject_all: RejectOption = False,
     reply: ReplyOption = None,
     end: EndOption = False,
     interactive: InteractiveOption = None,
@@ -496,6 +514,7 @@ def resume(
     """
     from ._console import drive, make_policy, terminals
 
+    approve = _approvals(approve_all, reject_all)
     term, talk = terminals(json_mode)
     policy = make_policy(approve, reply or [], end, interactive, talk)
     flags = ModelFlags(model, base_url, api_key, offline)
@@ -952,7 +971,7 @@ def serve(
 
     Logs go to stderr through Python's logging: uvicorn's access log (uvicorn.access), the
     server's own messages (uvicorn.error) and the engine's (workflow_engine*) -- one
-    format, one level. Needs the server extra: ``pip install 'workflow-engine[server]'``.
+    format, one level. Needs the server extra: ``pip install 'workflow-engine\\[server]'``.
     """
     import contextlib
     import logging

@@ -52,6 +52,13 @@ def authorization(request: Request) -> bytes:
     return found[0] if len(found) == 1 else b""
 
 
+def bearer_token(request: Request) -> bytes:
+    """The credential of an ``Authorization: Bearer <token>`` header (b"" if there is none).
+    The scheme's name is matched in any case (RFC 7235): ``bearer`` and ``BEARER`` work."""
+    scheme, _, credential = authorization(request).partition(b" ")
+    return credential if scheme.lower() == b"bearer" else b""
+
+
 def create_app(
     db: Path | None = None,
     *,
@@ -83,12 +90,12 @@ def create_app(
         problem = token_problem(token)
         if problem is not None:
             raise ValueError(f"the token {problem}")
-        expected = f"Bearer {token}".encode("ascii")
+        expected = token.encode("ascii")
 
         @app.middleware("http")
         async def require_token(request: Request, call_next):  # type: ignore[no-untyped-def]
             guarded = request.method != "OPTIONS" and request.url.path != "/health"
-            if guarded and not secrets.compare_digest(authorization(request), expected):
+            if guarded and not secrets.compare_digest(bearer_token(request), expected):
                 return JSONResponse({"error": "unauthorized"}, status_code=401)
             return await call_next(request)
 

@@ -195,6 +195,22 @@ def test_conversation_continues_across_processes(cli: Cli) -> None:
     assert cli.ledger() == []
 
 
+def test_serve_help_names_the_extra_to_install(cli: Cli) -> None:
+    """Rich took ``[server]`` in the help text for markup and dropped it (outside tester)."""
+    shown = cli.expect(0, "serve", "--help").out
+    assert "pip install 'workflow-engine[server]'" in " ".join(shown.split()), shown
+
+
+def test_approve_and_reject_together_is_a_usage_error(cli: Cli) -> None:
+    """The last of the two used to win silently: a refund approved or rejected by flag order
+    (outside tester)."""
+    for args in (["demo", "handoff", "-m", REFUND], ["resume", "abc"]):
+        for flags in (["--approve", "--reject"], ["--reject", "--approve"]):
+            refused = cli.expect(2, *args, *flags)
+            assert refused.error_line() == "error: give --approve or --reject, not both"
+            assert refused.out == ""
+
+
 @pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     run_id, request_id = cli.start_paused()

@@ -162,7 +162,8 @@ def test_a_bearer_header_that_is_not_ascii_is_a_401_not_a_500(tmp_path: Path) ->
             b"Bearer \xff",
             b"Bearer s3cret\xff",
             b"Bearer s3cre",
-            b"bearer s3cret",
+            b"Basic s3cret",
+            b"s3cret",
         ):
             answer = httpx.post(
                 f"{server.url}/support",
@@ -175,6 +176,14 @@ def test_a_bearer_header_that_is_not_ascii_is_a_401_not_a_500(tmp_path: Path) ->
         assert (raw_state(db) if db.exists() else None) == before
         ok = Client(server.url, token="s3cret").start("/support", thread(), "Hello")
         assert ok.finished.outcome is not None
+        for scheme in (b"bearer", b"BEARER"):  # a scheme's name is case-insensitive (RFC 7235)
+            started = httpx.post(
+                f"{server.url}/support",
+                content=json.dumps(run_input(thread(), [user("Hello")])).encode(),
+                headers={"content-type": "application/json", "authorization": scheme + b" s3cret"},
+                timeout=30,
+            )
+            assert started.status_code == 200 and "RUN_FINISHED" in started.text, scheme
         server_log_clean(server)
 
 
