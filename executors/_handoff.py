@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workflow_engine import (
     Executor,
@@ -77,10 +77,22 @@ class HandoffUserInputRequest(BaseModel):
 
 
 class HandoffUserResponse(BaseModel):
-    """The user's answer: a message, or `end: true` to finish the conversation."""
+    """The user's answer: a message, or `end: true` to finish the conversation -- exactly one.
+    Anything else is refused, not read as an empty answer: ``{"approved": true}`` sent to this
+    question used to end the customer's conversation."""
+
+    model_config = ConfigDict(extra="forbid")
 
     message: str | None = None
     end: bool = False
+
+    @model_validator(mode="after")
+    def _one_answer(self) -> HandoffUserResponse:
+        if self.end and self.message is not None:
+            raise ValueError("give a message or end: true, not both")
+        if not self.end and (self.message is None or not self.message.strip()):
+            raise ValueError("give a message (not empty) or end: true")
+        return self
 
 
 class HandoffOutcome(BaseModel):

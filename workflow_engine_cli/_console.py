@@ -451,6 +451,13 @@ def _worth_retrying(exc: StorageError) -> bool:
     return type(exc) is StorageError or isinstance(exc, StoreLockedError | StoreUnavailableError)
 
 
+_ANSWER_FLAGS = {
+    "ToolApprovalRequestContent": "--approve|--reject",
+    "HandoffUserInputRequest": "--message TEXT|--end",
+}
+_ANY_ANSWER = "--approve|--reject|--message TEXT"
+
+
 def print_paused(
     term: Terminal, run_id: str, pending: list[ExternalRequest], json_mode: bool
 ) -> None:
@@ -461,8 +468,12 @@ def print_paused(
     for request in pending:
         term.line(f"  request {request.request_id} ({type(request.data).__name__})")
     request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"
+    # the flags that answer these requests: a reply to the customer is not approved
+    choices = "|".join(
+        dict.fromkeys(_ANSWER_FLAGS.get(type(r.data).__name__, _ANY_ANSWER) for r in pending)
+    )
     term.line(
-        f"Answer with `workflow-engine respond {request_id} --approve|--reject|--message TEXT"
+        f"Answer with `workflow-engine respond {request_id} {choices}"
         f"{Hints.db}`, then `workflow-engine resume {visible(run_id)}{Hints.db}`."
     )
 

@@ -178,6 +178,29 @@ def test_an_input_required_interrupt_names_its_request_type(client: Client) -> N
     assert_plain(stream)
 
 
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"accepted": True},
+        {"message": ""},
+        {"message": None, "end": False},
+        {"message": "x", "end": True},
+    ],
+)
+def test_a_reply_interrupt_refuses_an_answer_that_is_no_reply(client: Client, payload: Any) -> None:
+    """Answering the customer's turn with no message (or an approval) ended their conversation
+    (outside tester); now it is an ``invalid_resume_payload`` and the question still waits."""
+    thread_id = thread()
+    _, interrupt = to_approval(client, thread_id)
+    stream = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": False}))
+    [question] = stream.interrupts
+    refused = client.resume("/support", thread_id, resolved(question.id, payload))
+    assert refused.error_code == "invalid_resume_payload", refused.describe()
+    replied = client.resume("/support", thread_id, resolved(question.id, {"message": "thanks"}))
+    assert replied.last.type == EventType.RUN_FINISHED, replied.describe()
+
+
 def test_the_output_is_plain_and_run_finished_carries_a_summary(client: Client) -> None:
     thread_id = thread()
     _, interrupt = to_approval(client, thread_id)

@@ -195,6 +195,18 @@ def test_conversation_continues_across_processes(cli: Cli) -> None:
     assert cli.ledger() == []
 
 
+def test_a_reply_to_the_customer_is_not_approved(cli: Cli) -> None:
+    """``respond --approve`` on the customer's turn was stored as an empty reply and ended the
+    conversation; the pause even offered --approve|--reject (outside tester)."""
+    paused = cli.expect(3, "demo", "handoff", "-m", "hello", "--detach")
+    assert "--message TEXT|--end" in paused.out and "--approve" not in paused.out, paused.out
+    [pending] = cli.json("requests", "list")
+    for flag in ("--approve", "--reject"):
+        refused = cli.expect(2, "respond", pending["request_id"], flag)
+        assert "expected HandoffUserResponse" in refused.error_line(), str(refused)
+    assert "answer stored" in cli.expect(0, "respond", pending["request_id"], "--end").out
+
+
 def test_serve_help_names_the_extra_to_install(cli: Cli) -> None:
     """Rich took ``[server]`` in the help text for markup and dropped it (outside tester)."""
     shown = cli.expect(0, "serve", "--help").out
