@@ -2,8 +2,10 @@
 
 It keeps the conversation in its durable state. A ``str`` or an ``AgentResponse`` from another
 agent starts a turn at once; ``ChatMessage``s accumulate until a ``TurnToken`` arrives (or on
-every message with ``run_on_message=True``). After a turn it sends an ``AgentResponse`` along
-its edges -- or yields it as the workflow's output when it has none.
+every message with ``run_on_message=True``, and when they are the run's input: nothing upstream
+would send the token -- an AG-UI client's messages to a workflow that starts with an agent).
+After a turn it sends an ``AgentResponse`` along its edges -- or yields it as the workflow's
+output when it has none.
 
 Tool approvals: every ``ToolApprovalRequestContent`` the turn left unanswered goes out through
 the executor's own request port (``ctx.request_info``): a ``RequestInfoEvent`` whose data is the
@@ -149,7 +151,7 @@ class AgentHostExecutor(Executor):
         self, message: ChatMessage, ctx: WorkflowContext[AgentResponse, AgentResponse]
     ) -> None:
         await self._append(ctx, [message])
-        if self.run_on_message:
+        if self.run_on_message or ctx.from_input:
             await self._turn(ctx)
 
     @handler
@@ -157,7 +159,7 @@ class AgentHostExecutor(Executor):
         self, messages: list[ChatMessage], ctx: WorkflowContext[AgentResponse, AgentResponse]
     ) -> None:
         await self._append(ctx, messages)
-        if self.run_on_message:
+        if self.run_on_message or ctx.from_input:
             await self._turn(ctx)
 
     @handler

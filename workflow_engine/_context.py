@@ -23,7 +23,7 @@ from ._errors import (
     UsageError,
 )
 from ._events import WorkflowEvent
-from ._identity import derive_id, step_key
+from ._identity import derive_id, is_input_delivery, step_key
 from ._requests import ExternalRequest
 from ._types import Matcher, type_name
 
@@ -219,6 +219,12 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     def delivery_id(self) -> str:
         """The deterministic id of the message this handler invocation is handling."""
         return self._delivery
+
+    @property
+    def from_input(self) -> bool:
+        """Whether the message being handled is the run's input (given to ``run``/``start``
+        from outside the workflow), not one an executor sent."""
+        return is_input_delivery(self._delivery)
 
     def step_key(self, name: str) -> str:
         """The identity of step ``name`` of this handler invocation (see ``_identity``)."""

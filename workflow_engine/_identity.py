@@ -38,6 +38,12 @@ def input_message_id(superstep: int, index: int) -> str:
     return f"in.{superstep}.{index}"
 
 
+def is_input_delivery(delivery: str) -> bool:
+    """Whether a delivery id names a run's input (sends start with a superstep number,
+    answers with ``r:``)."""
+    return delivery.startswith("in.")
+
+
 def send_id(superstep: int, ordinal: int, source_id: str) -> str:
     """The id of the ``ordinal``-th message ``source_id`` sent in ``superstep``."""
     return f"{superstep}.{ordinal}:{source_id}"
@@ -68,6 +74,7 @@ __all__ = [
     "delivery_id",
     "derive_id",
     "input_message_id",
+    "is_input_delivery",
     "new_step_secret",
     "send_id",
     "step_key",

@@ -164,3 +164,22 @@ def test_messages_sent_at_once_on_one_thread_start_one_run(tmp_path: Path) -> No
     ends = sorted((a[-1]["type"], a[-1].get("code")) for a in answers)
     assert ends == [("RUN_ERROR", "run_busy")] * 5 + [("RUN_FINISHED", None)], ends
     assert status_of(tmp_path) is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # one run
+
+
+def test_a_workflow_that_starts_with_an_agent_answers_a_client(tmp_path: Path) -> None:
+    """``WorkflowBuilder(start=agent)`` mounted as a workflow (the README's bank agent): the
+    client's messages are the run's input, so the agent takes its turn. It used to collect
+    them and wait for a ``TurnToken`` no one would send: RUN_FINISHED, and no reply."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient
+
+    client = ScriptedChatClient([Rule(user=r"hello", reply="Hi there, how can I help?")])
+    agent = Agent("helper", "You help.", client)
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, WorkflowBuilder(name="helper", start=agent).build(), "/wf", store=store)
+    with in_process(app) as port:
+        hello = {"id": "m", "role": "user", "content": "hello"}
+        events = post(f"http://127.0.0.1:{port}/wf", messages=[hello])
+    said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+    assert said == "Hi there, how can I help?", events
+    assert events[-1]["type"] == "RUN_FINISHED"
