@@ -489,6 +489,14 @@ class AGUIService:
                 yield out
             if result.status is WorkflowRunState.FAILED:
                 raise AGUIError("workflow_failed", f"run {run_id} failed")
+            if result.status is WorkflowRunState.CANCELLED:  # e.g. `workflow-engine cancel`
+                log.info("thread %r: run %r was cancelled while it ran", thread_id, run_id)
+                yield RunFinishedEvent(
+                    thread_id=thread_id,
+                    run_id=client_run_id,
+                    outcome=RunFinishedCancelledOutcome(),
+                )
+                return
             if result.pending_requests:
                 interrupts = [
                     interrupt_for(r, workflow.registry, run_id, turn.key)

@@ -183,3 +183,30 @@ def test_a_workflow_that_starts_with_an_agent_answers_a_client(tmp_path: Path) -
     said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
     assert said == "Hi there, how can I help?", events
     assert events[-1]["type"] == "RUN_FINISHED"
+
+
+def test_a_run_cancelled_elsewhere_while_it_runs_finishes_as_cancelled(tmp_path: Path) -> None:
+    """``workflow-engine cancel`` (another process) while the endpoint executes the run: the
+    run ends cancelled at the step's boundary, and the client is told so -- it got a plain
+    RUN_FINISHED with a result, as if the run had completed (outside tester)."""
+    gate, faults = threading.Event(), Faults()
+    with serving(tmp_path, gate, faults) as url:
+        question = {"id": "m", "role": "user", "content": "slow ship it"}
+        got: list[list[dict[str, Any]]] = []
+        sender = threading.Thread(target=lambda: got.append(post(url, messages=[question])))
+        sender.start()
+
+        async def cancel_it() -> None:
+            async with SqliteStore(tmp_path / "runs.db") as store:
+                while not await store.list_runs():
+                    await anyio.sleep(0.01)
+                (run,) = await store.list_runs()
+                await store.request_cancel(run.run_id)  # what `cancel` stores for a busy run
+
+        anyio.run(cancel_it)
+        gate.set()
+        sender.join(timeout=30)
+    [events] = got
+    assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+    assert events[-1].get("outcome") == {"type": "cancelled"}, events[-1]
+    assert status_of(tmp_path) is WorkflowRunState.CANCELLED
