@@ -29,11 +29,13 @@ endpoint it is sent to.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import aclosing, contextmanager
+from contextlib import aclosing, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +60,7 @@ from ag_ui.core import (
     ToolCallStartEvent,
 )
 from ag_ui.encoder import EventEncoder
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 from pydantic import ValidationError
@@ -169,6 +172,19 @@ class AGUIWorkflow:
         if callable(target):
             return cls(workflow_factory=target)
         raise TypeError(f"cannot serve {type(target).__name__} over AG-UI")
+
+
+@dataclass
+class _Ended:
+    """The end of a run's execution, after its last event: its result, or what it raised."""
+
+    result: Any = None
+    error: Exception | None = None
+
+
+def receive_closed(send: MemoryObjectSendStream[Any]) -> bool:
+    """Whether the reading end of ``send``'s stream is gone (the client went away)."""
+    return send.statistics().open_receive_streams == 0
 
 
 # --- translating workflow events into AG-UI events ---------------------------------------------
@@ -397,6 +413,8 @@ class AGUIService:
         self._starting: set[str] = set()
         """Runs this server admitted whose execution has not taken their lease yet: in that
         moment a run looks as if a server stop had cut it off."""
+        self._executing: set[asyncio.Task[None]] = set()
+        """Runs being executed (``_execute``): held here so that a task is never collected."""
 
     def thread_key(self, thread_id: str) -> str:
         return f"{self.namespace}:{thread_id}" if self.namespace else thread_id
@@ -473,18 +491,22 @@ class AGUIService:
             translator.interrupt_key = turn.key
             translator.held = turn.held
             log.debug("thread %r: running %r", thread_id, run_id)
-            stream = runtime.resume_stream(run_id)
-            with self._started(run_id, turn.placeholder):
-                async with aclosing(stream):
-                    async for event in stream:
-                        self._starting.discard(run_id)  # its first event: the lease is taken
-                        if isinstance(event, WorkflowFailedEvent):
-                            error = event.error
-                            raise AGUIError(error.code or "workflow_failed", error.message)
-                        for out in translator.translate(event):
-                            yield out
-            result = stream.result
-            assert result is not None
+            execution = self._execute(runtime, run_id, turn.placeholder)
+            result = None
+            async with execution:
+                async for item in execution:
+                    if isinstance(item, _Ended):
+                        if item.error is not None:
+                            raise item.error
+                        result = item.result
+                        break
+                    if isinstance(item, WorkflowFailedEvent):
+                        error = item.error
+                        raise AGUIError(error.code or "workflow_failed", error.message)
+                    for out in translator.translate(item):
+                        yield out
+            if result is None:  # its task was cancelled: the server is shutting down
+                raise AGUIError("run_interrupted", f"run {run_id} was stopped with the server")
             for out in translator.close_all():
                 yield out
             if result.status is WorkflowRunState.FAILED:
@@ -683,6 +705,41 @@ class AGUIService:
         first = await self.store.load(history[0].checkpoint_id)
         started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
         return len(started) == 1 and strictly_equal(started[0], workflow.codec.encode(message))
+
+    def _execute(
+        self, runtime: Runtime, run_id: str, placeholder: str | None
+    ) -> MemoryObjectReceiveStream[WorkflowEvent | _Ended]:
+        """Execute the run in a task of its own, not in the request's: its events, then an
+        ``_Ended``, arrive on the returned stream. A client that goes away (a closed tab, a
+        dropped connection) stops reading, not the run: an approved tool call finishes and
+        the run goes on to its next pause or end, as it does when the server is stopped
+        gracefully. It used to be cancelled mid-step, its tool call left in doubt."""
+        send, receive = anyio.create_memory_object_stream[WorkflowEvent | _Ended](math.inf)
+
+        async def execute() -> None:
+            stream = runtime.resume_stream(run_id)
+            ended = _Ended()
+            with send, self._started(run_id, placeholder):
+                try:
+                    async with aclosing(stream):
+                        async for event in stream:
+                            self._starting.discard(run_id)  # its first event: lease taken
+                            with suppress(anyio.BrokenResourceError):  # no one reads now
+                                send.send_nowait(event)
+                    ended.result = stream.result
+                except Exception as exc:  # the relay reports it (RUN_ERROR)
+                    ended.error = exc
+                if receive_closed(send):
+                    if ended.error is not None:
+                        log.warning("run %r ended, unseen by its client: %s", run_id, ended.error)
+                else:
+                    with suppress(anyio.BrokenResourceError):
+                        send.send_nowait(ended)
+
+        task = asyncio.get_running_loop().create_task(execute())
+        self._executing.add(task)
+        task.add_done_callback(self._executing.discard)
+        return receive
 
     @contextmanager
     def _started(self, run_id: str, placeholder: str | None) -> Iterator[None]:

@@ -210,3 +210,58 @@ def test_a_run_cancelled_elsewhere_while_it_runs_finishes_as_cancelled(tmp_path:
     assert events[-1]["type"] == "RUN_FINISHED", events[-1]
     assert events[-1].get("outcome") == {"type": "cancelled"}, events[-1]
     assert status_of(tmp_path) is WorkflowRunState.CANCELLED
+
+
+def test_a_client_that_goes_away_does_not_cut_off_an_approved_call(tmp_path: Path) -> None:
+    """A closed tab while the approved tool runs: the run goes on without its reader -- the
+    call finishes once and the run rests -- as on a graceful server stop. It used to be
+    cancelled mid-call, and the same resume then asked whether the transfer had happened."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+
+    gate, ledger = threading.Event(), []
+
+    @tool(approval_mode="always_require")
+    async def transfer(amount: float, idempotency_key: str) -> str:
+        """Move money."""
+        ledger.append(("start", idempotency_key))
+        while not gate.is_set():
+            await anyio.sleep(0.01)
+        ledger.append(("done", idempotency_key))
+        return f"moved {amount}"
+
+    client = ScriptedChatClient(
+        [
+            Rule(
+                user=r"move (?P<n>\d+)",
+                reply="Approve?",
+                calls=[ToolCall("transfer", {"amount": "{n}"})],
+            ),
+            Rule(after_tool="transfer", reply="Done: {result}"),
+        ]
+    )
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(
+        app, Agent("bank", "You move money.", client, [transfer]), "/bank", store=store
+    )
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/bank"
+        paused = post(url, messages=[{"id": "m", "role": "user", "content": "move 300"}])
+        (interrupt,) = paused[-1]["outcome"]["interrupts"]
+        answer = [
+            {"interruptId": interrupt["id"], "status": "resolved", "payload": {"accepted": True}}
+        ]
+        body = {"threadId": "t", "runId": "r2", "messages": [], "resume": answer}
+        with httpx.stream("POST", url, json=body, timeout=30) as response:
+            for _ in response.iter_lines():
+                if ledger:  # the call has started: the reader goes away
+                    break
+        gate.set()
+        deadline = time.monotonic() + 20
+        while status_of(tmp_path) is not WorkflowRunState.IDLE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [kind for kind, _ in ledger] == ["start", "done"], ledger
+        assert status_of(tmp_path) is WorkflowRunState.IDLE
+        again = post(url, resume=answer)  # the same resume again: nothing left to do
+        assert again[-1]["type"] == "RUN_FINISHED", again[-1]
+    assert [kind for kind, _ in ledger] == ["start", "done"], ledger
