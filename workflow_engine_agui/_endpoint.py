@@ -112,6 +112,7 @@ from ._http import (
     wire_value,
 )
 from ._interrupts import (
+    CLIENT_RUN_KEY,
     INTERRUPT_KEY,
     HeldCall,
     ResumeAnswer,
@@ -387,6 +388,9 @@ class Turn:
     held: dict[str, HeldCall] = field(default_factory=dict)
     placeholder: str | None = None
     """The owner a run this request admitted was born leased to (see ``_prepare``)."""
+    replay: bool = False
+    """The request that started ``run_id``, sent again (a client retrying): nothing runs; the
+    run's state is reported as it is (its interrupts, its result)."""
 
 
 _START_LEASE_SECONDS = 30.0
@@ -478,6 +482,10 @@ class AGUIService:
             if run_id == NOTHING_TO_DO:  # a repeated resume: already done, nothing changes
                 log.info("thread %r: a repeated resume, nothing to do", thread_id)
                 yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id)
+                return
+            if turn.replay and run_id is not None:
+                async for out in self._replayed(runtime, workflow, run_input, turn):
+                    yield out
                 return
             if run_id is None:  # cancelled
                 log.info("thread %r: run cancelled", thread_id)
@@ -585,6 +593,17 @@ class AGUIService:
             if run_id == current and checkpoint is not None:
                 held = held_calls(workflow, checkpoint, pending.values(), answers)
             return Turn(run_id, key, held)
+        message = self._start_message(workflow, run_input.messages)
+        if (
+            record is not None
+            and not await self._cut_off(record)
+            and record.live_owner(time.time()) is None
+            and record.run_id not in self._starting
+            and await self._started_with(workflow, record.run_id, message, run_input.run_id)
+        ):
+            # the request that started the thread's newest run, sent again (a client retrying
+            # after a lost response): report that run, do not start it a second time
+            return Turn(record.run_id, key, replay=True)
         if pending:
             raise AGUIError(
                 "interrupts_pending",
@@ -592,7 +611,6 @@ class AGUIService:
                 f"thread {thread_id} waits for answers to {len(pending)} interrupt(s); resume "
                 "them (or cancel) before sending a new message",
             )
-        message = self._start_message(workflow, run_input.messages)
         if record is not None and (
             record.run_id in self._starting or record.live_owner(time.time()) is not None
         ):
@@ -613,7 +631,11 @@ class AGUIService:
                 "continue it, before a new message",
             )
         key = new_interrupt_key()
-        shared: dict[str, Any] = {**self.run_state, INTERRUPT_KEY: key}
+        shared: dict[str, Any] = {
+            **self.run_state,
+            INTERRUPT_KEY: key,
+            CLIENT_RUN_KEY: run_input.run_id,
+        }
         props = normalize_forwarded_props(run_input.forwarded_props)
         if props and _accepts_kwargs(workflow):
             shared[INVOCATION_KWARGS_KEY] = props
@@ -697,14 +719,45 @@ class AGUIService:
             return record.run_id, dict(prepared)  # sent again: the failed superstep is retried
         return NOTHING_TO_DO, {}
 
-    async def _started_with(self, workflow: Workflow, run_id: str, message: Any) -> bool:
-        """Whether ``message`` is the one that started run ``run_id`` (a request sent again)."""
+    async def _started_with(
+        self, workflow: Workflow, run_id: str, message: Any, client_run_id: str | None = None
+    ) -> bool:
+        """Whether ``message`` is the one that started run ``run_id`` (a request sent again) --
+        and, given ``client_run_id``, in a request with that AG-UI ``runId``."""
         history = await self.store.history(run_id)
         if not history or history[0].seq != 0:  # its start was pruned: cannot tell
             return False
         first = await self.store.load(history[0].checkpoint_id)
+        if client_run_id is not None:
+            stored = first.shared_state.get(CLIENT_RUN_KEY)
+            if stored is None or not strictly_equal(stored, workflow.codec.encode(client_run_id)):
+                return False
         started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
         return len(started) == 1 and strictly_equal(started[0], workflow.codec.encode(message))
+
+    async def _replayed(
+        self, runtime: Runtime, workflow: Workflow, run_input: RunAgentInput, turn: Turn
+    ) -> AsyncIterator[BaseEvent]:
+        """The end of a run this request already started: its interrupts, its result."""
+        run_id = turn.run_id
+        assert run_id is not None
+        info = await runtime.get_run(run_id)
+        thread_id, client_run_id = run_input.thread_id, run_input.run_id
+        log.info("thread %r: the request that started run %r, again", thread_id, run_id)
+        if info.status is WorkflowRunState.FAILED:
+            raise AGUIError("workflow_failed", f"run {run_id} failed")
+        if info.status is WorkflowRunState.CANCELLED:
+            outcome: Any = RunFinishedCancelledOutcome()
+            yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id, outcome=outcome)
+        elif info.pending_requests and info.decoded:
+            interrupts = [
+                interrupt_for(r, workflow.registry, run_id, turn.key) for r in info.pending_requests
+            ]
+            outcome = RunFinishedInterruptOutcome(interrupts=interrupts)
+            yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id, outcome=outcome)
+        else:
+            result = run_result(info.outputs, workflow.registry)
+            yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id, result=result)
 
     def _execute(
         self, runtime: Runtime, run_id: str, placeholder: str | None

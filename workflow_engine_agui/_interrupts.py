@@ -56,6 +56,9 @@ from workflow_engine.executors._host import read_message
 from ._http import AGUIError, type_label, wire_value
 
 INTERRUPT_KEY = "agui.interrupt_key"
+CLIENT_RUN_KEY = "agui.client_run_id"
+"""Shared state of a run an AG-UI request started: that request's ``runId`` (a request sent
+again, with the same ``runId`` and message, reports the run instead of starting another)."""
 """Shared-state key of a run's random 128-bit key (hex), set when the server admits the run."""
 APPROVAL_SCHEMA = {
     "type": "object",

@@ -265,3 +265,71 @@ def test_a_client_that_goes_away_does_not_cut_off_an_approved_call(tmp_path: Pat
         again = post(url, resume=answer)  # the same resume again: nothing left to do
         assert again[-1]["type"] == "RUN_FINISHED", again[-1]
     assert [kind for kind, _ in ledger] == ["start", "done"], ledger
+
+
+def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
+    tmp_path: Path,
+) -> None:
+    """A client retrying after a lost response sends the same ``runId`` and messages again: it
+    gets the run that request started -- its result, or its interrupts -- and no tool runs a
+    second time. It used to start a second run (outside tester)."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+
+    calls: list[str] = []
+
+    @tool
+    def look_up(order: str) -> str:
+        """Look an order up."""
+        calls.append(order)
+        return f"order {order}: shipped"
+
+    @tool(approval_mode="always_require")
+    def refund(order: str) -> str:
+        """Refund an order."""
+        return f"refunded {order}"
+
+    client = ScriptedChatClient(
+        [
+            Rule(
+                user=r"where is (?P<o>\d+)",
+                reply="Looking.",
+                calls=[ToolCall("look_up", {"order": "{o}"})],
+            ),
+            Rule(
+                user=r"refund (?P<o>\d+)",
+                reply="Approve?",
+                calls=[ToolCall("refund", {"order": "{o}"})],
+            ),
+            Rule(after_tool="look_up", reply="It says: {result}"),
+        ]
+    )
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(
+        app, Agent("desk", "You help.", client, [look_up, refund]), "/desk", store=store
+    )
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/desk"
+
+        def send(thread_id: str, run_id: str, text: str) -> list[dict[str, Any]]:
+            body = {
+                "threadId": thread_id,
+                "runId": run_id,
+                "messages": [{"id": run_id, "role": "user", "content": text}],
+            }
+            sent = httpx.post(url, json=body, timeout=30)
+            assert sent.status_code == 200, sent.text
+            return [json.loads(x[5:]) for x in sent.text.splitlines() if x.startswith("data:")]
+
+        first = send("t1", "r1", "where is 42")
+        again = send("t1", "r1", "where is 42")
+        assert calls == ["42"], calls
+        assert again[-1]["type"] == "RUN_FINISHED" and again[-1]["result"] == first[-1]["result"]
+        other = send("t1", "r2", "where is 42")  # a new run (another runId) runs again
+        assert other[-1]["type"] == "RUN_FINISHED" and calls == ["42", "42"]
+
+        paused = send("t2", "r1", "refund 7")
+        repeated = send("t2", "r1", "refund 7")
+        assert repeated[-1]["outcome"] == paused[-1]["outcome"], repeated[-1]
+        assert send("t2", "r3", "refund 8")[-1]["code"] == "interrupts_pending"
+    anyio.run(store.close)
