@@ -480,6 +480,11 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
     try:
         run_async(body)
     except KeyboardInterrupt:
+        import signal
+
+        # the first Ctrl-C decided it: more presses must not cut off the line saying how to
+        # continue (they killed the process, exit 130, after or before it)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         term = err_console()
         if run_ids:
             term.print(f"\nInterrupted: run {visible(run_ids[-1])} keeps its last checkpoint.")

@@ -379,13 +379,19 @@ def test_streamed_text_stays_while_the_spinner_works(
     assert_clean(demo.screen())
 
 
+@pytest.mark.parametrize("presses", [1, 3])
 def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
-    cli: Cli, sessions: list[ScreenSession]
+    cli: Cli, sessions: list[ScreenSession], presses: int
 ) -> None:
+    """Pressed several times in a row (an impatient person), Ctrl-C still ends with the line
+    that says how to continue; it used to exit 130 without it (outside tester)."""
     with SlowModel(think=30) as model:
         demo = open_slow_demo(sessions, cli, model)
         demo.expect_screen("is working")
-        demo.interrupt()
+        for n in range(presses):
+            if n:
+                time.sleep(0.03)
+            demo.interrupt()
         assert demo.wait() == 3, demo.screen_text()
     [run] = cli.json("runs", "list", "--json")
     screen = demo.screen()
