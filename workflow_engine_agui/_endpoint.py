@@ -593,16 +593,10 @@ class AGUIService:
             if run_id == current and checkpoint is not None:
                 held = held_calls(workflow, checkpoint, pending.values(), answers)
             return Turn(run_id, key, held)
-        message = self._start_message(workflow, run_input.messages)
-        if (
-            record is not None
-            and not await self._cut_off(record)
-            and record.live_owner(time.time()) is None
-            and record.run_id not in self._starting
-            and await self._started_with(workflow, record.run_id, message, run_input.run_id)
-        ):
+        if await self._retried(workflow, record, run_input):
             # the request that started the thread's newest run, sent again (a client retrying
             # after a lost response): report that run, do not start it a second time
+            assert record is not None
             return Turn(record.run_id, key, replay=True)
         if pending:
             raise AGUIError(
@@ -611,6 +605,7 @@ class AGUIService:
                 f"thread {thread_id} waits for answers to {len(pending)} interrupt(s); resume "
                 "them (or cancel) before sending a new message",
             )
+        message = self._start_message(workflow, run_input.messages)
         if record is not None and (
             record.run_id in self._starting or record.live_owner(time.time()) is not None
         ):
@@ -718,6 +713,24 @@ class AGUIService:
         if record.status is WorkflowRunState.FAILED:
             return record.run_id, dict(prepared)  # sent again: the failed superstep is retried
         return NOTHING_TO_DO, {}
+
+    async def _retried(
+        self, workflow: Workflow, record: RunRecord | None, run_input: RunAgentInput
+    ) -> bool:
+        """Whether this request is the one that started ``record`` (the thread's newest run),
+        sent again, while that run rests (not executing, not cut off by a server stop)."""
+        if (
+            record is None
+            or record.run_id in self._starting
+            or record.live_owner(time.time()) is not None
+            or await self._cut_off(record)
+        ):
+            return False
+        try:
+            message = self._start_message(workflow, run_input.messages)
+        except AGUIError:
+            return False
+        return await self._started_with(workflow, record.run_id, message, run_input.run_id)
 
     async def _started_with(
         self, workflow: Workflow, run_id: str, message: Any, client_run_id: str | None = None
@@ -889,11 +902,11 @@ class AGUIService:
     def _start_message(workflow: Workflow, messages: Sequence[Any]) -> Any:
         chat = [c for m in messages if (c := _to_chat_message(m)) is not None]
         start = workflow.graph.nodes[workflow.start_executor_id]
-        if isinstance(start, Executor) and start.find_handler(chat) is not None and chat:
-            return chat
         user = [m for m in chat if m.role == "user"]
-        if not user:
+        if not user:  # (an assistant's words alone are no request to answer)
             raise AGUIError("no_user_message", "the request has no user message to start a run")
+        if isinstance(start, Executor) and start.find_handler(chat) is not None:
+            return chat
         if isinstance(start, Executor) and start.find_handler(user[-1].text) is not None:
             return user[-1].text
         if isinstance(start, Executor) and start.find_handler(user[-1]) is not None:
@@ -910,8 +923,13 @@ def _accepts_kwargs(workflow: Workflow) -> bool:
 
 
 def _to_chat_message(message: Any) -> ChatMessage | None:
+    """A client's message as a chat message: its text, given as a string or as text parts
+    (other parts -- images, audio -- are not read); None for a message with no text."""
     role = getattr(message, "role", None)
     content = getattr(message, "content", None)
+    if isinstance(content, list):
+        texts = [part.text for part in content if getattr(part, "type", None) == "text"]
+        content = "\n".join(texts) if texts else None
     if role not in ("user", "assistant", "system") or not isinstance(content, str):
         return None
     return ChatMessage(role=role, contents=[{"type": "text", "text": content}])  # type: ignore[list-item]

@@ -333,3 +333,40 @@ def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
         assert repeated[-1]["outcome"] == paused[-1]["outcome"], repeated[-1]
         assert send("t2", "r3", "refund 8")[-1]["code"] == "interrupts_pending"
     anyio.run(store.close)
+
+
+def test_a_user_message_given_as_text_parts_starts_a_run_and_an_assistant_one_does_not(
+    tmp_path: Path,
+) -> None:
+    """AG-UI lets a user message's content be a list of parts: its text parts are the message
+    (it was "no user message"). An assistant's words alone start nothing (they started a run)."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient
+
+    client = ScriptedChatClient([Rule(user=r"hello\s+there", reply="Hi!")])
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, Agent("helper", "You help.", client), "/help", store=store)
+    parts = [{"type": "text", "text": "hello"}, {"type": "text", "text": "there"}]
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/help"
+
+        def send(thread_id: str, message: dict[str, Any]) -> list[dict[str, Any]]:
+            body = {"threadId": thread_id, "runId": "r", "messages": [{"id": "m", **message}]}
+            sent = httpx.post(url, json=body, timeout=30)
+            assert sent.status_code == 200, sent.text
+            return [json.loads(x[5:]) for x in sent.text.splitlines() if x.startswith("data:")]
+
+        answered = send("parts", {"role": "user", "content": parts})
+        said = "".join(e["delta"] for e in answered if e["type"] == "TEXT_MESSAGE_CONTENT")
+        assert said == "Hi!", answered
+        refused = send("assistant", {"role": "assistant", "content": "hello there"})
+        assert refused[-1]["type"] == "RUN_ERROR" and refused[-1]["code"] == "no_user_message"
+    assert status_of_runs(tmp_path) == 1
+
+
+def status_of_runs(tmp_path: Path) -> int:
+    async def count() -> int:
+        async with SqliteStore(tmp_path / "runs.db") as store:
+            return len(await store.list_runs())
+
+    return anyio.run(count)
