@@ -86,6 +86,28 @@ def post(url: str, **body: Any) -> list[dict[str, Any]]:
     return [json.loads(line[5:]) for line in sent.text.splitlines() if line.startswith("data:")]
 
 
+@contextmanager
+def serving_target(tmp_path: Path, target: Any, path: str) -> Iterator[str]:
+    """``target`` (a workflow or an agent) mounted at ``path`` of an app served by uvicorn;
+    its URL."""
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, target, path, store=store)
+    with in_process(app) as port:
+        yield f"http://127.0.0.1:{port}{path}"
+    anyio.run(store.close)
+
+
+def said(url: str, thread_id: str, run_id: str, content: Any, role: str = "user") -> list[Any]:
+    """The events of a request carrying one message (its id is the ``run_id``)."""
+    message = {"id": run_id, "role": role, "content": content}
+    return post(url, threadId=thread_id, runId=run_id, messages=[message])
+
+
+def text_of(events: list[dict[str, Any]]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
+
+
 def resume_of(paused: list[dict[str, Any]]) -> list[dict[str, Any]]:
     (interrupt,) = paused[-1]["outcome"]["interrupts"]
     return [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"ok": True}}]
@@ -173,15 +195,10 @@ def test_a_workflow_that_starts_with_an_agent_answers_a_client(tmp_path: Path) -
     from workflow_engine.executors import Agent, Rule, ScriptedChatClient
 
     client = ScriptedChatClient([Rule(user=r"hello", reply="Hi there, how can I help?")])
-    agent = Agent("helper", "You help.", client)
-    app = FastAPI()
-    store = SqliteStore(tmp_path / "runs.db")
-    add_agui_endpoint(app, WorkflowBuilder(name="helper", start=agent).build(), "/wf", store=store)
-    with in_process(app) as port:
-        hello = {"id": "m", "role": "user", "content": "hello"}
-        events = post(f"http://127.0.0.1:{port}/wf", messages=[hello])
-    said = "".join(e["delta"] for e in events if e["type"] == "TEXT_MESSAGE_CONTENT")
-    assert said == "Hi there, how can I help?", events
+    workflow = WorkflowBuilder(name="helper", start=Agent("helper", "You help.", client)).build()
+    with serving_target(tmp_path, workflow, "/wf") as url:
+        events = said(url, "t", "r", "hello")
+    assert text_of(events) == "Hi there, how can I help?", events
     assert events[-1]["type"] == "RUN_FINISHED"
 
 
@@ -239,14 +256,9 @@ def test_a_client_that_goes_away_does_not_cut_off_an_approved_call(tmp_path: Pat
             Rule(after_tool="transfer", reply="Done: {result}"),
         ]
     )
-    app = FastAPI()
-    store = SqliteStore(tmp_path / "runs.db")
-    add_agui_endpoint(
-        app, Agent("bank", "You move money.", client, [transfer]), "/bank", store=store
-    )
-    with in_process(app) as port:
-        url = f"http://127.0.0.1:{port}/bank"
-        paused = post(url, messages=[{"id": "m", "role": "user", "content": "move 300"}])
+    bank = Agent("bank", "You move money.", client, [transfer])
+    with serving_target(tmp_path, bank, "/bank") as url:
+        paused = said(url, "t", "r", "move 300")
         (interrupt,) = paused[-1]["outcome"]["interrupts"]
         answer = [
             {"interruptId": interrupt["id"], "status": "resolved", "payload": {"accepted": True}}
@@ -303,23 +315,11 @@ def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
             Rule(after_tool="look_up", reply="It says: {result}"),
         ]
     )
-    app = FastAPI()
-    store = SqliteStore(tmp_path / "runs.db")
-    add_agui_endpoint(
-        app, Agent("desk", "You help.", client, [look_up, refund]), "/desk", store=store
-    )
-    with in_process(app) as port:
-        url = f"http://127.0.0.1:{port}/desk"
+    desk = Agent("desk", "You help.", client, [look_up, refund])
+    with serving_target(tmp_path, desk, "/desk") as url:
 
         def send(thread_id: str, run_id: str, text: str) -> list[dict[str, Any]]:
-            body = {
-                "threadId": thread_id,
-                "runId": run_id,
-                "messages": [{"id": run_id, "role": "user", "content": text}],
-            }
-            sent = httpx.post(url, json=body, timeout=30)
-            assert sent.status_code == 200, sent.text
-            return [json.loads(x[5:]) for x in sent.text.splitlines() if x.startswith("data:")]
+            return said(url, thread_id, run_id, text)
 
         first = send("t1", "r1", "where is 42")
         again = send("t1", "r1", "where is 42")
@@ -332,7 +332,6 @@ def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
         repeated = send("t2", "r1", "refund 7")
         assert repeated[-1]["outcome"] == paused[-1]["outcome"], repeated[-1]
         assert send("t2", "r3", "refund 8")[-1]["code"] == "interrupts_pending"
-    anyio.run(store.close)
 
 
 def test_a_user_message_given_as_text_parts_starts_a_run_and_an_assistant_one_does_not(
@@ -343,30 +342,15 @@ def test_a_user_message_given_as_text_parts_starts_a_run_and_an_assistant_one_do
     from workflow_engine.executors import Agent, Rule, ScriptedChatClient
 
     client = ScriptedChatClient([Rule(user=r"hello\s+there", reply="Hi!")])
-    app = FastAPI()
-    store = SqliteStore(tmp_path / "runs.db")
-    add_agui_endpoint(app, Agent("helper", "You help.", client), "/help", store=store)
     parts = [{"type": "text", "text": "hello"}, {"type": "text", "text": "there"}]
-    with in_process(app) as port:
-        url = f"http://127.0.0.1:{port}/help"
-
-        def send(thread_id: str, message: dict[str, Any]) -> list[dict[str, Any]]:
-            body = {"threadId": thread_id, "runId": "r", "messages": [{"id": "m", **message}]}
-            sent = httpx.post(url, json=body, timeout=30)
-            assert sent.status_code == 200, sent.text
-            return [json.loads(x[5:]) for x in sent.text.splitlines() if x.startswith("data:")]
-
-        answered = send("parts", {"role": "user", "content": parts})
-        said = "".join(e["delta"] for e in answered if e["type"] == "TEXT_MESSAGE_CONTENT")
-        assert said == "Hi!", answered
-        refused = send("assistant", {"role": "assistant", "content": "hello there"})
+    with serving_target(tmp_path, Agent("helper", "You help.", client), "/help") as url:
+        answered = said(url, "parts", "r", parts)
+        assert text_of(answered) == "Hi!", answered
+        refused = said(url, "assistant", "r", "hello there", role="assistant")
         assert refused[-1]["type"] == "RUN_ERROR" and refused[-1]["code"] == "no_user_message"
-    assert status_of_runs(tmp_path) == 1
 
-
-def status_of_runs(tmp_path: Path) -> int:
-    async def count() -> int:
+    async def runs() -> int:
         async with SqliteStore(tmp_path / "runs.db") as store:
             return len(await store.list_runs())
 
-    return anyio.run(count)
+    assert anyio.run(runs) == 1
