@@ -35,7 +35,7 @@ import logging
 import math
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import aclosing, contextmanager, suppress
+from contextlib import aclosing, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -807,6 +807,13 @@ class AGUIService:
         task.add_done_callback(self._executing.discard)
         return receive
 
+    async def drain(self) -> None:
+        """Wait for every run this endpoint is executing (see ``_execute``) to end."""
+        while self._executing:
+            pending = list(self._executing)
+            log.info("waiting for %d run(s) to reach a pause or their end", len(pending))
+            await asyncio.wait(pending)
+
     @contextmanager
     def _started(self, run_id: str, placeholder: str | None) -> Iterator[None]:
         """The run's execution is under way (or over): it no longer waits to take its lease."""
@@ -1015,7 +1022,26 @@ def add_agui_endpoint(
 
         return StreamingResponse(sse(), media_type=encoder.get_content_type())
 
+    _drain_at_shutdown(app, service)
     return service
+
+
+def _drain_at_shutdown(app: FastAPI, service: AGUIService) -> None:
+    """Make the app's shutdown wait for the runs this endpoint executes for clients that went
+    away, before the app's own shutdown (which may close the store): a graceful stop
+    (SIGTERM, Ctrl-C) lets them reach their next pause or end, as uvicorn lets a connected
+    client's request finish. They were cancelled mid-call, their tool calls left in doubt."""
+    inner = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app_: Any) -> AsyncIterator[Any]:
+        async with inner(app_) as state:
+            try:
+                yield state
+            finally:
+                await service.drain()
+
+    app.router.lifespan_context = lifespan
 
 
 def check_thread_id(thread_id: str) -> None:

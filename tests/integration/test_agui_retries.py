@@ -354,3 +354,47 @@ def test_a_user_message_given_as_text_parts_starts_a_run_and_an_assistant_one_do
             return len(await store.list_runs())
 
     assert anyio.run(runs) == 1
+
+
+def test_a_graceful_stop_lets_a_run_without_its_client_reach_its_pause(tmp_path: Path) -> None:
+    """SIGTERM while an approved call runs for a client that went away: the server waits for
+    the run, as it waits for a connected client's request, before it closes. The run was
+    cancelled with the loop, its call left in doubt (outside tester)."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.integration.agui_harness import free_port
+
+    db, ledger, port = tmp_path / "runs.db", tmp_path / "ledger.txt", free_port()
+    app = Path(__file__).parent / "slow_bank_app.py"
+    server = subprocess.Popen([sys.executable, str(app), str(db), str(ledger), str(port)])
+    try:
+        url = f"http://127.0.0.1:{port}/bank"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                paused = said(url, "t", "r", "move 300")
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.05)
+        (interrupt,) = paused[-1]["outcome"]["interrupts"]
+        answer = {
+            "interruptId": interrupt["id"],
+            "status": "resolved",
+            "payload": {"accepted": True},
+        }
+        body = {"threadId": "t", "runId": "r2", "messages": [], "resume": [answer]}
+        with httpx.stream("POST", url, json=body, timeout=30) as response:
+            for _ in response.iter_lines():
+                if ledger.exists():  # the call has started: the client goes away
+                    break
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises it when done
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    assert ledger.read_text().split() == ["start", "done"]
+    assert status_of(tmp_path) is WorkflowRunState.IDLE
