@@ -573,12 +573,18 @@ def respond(
     arguments: Annotated[
         str | None, typer.Option(help="With --approve: JSON object of edited arguments.")
     ] = None,
-    message: Annotated[str | None, typer.Option("--message", help="Your next message.")] = None,
+    messages: Annotated[
+        list[str] | None, typer.Option("--message", help="Your next message.")
+    ] = None,
     end: Annotated[bool, typer.Option("--end", help="End the conversation.")] = False,
     data: Annotated[str | None, typer.Option("--data", help="The answer as raw JSON.")] = None,
     db: DbOption = None,
 ) -> None:
     """Answer a pending request (stored durably; run `resume` to continue the run)."""
+    if messages and len(messages) > 1:  # the last would silently win: one reply at a time
+        print_error("give --message once: a reply is one message")
+        raise typer.Exit(EXIT_USAGE)
+    message = messages[0] if messages else None
     chosen = [
         x for x in (approve_flag, reject_flag, message is not None, end, data is not None) if x
     ]

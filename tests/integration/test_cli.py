@@ -204,6 +204,10 @@ def test_a_reply_to_the_customer_is_not_approved(cli: Cli) -> None:
     for flag in ("--approve", "--reject"):
         refused = cli.expect(2, "respond", pending["request_id"], flag)
         assert "expected HandoffUserResponse" in refused.error_line(), str(refused)
+    twice = cli.expect(
+        2, "respond", pending["request_id"], "--message", "order 12345", "--message", "thanks"
+    )
+    assert twice.error_line() == "error: give --message once: a reply is one message"
     assert "answer stored" in cli.expect(0, "respond", pending["request_id"], "--end").out
 
 
