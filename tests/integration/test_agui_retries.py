@@ -15,6 +15,7 @@ from typing import Any, Never
 
 import anyio
 import httpx
+import pytest
 from fastapi import FastAPI
 from pydantic import BaseModel
 
@@ -356,6 +357,7 @@ def test_a_user_message_given_as_text_parts_starts_a_run_and_an_assistant_one_do
     assert anyio.run(runs) == 1
 
 
+@pytest.mark.slow  # a server in a process of its own, stopped by a signal
 def test_a_graceful_stop_lets_a_run_without_its_client_reach_its_pause(tmp_path: Path) -> None:
     """SIGTERM while an approved call runs for a client that went away: the server waits for
     the run, as it waits for a connected client's request, before it closes. The run was

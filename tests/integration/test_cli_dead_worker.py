@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.integration.cli_harness import Cli
 
 WORKER = textwrap.dedent(
@@ -62,6 +64,7 @@ def worker_in_its_step(cli: Cli) -> Iterator[subprocess.Popen[str]]:
             worker.stdout.close()
 
 
+@pytest.mark.slow  # a worker process killed with SIGKILL
 def test_a_killed_worker_leaves_its_run_interrupted(tmp_path: Path) -> None:
     cli = Cli(tmp_path)
     with worker_in_its_step(cli) as worker:
@@ -77,6 +80,7 @@ def test_a_killed_worker_leaves_its_run_interrupted(tmp_path: Path) -> None:
     assert "· interrupted ·" in cli.expect(0, "runs", "show", RUN_ID).out
 
 
+@pytest.mark.slow  # a worker process killed with SIGKILL
 def test_a_cancel_the_command_line_stored_shows_until_it_is_honoured(tmp_path: Path) -> None:
     """``workflow-engine cancel`` on an application's run (a workflow the command line does not
     have) stores the cancel for its worker; the run reads as cancelling until that worker, or
