@@ -392,7 +392,7 @@ def format_table(
         return _records(headers, cells, width, live)
     lines = [_table_line(list(headers), widths, "bold" if live else "", live)]
     for row in cells:
-        wrapped = [_wrap_cell(cell, widths[i]) for i, cell in enumerate(row)]
+        wrapped = [_wrap(cell, widths[i], break_words=True) for i, cell in enumerate(row)]
         for n in range(max(len(w) for w in wrapped)):
             cells_n = [w[n] if n < len(w) else "" for w in wrapped]
             lines.append(_table_line(cells_n, widths, "", live))
@@ -419,35 +419,16 @@ def _records(headers: Sequence[str], cells: list[list[str]], width: int, live: b
             # if need be); else under it, on lines of its own
             pad = next((p for p in (label, cell_width(header) + 2) if p + longest <= width), 0)
             if pad:
-                parts = _wrap_words(cell, width - pad)
+                parts = _wrap(cell, width - pad, break_words=False)
                 lines.append((styled(header.ljust(pad), style, live=live) + parts[0]).rstrip())
                 lines.extend((" " * pad + part).rstrip() for part in parts[1:])
                 continue
             lines.append(styled(header, style, live=live))
             indent = 2 if 2 + longest <= width else 0
             lines.extend(
-                (" " * indent + part).rstrip() for part in _wrap_words(cell, width - indent)
+                (" " * indent + part).rstrip()
+                for part in _wrap(cell, width - indent, break_words=False)
             )
-    return lines
-
-
-def _wrap_words(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` columns, broken only between words (a word
-    wider than that gets a line of its own). Linear in the text, as ``_wrap_cell``."""
-    lines: list[str] = []
-    words: list[str] = []
-    length = used = 0
-    for word in text.split(" "):
-        size = cell_width(word)
-        if length and used + 1 + size > width:
-            lines.append(" ".join(words))
-            words, length, used = [word], len(word), size
-        elif length:
-            words.append(word)
-            length, used = length + 1 + len(word), used + 1 + size
-        else:
-            words, length, used = [word], len(word), size
-    lines.append(" ".join(words))
     return lines
 
 
@@ -456,32 +437,33 @@ def _table_line(cells: list[str], widths: list[int], style: str, live: bool) -> 
     return styled("  ".join(padded).rstrip(), style, live=live)
 
 
-def _wrap_cell(text: str, width: int) -> list[str]:
-    """``text`` in lines of at most ``width`` columns, broken between words where possible.
+def _wrap(text: str, width: int, *, break_words: bool) -> list[str]:
+    """``text`` in lines of at most ``width`` columns, broken between words; a word wider than
+    that is cut (``break_words``) or left whole on a line of its own.
 
     Linear in the text: each word is measured once and the line is kept as a list of words
     (re-measuring the growing line per word took minutes for a 40 KB cell)."""
     lines: list[str] = []
     words: list[str] = []  # the line being built
-    length = 0  # its characters (0: empty, so the next word starts it without a space)
     used = 0  # its columns
+    filled = False  # it has a character (else the next word starts it without a space)
     for word in text.split(" "):
         size = cell_width(word)
-        if length and used + 1 + size <= width:
+        if filled and used + 1 + size <= width:
             words.append(word)
-            length, used = length + 1 + len(word), used + 1 + size
+            used += 1 + size
             continue
-        if not length and size <= width:
-            words, length, used = [word], len(word), size
+        if not filled and (size <= width or not break_words):
+            words, used, filled = [word], size, bool(word)
             continue
-        if length:
+        if filled:
             lines.append(" ".join(words))
-        while size > width:
+        while break_words and size > width:
             cut = _fit(word, width)
             lines.append(word[:cut])
             size -= cell_width(word[:cut])
             word = word[cut:]
-        words, length, used = [word], len(word), size
+        words, used, filled = [word], size, bool(word)
     lines.append(" ".join(words))
     return lines
 

@@ -180,8 +180,12 @@ def _rewrapped_by_line(text: str, width: int, *, break_words: bool) -> list[str]
     width=st.integers(1, 12),
 )
 def test_cells_wrap_by_the_rule_whatever_their_words(text: str, width: int) -> None:
-    assert _term._wrap_cell(text, width) == _rewrapped_by_line(text, width, break_words=True)
-    assert _term._wrap_words(text, width) == _rewrapped_by_line(text, width, break_words=False)
+    assert _term._wrap(text, width, break_words=True) == _rewrapped_by_line(
+        text, width, break_words=True
+    )
+    assert _term._wrap(text, width, break_words=False) == _rewrapped_by_line(
+        text, width, break_words=False
+    )
 
 
 def test_a_long_cell_is_measured_once_per_character(monkeypatch: pytest.MonkeyPatch) -> None:
