@@ -593,7 +593,8 @@ class AGUIService:
             if run_id == current and checkpoint is not None:
                 held = held_calls(workflow, checkpoint, pending.values(), answers)
             return Turn(run_id, key, held)
-        if await self._retried(workflow, record, run_input):
+        cut_off = record is not None and await self._cut_off(record)
+        if not cut_off and await self._retried(workflow, record, run_input):
             # the request that started the thread's newest run, sent again (a client retrying
             # after a lost response): report that run, do not start it a second time
             assert record is not None
@@ -614,7 +615,7 @@ class AGUIService:
                 f"thread {thread_id}: its run {current} is being executed; send a new message "
                 "once it has paused or finished",
             )
-        if record is not None and await self._cut_off(record):
+        if record is not None and cut_off:
             # the server stopped while this thread's run worked (or before it applied answers):
             # the same request again continues that run; another message would leave it behind
             if await self._started_with(workflow, record.run_id, message):
@@ -718,12 +719,12 @@ class AGUIService:
         self, workflow: Workflow, record: RunRecord | None, run_input: RunAgentInput
     ) -> bool:
         """Whether this request is the one that started ``record`` (the thread's newest run),
-        sent again, while that run rests (not executing, not cut off by a server stop)."""
+        sent again, while that run rests (not executing; the caller has ruled out a run cut
+        off by a server stop)."""
         if (
             record is None
             or record.run_id in self._starting
             or record.live_owner(time.time()) is not None
-            or await self._cut_off(record)
         ):
             return False
         try:
