@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ._types import build_matcher, type_name
 
@@ -121,7 +121,10 @@ class InDoubtEffect(BaseModel):
 
 class EffectResolution(BaseModel):
     """The answer to an :class:`InDoubtEffect`. ``happened=True`` records ``result`` as the
-    step's result (the step is not run again); ``happened=False`` lets the step run again."""
+    step's result (the step is not run again); ``happened=False`` lets the step run again.
+    Any other key is refused: a misspelt ``result`` would otherwise record None as the result."""
+
+    model_config = ConfigDict(extra="forbid")
 
     happened: bool
     result: Any = None

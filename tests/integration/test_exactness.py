@@ -23,6 +23,7 @@ from workflow_engine import (
     Executor,
     InDoubtEffect,
     RequestPort,
+    ResponseTypeError,
     RunBusyError,
     Runtime,
     WorkflowBuilder,
@@ -544,6 +545,27 @@ async def test_an_effect_cut_off_mid_flight_asks_a_person(tmp_path: Path, happen
     assert done.status is WorkflowRunState.IDLE, done.error
     assert done.outputs == ["paid:m"]
     assert ledger.effects == (["m"] if happened else ["m", "m"])
+    await again.close()
+
+
+async def test_a_resolution_with_a_misspelt_result_is_refused_not_recorded_as_none(
+    tmp_path: Path,
+) -> None:
+    ledger, crash = Ledger(), [True]
+    db = tmp_path / "runs.db"
+    runtime = open_runtime(db, build_in_doubt(ledger, crash, idempotent=False))
+    run_id = await runtime.start("doubt", "m")
+    await crashing(runtime.resume(run_id))
+    await runtime.close()
+
+    again = open_runtime(db, build_in_doubt(ledger, crash, idempotent=False))
+    (request,) = (await again.resume(run_id)).pending_requests
+    with pytest.raises(ResponseTypeError, match="results"):
+        await again.respond(request.request_id, {"happened": True, "results": "paid:m"})
+    await again.respond(request.request_id, {"happened": True, "result": "paid:m"})
+    done = await again.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert done.outputs == ["paid:m"] and ledger.effects == ["m"]
     await again.close()
 
 
