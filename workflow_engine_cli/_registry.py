@@ -83,7 +83,9 @@ class ModelConfig:
     def describe(self) -> str:
         if self.provider == "scripted":
             return "the offline scripted model"
-        key = f"the key in ${self.api_key_env}" if self.api_key_env else "no key"
+        # a run records only that it needs a key (never the key, nor where it was typed): a
+        # later command takes it from --api-key or from this variable
+        key = f"a key: --api-key or ${self.api_key_env}" if self.api_key_env else "no key"
         return f"model {self.model} at {self.base_url} ({key})"
 
 

@@ -124,7 +124,8 @@ def test_what_a_resume_refuses(
 
 def test_a_switch_is_said_and_a_run_without_a_record_is_named() -> None:
     _, note = model_for_resume("r1", openai(), ModelFlags(offline=True), {})
-    assert note == f"run r1 was started with model m at {URL} (the key in $OPENAI_API_KEY); " + (
+    assert note == (
+        f"run r1 was started with model m at {URL} (a key: --api-key or $OPENAI_API_KEY); "
         "continuing on the scripted model"
     )
     _, same = model_for_resume("r1", openai(), ModelFlags(model="m"), {KEY_ENV: "k"})
