@@ -117,9 +117,9 @@ class Rule:
 
     ``user``: a regex searched (case-insensitively) in the newest message when it is the user's.
     ``after_tool``: the newest message carries a result of this tool. ``when``: any predicate.
-    ``reply`` may use ``{user}``, ``{result}`` and the regex's named groups; ``rejected`` replaces
-    it when a result of the newest tool batch says the user rejected a call, ``failed`` when a
-    tool errored.
+    ``reply`` may use ``{user}``, ``{result}`` and the regex's named groups (a callable ``reply``
+    returns the text itself, used as it is); ``rejected`` replaces it when a result of the
+    newest tool batch says the user rejected a call, ``failed`` when a tool errored.
     """
 
     reply: str | Callable[[Sequence[ChatMessage]], str] | None = None
@@ -211,11 +211,12 @@ class ScriptedChatClient:
                 template = rule.rejected if rule.rejected is not None else template
             elif any(r.error for r in results):
                 template = rule.failed if rule.failed is not None else template
-            if callable(template):
-                template = template(messages)
-            if template:
-                contents.append(TextContent(text=_fill(template, groups)))
-            issued = sum(len(m.function_calls) for m in messages)
+            # a callable builds the whole text: it is not a template (braces in what it
+            # returns -- say, the user's own words -- are text)
+            text = template(messages) if callable(template) else _fill(template, groups)
+            if text:
+                contents.append(TextContent(text=text))
+            issued = sum(len(m.function_calls) for m in messages) if rule.calls else 0
             for index, call in enumerate(rule.calls):
                 if callable(call.arguments):
                     arguments = call.arguments(groups, messages)

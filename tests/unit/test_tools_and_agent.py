@@ -86,6 +86,15 @@ async def test_streaming_deltas_reassemble_the_message() -> None:
     assert message.function_calls[0].arguments == {"order_id": "9"}
 
 
+async def test_a_callable_reply_is_the_text_not_a_template() -> None:
+    """Braces in what a callable returns (the user's own words, echoed) are text: they were
+    formatted, and ``"set {}"`` failed the run (outside tester)."""
+    client = ScriptedChatClient([Rule(reply=lambda messages: "you said: " + messages[-1].text)])
+    for said in ("hello", 'a dict {"k": 1}', "set {}", "{user}"):
+        (answer,) = (await client.get_response([ChatMessage.user(said)])).messages
+        assert answer.text == f"you said: {said}"
+
+
 def agent_with(rules, tools=(lookup, refund), **kwargs) -> Agent:
     return Agent("a", "be helpful", ScriptedChatClient(rules), list(tools), **kwargs)
 
