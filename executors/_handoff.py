@@ -13,6 +13,13 @@ for an undeclared target gets an error result (the tool does not exist for it). 
 agent answers without a handoff and the termination condition does not hold, the workflow asks
 the user through the ``user_input`` request port (``HandoffUserInputRequest``); the answer is the
 user's next message, or ``{"end": true}``. Tool approvals work as in ``AgentHostExecutor``.
+
+Storage: the conversation only grows, and each node (the coordinator, every participant) keeps
+its own copy as an append-only list state, each a prefix of the whole. A turn or a handoff
+carries only what its receiver has not seen (``messages`` from index ``start``); how far each
+node has seen is a small map in shared state (``HANDOFF_SEEN_KEY``). So a turn writes its new
+messages, however long the conversation already is -- not the whole conversation again in every
+message and state, which made a long chat's storage grow with the square of its length.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from workflow_engine import (
     Executor,
     RequestPort,
+    StateItems,
     Workflow,
     WorkflowBuilder,
     WorkflowContext,
@@ -35,12 +43,14 @@ from workflow_engine._errors import UsageError
 
 from ._agent import Agent
 from ._content import ChatMessage, ToolApprovalRequestContent, ToolApprovalResponseContent
-from ._host import AgentHostExecutor, AgentResponse
+from ._host import AgentHostExecutor, AgentResponse, read_message, stored_message
 from ._tools import Tool
 
 TerminationCondition = Callable[[Sequence[ChatMessage]], bool]
 COORDINATOR_ID = "handoff_coordinator"
 USER_INPUT_PORT_ID = "user_input"
+HANDOFF_SEEN_KEY = "workflow_engine.handoff.seen"
+"""Shared-state key: node id -> how many messages of the conversation that node holds."""
 
 
 def ends_with_case_complete(conversation: Sequence[ChatMessage]) -> bool:
@@ -52,19 +62,26 @@ def ends_with_case_complete(conversation: Sequence[ChatMessage]) -> bool:
 
 
 class HandoffTurn(BaseModel):
-    """Your turn, ``agent``: continue this conversation."""
+    """Your turn, ``agent``: continue the conversation. ``messages`` are the ones you have not
+    seen, from index ``start`` of the conversation. (``conversation``: the whole conversation,
+    as a run of an older version sent it.)"""
 
     agent: str
-    conversation: list[ChatMessage]
+    messages: list[ChatMessage] = Field(default_factory=list)
+    start: int = 0
+    conversation: list[ChatMessage] = Field(default_factory=list)
     turn: int = 0
     handed_from: str | None = None
 
 
 class HandoffTurnResult(BaseModel):
-    """An agent finished its turn without handing off."""
+    """An agent finished its turn without handing off: the messages the coordinator has not
+    seen, from index ``start`` (``conversation``: the whole one, from an older version)."""
 
     agent: str
-    conversation: list[ChatMessage]
+    messages: list[ChatMessage] = Field(default_factory=list)
+    start: int = 0
+    conversation: list[ChatMessage] = Field(default_factory=list)
     turn: int
 
 
@@ -144,7 +161,7 @@ class HandoffParticipant(AgentHostExecutor):
     async def on_handoff_turn(
         self, turn: HandoffTurn, ctx: WorkflowContext[HandoffTurn | HandoffTurnResult]
     ) -> None:
-        await ctx.set_state("conversation", list(turn.conversation))
+        await _catch_up(ctx, await self._conversation(ctx), turn)
         await ctx.set_state("turn", turn.turn)
         await self._turn(ctx)
 
@@ -160,21 +177,61 @@ class HandoffParticipant(AgentHostExecutor):
     async def deliver(self, ctx: WorkflowContext[Any, Any], result: AgentResponse) -> None:
         turn = await ctx.get_state("turn", 0)
         target = _handoff_target(result.messages, self.routes)
+        conversation = result.conversation  # this agent's, so the whole: it just spoke
+        seen = await ctx.get_shared(HANDOFF_SEEN_KEY, {})
+        seen[self.id] = len(conversation)
         if target is not None and turn + 1 < self.turn_limit:
+            start = _seen_by(seen, target, conversation)
+            seen[target] = len(conversation)
+            await ctx.set_shared(HANDOFF_SEEN_KEY, seen)
             await ctx.send_message(
                 HandoffTurn(
                     agent=target,
-                    conversation=result.conversation,
+                    messages=conversation[start:],
+                    start=start,
                     turn=turn + 1,
                     handed_from=self.id,
                 ),
                 target_id=target,
             )
             return
+        start = _seen_by(seen, COORDINATOR_ID, conversation)
+        seen[COORDINATOR_ID] = len(conversation)
+        await ctx.set_shared(HANDOFF_SEEN_KEY, seen)
         await ctx.send_message(
-            HandoffTurnResult(agent=self.id, conversation=result.conversation, turn=turn + 1),
+            HandoffTurnResult(
+                agent=self.id, messages=conversation[start:], start=start, turn=turn + 1
+            ),
             target_id=COORDINATOR_ID,
         )
+
+
+def _seen_by(seen: dict[str, int], node: str, conversation: Sequence[ChatMessage]) -> int:
+    """How many messages of ``conversation`` ``node`` holds (0: never part of it yet)."""
+    count = seen.get(node, 0)
+    return count if type(count) is int and 0 <= count <= len(conversation) else 0
+
+
+async def _catch_up(
+    ctx: WorkflowContext[Any, Any],
+    held: Sequence[ChatMessage],
+    news: HandoffTurn | HandoffTurnResult,
+) -> None:
+    """Bring this node's copy of the conversation (``held``) up to what ``news`` says it is:
+    append the messages it has not seen. A message from an older version carries the whole
+    conversation: it replaces the copy."""
+    if news.conversation:
+        await ctx.set_state("conversation", [stored_message(m) for m in news.conversation])
+        return
+    have, start = len(held), news.start
+    if not start <= have <= start + len(news.messages):
+        raise ValueError(
+            f"handoff: {ctx.executor_id!r} holds {have} messages of the conversation, but the "
+            f"{type(news).__name__} from {news.agent!r} continues it from message {start}"
+        )
+    fresh = news.messages[have - start :]
+    if fresh:
+        await ctx.append_state("conversation", [stored_message(m) for m in fresh])
 
 
 def _handoff_target(messages: Sequence[ChatMessage], routes: dict[str, str]) -> str | None:
@@ -212,10 +269,17 @@ class HandoffCoordinator(Executor):
         self, ctx: WorkflowContext[HandoffTurn], conversation: list[ChatMessage]
     ) -> None:
         await ctx.set_state("active", self.start_agent)
+        await ctx.set_state("conversation", [stored_message(m) for m in conversation])
+        n = len(conversation)
+        await ctx.set_shared(HANDOFF_SEEN_KEY, {COORDINATOR_ID: n, self.start_agent: n})
         await ctx.send_message(
-            HandoffTurn(agent=self.start_agent, conversation=conversation),
+            HandoffTurn(agent=self.start_agent, messages=conversation),
             target_id=self.start_agent,
         )
+
+    async def _conversation(self, ctx: WorkflowContext[Any, Any]) -> StateItems:
+        """The coordinator's copy of the conversation, decoded lazily."""
+        return await ctx.get_state_items("conversation", convert=read_message)
 
     @handler
     async def on_result(
@@ -224,10 +288,11 @@ class HandoffCoordinator(Executor):
         ctx: WorkflowContext[HandoffUserInputRequest, HandoffOutcome],
     ) -> None:
         await ctx.set_state("active", result.agent)
-        await ctx.set_state("conversation", result.conversation)
+        await _catch_up(ctx, await self._conversation(ctx), result)
         await ctx.set_state("turn", result.turn)
+        conversation = await self._conversation(ctx)
         ended: Literal["completed", "ended_by_user", "turn_limit_reached"] | None = (
-            "completed" if self.termination(result.conversation) else None
+            "completed" if self.termination(conversation) else None
         )
         if ended is None and result.turn >= self.turn_limit:
             ended = "turn_limit_reached"
@@ -236,13 +301,13 @@ class HandoffCoordinator(Executor):
                 HandoffOutcome(
                     status=ended,
                     last_agent=result.agent,
-                    conversation=result.conversation,
+                    conversation=list(conversation),
                     turns=result.turn,
                 )
             )
             return
         last = next(
-            (m.text for m in reversed(result.conversation) if m.role == "assistant" and m.text),
+            (m.text for m in reversed(conversation) if m.role == "assistant" and m.text),
             "",
         )
         await ctx.send_message(
@@ -256,21 +321,28 @@ class HandoffCoordinator(Executor):
         ctx: WorkflowContext[HandoffTurn, HandoffOutcome],
     ) -> None:
         active = await ctx.get_state("active", self.start_agent)
-        conversation: list[ChatMessage] = await ctx.get_state("conversation", [])
         turn = await ctx.get_state("turn", 0)
         if reply.end or not (reply.message or "").strip():
             await ctx.yield_output(
                 HandoffOutcome(
                     status="ended_by_user",
                     last_agent=active,
-                    conversation=conversation,
+                    conversation=list(await self._conversation(ctx)),
                     turns=turn,
                 )
             )
             return
-        conversation = [*conversation, ChatMessage.user(reply.message or "")]
+        await ctx.append_state(
+            "conversation", [stored_message(ChatMessage.user(reply.message or ""))]
+        )
+        conversation = await self._conversation(ctx)
+        seen = await ctx.get_shared(HANDOFF_SEEN_KEY, {})
+        start = _seen_by(seen, active, conversation)
+        seen[COORDINATOR_ID] = seen[active] = len(conversation)
+        await ctx.set_shared(HANDOFF_SEEN_KEY, seen)
         await ctx.send_message(
-            HandoffTurn(agent=active, conversation=conversation, turn=turn), target_id=active
+            HandoffTurn(agent=active, messages=conversation[start:], start=start, turn=turn),
+            target_id=active,
         )
 
 

@@ -7,12 +7,22 @@ import json
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from chat_workflow import NAME, build_chat, user_message
 
-from workflow_engine import Runtime, WorkflowRunState
+from workflow_engine import Runtime, Workflow, WorkflowRunState
+from workflow_engine.executors import (
+    Agent,
+    ChatMessage,
+    HandoffBuilder,
+    HandoffTurnResult,
+    Rule,
+    ScriptedChatClient,
+    ToolCall,
+)
 from workflow_engine.storage import SqliteStore
 
 pytestmark = pytest.mark.anyio
@@ -112,3 +122,93 @@ async def test_a_long_chat_keeps_old_answers_small_in_its_snapshots(tmp_path: Pa
     digests = snapshot["answered_digests"]
     assert len(digests) >= turns // 2
     assert all(len(rid) + len(text) <= 80 for rid, text in digests.items()), digests
+
+
+# --- a handoff chat ------------------------------------------------------------------------------
+
+
+def digest(messages: Sequence[ChatMessage]) -> str:
+    """What a model of the handoff chat says: how many messages it was handed, and whether the
+    users' messages are all there, in order (they end with their turn number)."""
+    users = [m.text for m in messages if m.role == "user" and m.text]
+    in_order = [int(u.split()[-1]) for u in users] == list(range(len(users)))
+    return f"seen {len(messages)} users {len(users)} in order {in_order}"
+
+
+def build_handoff_chat() -> Workflow:
+    def agent(name: str, other: str) -> Agent:
+        rules = [
+            Rule(
+                user=rf"^to {other}\b",
+                reply=f"over to {other}",
+                calls=[ToolCall(f"handoff_to_{other}", {"reason": "asked"})],
+            ),
+            Rule(reply=digest),
+        ]
+        return Agent(name, "Chat.", ScriptedChatClient(rules))
+
+    a, b = agent("a", "b"), agent("b", "a")
+    return (
+        HandoffBuilder(name="handoff-chat", participants=[a, b], turn_limit=100_000)
+        .with_start_agent(a)
+        .add_handoff(a, [b])
+        .add_handoff(b, [a])
+        .build()
+    )
+
+
+def said_to(n: int) -> str:
+    return {50: f"to b {n:04d}", 120: f"to a {n:04d}"}.get(n, f"user {n:04d}")
+
+
+async def test_a_handoff_chat_writes_the_same_bytes_at_turn_20_and_200(tmp_path: Path) -> None:
+    """Every turn of a handoff chat carried the whole conversation in its messages and
+    rewrote it in the agents' and the coordinator's state: about 1 KB more per turn with
+    every turn, 4 GB after 600 turns of realistic messages (outside tester)."""
+    db = tmp_path / "handoff.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(build_handoff_chat)
+    run_id = await runtime.start("handoff-chat", "user 0000")
+    result = await runtime.resume(run_id)
+    seq, _ = delta_bytes(db, run_id, -1)
+    per_turn: dict[int, list[int]] = {}
+    for n in range(1, 201):
+        (asked,) = result.pending_requests
+        assert asked.data.message.endswith(f"users {n} in order True"), (n, asked.data)
+        result = await runtime.respond_and_resume(asked.request_id, {"message": said_to(n)})
+        seq, per_turn[n] = delta_bytes(db, run_id, seq)
+    await runtime.close()
+    at_20, at_200 = per_turn[20], per_turn[200]
+    assert at_20 and at_200 and len(at_20) == len(at_200), per_turn  # no snapshot on these
+    assert sum(at_200) <= sum(at_20) * 1.05 + 64, (at_20, at_200)
+
+    again = Runtime(SqliteStore(db))  # a restart: the whole history, exact
+    again.register(build_handoff_chat)
+    (asked,) = await again.pending_requests(run_id)
+    assert asked.data.agent == "a" and asked.data.message.endswith("users 201 in order True")
+    done = await again.respond_and_resume(asked.request_id, {"end": True})
+    (outcome,) = done.outputs
+    users = [m.text for m in outcome.conversation if m.role == "user" and m.text]
+    assert users == ["user 0000", *(said_to(n) for n in range(1, 201))]
+    assert [m.text for m in outcome.conversation if m.role == "assistant"][-1] == asked.data.message
+    await again.close()
+
+
+async def test_a_handoff_message_of_an_older_version_still_carries_the_conversation(
+    tmp_path: Path,
+) -> None:
+    """A run paused by a version whose turn results carried the whole conversation goes on:
+    the coordinator takes the conversation from it, and the agent, which has seen nothing yet,
+    is sent all of it."""
+    runtime = Runtime(SqliteStore(tmp_path / "old.db"))
+    runtime.register(build_handoff_chat)
+    earlier = [ChatMessage.user("user 0000"), ChatMessage.assistant("hello", "a")]
+    old = HandoffTurnResult(agent="a", conversation=earlier, turn=1)
+    paused = await runtime.run("handoff-chat", old)
+    (asked,) = paused.pending_requests
+    assert asked.data.message == "hello"
+    answered = await runtime.respond_and_resume(asked.request_id, {"message": "user 0001"})
+    (asked,) = answered.pending_requests
+    # the agent's instructions, the two earlier messages and the new one
+    assert asked.data.message == "seen 4 users 2 in order True"
+    await runtime.close()
