@@ -23,7 +23,7 @@ from ._errors import (
     UsageError,
 )
 from ._events import WorkflowEvent
-from ._identity import derive_id, is_input_delivery, step_key
+from ._identity import derive_id, idempotency_key, is_input_delivery, step_key
 from ._requests import ExternalRequest
 from ._types import Matcher, type_name
 
@@ -247,9 +247,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         step, run, branch and executor. ``<run id>:<opaque step id>``, so an outside system's
         log says which run asked."""
         scope = self._scope
-        return (
-            f"{scope.run_id}:{derive_id(scope.secret, 'effect', scope.run_id, self.step_key(name))}"
-        )
+        return idempotency_key(scope.secret, scope.run_id, self.step_key(name))
 
     async def run_once(
         self,

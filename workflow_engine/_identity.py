@@ -68,11 +68,17 @@ def derive_id(secret: str, *parts: str) -> str:
     return hmac.digest(secret.encode(), message, "sha256")[:16].hex()
 
 
+def idempotency_key(secret: str, run_id: str, step: str) -> str:
+    """The key a step hands an outside service: ``<run id>:<opaque id of the step>``."""
+    return f"{run_id}:{derive_id(secret, 'effect', run_id, step)}"
+
+
 __all__ = [
     "INPUT_SOURCE",
     "answer_send_id",
     "delivery_id",
     "derive_id",
+    "idempotency_key",
     "input_message_id",
     "is_input_delivery",
     "new_step_secret",

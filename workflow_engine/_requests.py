@@ -116,6 +116,9 @@ class InDoubtEffect(BaseModel):
     description: Any = None
     """What the step was doing, as its code described it (tool name and arguments, ...)."""
     step_key: str = ""
+    idempotency_key: str = ""
+    """The key the step handed the outside service (``ctx.idempotency_key``, a tool's
+    ``idempotency_key`` parameter): look the effect up by it there ("" in older questions)."""
     question: str = "Did this effect happen before the process stopped?"
 
 

@@ -63,7 +63,7 @@ from ._events import (
 )
 from ._executor import Executor
 from ._graph import Graph
-from ._identity import derive_id, send_id
+from ._identity import derive_id, idempotency_key, send_id
 from ._journal import InMemoryJournal, JournalStore, keeps_journal
 from ._planner import NOT_ENCODED, Envelope, Send, deliver, plan_superstep
 from ._requests import EffectResolution, ExternalRequest, InDoubtEffect
@@ -479,6 +479,7 @@ class RunLoop:
                 step=exc.step_key.rsplit("/", 1)[-1],
                 description=exc.description,
                 step_key=exc.step_key,
+                idempotency_key=idempotency_key(s.secret, s.run_id, exc.step_key),
             )
             added.append(
                 ExternalRequest(

@@ -57,6 +57,7 @@ class Ledger:
 
     def __init__(self) -> None:
         self.effects: list[str] = []
+        self.keys: list[str] = []  # the idempotency keys the effects were given
 
     def record(self, what: str) -> str:
         self.effects.append(what)
@@ -508,6 +509,7 @@ def build_in_doubt(ledger: Ledger, crash: list[bool], *, idempotent: bool) -> An
         async def pay(self, message: str, ctx: WorkflowContext[Never, str]) -> None:
             async def effect() -> str:
                 ledger.record(message)
+                ledger.keys.append(ctx.idempotency_key("pay"))
                 if crash and crash.pop():
                     raise Crash  # died after the effect, before its result was journaled
                 return f"paid:{message}"
@@ -540,6 +542,9 @@ async def test_an_effect_cut_off_mid_flight_asks_a_person(tmp_path: Path, happen
     assert isinstance(request.data, InDoubtEffect)
     assert request.data.description == {"paying": "m"} and request.data.step == "pay"
     assert request.response_type is EffectResolution
+    # what a person looks the effect up by in the outside system (it was not in the question)
+    assert request.data.idempotency_key == ledger.keys[0]
+    assert request.data.idempotency_key.startswith(f"{run_id}:")
     await again.respond(request.request_id, {"happened": happened, "result": "paid:m"})
     done = await again.resume(run_id)
     assert done.status is WorkflowRunState.IDLE, done.error
