@@ -364,6 +364,9 @@ class InMemoryRunStore:
             key=lambda r: (r.created_at, r.request_id),
         )
 
+    async def run_ids(self, prefix: str = "") -> Sequence[str]:
+        return sorted(i for i in self._runs if i.startswith(prefix))
+
     async def request_ids(self, prefix: str = "") -> Sequence[str]:
         return sorted(i for i in self._requests if i.startswith(prefix))
 

@@ -256,6 +256,12 @@ def checkpoint_info(run_id: str, row: Sequence[Any]) -> CheckpointInfo:
     )
 
 
+def run_id_of(row: Sequence[Any]) -> str:
+    """The id of a ``(run_id,)`` row, checked as ``run_record`` checks it."""
+    text: str = _text(row[0], row[0], "its run_id")
+    return text
+
+
 def request_id_of(row: Sequence[Any]) -> str:
     """The id of a ``(request_id, run_id)`` row, checked as ``stored_request`` checks it."""
     run_id = row[1] if isinstance(row[1], str) else f"<unknown: {shown(row[1])}>"

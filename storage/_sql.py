@@ -125,6 +125,7 @@ SQL_REQUEST_AND_RUN = (
     + ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
     + " FROM requests q LEFT JOIN runs r ON r.run_id = q.run_id WHERE q.request_id = ?"
 )
+SQL_RUN_IDS = "SELECT run_id FROM runs WHERE substr(run_id, 1, ?1) = ?2 ORDER BY run_id"
 SQL_REQUEST_IDS = (  # ids only: the data and answers of every request can be megabytes
     "SELECT request_id, run_id FROM requests WHERE substr(request_id, 1, ?1) = ?2 "
     "ORDER BY request_id"

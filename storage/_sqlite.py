@@ -102,6 +102,7 @@ from ._rows import (
     load_json,
     new_request_rows,
     request_id_of,
+    run_id_of,
     run_record,
     shown,
     span_row,
@@ -150,6 +151,7 @@ from ._sql import (
     SQL_REQUEST_STATUS,
     SQL_RUN,
     SQL_RUN_FOR_LEASE,
+    SQL_RUN_IDS,
     SQL_SCHEMA_VERSION,
     SQL_SET_STATUS,
     SQL_SPAN_BASE,
@@ -1334,6 +1336,12 @@ class SqliteStore:
             params.append(limit)
         rows = await self._run(self._transaction, None, _fetch_all, (text, params))
         return [run_record(r) for r in rows]
+
+    async def run_ids(self, prefix: str = "") -> Sequence[str]:
+        rows = await self._run(
+            self._transaction, None, _fetch_all, (SQL_RUN_IDS, (len(prefix), prefix))
+        )
+        return [run_id_of(row) for row in rows]
 
     # --- checkpoints ----------------------------------------------------------------------------
 

@@ -712,8 +712,14 @@ class Runtime:
     async def pending_requests(self, run_id: str | None = None) -> list[PendingRequest]:
         """The approval inbox: every pending request (of one run or all), data decoded."""
         out = []
+        requests = await self.store.list_requests(run_id, status="pending")
         runs: dict[str, RunRecord] = {}
-        for r in await self.store.list_requests(run_id, status="pending"):
+        if len({r.run_id for r in requests}) > 1:
+            # one read for the runs waiting for answers, not one per run (20,000 runs: 20,000
+            # reads); a request of a run in another state is looked up on its own below
+            waiting = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+            runs = {run.run_id: run for run in await self.store.list_runs(status=waiting)}
+        for r in requests:
             run = runs.get(r.run_id) or await self.store.get_run(r.run_id)
             runs[r.run_id] = run
             wf = self._workflows.get(run.workflow_name)

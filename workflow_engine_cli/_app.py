@@ -306,7 +306,7 @@ async def _full_run_id(runtime: Runtime, given: str) -> str:
         return (await runtime.store.get_run(given)).run_id
     except RunNotFoundError:
         pass
-    return _matched("run", given, [r.run_id for r in await runtime.list_runs()])
+    return _matched("run", given, list(await runtime.store.run_ids(given)))
 
 
 async def _full_request_id(runtime: Runtime, given: str) -> str:
@@ -751,8 +751,12 @@ def runs_list(
             if not runs:
                 print("No runs." if state is None and workflow is None else "No matching runs.")
                 return EXIT_DONE
-            every = runs if state is None and workflow is None else await runtime.list_runs()
-            short = short_ids(r.run_id for r in every)
+            every = (
+                [r.run_id for r in runs]
+                if state is None and workflow is None
+                else await runtime.store.run_ids()
+            )
+            short = short_ids(every)
             rows = [
                 [
                     short[r.run_id],
@@ -874,7 +878,7 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
                 print("No pending requests.")
                 return EXIT_DONE
             short_request = short_ids(await runtime.store.request_ids())
-            short_run = short_ids(r.run_id for r in await runtime.list_runs())
+            short_run = short_ids(await runtime.store.run_ids())
             table = [
                 [
                     short_request[row["request_id"]],

@@ -114,6 +114,8 @@ def text_problem(text: str) -> str | None:
 
 def cell_width(text: str) -> int:
     """Columns ``text`` takes on a terminal (wide East Asian characters take two)."""
+    if text.isascii():  # (a flag of the str: free) no wide or combining character then
+        return len(text)
     width = 0
     for char in text:
         if unicodedata.combining(char):
@@ -377,9 +379,8 @@ def format_table(
         [clean(c).replace("\n", " ") if free[i] else visible(c) for i, c in enumerate(row)]
         for row in rows
     ]
-    natural = [
-        max([cell_width(h), *(cell_width(row[i]) for row in cells)]) for i, h in enumerate(headers)
-    ]
+    sizes = [[cell_width(c) for c in row] for row in cells]  # each cell measured once
+    natural = [max([cell_width(h), *(row[i] for row in sizes)]) for i, h in enumerate(headers)]
     widths = list(natural)
     flexible = [i for i, h in enumerate(headers) if h in wrap]
     if width and flexible:
@@ -391,7 +392,12 @@ def format_table(
     if width and sum(widths) + 2 * (len(headers) - 1) > width:
         return _records(headers, cells, width, live)
     lines = [_table_line(list(headers), widths, "bold" if live else "", live)]
-    for row in cells:
+    for row, size in zip(cells, sizes, strict=True):
+        if all(n <= w for n, w in zip(size, widths, strict=True)) and not any(
+            c.startswith(" ") for c in row
+        ):  # the usual row: it fits as it is (what wrapping it would give)
+            lines.append(_table_line(row, widths, "", live, size))
+            continue
         wrapped = [_wrap(cell, widths[i], break_words=True) for i, cell in enumerate(row)]
         for n in range(max(len(w) for w in wrapped)):
             cells_n = [w[n] if n < len(w) else "" for w in wrapped]
@@ -432,8 +438,12 @@ def _records(headers: Sequence[str], cells: list[list[str]], width: int, live: b
     return lines
 
 
-def _table_line(cells: list[str], widths: list[int], style: str, live: bool) -> str:
-    padded = [cell + " " * (w - cell_width(cell)) for cell, w in zip(cells, widths, strict=True)]
+def _table_line(
+    cells: list[str], widths: list[int], style: str, live: bool, sizes: list[int] | None = None
+) -> str:
+    if sizes is None:
+        sizes = [cell_width(cell) for cell in cells]
+    padded = [cell + " " * (w - n) for cell, w, n in zip(cells, widths, sizes, strict=True)]
     return styled("  ".join(padded).rstrip(), style, live=live)
 
 

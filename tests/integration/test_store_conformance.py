@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 
+import anyio
 import pytest
 
 from tests.integration.workflows import Answer, stepper_workflow
 from workflow_engine import (
     AnswerOutcome,
     CheckpointNotLatestError,
+    Executor,
     LeaseLostError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
@@ -21,7 +23,11 @@ from workflow_engine import (
     StorageError,
     UnknownRequestError,
     UsageError,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
     WorkflowRunState,
+    handler,
 )
 
 pytestmark = pytest.mark.anyio
@@ -123,6 +129,78 @@ async def test_request_ids_list_every_request_by_prefix(store: RunStore) -> None
     assert first.pending_requests[0].request_id in every
     for prefix in ("%", "_", "zz", every[0][:3] + "%"):  # no pattern matching
         assert await store.request_ids(prefix) == []
+
+
+async def test_run_ids_list_every_run_by_prefix(store: RunStore) -> None:
+    rt = runtime(store)
+    first, second = await rt.run("stepper", 1), await rt.run("stepper", 1)
+    await rt.cancel(second.run_id)
+    every = sorted([first.run_id, second.run_id])
+    assert await store.run_ids() == every  # any status, sorted
+    for run_id in every:
+        assert await store.run_ids(run_id[:5]) == [i for i in every if i.startswith(run_id[:5])]
+        assert await store.run_ids(run_id) == [run_id]
+    for prefix in ("%", "_", "zz", every[0][:3] + "%"):  # no pattern matching
+        assert await store.run_ids(prefix) == []
+
+
+class Split(Executor):
+    @handler
+    async def split(self, n: int, ctx: WorkflowContext[int]) -> None:
+        await ctx.send_message(n)
+
+
+class Ask(Executor):
+    @handler
+    async def ask(self, n: int, ctx: WorkflowContext[None]) -> None:
+        await ctx.request_info(n, int)
+
+
+class Busy(Executor):
+    """Goes on for a second superstep, which waits for ``go_on``."""
+
+    def __init__(self, go_on: anyio.Event) -> None:
+        super().__init__("busy")
+        self.go_on = go_on
+
+    @handler
+    async def busy(self, n: int, ctx: WorkflowContext[int]) -> None:
+        if n == 2:  # its second superstep: the request is committed by now
+            await self.go_on.wait()
+        elif n < 2:
+            await ctx.send_message(n + 1)
+
+
+async def test_the_inbox_lists_requests_of_runs_in_any_state(store: RunStore) -> None:
+    """A run still executing can hold a pending request (another branch goes on): the inbox
+    across runs reads the waiting runs at once, and such a run on its own."""
+    go_on = anyio.Event()
+
+    def branching() -> Workflow:
+        split, ask, busy = Split("split"), Ask("ask"), Busy(go_on)
+        return (
+            WorkflowBuilder(name="branching", start=split)
+            .add_fan_out_edges(split, [ask, busy])
+            .add_edge(busy, busy)
+            .build()
+        )
+
+    rt = runtime(store)
+    rt.register(branching)
+    waiting = await rt.run("stepper", 1)
+    executing = await rt.start("branching", 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(rt.resume, executing)
+        for _ in range(500):
+            pending = await rt.pending_requests()
+            if len(pending) == 2:
+                break
+            await anyio.sleep(0.01)
+        assert (await store.get_run(executing)).status is WorkflowRunState.IN_PROGRESS
+        assert sorted((r.run_id, r.workflow_name) for r in pending) == sorted(
+            [(waiting.run_id, "stepper"), (executing, "branching")]
+        )
+        go_on.set()
 
 
 async def test_cancelled_requests_refuse_answers(store: RunStore) -> None:

@@ -51,6 +51,7 @@ STORE_CALLS = frozenset(
         "get_run",
         "get_run_and_latest",
         "list_runs",
+        "run_ids",
         "latest",
         "load",
         "history",
