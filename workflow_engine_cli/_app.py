@@ -833,7 +833,8 @@ def runs_show(
                     "values are shown as stored",
                 )
             for output in info.outputs:
-                term.line(("output: ", "green"), describe_output(output))
+                shown = _at_most(describe_output(output), MAX_SHOWN_CHARACTERS)
+                term.line(("output: ", "green"), shown)
             for request in info.pending_requests:
                 asks = type(request.data).__name__ if info.decoded else f"at {request.port_id}"
                 term.line(("waiting: ", "yellow"), f"{request.request_id} ({asks})")
@@ -898,7 +899,8 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
 
 
 MAX_SHOWN_CHARACTERS = 600
-"""The most of a request's text a line of ``requests list`` shows (``--json`` has it all)."""
+"""The most of a request's or an output's text a line of ``requests list`` or ``runs show``
+shows (``--json`` has it all)."""
 
 
 def _at_most(text: str, limit: int) -> str:

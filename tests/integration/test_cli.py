@@ -711,6 +711,19 @@ def test_requests_list_shows_the_start_of_a_long_request(cli: Cli) -> None:
     assert "point19999" in pending["what"]
 
 
+def test_runs_show_shows_the_start_of_a_long_output(cli: Cli) -> None:
+    """A run's output line is cut like an inbox line (a 4 MB conversation was printed on one
+    line, outside tester); ``--json`` has all of it."""
+    run_id = anyio.run(_long_draft, cli.db, 20_000)
+    cli.expect(0, "respond", cli.json("requests", "list")[0]["request_id"], "--approve")
+    cli.expect(0, "resume", run_id)
+    out = cli.expect(0, "runs", "show", run_id).out
+    assert "output: Published v1: A short note about point0 " in out
+    assert "point19999" not in out
+    assert "more characters: --json shows all)" in out and len(out) < 3_000
+    assert "point19999" in cli.json("runs", "show", run_id)["outputs"][0]
+
+
 def test_a_database_missing_a_table_is_refused_at_open(cli: Cli) -> None:
     anyio.run(_create_database, cli.db)
     with sqlite3.connect(cli.db) as raw:
