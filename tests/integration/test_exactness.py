@@ -525,16 +525,22 @@ def build_in_doubt(ledger: Ledger, crash: list[bool], *, idempotent: bool) -> An
     return build
 
 
-@pytest.mark.parametrize("happened", [True, False])
-async def test_an_effect_cut_off_mid_flight_asks_a_person(tmp_path: Path, happened: bool) -> None:
-    ledger, crash = Ledger(), [True]
+async def cut_off_mid_effect(tmp_path: Path, ledger: Ledger) -> tuple[Runtime, str]:
+    """A run whose process died inside its effect, then a runtime of a new process: (that
+    runtime, the run id)."""
+    crash = [True]
     db = tmp_path / "runs.db"
     runtime = open_runtime(db, build_in_doubt(ledger, crash, idempotent=False))
     run_id = await runtime.start("doubt", "m")
     await crashing(runtime.resume(run_id))
     await runtime.close()
+    return open_runtime(db, build_in_doubt(ledger, crash, idempotent=False)), run_id
 
-    again = open_runtime(db, build_in_doubt(ledger, crash, idempotent=False))
+
+@pytest.mark.parametrize("happened", [True, False])
+async def test_an_effect_cut_off_mid_flight_asks_a_person(tmp_path: Path, happened: bool) -> None:
+    ledger = Ledger()
+    again, run_id = await cut_off_mid_effect(tmp_path, ledger)
     paused = await again.resume(run_id)
     assert ledger.effects == ["m"]  # never a blind repeat
     assert paused.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
@@ -556,14 +562,8 @@ async def test_an_effect_cut_off_mid_flight_asks_a_person(tmp_path: Path, happen
 async def test_a_resolution_with_a_misspelt_result_is_refused_not_recorded_as_none(
     tmp_path: Path,
 ) -> None:
-    ledger, crash = Ledger(), [True]
-    db = tmp_path / "runs.db"
-    runtime = open_runtime(db, build_in_doubt(ledger, crash, idempotent=False))
-    run_id = await runtime.start("doubt", "m")
-    await crashing(runtime.resume(run_id))
-    await runtime.close()
-
-    again = open_runtime(db, build_in_doubt(ledger, crash, idempotent=False))
+    ledger = Ledger()
+    again, run_id = await cut_off_mid_effect(tmp_path, ledger)
     (request,) = (await again.resume(run_id)).pending_requests
     with pytest.raises(ResponseTypeError, match="results"):
         await again.respond(request.request_id, {"happened": True, "results": "paid:m"})
