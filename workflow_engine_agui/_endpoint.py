@@ -380,8 +380,8 @@ def normalize_forwarded_props(value: Any) -> dict[str, Any]:
 @dataclass
 class Turn:
     """What a request leads to once validated: the run to continue (``None``: the run was
-    cancelled; ``NOTHING_TO_DO``: a repeated resume), that run's interrupt key, and the tool
-    calls earlier requests streamed that it may report results of."""
+    cancelled; ``NOTHING_TO_DO``: a resume on a thread without a run), that run's interrupt
+    key, and the tool calls earlier requests streamed that it may report results of."""
 
     run_id: str | None
     key: str | None = None
@@ -389,8 +389,9 @@ class Turn:
     placeholder: str | None = None
     """The owner a run this request admitted was born leased to (see ``_prepare``)."""
     replay: bool = False
-    """The request that started ``run_id``, sent again (a client retrying): nothing runs; the
-    run's state is reported as it is (its interrupts, its result)."""
+    """The request that started ``run_id``, or the resume that took it to where it rests, sent
+    again (a client retrying): nothing runs; the run's state is reported as it is (its
+    interrupts, its result)."""
 
 
 _START_LEASE_SECONDS = 30.0
@@ -479,8 +480,8 @@ class AGUIService:
             translator.registry = workflow.registry
             turn = await self._prepare(runtime, workflow, run_input, resume)
             run_id = turn.run_id
-            if run_id == NOTHING_TO_DO:  # a repeated resume: already done, nothing changes
-                log.info("thread %r: a repeated resume, nothing to do", thread_id)
+            if run_id == NOTHING_TO_DO:  # a resume on a thread without a run
+                log.info("thread %r: a resume with no run to go to", thread_id)
                 yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id)
                 return
             if turn.replay and run_id is not None:
@@ -586,9 +587,18 @@ class AGUIService:
             if info.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and info.decoded:
                 pending = {interrupt_id_for(r.request_id, key): r for r in info.pending_requests}
         if resume:
-            run_id, answers = await self._resume(
+            run_id, answers, applied = await self._resume(
                 runtime, workflow, record, pending, resume, thread_id
             )
+            if applied:
+                # the resume that took a run to where it rests, sent again (a client retrying
+                # after a lost response): report that run -- its interrupts, its result -- as
+                # a repeated start does; it used to finish with nothing to say
+                assert run_id is not None
+                if run_id != current:
+                    _, checkpoint = await self.store.get_run_and_latest(run_id)
+                    key = run_key(run_id, checkpoint)
+                return Turn(run_id, key, replay=True)
             held: dict[str, HeldCall] = {}
             if run_id == current and checkpoint is not None:
                 held = held_calls(workflow, checkpoint, pending.values(), answers)
@@ -661,10 +671,11 @@ class AGUIService:
         pending: dict[str, ExternalRequest],
         resume: list[ResumeAnswer],
         thread_id: str,
-    ) -> tuple[str | None, dict[str, Any]]:
-        """Check every answer, then store them; the run to continue, and the answers stored by
-        request id. Answers to interrupts that were already answered identically are accepted
-        again (a repeated resume is harmless)."""
+    ) -> tuple[str | None, dict[str, Any], bool]:
+        """Check every answer, then store them; the run to continue, the answers stored by
+        request id, and whether they were all given and applied before (the run to report,
+        not to continue). Answers to interrupts that were already answered identically are
+        accepted again (a repeated resume is harmless)."""
         current = record.run_id if record is not None else None
         fresh = [a for a in resume if a.interrupt_id in pending]
         repeats = [
@@ -675,7 +686,7 @@ class AGUIService:
         if any(a.status == "cancelled" for a in fresh):
             assert current is not None
             await runtime.cancel(current)
-            return None, {}
+            return None, {}, False
         prepared: list[tuple[str, Any]] = []
         # repeats first: a conflicting repeat must refuse the batch before anything is stored
         for answer, stored in repeats:
@@ -702,9 +713,9 @@ class AGUIService:
             except ResponseError as exc:
                 raise AGUIError(exc.code, str(exc)) from exc
         if record is None:
-            return NOTHING_TO_DO, {}
+            return NOTHING_TO_DO, {}, False
         if pending or await self._cut_off(record):
-            return record.run_id, dict(prepared)
+            return record.run_id, dict(prepared), False
         if record.live_owner(time.time()) is not None:
             raise AGUIError(
                 "run_busy",
@@ -712,8 +723,11 @@ class AGUIService:
                 "request; the answers are stored and that execution applies them",
             )
         if record.status is WorkflowRunState.FAILED:
-            return record.run_id, dict(prepared)  # sent again: the failed superstep is retried
-        return NOTHING_TO_DO, {}
+            # sent again: the failed superstep is retried
+            return record.run_id, dict(prepared), False
+        if repeats and not fresh:
+            return repeats[0][1].run_id, {}, True
+        return NOTHING_TO_DO, {}, False
 
     async def _retried(
         self, workflow: Workflow, record: RunRecord | None, run_input: RunAgentInput
@@ -752,12 +766,13 @@ class AGUIService:
     async def _replayed(
         self, runtime: Runtime, workflow: Workflow, run_input: RunAgentInput, turn: Turn
     ) -> AsyncIterator[BaseEvent]:
-        """The end of a run this request already started: its interrupts, its result."""
+        """Where a run this request already started or resumed rests: its interrupts, its
+        result."""
         run_id = turn.run_id
         assert run_id is not None
         info = await runtime.get_run(run_id)
         thread_id, client_run_id = run_input.thread_id, run_input.run_id
-        log.info("thread %r: the request that started run %r, again", thread_id, run_id)
+        log.info("thread %r: a request already applied to run %r, again", thread_id, run_id)
         if info.status is WorkflowRunState.FAILED:
             raise AGUIError("workflow_failed", f"run {run_id} failed")
         if info.status is WorkflowRunState.CANCELLED:

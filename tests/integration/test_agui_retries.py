@@ -335,6 +335,26 @@ def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
         assert send("t2", "r3", "refund 8")[-1]["code"] == "interrupts_pending"
 
 
+def test_the_resume_that_ended_a_run_sent_again_reports_its_result(tmp_path: Path) -> None:
+    """A client retrying the resume that finished a run (its response was lost) gets the
+    run's result again, and nothing runs twice. It got a ``RUN_FINISHED`` without a result:
+    the outcome was lost for that client (outside tester)."""
+    gate, faults = threading.Event(), Faults()
+    gate.set()
+    with serving(tmp_path, gate, faults) as url:
+        question = {"id": "m", "role": "user", "content": "ship it"}
+        resume = resume_of(post(url, messages=[question]))
+        done = post(url, runId="r2", resume=resume)
+        again = post(url, runId="r2", resume=resume)
+        later = post(url, runId="r3", resume=resume)  # any client id: the same answers
+    assert done[-1]["result"]["outputs"][0]["data"] == "ship it: yes", done[-1]
+    for repeated in (again, later):
+        assert [e["type"] for e in repeated] == ["RUN_STARTED", "RUN_FINISHED"], repeated
+        assert repeated[-1]["result"] == done[-1]["result"]
+    assert not [e for e in again if e["type"] == "CUSTOM" and e["name"] == "workflow_output"]
+    assert status_of(tmp_path) is WorkflowRunState.IDLE
+
+
 def test_a_user_message_given_as_text_parts_starts_a_run_and_an_assistant_one_does_not(
     tmp_path: Path,
 ) -> None:
