@@ -300,7 +300,7 @@ class Agent:
                     idempotent=t is None or t.idempotent,
                     description={
                         "tool": call.name,
-                        "arguments": arguments,
+                        "arguments": _as_run(t, arguments),
                         "call_id": call.call_id,
                         "agent": self.name,
                     },
@@ -352,6 +352,18 @@ class Agent:
         except PydanticSerializationError:
             value = str(value)
         return FunctionResultContent(call_id=call.call_id, name=call.name, result=value)
+
+
+def _as_run(t: Tool | None, arguments: dict[str, Any]) -> Any:
+    """The arguments as the tool runs with them (validated: ``"42"`` for a float is ``42.0``),
+    for a person asked whether the call happened; as the model gave them if they do not
+    validate (the tool then runs no effect)."""
+    if t is None:
+        return arguments
+    try:
+        return to_jsonable_python(t.validate(arguments))
+    except (ToolArgumentsError, PydanticSerializationError):
+        return arguments
 
 
 def pending_batch(

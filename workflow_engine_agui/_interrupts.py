@@ -145,6 +145,8 @@ def interrupt_for(
             },
         )
     message = getattr(data, "message", None)
+    if isinstance(data, InDoubtEffect):  # the question a person answers, in words
+        message = _in_doubt_message(data)
     return Interrupt(
         id=interrupt_id,
         reason="input_required",
@@ -162,6 +164,17 @@ class ResumeAnswer:
     interrupt_id: str
     status: str
     payload: Any
+
+
+def _in_doubt_message(question: InDoubtEffect) -> str:
+    """An in-doubt effect's question, with what a person looks the effect up by."""
+    described = question.description
+    if isinstance(described, dict) and isinstance(described.get("tool"), str):
+        what = f"the call of tool {described['tool']!r}"
+    else:
+        what = f"step {question.step!r} of {question.executor_id!r}"
+    key = f" (idempotency key {question.idempotency_key})" if question.idempotency_key else ""
+    return f"{question.question} It was {what}{key}."
 
 
 def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:

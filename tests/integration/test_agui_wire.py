@@ -36,7 +36,7 @@ from workflow_engine import EffectResolution, ExternalRequest, InDoubtEffect, Ty
 from workflow_engine.executors import AgentRunUpdateEvent
 from workflow_engine_agui._endpoint import EventTranslator
 from workflow_engine_agui._http import type_label, wire_value
-from workflow_engine_agui._interrupts import held_calls
+from workflow_engine_agui._interrupts import held_calls, interrupt_for
 from workflow_engine_cli.demos.support_handoff import build_support_workflow
 
 REFUND = "I want a refund for order 12345"
@@ -446,6 +446,31 @@ def test_type_labels_are_stable_names_never_module_paths() -> None:
     assert type_label(list[Local] | None, registry).startswith("list[")
     assert "tests." not in type_label(list[Local] | None, registry)
     assert type_label(dict[str, Any], registry) == "dict[str, Any]"
+
+
+def test_an_in_doubt_interrupt_says_its_question_and_the_key_to_look_the_effect_up_by() -> None:
+    """Its message was "Input required": the question and the key were in the metadata only
+    (outside tester)."""
+    key = "support:t/0:" + "ab" * 16
+    question = InDoubtEffect(
+        executor_id="refund_agent",
+        step="tool#0",
+        description={"tool": "submit_refund", "arguments": REFUND_ARGUMENTS, "call_id": "c9"},
+        idempotency_key=key,
+    )
+    request = ExternalRequest("r1", "refund_agent", question, EffectResolution)
+    interrupt = interrupt_for(request, TypeRegistry(), "support:t/0")
+    assert interrupt.message == (
+        "Did this effect happen before the process stopped? It was the call of tool "
+        f"'submit_refund' (idempotency key {key})."
+    )
+    assert interrupt.metadata is not None
+    assert interrupt.metadata["request"]["idempotency_key"] == key
+    step = InDoubtEffect(executor_id="payer", step="pay")  # a run_once step of one's own
+    interrupt = interrupt_for(
+        ExternalRequest("r2", "payer", step, EffectResolution), TypeRegistry()
+    )
+    assert interrupt.message.endswith("It was step 'pay' of 'payer'.")
 
 
 def test_a_call_left_in_doubt_by_a_crash_is_sent_again_as_its_question_describes_it() -> None:

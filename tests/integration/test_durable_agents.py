@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,3 +146,49 @@ async def test_a_crash_inside_a_handoff_reruns_it_and_asks_no_one(tmp_path: Path
     assert type(pending.data).__name__ == "ToolApprovalRequestContent", pending.data
     assert pending.data.function_call.name == "submit_refund"
     await rt.close()
+
+
+class Crash(BaseException):
+    """The process dies (not an error the agent turns into a tool result)."""
+
+
+async def test_a_tool_call_cut_off_asks_with_the_arguments_it_ran_with_and_its_key(
+    tmp_path: Path,
+) -> None:
+    """A person asked whether a call happened sees what the tool ran with (the model's ``"42"``
+    validated to ``42.0``; the question showed ``"42"``) and the key the tool handed the outside
+    service, to look the effect up by (outside tester)."""
+    from workflow_engine import EffectResolution, InDoubtEffect, WorkflowBuilder
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+
+    ran: list[tuple[float, str]] = []
+
+    @tool
+    def pay(amount: float, idempotency_key: str) -> str:
+        """Pay an amount."""
+        ran.append((amount, idempotency_key))
+        if len(ran) == 1:
+            raise Crash
+        return "paid"
+
+    def build() -> Any:
+        model = ScriptedChatClient([Rule(user="pay", calls=[ToolCall("pay", {"amount": "42"})])])
+        payer = Agent("payer", "You pay.", model, [pay])
+        return WorkflowBuilder(name="payer", start=payer).build()
+
+    db = tmp_path / "payer.db"
+    first = Runtime(SqliteStore(db))
+    first.register(build)
+    with pytest.raises(Crash):
+        await first.run("payer", "pay please")
+    await first.close()
+
+    again = Runtime(SqliteStore(db))
+    again.register(build)
+    (run,) = await again.list_runs()
+    [asked] = (await again.resume(run.run_id)).pending_requests
+    assert isinstance(asked.data, InDoubtEffect) and asked.response_type is EffectResolution
+    assert asked.data.description["arguments"] == {"amount": 42.0}
+    assert asked.data.idempotency_key == ran[0][1]
+    assert ran == [(42.0, ran[0][1])]  # never a blind repeat
+    await again.close()

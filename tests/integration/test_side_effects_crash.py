@@ -530,9 +530,11 @@ class LedgerRun:
         call = self.workload.call_at(question["step"])
         assert call.in_doubt_after_a_crash, f"asked about {call.step}, which is idempotent"
         assert question["executor_id"] == AGENT_NAME
+        # the arguments as the tool ran with them: the model's "300" is 300.0
+        ran_with = {k: float(v) if k == "amount" else v for k, v in call.asked.items()}
         assert question["description"] == {
             "tool": call.tool,
-            "arguments": call.asked,
+            "arguments": ran_with,
             "call_id": call.call_id,
             "agent": AGENT_NAME,
         }, question
