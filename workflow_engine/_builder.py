@@ -12,6 +12,7 @@ from ._errors import (
     DuplicateExecutorError,
     EdgeTypeMismatchError,
     FanInTypeMismatchError,
+    GraphValidationError,
     MissingStartError,
     UnknownExecutorError,
     UnreachableExecutorError,
@@ -101,6 +102,8 @@ class WorkflowBuilder:
         self, source: NodeLike, target: NodeLike, condition: Predicate | None = None
     ) -> WorkflowBuilder:
         """Deliver ``source``'s messages to ``target`` (only those where ``condition`` holds)."""
+        if condition is not None:
+            _check_callable(condition, "add_edge: condition")
         self._group("single", [self._node_id(source)], [self._node_id(target)], condition=condition)
         return self
 
@@ -111,12 +114,10 @@ class WorkflowBuilder:
         selection_func: Callable[[Any, list[str]], list[str]] | None = None,
     ) -> WorkflowBuilder:
         """Deliver each message to every target (or to the ids ``selection_func`` picks)."""
-        self._group(
-            "fan_out",
-            [self._node_id(source)],
-            [self._node_id(t) for t in targets],
-            selection=selection_func,
-        )
+        if selection_func is not None:
+            _check_callable(selection_func, "add_fan_out_edges: selection_func")
+        ids = _distinct([self._node_id(t) for t in targets], "add_fan_out_edges", "target")
+        self._group("fan_out", [self._node_id(source)], ids, selection=selection_func)
         return self
 
     def add_switch_case_edge_group(
@@ -132,8 +133,11 @@ class WorkflowBuilder:
                     raise UsageError("a switch-case group takes at most one Default")
                 default = self._node_id(case.target)
             else:
+                _check_callable(case.condition, "add_switch_case_edge_group: a Case's condition")
                 preds.append(case.condition)
                 targets.append(self._node_id(case.target))
+        if not cases:
+            raise UsageError("add_switch_case_edge_group needs at least one Case or Default")
         if default is not None:
             targets.append(default)
         self._group("switch", [self._node_id(source)], targets, cases=tuple(preds))
@@ -141,7 +145,8 @@ class WorkflowBuilder:
 
     def add_fan_in_edges(self, sources: Sequence[NodeLike], target: NodeLike) -> WorkflowBuilder:
         """``target`` receives one ``list`` of messages once every source has sent."""
-        self._group("fan_in", [self._node_id(s) for s in sources], [self._node_id(target)])
+        ids = _distinct([self._node_id(s) for s in sources], "add_fan_in_edges", "source")
+        self._group("fan_in", ids, [self._node_id(target)])
         return self
 
     def add_chain(self, nodes: Sequence[NodeLike]) -> WorkflowBuilder:
@@ -173,7 +178,14 @@ class WorkflowBuilder:
             raise MissingStartError(
                 f"workflow {self.name!r} has no start executor; pass start=... to WorkflowBuilder"
             )
+        if isinstance(self._nodes.get(self._start), RequestPort):
+            raise GraphValidationError(
+                f"workflow {self.name!r} starts at request port {self._start!r}: the start node "
+                "must be an executor (its handlers take the run's input); start at an executor "
+                "that sends to the port"
+            )
         nodes = list(self._nodes.values())
+        _check_ports_lead_somewhere(self.name, self._nodes, self._groups)
         for group in self._groups:
             _check_group_types(self._nodes, group)
         _check_reachable(self.name, self._nodes, self._start, self._groups)
@@ -184,6 +196,37 @@ class WorkflowBuilder:
             extra_types=list(self._types),
             max_supersteps=self.max_supersteps,
         )
+
+
+def _check_callable(value: Any, what: str) -> None:
+    if not callable(value):
+        raise UsageError(f"{what} must be callable, not {type(value).__name__} ({value!r})")
+
+
+def _distinct(ids: list[str], method: str, role: str) -> list[str]:
+    """``ids`` if no id is named twice (a fan-in listing a source twice delivered each of its
+    messages once per listing, squared)."""
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise UsageError(f"{method}: {role} {', '.join(map(repr, twice))} is named more than once")
+    if not ids:
+        raise UsageError(f"{method} needs at least one {role}")
+    return ids
+
+
+def _check_ports_lead_somewhere(
+    name: str, nodes: dict[str, Node], groups: Sequence[EdgeGroup]
+) -> None:
+    """A request port sends each answer it gets to its successors: one without any would take
+    a person's answer and then fail the run, which could not go on."""
+    sources = {s for g in groups for s in g.sources}
+    for node_id, node in nodes.items():
+        if isinstance(node, RequestPort) and node_id not in sources:
+            raise GraphValidationError(
+                f"workflow {name!r}: request port {node_id!r} has no outgoing edge, so the "
+                "answers it gets would have nowhere to go; add an edge from it to the executor "
+                "that handles them"
+            )
 
 
 def _same_agent_host(a: Node, b: Node) -> bool:

@@ -299,7 +299,7 @@ class TaggedJsonCodec:
             and _PRIMITIVES.issuperset(map(type, encoded.values()))
             and not any(k.startswith("$") for k in encoded)
         ):
-            self.decode(encoded)
+            read_back(self, encoded, at)
         return encoded
 
     def copy(self, value: Any) -> Any:
@@ -770,6 +770,28 @@ _MARKERS: dict[str, Callable[[TaggedJsonCodec, dict[str, Any], int], Any]] = {
 }
 
 
+def read_back(codec: JsonCodec, encoded: JSONValue, at: str = "value") -> Any:
+    """Decode what was just encoded -- the proof that a value about to be stored (or sent)
+    is readable. Failing, it is the value given that is at fault, not stored data: a
+    ``SerializationError`` saying so, not a ``CorruptValueError``."""
+    try:
+        return codec.decode(encoded)
+    except CorruptValueError as exc:
+        said = str(exc).replace("cannot decode ", "", 1).replace("stored ", "", 1)
+        raise SerializationError(
+            f"cannot store {at}: it would not read back ({said}); a model built with "
+            "model_construct or changed after validation can hold values its fields do not "
+            "allow"
+        ) from exc
+
+
+def snapshot(codec: JsonCodec, value: Any) -> tuple[Any, JSONValue]:
+    """``value``'s encoding and the copy a receiver gets (decoded from it, so proven
+    readable)."""
+    encoded = codec.encode(value)
+    return read_back(codec, encoded), encoded
+
+
 def encode_checked(codec: JsonCodec, value: Any) -> JSONValue:
     """Encode ``value`` and prove it decodes -- what is stored must be readable (cheaply,
     when the codec knows how: ``TaggedJsonCodec.encode_checked``)."""
@@ -777,7 +799,7 @@ def encode_checked(codec: JsonCodec, value: Any) -> JSONValue:
     if checked is not None:
         return checked(value)
     encoded = codec.encode(value)
-    codec.decode(encoded)
+    read_back(codec, encoded)
     return encoded
 
 

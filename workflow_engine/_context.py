@@ -14,12 +14,20 @@ from typing import TYPE_CHECKING, Any, Generic, Never, overload
 import anyio
 from typing_extensions import TypeVar
 
-from ._codec import _PRIMITIVES, TaggedJsonCodec, decode_stored, encode_checked, require_text
+from ._codec import (
+    _PRIMITIVES,
+    TaggedJsonCodec,
+    decode_stored,
+    encode_checked,
+    require_text,
+    snapshot,
+)
 from ._errors import (
     DefinitionError,
     EffectInDoubtError,
     UndeclaredOutputError,
     UnknownTargetError,
+    UnregisteredTypeError,
     UsageError,
 )
 from ._events import WorkflowEvent
@@ -122,6 +130,7 @@ class StepScope:
     """Per-superstep facts every context shares (read-only for handlers)."""
 
     __slots__ = (
+        "answer_type_known",
         "codec",
         "flat_shared",
         "journal",
@@ -146,6 +155,7 @@ class StepScope:
         secret: str = "",
         lease_guard: Callable[[], Awaitable[None]] | None = None,
         flat_shared: dict[str, Any] | None = None,
+        answer_type_known: Callable[[Any], bool] | None = None,
     ) -> None:
         self.run_id = run_id
         self.superstep = superstep
@@ -157,6 +167,9 @@ class StepScope:
         self.secret = secret  # the run's step secret (derives request ids, idempotency keys)
         self.lease_guard = lease_guard
         """Raises ``LeaseLostError`` unless this worker still holds the run (durable runs)."""
+        self.answer_type_known = answer_type_known
+        """Whether the workflow can name a response type in a stored request and read it back
+        (``request_info`` refuses one it cannot: that answer could never be accepted)."""
         self.flat_shared = {} if flat_shared is None else flat_shared
         """Shared keys whose committed encoding (that very object) is a list of JSON
         primitives: decoding it is a plain copy (``RunState.shared_flat``)."""
@@ -343,8 +356,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 "successors in the graph"
             )
         # snapshot now: the sender may change the object after sending it
-        encoded = self._scope.codec.encode(message)
-        self._step.sent.append((self._scope.codec.decode(encoded), target_id, encoded))
+        copy, encoded = snapshot(self._scope.codec, message)
+        self._step.sent.append((copy, target_id, encoded))
 
     async def yield_output(self, output: TWorkflowOut) -> None:
         """Publish a workflow output: kept in the run's outputs, and streamed as a
@@ -356,8 +369,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 f"handler {self._handler_name} does not declare as workflow output"
             )
         # snapshot now: what the event shows is what is stored, whatever happens to ``output``
-        encoded = self._scope.codec.encode(output)
-        copy = self._scope.codec.decode(encoded)
+        copy, encoded = snapshot(self._scope.codec, output)
         self._step.outputs.append((copy, encoded))
 
     async def add_event(self, event: WorkflowEvent) -> None:
@@ -511,11 +523,20 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """
         step = self._step
         scope = self._scope
+        known = scope.answer_type_known
+        if known is not None and not known(response_type):
+            raise UnregisteredTypeError(
+                f"request_info in executor {step.executor_id!r}: the answer type "
+                f"{type_name(response_type)} appears in no annotation of this workflow, so a "
+                "stored request could not name it and its answer could never be accepted; "
+                "annotate the answer parameter of a @response_handler with it, or call "
+                "WorkflowBuilder.register_types for it"
+            )
         name = self.step_key(self.next_step_name("request"))
         request = ExternalRequest(
             request_id=derive_id(scope.secret, "request", scope.run_id, name),
             port_id=step.executor_id,
-            data=scope.codec.decode(scope.codec.encode(request_data)),  # a checked snapshot
+            data=snapshot(scope.codec, request_data)[0],  # a checked copy
             response_type=response_type,
             source_executor_id=step.executor_id,
             superstep=scope.superstep,

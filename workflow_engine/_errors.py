@@ -14,6 +14,7 @@ A paused run is not an error: it is a status.
     │   └── FanInTypeMismatchError
     ├── ExecutionError                  something went wrong while a run executed
     │   ├── MessageNotHandledError
+    │   ├── EdgeConditionError          an edge's condition raised
     │   ├── UndeclaredOutputError
     │   ├── UnknownTargetError
     │   ├── RunNotResumableError
@@ -95,12 +96,21 @@ class ExecutionError(WorkflowError):
     """A run could not proceed as the graph describes."""
 
     code = "execution_error"
+    executor_id: str | None = None
+    """The executor whose message (or handler) it was, where one is to blame."""
 
 
 class MessageNotHandledError(ExecutionError):
     """A message reached (or would reach) an executor with no handler for its type."""
 
     code = "message_not_handled"
+
+
+class EdgeConditionError(ExecutionError):
+    """An edge's condition (or a switch case's, or a fan-out's selection) raised: the error
+    names the edge; the condition's own exception is its ``__cause__``."""
+
+    code = "edge_condition_failed"
 
 
 class UndeclaredOutputError(ExecutionError):

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import MessageNotHandledError
+from ._errors import EdgeConditionError, MessageNotHandledError
 from ._graph import EdgeGroup, Graph
 from ._requests import ExternalRequest, RequestPort
 from ._types import type_name
@@ -94,7 +94,15 @@ def targets_for(graph: Graph, send: Send, verdicts: Verdicts) -> list[tuple[Edge
         elif kind == "fan_out":
             chosen = list(g.targets)
             if g.selection is not None:
-                picked = g.selection(send.data, chosen)
+                try:
+                    picked = g.selection(send.data, chosen)
+                except Exception as exc:
+                    error = EdgeConditionError(
+                        f"the selection of the fan-out {send.source_id!r} → "
+                        f"{', '.join(map(repr, g.targets))} raised {type(exc).__name__}: {exc}"
+                    )
+                    error.executor_id = send.source_id
+                    raise error from exc
                 chosen = [t for t in g.targets if t in picked]
             out.extend((g, t) for t in chosen)
         elif kind == "switch":
@@ -113,6 +121,12 @@ def accepts(graph: Graph, target_id: str, message: Any) -> bool:
     if isinstance(node, RequestPort):
         return node.can_handle(message)
     return node.find_handler(message) is not None
+
+
+def _not_handled(send: Send, message: str) -> MessageNotHandledError:
+    error = MessageNotHandledError(message)
+    error.executor_id = send.source_id
+    return error
 
 
 def deliver(
@@ -135,9 +149,10 @@ def deliver(
         candidates = targets_for(graph, send, verdict)
         if not candidates:
             if not graph.outgoing.get(send.source_id):
-                raise MessageNotHandledError(
+                raise _not_handled(
+                    send,
                     f"{send.source_id!r} sent {type_name(type(send.data))} but has no outgoing "
-                    "edges"
+                    "edges",
                 )
             continue  # conditions routed it nowhere: the graph's decision, not a drop
         delivered = False
@@ -160,9 +175,10 @@ def deliver(
                 result.inbox.append(env)
         if not delivered:
             names = ", ".join(repr(t) for _, t in candidates)
-            raise MessageNotHandledError(
+            raise _not_handled(
+                send,
                 f"{send.source_id!r} sent {type_name(type(send.data))}, which none of its targets "
-                f"({names}) can handle"
+                f"({names}) can handle",
             )
     for group, last_send in touched_fan_in.values():
         buf = result.fan_in[group.id]

@@ -42,6 +42,7 @@ from ._codec import JsonCodec, starts_with
 from ._context import ExecutorStep, StepScope, WorkflowContext
 from ._errors import (
     CheckpointStoreError,
+    EdgeConditionError,
     EffectInDoubtError,
     LeaseLostError,
     StoreCorruptError,
@@ -62,7 +63,7 @@ from ._events import (
     WorkflowStatusEvent,
 )
 from ._executor import Executor
-from ._graph import Graph
+from ._graph import EdgeGroup, Graph
 from ._identity import derive_id, idempotency_key, send_id
 from ._journal import InMemoryJournal, JournalStore, keeps_journal
 from ._planner import NOT_ENCODED, Envelope, Send, deliver, plan_superstep
@@ -80,6 +81,8 @@ class RunnableWorkflow(Protocol):
     fallback_journal: InMemoryJournal
 
     def stored_type_name(self, annotation: Any) -> str: ...
+
+    def knows_answer_type(self, annotation: Any) -> bool: ...
 
 
 Emit = Callable[[WorkflowEvent], None]
@@ -398,6 +401,7 @@ class RunLoop:
             s.secret,
             getattr(self.store, "ensure_held", None),
             s.shared_flat,
+            self.workflow.knows_answer_type,
         )
         steps: list[ExecutorStep] = []
         failures: list[tuple[str, BaseException]] = []
@@ -443,7 +447,9 @@ class RunLoop:
         try:
             new_requests, changes = await self._barrier(number, steps)
         except Exception as exc:
-            self.fail(exc)
+            # routing: the executor whose message it was, where the error says (a condition,
+            # a message no successor takes)
+            self.fail(exc, getattr(exc, "executor_id", None))
             return False
         await self.commit(changes)
         # what the commit recorded is published only now: a failed commit publishes none of it
@@ -666,10 +672,13 @@ class RunLoop:
             groups = conditional.get(send.source_id)
             verdict: dict[str, Any] = {}
             for g in groups or ():
-                if g.kind == "single":
-                    verdict[g.id] = bool(await _call(g.condition, send.data))
-                else:
-                    verdict[g.id] = await _choose_case(g.cases, len(g.targets), send.data)
+                try:
+                    if g.kind == "single":
+                        verdict[g.id] = bool(await _call(g.condition, send.data))
+                    else:
+                        verdict[g.id] = await _choose_case(g.cases, len(g.targets), send.data)
+                except Exception as exc:
+                    raise _condition_failed(g, send.source_id, exc) from exc
             verdicts.append(verdict)
         return deliver(self.graph, sends, verdicts, fan_in)
 
@@ -761,6 +770,16 @@ def request_record(
         response_type=name_of(request.response_type),
         superstep=request.superstep,
     )
+
+
+def _condition_failed(group: EdgeGroup, source_id: str, exc: Exception) -> EdgeConditionError:
+    what = "condition" if group.kind == "single" else "switch-case conditions"
+    targets = ", ".join(repr(t) for t in group.targets)
+    error = EdgeConditionError(
+        f"the {what} of the edge {source_id!r} → {targets} raised {type(exc).__name__}: {exc}"
+    )
+    error.executor_id = source_id
+    return error
 
 
 async def _call(predicate: Any, message: Any) -> Any:

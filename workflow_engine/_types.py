@@ -87,7 +87,7 @@ def build_matcher(tp: Any) -> Matcher:
             isinstance(value, dict) and all(key(k) and val(v) for k, v in value.items())
         )
     if origin is tuple:
-        return lambda value: isinstance(value, tuple)
+        return _tuple_matcher(get_args(tp))
     if origin is not None and isinstance(origin, type):
         return lambda value: isinstance(value, origin)
     if tp is int:
@@ -98,6 +98,25 @@ def build_matcher(tp: Any) -> Matcher:
     if isinstance(tp, type):
         return lambda value: isinstance(value, tp)
     raise DefinitionError(f"unsupported annotation {tp!r}")
+
+
+def _tuple_matcher(args: tuple[Any, ...]) -> Matcher:
+    """``tuple[int, str]`` (that many items, each its type), ``tuple[int, ...]`` (any number of
+    ints), ``tuple[()]`` (empty); a bare ``tuple`` takes any tuple."""
+    if not args:
+        return lambda value: isinstance(value, tuple)
+    if args == ((),):
+        return lambda value: isinstance(value, tuple) and not value
+    if len(args) == 2 and args[1] is Ellipsis:
+        item = build_matcher(args[0])
+        return lambda value: isinstance(value, tuple) and all(item(v) for v in value)
+    items = [build_matcher(a) for a in args]
+    n = len(items)
+    return lambda value: (
+        isinstance(value, tuple)
+        and len(value) == n
+        and all(m(v) for m, v in zip(items, value, strict=True))
+    )
 
 
 def is_assignable(source: Any, target: Any) -> bool:
@@ -134,6 +153,8 @@ def is_assignable(source: Any, target: Any) -> bool:
         return all(is_assignable(a, b) for a, b in zip(s_args, t_args, strict=True))
     if target is float and source is int:
         return True
+    if source is bool and target in (int, float):
+        return False  # as at run time: a handler of int or float is not given True
     return isinstance(source, type) and isinstance(target, type) and issubclass(source, target)
 
 

@@ -21,6 +21,7 @@ from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored, is_
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotLatestError,
+    DefinitionError,
     MessageNotHandledError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
@@ -50,7 +51,7 @@ from ._identity import (
     new_step_secret,
 )
 from ._journal import InMemoryJournal
-from ._planner import Envelope, Send
+from ._planner import Envelope, Send, accepts
 from ._pump import EventPump
 from ._registry import display_name
 from ._requests import (
@@ -195,7 +196,7 @@ class Workflow:
         seen: list[Any] = []
         # explicit names first: they settle clashes between classes the annotations name
         for cls, tag in extra_types:
-            self.registry.register(cls, tag)
+            self._register(cls, tag)
             seen.append(cls)
         for node in graph.nodes.values():
             for annotation in _node_annotations(node):
@@ -265,9 +266,32 @@ class Workflow:
     def register_types(self, *types: type) -> Workflow:
         """Allow more classes in state and messages (same as ``WorkflowBuilder.register_types``)."""
         for t in types:
-            self.registry.register(t)
+            self._register(t)
             self._name_annotation(t)
         return self
+
+    def _register(self, cls: type, tag: str | None = None) -> None:
+        """``register_types``: a class pydantic cannot describe is refused by name (it raised
+        pydantic's own schema error)."""
+        try:
+            self.registry.register(cls, tag)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            said = str(exc).strip()
+            first = said.splitlines()[0].split(". ")[0] if said else type(exc).__name__
+            raise DefinitionError(
+                f"workflow {self.name!r}: register_types({type_name(cls)}): its values cannot be "
+                f"stored as JSON, pydantic has no schema for it ({first}); convert them to a "
+                "type it knows (bytes for a bytearray, str for a path) or to a model"
+            ) from exc
+
+    def knows_answer_type(self, annotation: Any) -> bool:
+        """Whether a request may expect answers of ``annotation``: its stored name reads back."""
+        try:
+            return self.declares_type(self.stored_type_name(annotation))
+        except SerializationError:
+            return False
 
     def declares_type(self, name: str) -> bool:
         """Whether ``name`` (a stored type name) is one this workflow declares."""
@@ -720,11 +744,32 @@ class Workflow:
                 raise
             except (ValueError, TypeError) as exc:
                 raise ResponseTypeError(f"run {run_id!r}, request {request_id!r}: {exc}") from exc
+        node = self.graph.nodes.get(port_id)
+        if isinstance(node, RequestPort):
+            self._check_deliverable(run_id, request_id, node, value)
         try:
             self.codec.encode(value)  # storable (e.g. its text is valid Unicode)
         except SerializationError as exc:
             raise ResponseTypeError(f"run {run_id!r}, request {request_id!r}: {exc}") from exc
         return value
+
+    def _check_deliverable(
+        self, run_id: str, request_id: str, port: RequestPort, value: Any
+    ) -> None:
+        """A port sends an answer on to its successors: one none of them takes is refused now,
+        before a person's answer is stored, not when the run goes on (where it failed the run:
+        a port answering ``int | str`` into a handler of ``int`` only, say)."""
+        groups = self.graph.outgoing.get(port.id, ())
+        if any(g.kind == "fan_in" for g in groups):
+            return  # the list it joins is checked when it is complete
+        targets = [t for g in groups for t in g.targets]
+        if any(accepts(self.graph, t, value) for t in targets):
+            return
+        raise ResponseTypeError(
+            f"run {run_id!r}, request {request_id!r}: port {port.id!r} sends its answers to "
+            f"{', '.join(map(repr, targets))}, and none of them takes "
+            f"{display_name(type(value), self.registry)}"
+        )
 
     def coerce_response(self, run_id: str, request_id: str, expected: Any, data: Any) -> Any:
         """Validate an answer against the expected type; JSON-shaped data is validated strictly."""

@@ -67,7 +67,10 @@ def build_ask() -> Any:
 
     start = Start("start")
     ask = RequestPort("ask", request_type=str, response_type=str)
-    return WorkflowBuilder(name="ask", start=start).add_edge(start, ask).build()
+    # (its answers go back to the start: a port needs somewhere to send them)
+    return (
+        WorkflowBuilder(name="ask", start=start).add_edge(start, ask).add_edge(ask, start).build()
+    )
 
 
 async def test_fork_defaults_to_the_latest_checkpoint_and_run_ids_are_unique(
@@ -195,7 +198,12 @@ class SlowLast(Executor):
 def build_slow_last() -> Any:
     slow = SlowLast("slow")
     ask = RequestPort("ask", request_type=str, response_type=str)
-    return WorkflowBuilder(name="slow-last", start=slow).add_edge(slow, ask).build()
+    return (
+        WorkflowBuilder(name="slow-last", start=slow)
+        .add_edge(slow, ask)
+        .add_edge(ask, slow)
+        .build()
+    )
 
 
 @pytest.mark.parametrize("then", ["ask", "finish"])

@@ -8,6 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from workflow_engine import (
+    Case,
     DuplicateExecutorError,
     EdgeTypeMismatchError,
     Executor,
@@ -17,6 +18,7 @@ from workflow_engine import (
     RequestPort,
     UnknownExecutorError,
     UnreachableExecutorError,
+    UsageError,
     WorkflowBuilder,
     WorkflowContext,
     handler,
@@ -98,6 +100,83 @@ def test_fan_in_target_must_take_a_list() -> None:
     a, b = Counter("a"), Counter("b")
     with pytest.raises(FanInTypeMismatchError, match="give it a handler for list"):
         WorkflowBuilder(start=a).add_edge(a, b).add_fan_in_edges([a, b], Counter("c")).build()
+
+
+def test_a_port_that_starts_the_workflow_or_leads_nowhere_is_refused_at_build() -> None:
+    """Both built, then failed at run time: a port as the start raised a bare AssertionError,
+    and a port without an outgoing edge took a person's answer and then left the run stuck
+    in progress (outside tester)."""
+    port = RequestPort("ask", request_type=int, response_type=str)
+    with pytest.raises(GraphValidationError, match="starts at request port 'ask'"):
+        WorkflowBuilder(start=port).add_edge(port, Texter("t")).build()
+    with pytest.raises(GraphValidationError, match="request port 'ask' has no outgoing edge"):
+        WorkflowBuilder(name="w", start=Counter("a")).add_edge("a", port).build()
+
+
+def test_a_node_named_twice_in_one_fan_in_or_fan_out_is_refused() -> None:
+    """A fan-in listing a source twice delivered each of its messages squared (outside
+    tester)."""
+    a = Counter("a")
+    with pytest.raises(UsageError, match="source 'a' is named more than once"):
+        WorkflowBuilder(start=a).add_fan_in_edges([a, "a"], Collector("c"))
+    with pytest.raises(UsageError, match="target 'b' is named more than once"):
+        WorkflowBuilder(start=a).add_fan_out_edges(a, [Counter("b"), "b"])
+    with pytest.raises(UsageError, match="at least one source"):
+        WorkflowBuilder(start=a).add_fan_in_edges([], Collector("c"))
+
+
+def test_conditions_must_be_callable_and_a_switch_needs_a_case() -> None:
+    """``condition=42`` built, and failed the run with "'int' object is not callable"."""
+    a = Counter("a")
+    with pytest.raises(UsageError, match="add_edge: condition must be callable, not int"):
+        WorkflowBuilder(start=a).add_edge(a, Counter("b"), condition=42)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="selection_func must be callable"):
+        WorkflowBuilder(start=a).add_fan_out_edges(a, [Counter("b")], "b")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="a Case's condition must be callable"):
+        WorkflowBuilder(start=a).add_switch_case_edge_group(a, [Case(True, Counter("b"))])  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="needs at least one Case or Default"):
+        WorkflowBuilder(start=a).add_switch_case_edge_group(a, [])
+
+
+class Flag(Executor):
+    @handler
+    async def flag(self, n: int, ctx: WorkflowContext[bool]) -> None: ...
+
+
+def test_a_bool_cannot_go_where_an_int_or_float_is_taken_at_build_as_at_run_time() -> None:
+    """The build let ``bool`` into a handler of ``int`` (bool is an int subclass); at run time
+    such a handler is never given True, so the run failed (outside tester)."""
+    with pytest.raises(EdgeTypeMismatchError, match="'f' sends bool but 'n' accepts int"):
+        WorkflowBuilder(start=Flag("f")).add_edge("f", Counter("n")).build()
+
+
+class Pair(Executor):
+    @handler
+    async def pair(self, p: tuple[int, int], ctx: WorkflowContext[Never, int]) -> None:
+        await ctx.yield_output(p[0] + p[1])
+
+
+@pytest.mark.anyio
+async def test_a_tuple_handler_takes_only_tuples_of_its_shape() -> None:
+    """``tuple[int, int]`` took ``("a", "b")``, ``(1, 2, 3)`` and ``()`` (list items were
+    checked, tuple items were not)."""
+    from workflow_engine import MessageNotHandledError
+
+    wf = WorkflowBuilder(start=Pair("p")).build()
+    assert (await wf.run((1, 2))).outputs == [3]
+    for wrong in (("a", "b"), (1, 2, 3), (), (1, True)):
+        with pytest.raises(MessageNotHandledError):
+            await wf.run(wrong)
+
+
+def test_a_type_pydantic_cannot_describe_is_refused_by_name_at_build() -> None:
+    """``register_types(bytearray)`` raised pydantic's own schema error, with its advice to set
+    ``arbitrary_types_allowed`` (outside tester)."""
+    from workflow_engine import DefinitionError
+
+    with pytest.raises(DefinitionError, match=r"workflow 'w': register_types\(bytearray\)") as e:
+        WorkflowBuilder(name="w", start=Counter("a")).register_types(bytearray).build()
+    assert "arbitrary_types_allowed" not in str(e.value)
 
 
 def test_loops_are_legal() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Never
+from typing import Any, Never
 
 import anyio
 import pytest
@@ -274,6 +274,104 @@ async def test_undeclared_output_and_unknown_target_fail_the_run_with_clear_erro
         result = await wf.run(1)
         assert result.status is WorkflowRunState.FAILED
         assert result.error is not None and result.error.error_type == error.__name__
+
+
+class Passer(Executor):
+    @handler
+    async def go(self, n: int, ctx: WorkflowContext[int]) -> None:
+        await ctx.send_message(n)
+
+
+async def test_a_failing_edge_condition_names_the_edge_and_the_executor() -> None:
+    """It failed the run with the condition's bare ``ZeroDivisionError`` and no executor
+    (outside tester)."""
+    node = Passer("p")
+    wf = WorkflowBuilder(start=node).add_edge(node, echo, condition=lambda n: 1 / 0).build()
+    result = await wf.run(1)
+    assert result.status is WorkflowRunState.FAILED and result.error is not None
+    assert result.error.error_type == "EdgeConditionError"
+    assert result.error.code == "edge_condition_failed" and result.error.executor_id == "p"
+    assert result.error.message == (
+        "the condition of the edge 'p' → 'echo' raised ZeroDivisionError: division by zero"
+    )
+    choose = lambda n, targets: [][0]  # noqa: E731
+    wf = WorkflowBuilder(start=node).add_fan_out_edges(node, [echo], choose).build()
+    failed = await wf.run(1)
+    assert failed.error is not None and failed.error.executor_id == "p"
+    assert "the selection of the fan-out 'p' → 'echo' raised IndexError" in failed.error.message
+
+
+async def test_a_message_no_successor_takes_names_the_executor_that_sent_it() -> None:
+    class Mixed(Executor):
+        @handler
+        async def go(self, n: int, ctx: WorkflowContext[int | str]) -> None:
+            await ctx.send_message("text")
+
+    node = Mixed("m")
+    result = await WorkflowBuilder(start=node).add_edge(node, echo).build().run(1)
+    assert result.error is not None and result.error.error_type == "MessageNotHandledError"
+    assert result.error.executor_id == "m"
+
+
+async def test_an_answer_no_successor_of_its_port_takes_is_refused_before_it_is_stored() -> None:
+    """A port answering ``int | str`` into a handler of ``int`` only: "x" was accepted, then the
+    run failed when it went on (and stayed in progress in a durable store)."""
+    port = RequestPort("ask", request_type=int, response_type=int | str)
+    wf = WorkflowBuilder(start=Passer("p")).add_edge("p", port).add_edge(port, echo).build()
+    paused = await wf.run(1)
+    (request,) = paused.pending_requests
+    with pytest.raises(ResponseTypeError, match="port 'ask' sends its answers to 'echo'.*str"):
+        await wf.run(checkpoint=paused.checkpoint, responses={request.request_id: "x"})
+    done = await wf.run(checkpoint=paused.checkpoint, responses={request.request_id: 5})
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [5]
+
+
+class Secret(BaseModel):
+    code: int
+
+
+@executor(id="echo_secret")
+async def echo_secret(secret: Secret, ctx: WorkflowContext[Never, Secret]) -> None:
+    await ctx.yield_output(secret)
+
+
+class AsksForSecret(Executor):
+    @handler
+    async def ask(self, m: str, ctx: WorkflowContext[Never, Any]) -> None:
+        await ctx.request_info(m, Secret)
+
+    @response_handler
+    async def got(self, q: str, answer: Any, ctx: WorkflowContext[Never, Any]) -> None:
+        await ctx.yield_output(answer)
+
+
+async def test_request_info_refuses_an_answer_type_the_workflow_cannot_read_back() -> None:
+    """It asked a person, then refused every answer as if the checkpoint were corrupt or the
+    graph had changed (outside tester). Registered, the type is fine."""
+    failed = await WorkflowBuilder(start=AsksForSecret("a")).build().run("x")
+    assert failed.status is WorkflowRunState.FAILED and failed.pending_requests == []
+    assert failed.error is not None and failed.error.error_type == "UnregisteredTypeError"
+    assert failed.error.executor_id == "a" and "register_types" in failed.error.message
+    wf = WorkflowBuilder(start=AsksForSecret("a")).register_types(Secret).build()
+    paused = await wf.run("x")
+    (request,) = paused.pending_requests
+    done = await wf.run(checkpoint=paused.checkpoint, responses={request.request_id: {"code": 1}})
+    assert done.outputs == [Secret(code=1)]
+
+
+async def test_a_model_that_does_not_validate_is_refused_as_the_senders_not_as_corrupt() -> None:
+    """A model built with ``model_construct`` from a wrong value was reported as corrupt stored
+    data (``CorruptValueError``); it is the value given that cannot be stored."""
+
+    class Sends(Executor):
+        @handler
+        async def go(self, m: str, ctx: WorkflowContext[Secret]) -> None:
+            await ctx.send_message(Secret.model_construct(code="not an int"))
+
+    result = await WorkflowBuilder(start=Sends("s")).add_edge("s", echo_secret).build().run("x")
+    assert result.error is not None and result.error.error_type == "SerializationError"
+    assert result.error.message.startswith("cannot store value: it would not read back")
+    assert "model_construct" in result.error.message and result.error.executor_id == "s"
 
 
 async def test_start_message_of_the_wrong_type_is_refused_before_admission() -> None:
