@@ -103,6 +103,65 @@ def us(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} µs"
 
 
+HANDOFF = "w6-handoff"
+
+
+def build_handoff_chat() -> Workflow:
+    """The same chat as a handoff between two agents (``HandoffBuilder``): each acknowledges
+    the newest message, and a user message starting "to <other>" hands the conversation over."""
+    from workflow_engine.executors import HandoffBuilder, Rule, ScriptedChatClient, ToolCall
+
+    def agent(name: str, other: str) -> Agent:
+        rules = [
+            Rule(user=rf"^to {other}\b", calls=[ToolCall(f"handoff_to_{other}", {})]),
+            Rule(reply=lambda messages: acknowledge(messages)),
+        ]
+        return Agent(name, client=ScriptedChatClient(rules))
+
+    a, b = agent("a", "b"), agent("b", "a")
+    builder = HandoffBuilder(name=HANDOFF, participants=[a, b], turn_limit=1_000_000)
+    return builder.add_handoff(a, [b]).add_handoff(b, [a]).with_start_agent(a).build()
+
+
+def acknowledge(messages: Sequence[ChatMessage]) -> str:
+    """What the handoff chat's agents say: the order number of the newest user message (after
+    a handoff, the newest message is the handoff's result)."""
+    said = next(m.text for m in reversed(messages) if m.role == "user" and m.text)
+    return f"Noted order {said.split('order number is ')[-1].split()[0]}. Anything else?"
+
+
+def handoff_message(turn: int) -> str:
+    """Every 100 turns (at 50, 150, ...) a message hands the chat to the other agent, which
+    then catches up on the messages since it last spoke (the turns reported are not those)."""
+    text = user_message(turn)
+    return f"to {'a' if turn // 100 % 2 else 'b'} {text}" if turn % 100 == 50 else text
+
+
+async def handoff_bytes(tmp: Path, turns: int) -> None:
+    """Bytes of checkpoint rows per turn of a handoff chat, at turn 10, 100 and ``turns``: flat
+    when a turn writes only its new messages (it used to grow with the turn number)."""
+    db = tmp / "w6-handoff.db"
+    runtime = Runtime(await open_store(db))
+    runtime.register(build_handoff_chat())
+    run_id = await runtime.start(HANDOFF, user_message(0))
+    result = await runtime.resume(run_id)
+    rows = Rows(db, run_id)
+    seq, _, _ = rows.checkpoints_after(-1)
+    marks = sorted({k for k in (10, 100, 1000) if k <= turns} | {turns})
+    figures = []
+    for n in range(1, turns + 1):
+        (asked,) = result.pending_requests
+        result = await runtime.respond_and_resume(asked.request_id, {"message": handoff_message(n)})
+        seq, body, kinds = rows.checkpoints_after(seq)
+        if n in marks:
+            figures.append(f"turn {n}: {body:,} B ({'+'.join(kinds)})")
+    await runtime.close()
+    print(
+        "W6 the same chat as a handoff between two agents (a handoff every 100 turns), "
+        "checkpoint rows of a turn: " + ", ".join(figures)
+    )
+
+
 # --- row sizes ------------------------------------------------------------------------------------
 
 
@@ -390,6 +449,7 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
             f"W6 resume at turn {turns} in-process (median of {repeats}): {ms(med(warm))} "
             f"[{ms(min(warm))}-{ms(max(warm))}]"
         )
+        await handoff_bytes(tmp, turns)
         print("  targets: per-turn bytes flat in the turn number; resume at 1,000 turns ≤ 5 ms")
         if profile:
             out = run_child(db, run_id, request_id, first, profile=True)
