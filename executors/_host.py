@@ -172,8 +172,16 @@ class AgentHostExecutor(Executor):
     async def on_agent_response(
         self, response: AgentResponse, ctx: WorkflowContext[AgentResponse, AgentResponse]
     ) -> None:
-        """Another agent handed over: continue its conversation."""
-        await ctx.set_state("conversation", list(response.conversation))
+        """Another agent handed over: continue its conversation. When what this host holds is
+        the start of it (an agent it answered before, in a loop), only the rest is written."""
+        incoming = response.conversation
+        held = await self._conversation(ctx)
+        n = len(held)
+        if 0 < n <= len(incoming) and all(held[i] == incoming[i] for i in range(n)):
+            if n < len(incoming):
+                await self._append(ctx, incoming[n:])
+        else:
+            await ctx.set_state("conversation", [stored_message(m) for m in incoming])
         await self._turn(ctx)
 
     @response_handler

@@ -23,6 +23,7 @@ from workflow_engine.executors import (
     ScriptedChatClient,
     ToolCall,
 )
+from workflow_engine.executors._host import read_message
 from workflow_engine.storage import SqliteStore
 
 pytestmark = pytest.mark.anyio
@@ -211,4 +212,61 @@ async def test_a_handoff_message_of_an_older_version_still_carries_the_conversat
     (asked,) = answered.pending_requests
     # the agent's instructions, the two earlier messages and the new one
     assert asked.data.message == "seen 4 users 2 in order True"
+    await runtime.close()
+
+
+# --- agents passing the conversation along edges ------------------------------------------------
+
+
+def build_writer_critic_loop() -> Workflow:
+    """A writer and a critic answering each other until the conversation has 40 messages."""
+    from workflow_engine import WorkflowBuilder
+
+    writer = Agent("writer", "Write.", ScriptedChatClient([Rule(reply="a draft")]))
+    critic = Agent("critic", "Criticise.", ScriptedChatClient([Rule(reply="try again")]))
+    return (
+        WorkflowBuilder(name="writer-critic", start=writer)
+        .add_edge(writer, critic)
+        .add_edge(critic, writer, condition=lambda response: len(response.conversation) < 40)
+        .with_max_supersteps(100)
+        .build()
+    )
+
+
+async def test_an_agent_answered_again_in_a_loop_stores_only_the_new_messages(
+    tmp_path: Path,
+) -> None:
+    """An agent that gets the conversation back from another agent it answered before wrote
+    the whole conversation into its state again at every hop (storage growing with the square
+    of the loop's length)."""
+    db = tmp_path / "loop.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(build_writer_critic_loop)
+    done = await runtime.run("writer-critic", "write me a poem")
+    assert done.status is WorkflowRunState.IDLE, done.error
+    with sqlite3.connect(db) as conn:
+        bodies = [
+            json.loads(body)
+            for (body,) in conn.execute(
+                "SELECT body FROM checkpoints WHERE kind = 'delta' ORDER BY seq"
+            )
+        ]
+    written = [
+        len(b["executor_states"][agent]["conversation"])
+        for b in bodies
+        for agent in ("writer", "critic")
+        if "conversation" in b["executor_states"].get(agent, {})
+    ]
+    assert len(written) >= 30, written  # one write per hop
+    # each agent's first turn writes what it was handed; every later one, its new messages
+    assert max(written[2:]) <= 2, written
+
+    again = Runtime(SqliteStore(db))  # and what is stored reads back whole, in order
+    again.register(build_writer_critic_loop)
+    latest = await again.store.latest(done.run_id)
+    assert latest is not None
+    writer = [read_message(m) for m in latest.executor_states["writer"]["conversation"]]
+    assert [m.text for m in writer][:4] == ["write me a poem", "a draft", "try again", "a draft"]
+    assert len(writer) == 40  # the critic's 41st message went nowhere: the loop ended
+    await again.close()
     await runtime.close()
