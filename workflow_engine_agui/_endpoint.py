@@ -76,6 +76,7 @@ from workflow_engine import (
     ResponseError,
     RunExistsError,
     RunNotFoundError,
+    RunNotResumableError,
     RunRecord,
     RunStore,
     Runtime,
@@ -502,9 +503,19 @@ class AGUIService:
             log.debug("thread %r: running %r", thread_id, run_id)
             execution = self._execute(runtime, run_id, turn.placeholder)
             result = None
+            relayed = False  # an event of this execution reached the client
             async with execution:
                 async for item in execution:
                     if isinstance(item, _Ended):
+                        if isinstance(item.error, RunNotResumableError) and not relayed:
+                            # another request (another server) took the run to where it rests
+                            # between our check and our start -- the same resume sent to two
+                            # servers at once: report that run, as a resume sent again would
+                            log.info("thread %r: run %r rests already", thread_id, run_id)
+                            again = Turn(run_id, turn.key, replay=True)
+                            async for out in self._replayed(runtime, workflow, run_input, again):
+                                yield out
+                            return
                         if item.error is not None:
                             raise item.error
                         result = item.result
@@ -513,6 +524,7 @@ class AGUIService:
                         error = item.error
                         raise AGUIError(error.code or "workflow_failed", error.message)
                     for out in translator.translate(item):
+                        relayed = True
                         yield out
             if result is None:  # its task was cancelled: the server is shutting down
                 raise AGUIError("run_interrupted", f"run {run_id} was stopped with the server")

@@ -355,6 +355,69 @@ def test_the_resume_that_ended_a_run_sent_again_reports_its_result(tmp_path: Pat
     assert status_of(tmp_path) is WorkflowRunState.IDLE
 
 
+FINISH_ELSEWHERE = """
+import importlib, sys, threading, anyio
+sys.path[:0] = sys.argv[2:4]
+Asker = importlib.import_module(sys.argv[4]).Asker  # as the server imported it: one signature
+from workflow_engine import Runtime, WorkflowBuilder
+from workflow_engine.storage import SqliteStore
+
+async def main():
+    gate = threading.Event()
+    gate.set()
+    runtime = Runtime(SqliteStore(sys.argv[1]))
+    runtime.register(lambda: WorkflowBuilder(name="asker", start=Asker(gate)).build())
+    (run,) = await runtime.list_runs()
+    print((await runtime.resume(run.run_id)).status.value)
+    await runtime.close()
+
+anyio.run(main)
+"""
+
+
+class FinishesElsewhere:
+    """Once armed, the first answer this server stores is applied at once by another process
+    (another server on the database), before this server goes on with the run."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.armed = False
+        self.said = ""
+
+    def __call__(self, point: str) -> None:
+        import subprocess
+        import sys
+
+        if point == "answer:after" and self.armed:
+            self.armed = False
+            here = Path(__file__).resolve().parent
+            paths = [str(here.parents[1]), str(here)]
+            done = subprocess.run(
+                [sys.executable, "-c", FINISH_ELSEWHERE, str(self.db), *paths, Asker.__module__],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            self.said = done.stdout.strip() or done.stderr[-2000:]
+
+
+@pytest.mark.slow  # another process finishes the run
+def test_a_resume_whose_run_another_server_finished_meanwhile_reports_it(tmp_path: Path) -> None:
+    """The same resume sent to two servers at once: the one that found the run already
+    finished by the other said ``run_not_resumable`` ("is idle; nothing to resume"), as if the
+    approval had failed (outside tester). It reports the run's result."""
+    gate, hook = threading.Event(), FinishesElsewhere(tmp_path / "runs.db")
+    gate.set()
+    with serving(tmp_path, gate, hook) as url:  # type: ignore[arg-type]
+        question = {"id": "m", "role": "user", "content": "ship it"}
+        resume = resume_of(post(url, messages=[question]))
+        hook.armed = True
+        answered = post(url, runId="r2", resume=resume)
+    assert hook.said == "idle", hook.said  # the other process finished the run
+    assert answered[-1]["type"] == "RUN_FINISHED", answered[-1]
+    assert answered[-1]["result"]["outputs"][0]["data"] == "ship it: yes"
+
+
 def test_a_user_message_given_as_text_parts_starts_a_run_and_an_assistant_one_does_not(
     tmp_path: Path,
 ) -> None:
