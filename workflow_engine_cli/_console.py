@@ -454,8 +454,11 @@ def _worth_retrying(exc: StorageError) -> bool:
 _ANSWER_FLAGS = {
     "ToolApprovalRequestContent": "--approve|--reject",
     "HandoffUserInputRequest": "--message TEXT|--end",
+    "UserTurnRequest": "--data '\"TEXT\"'",
+    # a person says whether the effect happened (it was offered --approve, which is refused)
+    "InDoubtEffect": "--data '{\"happened\": true|false}'",
 }
-_ANY_ANSWER = "--approve|--reject|--message TEXT"
+_ANY_ANSWER = "--data JSON"  # an application's request: its answer type, as JSON
 
 
 def print_paused(

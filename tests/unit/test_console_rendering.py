@@ -298,3 +298,40 @@ def test_a_terminal_that_reports_no_size_is_80_columns(monkeypatch: pytest.Monke
     finally:
         os.close(master)
         os.close(slave)
+
+
+@pytest.mark.parametrize(
+    ("data", "offered"),
+    [
+        ("InDoubtEffect", "--data '{\"happened\": true|false}'"),
+        ("UserTurnRequest", "--data '\"TEXT\"'"),
+        ("ToolApprovalRequestContent", "--approve|--reject"),
+        ("HandoffUserInputRequest", "--message TEXT|--end"),
+        ("an application's", "--data JSON"),
+    ],
+)
+def test_a_pause_offers_the_flags_that_answer_its_request(data: str, offered: str) -> None:
+    """An effect in doubt was offered --approve|--reject|--message, which it refuses; only
+    --data answers it (outside tester)."""
+    from workflow_engine import EffectResolution, ExternalRequest, InDoubtEffect
+    from workflow_engine.executors import (
+        FunctionCallContent,
+        HandoffUserInputRequest,
+        ToolApprovalRequestContent,
+        UserTurnRequest,
+    )
+    from workflow_engine_cli._console import print_paused
+
+    values = {
+        "InDoubtEffect": InDoubtEffect(executor_id="bank", step="tool#0"),
+        "UserTurnRequest": UserTurnRequest(agent_name="a", text="hi"),
+        "ToolApprovalRequestContent": ToolApprovalRequestContent(
+            id="c1", function_call=FunctionCallContent(call_id="c1", name="pay", arguments={})
+        ),
+        "HandoffUserInputRequest": HandoffUserInputRequest(agent="a", message="hi", turn=1),
+        "an application's": {"question": "ok?"},
+    }
+    request = ExternalRequest("q1", "p", values[data], EffectResolution)
+    out = io.StringIO()
+    print_paused(Terminal(out, live=False), "r1", [request], json_mode=False)
+    assert f"`workflow-engine respond q1 {offered}" in out.getvalue(), out.getvalue()
