@@ -96,7 +96,7 @@ async def test_a_retried_superstep_streams_the_agents_words_again(tmp_path: Path
     await rt.close()
 
 
-DIES_IN_HANDOFF = """
+DIES_IN_TOOL = """
 import os, sys
 import anyio
 from workflow_engine import Runtime
@@ -107,9 +107,9 @@ def build():
     workflow = build_support_workflow()
     for node in workflow.graph.nodes.values():
         agent = getattr(node, "agent", None)
-        tool = agent.tools.get("handoff_to_refund_agent") if agent is not None else None
+        tool = agent.tools.get(sys.argv[2]) if agent is not None else None
         if tool is not None:
-            tool.func = lambda reason="": os._exit(9)  # the process dies inside the handoff
+            tool.func = lambda **_: os._exit(9)  # the process dies inside the tool
     return workflow
 
 async def main():
@@ -123,10 +123,14 @@ anyio.run(main)
 """
 
 
-async def test_a_crash_inside_a_handoff_reruns_it_and_asks_no_one(tmp_path: Path) -> None:
-    """The engine's ``handoff_to_<agent>`` tools only name the next agent: a process that dies
-    inside one leaves nothing in doubt, and the next resume hands off again. It used to pause
-    the run with an ``InDoubtEffect`` asking a person whether the handoff happened."""
+@pytest.mark.parametrize("tool", ["handoff_to_refund_agent", "lookup_order_details"])
+async def test_a_crash_inside_a_tool_that_only_reads_reruns_it_and_asks_no_one(
+    tmp_path: Path, tool: str
+) -> None:
+    """The engine's ``handoff_to_<agent>`` tools only name the next agent, and the demo's
+    order lookup only reads: a process that dies inside one leaves nothing in doubt, and the
+    next resume runs it again. Each used to pause the run with an ``InDoubtEffect`` asking a
+    person (over AG-UI, the customer) whether it happened."""
     import subprocess
     import sys
 
@@ -134,7 +138,7 @@ async def test_a_crash_inside_a_handoff_reruns_it_and_asks_no_one(tmp_path: Path
 
     db = tmp_path / "support.db"
     died = subprocess.run(
-        [sys.executable, "-c", DIES_IN_HANDOFF, str(db)], capture_output=True, text=True
+        [sys.executable, "-c", DIES_IN_TOOL, str(db), tool], capture_output=True, text=True
     )
     assert died.returncode == 9, died.stderr[-2000:]
     run_id = died.stdout.split()[0]

@@ -19,7 +19,7 @@ SUBSCRIPTIONS = {"streamflix": 12.99, "gymplus": 39.0}
 ACTIONS: list[str] = []
 
 
-@tool
+@tool(idempotent=True)  # it only reads: after a crash inside it, it runs again
 def check_balance(
     account: Annotated[str, Field(description="checking or savings")] = "checking",
 ) -> str:

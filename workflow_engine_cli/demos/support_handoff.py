@@ -76,7 +76,7 @@ def _ledger(kind: str, key: str, payload: dict[str, Any]) -> None:
         os.fsync(f.fileno())
 
 
-@tool
+@tool(idempotent=True)  # it only reads: after a crash inside it, it runs again
 def lookup_order_details(
     order_id: Annotated[str, Field(description="the 5-digit order number")],
 ) -> dict[str, Any]:
