@@ -880,8 +880,8 @@ class SqliteStore:
             left = (expires or 0) - now
             raise RunBusyError(
                 f"run {run_id!r} is being executed by another worker ({holder}), which renews "
-                f"its lease while it works (it lapses {left:.0f} s after that worker stops "
-                "without releasing it)"
+                f"its lease while it works (if that worker has stopped without releasing it, "
+                f"the lease lapses in {left:.0f} s)"
             )
         expires_at = now + lease_seconds
         take = SQL_TAKE_LEASE_TO_APPLY if applying else SQL_TAKE_LEASE
