@@ -94,7 +94,10 @@ class EventPrinter:
             self._agent_update(event)
         elif isinstance(event, ExecutorFailedEvent | WorkflowFailedEvent):
             self._close_line()
-            if event.error.message != self.failure:  # the run's failure repeats the step's
+            # the run's failure repeats the step's; a lost lease ends the command, whose error
+            # line says it (it was said twice)
+            said = event.error.message == self.failure or event.error.code == "lease_lost"
+            if not said:
                 self.term.line((f"✗ {event.error.message}", "bold red"))
             self.failure = event.error.message
         elif isinstance(event, WorkflowOutputEvent):

@@ -335,3 +335,18 @@ def test_a_pause_offers_the_flags_that_answer_its_request(data: str, offered: st
     out = io.StringIO()
     print_paused(Terminal(out, live=False), "r1", [request], json_mode=False)
     assert f"`workflow-engine respond q1 {offered}" in out.getvalue(), out.getvalue()
+
+
+def test_a_lost_lease_is_said_once_by_the_commands_error_line() -> None:
+    """A run whose lease was taken over printed the failure as a ``✗`` line, then again as the
+    command's ``error:`` line (outside tester); other failures are shown as they happen."""
+    from workflow_engine import ErrorDetails, LeaseLostError, WorkflowFailedEvent
+    from workflow_engine_cli._console import EventPrinter
+
+    out = io.StringIO()
+    printer = EventPrinter(Terminal(out, live=False), json_mode=False, codec=None)
+    lost = ErrorDetails.from_exception(LeaseLostError("run 'r': our lease was lost"))
+    printer.show(WorkflowFailedEvent(lost))
+    assert out.getvalue() == "" and printer.failure == "run 'r': our lease was lost"
+    printer.show(WorkflowFailedEvent(ErrorDetails.from_exception(ValueError("bad input"))))
+    assert out.getvalue() == "✗ bad input\n"
