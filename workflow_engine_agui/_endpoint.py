@@ -726,7 +726,11 @@ class AGUIService:
                 raise AGUIError(exc.code, str(exc)) from exc
         if record is None:
             return NOTHING_TO_DO, {}, False
-        if pending or await self._cut_off(record):
+        if not fresh and repeats and repeats[0][1].run_id != record.run_id:
+            # an earlier run's resume sent again: report that run -- never the thread's newer
+            # one, whose interrupt a retrying client would otherwise show (and approve) instead
+            return repeats[0][1].run_id, {}, True
+        if fresh or await self._cut_off(record):
             return record.run_id, dict(prepared), False
         if record.live_owner(time.time()) is not None:
             raise AGUIError(

@@ -401,6 +401,27 @@ class FinishesElsewhere:
             self.said = done.stdout.strip() or done.stderr[-2000:]
 
 
+def test_an_earlier_runs_resume_sent_again_reports_that_run_not_the_newer_one(
+    tmp_path: Path,
+) -> None:
+    """Once a second run paused on the thread, the first run's resume sent again reported the
+    second run's interrupt: a retrying client would have shown (and approved) another run's
+    question (outside tester). It reports the first run's result."""
+    gate, faults = threading.Event(), Faults()
+    gate.set()
+    with serving(tmp_path, gate, faults) as url:
+        first = resume_of(post(url, messages=[{"id": "m1", "role": "user", "content": "one"}]))
+        done = post(url, runId="r1", resume=first)
+        second = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "two"}])
+        again = post(url, runId="r3", resume=first)
+        still = resume_of(second)  # the second run still waits for its own answer
+        finished = post(url, runId="r4", resume=still)
+    assert done[-1]["result"]["outputs"][0]["data"] == "one: yes"
+    assert [e["type"] for e in again] == ["RUN_STARTED", "RUN_FINISHED"], again
+    assert again[-1]["result"] == done[-1]["result"] and "outcome" not in again[-1], again[-1]
+    assert finished[-1]["result"]["outputs"][0]["data"] == "two: yes"
+
+
 @pytest.mark.slow  # another process finishes the run
 def test_a_resume_whose_run_another_server_finished_meanwhile_reports_it(tmp_path: Path) -> None:
     """The same resume sent to two servers at once: the one that found the run already
