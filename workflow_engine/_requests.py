@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from ._types import build_matcher, type_name
 
@@ -124,10 +124,27 @@ class InDoubtEffect(BaseModel):
 
 class EffectResolution(BaseModel):
     """The answer to an :class:`InDoubtEffect`. ``happened=True`` records ``result`` as the
-    step's result (the step is not run again); ``happened=False`` lets the step run again.
-    Any other key is refused: a misspelt ``result`` would otherwise record None as the result."""
+    step's result (the step is not run again); ``happened=False`` lets the step run again, and
+    takes no result. Any other key is refused: a misspelt ``result`` would otherwise record
+    None as the result."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        # what a client is shown as the answer's schema (not this docstring's markup)
+        json_schema_extra={
+            "description": 'Did the effect happen? {"happened": true, "result": ...} records '
+            'its result (it is not run again); {"happened": false} lets it run again.'
+        },
+    )
 
     happened: bool
     result: Any = None
+
+    @model_validator(mode="after")
+    def _result_only_if_it_happened(self) -> EffectResolution:
+        if not self.happened and self.result is not None:
+            raise ValueError(
+                "a result goes with happened: true; an effect that did not happen runs again "
+                "and gets its own"
+            )
+        return self

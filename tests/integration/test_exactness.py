@@ -551,7 +551,8 @@ async def test_an_effect_cut_off_mid_flight_asks_a_person(tmp_path: Path, happen
     # what a person looks the effect up by in the outside system (it was not in the question)
     assert request.data.idempotency_key == ledger.keys[0]
     assert request.data.idempotency_key.startswith(f"{run_id}:")
-    await again.respond(request.request_id, {"happened": happened, "result": "paid:m"})
+    answer = {"happened": True, "result": "paid:m"} if happened else {"happened": False}
+    await again.respond(request.request_id, answer)
     done = await again.resume(run_id)
     assert done.status is WorkflowRunState.IDLE, done.error
     assert done.outputs == ["paid:m"]
@@ -567,6 +568,9 @@ async def test_a_resolution_with_a_misspelt_result_is_refused_not_recorded_as_no
     (request,) = (await again.resume(run_id)).pending_requests
     with pytest.raises(ResponseTypeError, match="results"):
         await again.respond(request.request_id, {"happened": True, "results": "paid:m"})
+    # nor is a result for an effect that did not happen (it was dropped without a word)
+    with pytest.raises(ResponseTypeError, match="a result goes with happened: true"):
+        await again.respond(request.request_id, {"happened": False, "result": "paid:m"})
     await again.respond(request.request_id, {"happened": True, "result": "paid:m"})
     done = await again.resume(run_id)
     assert done.status is WorkflowRunState.IDLE, done.error
