@@ -148,6 +148,8 @@ def is_assignable(source: Any, target: Any) -> bool:
         if not issubclass(s_base, t_base):
             return False
         s_args, t_args = get_args(source), get_args(target)
+        if t_base is tuple and s_args and t_args:
+            return _tuple_assignable(s_args, t_args)
         if not s_args or not t_args or len(s_args) != len(t_args):
             return True
         return all(is_assignable(a, b) for a, b in zip(s_args, t_args, strict=True))
@@ -156,6 +158,29 @@ def is_assignable(source: Any, target: Any) -> bool:
     if source is bool and target in (int, float):
         return False  # as at run time: a handler of int or float is not given True
     return isinstance(source, type) and isinstance(target, type) and issubclass(source, target)
+
+
+def _tuple_assignable(s_args: tuple[Any, ...], t_args: tuple[Any, ...]) -> bool:
+    """Whether a tuple declared ``tuple[s_args]`` can fit ``tuple[t_args]`` (``X, ...`` is any
+    number of X, ``()`` none): ``tuple[int, int]`` fits ``tuple[int, ...]``, and both fit
+    ``tuple[int, ...]`` -- a ``...`` compared with a ``...`` used to refuse every such edge."""
+
+    def items(args: tuple[Any, ...]) -> tuple[list[Any], bool]:
+        if args == ((),):
+            return [], False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return [args[0]], True
+        return list(args), False
+
+    s_items, s_any_length = items(s_args)
+    t_items, t_any_length = items(t_args)
+    if t_any_length:
+        return all(is_assignable(i, t_items[0]) for i in s_items)
+    if s_any_length:  # some length of it may fit
+        return all(is_assignable(s_items[0], t) for t in t_items)
+    return len(s_items) == len(t_items) and all(
+        is_assignable(a, b) for a, b in zip(s_items, t_items, strict=True)
+    )
 
 
 def _literal_key(value: Any) -> tuple[type, Any]:

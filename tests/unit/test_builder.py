@@ -156,6 +156,31 @@ class Pair(Executor):
         await ctx.yield_output(p[0] + p[1])
 
 
+class SendsMany(Executor):
+    @handler
+    async def go(self, n: int, ctx: WorkflowContext[tuple[int, ...]]) -> None: ...
+
+
+class TakesMany(Executor):
+    @handler
+    async def take(self, ns: tuple[int, ...], ctx: WorkflowContext[Never, int]) -> None: ...
+
+
+class SendsPair(Executor):
+    @handler
+    async def go(self, n: int, ctx: WorkflowContext[tuple[int, int]]) -> None: ...
+
+
+def test_edges_between_tuples_of_any_length_build() -> None:
+    """``tuple[int, ...]`` into ``tuple[int, ...]`` (or a pair into it) was refused: "can
+    never carry a message" (outside tester). A tuple of another item type still is."""
+    for sender in (SendsMany("s"), SendsPair("s")):
+        WorkflowBuilder(start=sender).add_edge(sender, TakesMany("t")).build()
+        WorkflowBuilder(start=sender).add_edge(sender, Pair("p")).build()
+    with pytest.raises(EdgeTypeMismatchError):
+        WorkflowBuilder(start=Texter("x")).add_edge("x", TakesMany("t")).build()
+
+
 @pytest.mark.anyio
 async def test_a_tuple_handler_takes_only_tuples_of_its_shape() -> None:
     """``tuple[int, int]`` took ``("a", "b")``, ``(1, 2, 3)`` and ``()`` (list items were
