@@ -61,6 +61,13 @@ class WorkflowBuilder:
         """Allow values of these classes in state, messages or outputs beyond the annotations."""
         if name is not None and len(types) != 1:
             raise UsageError("name= can only be given when registering one type")
+        for t in types:
+            if not isinstance(t, type):
+                raise UsageError(
+                    f"register_types takes classes, not {type_name(t)}: register the classes in "
+                    "it; a request that expects answers of this type needs it in the annotation "
+                    "of a @response_handler's answer parameter"
+                )
         self._types.extend((t, name) for t in types)
         return self
 

@@ -525,12 +525,17 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         scope = self._scope
         known = scope.answer_type_known
         if known is not None and not known(response_type):
+            fix = (
+                "annotate the answer parameter of a @response_handler with it, or call "
+                "WorkflowBuilder.register_types for it"
+                if isinstance(response_type, type)
+                else "annotate the answer parameter of a @response_handler with exactly this "
+                "type (register_types takes classes, not type expressions)"
+            )
             raise UnregisteredTypeError(
                 f"request_info in executor {step.executor_id!r}: the answer type "
                 f"{type_name(response_type)} appears in no annotation of this workflow, so a "
-                "stored request could not name it and its answer could never be accepted; "
-                "annotate the answer parameter of a @response_handler with it, or call "
-                "WorkflowBuilder.register_types for it"
+                f"stored request could not name it and its answer could never be accepted; {fix}"
             )
         name = self.step_key(self.next_step_name("request"))
         request = ExternalRequest(

@@ -374,6 +374,29 @@ async def test_a_model_that_does_not_validate_is_refused_as_the_senders_not_as_c
     assert "model_construct" in result.error.message and result.error.executor_id == "s"
 
 
+class AsksForMaybeSecret(Executor):
+    @handler
+    async def ask(self, m: str, ctx: WorkflowContext[Never, Any]) -> None:
+        await ctx.request_info(m, Secret | None)
+
+    @response_handler
+    async def got(self, q: str, answer: Any, ctx: WorkflowContext[Never, Any]) -> None: ...
+
+
+async def test_an_unreadable_answer_type_that_is_not_a_class_gets_advice_that_works() -> None:
+    """For ``Optional[Model]`` the error advised ``register_types``, which then refused the
+    type with "issubclass() arg 1 must be a class" (outside tester)."""
+    from workflow_engine import UsageError
+
+    failed = await WorkflowBuilder(start=AsksForMaybeSecret("a")).build().run("x")
+    assert failed.error is not None
+    assert "annotate the answer parameter of a @response_handler with exactly" in (
+        failed.error.message
+    )
+    with pytest.raises(UsageError, match="register_types takes classes, not .*Secret | None"):
+        WorkflowBuilder(start=AsksForMaybeSecret("a")).register_types(Secret | None)  # type: ignore[arg-type]
+
+
 async def test_start_message_of_the_wrong_type_is_refused_before_admission() -> None:
     store = InMemoryCheckpointStore()
     with pytest.raises(MessageNotHandledError, match="start executor 'inc' cannot take str"):
