@@ -152,9 +152,9 @@ def field_notes(schema: dict[str, Any]) -> list[tuple[str, str]]:
 
 def describe_output(value: Any) -> str:
     """A workflow output on one line: an agent's reply as its text, a handoff's outcome in
-    words, anything else as ``str``. The agent types are looked up only if their package is
-    loaded (a value of them cannot exist otherwise), so listing an application's outputs does
-    not import the agents."""
+    words, a dict or list as JSON (it was Python's repr), anything else as ``str``. The agent
+    types are looked up only if their package is loaded (a value of them cannot exist
+    otherwise), so listing an application's outputs does not import the agents."""
     agents = sys.modules.get("workflow_engine.executors")
     if agents is not None:
         if isinstance(value, agents.HandoffOutcome):
@@ -162,4 +162,9 @@ def describe_output(value: Any) -> str:
             return f"conversation {status} (last agent: {value.last_agent})"
         if isinstance(value, agents.AgentResponse):
             return str(value.text)
+    if isinstance(value, dict | list):  # as stored, and as --json shows it: JSON, not a repr
+        try:
+            return json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):
+            pass
     return str(value)

@@ -350,3 +350,11 @@ def test_a_lost_lease_is_said_once_by_the_commands_error_line() -> None:
     assert out.getvalue() == "" and printer.failure == "run 'r': our lease was lost"
     printer.show(WorkflowFailedEvent(ErrorDetails.from_exception(ValueError("bad input"))))
     assert out.getvalue() == "✗ bad input\n"
+
+
+def test_an_output_that_is_a_dict_or_list_is_shown_as_json() -> None:
+    """``runs show`` printed ``{'k': 'x'}``, Python's repr (outside tester)."""
+    from workflow_engine_cli._views import describe_output
+
+    assert describe_output({"k": "x", "n": [1, None, True]}) == '{"k": "x", "n": [1, null, true]}'
+    assert describe_output(["é"]) == '["é"]' and describe_output("text") == "text"
