@@ -702,6 +702,8 @@ class AGUIService:
         prepared: list[tuple[str, Any]] = []
         # repeats first: a conflicting repeat must refuse the batch before anything is stored
         for answer, stored in repeats:
+            if answer.status == "cancelled":
+                continue  # the same cancel again: nothing to store
             request = self._decode_request(workflow, stored)
             prepared.append((stored.request_id, answer_for(request, answer.payload)))
         for answer in fresh:
@@ -876,11 +878,11 @@ class AGUIService:
 
         Refused (each with its own code, nothing changed): an id that is not a genuine
         interrupt id (``unknown_interrupt``, also for a forged MAC), an interrupt of another
-        thread or endpoint (``interrupt_thread_mismatch``), a cancelled one or a cancel of an
-        answered one (``interrupt_not_pending``), one still pending in a run that a changed
-        graph stranded (``run_stranded``: the workflow was changed since the run started, so
-        it cannot continue), and one still pending in an earlier run that the thread has left
-        behind (``interrupt_not_current``).
+        thread or endpoint (``interrupt_thread_mismatch``), a cancelled one (but for the same
+        cancel again, a repeat) or a cancel of an answered one (``interrupt_not_pending``), one
+        still pending in a run that a changed graph stranded (``run_stranded``: the workflow
+        was changed since the run started, so it cannot continue), and one still pending in an
+        earlier run that the thread has left behind (``interrupt_not_current``).
         """
         interrupt_id = answer.interrupt_id
         unknown = AGUIError(
@@ -900,6 +902,8 @@ class AGUIService:
                 f"interrupt {interrupt_id!r} belongs to another thread; resume it there",
             )
         stranded = stored.status == "pending" and run.workflow_signature != workflow.signature
+        if stored.status == "cancelled" and answer.status == "cancelled":
+            return stored  # a cancel sent again: the run it ended is reported
         if not stranded and (stored.status == "cancelled" or answer.status == "cancelled"):
             raise AGUIError(
                 "interrupt_not_pending", f"interrupt {interrupt_id!r} is {stored.status}"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -180,12 +181,45 @@ def _in_doubt_message(question: InDoubtEffect) -> str:
 def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
     """The answers a ``RunAgentInput`` body carries (None: it carries none), from ``resume`` or
     ``forwardedProps.command.resume``, either as ``[{interruptId, status, payload}]`` or as
-    ``{interrupts: [{id, value}]}``. Both places are checked the same way; giving different
-    answers in both is refused. ``body["resume"]`` is rewritten to the list form, so that
+    ``{interrupts: [{id, value}]}``. Both places are checked the same way; answers in both must
+    mean the same (either form, ``accepted`` or ``approved``), and an empty list in one place
+    defers to the other. ``body["resume"]`` is rewritten to the list form, so that
     ``RunAgentInput`` validates whichever was sent."""
-    raw = _resume_in(body)
-    if raw is None:
+    top, nested = _resume_places(body)
+    parsed = [_parse_resume(raw) for raw in (top, nested) if raw is not None]
+    if not parsed:
         return None
+    if len(parsed) == 2:
+        (_, top_answers), (_, nested_answers) = parsed
+        if top_answers and nested_answers and _meaning(top_answers) != _meaning(nested_answers):
+            raise AGUIError(
+                "invalid_resume",
+                "resume and forwardedProps.command.resume differ; send the answers once",
+            )
+        if not top_answers:  # an empty list next to real answers: the answers count
+            parsed = parsed[1:]
+    entries, answers = parsed[0]
+    body["resume"] = entries
+    seen: set[str] = set()
+    for answer in answers:
+        if answer.interrupt_id in seen:  # two answers to one request: which one would count?
+            raise AGUIError(
+                "invalid_resume", f"interrupt {answer.interrupt_id!r} is answered twice"
+            )
+        seen.add(answer.interrupt_id)
+    return answers
+
+
+def _resume_places(body: dict[str, Any]) -> tuple[Any, Any]:
+    """The raw ``resume`` at the top level and in ``forwardedProps.command.resume``."""
+    props = body.get("forwardedProps", body.get("forwarded_props"))
+    command = props.get("command") if isinstance(props, dict) else None
+    nested = command.get("resume") if isinstance(command, dict) else None
+    return body.get("resume"), nested
+
+
+def _parse_resume(raw: Any) -> tuple[list[Any], list[ResumeAnswer]]:
+    """One place's answers, in the list form and as ``ResumeAnswer``s."""
     if isinstance(raw, dict):
         items = raw.get("interrupts")
         if not isinstance(items, list):
@@ -200,7 +234,6 @@ def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
         ]
     if not isinstance(raw, list):
         raise AGUIError("invalid_resume", "resume must be a list of entries")
-    body["resume"] = raw
     answers = []
     for entry in raw:
         if not isinstance(entry, dict):
@@ -213,28 +246,19 @@ def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
                 "each resume entry needs interruptId and status resolved|cancelled",
             )
         answers.append(ResumeAnswer(interrupt_id, status, entry.get("payload")))
-    seen: set[str] = set()
-    for answer in answers:
-        if answer.interrupt_id in seen:  # two answers to one request: which one would count?
-            raise AGUIError(
-                "invalid_resume", f"interrupt {answer.interrupt_id!r} is answered twice"
-            )
-        seen.add(answer.interrupt_id)
-    return answers
+    return raw, answers
 
 
-def _resume_in(body: dict[str, Any]) -> Any:
-    """The raw ``resume`` of a body: top level, or ``forwardedProps.command.resume``."""
-    top = body.get("resume")
-    props = body.get("forwardedProps", body.get("forwarded_props"))
-    command = props.get("command") if isinstance(props, dict) else None
-    nested = command.get("resume") if isinstance(command, dict) else None
-    if top is not None and nested is not None and top != nested:
-        raise AGUIError(
-            "invalid_resume",
-            "resume and forwardedProps.command.resume differ; send the answers once",
-        )
-    return top if top is not None else nested
+def _meaning(answers: list[ResumeAnswer]) -> dict[str, tuple[str, str]]:
+    """What answers say, whichever form they were written in: ``approved`` is ``accepted``."""
+
+    def canonical(payload: Any) -> str:
+        if isinstance(payload, dict) and "approved" in payload and "accepted" not in payload:
+            payload = {**payload, "accepted": payload["approved"]}
+            del payload["approved"]
+        return json.dumps(payload, sort_keys=True, default=str)
+
+    return {a.interrupt_id: (a.status, canonical(a.payload)) for a in answers}
 
 
 _APPROVAL_KEYS = frozenset(("accepted", "approved", "arguments"))

@@ -422,6 +422,26 @@ def test_an_earlier_runs_resume_sent_again_reports_that_run_not_the_newer_one(
     assert finished[-1]["result"]["outputs"][0]["data"] == "two: yes"
 
 
+def test_a_cancel_sent_again_reports_the_cancelled_run(tmp_path: Path) -> None:
+    """An approval sent again reported its run, a cancel sent again was refused with
+    ``interrupt_not_pending`` (outside tester): a client retrying a lost cancel learns it
+    took."""
+    gate, faults = threading.Event(), Faults()
+    gate.set()
+    with serving(tmp_path, gate, faults) as url:
+        paused = post(url, messages=[{"id": "m", "role": "user", "content": "ship it"}])
+        (interrupt,) = paused[-1]["outcome"]["interrupts"]
+        cancel = [{"interruptId": interrupt["id"], "status": "cancelled"}]
+        first = post(url, runId="r2", resume=cancel)
+        again = post(url, runId="r3", resume=cancel)
+        approve = post(url, runId="r4", resume=resume_of(paused))
+    for stream in (first, again):
+        assert stream[-1]["type"] == "RUN_FINISHED", stream[-1]
+        assert stream[-1]["outcome"] == {"type": "cancelled"}, stream[-1]
+    assert approve[-1]["code"] == "interrupt_not_pending"  # an approval after it still is not
+    assert status_of(tmp_path) is WorkflowRunState.CANCELLED
+
+
 @pytest.mark.slow  # another process finishes the run
 def test_a_resume_whose_run_another_server_finished_meanwhile_reports_it(tmp_path: Path) -> None:
     """The same resume sent to two servers at once: the one that found the run already

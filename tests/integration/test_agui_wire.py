@@ -392,6 +392,25 @@ def test_a_resume_in_forwarded_props_is_checked_like_any_other(
     assert ledger(server, other_thread) == []
 
 
+def test_the_same_answers_in_both_places_may_be_written_in_either_form() -> None:
+    """Only byte-identical answers in both places were taken: the list form beside the dict
+    form, ``approved`` beside ``accepted``, or an empty ``resume`` beside a real command were
+    refused as different (outside tester). Answers that differ still are."""
+    from workflow_engine_agui._http import AGUIError
+    from workflow_engine_agui._interrupts import normalize_resume
+
+    listed = [{"interruptId": "i1", "status": "resolved", "payload": {"accepted": True}}]
+    as_dict = {"interrupts": [{"id": "i1", "value": {"approved": True}}]}
+    for top, nested in ((listed, as_dict), ([], as_dict), (listed, {"interrupts": []})):
+        body = {"resume": top, "forwardedProps": {"command": {"resume": nested}}}
+        (answer,) = normalize_resume(body) or []
+        assert answer.interrupt_id == "i1" and answer.status == "resolved"
+        assert body["resume"][0]["interruptId"] == "i1"  # the list form, for validation
+    no = {"interrupts": [{"id": "i1", "value": {"accepted": False}}]}
+    with pytest.raises(AGUIError, match="differ"):
+        normalize_resume({"resume": listed, "forwardedProps": {"command": {"resume": no}}})
+
+
 # --- 4. the pieces, on plain data ---------------------------------------------------------------
 
 
