@@ -488,7 +488,8 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         term = err_console()
         if run_ids:
             term.print(f"\nInterrupted: run {visible(run_ids[-1])} keeps its last checkpoint.")
-            term.print(f"Continue with: workflow-engine resume {visible(run_ids[-1])}")
+            where = escape(f"{visible(run_ids[-1])}{Hints.db}")  # a path may hold [markup]
+            term.print(f"Continue with: workflow-engine resume {where}")
         else:
             term.print("\nInterrupted before a run started.")
         raise typer.Exit(EXIT_PAUSED) from None

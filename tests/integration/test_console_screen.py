@@ -398,7 +398,13 @@ def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
     in_order(
         screen, [f"Interrupted: run {run['run_id']}", f"workflow-engine resume {run['run_id']}"]
     )
-    assert f"Continue with: workflow-engine resume {run['run_id']}" in screen  # whole, copyable
+    # whole and copyable: with the database it was given (it was left out, outside tester)
+    # (one line, which the 80-column terminal wraps: compared without the wrapping)
+    said = "".join("".join(screen).split())
+    assert (
+        "".join(f"Continue with: workflow-engine resume {run['run_id']} --db {cli.db}".split())
+        in said
+    )
     assert "RUN_ID" not in "\n".join(screen)
     assert_clean(screen)
     assert run["status"] == "in_progress" and run["worker"] is None  # no one works on it now
