@@ -502,6 +502,10 @@ def make_policy(
 
 def terminals(json_mode: bool) -> tuple[Terminal, Terminal]:
     """Where the run is shown, and where prompts and answers go: with ``--json`` stdout carries
-    only JSON, so the conversation with the user moves to stderr."""
+    only JSON, so the conversation with the user moves to stderr; so it does when stdout goes
+    to a file or a pipe while a person types at the terminal (``demo > log``): the questions
+    went into the file, and a blind ``y`` approved a refund no one had seen."""
     shown = Terminal()
-    return shown, (Terminal(sys.stderr) if json_mode else shown)
+    if json_mode or (stdin_is_tty() and not sys.stdout.isatty() and sys.stderr.isatty()):
+        return shown, Terminal(sys.stderr)
+    return shown, shown

@@ -227,12 +227,14 @@ class Terminal:
             self.line((f"  that line is not text ({problem}); type it again", "red"), indent=4)
 
     def _ask_once(self, read: Callable[[str], str], parts: Sequence[Part]) -> str:
+        to_readline = self.out is sys.stdout  # input() writes its prompt to stdout only
         with self._lock:
             self.end()
             prompt = "".join(
-                self._prompt_part(*((p, "") if isinstance(p, str) else p)) for p in parts
+                self._prompt_part(*((p, "") if isinstance(p, str) else p), to_readline)
+                for p in parts
             )
-        if self.out is not sys.stdout:  # input() writes its prompt to stdout: not ours to use
+        if not to_readline:  # not ours to use: written here, without readline's markers
             self.out.write(prompt)
             self.out.flush()
             prompt = ""
@@ -248,12 +250,14 @@ class Terminal:
                 self._column = 0
         return answer
 
-    def _prompt_part(self, text: str, style: str) -> str:
+    def _prompt_part(self, text: str, style: str, to_readline: bool = True) -> str:
         text = clean(text)
         if not self.live or not style:
             return text
-        # GNU readline counts every byte of the prompt as a column unless escapes are marked.
-        mark = ("\x01", "\x02") if "readline" in sys.modules else ("", "")
+        # GNU readline counts every byte of the prompt as a column unless escapes are marked;
+        # written anywhere else, the markers are bytes a terminal (emulator) may show or choke on
+        marked = to_readline and "readline" in sys.modules
+        mark = ("\x01", "\x02") if marked else ("", "")
         codes = ";".join(STYLES[word] for word in style.split())
         return f"{mark[0]}\x1b[{codes}m{mark[1]}{text}{mark[0]}{_RESET}{mark[1]}"
 

@@ -144,6 +144,7 @@ class PtySession:
         *,
         term: str = "dumb",
         size: tuple[int, int] | None = None,  # (columns, lines)
+        stdout: Path | None = None,  # a file instead of the terminal (``> file``)
     ) -> None:
         master, slave = os.openpty()
         if size is not None:  # what the program's get_terminal_size() will see
@@ -151,10 +152,11 @@ class PtySession:
             fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
         self.master = master
         self.raw = b""
+        out = stdout.open("wb") if stdout is not None else None
         self.proc = subprocess.Popen(
             [str(ENGINE), *args],
             stdin=slave,
-            stdout=slave,
+            stdout=out if out is not None else slave,
             stderr=slave,
             env={**env, "TERM": term},
             cwd=cwd,
@@ -162,6 +164,8 @@ class PtySession:
             start_new_session=True,  # no controlling terminal shared with the test runner
         )
         os.close(slave)  # ours; the master sees EOF once the child is gone
+        if out is not None:
+            out.close()  # the child has its own
 
     @property
     def text(self) -> str:
@@ -237,12 +241,13 @@ class ScreenSession(PtySession):
         columns: int = 80,
         lines: int = 40,
         term: str = "xterm-256color",
+        stdout: Path | None = None,
     ) -> None:
         self._screen = pyte.HistoryScreen(columns, lines, history=10_000)
         self._stream = pyte.ByteStream(self._screen)
         # the window size comes from the PTY: COLUMNS/LINES would override it
         env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
-        super().__init__(args, env, cwd, term=term, size=(columns, lines))
+        super().__init__(args, env, cwd, term=term, size=(columns, lines), stdout=stdout)
 
     def _received(self, chunk: bytes) -> None:
         self._stream.feed(chunk)

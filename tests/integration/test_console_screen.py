@@ -379,6 +379,27 @@ def test_streamed_text_stays_while_the_spinner_works(
     assert_clean(demo.screen())
 
 
+def test_with_its_output_in_a_file_the_approval_is_still_asked_on_the_screen(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``demo > file`` at a terminal: every prompt, the approval included, went into the file,
+    the screen stayed blank, and a blind ``y`` approved a refund no one had seen (outside
+    tester). The questions go to the terminal (stderr); the transcript to the file."""
+    log = tmp_path / "transcript.txt"
+    argv = ["demo", "handoff", "--db", str(cli.db)]
+    demo = ScreenSession(argv, cli.env, cli.cwd, stdout=log)
+    sessions.append(demo)
+    demo.expect_screen("You:")
+    demo.send("I want a refund for order 12345")
+    demo.expect_screen("Approve?")
+    assert "submit_refund(" in flat(demo.screen_text())  # what is approved, on the screen
+    demo.send("y")
+    assert demo.wait() == 0, demo.screen_text()
+    written = log.read_text()
+    assert "refund_agent: Refund of 89.99 for order 12345 submitted." in written
+    assert "Approve?" not in written and "finished" in written
+
+
 @pytest.mark.parametrize("presses", [1, 3])
 def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
     cli: Cli, sessions: list[ScreenSession], presses: int
