@@ -123,6 +123,7 @@ anyio.run(main)
 """
 
 
+@pytest.mark.slow  # a process that dies, then another
 @pytest.mark.parametrize("tool", ["handoff_to_refund_agent", "lookup_order_details"])
 async def test_a_crash_inside_a_tool_that_only_reads_reruns_it_and_asks_no_one(
     tmp_path: Path, tool: str

@@ -78,6 +78,7 @@ async def test_a_turn_writes_the_same_bytes_at_turn_10_and_200(tmp_path: Path) -
     assert sum(at_200) <= sum(at_10) * 1.05 + 32, (at_10, at_200)
 
 
+@pytest.mark.slow  # a process per resumed turn
 async def test_a_long_conversation_resumes_in_a_new_process_with_its_whole_history(
     tmp_path: Path,
 ) -> None:
