@@ -96,8 +96,11 @@ class ExecutionError(WorkflowError):
     """A run could not proceed as the graph describes."""
 
     code = "execution_error"
-    executor_id: str | None = None
-    """The executor whose message (or handler) it was, where one is to blame."""
+
+    def __init__(self, message: str = "", *, executor_id: str | None = None) -> None:
+        super().__init__(message)
+        self.executor_id = executor_id
+        """The executor whose message (or handler) it was, where one is to blame."""
 
 
 class MessageNotHandledError(ExecutionError):
@@ -133,7 +136,7 @@ class EffectInDoubtError(ExecutionError):
     code = "effect_in_doubt"
 
     def __init__(self, message: str, *, step_key: str = "", description: object = None) -> None:
-        super().__init__(message)
+        super().__init__(message)  # (the executor is the one whose step it was: the runner's)
         self.step_key = step_key
         self.description = description
 

@@ -97,12 +97,9 @@ def targets_for(graph: Graph, send: Send, verdicts: Verdicts) -> list[tuple[Edge
                 try:
                     picked = g.selection(send.data, chosen)
                 except Exception as exc:
-                    error = EdgeConditionError(
-                        f"the selection of the fan-out {send.source_id!r} → "
-                        f"{', '.join(map(repr, g.targets))} raised {type(exc).__name__}: {exc}"
-                    )
-                    error.executor_id = send.source_id
-                    raise error from exc
+                    raise edge_failed(
+                        "the selection of the fan-out", g, send.source_id, exc
+                    ) from exc
                 chosen = [t for t in g.targets if t in picked]
             out.extend((g, t) for t in chosen)
         elif kind == "switch":
@@ -123,10 +120,14 @@ def accepts(graph: Graph, target_id: str, message: Any) -> bool:
     return node.find_handler(message) is not None
 
 
-def _not_handled(send: Send, message: str) -> MessageNotHandledError:
-    error = MessageNotHandledError(message)
-    error.executor_id = send.source_id
-    return error
+def edge_failed(what: str, group: EdgeGroup, source_id: str, exc: Exception) -> EdgeConditionError:
+    """The error for an edge's user code (a condition, a selection) that raised: it names the
+    edge and its source."""
+    targets = ", ".join(repr(t) for t in group.targets)
+    return EdgeConditionError(
+        f"{what} {source_id!r} → {targets} raised {type(exc).__name__}: {exc}",
+        executor_id=source_id,
+    )
 
 
 def deliver(
@@ -149,10 +150,10 @@ def deliver(
         candidates = targets_for(graph, send, verdict)
         if not candidates:
             if not graph.outgoing.get(send.source_id):
-                raise _not_handled(
-                    send,
+                raise MessageNotHandledError(
                     f"{send.source_id!r} sent {type_name(type(send.data))} but has no outgoing "
                     "edges",
+                    executor_id=send.source_id,
                 )
             continue  # conditions routed it nowhere: the graph's decision, not a drop
         delivered = False
@@ -175,10 +176,10 @@ def deliver(
                 result.inbox.append(env)
         if not delivered:
             names = ", ".join(repr(t) for _, t in candidates)
-            raise _not_handled(
-                send,
+            raise MessageNotHandledError(
                 f"{send.source_id!r} sent {type_name(type(send.data))}, which none of its targets "
                 f"({names}) can handle",
+                executor_id=send.source_id,
             )
     for group, last_send in touched_fan_in.values():
         buf = result.fan_in[group.id]

@@ -42,7 +42,6 @@ from ._codec import JsonCodec, starts_with
 from ._context import ExecutorStep, StepScope, WorkflowContext
 from ._errors import (
     CheckpointStoreError,
-    EdgeConditionError,
     EffectInDoubtError,
     LeaseLostError,
     StoreCorruptError,
@@ -63,10 +62,10 @@ from ._events import (
     WorkflowStatusEvent,
 )
 from ._executor import Executor
-from ._graph import EdgeGroup, Graph
+from ._graph import Graph
 from ._identity import derive_id, idempotency_key, send_id
 from ._journal import InMemoryJournal, JournalStore, keeps_journal
-from ._planner import NOT_ENCODED, Envelope, Send, deliver, plan_superstep
+from ._planner import NOT_ENCODED, Envelope, Send, deliver, edge_failed, plan_superstep
 from ._requests import EffectResolution, ExternalRequest, InDoubtEffect
 
 
@@ -678,7 +677,8 @@ class RunLoop:
                     else:
                         verdict[g.id] = await _choose_case(g.cases, len(g.targets), send.data)
                 except Exception as exc:
-                    raise _condition_failed(g, send.source_id, exc) from exc
+                    kind = "condition" if g.kind == "single" else "switch-case conditions"
+                    raise edge_failed(f"the {kind} of the edge", g, send.source_id, exc) from exc
             verdicts.append(verdict)
         return deliver(self.graph, sends, verdicts, fan_in)
 
@@ -770,16 +770,6 @@ def request_record(
         response_type=name_of(request.response_type),
         superstep=request.superstep,
     )
-
-
-def _condition_failed(group: EdgeGroup, source_id: str, exc: Exception) -> EdgeConditionError:
-    what = "condition" if group.kind == "single" else "switch-case conditions"
-    targets = ", ".join(repr(t) for t in group.targets)
-    error = EdgeConditionError(
-        f"the {what} of the edge {source_id!r} → {targets} raised {type(exc).__name__}: {exc}"
-    )
-    error.executor_id = source_id
-    return error
 
 
 async def _call(predicate: Any, message: Any) -> Any:

@@ -728,10 +728,12 @@ class AGUIService:
                 raise AGUIError(exc.code, str(exc)) from exc
         if record is None:
             return NOTHING_TO_DO, {}, False
-        if not fresh and repeats and repeats[0][1].run_id != record.run_id:
+        # all of it given before: the run those answers went to, to report
+        repeated = repeats[0][1].run_id if repeats and not fresh else None
+        if repeated is not None and repeated != record.run_id:
             # an earlier run's resume sent again: report that run -- never the thread's newer
             # one, whose interrupt a retrying client would otherwise show (and approve) instead
-            return repeats[0][1].run_id, {}, True
+            return repeated, {}, True
         if fresh or await self._cut_off(record):
             return record.run_id, dict(prepared), False
         if record.live_owner(time.time()) is not None:
@@ -743,8 +745,8 @@ class AGUIService:
         if record.status is WorkflowRunState.FAILED:
             # sent again: the failed superstep is retried
             return record.run_id, dict(prepared), False
-        if repeats and not fresh:
-            return repeats[0][1].run_id, {}, True
+        if repeated is not None:
+            return repeated, {}, True
         return NOTHING_TO_DO, {}, False
 
     async def _retried(
