@@ -90,8 +90,9 @@ class UserTurnRequest(BaseModel):
 def stored_message(message: ChatMessage) -> ChatMessage | str:
     """How a conversation stores a message: its JSON text when that reads back equal (a
     checkpoint parses a string far faster than the tagged objects, and a lazy view decodes
-    it only when read), else the message itself (the codec stores any value exactly)."""
-    text = message.model_dump_json()
+    it only when read), else the message itself (the codec stores any value exactly). Unset
+    fields (``None``) are left out: a fifth of a user message's bytes, parsed at every resume."""
+    text = message.model_dump_json(exclude_none=True)
     return text if ChatMessage.model_validate_json(text) == message else message
 
 

@@ -142,6 +142,22 @@ def test_a_message_that_json_would_change_is_stored_as_itself() -> None:
     assert same(read_message(stored_message(odd)), odd)
 
 
+def test_a_stored_message_leaves_out_its_unset_fields_and_keeps_nulls_it_carries() -> None:
+    """Every resume parses the whole stored conversation: ``"author_name":null`` and the like
+    are a fifth of a short message's bytes. A null the message carries (in a tool result) is
+    data, and stays."""
+    stored = stored_message(ChatMessage.user("hello"))
+    assert stored == '{"role":"user","contents":[{"type":"text","text":"hello"}]}'
+    carried = ChatMessage(
+        role="tool",
+        contents=[FunctionResultContent(call_id="c", result={"found": None, "rows": [None]})],
+    )
+    text = stored_message(carried)
+    assert isinstance(text, str)
+    assert '"found":null' in text and '"rows":[null]' in text and '"error"' not in text
+    assert read_message(text) == carried
+
+
 def test_pending_batch_stops_at_the_newest_message_that_is_not_the_users() -> None:
     call = FunctionCallContent(call_id="c1", name="pay")
     held = ToolApprovalRequestContent(id="approval_c1", function_call=call)
