@@ -552,7 +552,7 @@ def resume(
                     talk.line((note, "dim"))
             register(runtime, [run.workflow_name], chosen)
             runtime.workflow(run.workflow_name)  # an application's: refused before "resuming"
-            if not json_mode:
+            if not json_mode and run.status not in _AT_REST:  # (at rest: refused, below)
                 where = f"run {full} · workflow {run.workflow_name} · db {runtime.store.path}"
                 term.line((f"resuming {where}", "dim"))
             return await drive(runtime, full, policy, json_mode=json_mode, detach=False, term=term)
@@ -711,7 +711,10 @@ def _shown_status(record: Any) -> str:
 
 @runs_app.command("list")
 def runs_list(
-    status: Annotated[str | None, typer.Option(help="e.g. idle_with_pending_requests")] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(help="e.g. idle_with_pending_requests, or interrupted (as the list shows)"),
+    ] = None,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
     db: DbOption = None,
     json_mode: JsonOption = False,
@@ -719,17 +722,20 @@ def runs_list(
     """List runs, oldest first."""
     from workflow_engine import WorkflowRunState
 
+    # ``interrupted`` is how the list shows an in-progress run no live process executes
+    interrupted = status == "interrupted"
     try:
-        state = WorkflowRunState(status) if status else None
+        state = WorkflowRunState("in_progress" if interrupted else status) if status else None
     except ValueError:
-        print_error(
-            f"unknown status {status!r} (one of: {', '.join(s.value for s in WorkflowRunState)})"
-        )
+        known = [s.value for s in WorkflowRunState] + ["interrupted"]
+        print_error(f"unknown status {status!r} (one of: {', '.join(known)})")
         raise typer.Exit(EXIT_USAGE) from None
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             runs = await runtime.list_runs(status=state, workflow=workflow)
+            if interrupted:
+                runs = [r for r in runs if not _live_worker(r)]
             if json_mode:
                 print(
                     json.dumps(
@@ -873,7 +879,9 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
                 }
                 for r in pending
             ]
-            if json_mode:
+            if json_mode:  # with the request itself, as stored (a tool call's arguments too)
+                for row, r in zip(rows, pending, strict=True):
+                    row.update(port_id=r.port_id, data=r.data)
                 print(json.dumps(rows))
                 return EXIT_DONE
             if not rows:
@@ -950,7 +958,12 @@ def main() -> None:
     if suspect:
         _refuse_non_text(suspect)
     try:
-        app()
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # a usage error: one line, like every other error
+        code = _usage_error(exc)
+    except typer.Abort:  # Ctrl-C or end of input at a click prompt
+        print("error: aborted", file=sys.stderr)
+        code = EXIT_FAILED
     except SystemExit as done:
         raise SystemExit(flush_output(done.code)) from None
     except OSError as exc:  # click's own output (--help) failing, say
@@ -958,7 +971,19 @@ def main() -> None:
         if failed is None:
             raise
         raise SystemExit(failed) from None
-    raise SystemExit(flush_output(0))
+    raise SystemExit(flush_output(code if isinstance(code, int) else 0))
+
+
+def _usage_error(exc: typer.TyperException) -> int:
+    """Print a usage error on one line of stderr, naming the command's ``--help``; its code.
+    (A group called with nothing has shown its help already.)"""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        return EXIT_USAGE
+    ctx = getattr(exc, "ctx", None)
+    message = " ".join(exc.format_message().split())
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    print(f"error: {message}{hint}", file=sys.stderr)
+    return EXIT_USAGE
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -468,7 +468,8 @@ def print_paused(
     term: Terminal, run_id: str, pending: list[ExternalRequest], json_mode: bool
 ) -> None:
     if json_mode:
-        print(json.dumps({"paused": run_id, "requests": [r.request_id for r in pending]}))
+        ids = [r.request_id for r in pending]  # typed like every line before it
+        print(json.dumps({"type": "paused", "run_id": run_id, "paused": run_id, "requests": ids}))
         return
     term.line((f"Run {visible(run_id)} is paused, waiting for input.", "bold"))
     for request in pending:

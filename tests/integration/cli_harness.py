@@ -122,7 +122,10 @@ class Cli:
     def start_paused(self, message: str = "I want a refund for order 12345") -> tuple[str, str]:
         """A demo run stopped at its first approval: (run id, request id)."""
         result = self.expect(3, "demo", "handoff", "-m", message, "--detach", "--json")
-        paused = json.loads(result.out.strip().splitlines()[-1])
+        lines = [json.loads(line) for line in result.out.strip().splitlines()]
+        assert all("type" in line for line in lines), str(result)  # every line typed
+        paused = lines[-1]
+        assert paused["type"] == "paused" and paused["run_id"] == paused["paused"], str(result)
         assert len(paused["requests"]) == 1, str(result)
         return paused["paused"], paused["requests"][0]
 

@@ -143,6 +143,12 @@ def test_detach_respond_resume_across_processes(cli: Cli) -> None:
     assert pending["what"].startswith("approve submit_refund(")
     for argument in ('"order_id": "12345"', '"amount": 89.99', '"reason": "customer request"'):
         assert argument in pending["what"]
+    # and as data, not only display text (outside tester): the request as stored
+    assert pending["port_id"] == "refund_agent"
+    call = pending["data"]["data"]["function_call"]["data"]
+    assert pending["data"]["$type"] == "ToolApprovalRequestContent"
+    assert call["name"] == "submit_refund"
+    assert call["arguments"] == {"order_id": "12345", "amount": 89.99, "reason": "customer request"}
 
     answered = cli.expect(0, "respond", request_id, "--approve")
     assert "answer stored" in answered.out
@@ -341,9 +347,28 @@ def test_runs_list_and_cancel(cli: Cli) -> None:
 
     assert f"Run {paused_id} cancelled." in cli.expect(0, "cancel", paused_id).out
     assert "was cancelled" in cli.expect(5, "respond", request_id, "--approve").error_line()
-    assert "is cancelled" in cli.expect(5, "resume", paused_id).error_line()
+    refused = cli.expect(5, "resume", paused_id)
+    assert "is cancelled" in refused.error_line()
+    assert "resuming" not in refused.out  # refused, not announced first (outside tester)
     assert [r["status"] for r in cli.json("runs", "list")] == ["idle", "cancelled"]
     assert len(cli.ledger()) == 1  # the first run's refund only
+
+
+def test_a_malformed_command_line_is_one_error_line_naming_the_help(cli: Cli) -> None:
+    """Errors are one line on stderr, a mistyped option or command too (outside tester: typer
+    drew a multi-line box); a group called with nothing still shows its help."""
+    cases = [
+        (("runs", "list", "--bogus"), "No such option: --bogus", "engine runs list --help"),
+        (("nonsense",), "No such command 'nonsense'", "workflow-engine --help"),
+        (("respond",), "Missing argument 'request_id'", "workflow-engine respond --help"),
+        (("runs", "list", "--status"), "'--status' requires an argument", ""),
+    ]
+    for args, says, hint in cases:
+        line = cli.expect(2, *args, db=False).error_line()
+        assert says in line and hint in line, line
+        assert "╭" not in line
+    shown = cli.expect(2, "runs", db=False)
+    assert "list" in shown.out and "show" in shown.out and not shown.err.strip()
 
 
 def test_the_database_option_goes_before_or_after_the_command(cli: Cli, tmp_path: Path) -> None:

@@ -72,9 +72,14 @@ def test_a_killed_worker_leaves_its_run_interrupted(tmp_path: Path) -> None:
         assert running["status"] == "in_progress" and running["worker"] is not None
         assert str(worker.pid) in running["worker"]
         assert "interrupted" not in cli.expect(0, "runs", "list").out
+        # filtering by what the list shows: a run its live worker executes is not interrupted
+        assert cli.json("runs", "list", "--status", "interrupted") == []
     [run] = cli.json("runs", "list")
     assert run["status"] == "in_progress" and run["worker"] is None  # its lease runs 10 min more
     assert "interrupted" in cli.expect(0, "runs", "list").out
+    [found] = cli.json("runs", "list", "--status", "interrupted")
+    assert found["run_id"] == RUN_ID
+    assert RUN_ID[:8] in cli.expect(0, "runs", "list", "--status", "interrupted").out
     shown = cli.json("runs", "show", RUN_ID)
     assert shown["status"] == "in_progress" and shown["worker"] is None
     assert "· interrupted ·" in cli.expect(0, "runs", "show", RUN_ID).out
