@@ -59,7 +59,6 @@ from typing import Any, Protocol, runtime_checkable
 from zoneinfo import ZoneInfo
 
 from pydantic import ValidationError
-from pydantic_core import to_jsonable_python
 
 from ._errors import (
     CorruptValueError,
@@ -349,11 +348,16 @@ class TaggedJsonCodec:
         except SerializationError as exc:
             raise _Failure(type(exc), str(exc)) from exc
         if entry is None:
+            refused = self.registry.why_refused(t)
             raise _Failure(
                 UnregisteredTypeError,
                 f"a value of type {type_name(t)} is not a JSON type and not registered with the "
                 "workflow (declare it in a handler annotation or call "
-                "WorkflowBuilder.register_types)",
+                "WorkflowBuilder.register_types)"
+                if refused is None
+                else f"a value of type {type_name(t)} cannot be stored: it is declared, but "
+                f"pydantic has no schema for it ({refused}); send, keep or yield it as a type "
+                "pydantic knows (int for an int subclass, say) or as a model",
             )
         try:
             payload = self._enc_payload(entry, value, depth + 1)
@@ -490,8 +494,8 @@ class TaggedJsonCodec:
         back to an equal value (so e.g. a SecretStr is refused rather than stored masked)."""
         try:
             form = entry.adapter.dump_python(value, mode="python")
-            if isinstance(form, entry.cls):
-                form = to_jsonable_python(value)
+            if isinstance(form, entry.cls):  # (a path, say) the class's own JSON form
+                form = entry.adapter.dump_python(value, mode="json")
             back = entry.adapter.validate_python(form)
         except Exception as exc:
             raise _Failure(

@@ -18,6 +18,7 @@ builds a class named only by data: an unknown tag stays unknown.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import enum
@@ -61,6 +62,13 @@ def adapter_for(cls: type) -> TypeAdapter[Any]:
     adapter: TypeAdapter[Any] = TypeAdapter(cls)
     _ADAPTERS[cls] = adapter
     return adapter
+
+
+def schema_refusal(exc: BaseException) -> str:
+    """The first sentence of pydantic's refusal to describe a class (its advice to allow
+    arbitrary types does not apply to values that must be stored)."""
+    said = str(exc).strip()
+    return said.splitlines()[0].split(". ")[0] if said else type(exc).__name__
 
 
 def default_tag(cls: type) -> str:
@@ -157,6 +165,7 @@ class TypeRegistry:
         self._by_tag: dict[str, TypeEntry] = {}
         self._aliases: dict[str, TypeEntry] = {}  # legacy module.qualname tags, former names
         self._lock = threading.RLock()
+        self._refused: dict[type, str] = {}  # declared classes pydantic cannot describe: why
 
     # public -------------------------------------------------------------------------------------
 
@@ -202,6 +211,19 @@ class TypeRegistry:
         return cls in self._by_class
 
     # lookups used by the codec ------------------------------------------------------------------
+
+    def declared_but_refused(self, cls: type, exc: BaseException) -> None:
+        """Remember why ``cls``, declared in an annotation, could not be registered: a value of
+        it then fails to encode saying so, not that it was never declared."""
+        with contextlib.suppress(TypeError):  # an unhashable class
+            self._refused.setdefault(cls, schema_refusal(exc))
+
+    def why_refused(self, cls: type) -> str | None:
+        """Why ``cls`` was declared but not registered (``declared_but_refused``), or None."""
+        try:
+            return self._refused.get(cls)
+        except TypeError:
+            return None
 
     def entry_for_class(self, cls: type) -> TypeEntry | None:
         """The entry values of ``cls`` are encoded with; a subclass of a registered class is
@@ -266,8 +288,8 @@ class TypeRegistry:
                     self._register(field_cls, None)
                 except SerializationError:
                     raise
-                except Exception:  # not representable: encoding such a value names the type
-                    continue
+                except Exception as exc:  # not representable: encoding such a value says why
+                    self.declared_but_refused(field_cls, exc)
         return entry
 
     def _register_found(self, cls: type) -> TypeEntry:

@@ -53,7 +53,7 @@ from ._identity import (
 from ._journal import InMemoryJournal
 from ._planner import Envelope, Send, accepts
 from ._pump import EventPump
-from ._registry import display_name
+from ._registry import display_name, schema_refusal
 from ._requests import (
     EffectResolution,
     ExternalRequest,
@@ -240,8 +240,8 @@ class Workflow:
                 self.registry.register(cls)
             except SerializationError:
                 raise
-            except Exception:  # not representable as JSON; encoding it later names the type
-                continue
+            except Exception as exc:  # not representable as JSON: encoding a value says why
+                self.registry.declared_but_refused(cls, exc)
 
     # --- introspection --------------------------------------------------------------------------
 
@@ -278,12 +278,10 @@ class Workflow:
         except SerializationError:
             raise
         except Exception as exc:
-            said = str(exc).strip()
-            first = said.splitlines()[0].split(". ")[0] if said else type(exc).__name__
             raise DefinitionError(
                 f"workflow {self.name!r}: register_types({type_name(cls)}): its values cannot be "
-                f"stored as JSON, pydantic has no schema for it ({first}); convert them to a "
-                "type it knows (bytes for a bytearray, str for a path) or to a model"
+                f"stored as JSON, pydantic has no schema for it ({schema_refusal(exc)}); convert "
+                "them to a type it knows (bytes for a bytearray, say) or to a model"
             ) from exc
 
     def knows_answer_type(self, annotation: Any) -> bool:

@@ -204,6 +204,34 @@ def test_a_type_pydantic_cannot_describe_is_refused_by_name_at_build() -> None:
     assert "arbitrary_types_allowed" not in str(e.value)
 
 
+class Cents(int):
+    """An int subclass: pydantic has no schema for it."""
+
+
+class SendsCents(Executor):
+    @handler
+    async def on_int(self, n: int, ctx: WorkflowContext[Cents]) -> None:
+        await ctx.send_message(Cents(n))
+
+
+class TakesCents(Executor):
+    @handler
+    async def on_cents(self, c: Cents, ctx: WorkflowContext[Never, int]) -> None:
+        await ctx.yield_output(int(c))
+
+
+@pytest.mark.anyio
+async def test_a_declared_type_that_cannot_be_stored_fails_saying_why() -> None:
+    """A handler declared ``Cents`` (an int subclass); the run failed with "not registered ...
+    declare it in a handler annotation", which it was (outside tester)."""
+    a, b = SendsCents("a"), TakesCents("b")
+    result = await WorkflowBuilder(name="w", start=a).add_edge(a, b).build().run(3)
+    assert result.error is not None and result.error.code == "unregistered_type"
+    said = result.error.message
+    assert "Cents cannot be stored: it is declared, but pydantic has no schema for it" in said
+    assert "declare it" not in said and "arbitrary_types_allowed" not in said
+
+
 def test_loops_are_legal() -> None:
     a = Counter("a")
     wf = WorkflowBuilder(start=a).add_edge(a, a, condition=lambda n: n < 3).build()
