@@ -361,7 +361,7 @@ class InMemoryRunStore:
                 for r in self._requests.values()
                 if (run_id is None or r.run_id == run_id) and (status is None or r.status == status)
             ),
-            key=lambda r: (r.created_at, r.request_id),
+            key=lambda r: r.created_at,  # stable: the order the run asked them in
         )
 
     async def run_ids(self, prefix: str = "") -> Sequence[str]:

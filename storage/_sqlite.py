@@ -1489,7 +1489,7 @@ class SqliteStore:
         text, params = filtered(
             f"SELECT {REQUEST_COLUMNS} FROM requests",
             (("run_id", run_id), ("status", status)),
-            "created_at, request_id",
+            "created_at, rowid",  # the order the run asked them in (rows go in in that order)
         )
         rows = await self._run(self._transaction, None, _fetch_all, (text, params))
         return [stored_request(r) for r in rows]

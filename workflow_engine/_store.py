@@ -301,7 +301,10 @@ class RunStore(Protocol):
 
     async def list_requests(
         self, run_id: str | None = None, status: RequestStatus | None = "pending"
-    ) -> Sequence[StoredRequest]: ...
+    ) -> Sequence[StoredRequest]:
+        """Requests (of one run, or all; of one status, or any), oldest first; those of one
+        commit in the order the run asked them."""
+        ...
 
     async def request_ids(self, prefix: str = "") -> Sequence[str]:
         """The id of every request (any status) that starts with ``prefix``, sorted: what a

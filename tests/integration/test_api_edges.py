@@ -26,6 +26,7 @@ from workflow_engine import (
     WorkflowNotRegisteredError,
     WorkflowRunState,
     handler,
+    response_handler,
 )
 from workflow_engine.executors import Agent, ChatMessage, ChatResponseUpdate
 from workflow_engine.executors._clients import message_from_updates
@@ -501,3 +502,39 @@ async def test_a_renamed_answer_type_strands_the_runs_that_wait_for_it(tmp_path:
     (after,) = await store.list_runs()
     assert after.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and after.owner is None
     await store.close()
+
+
+class AsksFive(Executor):
+    """Asks five questions in one superstep (one commit: one ``created_at`` for all)."""
+
+    @handler
+    async def go(self, message: str, ctx: WorkflowContext[Never]) -> None:
+        for n in range(5):
+            await ctx.request_info(f"question {n}", str)
+
+    @response_handler
+    async def answered(self, question: str, answer: str, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(answer)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_a_runs_requests_are_listed_in_the_order_it_asked_them(
+    tmp_path: Path, kind: str
+) -> None:
+    """``pending_requests`` ordered requests of one commit by their random ids; ``get_run``
+    in the order they were asked (outside tester)."""
+    store = SqliteStore(tmp_path / "runs.db") if kind == "sqlite" else InMemoryRunStore()
+    runtime = Runtime(store)
+    runtime.register(lambda: WorkflowBuilder(name="five", start=AsksFive("asker")).build())
+    try:
+        result = await runtime.run("five", "go")
+        asked = [r.request_id for r in result.pending_requests]
+        assert [r.data for r in result.pending_requests] == [f"question {n}" for n in range(5)]
+        assert [r.request_id for r in (await runtime.get_run(result.run_id)).pending_requests] == (
+            asked
+        )
+        assert [r.request_id for r in await runtime.pending_requests(result.run_id)] == asked
+        assert [r.request_id for r in await runtime.pending_requests()] == asked
+        assert [r.request_id for r in await store.list_requests(result.run_id)] == asked
+    finally:
+        await runtime.close()
