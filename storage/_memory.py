@@ -34,7 +34,7 @@ from workflow_engine import (
     WorkflowRunState,
     owner_is_dead,
 )
-from workflow_engine._store import Acquired, RequestStatus, check_prune
+from workflow_engine._store import Acquired, RequestStatus, check_prune, holder_of
 
 _TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
 
@@ -126,9 +126,7 @@ class InMemoryRunStore:
                 and (run.lease_expires_at or 0) > now
                 and not owner_is_dead(run.owner)
             ):
-                raise RunBusyError(
-                    f"run {run_id!r} is being executed by another worker ({run.owner})"
-                )
+                raise RunBusyError(f"run {run_id!r} is being executed by {holder_of(run.owner)}")
             expires = now + lease_seconds
             self._runs[run_id] = replace(
                 run, owner=owner, lease_expires_at=expires, version=run.version + 1

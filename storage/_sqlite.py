@@ -91,6 +91,7 @@ from workflow_engine._store import (
     RunRecord,
     StoredRequest,
     check_prune,
+    holder_of,
     owner_is_dead,
 )
 
@@ -879,9 +880,9 @@ class SqliteStore:
         ):
             left = (expires or 0) - now
             raise RunBusyError(
-                f"run {run_id!r} is being executed by another worker ({holder}), which renews "
-                f"its lease while it works (if that worker has stopped without releasing it, "
-                f"the lease lapses in {left:.0f} s)"
+                f"run {run_id!r} is being executed by {holder_of(holder)}, which renews its "
+                f"lease while it works (if it has stopped without releasing it, the lease "
+                f"lapses in {left:.0f} s)"
             )
         expires_at = now + lease_seconds
         take = SQL_TAKE_LEASE_TO_APPLY if applying else SQL_TAKE_LEASE
@@ -1083,7 +1084,7 @@ class SqliteStore:
             raise RunNotFoundError(f"no run {lease.run_id!r}")
         if row[0] != lease.owner or row[1] != lease.version:
             now = (
-                f"is being executed by another worker ({row[0]})"
+                f"is being executed by {holder_of(row[0])}"
                 if row[0] is not None
                 else "was taken over by another worker, which is done with it (it cancelled, "
                 "resumed or released the run)"

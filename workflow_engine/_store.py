@@ -89,6 +89,14 @@ def owner_is_dead(owner: str) -> bool:
     return _is_zombie(int(pid_text))
 
 
+def holder_of(owner: str) -> str:
+    """Who holds a lease, as an error names it: another worker, or (an owner token of this very
+    process: two requests on one server, say) another execution in this process."""
+    host, _, rest = owner.partition(":")
+    mine = host == socket.gethostname() and rest.partition(":")[0] == str(os.getpid())
+    return f"{'another execution in this process' if mine else 'another worker'} ({owner})"
+
+
 def _is_zombie(pid: int) -> bool:
     """A killed child that its parent has not reaped yet still answers kill(pid, 0)."""
     try:

@@ -29,6 +29,7 @@ from workflow_engine import (
     WorkflowRunState,
     handler,
 )
+from workflow_engine._store import default_owner
 
 pytestmark = pytest.mark.anyio
 
@@ -58,6 +59,12 @@ async def test_lease_is_exclusive_and_commits_are_fenced(store: RunStore) -> Non
     lease = await store.acquire("r", "host-a:1:x", 30)
     with pytest.raises(RunBusyError, match="being executed by another worker"):
         await store.acquire("r", "host-b:2:y", 30)
+    await store.release(lease)
+    # held by this very process (two requests on one server): not "another worker"
+    lease = await store.acquire("r", default_owner(), 30)
+    with pytest.raises(RunBusyError, match="by another execution in this process") as busy:
+        await store.acquire("r", default_owner(), 30)
+    assert "another worker" not in str(busy.value)
     checkpoint = await store.latest("r")
     lease = await store.commit(lease, checkpoint.model_copy(update={"checkpoint_id": "c1"}))
     await store.release(lease)
