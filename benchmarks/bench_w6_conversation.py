@@ -162,6 +162,49 @@ async def handoff_bytes(tmp: Path, turns: int) -> None:
     )
 
 
+LOOP = "w6-loop"
+
+
+def build_loop(supersteps: int) -> Workflow:
+    """A writer and a critic answering each other (``AgentHostExecutor`` on both ends of the
+    edges) for ``supersteps`` supersteps and one more: each sends on an ``AgentResponse``
+    carrying the whole conversation, which the edge's condition reads."""
+    from workflow_engine.executors import Rule, ScriptedChatClient
+
+    writer = Agent("writer", client=ScriptedChatClient([Rule(reply="A draft: " + "w" * 150)]))
+    critic = Agent("critic", client=ScriptedChatClient([Rule(reply="Tighten it: " + "c" * 150)]))
+    return (
+        WorkflowBuilder(LOOP, start=writer)
+        .add_edge(writer, critic)
+        .add_edge(critic, writer, condition=lambda r: len(r.conversation) <= supersteps + 1)
+        .with_max_supersteps(supersteps + 10)
+        .build()
+    )
+
+
+async def loop_bytes(tmp: Path, supersteps: int) -> None:
+    """Bytes of checkpoint rows per superstep of a writer-critic loop at superstep 10, 100 and
+    ``supersteps``: flat when the response in flight is stored as the messages it gained (it
+    used to be stored whole at every superstep)."""
+    db = tmp / "w6-loop.db"
+    runtime = Runtime(await open_store(db))
+    runtime.register(build_loop(supersteps))
+    done = await runtime.run(LOOP, "Write a short essay on durable workflows.")
+    assert done.status is WorkflowRunState.IDLE, (done.status, done.error)
+    await runtime.close()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT seq, kind, length(body) FROM checkpoints ORDER BY seq")
+        by_seq = {seq: (kind, size) for seq, kind, size in rows}
+    marks = sorted({k for k in (10, 100) if k < supersteps} | {supersteps})
+    figures = [f"superstep {k}: {by_seq[k][1]:,} B ({by_seq[k][0]})" for k in marks]
+    total = sum(size for _, size in by_seq.values())
+    print(
+        "W6 a writer and a critic answering each other (each response carries the whole "
+        "conversation on), checkpoint rows of a superstep: " + ", ".join(figures) + f"; all "
+        f"rows after {supersteps} supersteps {total:,} B"
+    )
+
+
 # --- row sizes ------------------------------------------------------------------------------------
 
 
@@ -450,6 +493,7 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
             f"[{ms(min(warm))}-{ms(max(warm))}]"
         )
         await handoff_bytes(tmp, turns)
+        await loop_bytes(tmp, min(turns, 400))
         print("  targets: per-turn bytes flat in the turn number; resume at 1,000 turns ≤ 5 ms")
         if profile:
             out = run_child(db, run_id, request_id, first, profile=True)

@@ -25,12 +25,16 @@ from ._errors import (
 )
 from ._events import WorkflowRunState
 
-CHECKPOINT_SCHEMA_VERSION = 3
+CHECKPOINT_SCHEMA_VERSION = 4
 """1: every answered request kept whole in ``answered_requests``. 2: only the answers applied by
 the checkpoint's own commit or still in flight are kept whole; every other answer is a digest in
 ``answered_digests`` (a 1,000-turn chat parsed 1,000 stored answers at every resume). 3: a span
 leaves out a state value unchanged since its base (``executor_state_same``,
-``shared_state_same``): a big value set once was stored again in every span."""
+``shared_state_same``): a big value set once was stored again in every span. 4: a message in
+flight whose field holds a list that extends the same field of a message before it (an agent's
+conversation passed on with its new turn) is stored as the items it gained
+(``CheckpointChanges.message_appends``, ``CheckpointSpan.messages_kept``): a loop of two agents
+wrote its whole conversation again at every superstep."""
 
 _M = TypeVar("_M", bound=BaseModel)
 
@@ -69,6 +73,102 @@ def construct(cls: type[_M], **values: Any) -> _M:
     setattr_(obj, "__pydantic_extra__", None)
     setattr_(obj, "__pydantic_private__", None)
     return obj
+
+
+def _fields_of(data: Any) -> dict[str, Any] | None:
+    """The fields of an encoded message: a registered class's payload (``{"$type", "data"}``)
+    or a plain dict's own items; None for anything else."""
+    if type(data) is not dict:
+        return None
+    if "$type" in data:
+        payload = data.get("data")
+        return payload if len(data) == 2 and type(payload) is dict else None
+    return data
+
+
+def _with_field(data: dict[str, Any], field: str, value: Any) -> dict[str, Any]:
+    """``data`` (an encoded message, see ``_fields_of``) with ``field`` set to ``value``."""
+    if "$type" in data:
+        return {**data, "data": {**data["data"], field: value}}
+    return {**data, field: value}
+
+
+def message_prefixes(
+    messages: Sequence[MessageRecord], before: Sequence[MessageRecord]
+) -> list[tuple[int, str, int, int]]:
+    """For each message of ``messages`` whose field holds a list beginning exactly with the
+    items (two or more) of the same field of a message of ``before`` (an agent's conversation,
+    passed on with its new turn): ``(index, field, index in before, items kept)``, the longest
+    such prefix. What lets a delta or a span store only the new items."""
+    found: list[tuple[int, str, int, int]] = []
+    if not before:
+        return found
+    earlier: list[dict[str, Any] | None] | None = None  # (only once a message has a list)
+    for i, message in enumerate(messages):
+        data = message.data
+        if type(data) is not dict:  # (most messages: a number, a text)
+            continue
+        fields = _fields_of(data)
+        if not fields:
+            continue
+        for field, value in fields.items():
+            if type(value) is not list or len(value) < 2:
+                continue
+            if earlier is None:
+                earlier = [_fields_of(m.data) for m in before]
+            best: tuple[int, int] | None = None
+            for j, old_fields in enumerate(earlier):
+                old = old_fields.get(field) if old_fields else None
+                if (
+                    type(old) is list
+                    and 1 < len(old) <= len(value)
+                    and (best is None or len(old) > best[1])
+                    and starts_with(value, old)
+                ):
+                    best = (j, len(old))
+            if best is not None:
+                found.append((i, field, *best))
+    return found
+
+
+def _cut_messages(
+    messages: Sequence[MessageRecord], kept: Sequence[tuple[int, str, int, int]]
+) -> list[MessageRecord]:
+    """``messages`` with each list ``kept`` names cut to the items after the kept ones."""
+    out = list(messages)
+    for i, field, _, n in kept:
+        record = out[i]
+        fields = _fields_of(record.data)
+        assert fields is not None  # (message_prefixes found a list there)
+        data = _with_field(record.data, field, fields[field][n:])
+        out[i] = record.model_copy(update={"data": data})
+    return out
+
+
+def _grown_messages(
+    messages: Sequence[MessageRecord],
+    before: Sequence[MessageRecord],
+    kept: Sequence[tuple[int, str, int, int]],
+) -> list[MessageRecord]:
+    """The messages ``_cut_messages`` cut, whole again: each cut list after the items it kept
+    of the message of ``before`` it names. ``ValueError`` when they do not fit (damaged)."""
+    out = list(messages)
+    for i, field, j, n in kept:
+        try:
+            tail = _fields_of(out[i].data)[field]  # type: ignore[index]
+            head = _fields_of(before[j].data)[field]  # type: ignore[index]
+        except (IndexError, KeyError, TypeError):
+            raise ValueError(
+                f"message {i} keeps items of message {j} before it, which has no list {field!r}"
+            ) from None
+        if type(tail) is not list or type(head) is not list or len(head) < n:
+            raise ValueError(
+                f"message {i} keeps {n} items of {field!r} of message {j} before it, which "
+                "does not have them"
+            )
+        data = _with_field(out[i].data, field, [*head[:n], *tail])
+        out[i] = out[i].model_copy(update={"data": data})
+    return out
 
 
 class MessageRecord(BaseModel):
@@ -116,6 +216,13 @@ class CheckpointChanges(BaseModel):
     requests_added: list[str] = Field(default_factory=_new_list)
     requests_answered: list[str] = Field(default_factory=_new_list)
     requests_cancelled: list[str] = Field(default_factory=_new_list)
+    message_appends: list[tuple[int, str, int, int]] = Field(
+        default_factory=_new_list, exclude_if=_empty
+    )
+    """Messages in flight whose field (of the message's own fields) holds a list that begins
+    with the items of the same field of a message of the parent checkpoint: ``(message index,
+    field, index of the parent's message, items kept)``; a delta stores only the rest. (See
+    :func:`message_prefixes`; left out of the JSON when empty.)"""
 
 
 def _refuse_newer(data: Any) -> Any:
@@ -279,7 +386,11 @@ def delta_of(checkpoint: Checkpoint) -> CheckpointDelta:
         superstep=checkpoint.superstep,
         status=checkpoint.status,
         created_at=checkpoint.created_at,
-        messages=checkpoint.messages,
+        messages=(
+            _cut_messages(checkpoint.messages, ch.message_appends)
+            if ch.message_appends
+            else checkpoint.messages
+        ),
         executor_states={
             e: {k: _tail(states[e][k], ch.executor_state_appends.get(e, {}).get(k)) for k in keys}
             for e, keys in ch.executor_state_keys.items()
@@ -321,6 +432,7 @@ def apply_deltas(parent: Checkpoint, deltas: Sequence[CheckpointDelta]) -> Check
     digests = dict(parent.answered_digests)
     cancelled = list(parent.cancelled_requests)
     outputs = list(parent.outputs)
+    messages: Sequence[MessageRecord] = parent.messages
     follows = parent.checkpoint_id
     for delta in deltas:
         if delta.parent_id != follows:
@@ -328,6 +440,12 @@ def apply_deltas(parent: Checkpoint, deltas: Sequence[CheckpointDelta]) -> Check
                 f"delta {delta.checkpoint_id} follows {delta.parent_id}, not {follows}"
             )
         follows = delta.checkpoint_id
+        kept_messages = delta.changes.message_appends
+        messages = (
+            _grown_messages(delta.messages, messages, kept_messages)
+            if kept_messages
+            else delta.messages
+        )
         appends = delta.changes.executor_state_appends
         for executor_id, values in delta.executor_states.items():
             state = states.setdefault(executor_id, {})
@@ -379,7 +497,7 @@ def apply_deltas(parent: Checkpoint, deltas: Sequence[CheckpointDelta]) -> Check
         status=last.status,
         created_at=last.created_at,
         step_secret=parent.step_secret,
-        messages=list(last.messages),
+        messages=list(messages),
         executor_states=states,
         shared_state=shared,
         fan_in_buffers=dict(last.fan_in_buffers),
@@ -457,6 +575,10 @@ class CheckpointSpan(BaseModel):
     outputs_kept: int = 0
     cancelled_kept: int = 0
     digests_kept: int = 0
+    messages_kept: list[tuple[int, str, int, int]] = Field(
+        default_factory=_new_list, exclude_if=_empty
+    )
+    """Messages whose list field keeps items of the base's messages (``message_prefixes``)."""
 
 
 _MISSING: Any = object()
@@ -517,8 +639,10 @@ def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
     new_digests = list(checkpoint.answered_digests.items())
     old_digests = list(base.answered_digests.items())
     digests_kept = _kept_of(new_digests, old_digests) or 0
+    messages_kept = message_prefixes(checkpoint.messages, base.messages)
     cut = checkpoint.model_copy(
         update={
+            "messages": _cut_messages(checkpoint.messages, messages_kept),
             "executor_states": states,
             "shared_state": shared,
             "outputs": checkpoint.outputs[outputs_kept:],
@@ -538,6 +662,7 @@ def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
         outputs_kept=outputs_kept,
         cancelled_kept=cancelled_kept,
         digests_kept=digests_kept,
+        messages_kept=messages_kept,
     )
     return span
 
@@ -569,8 +694,12 @@ def apply_span(base: Checkpoint, span: CheckpointSpan) -> Checkpoint:
     else:
         digests = dict(list(old_digests.items())[: span.digests_kept])
         digests.update(cp.answered_digests)
+    messages = cp.messages
+    if span.messages_kept:
+        messages = _grown_messages(messages, base.messages, span.messages_kept)
     return cp.model_copy(
         update={
+            "messages": messages,
             "executor_states": states,
             "shared_state": shared,
             "outputs": [*base.outputs[: span.outputs_kept], *cp.outputs],

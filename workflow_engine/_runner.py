@@ -36,6 +36,7 @@ from ._checkpoint import (
     MessageRecord,
     RequestRecord,
     construct,
+    message_prefixes,
     settle_answers,
 )
 from ._codec import JsonCodec, starts_with
@@ -249,6 +250,22 @@ class RunLoop:
             keep = {e.request.request_id for e in s.inbox if e.request is not None}
             keep.update(changes.requests_answered)
             s.answered = settle_answers(s.answered, s.answered_digests, keep)
+        messages = [
+            construct(
+                MessageRecord,
+                source_id=e.source_id,
+                target_id=e.target_id,
+                data=enc(e.data) if e.encoded is NOT_ENCODED else e.encoded,
+                request_id=e.request.request_id if e.request else None,
+                message_id=e.message_id,
+            )
+            for e in s.inbox
+        ]
+        if previous is not None and messages and previous.messages:
+            # a list a message in flight passes on grown (a conversation): a delta stores the rest
+            grown = message_prefixes(messages, previous.messages)
+            if grown:
+                changes = changes.model_copy(update={"message_appends": grown})
         cp = construct(
             Checkpoint,
             schema_version=CHECKPOINT_SCHEMA_VERSION,
@@ -262,17 +279,7 @@ class RunLoop:
             status=s.status if s.status.is_terminal else s.resting_status(),
             created_at=_now(),
             step_secret=s.secret,
-            messages=[
-                construct(
-                    MessageRecord,
-                    source_id=e.source_id,
-                    target_id=e.target_id,
-                    data=enc(e.data) if e.encoded is NOT_ENCODED else e.encoded,
-                    request_id=e.request.request_id if e.request else None,
-                    message_id=e.message_id,
-                )
-                for e in s.inbox
-            ],
+            messages=messages,
             executor_states=dict(s.executor_states),
             shared_state=dict(s.shared),
             fan_in_buffers={
@@ -742,6 +749,7 @@ def changes_of(
         requests_added=requests_added or [],
         requests_answered=requests_answered or [],
         requests_cancelled=requests_cancelled or [],
+        message_appends=[],  # (make_checkpoint finds them)
     )
 
 

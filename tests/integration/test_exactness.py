@@ -365,6 +365,7 @@ async def test_continuing_from_an_older_checkpoint_is_refused_and_prune_still_wo
 # --- leases ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a 2.5 s step, longer than its lease: `make test` runs it, the fast tier not
 async def test_a_superstep_longer_than_the_lease_keeps_its_run(tmp_path: Path) -> None:
     ledger = Ledger()
     db = tmp_path / "runs.db"

@@ -271,3 +271,109 @@ async def test_an_agent_answered_again_in_a_loop_stores_only_the_new_messages(
     assert len(writer) == 40  # the critic's 41st message went nowhere: the loop ended
     await again.close()
     await runtime.close()
+
+
+def build_long_loop(turns: int) -> Workflow:
+    """The writer and the critic answering each other for ``turns`` messages."""
+    from workflow_engine import WorkflowBuilder
+
+    writer = Agent("writer", "Write.", ScriptedChatClient([Rule(reply="a draft " + "w" * 120)]))
+    critic = Agent("critic", "Criticise.", ScriptedChatClient([Rule(reply="again " + "c" * 120)]))
+    return (
+        WorkflowBuilder(name="long-loop", start=writer)
+        .add_edge(writer, critic)
+        .add_edge(critic, writer, condition=lambda response: len(response.conversation) < turns)
+        .with_max_supersteps(turns + 10)
+        .build()
+    )
+
+
+async def test_a_message_passing_the_conversation_on_stores_only_its_new_messages(
+    tmp_path: Path,
+) -> None:
+    """The response an agent sends on carries the whole conversation (an edge's condition may
+    read it), and each superstep's delta stored all of it again: 5.8 KB at superstep 10, 40 KB
+    at 100 (storage growing with the square of the loop's length). Now a superstep writes the
+    same bytes at superstep 20 and 120, and the message reads back whole."""
+    db = tmp_path / "loop.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(lambda: build_long_loop(130))
+    done = await runtime.run("long-loop", "write me an essay")
+    assert done.status is WorkflowRunState.IDLE, done.error
+    await runtime.close()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(
+            "SELECT seq, kind, length(body), body FROM checkpoints ORDER BY seq"
+        ).fetchall()
+    sizes = {seq: size for seq, kind, size, _ in rows if kind == "delta"}
+    assert 20 in sizes and 120 in sizes, sorted(sizes)
+    assert sizes[120] <= sizes[20] + 64, (sizes[20], sizes[120])
+    delta = json.loads(next(body for seq, kind, _, body in rows if seq == 120))
+    [message] = delta["messages"]
+    assert len(message["data"]["data"]["conversation"]) <= 2  # the new turn, not the 120 before
+    assert delta["changes"]["message_appends"], delta["changes"]
+
+
+async def test_a_run_stopped_mid_loop_resumes_with_the_whole_conversation_in_flight(
+    tmp_path: Path,
+) -> None:
+    """Stopped with a response in flight (its conversation stored as the messages it gained),
+    the run resumed by another runtime reads it back whole: the same conversation, message for
+    message, as a run that was never stopped."""
+    db = tmp_path / "loop.db"
+    first = Runtime(SqliteStore(db))
+    first.register(lambda: build_long_loop(120))
+    stopped = await first.run("long-loop", "write me an essay", max_supersteps=77)
+    assert stopped.status is WorkflowRunState.MAX_SUPERSTEPS_REACHED, stopped.error
+    await first.close()
+
+    again = Runtime(SqliteStore(db, snapshot_every=1000))
+    again.register(lambda: build_long_loop(120))
+    latest = await again.store.latest(stopped.run_id)
+    assert latest is not None
+    [in_flight] = latest.messages
+    assert len(in_flight.data["data"]["conversation"]) == 78  # whole, after the fold
+    done = await again.resume(stopped.run_id)
+    assert done.status is WorkflowRunState.IDLE, done.error
+    resumed = await again.store.latest(stopped.run_id)
+    await again.close()
+
+    straight = Runtime(SqliteStore(tmp_path / "straight.db"))
+    straight.register(lambda: build_long_loop(120))
+    whole = await straight.run("long-loop", "write me an essay")
+    uninterrupted = await straight.store.latest(whole.run_id)
+    await straight.close()
+    assert resumed is not None and uninterrupted is not None
+    for agent in ("writer", "critic"):
+        got = [read_message(m) for m in resumed.executor_states[agent]["conversation"]]
+        want = [read_message(m) for m in uninterrupted.executor_states[agent]["conversation"]]
+        assert [(m.role, m.text) for m in got] == [(m.role, m.text) for m in want]
+    assert len(got) >= 119
+
+
+async def test_a_delta_keeping_items_of_a_message_that_is_not_there_is_store_corrupt(
+    tmp_path: Path,
+) -> None:
+    """A damaged row naming an earlier message it does not have is refused by name, not read
+    as a shorter conversation."""
+    from workflow_engine import StoreCorruptError
+
+    db = tmp_path / "loop.db"
+    runtime = Runtime(SqliteStore(db, snapshot_every=1000))
+    runtime.register(lambda: build_long_loop(30))
+    stopped = await runtime.run("long-loop", "write me an essay", max_supersteps=12)
+    await runtime.close()
+    with sqlite3.connect(db) as conn:
+        seq, body = conn.execute(
+            "SELECT seq, body FROM checkpoints WHERE kind = 'delta' ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        damaged = json.loads(body)
+        [(i, field, _, kept)] = damaged["changes"]["message_appends"]
+        damaged["changes"]["message_appends"] = [[i, field, 9, kept]]
+        conn.execute("UPDATE checkpoints SET body = ? WHERE seq = ?", (json.dumps(damaged), seq))
+    again = Runtime(SqliteStore(db))
+    again.register(lambda: build_long_loop(30))
+    with pytest.raises(StoreCorruptError, match="keeps items of message 9") as refused:
+        await again.store.latest(stopped.run_id)
+    assert stopped.run_id in str(refused.value)
+    await again.close()

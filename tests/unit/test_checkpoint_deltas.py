@@ -8,7 +8,7 @@ outputs, requests, answers and cancellation, and checks every consecutive pair.
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -37,16 +37,22 @@ class Op(BaseModel):
 
 class Plan(BaseModel):
     ops: list[Op]
+    trail: list[int | bool] = []
+    """Grows by a value at every step (a bool for a negative one, so that ``True == 1`` must
+    not pass for a kept item): a message passing on a list grown, as an agent passes on its
+    conversation (a delta stores the new items only)."""
 
 
 class Question(BaseModel):
     remaining: list[Op]
+    trail: list[int | bool] = []
 
 
 class Scripted(Executor):
     @handler
     async def run(self, plan: Plan, ctx: WorkflowContext[Plan | Question, int]) -> None:
         ops = list(plan.ops)
+        trail = list(plan.trail)
         while ops:
             op = ops.pop(0)
             if op.kind == "state":
@@ -61,17 +67,18 @@ class Scripted(Executor):
             elif op.kind == "output":
                 await ctx.yield_output(op.value)
             elif op.kind == "ask":
-                await ctx.send_message(Question(remaining=ops))
+                await ctx.send_message(Question(remaining=ops, trail=trail))
                 return
             else:  # next superstep
-                await ctx.send_message(Plan(ops=ops))
+                grown = [*trail, op.value if op.value >= 0 else op.value < -2]
+                await ctx.send_message(Plan(ops=ops, trail=grown if op.key != "$c" else grown[1:]))
                 return
 
 
 class Resumer(Executor):
     @handler
     async def resume(self, answer: Question, ctx: WorkflowContext[Plan]) -> None:
-        await ctx.send_message(Plan(ops=answer.remaining))
+        await ctx.send_message(Plan(ops=answer.remaining, trail=answer.trail))
 
 
 def build():
@@ -106,6 +113,7 @@ def check_chain(checkpoints: list[Checkpoint]) -> int:
         if cp.parent_id is None:
             continue
         delta = CheckpointDelta.model_validate_json(delta_of(cp).model_dump_json())
+        event(f"messages kept from the parent's: {len(delta.changes.message_appends)}")
         rebuilt = apply_delta(by_id[cp.parent_id], delta)
         assert rebuilt == cp
         assert Checkpoint.from_json(rebuilt.to_json()) == cp

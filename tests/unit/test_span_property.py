@@ -6,12 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.unit.retyping import retyped
 from workflow_engine import Checkpoint, WorkflowRunState
-from workflow_engine._checkpoint import CheckpointSpan, apply_span, span_of
+from workflow_engine._checkpoint import CheckpointSpan, MessageRecord, apply_span, span_of
 
 leaf = st.one_of(
     st.integers(-2, 2),
@@ -45,9 +45,24 @@ def grown(draw: st.DrawFn, old: list[Any], more: st.SearchStrategy = items) -> l
     return list(old)
 
 
-def checkpoint(cid: str, states: dict, shared: dict, lists: tuple) -> Checkpoint:
+def in_flight(fields: list[dict[str, Any]]) -> list[MessageRecord]:
+    """Messages in flight: a registered class's payload (``$type``), then plain dicts."""
+    return [
+        MessageRecord(
+            source_id="e",
+            target_id="f",
+            data={"$type": "Turn", "data": f} if n % 2 == 0 else f,
+        )
+        for n, f in enumerate(fields)
+    ]
+
+
+def checkpoint(
+    cid: str, states: dict, shared: dict, lists: tuple, messages: list[MessageRecord] = ()
+) -> Checkpoint:
     outputs, cancelled, digests = lists
     return Checkpoint(
+        messages=list(messages),
         codec="tagged-json/1",
         checkpoint_id=cid,
         run_id="run",
@@ -75,7 +90,8 @@ def test_a_span_rebuilds_its_checkpoint_exactly(data: st.DataObject) -> None:
         data.draw(st.lists(st.text(max_size=2), max_size=5)),
         data.draw(st.dictionaries(st.text(max_size=2), st.text(max_size=2), max_size=5)),
     )
-    base = checkpoint("base", old_states, old_shared, old_lists)
+    old_fields = [{"log": data.draw(items), "n": data.draw(leaf)} for _ in range(2)]
+    base = checkpoint("base", old_states, old_shared, old_lists, in_flight(old_fields))
     new_states = {"e": {k: data.draw(grown(v)) for k, v in old_states["e"].items()}}
     new_states["f"] = {"x": data.draw(items)}
     new_shared = {k: data.draw(grown(v)) for k, v in old_shared.items()}
@@ -86,8 +102,14 @@ def test_a_span_rebuilds_its_checkpoint_exactly(data: st.DataObject) -> None:
         data.draw(grown(old_lists[1], st.lists(st.text(max_size=2), max_size=3))),
         digests,
     )
-    cp = checkpoint("later", new_states, new_shared, new_lists)
+    # a message passes on a list of one of the base's messages grown (or not), or a new one
+    new_fields = [
+        {"log": data.draw(grown(data.draw(st.sampled_from(old_fields))["log"])), "n": 0}
+        for _ in range(data.draw(st.integers(0, 3)))
+    ]
+    cp = checkpoint("later", new_states, new_shared, new_lists, in_flight(new_fields))
     span = span_of(cp, base)
     assert span is not None
+    event(f"messages kept: {len(span.messages_kept)}")
     stored = CheckpointSpan.model_validate_json(span.model_dump_json())
     assert apply_span(base, stored).model_dump_json() == cp.model_dump_json()
