@@ -210,9 +210,9 @@ class InMemoryRunStore:
     def _fenced(self, lease: Lease) -> RunRecord:
         run = self._run(lease.run_id)
         if run.owner != lease.owner or run.version != lease.version:
+            now = f"it is held by {holder_of(run.owner)}" if run.owner else "it was released"
             raise LeaseLostError(
-                f"run {lease.run_id!r} is being executed by another worker: our lease was taken "
-                "over, so this write is refused"
+                f"run {lease.run_id!r}: our lease was taken over ({now}), so this write is refused"
             )
         return run
 

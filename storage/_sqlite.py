@@ -1286,7 +1286,8 @@ class SqliteStore:
         )
         if not await self._in_write(_update_one, SQL_SET_STATUS, params):
             raise RunBusyError(
-                f"run {lease.run_id!r} is being executed by another worker: status not set"
+                f"run {lease.run_id!r}: this execution's lease was taken over, so its status "
+                "is not set"
             )
         return Lease(lease.run_id, lease.owner, lease.version + 1, lease.expires_at)
 

@@ -355,9 +355,10 @@ class TaggedJsonCodec:
                 "workflow (declare it in a handler annotation or call "
                 "WorkflowBuilder.register_types)"
                 if refused is None
-                else f"a value of type {type_name(t)} cannot be stored: it is declared, but "
-                f"pydantic has no schema for it ({refused}); send, keep or yield it as a type "
-                "pydantic knows (int for an int subclass, say) or as a model",
+                else f"a value of type {type_name(t)} cannot be stored: it is declared (or a "
+                f"class it derives from is), but pydantic has no schema for it ({refused}); "
+                "send, keep or yield it as a type pydantic knows (int for an int subclass, say) "
+                "or as a model",
             )
         try:
             payload = self._enc_payload(entry, value, depth + 1)
@@ -492,20 +493,22 @@ class TaggedJsonCodec:
     def _other_form(self, entry: TypeEntry, value: Any) -> Any:
         """Pydantic's form of a value of a class the codec has no rule for, checked to validate
         back to an equal value (so e.g. a SecretStr is refused rather than stored masked)."""
-        try:
-            form = entry.adapter.dump_python(value, mode="python")
+        try:  # (pydantic's warnings about an unexpected value: the failure below says it)
+            form = entry.adapter.dump_python(value, mode="python", warnings=False)
             if isinstance(form, entry.cls):  # (a path, say) the class's own JSON form
-                form = entry.adapter.dump_python(value, mode="json")
+                form = entry.adapter.dump_python(value, mode="json", warnings=False)
             back = entry.adapter.validate_python(form)
         except Exception as exc:
             raise _Failure(
                 UnregisteredTypeError, f"{type_name(entry.cls)} cannot be serialized: {exc}"
             ) from exc
-        if type(back) is not type(value) or back != value:
+        # equal is not enough: a deque's maxlen, the sign of a complex's zero part are not
+        # compared by ``==``; what the value shows of itself must come back too
+        if type(back) is not type(value) or back != value or repr(back) != repr(value):
             raise _Failure(
                 SerializationError,
                 f"a {type_name(entry.cls)} cannot be stored exactly: pydantic's serialized form "
-                f"of it does not validate back to an equal value (stored as {form!r})",
+                f"of it ({form!r}) reads back as {back!r}, not {value!r}",
             )
         return form
 

@@ -219,11 +219,16 @@ class TypeRegistry:
             self._refused.setdefault(cls, schema_refusal(exc))
 
     def why_refused(self, cls: type) -> str | None:
-        """Why ``cls`` was declared but not registered (``declared_but_refused``), or None."""
-        try:
-            return self._refused.get(cls)
-        except TypeError:
-            return None
+        """Why ``cls``, or a class it derives from, was declared but not registered
+        (``declared_but_refused``), or None."""
+        for base in getattr(cls, "__mro__", (cls,)):
+            try:
+                said = self._refused.get(base)
+            except TypeError:
+                continue
+            if said is not None:
+                return said if base is cls else f"{type_name(base)}: {said}"
+        return None
 
     def entry_for_class(self, cls: type) -> TypeEntry | None:
         """The entry values of ``cls`` are encoded with; a subclass of a registered class is

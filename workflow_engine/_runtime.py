@@ -47,6 +47,7 @@ from ._store import (
     RunStore,
     StoredRequest,
     default_owner,
+    holder_of,
     owner_ended,
 )
 from ._workflow import Workflow, WorkflowRunResult
@@ -605,9 +606,11 @@ class Runtime:
                 request_id, encoded, owner, self.lease_seconds, check
             )
         if taken is None:
+            holder = (await self.store.get_run(run_id)).owner
+            who = holder_of(holder) if holder else "another worker"
             raise RunBusyError(
-                f"run {run_id!r} is being executed by another worker: the answer to "
-                f"{request_id!r} is stored, and that worker applies it"
+                f"run {run_id!r} is being executed by {who}: the answer to {request_id!r} is "
+                "stored, and that execution applies it"
             )
         _, lease, checkpoint, answered = taken
         wf, before = chosen

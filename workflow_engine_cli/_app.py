@@ -981,9 +981,27 @@ def _usage_error(exc: typer.TyperException) -> int:
         return EXIT_USAGE
     ctx = getattr(exc, "ctx", None)
     message = " ".join(exc.format_message().split())
-    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
-    print(f"error: {message}{hint}", file=sys.stderr)
+    path = ctx.command_path if ctx is not None else _command_path(sys.argv[1:])
+    print(f"error: {message} (see '{path} --help')", file=sys.stderr)
     return EXIT_USAGE
+
+
+def _command_path(argv: list[str]) -> str:
+    """The command a command line names (``workflow-engine respond``), for errors click raises
+    without saying which command it was parsing (an option missing its value)."""
+    command: Any = typer.main.get_command(app)
+    path = ["workflow-engine"]
+    words = iter(argv)
+    for word in words:
+        if word == "--db":  # the one option before a command that takes a value
+            next(words, None)
+        elif not word.startswith("-"):
+            sub = getattr(command, "commands", {}).get(word)
+            if sub is None:
+                break
+            path.append(word)
+            command = sub
+    return " ".join(path)
 
 
 LOG_LEVELS = ("debug", "info", "warning", "error")

@@ -16,6 +16,7 @@ from workflow_engine import (
     Executor,
     LeaseLostError,
     RequestPort,
+    RunBusyError,
     RunExistsError,
     RunNotFoundError,
     RunNotResumableError,
@@ -536,5 +537,54 @@ async def test_a_runs_requests_are_listed_in_the_order_it_asked_them(
         assert [r.request_id for r in await runtime.pending_requests(result.run_id)] == asked
         assert [r.request_id for r in await runtime.pending_requests()] == asked
         assert [r.request_id for r in await store.list_requests(result.run_id)] == asked
+    finally:
+        await runtime.close()
+
+
+class SlowAnswerer(Executor):
+    """Asks twice; takes a while over each answer (while its run's lease is held)."""
+
+    def __init__(self, id: str, answering: anyio.Event) -> None:
+        super().__init__(id)
+        self.answering = answering
+
+    @handler
+    async def go(self, message: str, ctx: WorkflowContext[Never]) -> None:
+        await ctx.request_info("first?", str)
+        await ctx.request_info("second?", str)
+
+    @response_handler
+    async def answered(self, question: str, answer: str, ctx: WorkflowContext[Never, str]) -> None:
+        self.answering.set()
+        await anyio.sleep(0.5)
+        await ctx.yield_output(f"{question}={answer}")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_an_answer_to_a_run_busy_in_this_process_does_not_blame_another_worker(
+    tmp_path: Path, kind: str
+) -> None:
+    """``respond_and_resume`` while this very process executes the run said "another worker"
+    (outside tester): the answer is stored, and the execution in this process applies it."""
+    answering = anyio.Event()
+    store = SqliteStore(tmp_path / "runs.db") if kind == "sqlite" else InMemoryRunStore()
+    runtime = Runtime(store)
+    runtime.register(
+        lambda: WorkflowBuilder(name="slow", start=SlowAnswerer("asker", answering)).build()
+    )
+    try:
+        paused = await runtime.run("slow", "go")
+        first, second = paused.pending_requests
+        await runtime.respond(first.request_id, "a")
+        refused: list[RunBusyError] = []
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(runtime.resume, paused.run_id)
+            await answering.wait()
+            with pytest.raises(RunBusyError) as busy:
+                await runtime.respond_and_resume(second.request_id, "b")
+            refused.append(busy.value)
+        said = str(refused[0])
+        assert "another execution in this process" in said and "another worker" not in said
+        assert second.request_id in said and "is stored" in said
     finally:
         await runtime.close()

@@ -361,7 +361,10 @@ def test_a_malformed_command_line_is_one_error_line_naming_the_help(cli: Cli) ->
         (("runs", "list", "--bogus"), "No such option: --bogus", "engine runs list --help"),
         (("nonsense",), "No such command 'nonsense'", "workflow-engine --help"),
         (("respond",), "Missing argument 'request_id'", "workflow-engine respond --help"),
-        (("runs", "list", "--status"), "'--status' requires an argument", ""),
+        # click names no command for these: the command line does
+        (("runs", "list", "--status"), "'--status' requires an argument", "runs list --help"),
+        (("respond", "abc", "--data"), "'--data' requires an argument", "respond --help"),
+        (("respond", "abc", "--approve=1"), "does not take a value", "respond --help"),
     ]
     for args, says, hint in cases:
         line = cli.expect(2, *args, db=False).error_line()

@@ -214,6 +214,16 @@ class SendsCents(Executor):
         await ctx.send_message(Cents(n))
 
 
+class SendsSubCents(Executor):
+    @handler
+    async def on_int(self, n: int, ctx: WorkflowContext[Cents]) -> None:
+        await ctx.send_message(SubCents(n))
+
+
+class SubCents(Cents):
+    """Derives from a declared class pydantic cannot describe."""
+
+
 class TakesCents(Executor):
     @handler
     async def on_cents(self, c: Cents, ctx: WorkflowContext[Never, int]) -> None:
@@ -228,8 +238,14 @@ async def test_a_declared_type_that_cannot_be_stored_fails_saying_why() -> None:
     result = await WorkflowBuilder(name="w", start=a).add_edge(a, b).build().run(3)
     assert result.error is not None and result.error.code == "unregistered_type"
     said = result.error.message
-    assert "Cents cannot be stored: it is declared, but pydantic has no schema for it" in said
+    assert "Cents cannot be stored: it is declared" in said
+    assert "pydantic has no schema for it" in said
     assert "declare it" not in said and "arbitrary_types_allowed" not in said
+    # a subclass of it: the same cause, named (registering the subclass cannot help)
+    c, d = SendsSubCents("c"), TakesCents("d")
+    result = await WorkflowBuilder(name="w2", start=c).add_edge(c, d).build().run(3)
+    assert result.error is not None and "SubCents cannot be stored" in result.error.message
+    assert "Cents: " in result.error.message and "declare it" not in result.error.message
 
 
 def test_loops_are_legal() -> None:
