@@ -19,7 +19,7 @@ import json
 import re
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,6 +170,33 @@ def discard_typeahead() -> None:
 
         with contextlib.suppress(OSError, termios.error, ValueError):
             termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+
+
+@contextlib.contextmanager
+def typed_keys_hidden() -> Iterator[None]:
+    """While agents work, keys typed at the terminal are not echoed: they are discarded before
+    the next prompt anyway (``discard_typeahead``), and echoed they landed in the middle of what
+    the agents said on the screen. The terminal's settings come back when the work stops
+    (Ctrl-C included; a shell restores them after a process killed by a signal)."""
+    if not stdin_is_tty():
+        yield
+        return
+    import termios
+
+    fd = sys.stdin.fileno()
+    try:
+        saved = termios.tcgetattr(fd)
+        quiet = list(saved)
+        quiet[3] &= ~termios.ECHO  # (the local modes)
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    except (OSError, termios.error, ValueError):
+        yield  # not a terminal after all, or one that refuses: keys are echoed as before
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError, termios.error, ValueError):
+            termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def enable_line_editing() -> None:
@@ -413,7 +440,7 @@ async def _drive(
         stream = runtime.resume_stream(run_id)
         try:
             async with aclosing(stream):
-                with nullcontext() if json_mode else term.working():
+                with typed_keys_hidden(), nullcontext() if json_mode else term.working():
                     async for event in stream:
                         printer.show(event)
         finally:

@@ -379,6 +379,28 @@ def test_streamed_text_stays_while_the_spinner_works(
     assert_clean(demo.screen())
 
 
+def test_keys_typed_while_an_agent_works_are_not_echoed_into_its_text(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """Keys pressed while an agent spoke were discarded before the next prompt, but the
+    terminal had echoed them in the middle of the agent's text (outside tester). What is
+    typed at the prompt is still shown."""
+    with SlowModel(per_word=0.12) as model:
+        demo = open_slow_demo(sessions, cli, model)
+        demo.expect_screen("triage_agent: Thank you")  # streaming, a word at a time
+        demo.send_raw(b"zqxj-typed-early")
+        demo.expect_screen("You (empty or /end to finish):")
+        demo.settle()
+        assert "zqxj" not in demo.screen_text()
+        demo.send_raw(b"/end")
+        demo.settle()
+        assert "/end" in demo.screen_text()  # echoed at the prompt, as typed
+        demo.send_raw(b"\r")
+        assert demo.wait() == 0, demo.screen_text()
+    assert "zqxj" not in demo.screen_text()
+    assert_clean(demo.screen())
+
+
 def test_with_its_output_in_a_file_the_approval_is_still_asked_on_the_screen(
     cli: Cli, sessions: list[ScreenSession], tmp_path: Path
 ) -> None:
