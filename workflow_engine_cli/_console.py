@@ -65,6 +65,8 @@ Submit = Callable[[Any], Awaitable[None]]
 
 _APPROVE_CHOICES = "[y]es / [n]o / [e]dit arguments: "
 _APPROVE_ROOM = len("Approve? ") + len(_APPROVE_CHOICES) + 4  # and the answer, on one line
+_EDIT_PROMPT = "Arguments to change, as JSON (empty: back): "
+_EDIT_ROOM = len(_EDIT_PROMPT) + 20  # and a short edit, on one line
 
 
 class EventPrinter:
@@ -270,8 +272,13 @@ class AnswerPolicy:
     async def _edit(self, tool: str, arguments: dict[str, Any], submit: Submit) -> bool:
         """Ask for edited arguments until the tool's schema accepts them; False: back out."""
         self.term.line(("  now: ", "dim"), compact(arguments), indent=4)
+        width = self.term.width  # 0: lines are not wrapped here
+        prompt = _EDIT_PROMPT
+        if width and width < _EDIT_ROOM:  # narrow: the terminal would break the prompt mid-word
+            self.term.line("  " + _EDIT_PROMPT.rstrip(), indent=2)  # (wrapped between words)
+            prompt = "JSON: "
         while True:
-            raw = self._ask("Arguments to change, as JSON (empty: back): ").strip()
+            raw = self._ask(prompt).strip()
             if not raw:
                 return False
             try:

@@ -170,6 +170,18 @@ def test_approval_prompt_fits_a_40_column_window(cli: Cli, sessions: list[Screen
     session.send(REFUND)
     session.expect_screen("Approve? [y/n/e]:")
     session.settle()
+    # the edit prompt too: its explanation wrapped between words, a short prompt to type at
+    # (the long one broke mid-word at the window's edge, outside tester)
+    session.send("e")
+    session.expect_screen("JSON:")
+    session.settle()
+    rows = [row.rstrip() for row in session.screen()]
+    assert rows[-1].strip() == "JSON:", rows
+    assert any(row.strip().startswith("Arguments to change, as JSON") for row in rows), rows
+    assert all(row == "" or not row[-1].isalpha() or len(row) < 40 for row in rows), rows
+    session.send("")  # back to the question
+    session.expect_screen("Approve? [y/n/e]:")
+    session.settle()
     session.send("y")
     assert session.wait() == 0, session.screen_text()
     screen = session.screen()
