@@ -810,7 +810,7 @@ class SqliteStore:
     ) -> Callable[[Any], None]:
         def after(_: Any) -> None:
             if leased is not None:  # after COMMIT, like every lease we take
-                self._leased(leased[0], (0, 0), leased[1])
+                self._leased(leased[0], (0, 0), leased[1], new=True)
             self._remember(checkpoint, size)
             self._span_base[checkpoint.run_id] = checkpoint  # its first row is a snapshot
 
@@ -846,11 +846,15 @@ class SqliteStore:
             conn, run_id, owner, lease_seconds, now, *lease_columns(run_id, row)
         )
 
-    def _leased(self, lease: Lease, meta: tuple[int, int], lease_seconds: float) -> None:
-        """After the COMMIT that took ``lease``: where the run's checkpoint chain stands."""
+    def _leased(
+        self, lease: Lease, meta: tuple[int, int], lease_seconds: float, *, new: bool = False
+    ) -> None:
+        """After the COMMIT that took ``lease``: where the run's checkpoint chain stands.
+        ``new``: the run was admitted in that transaction (no journal entries to compact)."""
         self._meta[lease.run_id] = meta
         self._status.pop(lease.run_id, None)  # as the lease was taken (maybe 'in_progress')
-        self._journaled.add(lease.run_id)  # a crashed holder may have left entries
+        if not new:
+            self._journaled.add(lease.run_id)  # a crashed holder may have left entries
         self._lease_seconds[lease.run_id] = lease_seconds
 
     def _take_lease(

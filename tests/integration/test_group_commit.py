@@ -8,6 +8,7 @@ import asyncio
 import sqlite3
 import time
 from pathlib import Path
+from typing import Never
 
 import pytest
 
@@ -17,9 +18,11 @@ from workflow_engine import (
     Executor,
     LeaseLostError,
     RequestInfoEvent,
+    RequestPort,
     Runtime,
     StorageError,
     SuperstepCompletedEvent,
+    Workflow,
     WorkflowBuilder,
     WorkflowContext,
     WorkflowEvent,
@@ -283,3 +286,48 @@ async def test_a_lease_the_full_disk_kept_does_not_block_this_process(tmp_path: 
     done = await rt.resume(run_id)
     assert done.status is WorkflowRunState.IDLE and done.outputs == ["done: seen=[1, 2, 3] total=6"]
     await rt.close()
+
+
+class LifecycleStart(Executor):
+    @handler
+    async def go(self, topic: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(topic)
+
+
+class LifecycleEnd(Executor):
+    @handler
+    async def done(self, approved: bool, ctx: WorkflowContext[Never, bool]) -> None:
+        await ctx.yield_output(approved)
+
+
+def build_lifecycle() -> Workflow:
+    """W4's shape: start -> a request port -> end."""
+    start, end = LifecycleStart("start"), LifecycleEnd("end")
+    port = RequestPort("review", request_type=str, response_type=bool)
+    builder = WorkflowBuilder(name="lifecycle", start=start)
+    return builder.add_edge(start, port).add_edge(port, end).build()
+
+
+async def test_a_lifecycle_takes_four_write_transactions_and_a_new_run_compacts_no_journal(
+    tmp_path: Path,
+) -> None:
+    """Issue 12's lifecycle: admit with the first superstep, pause with its request, answer,
+    resume to the end -- four write transactions. A run admitted in this process has no journal
+    entries to compact (its first commit deleted from the journal all the same)."""
+    store = SqliteStore(tmp_path / "runs.db")
+    runtime = Runtime(store)
+    runtime.register(build_lifecycle)
+    await store.open()
+    said: list[str] = []
+    assert store._conn is not None
+    store._conn.set_trace_callback(said.append)
+    paused = await runtime.run("lifecycle", "a topic")
+    started = list(said)
+    said.clear()
+    done = await runtime.respond_and_resume(paused.pending_requests[0].request_id, True)
+    assert done.outputs == [True]
+    answered = list(said)
+    await runtime.close()
+    assert [s for s in started if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"] * 2, started
+    assert [s for s in answered if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"] * 2, answered
+    assert not [s for s in started if "FROM journal" in s], started
