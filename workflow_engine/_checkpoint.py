@@ -99,11 +99,16 @@ def message_prefixes(
     """For each message of ``messages`` whose field holds a list beginning exactly with the
     items (two or more) of the same field of a message of ``before`` (an agent's conversation,
     passed on with its new turn): ``(index, field, index in before, items kept)``, the longest
-    such prefix. What lets a delta or a span store only the new items."""
+    such prefix. What lets a delta or a span store only the new items.
+
+    Earlier lists are indexed by field and length, and a candidate must end with the item the
+    new list has at that place before the whole prefix is compared: a broadcast of one long
+    conversation to many receivers costs about what encoding it does, not that times their
+    number."""
     found: list[tuple[int, str, int, int]] = []
     if not before:
         return found
-    earlier: list[dict[str, Any] | None] | None = None  # (only once a message has a list)
+    lists: dict[str, dict[int, list[list[Any]]]] | None = None  # field -> length -> lists
     for i, message in enumerate(messages):
         data = message.data
         if type(data) is not dict:  # (most messages: a number, a text)
@@ -114,21 +119,38 @@ def message_prefixes(
         for field, value in fields.items():
             if type(value) is not list or len(value) < 2:
                 continue
-            if earlier is None:
-                earlier = [_fields_of(m.data) for m in before]
-            best: tuple[int, int] | None = None
-            for j, old_fields in enumerate(earlier):
-                old = old_fields.get(field) if old_fields else None
-                if (
-                    type(old) is list
-                    and 1 < len(old) <= len(value)
-                    and (best is None or len(old) > best[1])
-                    and starts_with(value, old)
-                ):
-                    best = (j, len(old))
-            if best is not None:
-                found.append((i, field, *best))
+            if lists is None:
+                lists = _lists_by_field(before)
+            by_length = lists.get(field)
+            if by_length:
+                kept = _longest_prefix(value, by_length)
+                if kept is not None:
+                    found.append((i, field, *kept))
     return found
+
+
+def _lists_by_field(messages: Sequence[MessageRecord]) -> dict[str, dict[int, list[Any]]]:
+    """field -> length -> [(index, list)] of the lists (two items or more) ``messages`` hold,
+    lengths longest first."""
+    out: dict[str, dict[int, list[Any]]] = {}
+    for j, message in enumerate(messages):
+        fields = _fields_of(message.data)
+        for field, value in (fields or {}).items():
+            if type(value) is list and len(value) > 1:
+                out.setdefault(field, {}).setdefault(len(value), []).append((j, value))
+    return {f: dict(sorted(by.items(), reverse=True)) for f, by in out.items()}
+
+
+def _longest_prefix(value: list[Any], by_length: dict[int, list[Any]]) -> tuple[int, int] | None:
+    """(index, length) of the longest of ``by_length``'s lists that ``value`` begins with."""
+    for n, candidates in by_length.items():
+        if n > len(value):
+            continue
+        at = value[n - 1]
+        for j, old in candidates:
+            if old[-1] == at and starts_with(value, old):
+                return j, n
+    return None
 
 
 def _cut_messages(

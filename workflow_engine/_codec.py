@@ -48,6 +48,7 @@ was wrong and where (a path such as ``data.order.items[3]``). No pickle anywhere
 from __future__ import annotations
 
 import base64
+import collections
 import datetime as _dt
 import json
 import math
@@ -502,9 +503,7 @@ class TaggedJsonCodec:
             raise _Failure(
                 UnregisteredTypeError, f"{type_name(entry.cls)} cannot be serialized: {exc}"
             ) from exc
-        # equal is not enough: a deque's maxlen, the sign of a complex's zero part are not
-        # compared by ``==``; what the value shows of itself must come back too
-        if type(back) is not type(value) or back != value or repr(back) != repr(value):
+        if type(back) is not type(value) or back != value or not _same_beyond_eq(back, value):
             raise _Failure(
                 SerializationError,
                 f"a {type_name(entry.cls)} cannot be stored exactly: pydantic's serialized form "
@@ -818,6 +817,18 @@ def decode_stored(codec: JsonCodec, data: JSONValue, run_id: str, what: str) -> 
         return codec.decode(data)
     except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
         raise StoreCorruptError(f"run {run_id!r}: {what} does not decode: {exc}") from exc
+
+
+def _same_beyond_eq(back: Any, value: Any) -> bool:
+    """What ``==`` does not compare, for the classes pydantic stores that have some: a deque's
+    ``maxlen``, the signs of a complex's zero parts."""
+    if isinstance(value, collections.deque):
+        return back.maxlen == value.maxlen
+    if isinstance(value, complex):
+        return math.copysign(1.0, back.real) == math.copysign(1.0, value.real) and (
+            math.copysign(1.0, back.imag) == math.copysign(1.0, value.imag)
+        )
+    return True
 
 
 def strictly_equal(a: Any, b: Any) -> bool:

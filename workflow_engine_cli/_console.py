@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import signal
 import sys
@@ -175,30 +176,76 @@ def discard_typeahead() -> None:
 
 
 @contextlib.contextmanager
-def typed_keys_hidden() -> Iterator[None]:
+def typed_keys_hidden(asking: bool) -> Iterator[None]:
     """While agents work, keys typed at the terminal are not echoed: they are discarded before
     the next prompt anyway (``discard_typeahead``), and echoed they landed in the middle of what
-    the agents said on the screen. The terminal's settings come back when the work stops
-    (Ctrl-C included; a shell restores them after a process killed by a signal)."""
-    if not stdin_is_tty():
+    the agents said on the screen. Only for a run that may ask (``asking``) in the terminal's
+    foreground: a job sent to the background (``&``) must not touch the terminal, which would
+    stop it. The settings come back when the work stops -- Ctrl-C included, and SIGTERM or
+    SIGHUP, which a wrapper (``timeout``, a script) sends without a shell restoring them."""
+    fd = _foreground_terminal() if asking else None
+    if fd is None:
         yield
         return
     import termios
 
-    fd = sys.stdin.fileno()
     try:
         saved = termios.tcgetattr(fd)
         quiet = list(saved)
         quiet[3] &= ~termios.ECHO  # (the local modes)
-        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+        _set_terminal(fd, quiet)
     except (OSError, termios.error, ValueError):
-        yield  # not a terminal after all, or one that refuses: keys are echoed as before
+        yield  # a terminal that refuses: keys are echoed as before
         return
+
+    def restore() -> None:
+        with contextlib.suppress(OSError, termios.error, ValueError):
+            _set_terminal(fd, saved)
+
+    def restore_and_die(signum: int, frame: Any) -> None:
+        restore()
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    handlers = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(sig) in (signal.SIG_DFL, None):  # (one of ours: left alone)
+            handlers[sig] = signal.signal(sig, restore_and_die)
     try:
         yield
     finally:
-        with contextlib.suppress(OSError, termios.error, ValueError):
-            termios.tcsetattr(fd, termios.TCSANOW, saved)
+        restore()
+        for sig, before in handlers.items():
+            signal.signal(sig, before)
+
+
+def _foreground_terminal() -> int | None:
+    """stdin's descriptor when it is a terminal this process may set: the controlling terminal
+    with this process in its foreground, or a terminal that is not its controlling one (no job
+    control there to stop it)."""
+    if not stdin_is_tty():
+        return None
+    try:
+        fd = sys.stdin.fileno()
+    except (OSError, ValueError):
+        return None
+    try:
+        foreground = os.tcgetpgrp(fd)
+    except OSError:  # ENOTTY: not this process's controlling terminal
+        return fd
+    return fd if foreground == os.getpgrp() else None
+
+
+def _set_terminal(fd: int, attributes: list[Any]) -> None:
+    """``tcsetattr``, with SIGTTOU ignored meanwhile: sent to the background between the check
+    and the call, the process would otherwise be stopped by it."""
+    import termios
+
+    before = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+    try:
+        termios.tcsetattr(fd, termios.TCSANOW, attributes)
+    finally:
+        signal.signal(signal.SIGTTOU, before)
 
 
 def enable_line_editing() -> None:
@@ -447,7 +494,8 @@ async def _drive(
         stream = runtime.resume_stream(run_id)
         try:
             async with aclosing(stream):
-                with typed_keys_hidden(), nullcontext() if json_mode else term.working():
+                hidden = typed_keys_hidden(policy.interactive and not detach)
+                with hidden, nullcontext() if json_mode else term.working():
                     async for event in stream:
                         printer.show(event)
         finally:

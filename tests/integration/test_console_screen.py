@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -411,6 +412,79 @@ def test_keys_typed_while_an_agent_works_are_not_echoed_into_its_text(
         assert demo.wait() == 0, demo.screen_text()
     assert "zqxj" not in demo.screen_text()
     assert_clean(demo.screen())
+
+
+def test_a_terminated_run_leaves_the_terminal_echoing(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """Echo is off while an agent works; SIGTERM (from ``timeout``, a script: no shell restores
+    the terminal after it) left it off for whatever ran next in that terminal (review)."""
+    import signal
+    import termios
+
+    with SlowModel(think=30) as model:
+        demo = open_slow_demo(sessions, cli, model)
+        demo.expect_screen("is working")
+        assert not termios.tcgetattr(demo.master)[3] & termios.ECHO  # hidden while it works
+        demo.proc.send_signal(signal.SIGTERM)
+        assert demo.wait() == -signal.SIGTERM
+    assert termios.tcgetattr(demo.master)[3] & termios.ECHO
+
+
+def test_a_run_in_a_shells_background_is_not_stopped_by_the_terminal(tmp_path: Path) -> None:
+    """``workflow-engine demo ... &`` from an interactive shell: setting the terminal from the
+    background stopped the job ("Stopped (tty output)") before it ran (review). Detached, it
+    runs to its pause; asking, it runs up to the question (which needs the terminal)."""
+    import os
+    import pty
+    import select
+
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: an interactive shell on the pseudo-terminal, with job control
+        os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], {**os.environ, "PS1": "$ "})
+    said = b""
+
+    def read_until(text: bytes, seconds: float) -> None:
+        nonlocal said
+        deadline = time.monotonic() + seconds
+        while text not in said and time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.1)
+            if ready:
+                try:
+                    said += os.read(fd, 65536)
+                except OSError:
+                    break
+
+    def job_state() -> bytes:
+        """What ``jobs`` says of the job once it stopped or ended."""
+        nonlocal said
+        for _ in range(60):
+            said = b""
+            os.write(fd, b"jobs -l; echo JOBS-END\n")
+            read_until(b"JOBS-END\r\n", 5)
+            if b"Stopped" in said or b"Done" in said or b"Exit" in said:
+                return said
+            time.sleep(0.5)
+        return said
+
+    engine = Path(sys.executable).parent / "workflow-engine"
+    demo = f"{engine} demo handoff -m 'I want a refund for order 12345'"
+    try:
+        detached = tmp_path / "detached.txt"
+        os.write(fd, f"{demo} --detach --db {tmp_path / 'a.db'} > {detached} 2>&1 &\n".encode())
+        state = job_state()
+        assert b"Exit 3" in state, state  # paused, as in the foreground
+        assert "is paused, waiting for input" in detached.read_text()
+        asking = tmp_path / "asking.txt"
+        os.write(fd, f"{demo} --db {tmp_path / 'b.db'} > {asking} 2>&1 &\n".encode())
+        state = job_state()
+        assert b"Stopped" in state, state  # stopped at the question: it needs the terminal
+        assert "Approval needed: submit_refund(" in asking.read_text()  # not stopped before it
+    finally:
+        os.write(fd, b"kill -9 %1 %2 2>/dev/null; exit\n")
+        read_until(b"exit", 2)
+        os.close(fd)
+        os.waitpid(pid, 0)
 
 
 def test_with_its_output_in_a_file_the_approval_is_still_asked_on_the_screen(

@@ -403,6 +403,7 @@ async def test_a_superstep_longer_than_the_lease_keeps_its_run(tmp_path: Path) -
     await second.close()
 
 
+@pytest.mark.slow  # 40 steps of 50 ms, given up part-way: `make test` runs it
 async def test_a_resumer_cancelled_mid_run_releases_the_lease_at_once(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
 
