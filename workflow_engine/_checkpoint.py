@@ -108,7 +108,7 @@ def message_prefixes(
     found: list[tuple[int, str, int, int]] = []
     if not before:
         return found
-    lists: dict[str, dict[int, list[list[Any]]]] | None = None  # field -> length -> lists
+    lists: dict[str, dict[int, list[_Held]]] | None = None  # field -> length -> lists
     for i, message in enumerate(messages):
         data = message.data
         if type(data) is not dict:  # (most messages: a number, a text)
@@ -129,10 +129,14 @@ def message_prefixes(
     return found
 
 
-def _lists_by_field(messages: Sequence[MessageRecord]) -> dict[str, dict[int, list[Any]]]:
+_Held = tuple[int, list[Any]]
+"""A list a message in flight holds: (the message's index, the list)."""
+
+
+def _lists_by_field(messages: Sequence[MessageRecord]) -> dict[str, dict[int, list[_Held]]]:
     """field -> length -> [(index, list)] of the lists (two items or more) ``messages`` hold,
     lengths longest first."""
-    out: dict[str, dict[int, list[Any]]] = {}
+    out: dict[str, dict[int, list[_Held]]] = {}
     for j, message in enumerate(messages):
         fields = _fields_of(message.data)
         for field, value in (fields or {}).items():
@@ -141,7 +145,7 @@ def _lists_by_field(messages: Sequence[MessageRecord]) -> dict[str, dict[int, li
     return {f: dict(sorted(by.items(), reverse=True)) for f, by in out.items()}
 
 
-def _longest_prefix(value: list[Any], by_length: dict[int, list[Any]]) -> tuple[int, int] | None:
+def _longest_prefix(value: list[Any], by_length: dict[int, list[_Held]]) -> tuple[int, int] | None:
     """(index, length) of the longest of ``by_length``'s lists that ``value`` begins with."""
     for n, candidates in by_length.items():
         if n > len(value):
