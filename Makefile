@@ -22,11 +22,12 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # The inner loop (under a minute): everything but the tests marked slow (crash sweeps, real
-# SIGKILLs, CLI and server subprocesses), with 100 simulation seeds instead of 1,000.
+# SIGKILLs, CLI and server subprocesses), with 100 simulation seeds instead of 1,000 and half
+# the examples of the slowest properties (tests/unit/test_properties.py).
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	SIM_SEEDS=100 $(BIN)/python -m pytest -m "not slow" -q
+	SIM_SEEDS=100 PROPERTY_EXAMPLES=half $(BIN)/python -m pytest -m "not slow" -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -556,7 +556,7 @@ class SlowAnswerer(Executor):
     @response_handler
     async def answered(self, question: str, answer: str, ctx: WorkflowContext[Never, str]) -> None:
         self.answering.set()
-        await anyio.sleep(0.5)
+        await anyio.sleep(0.2)  # (holding the lease while the other answer arrives)
         await ctx.yield_output(f"{question}={answer}")
 
 

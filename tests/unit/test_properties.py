@@ -21,6 +21,7 @@ import dataclasses
 import enum
 import json
 import math
+import os
 import random
 import re
 from dataclasses import dataclass
@@ -53,11 +54,16 @@ from workflow_engine import (
 pytestmark = pytest.mark.anyio
 
 
+FAST_TIER = os.environ.get("PROPERTY_EXAMPLES") == "half"
+"""``make test-fast`` runs half the examples of these properties (``make test`` all of them),
+as it runs 100 simulation seeds instead of 1,000."""
+
+
 def examples(n: int) -> settings:
     # anyio_backend is a function-scoped constant fixture: safe to share across examples.
     # No explain phase: it re-runs a failing example hundreds of times (tens of seconds).
     return settings(
-        max_examples=n,
+        max_examples=max(10, n // 2) if FAST_TIER else n,
         deadline=None,
         phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
         suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
