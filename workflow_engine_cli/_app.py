@@ -141,6 +141,10 @@ DbOption = Annotated[
     typer.Option("--db", callback=_db_or_before, help=_DB_HELP),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+# (metavar: errors name it as the usage shows it, RUN_ID, not the parameter's name)
+RunIdArgument = Annotated[
+    str, typer.Argument(help="A run id, or any unique prefix of one.", metavar="RUN_ID")
+]
 
 T = TypeVar("T")
 
@@ -389,7 +393,7 @@ OfflineOption = Annotated[
 @app.command()
 def demo(
     name: Annotated[
-        str, typer.Argument(help="handoff (support), banking, transfer or review")
+        str, typer.Argument(help="handoff (support), banking, transfer or review", metavar="DEMO")
     ] = "handoff",
     message: Annotated[
         str | None, typer.Option("--message", "-m", help="The first user message.")
@@ -500,7 +504,7 @@ _AT_REST = ("idle", "cancelled")  # WorkflowRunState values: nothing left to res
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="A run id, or any unique prefix of one.")],
+    run_id: RunIdArgument,
     approve_all: ApproveOption = False,
     reject_all: RejectOption = False,
     reply: ReplyOption = None,
@@ -564,7 +568,9 @@ def resume(
 
 @app.command()
 def respond(
-    request_id: Annotated[str, typer.Argument(help="A request id, or any unique prefix of one.")],
+    request_id: Annotated[
+        str, typer.Argument(help="A request id, or any unique prefix of one.", metavar="REQUEST_ID")
+    ],
     approve_flag: Annotated[
         bool, typer.Option("--approve", help="Approve a tool call.", show_default=False)
     ] = False,
@@ -632,7 +638,7 @@ def respond(
 
 @app.command()
 def cancel(
-    run_id: Annotated[str, typer.Argument(help="A run id, or any unique prefix of one.")],
+    run_id: RunIdArgument,
     db: DbOption = None,
 ) -> None:
     """Cancel a run: it ends CANCELLED and its pending requests can no longer be answered."""
@@ -656,7 +662,9 @@ def cancel(
 
 @app.command()
 def graph(
-    name: Annotated[str, typer.Argument(help="A workflow name (see `runs list`) or demo alias.")],
+    name: Annotated[
+        str, typer.Argument(help="A workflow name (see `runs list`) or demo alias.", metavar="NAME")
+    ],
     format: Annotated[str, typer.Option("--format", help="mermaid or dot")] = "mermaid",
 ) -> None:
     """Print a workflow's graph as Mermaid or Graphviz DOT."""
@@ -785,7 +793,7 @@ def runs_list(
 
 @runs_app.command("show")
 def runs_show(
-    run_id: Annotated[str, typer.Argument(help="A run id, or any unique prefix of one.")],
+    run_id: RunIdArgument,
     db: DbOption = None,
     json_mode: JsonOption = False,
 ) -> None:
