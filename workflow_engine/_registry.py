@@ -212,15 +212,24 @@ class TypeRegistry:
 
     # lookups used by the codec ------------------------------------------------------------------
 
-    def declared_but_refused(self, cls: type, exc: BaseException) -> None:
-        """Remember why ``cls``, declared in an annotation, could not be registered: a value of
-        it then fails to encode saying so, not that it was never declared."""
-        with contextlib.suppress(TypeError):  # an unhashable class
-            self._refused.setdefault(cls, schema_refusal(exc))
+    def register_declared(self, cls: type) -> None:
+        """Register a class an annotation names. One pydantic cannot describe is not an error
+        here (the annotation may never carry a value): why is remembered, and a value of it
+        then fails to encode saying so (``why_refused``), not that it was never declared."""
+        if cls in self._by_class:
+            return
+        try:
+            with self._lock:
+                self._register(cls, None)
+        except SerializationError:
+            raise
+        except Exception as exc:
+            with contextlib.suppress(TypeError):  # an unhashable class
+                self._refused.setdefault(cls, schema_refusal(exc))
 
     def why_refused(self, cls: type) -> str | None:
         """Why ``cls``, or a class it derives from, was declared but not registered
-        (``declared_but_refused``), or None."""
+        (``register_declared``), or None."""
         for base in getattr(cls, "__mro__", (cls,)):
             try:
                 said = self._refused.get(base)
@@ -287,14 +296,7 @@ class TypeRegistry:
                 self._aliases.setdefault(legacy, entry)
         for annotation in entry.annotations():
             for field_cls in concrete_classes(annotation):
-                if field_cls in self._by_class:
-                    continue
-                try:
-                    self._register(field_cls, None)
-                except SerializationError:
-                    raise
-                except Exception as exc:  # not representable: encoding such a value says why
-                    self.declared_but_refused(field_cls, exc)
+                self.register_declared(field_cls)
         return entry
 
     def _register_found(self, cls: type) -> TypeEntry:

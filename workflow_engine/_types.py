@@ -100,17 +100,27 @@ def build_matcher(tp: Any) -> Matcher:
     raise DefinitionError(f"unsupported annotation {tp!r}")
 
 
+def _tuple_items(args: tuple[Any, ...]) -> tuple[list[Any], bool]:
+    """A tuple annotation's arguments as (item types, any length): ``tuple[int, str]`` is
+    ``([int, str], False)``, ``tuple[int, ...]`` ``([int], True)``, ``tuple[()]`` ``([],
+    False)``."""
+    if args == ((),):
+        return [], False
+    if len(args) == 2 and args[1] is Ellipsis:
+        return [args[0]], True
+    return list(args), False
+
+
 def _tuple_matcher(args: tuple[Any, ...]) -> Matcher:
     """``tuple[int, str]`` (that many items, each its type), ``tuple[int, ...]`` (any number of
     ints), ``tuple[()]`` (empty); a bare ``tuple`` takes any tuple."""
     if not args:
         return lambda value: isinstance(value, tuple)
-    if args == ((),):
-        return lambda value: isinstance(value, tuple) and not value
-    if len(args) == 2 and args[1] is Ellipsis:
-        item = build_matcher(args[0])
+    types, any_length = _tuple_items(args)
+    if any_length:
+        item = build_matcher(types[0])
         return lambda value: isinstance(value, tuple) and all(item(v) for v in value)
-    items = [build_matcher(a) for a in args]
+    items = [build_matcher(a) for a in types]
     n = len(items)
     return lambda value: (
         isinstance(value, tuple)
@@ -165,15 +175,8 @@ def _tuple_assignable(s_args: tuple[Any, ...], t_args: tuple[Any, ...]) -> bool:
     number of X, ``()`` none): ``tuple[int, int]`` fits ``tuple[int, ...]``, and both fit
     ``tuple[int, ...]`` -- a ``...`` compared with a ``...`` used to refuse every such edge."""
 
-    def items(args: tuple[Any, ...]) -> tuple[list[Any], bool]:
-        if args == ((),):
-            return [], False
-        if len(args) == 2 and args[1] is Ellipsis:
-            return [args[0]], True
-        return list(args), False
-
-    s_items, s_any_length = items(s_args)
-    t_items, t_any_length = items(t_args)
+    s_items, s_any_length = _tuple_items(s_args)
+    t_items, t_any_length = _tuple_items(t_args)
     if t_any_length:
         return all(is_assignable(i, t_items[0]) for i in s_items)
     if s_any_length:  # some length of it may fit

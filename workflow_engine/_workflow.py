@@ -234,14 +234,7 @@ class Workflow:
 
     def _annotate(self, annotation: Any) -> None:
         for cls in concrete_classes(annotation):
-            if cls in self.registry:
-                continue
-            try:
-                self.registry.register(cls)
-            except SerializationError:
-                raise
-            except Exception as exc:  # not representable as JSON: encoding a value says why
-                self.registry.declared_but_refused(cls, exc)
+            self.registry.register_declared(cls)
 
     # --- introspection --------------------------------------------------------------------------
 

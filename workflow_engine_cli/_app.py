@@ -970,7 +970,7 @@ def main() -> None:
     except typer.TyperException as exc:  # a usage error: one line, like every other error
         code = _usage_error(exc)
     except typer.Abort:  # Ctrl-C or end of input at a click prompt
-        print("error: aborted", file=sys.stderr)
+        print_error("aborted")
         code = EXIT_FAILED
     except SystemExit as done:
         raise SystemExit(flush_output(done.code)) from None
@@ -990,7 +990,7 @@ def _usage_error(exc: typer.TyperException) -> int:
     ctx = getattr(exc, "ctx", None)
     message = " ".join(exc.format_message().split())
     path = ctx.command_path if ctx is not None else _command_path(sys.argv[1:])
-    print(f"error: {message} (see '{path} --help')", file=sys.stderr)
+    print_error(f"{message} (see '{path} --help')")
     return EXIT_USAGE
 
 
