@@ -52,7 +52,8 @@ SQL_INSERT_REQUEST = (
 )
 SQL_RUN = f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?"
 SQL_RUN_FOR_LEASE = (
-    f"SELECT {RUN_COLUMNS}, checkpoint_seq, since_snapshot FROM runs WHERE run_id = ?"
+    f"SELECT {RUN_COLUMNS}, checkpoint_seq, since_snapshot, run_no * {SEQ_SPAN} FROM runs "
+    "WHERE run_id = ?"
 )
 SQL_LEASE_STATE = (
     "SELECT owner, lease_expires_at, version, checkpoint_seq, since_snapshot, cancel_requested "
@@ -93,22 +94,24 @@ SQL_REQUEST_STATUS = "UPDATE requests SET status = ? WHERE request_id = ?"
 SQL_LATEST_SEQ = (  # one row always: NULL when the run has no checkpoint rows
     f"SELECT (SELECT seq FROM checkpoints WHERE {_IN_RUN} ORDER BY pos DESC LIMIT 1)"
 )
-# The rows a restore folds for checkpoint ?2 of run ?1: the latest snapshot at or before it, the
-# spans after that snapshot (each holds everything up to it), and the deltas after the last span.
-# Scalar subqueries, each run once: ranges of ``pos`` read backwards, not a join per row.
+# The rows a restore folds for checkpoint ?2 of the run whose first position is ?1 (``run_no *
+# SEQ_SPAN``, read with the run's row): the latest snapshot at or before it, the spans after that
+# snapshot (each holds everything up to it), and the deltas after the last span. Scalar
+# subqueries, each run once: ranges of ``pos`` read backwards, not a join per row.
 _SNAPSHOT_SEQ = (
-    f"(SELECT seq FROM checkpoints WHERE pos BETWEEN {_BASE} AND {_BASE} + ?2 "
-    "AND kind = 'snapshot' ORDER BY pos DESC LIMIT 1)"
+    "(SELECT seq FROM checkpoints WHERE pos BETWEEN ?1 AND ?1 + ?2 AND kind = 'snapshot' "
+    "ORDER BY pos DESC LIMIT 1)"
 )
 SQL_CHAIN = (
     "SELECT checkpoint_id, seq, kind, body, schema_version FROM checkpoints "
-    f"WHERE pos BETWEEN {_BASE} + {_SNAPSHOT_SEQ} AND {_BASE} + ?2 "
+    f"WHERE pos BETWEEN ?1 + {_SNAPSHOT_SEQ} AND ?1 + ?2 "
     "AND (kind != 'delta' OR seq > coalesce((SELECT seq FROM checkpoints "
-    f"WHERE pos > {_BASE} + {_SNAPSHOT_SEQ} AND pos <= {_BASE} + ?2 AND kind = 'span' "
+    f"WHERE pos > ?1 + {_SNAPSHOT_SEQ} AND pos <= ?1 + ?2 AND kind = 'span' "
     "ORDER BY pos DESC LIMIT 1), -1)) ORDER BY pos"
 )
 SQL_LATEST_CHAIN = SQL_CHAIN.replace("?2", str(SEQ_SPAN - 1))  # the same, up to the newest
-SQL_CHECKPOINT_PLACE = "SELECT run_id, seq FROM checkpoints WHERE checkpoint_id = ?"
+SQL_RUN_BASE = f"SELECT run_no * {SEQ_SPAN} FROM runs WHERE run_id = ?"
+SQL_CHECKPOINT_PLACE = "SELECT run_id, seq, pos - seq FROM checkpoints WHERE checkpoint_id = ?"
 SQL_SPAN_BASE = (  # what a new span of run ?1 must be relative to: its newest snapshot or span
     f"SELECT checkpoint_id FROM checkpoints WHERE {_IN_RUN} AND kind != 'delta' "
     "ORDER BY pos DESC LIMIT 1"

@@ -151,6 +151,7 @@ from ._sql import (
     SQL_REQUEST_IDS,
     SQL_REQUEST_STATUS,
     SQL_RUN,
+    SQL_RUN_BASE,
     SQL_RUN_FOR_LEASE,
     SQL_RUN_IDS,
     SQL_SCHEMA_VERSION,
@@ -1048,7 +1049,7 @@ class SqliteStore:
         # before this one is answered), or the rows to read it from
         chain: list[tuple] | Checkpoint | None = self._recall(run_id, run.latest_checkpoint_id)
         if chain is None:
-            chain = self._latest_chain(conn, run_id)
+            chain = self._latest_chain(conn, run_id, row[16])
             # raising here rolls the lease back: nothing is written
             _check_chain(run_id, run.latest_checkpoint_id, chain)
         return run, lease, meta, chain, answered
@@ -1370,13 +1371,20 @@ class SqliteStore:
         chain = self._transaction("BEGIN", self._latest_chain, (run_id,))
         return self._fold(run_id, chain) if chain is not None else None
 
-    def _latest_chain(self, conn: Conn, run_id: str) -> list[tuple] | None:
-        """The rows to fold for the run's latest checkpoint; None if it has none."""
-        rows = _chain_rows(conn, SQL_LATEST_CHAIN, (run_id,))
+    def _latest_chain(self, conn: Conn, run_id: str, base: int | None = None) -> list[tuple] | None:
+        """The rows to fold for the run's latest checkpoint; None if it has none. ``base``: the
+        run's first row position, if its row was read already (else it is looked up)."""
+        if base is None:
+            found = conn.execute(SQL_RUN_BASE, (run_id,)).fetchone()
+            base = found[0] if found is not None else None
+            if base is None:
+                return None
+        rows = _chain_rows(conn, SQL_LATEST_CHAIN, (base,))
         if rows:
             return rows
         seq = conn.execute(SQL_LATEST_SEQ, (run_id,)).fetchone()[0]
-        return self._chain(conn, run_id, seq) if seq is not None else None  # raises: no snapshot
+        # none: a run without checkpoints; else a chain without a snapshot, which raises
+        return self._chain(conn, run_id, seq, base) if seq is not None else None
 
     async def load(self, checkpoint_id: str) -> Checkpoint:
         return await self._run(self._load, checkpoint_id)
@@ -1389,12 +1397,13 @@ class SqliteStore:
         row = conn.execute(SQL_CHECKPOINT_PLACE, (checkpoint_id,)).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in {self.path}")
-        return row[0], self._chain(conn, row[0], row[1])
+        return row[0], self._chain(conn, row[0], row[1], row[2])
 
-    def _chain(self, conn: Conn, run_id: str, seq: int) -> list[tuple]:
-        """The rows to fold for checkpoint ``seq``: the latest snapshot at or before it, the spans
-        after that snapshot, and the deltas after the last of them."""
-        rows = _chain_rows(conn, SQL_CHAIN, (run_id, seq))
+    def _chain(self, conn: Conn, run_id: str, seq: int, base: int) -> list[tuple]:
+        """The rows to fold for checkpoint ``seq`` of the run whose rows start at ``base``: the
+        latest snapshot at or before it, the spans after that snapshot, and the deltas after
+        the last of them."""
+        rows = _chain_rows(conn, SQL_CHAIN, (base, seq))
         if not rows:
             raise StoreCorruptError(f"run {run_id!r}: no snapshot at or before checkpoint #{seq}")
         return rows
@@ -1622,12 +1631,13 @@ class SqliteStore:
         deleted = 0
         for run_id, max_seq, _count in conn.execute(SQL_LONG_HISTORIES, (keep,)).fetchall():
             first_kept = max_seq - keep + 1
+            (base,) = conn.execute(SQL_RUN_BASE, (run_id,)).fetchone()
             # the oldest kept checkpoint becomes a snapshot, so nothing kept needs the rest;
             # so does the first span after it, which is relative to a row about to go
-            full = self._fold(run_id, self._chain(conn, run_id, first_kept))
+            full = self._fold(run_id, self._chain(conn, run_id, first_kept, base))
             (span_seq,) = conn.execute(SQL_FIRST_SPAN_AFTER, (run_id, first_kept)).fetchone()
             if span_seq is not None:
-                rebased = self._fold(run_id, self._chain(conn, run_id, span_seq))
+                rebased = self._fold(run_id, self._chain(conn, run_id, span_seq, base))
                 conn.execute(SQL_MAKE_SNAPSHOT, (run_id, rebased.model_dump_json(), span_seq))
             conn.execute(SQL_MAKE_SNAPSHOT, (run_id, full.model_dump_json(), first_kept))
             deleted += conn.execute(SQL_DROP_BEFORE, (run_id, first_kept)).rowcount
