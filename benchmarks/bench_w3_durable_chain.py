@@ -119,6 +119,10 @@ async def median_durable(
     return statistics.median(samples)
 
 
+BYTES_MIN_N = 100
+"""The smallest chain whose bytes per superstep are reported."""
+
+
 async def bytes_figures(workflow: Workflow, n: int, tmp: Path) -> dict[str, float]:
     """One run on a fresh file: file growth, checkpoint row bodies and write(2) volume."""
     path = tmp / f"w3-bytes-{n}.db"
@@ -173,6 +177,12 @@ async def main(sizes: list[int], repeats: int, no_gc: bool, full: bool) -> None:
                 f"W3 durable chain N={n}: {full_s / n * 1e6:.1f} µs/superstep "
                 "(synchronous=FULL, one run after a warm-up)"
             )
+        if n < BYTES_MIN_N:
+            print(
+                f"W3 bytes per superstep: skipped at N={n} (a new file's fixed costs -- its "
+                f"header, schema and first WAL frames -- would dominate; N>={BYTES_MIN_N})"
+            )
+            return
         raw = raw_bytes_per_superstep(n)
         b = await bytes_figures(workflow, n, tmp)
         print(f"W3 bytes per superstep at N={n} (raw change: JSON of list + message = {kib(raw)}):")

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import time
@@ -162,7 +163,9 @@ from ._sql import (
     SQL_TAKE_LEASE_TO_APPLY,
     filtered,
 )
-from ._worker import Worker
+from ._worker import Abandoned, Worker, given_up_on
+
+log = logging.getLogger("workflow_engine.storage")
 
 FaultHook = Callable[[str], None]
 # Latest checkpoints kept in memory per store, most recently used first: at most this many runs,
@@ -344,6 +347,7 @@ class SqliteStore:
         self._sizes: dict[str, tuple[int, int]] = {}  # run_id -> (delta bytes since, snapshot)
         self._span_base: dict[str, Checkpoint] = {}  # run_id -> its last snapshot or span
         self._journaled: set[str] = set()  # runs whose journal may hold entries to compact
+        self._giving_back: set[asyncio.Task[None]] = set()  # releases of abandoned leases
         # run_id -> the latest checkpoint this store wrote or read, kept (on the store's thread
         # only) so that resuming a run this process paused skips reading and parsing it again
         self._recent: OrderedDict[str, tuple[Checkpoint, int]] = OrderedDict()
@@ -404,6 +408,8 @@ class SqliteStore:
             self._finalizer = weakref.finalize(self, _stop, worker, checkpointer)
 
     async def close(self) -> None:
+        if self._giving_back:
+            await asyncio.wait(set(self._giving_back))
         if self._batch:
             self._flush()
         worker, self._worker = self._worker, None
@@ -436,7 +442,7 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._enter_wal(conn, patient)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             conn.execute("PRAGMA foreign_keys=ON")
@@ -467,6 +473,24 @@ class SqliteStore:
             raise
         self._conn = conn
         return True
+
+    def _enter_wal(self, conn: Conn, patient: bool) -> None:
+        """``journal_mode=WAL``. Switching a database that is not in WAL mode yet (a new file
+        another program created) takes its write lock, and there SQLite does not wait for a
+        writer to finish -- it says "locked" at once, whatever the busy timeout -- so a
+        ``patient`` caller waits here, up to ``busy_timeout``."""
+        deadline = time.monotonic() + (self.busy_timeout if patient else 0.0)
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                lowered = str(exc).lower()
+                if ("locked" not in lowered and "busy" not in lowered) or (
+                    time.monotonic() >= deadline
+                ):
+                    raise
+            time.sleep(0.02)
 
     def _start_wal(self, conn: Conn) -> None:
         """Write the WAL's header now if the WAL is empty, so that the first commit does not.
@@ -573,10 +597,16 @@ class SqliteStore:
         return await self._read(self._transaction, None, body, args)
 
     async def _in_write(
-        self, body: Callable[..., Any], *args: Any, after: Callable[[Any], Any] | None = None
+        self,
+        body: Callable[..., Any],
+        *args: Any,
+        after: Callable[[Any], Any] | None = None,
+        abandoned: Abandoned | None = None,
     ) -> Any:
         """``body(conn, *args)`` in a write transaction, then ``after(result)`` once it is
-        committed; the awaited value is what ``after`` returns (else ``body``'s result).
+        committed; the awaited value is what ``after`` returns (else ``body``'s result). A
+        caller cancelled once the write is under way (on the worker, or answered but not yet
+        resumed) does not get that value: ``abandoned`` does.
 
         Group commit: on asyncio, a write runs at once on the loop's thread when it is the
         first of its loop iteration (or from the task that wrote first); the writes of other
@@ -598,13 +628,14 @@ class SqliteStore:
             elif task is not self._opener:  # another task's: joins the next group commit
                 write.future = loop.create_future()
                 self._batch.append(write)
-                return await write.future
+                # (cancelled before the batch commits, the write is left out of it)
+                return await given_up_on(write.future, abandoned)
             # (the same task writing again: no one waits on its previous write, so at once)
             try:
                 return self._on_loop(self._write_one, (write,))
             except _Busy:
                 pass
-        return await worker.call(self._patiently, self._write_one, (write,))
+        return await worker.call(self._patiently, self._write_one, (write,), abandoned=abandoned)
 
     def _flush(self) -> None:
         """Commit the writes gathered since the last one that ran alone, in one transaction."""
@@ -802,6 +833,7 @@ class SqliteStore:
             checkpoint.run_id,
             *rows,
             after=self._admitted(checkpoint, len(rows[1][8]), (lease, lease_seconds)),
+            abandoned=lambda _: self._give_back(lease),
         )
         self._fault("admit:after")
         return lease
@@ -813,6 +845,7 @@ class SqliteStore:
             if leased is not None:  # after COMMIT, like every lease we take
                 self._leased(leased[0], (0, 0), leased[1], new=True)
             self._remember(checkpoint, size)
+            self._sizes[checkpoint.run_id] = (0, size)
             self._span_base[checkpoint.run_id] = checkpoint  # its first row is a snapshot
 
         return after
@@ -917,7 +950,13 @@ class SqliteStore:
 
         return await self._leased_latest(
             await self._in_write(
-                self._acquire_with_rows, run_id, owner, lease_seconds, check, after=after
+                self._acquire_with_rows,
+                run_id,
+                owner,
+                lease_seconds,
+                check,
+                after=after,
+                abandoned=lambda taken: self._give_back(taken[1]),
             )
         )
 
@@ -929,18 +968,24 @@ class SqliteStore:
         if chain is None or isinstance(chain, Checkpoint):
             return run, lease, chain, answered
         try:
-            checkpoint, base = self._fold_from(run_id, chain)
+            checkpoint = self._fold_latest(run_id, chain)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.release(lease)
             raise
-        # the chain is the latest snapshot, its spans and the deltas after them: the snapshot
-        # policy's sizes (what was read of them)
+        return run, lease, checkpoint, answered
+
+    def _fold_latest(self, run_id: str, chain: list[tuple]) -> Checkpoint:
+        """The run's latest checkpoint, folded from its rows, kept -- with what the next
+        commits need of the chain: the snapshot policy's sizes (what was read of the snapshot
+        and of the rows after it) and the base of the next span. A checkpoint kept without
+        them would be committed after with no spans, and snapshots as if it had none."""
+        checkpoint, base = self._fold_from(run_id, chain)
         since = sum(len(r[3]) for r in chain[1:])
         self._sizes[run_id] = (since, len(chain[0][3]))
         self._span_base[run_id] = base
         self._remember(checkpoint, since + len(chain[0][3]))
-        return run, lease, checkpoint, answered
+        return checkpoint
 
     async def answer_and_acquire(
         self,
@@ -973,6 +1018,7 @@ class SqliteStore:
             lease_seconds,
             check,
             after=after,
+            abandoned=self._give_back_taken,
         )
         if outcome is AnswerOutcome.STORED:
             self._fault("answer:after")
@@ -1053,6 +1099,30 @@ class SqliteStore:
             # raising here rolls the lease back: nothing is written
             _check_chain(run_id, run.latest_checkpoint_id, chain)
         return run, lease, meta, chain, answered
+
+    def _give_back(self, lease: Lease) -> None:
+        """Release a lease taken for a caller that was cancelled while it was being written
+        (``_in_write``'s ``abandoned``): no one executes the run, which would otherwise stay
+        locked until the lease runs out."""
+        task = asyncio.get_running_loop().create_task(self._release_abandoned(lease))
+        self._giving_back.add(task)
+        task.add_done_callback(self._giving_back.discard)
+
+    def _give_back_taken(self, done: tuple[AnswerOutcome, tuple | None]) -> None:
+        """``_give_back`` for ``answer_and_acquire``: the lease, if it took one."""
+        if done[1] is not None:
+            self._give_back(done[1][1])
+
+    async def _release_abandoned(self, lease: Lease) -> None:
+        try:
+            await self.release(lease)
+        except Exception as exc:  # the lease runs out instead, as if this process had died
+            log.warning(
+                "run %r: could not release the lease of a cancelled caller (%s); it lapses "
+                "by itself",
+                lease.run_id,
+                exc,
+            )
 
     async def release(self, lease: Lease) -> None:
         def after(released: bool) -> None:
@@ -1312,9 +1382,7 @@ class SqliteStore:
             raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
         if chain is None:
             return run_record(row), self._recall(run_id, row[10])
-        checkpoint = self._fold(run_id, chain)
-        self._remember(checkpoint, sum(len(r[3]) for r in chain))
-        return run_record(row), checkpoint
+        return run_record(row), self._fold_latest(run_id, chain)
 
     def _run_and_chain(self, conn: Conn, run_id: str) -> tuple[tuple | None, list | None]:
         row = conn.execute(SQL_RUN, (run_id,)).fetchone()

@@ -17,8 +17,20 @@ Done = Callable[[Any, BaseException | None], None]
 """Called on the submitting event loop (``submit``) with the result or the error."""
 
 
-def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+Abandoned = Callable[[Any], None]
+"""Called on the event loop with the result of an operation whose caller was cancelled after it
+started: what it took (a lease) is then no one's but the store's to give back."""
+
+
+def _settle(
+    future: asyncio.Future[Any],
+    result: Any,
+    error: BaseException | None,
+    abandoned: Abandoned | None = None,
+) -> None:
     if future.done():  # the caller was cancelled; the operation ran anyway
+        if abandoned is not None and error is None:
+            abandoned(result)
         return
     if error is not None:
         future.set_exception(error)
@@ -95,7 +107,11 @@ class Worker:
         self.pending += 1
         self._put((fn, args, loop, done))
 
-    async def call(self, fn: Callable[..., Any], *args: Any) -> Any:
+    async def call(
+        self, fn: Callable[..., Any], *args: Any, abandoned: Abandoned | None = None
+    ) -> Any:
+        """``fn(*args)`` on the thread. A caller cancelled meanwhile stops waiting; the
+        operation still runs, and ``abandoned`` gets its result."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # another backend (trio): wait for the result from a helper thread
@@ -103,8 +119,8 @@ class Worker:
             self._put((fn, args, None, lambda r, e: _resolve(result, r, e)))
             return await anyio.to_thread.run_sync(result.result)
         future = loop.create_future()
-        self.submit(loop, fn, args, lambda r, e: _settle(future, r, e))
-        return await future
+        self.submit(loop, fn, args, lambda r, e: _settle(future, r, e, abandoned))
+        return await given_up_on(future, abandoned)
 
     def stop(self) -> None:
         """The thread ends after what was queued; nothing queued later runs (never started:
@@ -112,6 +128,22 @@ class Worker:
         self._stopped = True
         if self._thread is not None:
             self._queue.put(None)
+
+
+async def given_up_on(future: asyncio.Future[Any], abandoned: Abandoned | None) -> Any:
+    """``await future``; if the caller is cancelled after the result arrived (it was set, the
+    caller had not resumed yet), ``abandoned`` gets that result."""
+    try:
+        return await future
+    except asyncio.CancelledError:
+        if (
+            abandoned is not None
+            and future.done()
+            and not future.cancelled()
+            and future.exception() is None
+        ):
+            abandoned(future.result())
+        raise
 
 
 def _ignore(result: Any, error: BaseException | None) -> None:

@@ -4,7 +4,8 @@ Streams (``Workflow.run_stream``, ``Runtime.resume_stream``) run the workflow in
 own rather than inside an async generator: a consumer that ``break``s out of ``async for`` and
 drops the stream must stop the run at once and release what it holds -- from the consumer's own
 task, never from a garbage-collection hook in another one (a cancel scope must be left in the
-task that entered it). Dropping the pump cancels the task; ``close()`` cancels it and waits.
+task that entered it). Dropping the pump cancels the task; ``close()`` cancels it and waits; so
+does cancelling the consumer while it waits for the next event.
 """
 
 from __future__ import annotations
@@ -42,6 +43,13 @@ class EventPump(Generic[T]):
             return await self._receive.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
             pass
+        except BaseException:
+            # the consumer was cancelled while it waited: the stream ends, as an async
+            # generator's would -- the producer stops and cleans up before this returns, even
+            # if the cancelled task (and so the stream) is kept alive by a reference
+            with anyio.CancelScope(shield=True):
+                await self.close()
+            raise
         await asyncio.wait({self._task})
         self._receive.close()
         if not self._task.cancelled() and self._task.exception() is not None:

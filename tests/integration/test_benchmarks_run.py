@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALLEST = {
     "bench_w1_chain.py": ["-n", "10", "-r", "1"],
     "bench_w2_fan.py": ["-n", "10", "-r", "1"],
-    "bench_w3_durable_chain.py": ["-n", "5", "--no-full", "-r", "1"],
+    "bench_w3_durable_chain.py": ["-n", "100", "--no-full", "-r", "1"],  # bytes need N>=100
     "bench_w4_pause_resume.py": ["-r", "1"],
     "bench_w5_throughput.py": ["--runs", "5", "-r", "1", "-c", "5"],
     "bench_w6_conversation.py": ["-n", "10", "-r", "1"],

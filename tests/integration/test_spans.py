@@ -162,6 +162,48 @@ async def test_a_run_resumes_across_processes_of_spans(tmp_path: Path) -> None:
     await plain.close()
 
 
+async def test_a_run_looked_at_before_each_resume_is_stored_as_without_restarts(
+    tmp_path: Path,
+) -> None:
+    """Each process looks at the run first (``get_run``, as the command line and a UI do),
+    which keeps its latest checkpoint in memory; the resume then starts from that. Its commits
+    must still know the last span and the snapshot's size: the rows come out of the same
+    kinds, in the same places, as an uninterrupted run's (they used to hold no span at all
+    after such a restart, and snapshots as if the last one had been empty)."""
+    db = tmp_path / "runs.db"
+    result = None
+    for _ in range(8):
+        store = SqliteStore(db, snapshot_every=16, span_every=3)
+        rt = Runtime(store)
+        rt.register(grower_workflow())
+        if result is None:
+            result = await rt.run("grower", 1)
+        else:
+            info = await rt.get_run(result.run_id)
+            (request,) = info.pending_requests
+            await rt.respond(request.request_id, True)
+            result = await rt.resume(result.run_id)
+        await rt.close()
+        if result.status is WorkflowRunState.IDLE:
+            break
+    assert result is not None and result.status is WorkflowRunState.IDLE
+    plain = SqliteStore(tmp_path / "plain.db", snapshot_every=16, span_every=3)
+    run_b, _ = await drive(plain)
+    await plain.close()
+
+    def kinds(path: Path) -> list[str]:
+        with sqlite3.connect(path) as raw:
+            return [k for (k,) in raw.execute("SELECT kind FROM checkpoints ORDER BY seq")]
+
+    restarted, uninterrupted = kinds(db), kinds(tmp_path / "plain.db")
+    assert restarted.count("span") > 10, restarted
+    assert restarted == uninterrupted
+    store, plain = SqliteStore(db), SqliteStore(tmp_path / "plain.db")
+    assert await history_states(store, result.run_id) == await history_states(plain, run_b)
+    await store.close()
+    await plain.close()
+
+
 async def test_pruning_keeps_every_kept_checkpoint_readable(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = SqliteStore(db, snapshot_every=10_000, span_every=5)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -295,3 +297,33 @@ async def test_a_file_cut_short_under_a_reading_process_is_an_error_not_a_crash(
     assert reader.returncode == 0, (reader.returncode, err[-2000:])
     errors = json.loads(out.strip().splitlines()[-1])
     assert set(errors) <= {"StoreCorruptError", "StorageError", "StoreUnavailableError"}, errors
+
+
+async def test_a_new_file_another_program_holds_locked_is_waited_for(tmp_path: Path) -> None:
+    """A database file another program created (not in WAL mode yet) and is writing: SQLite
+    answers the switch to WAL with "locked" at once, without its busy wait -- the store waits
+    for the lock itself, up to ``busy_timeout``, and says so honestly when it gives up."""
+    db = tmp_path / "runs.db"
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    asyncio.get_running_loop().call_later(0.4, blocker.execute, "COMMIT")
+    rt = runtime(db, busy_timeout=5.0)
+    start = time.monotonic()
+    paused = await rt.run("stepper", 1)
+    assert 0.3 < time.monotonic() - start < 4.0
+    assert paused.pending_requests
+    await rt.close()
+    blocker.close()
+
+    other = tmp_path / "other.db"
+    blocker = sqlite3.connect(other, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        store = SqliteStore(other, busy_timeout=0.3)
+        start = time.monotonic()
+        with pytest.raises(StoreLockedError, match=r"for more than 0\.3 s"):
+            await store.open()
+        assert time.monotonic() - start >= 0.3
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()

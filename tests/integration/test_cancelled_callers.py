@@ -1,0 +1,216 @@
+"""A caller that gives up never leaves its run locked.
+
+A store call that takes a run's lease may be cut off by its caller: a timeout
+(``asyncio.wait_for``, ``anyio.move_on_after``), a stream closed early, a task cancelled. When
+that happens while the write is under way -- another process holds the database's write lock,
+so the write waits on the store's worker thread -- the lease is still written once the lock is
+gone. No one executes the run then, so the store gives the lease back at once: the run can be
+resumed right away, not after the lease runs out (30 s).
+
+A consumer cancelled while it waits for a stream's next event ends the stream as it would end
+an async generator: the run stops at once and its lease is released, whether or not something
+still holds the cancelled task (``asyncio.gather`` callers keep them).
+
+Each test holds the lock from a real second process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from workflow_engine import (
+    Executor,
+    Runtime,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+    response_handler,
+)
+from workflow_engine.storage import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+STEPS = 5
+LOCK_SECONDS = 1.0
+GIVE_UP_AFTER = 0.3
+
+_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=10)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+"""
+
+
+@contextmanager
+def write_lock_held(db: Path, seconds: float) -> Iterator[subprocess.Popen[str]]:
+    """Another process holds ``db``'s write lock for ``seconds`` (from when this yields)."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(db), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.wait(timeout=30)
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+class Step(Executor):
+    """Counts to ``steps``, one superstep (and one output) per number; asks at ``ask_at``."""
+
+    def __init__(self, ask_at: int | None = None, pause: float = 0.0, steps: int = STEPS) -> None:
+        super().__init__("step")
+        self.ask_at = ask_at
+        self.pause = pause
+        self.steps = steps
+
+    @handler
+    async def on_number(self, n: int, ctx: WorkflowContext[int, int]) -> None:
+        if self.pause:
+            await anyio.sleep(self.pause)
+        await ctx.yield_output(n)
+        if n == self.ask_at:
+            await ctx.request_info(f"go on after {n}?", bool)
+        elif n < self.steps:
+            await ctx.send_message(n + 1)
+
+    @response_handler
+    async def on_answer(self, question: str, go_on: bool, ctx: WorkflowContext[int, int]) -> None:
+        last = int(question.split()[-1].rstrip("?"))
+        if go_on:
+            await ctx.send_message(last + 1)
+
+
+def counting(ask_at: int | None = None, pause: float = 0.0, steps: int = STEPS) -> Workflow:
+    step = Step(ask_at, pause, steps)
+    return WorkflowBuilder("counting", start=step).add_edge(step, step).build()
+
+
+async def released(runtime: Runtime, run_id: str, within: float = 5.0) -> float:
+    """Seconds until no one holds the run's lease (fails after ``within``)."""
+    start = time.monotonic()
+    while (await runtime.store.get_run(run_id)).owner is not None:
+        assert time.monotonic() - start < within, f"run {run_id} still leased after {within} s"
+        await anyio.sleep(0.05)
+    return time.monotonic() - start
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+async def test_a_resume_given_up_while_the_lock_is_held(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting)
+    run_id = await runtime.start("counting", 1)
+    with write_lock_held(db, LOCK_SECONDS), pytest.raises(TimeoutError):
+        await asyncio.wait_for(runtime.resume(run_id), GIVE_UP_AFTER)
+    await released(runtime, run_id)
+    done = await runtime.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [1, 2, 3, 4, 5]
+    await runtime.close()
+
+
+async def test_a_stream_given_up_while_the_lock_is_held(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting)
+    run_id = await runtime.start("counting", 1)
+    with write_lock_held(db, LOCK_SECONDS):
+        with anyio.move_on_after(GIVE_UP_AFTER):
+            async with runtime.resume_stream(run_id) as stream:
+                async for _ in stream:
+                    pass
+    await released(runtime, run_id)
+    done = await runtime.resume(run_id)
+    assert done.outputs == [1, 2, 3, 4, 5]
+    await runtime.close()
+
+
+async def test_an_answer_given_up_on_while_the_lock_is_held(tmp_path: Path) -> None:
+    """``respond_and_resume`` stores the answer and takes the lease in one write: cut off, the
+    answer stays stored and the lease is given back, so a plain resume applies it."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(lambda: counting(ask_at=2))
+    paused = await runtime.run("counting", 1)
+    (request,) = paused.pending_requests
+    with write_lock_held(db, LOCK_SECONDS), pytest.raises(TimeoutError):
+        await asyncio.wait_for(runtime.respond_and_resume(request.request_id, True), GIVE_UP_AFTER)
+    await released(runtime, paused.run_id)
+    done = await runtime.resume(paused.run_id)
+    assert done.outputs == [3, 4, 5]
+    assert (await runtime.get_run(paused.run_id)).outputs == [1, 2, 3, 4, 5]
+    await runtime.close()
+
+
+async def test_a_start_given_up_while_the_lock_is_held(tmp_path: Path) -> None:
+    """``run`` admits the run already leased: cut off, the run is admitted all the same (it
+    may have been, for all the caller knows) and left unleased, ready to resume."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting)
+    await runtime.store.open()
+    with write_lock_held(db, LOCK_SECONDS), pytest.raises(TimeoutError):
+        await asyncio.wait_for(runtime.run("counting", 1), GIVE_UP_AFTER)
+    start = time.monotonic()
+    while not (runs := await runtime.store.list_runs()):
+        assert time.monotonic() - start < 5, "the admission never landed"
+        await anyio.sleep(0.05)
+    (run,) = runs
+    await released(runtime, run.run_id)
+    done = await runtime.resume(run.run_id)
+    assert done.outputs == [1, 2, 3, 4, 5]
+    await runtime.close()
+
+
+@pytest.mark.parametrize("keep_task", [True, False])
+async def test_a_cancelled_consumer_stops_its_run(tmp_path: Path, keep_task: bool) -> None:
+    """The consumer's task is cancelled while it waits for the next event: the run stops
+    there and its lease is released, whether or not the cancelled task is still referenced
+    (``gather(..., return_exceptions=True)`` keeps its exception, whose traceback holds the
+    stream)."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(lambda: counting(pause=0.02, steps=60))
+    run_id = await runtime.start("counting", 1)
+
+    async def consume() -> None:
+        async for _ in runtime.resume_stream(run_id):
+            pass
+
+    task = asyncio.get_running_loop().create_task(consume())
+    await anyio.sleep(0.2)
+    task.cancel()
+    (outcome,) = await asyncio.gather(task, return_exceptions=True)
+    assert isinstance(outcome, asyncio.CancelledError)
+    if not keep_task:
+        del task, outcome
+    gc.collect()
+    await released(runtime, run_id, within=1.0)
+    at_cancel = (await runtime.store.get_run(run_id)).superstep
+    assert at_cancel < 40
+    await anyio.sleep(0.3)
+    assert (await runtime.store.get_run(run_id)).superstep == at_cancel  # it stopped there
+    done = await runtime.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE
+    assert (await runtime.get_run(run_id)).outputs == list(range(1, 61))
+    await runtime.close()
