@@ -12,7 +12,7 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import TypeAdapter, ValidationError
 
@@ -763,7 +763,8 @@ class Workflow:
         )
 
     def coerce_response(self, run_id: str, request_id: str, expected: Any, data: Any) -> Any:
-        """Validate an answer against the expected type; JSON-shaped data is validated strictly."""
+        """Validate an answer against the expected type; JSON-shaped data is validated strictly,
+        and may name only fields its type has."""
         if build_matcher(expected)(data):
             return data
         key = type_name(expected)  # module paths: two classes never share an adapter
@@ -772,7 +773,10 @@ class Workflow:
             adapter = self._adapters[key] = TypeAdapter(expected)
         name = display_name(expected, self.registry)
         try:
-            return adapter.validate_json(json.dumps(data, default=str), strict=True)
+            # a key its type has no field for is refused (a typo would be dropped silently),
+            # unless the type says it takes extra fields
+            extra: Literal["forbid"] | None = None if _takes_extra_fields(expected) else "forbid"
+            return adapter.validate_json(json.dumps(data, default=str), strict=True, extra=extra)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
@@ -897,3 +901,11 @@ def _node_annotations(node: Any) -> list[Any]:
 
 
 __all__ = ["Workflow", "WorkflowRunResult", "WorkflowRunStream"]
+
+
+def _takes_extra_fields(expected: Any) -> bool:
+    """Whether a model or pydantic dataclass declares ``extra="allow"``."""
+    config = getattr(expected, "model_config", None) or getattr(
+        expected, "__pydantic_config__", None
+    )
+    return isinstance(config, dict) and config.get("extra") == "allow"

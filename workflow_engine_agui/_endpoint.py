@@ -901,7 +901,8 @@ class AGUIService:
         if not self.owns(thread_id, stored.run_id):
             raise AGUIError(
                 "interrupt_thread_mismatch",
-                f"interrupt {interrupt_id!r} belongs to another thread; resume it there",
+                f"interrupt {interrupt_id!r} belongs to another thread or another endpoint; "
+                "resume it on the thread and at the endpoint that asked it",
             )
         stranded = stored.status == "pending" and run.workflow_signature != workflow.signature
         if stored.status == "cancelled" and answer.status == "cancelled":
@@ -1012,11 +1013,13 @@ def add_agui_endpoint(
 
     @app.post(path)
     async def run_endpoint(request: Request) -> Any:
-        if not is_json_media_type(request.headers.get("content-type")):
+        given = request.headers.get("content-type")
+        if not is_json_media_type(given):
+            said = f"this request says {given[:80]!r}" if given else "this request names none"
             return refusal(
                 415,
                 "unsupported_media_type",
-                "send the RunAgentInput as Content-Type: application/json",
+                f"send the RunAgentInput as Content-Type: application/json, in UTF-8 ({said})",
             )
         try:
             raw = await read_body(request, max_body_bytes)

@@ -233,7 +233,7 @@ def _parse_resume(raw: Any) -> tuple[list[Any], list[ResumeAnswer]]:
             for i in items
         ]
     if not isinstance(raw, list):
-        raise AGUIError("invalid_resume", "resume must be a list of entries")
+        raise AGUIError("invalid_resume", "resume must be a list of entries or {interrupts: [...]}")
     answers = []
     for entry in raw:
         if not isinstance(entry, dict):

@@ -23,6 +23,7 @@ only; the engine, storage, agents, rich and the server load inside the commands 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -289,10 +290,14 @@ def _require_database(db: Path | None) -> None:
     not met with a new empty file)."""
     from workflow_engine.storage import default_db_path
 
-    path = db if db is not None else default_db_path()
-    if not Path(path).exists():
+    path = Path(db if db is not None else default_db_path())
+    if not path.exists():
         print_error(f"no database at {path} (nothing has run there yet; check --db)")
         raise Exit(EXIT_NOT_FOUND)
+    with contextlib.suppress(OSError):  # (unreadable: opening it says why)
+        if path.is_file() and path.stat().st_size == 0:
+            print_error(f"no database at {path}: the file is empty (nothing has run there yet)")
+            raise Exit(EXIT_NOT_FOUND)
 
 
 def _when(ts: float) -> str:
@@ -595,11 +600,11 @@ def respond(
     chosen = [
         x for x in (approve_flag, reject_flag, message is not None, end, data is not None) if x
     ]
-    if len(chosen) != 1:
-        print_error("give exactly one of --approve, --reject, --message, --end, --data")
-        raise typer.Exit(EXIT_USAGE)
     if arguments is not None and not approve_flag:
         print_error("--arguments goes with --approve (the edited arguments of the approved call)")
+        raise typer.Exit(EXIT_USAGE)
+    if len(chosen) != 1:
+        print_error("give exactly one of --approve, --reject, --message, --end, --data")
         raise typer.Exit(EXIT_USAGE)
     approve = True if approve_flag else False if reject_flag else None
     from workflow_engine._input import InputError, check_text, parse_json

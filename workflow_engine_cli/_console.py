@@ -555,7 +555,11 @@ def print_paused(
         return
     term.line((f"Run {visible(run_id)} is paused, waiting for input.", "bold"))
     for request in pending:
-        term.line(f"  request {request.request_id} ({type(request.data).__name__})")
+        asked = type(request.data).__name__
+        if asked not in _ANSWER_FLAGS:  # an application's request: say what answers it
+            expected = request.response_type
+            asked += f"; answer: {getattr(expected, '__name__', None) or expected}"
+        term.line(f"  request {request.request_id} ({asked})")
     request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"
     # the flags that answer these requests: a reply to the customer is not approved
     choices = "|".join(

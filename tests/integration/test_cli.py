@@ -249,6 +249,8 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     wrong_type = cli.expect(2, "respond", request_id, "--data", '{"approved": "maybe"}')
     assert wrong_type.err.startswith("error: ")
     assert "approved" in wrong_type.err
+    alone = cli.expect(2, "respond", request_id, "--arguments", '{"amount": 50}')
+    assert "--arguments goes with --approve" in alone.error_line()
 
     edited = ["--approve", "--arguments", '{"amount": 50}']
     assert "answer stored" in cli.expect(0, "respond", request_id, *edited).out
@@ -394,6 +396,14 @@ def test_the_database_option_goes_before_or_after_the_command(cli: Cli, tmp_path
     assert f"--db {cli.db}`" in stored.out
     assert "no database at" in cli.expect(4, "resume", "abc", "--db", elsewhere, db=False).err
     assert not Path(elsewhere).exists()
+    # an empty file is no database either, and reading it leaves it empty (it used to get a
+    # schema written into it by ``runs list``)
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    said = cli.expect(4, "--db", str(empty), "runs", "list", db=False).err
+    assert "no database at" in said and "the file is empty" in said
+    assert "no database at" in cli.expect(4, "requests", "list", "--db", str(empty), db=False).err
+    assert empty.stat().st_size == 0 and sorted(os.listdir(tmp_path)).count("empty.db-wal") == 0
     cli.env["WORKFLOW_ENGINE_DB"] = elsewhere
     try:
         before = cli.expect(0, "--db", str(cli.db), "runs", "show", paused_id, db=False)

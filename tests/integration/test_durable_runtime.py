@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Never
 
 import pytest
+from pydantic import BaseModel, ConfigDict
 
 from tests.integration.workflows import (
     Answer,
@@ -16,6 +18,7 @@ from tests.integration.workflows import (
 from workflow_engine import (
     AnswerOutcome,
     DefinitionError,
+    Executor,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
     ResponseTypeError,
@@ -24,8 +27,12 @@ from workflow_engine import (
     Runtime,
     SignatureMismatchError,
     UnknownRequestError,
+    WorkflowBuilder,
+    WorkflowContext,
     WorkflowNotRegisteredError,
     WorkflowRunState,
+    handler,
+    response_handler,
 )
 from workflow_engine.storage import SqliteStore
 
@@ -84,6 +91,51 @@ async def test_answers_are_validated_and_single_valued(tmp_path: Path) -> None:
     # answering an applied request again is still a no-op, not a second execution
     assert await rt.respond(rid, {"approved": False, "note": "stop"}) is AnswerOutcome.DUPLICATE
     await rt.close()
+
+
+class Open(BaseModel):
+    """An answer type that takes extra fields."""
+
+    model_config = ConfigDict(extra="allow")
+    approved: bool
+
+
+class Asker(Executor):
+    @handler
+    async def ask(self, question: str, ctx: WorkflowContext[Never, Open]) -> None:
+        await ctx.request_info(question, Open)
+
+    @response_handler
+    async def answered(
+        self, question: str, answer: Open, ctx: WorkflowContext[Never, Open]
+    ) -> None:
+        await ctx.yield_output(answer)
+
+
+async def test_an_answer_naming_a_field_its_type_lacks_is_refused(tmp_path: Path) -> None:
+    """A reviewer's typo ("nots" for "note") is refused, naming the key -- not dropped while
+    the run goes on without it -- and nothing is stored. A type that declares
+    ``extra="allow"`` takes extra keys, as it says."""
+    rt = open_runtime(tmp_path / "runs.db")
+    paused = await rt.run("stepper", 1)
+    rid = paused.pending_requests[0].request_id
+    with pytest.raises(ResponseTypeError, match=r"expected Answer: nots: Extra inputs"):
+        await rt.respond(rid, {"approved": False, "nots": "too long"})
+    (pending,) = await rt.pending_requests()
+    assert pending.request_id == rid and pending.status == "pending"
+    assert await rt.respond(rid, {"approved": False, "note": "too long"}) is AnswerOutcome.STORED
+    assert (await rt.resume(paused.run_id)).outputs == ["stopped at 3: too long"]
+    await rt.close()
+
+    workflow = WorkflowBuilder("open", start=Asker("asker")).build()
+    result = await workflow.run("may I?")
+    (request,) = result.pending_requests
+    done = await workflow.run(
+        checkpoint=result.checkpoint,
+        responses={request.request_id: {"approved": True, "why": "fine"}},
+    )
+    (answer,) = done.outputs
+    assert answer == Open(approved=True, why="fine")
 
 
 async def test_resume_with_nothing_answered_stays_paused(tmp_path: Path) -> None:

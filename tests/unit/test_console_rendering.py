@@ -335,6 +335,9 @@ def test_a_pause_offers_the_flags_that_answer_its_request(data: str, offered: st
     out = io.StringIO()
     print_paused(Terminal(out, live=False), "r1", [request], json_mode=False)
     assert f"`workflow-engine respond q1 {offered}" in out.getvalue(), out.getvalue()
+    # an application's request also says which type answers it (its --data JSON's shape)
+    named = "; answer: EffectResolution)" in out.getvalue()
+    assert named is (offered == "--data JSON"), out.getvalue()
 
 
 def test_a_lost_lease_is_said_once_by_the_commands_error_line() -> None:
