@@ -408,6 +408,11 @@ class SqliteStore:
             self._finalizer = weakref.finalize(self, _stop, worker, checkpointer)
 
     async def close(self) -> None:
+        worker = self._worker
+        if worker is not None and worker.pending:
+            # let what is queued finish (a write waiting for a lock, say) and be answered: a
+            # lease written for a caller that gave up meanwhile is then given back, below
+            await worker.call(_nothing)
         if self._giving_back:
             await asyncio.wait(set(self._giving_back))
         if self._batch:
@@ -1114,6 +1119,13 @@ class SqliteStore:
             self._give_back(done[1][1])
 
     async def _release_abandoned(self, lease: Lease) -> None:
+        if self._worker is None:  # closed meanwhile: releasing would open the store again
+            log.info(
+                "run %r: the store closed before a cancelled caller's lease was given "
+                "back; it lapses by itself",
+                lease.run_id,
+            )
+            return
         try:
             await self.release(lease)
         except Exception as exc:  # the lease runs out instead, as if this process had died
@@ -1730,6 +1742,10 @@ def _same_json(stored: str, text: str) -> bool:
         return canonical_json(json.loads(stored)) == canonical_json(json.loads(text))
     except ValueError:  # a damaged stored answer is no duplicate of anything
         return False
+
+
+def _nothing() -> None:
+    return None
 
 
 def _decode_text(data: bytes) -> str:

@@ -214,3 +214,23 @@ async def test_a_cancelled_consumer_stops_its_run(tmp_path: Path, keep_task: boo
     assert done.status is WorkflowRunState.IDLE
     assert (await runtime.get_run(run_id)).outputs == list(range(1, 61))
     await runtime.close()
+
+
+async def test_closing_right_after_giving_up_gives_the_lease_back(tmp_path: Path) -> None:
+    """The caller gives up and closes the runtime while the lock is still held: closing waits
+    for the write under way and gives its lease back before the store lets go, so the next
+    process can resume the run at once."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting)
+    run_id = await runtime.start("counting", 1)
+    with write_lock_held(db, LOCK_SECONDS):
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(runtime.resume(run_id), GIVE_UP_AFTER)
+        await runtime.close()
+    later = Runtime(SqliteStore(db))
+    later.register(counting)
+    assert (await later.store.get_run(run_id)).owner is None
+    done = await later.resume(run_id)
+    assert done.outputs == [1, 2, 3, 4, 5]
+    await later.close()
