@@ -40,7 +40,7 @@ from workflow_engine import (
 )
 from workflow_engine.storage import SqliteStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # real time: a lock held 1 s by another process
 
 STEPS = 5
 LOCK_SECONDS = 1.0
