@@ -11,10 +11,10 @@ import contextlib
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore, answer_digest
 from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored, is_text
@@ -767,6 +767,14 @@ class Workflow:
         and may name only fields its type has."""
         if build_matcher(expected)(data):
             return data
+        if isinstance(data, BaseModel) or (is_dataclass(data) and not isinstance(data, type)):
+            # (as JSON it would be its str(): pydantic would say "Input should be an object")
+            raise ResponseTypeError(
+                f"run {run_id!r}, request {request_id!r}: expected "
+                f"{display_name(expected, self.registry)}, not "
+                f"{display_name(type(data), self.registry)}: answer with the expected type, or "
+                "with its fields as JSON data"
+            )
         key = type_name(expected)  # module paths: two classes never share an adapter
         adapter = self._adapters.get(key)
         if adapter is None:

@@ -123,6 +123,10 @@ async def test_an_answer_naming_a_field_its_type_lacks_is_refused(tmp_path: Path
         await rt.respond(rid, {"approved": False, "nots": "too long"})
     (pending,) = await rt.pending_requests()
     assert pending.request_id == rid and pending.status == "pending"
+    # an instance of another class is named as such (it used to be its str(): "Input should
+    # be an object")
+    with pytest.raises(ResponseTypeError, match=r"expected Answer, not Open: answer with the"):
+        await rt.respond(rid, Open(approved=False))
     assert await rt.respond(rid, {"approved": False, "note": "too long"}) is AnswerOutcome.STORED
     assert (await rt.resume(paused.run_id)).outputs == ["stopped at 3: too long"]
     await rt.close()
