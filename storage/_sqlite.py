@@ -221,17 +221,34 @@ class _Busy(StorageError):
 
 
 class _Write:
-    """One write of a group commit: ``body(conn, *args)``, then ``after(result)``."""
+    """One write of a group commit: ``body(conn, *args)``, then ``after(result)``; its result
+    goes to ``abandoned`` instead if its caller gave up once it was under way."""
 
-    __slots__ = ("after", "args", "body", "future")
+    __slots__ = ("abandoned", "after", "args", "body", "future")
 
     def __init__(
-        self, body: Callable[..., Any], args: tuple, after: Callable[[Any], Any] | None
+        self,
+        body: Callable[..., Any],
+        args: tuple,
+        after: Callable[[Any], Any] | None,
+        abandoned: Abandoned | None = None,
     ) -> None:
         self.body = body
         self.args = args
         self.after = after
+        self.abandoned = abandoned
         self.future: asyncio.Future[Any] | None = None
+
+
+def _answer(write: _Write, result: Any, error: BaseException | None) -> None:
+    """Settle a batched write's caller -- or, if it gave up meanwhile (the batch waited for a
+    lock on the worker, say), hand what it committed to ``abandoned``."""
+    future = write.future
+    if future is not None and future.done():
+        if error is None and write.abandoned is not None:
+            write.abandoned(result)
+        return
+    _settle(future, result, error)
 
 
 def _settle(future: asyncio.Future[Any] | None, result: Any, error: BaseException | None) -> None:
@@ -622,7 +639,7 @@ class SqliteStore:
         ``busy_timeout``).
         """
         worker = await self._started()
-        write = _Write(body, args, after)
+        write = _Write(body, args, after, abandoned)
         loop = asyncio._get_running_loop()
         if loop is not None and not worker.pending:
             task = asyncio.current_task(loop)
@@ -743,11 +760,11 @@ class SqliteStore:
             settled.append((write, result, error))
         if self._impatient:
             for write, result, error in settled:
-                _settle(write.future, result, error)
+                _answer(write, result, error)
         else:
             loop = live[0].future.get_loop()  # type: ignore[union-attr]
             for write, result, error in settled:
-                loop.call_soon_threadsafe(_settle, write.future, result, error)
+                loop.call_soon_threadsafe(_answer, write, result, error)
 
     def _wrote(self) -> None:
         """After a COMMIT: count it; now and then checkpoint the WAL, off this path."""

@@ -17,7 +17,9 @@ Each test holds the lock from a real second process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import random
 import subprocess
 import sys
 import time
@@ -34,6 +36,7 @@ from workflow_engine import (
     Workflow,
     WorkflowBuilder,
     WorkflowContext,
+    WorkflowError,
     WorkflowRunState,
     handler,
     response_handler,
@@ -234,3 +237,54 @@ async def test_closing_right_after_giving_up_gives_the_lease_back(tmp_path: Path
     done = await later.resume(run_id)
     assert done.outputs == [1, 2, 3, 4, 5]
     await later.close()
+
+
+_FLICKER = """
+import random, sqlite3, sys, time
+random.seed(7)
+conn = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+print("flickering", flush=True)
+end = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    conn.execute("BEGIN IMMEDIATE")
+    time.sleep(random.uniform(0, 0.004))
+    conn.execute("COMMIT")
+    time.sleep(random.uniform(0, 0.002))
+"""
+
+
+async def test_callers_giving_up_while_a_lock_comes_and_goes(tmp_path: Path) -> None:
+    """Another process takes and frees the write lock every few ms, so group commits move to
+    the worker thread while their callers give up (outside tester 45: 16 of 100 runs stayed
+    locked for the whole lease -- a batched write committed after its caller had gone)."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(lambda: counting(ask_at=2))
+    paused = [await runtime.run("counting", 1) for _ in range(40)]
+    asked = [p.pending_requests[0].request_id for p in paused]
+    rng = random.Random(45)
+    flicker = subprocess.Popen(
+        [sys.executable, "-c", _FLICKER, str(db), "1.5"], stdout=subprocess.PIPE, text=True
+    )
+    assert flicker.stdout is not None and flicker.stdout.readline().strip() == "flickering"
+
+    async def give_up_on(request_id: str) -> None:
+        with contextlib.suppress(TimeoutError, WorkflowError):
+            await asyncio.wait_for(
+                runtime.respond_and_resume(request_id, True), rng.uniform(0, 0.03)
+            )
+
+    try:
+        while flicker.poll() is None:
+            await asyncio.gather(*(give_up_on(r) for r in asked))
+    finally:
+        flicker.wait(timeout=30)
+        flicker.stdout.close()
+    for p in paused:
+        await released(runtime, p.run_id, within=3.0)
+    for p in paused:
+        info = await runtime.get_run(p.run_id)
+        if info.status is not WorkflowRunState.IDLE:
+            await runtime.resume(p.run_id)
+        assert (await runtime.get_run(p.run_id)).outputs == [1, 2, 3, 4, 5]
+    await runtime.close()
