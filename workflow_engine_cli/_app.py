@@ -298,6 +298,37 @@ def _require_database(db: Path | None) -> None:
         if path.is_file() and path.stat().st_size == 0:
             print_error(f"no database at {path}: the file is empty (nothing has run there yet)")
             raise Exit(EXIT_NOT_FOUND)
+    foreign = _not_ours(path)
+    if foreign is not None:
+        print_error(f"no workflow-engine database at {path}: {foreign} (check --db)")
+        raise Exit(EXIT_NOT_FOUND)
+
+
+def _not_ours(path: Path) -> str | None:
+    """Why the SQLite file at ``path`` is not a workflow-engine database (read without writing
+    a byte: opening it as a store would create our tables in it, and switch another program's
+    database to WAL); ``None`` if it is one, or if that cannot be told here (opening it as a
+    store then says what is wrong)."""
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except (sqlite3.Error, ValueError):
+        return None
+    try:
+        tables = {
+            row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    if tables & {"we_schema", "runs"}:
+        return None
+    if not tables:
+        return "the SQLite file has no tables (nothing has run there yet)"
+    shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+    return f"the SQLite file holds another program's tables ({shown})"
 
 
 def _when(ts: float) -> str:

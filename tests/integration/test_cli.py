@@ -404,6 +404,19 @@ def test_the_database_option_goes_before_or_after_the_command(cli: Cli, tmp_path
     assert "no database at" in said and "the file is empty" in said
     assert "no database at" in cli.expect(4, "requests", "list", "--db", str(empty), db=False).err
     assert empty.stat().st_size == 0 and sorted(os.listdir(tmp_path)).count("empty.db-wal") == 0
+    # so is another program's SQLite file: it is read, never written (no tables of ours added,
+    # not switched to WAL) -- outside tester 45
+    foreign = tmp_path / "customers.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE customers (name TEXT)")
+        conn.execute("INSERT INTO customers VALUES ('bob')")
+    conn.close()
+    before = foreign.read_bytes()
+    for argv in (["runs", "list"], ["requests", "list"], ["runs", "show", "abc"]):
+        said = cli.expect(4, "--db", str(foreign), *argv, db=False).err
+        assert "another program's tables (customers)" in said, said
+    assert foreign.read_bytes() == before
+    assert not foreign.with_name("customers.db-wal").exists()
     cli.env["WORKFLOW_ENGINE_DB"] = elsewhere
     try:
         before = cli.expect(0, "--db", str(cli.db), "runs", "show", paused_id, db=False)
