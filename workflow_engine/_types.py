@@ -62,10 +62,22 @@ def union_members(tp: Any) -> tuple[Any, ...]:
     return (tp,)
 
 
+def _no_typeddict(tp: Any) -> None:
+    """A TypedDict cannot route messages: at run time its values are plain dicts, which no
+    check tells apart (``isinstance`` refuses it)."""
+    if typing.is_typeddict(tp):
+        raise DefinitionError(
+            f"{type_name(tp)} is a TypedDict, which cannot be a message or answer type: its "
+            "values are plain dicts at run time, so nothing tells them apart from other dicts; "
+            "use a pydantic model or a dataclass (or dict[str, ...])"
+        )
+
+
 def build_matcher(tp: Any) -> Matcher:
     """Compile an annotation into a fast runtime check ``value -> bool``."""
     if tp is Any or tp is object:
         return lambda value: True
+    _no_typeddict(tp)
     if tp in _NONE_TYPES:
         return lambda value: value is None
     origin = get_origin(tp)
@@ -165,6 +177,8 @@ def is_assignable(source: Any, target: Any) -> bool:
         return all(is_assignable(a, b) for a, b in zip(s_args, t_args, strict=True))
     if target is float and source is int:
         return True
+    _no_typeddict(source)
+    _no_typeddict(target)
     if source is bool and target in (int, float):
         return False  # as at run time: a handler of int or float is not given True
     return isinstance(source, type) and isinstance(target, type) and issubclass(source, target)

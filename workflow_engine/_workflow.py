@@ -12,10 +12,12 @@ import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, is_dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import to_json
 
+from ._answers import unknown_keys
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore, answer_digest
 from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored, is_text
 from ._errors import (
@@ -781,10 +783,8 @@ class Workflow:
             adapter = self._adapters[key] = TypeAdapter(expected)
         name = display_name(expected, self.registry)
         try:
-            # a key its type has no field for is refused (a typo would be dropped silently),
-            # unless the type says it takes extra fields
-            extra: Literal["forbid"] | None = None if _takes_extra_fields(expected) else "forbid"
-            return adapter.validate_json(json.dumps(data, default=str), strict=True, extra=extra)
+            # as JSON: Python values inside it (a model, bytes, an enum) in their JSON form
+            value = adapter.validate_json(to_json(data, inf_nan_mode="constants"), strict=True)
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
@@ -797,6 +797,18 @@ class Workflow:
                 f"run {run_id!r}, request {request_id!r}: expected {name}, got "
                 f"{display_name(type(data), self.registry)}: {exc}"
             ) from exc
+        # a key no field takes is refused, not dropped (a typo would vanish), unless its model
+        # declares its own ``extra``
+        unknown = unknown_keys(value, data)
+        if unknown:
+            problems = "; ".join(
+                f"{path}: {display_name(cls, self.registry)} has no such field"
+                for path, cls in unknown
+            )
+            raise ResponseTypeError(
+                f"run {run_id!r}, request {request_id!r}: expected {name}: {problems}"
+            )
+        return value
 
     async def _apply_answers(
         self, loop: RunLoop, answers: list[tuple[str, ExternalRequest, Any]]
@@ -909,11 +921,3 @@ def _node_annotations(node: Any) -> list[Any]:
 
 
 __all__ = ["Workflow", "WorkflowRunResult", "WorkflowRunStream"]
-
-
-def _takes_extra_fields(expected: Any) -> bool:
-    """Whether a model or pydantic dataclass declares ``extra="allow"``."""
-    config = getattr(expected, "model_config", None) or getattr(
-        expected, "__pydantic_config__", None
-    )
-    return isinstance(config, dict) and config.get("extra") == "allow"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Never
+from typing import Never, TypedDict
 
 import pytest
 from pydantic import BaseModel
@@ -290,3 +290,32 @@ def test_as_executor_hook_lets_other_packages_add_nodes() -> None:
 
     wf = WorkflowBuilder(start=Wrapper()).build()
     assert wf.start_executor_id == "wrapped"
+
+
+class Settings(TypedDict):
+    retries: int
+
+
+class TakesSettings(Executor):
+    @handler
+    async def on_settings(self, settings: Settings, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(repr(settings))
+
+
+class SendsText(Executor):
+    @handler
+    async def on_text(self, text: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(text)
+
+
+def test_a_typeddict_is_refused_as_a_message_or_answer_type_by_name() -> None:
+    """Its values are plain dicts at run time: no check can route them (it used to crash the
+    build with "TypedDict does not support instance and class checks" -- outside tester 45)."""
+    from workflow_engine import DefinitionError
+
+    with pytest.raises(DefinitionError, match=r"Settings is a TypedDict"):
+        WorkflowBuilder("w", start=TakesSettings("t")).build()
+    start, sink = SendsText("start"), TakesSettings("sink")
+    port = RequestPort("ask", request_type=str, response_type=Settings)
+    with pytest.raises(DefinitionError, match=r"Settings is a TypedDict"):
+        WorkflowBuilder("w", start=start).add_edge(start, port).add_edge(port, sink).build()
