@@ -13,13 +13,15 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel
+from pydantic import AliasChoices, BaseModel, RootModel
 
 
 def unknown_keys(value: Any, data: Any, at: str = "") -> list[tuple[str, type]]:
     """(path, class) of each key of ``data`` that the model or dataclass validated from it has
     no field for; ``value`` is what ``data`` validated as."""
     found: list[tuple[str, type]] = []
+    if isinstance(value, RootModel):  # its data is the root's
+        return unknown_keys(value.root, data, at)
     if isinstance(data, dict):
         fields = _fields_by_key(type(value))
         if fields is not None:
@@ -35,7 +37,11 @@ def unknown_keys(value: Any, data: Any, at: str = "") -> list[tuple[str, type]]:
             for key, item in data.items():
                 if key in value:  # (keys validated into other types are not followed)
                     found += unknown_keys(value[key], item, f"{at}{key}.")
-    elif isinstance(data, list) and isinstance(value, list | tuple) and len(data) == len(value):
+    elif (
+        isinstance(data, list | tuple)
+        and isinstance(value, list | tuple)
+        and (len(data) == len(value))
+    ):
         for i, (item, validated) in enumerate(zip(data, value, strict=True)):
             found += unknown_keys(validated, item, f"{at}{i}.")
     return found

@@ -14,7 +14,7 @@ from typing import Any, Never
 
 import anyio
 import pytest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, RootModel
 
 from workflow_engine import (
     Executor,
@@ -59,6 +59,10 @@ class Aliased(BaseModel):
     full_name: str = Field(alias="fullName")
 
 
+class Inners(RootModel[list[Inner]]):
+    pass
+
+
 class Color(enum.Enum):
     RED = 1
 
@@ -87,6 +91,7 @@ ANSWER_TYPES = (
     Color,
     Misc,
     Decision,
+    Inners,
 )
 
 
@@ -180,6 +185,7 @@ def answer(answer_type: Any, data: Any) -> Any:
         # a model that declares extra="allow" does not make the models inside it lax
         (OuterAllow, {"inner": {"score": 1, "scroe": 2}}, "inner.scroe: Inner has no such"),
         (Aliased, {"fullName": "Ann", "full_nam": "x"}, "full_nam: Aliased has no such"),
+        (Inners, [{"score": 1, "scor": 2}], "0.scor: Inner has no such field"),
     ],
 )
 def test_a_key_no_field_takes_is_refused(answer_type: Any, data: Any, refused: str) -> None:
