@@ -42,6 +42,7 @@ from ._exits import (
     EXIT_FAILED,
     EXIT_NOT_FOUND,
     EXIT_PAUSED,
+    EXIT_STORAGE,
     EXIT_USAGE,
     Exit,
     exit_code_for,
@@ -298,37 +299,48 @@ def _require_database(db: Path | None) -> None:
         if path.is_file() and path.stat().st_size == 0:
             print_error(f"no database at {path}: the file is empty (nothing has run there yet)")
             raise Exit(EXIT_NOT_FOUND)
-    foreign = _not_ours(path)
-    if foreign is not None:
-        print_error(f"no workflow-engine database at {path}: {foreign} (check --db)")
-        raise Exit(EXIT_NOT_FOUND)
+    refused = _not_ours(path)
+    if refused is not None:
+        code, why = refused
+        print_error(why)
+        raise Exit(code)
 
 
-def _not_ours(path: Path) -> str | None:
-    """Why the SQLite file at ``path`` is not a workflow-engine database (read without writing
-    a byte: opening it as a store would create our tables in it, and switch another program's
-    database to WAL); ``None`` if it is one, or if that cannot be told here (opening it as a
-    store then says what is wrong)."""
+def _not_ours(path: Path) -> tuple[int, str] | None:
+    """The exit code and error line for a SQLite file at ``path`` that is not a workflow-engine
+    database, read without writing a byte (opening it as a store would create our tables in
+    it, and switch another program's database to WAL); ``None`` if it is one, or if that
+    cannot be told here (opening it as a store then says what is wrong)."""
     import sqlite3
 
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        # (ours, in WAL mode, is never locked for reading: no need to wait long)
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)
     except (sqlite3.Error, ValueError):
         return None
     try:
         tables = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc).lower():  # (ours, in WAL mode, is never locked for reading)
+            return EXIT_STORAGE, (
+                f"cannot read {path}: another program holds it locked (a database of ours, in "
+                "WAL mode, never is for reading); try again when it is done"
+            )
+        return None
     except sqlite3.Error:
         return None
     finally:
         conn.close()
-    if tables & {"we_schema", "runs"}:
+    if "we_schema" in tables:  # (every schema of ours has it; a "runs" table alone is not ours)
         return None
     if not tables:
-        return "the SQLite file has no tables (nothing has run there yet)"
-    shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
-    return f"the SQLite file holds another program's tables ({shown})"
+        why = "the SQLite file has no tables (nothing has run there yet)"
+    else:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        why = f"the SQLite file holds another program's tables ({shown})"
+    return EXIT_NOT_FOUND, f"no workflow-engine database at {path}: {why} (check --db)"
 
 
 def _when(ts: float) -> str:

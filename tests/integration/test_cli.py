@@ -417,6 +417,23 @@ def test_the_database_option_goes_before_or_after_the_command(cli: Cli, tmp_path
         assert "another program's tables (customers)" in said, said
     assert foreign.read_bytes() == before
     assert not foreign.with_name("customers.db-wal").exists()
+    # one with a table named like ours is still not ours; nor is one another program holds
+    # locked, which cannot be read (it got our schema once the lock was gone -- tester 46)
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE runs (id TEXT)")
+    conn.close()
+    before = foreign.read_bytes()
+    said = cli.expect(4, "--db", str(foreign), "runs", "list", db=False).err
+    assert "another program's tables (customers, runs)" in said, said
+    holder = sqlite3.connect(foreign, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        said = cli.expect(6, "--db", str(foreign), "runs", "list", db=False).err
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "another program holds it locked" in said, said
+    assert foreign.read_bytes() == before
     cli.env["WORKFLOW_ENGINE_DB"] = elsewhere
     try:
         before = cli.expect(0, "--db", str(cli.db), "runs", "show", paused_id, db=False)
