@@ -3,53 +3,83 @@
 A person answers a request with JSON-shaped data (``respond --data``, an AG-UI resume, a dict
 passed to ``Runtime.respond``). Pydantic drops a key no field takes unless the model says
 otherwise (``extra="ignore"`` is its default), so a typo -- ``"feedbak"`` for ``"feedback"`` --
-would vanish while the run goes on without it. ``unknown_keys`` finds such keys by walking the
-validated answer beside the data it came from, in every model and dataclass that does not
-declare its own ``extra`` setting (one that does gets what it declares).
+would vanish while the run goes on without it. So would a field's Python name where the model
+reads only its alias. ``unknown_keys`` finds such keys by walking the validated answer beside
+the data it came from, in every model, dataclass and TypedDict that does not declare its own
+``extra`` setting (one that does gets what it declares).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, RootModel
+from pydantic import AliasChoices, AliasPath, BaseModel, RootModel
+from typing_extensions import is_typeddict
 
 
-def unknown_keys(value: Any, data: Any, at: str = "") -> list[tuple[str, type]]:
-    """(path, class) of each key of ``data`` that the model or dataclass validated from it has
-    no field for; ``value`` is what ``data`` validated as."""
-    found: list[tuple[str, type]] = []
+def unknown_keys(
+    value: Any, data: Any, at: str = "", hint: Any = None
+) -> list[tuple[str, type | str]]:
+    """(path, class) of each key of ``data`` that the model, dataclass or TypedDict validated
+    from it takes no value from; ``value`` is what ``data`` validated as, ``hint`` the
+    annotation it was validated against where known (a plain dict does not say it was a
+    TypedDict)."""
+    found: list[tuple[str, type | str]] = []
     if isinstance(value, RootModel):  # its data is the root's
-        return unknown_keys(value.root, data, at)
+        return unknown_keys(value.root, data, at, _root_hint(type(value)))
     if isinstance(data, dict):
         fields = _fields_by_key(type(value))
+        if fields is None and isinstance(value, dict) and is_typeddict(hint):
+            fields = _typeddict_keys(hint)
+            owner: type | str = hint.__name__
+        else:
+            owner = type(value)
         if fields is not None:
-            checked, attributes = fields
+            checked, attributes, hints = fields
             for key, item in data.items():
                 attribute = attributes.get(key)
                 if attribute is None:
                     if checked:
-                        found.append((f"{at}{key}", type(value)))
+                        found.append((f"{at}{key}", owner))
                     continue
-                found += unknown_keys(getattr(value, attribute, None), item, f"{at}{key}.")
+                if isinstance(value, dict):
+                    inner = value.get(attribute)
+                else:
+                    inner = getattr(value, attribute, None)
+                found += unknown_keys(inner, item, f"{at}{key}.", hints.get(attribute))
         elif isinstance(value, dict):
-            for key, item in data.items():
-                if key in value:  # (keys validated into other types are not followed)
-                    found += unknown_keys(value[key], item, f"{at}{key}.")
+            item_hint = _args(hint)[-1:] or [None]
+            if len(data) == len(value):  # (validation keeps the order; keys may be converted)
+                pairs = list(zip(data.items(), value.values(), strict=True))
+            else:
+                pairs = [((k, item), value[k]) for k, item in data.items() if k in value]
+            for (key, item), validated in pairs:
+                found += unknown_keys(validated, item, f"{at}{key}.", item_hint[0])
     elif (
         isinstance(data, list | tuple)
         and isinstance(value, list | tuple)
         and (len(data) == len(value))
     ):
+        item_hints = _args(hint)
         for i, (item, validated) in enumerate(zip(data, value, strict=True)):
-            found += unknown_keys(validated, item, f"{at}{i}.")
+            each = item_hints[0] if len(item_hints) == 1 else None
+            found += unknown_keys(validated, item, f"{at}{i}.", each)
     return found
 
 
-def _fields_by_key(cls: type) -> tuple[bool, dict[str, str]] | None:
-    """For a model or dataclass: whether its unknown keys are refused (it declares no
-    ``extra`` of its own) and the attribute each accepted key fills; ``None`` otherwise."""
+Keys = tuple[bool, dict[str, str], dict[str, Any]]
+"""Whether unknown keys are refused, the attribute each accepted key fills, and each
+attribute's annotation."""
+
+
+def _fields_by_key(cls: type) -> Keys | None:
+    """For a model or dataclass: whether its unknown keys are refused (it declares no ``extra``
+    of its own), the attribute each key it reads fills, and each attribute's annotation;
+    ``None`` for other classes. A key counts as read as pydantic reads it: by the field's
+    validation alias or alias when it has one, by its name when it has none or the model
+    validates by name too."""
     if isinstance(cls, type) and issubclass(cls, BaseModel):
         config: Any = cls.model_config
         infos: dict[str, Any] = dict(cls.model_fields)
@@ -60,28 +90,70 @@ def _fields_by_key(cls: type) -> tuple[bool, dict[str, str]] | None:
         }
     else:
         return None
-    checked = "extra" not in config
+    by_name = bool(config.get("validate_by_name") or config.get("populate_by_name"))
+    by_alias = config.get("validate_by_alias", True) is not False
     attributes: dict[str, str] = {}
+    hints: dict[str, Any] = {}
     for name, info in infos.items():
-        attributes[name] = name
-        for key in _aliases(info):
-            if key is None:  # an alias path: which keys it reads is not followed here
-                checked = False
-            else:
-                attributes[key] = name
-    return checked, attributes
+        hints[name] = getattr(info, "annotation", None)
+        keys = _alias_keys(info) if by_alias else []
+        if not keys or by_name:
+            attributes[name] = name
+        for key in keys:
+            attributes[key] = name
+    return "extra" not in config, attributes, hints
 
 
-def _aliases(info: Any) -> list[str | None]:
-    """The keys a field is also given by (``None`` for an alias path)."""
-    keys: list[str | None] = []
-    for alias in (getattr(info, "alias", None), getattr(info, "validation_alias", None)):
-        if alias is None:
-            continue
-        if isinstance(alias, str):
-            keys.append(alias)
-        elif isinstance(alias, AliasChoices):
-            keys += [c if isinstance(c, str) else None for c in alias.choices]
-        else:
-            keys.append(None)
+def _alias_keys(info: Any) -> list[str]:
+    """The keys pydantic reads a field's value from instead of its name: its validation alias
+    if it has one, else its alias (a path: its first key)."""
+    alias = getattr(info, "validation_alias", None)
+    if alias is None:
+        alias = getattr(info, "alias", None)
+    choices = alias.choices if isinstance(alias, AliasChoices) else [alias]
+    keys = []
+    for choice in choices:
+        if isinstance(choice, AliasPath):
+            choice = choice.path[0] if choice.path else None
+        if isinstance(choice, str):
+            keys.append(choice)
     return keys
+
+
+def _typeddict_keys(td: Any) -> Keys:
+    config = getattr(td, "__pydantic_config__", None) or {}
+    hints = typing.get_type_hints(td)
+    return "extra" not in config, {k: k for k in hints}, hints
+
+
+def _root_hint(cls: type) -> Any:
+    field = getattr(cls, "model_fields", {}).get("root")
+    return getattr(field, "annotation", None)
+
+
+def _args(hint: Any) -> list[Any]:
+    """The type arguments of ``list[X]``, ``tuple[X, ...]``, ``dict[K, V]`` (not of unions)."""
+    if hint is None or typing.get_origin(hint) not in (list, tuple, dict, set, frozenset):
+        return []
+    return [a for a in typing.get_args(hint) if a is not Ellipsis]
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def is_json_data(data: Any) -> bool:
+    """Whether ``data`` is made of JSON values only: dicts with str keys, lists, str, int, float,
+    bool and None (walked without recursion: it may be deep)."""
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            if not all(type(k) is str for k in item):
+                return False
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind not in _JSON_SCALARS:
+            return False
+    return True

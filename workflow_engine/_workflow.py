@@ -15,9 +15,8 @@ from dataclasses import dataclass, field, is_dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
-from pydantic_core import to_json
 
-from ._answers import unknown_keys
+from ._answers import is_json_data, unknown_keys
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore, answer_digest
 from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored, is_text
 from ._errors import (
@@ -783,8 +782,10 @@ class Workflow:
             adapter = self._adapters[key] = TypeAdapter(expected)
         name = display_name(expected, self.registry)
         try:
-            # as JSON: Python values inside it (a model, bytes, an enum) in their JSON form
-            value = adapter.validate_json(to_json(data, inf_nan_mode="constants"), strict=True)
+            if is_json_data(data):  # (from the command line, a web page): strictly, as JSON
+                value = adapter.validate_json(json.dumps(data), strict=True)
+            else:  # it holds Python values (a model, bytes, a date): as its type's own
+                value = adapter.validate_python(data)  # model_validate would take them
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
@@ -799,10 +800,11 @@ class Workflow:
             ) from exc
         # a key no field takes is refused, not dropped (a typo would vanish), unless its model
         # declares its own ``extra``
-        unknown = unknown_keys(value, data)
+        unknown = unknown_keys(value, data, hint=expected)
         if unknown:
             problems = "; ".join(
-                f"{path}: {display_name(cls, self.registry)} has no such field"
+                f"{path}: {cls if isinstance(cls, str) else display_name(cls, self.registry)} "
+                "has no such field"
                 for path, cls in unknown
             )
             raise ResponseTypeError(

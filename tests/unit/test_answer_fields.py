@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from datetime import date
 from typing import Any, Never
 
 import anyio
 import pytest
-from pydantic import BaseModel, ConfigDict, Field, RootModel
+from pydantic import AliasPath, BaseModel, ConfigDict, Field, RootModel
+from pydantic.alias_generators import to_camel
+from typing_extensions import TypedDict
 
 from workflow_engine import (
     Executor,
@@ -80,6 +83,59 @@ class Decision:
     reviewer: str = ""
 
 
+class Prefs(BaseModel):
+    """Reads its camelCase aliases only (no ``populate_by_name``)."""
+
+    model_config = ConfigDict(alias_generator=to_camel)
+    user_name: str = "anon"
+    notify_me: bool = False
+
+
+class Renamed(BaseModel):
+    level: int = Field(0, alias="a", validation_alias="b")
+
+
+class Pathed(BaseModel):
+    deep: int = Field(0, validation_alias=AliasPath("a", "b"))
+
+
+class ByDay(BaseModel):
+    days: dict[date, Inner]
+
+
+class Scores(RootModel[dict[str, Inner]]):
+    pass
+
+
+class Settings(TypedDict):
+    retries: int
+
+
+class WithSettings(BaseModel):
+    settings: Settings
+
+
+class Sub(Inner):
+    more: int = 0
+
+
+class Holder(BaseModel):
+    item: Inner
+
+
+class Blob(BaseModel):
+    model_config = ConfigDict(val_json_bytes="base64")
+    blob: bytes
+
+
+class Pair(enum.Enum):
+    ONE_TWO = (1, 2)
+
+
+class WithPair(BaseModel):
+    pair: Pair
+
+
 ANSWER_TYPES = (
     Inner,
     InnerAllow,
@@ -92,6 +148,16 @@ ANSWER_TYPES = (
     Misc,
     Decision,
     Inners,
+    Prefs,
+    Renamed,
+    Pathed,
+    ByDay,
+    Scores,
+    WithSettings,
+    Sub,
+    Holder,
+    Blob,
+    WithPair,
 )
 
 
@@ -146,7 +212,16 @@ class AskEitherInner(Ask):
         await ctx.yield_output(answer)
 
 
+class AskDictOfInt(Ask):
+    @response_handler
+    async def answered(
+        self, question: str, answer: dict[str, int], ctx: WorkflowContext[Never, Any]
+    ) -> Any:
+        await ctx.yield_output(answer)
+
+
 ASKERS: dict[Any, type[Ask]] = {
+    dict[str, int]: AskDictOfInt,
     list[Inner]: AskListOfInner,
     dict[str, Inner]: AskDictOfInner,
     list[InnerAllow]: AskListOfInnerAllow,
@@ -186,6 +261,13 @@ def answer(answer_type: Any, data: Any) -> Any:
         (OuterAllow, {"inner": {"score": 1, "scroe": 2}}, "inner.scroe: Inner has no such"),
         (Aliased, {"fullName": "Ann", "full_nam": "x"}, "full_nam: Aliased has no such"),
         (Inners, [{"score": 1, "scor": 2}], "0.scor: Inner has no such field"),
+        # a field's Python name where the model reads only its alias (tester 46: dropped)
+        (Prefs, {"user_name": "bob", "notifyMe": True}, "user_name: Prefs has no such field"),
+        (Renamed, {"a": 5}, "a: Renamed has no such field"),
+        (Pathed, {"a": {"b": 1}, "yy": 2}, "yy: Pathed has no such field"),
+        # keys converted by validation (dates), a TypedDict inside a model
+        (ByDay, {"days": {"2024-01-01": {"nmae": "x", "score": 1}}}, "nmae: Inner has no such"),
+        (WithSettings, {"settings": {"retries": 1, "retires": 2}}, "retires: Settings has no"),
     ],
 )
 def test_a_key_no_field_takes_is_refused(answer_type: Any, data: Any, refused: str) -> None:
@@ -203,6 +285,10 @@ def test_a_key_no_field_takes_is_refused(answer_type: Any, data: Any, refused: s
         (OuterAllow, {"inner": {"score": 1}, "why": "fine"}, None),
         (Aliased, {"fullName": "Ann"}, Aliased(full_name="Ann")),
         (Aliased, {"full_name": "Ann"}, Aliased(full_name="Ann")),
+        (Prefs, {"userName": "bob", "notifyMe": True}, Prefs(userName="bob", notifyMe=True)),
+        (Renamed, {"b": 5}, Renamed(b=5)),
+        (Pathed, {"a": {"b": 3}}, Pathed(a={"b": 3})),
+        (Scores, {"alice": {"score": 1}}, Scores({"alice": Inner(score=1)})),
     ],
 )
 def test_what_a_model_declares_it_takes_is_taken(
@@ -222,3 +308,16 @@ def test_python_values_inside_the_data_are_taken_as_themselves() -> None:
         Misc, {"blob": b"hi", "color": Color.RED, "tags": {"a"}, "inner": Inner(score=1)}
     )
     assert given == Misc(blob=b"hi", color=Color.RED, tags={"a"}, inner=Inner(score=1))
+
+
+def test_python_values_are_validated_as_the_type_would_validate_them() -> None:
+    """Data holding Python values is validated as Python (what the type's ``model_validate``
+    takes), not first turned into JSON: an instance of a subclass stays one, bytes need not be
+    UTF-8 (nor base64 where the model reads JSON bytes as base64), an enum member whose value
+    is a tuple is itself (tester 46)."""
+    held = answer(Holder, {"item": Sub(score=1, more=2)})
+    assert type(held.item) is Sub and held.item.more == 2
+    assert answer(Blob, {"blob": b"\xff\xfe"}) == Blob(blob=b"\xff\xfe")
+    assert answer(WithPair, {"pair": Pair.ONE_TWO}) == WithPair(pair=Pair.ONE_TWO)
+    with pytest.raises(ResponseTypeError, match="expected dict"):
+        answer(dict[str, int], {1: 2})  # a key that is not text is refused, not made one
