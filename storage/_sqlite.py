@@ -999,14 +999,21 @@ class SqliteStore:
 
     def _fold_latest(self, run_id: str, chain: list[tuple]) -> Checkpoint:
         """The run's latest checkpoint, folded from its rows, kept -- with what the next
-        commits need of the chain: the snapshot policy's sizes (what was read of the snapshot
-        and of the rows after it) and the base of the next span. A checkpoint kept without
-        them would be committed after with no spans, and snapshots as if it had none."""
-        checkpoint, base = self._fold_from(run_id, chain)
-        since = sum(len(r[3]) for r in chain[1:])
+        commits need of the chain: the snapshot policy's sizes (the snapshot's, and the bytes
+        written since it) and the base of the next span. Kept without them, it would be
+        committed after with no spans, and snapshots placed otherwise than without a restart."""
+        checkpoint, base, recorded = self._fold_from(run_id, chain)
+        read = sum(len(r[3]) for r in chain[1:])
+        # written since the snapshot, as the commits that wrote them counted: the rows read,
+        # and those before the last span (not read again: the span recorded them; a span of
+        # an engine that did not record them: the rows read, less than what was written)
+        last_span = max((i for i, row in enumerate(chain) if row[2] == "span"), default=0)
+        since = read
+        if last_span and recorded:
+            since = recorded + sum(len(r[3]) for r in chain[last_span:])
         self._sizes[run_id] = (since, len(chain[0][3]))
         self._span_base[run_id] = base
-        self._remember(checkpoint, since + len(chain[0][3]))
+        self._remember(checkpoint, read + len(chain[0][3]))
         return checkpoint
 
     async def answer_and_acquire(
@@ -1273,6 +1280,9 @@ class SqliteStore:
             base = self._span_base.get(run_id)
             span = span_of(checkpoint, base) if base is not None else None
             if span is not None:
+                # what was written since the snapshot before it: read back after a restart
+                written = self._sizes.get(run_id, (0, 0))[0]
+                span = span.model_copy(update={"written_before": written})
                 body = span_row(checkpoint, seq, span)
                 span_base = span.base_id
 
@@ -1511,11 +1521,13 @@ class SqliteStore:
         return SqliteStore._fold_from(run_id, rows)[0]
 
     @staticmethod
-    def _fold_from(run_id: str, rows: list[tuple]) -> tuple[Checkpoint, Checkpoint]:
-        """The checkpoint a chain of rows reads as, and the last snapshot or span on the way
-        (what the next span is written relative to)."""
+    def _fold_from(run_id: str, rows: list[tuple]) -> tuple[Checkpoint, Checkpoint, int]:
+        """The checkpoint a chain of rows reads as, the last snapshot or span on the way (what
+        the next span is written relative to), and what the last span recorded of the rows
+        written before it since the snapshot (``CheckpointSpan.written_before``; 0: none)."""
         snapshot: Checkpoint | None = None
         deltas: list[CheckpointDelta] = []
+        recorded = 0
         where = f"run {run_id!r}: no checkpoint to read"
         for checkpoint_id, row_seq, kind, body, version in rows:
             where = f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind})"
@@ -1540,6 +1552,7 @@ class SqliteStore:
                     # it holds everything up to it: deltas before it (none are read) are moot
                     span = CheckpointSpan.model_validate_json(body)
                     snapshot, deltas = apply_span(snapshot, span), []
+                    recorded = span.written_before
                 elif kind == "delta" and snapshot is not None:
                     deltas.append(CheckpointDelta.model_validate_json(body))
                 else:
@@ -1558,10 +1571,10 @@ class SqliteStore:
         if snapshot is None:
             raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
         if not deltas:
-            return snapshot, snapshot
+            return snapshot, snapshot, recorded
         try:
             # one fold for the whole chain: each delta costs what it holds
-            return apply_deltas(snapshot, deltas), snapshot
+            return apply_deltas(snapshot, deltas), snapshot, recorded
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise StoreCorruptError(
                 f"run {run_id!r}: the checkpoint chain ending at {where.split(': ', 1)[1]} is "

@@ -605,6 +605,10 @@ class CheckpointSpan(BaseModel):
         default_factory=_new_list, exclude_if=_empty
     )
     """Messages whose list field keeps items of the base's messages (``message_prefixes``)."""
+    written_before: int = Field(0, exclude_if=_empty)
+    """What its store had written for the run since the last snapshot, before this span (bytes
+    of rows): a store whose snapshot policy counts them reads it back after a restart, since
+    the deltas this span stands for are not read again. 0: not recorded."""
 
 
 _MISSING: Any = object()

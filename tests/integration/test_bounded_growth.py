@@ -76,6 +76,9 @@ async def stored_bytes(db: Path, turns: int) -> int:
 async def test_a_growing_conversation_is_stored_in_linear_space(tmp_path: Path) -> None:
     short = await stored_bytes(tmp_path / "short.db", 150)
     long = await stored_bytes(tmp_path / "long.db", 1200)
-    # 8x the turns: linear storage is ~8x the bytes, quadratic ~64x (snapshots of all of it
-    # every 64 supersteps alone give ~30x)
-    assert long / short < 12, (short, long)
+    # 8x the turns: quadratic storage would be ~64x the bytes (snapshots of all of it every 64
+    # supersteps alone give ~30x); linear ~8x, once snapshots are spaced by their size rather
+    # than by the 64 supersteps they are at least apart. Measured: 13.8x here, as without the
+    # restarts (which used to undercount what was written and look more linear: 11.9x); the
+    # ratio per doubling falls towards 2 (2.59, 2.27, 1.94 from 300 to 2,400 turns)
+    assert long / short < 16, (short, long)

@@ -204,6 +204,46 @@ async def test_a_run_looked_at_before_each_resume_is_stored_as_without_restarts(
     await plain.close()
 
 
+async def test_a_run_restarted_at_every_superstep_is_stored_as_without_restarts(
+    tmp_path: Path,
+) -> None:
+    """A new process for every superstep (outside tester 46 drove a chat that way): what the
+    snapshot policy counts -- the bytes written since the last snapshot -- must survive the
+    restarts, or snapshots come late, and a restore folds more spans than it would have."""
+    db = tmp_path / "runs.db"
+    run_id = None
+    for _ in range(400):
+        store = SqliteStore(db, snapshot_every=4, span_every=3)
+        rt = Runtime(store)
+        rt.register(grower_workflow())
+        if run_id is None:
+            run_id = await rt.start("grower", 1)
+        info = await rt.get_run(run_id)
+        if info.status is WorkflowRunState.IDLE:
+            await rt.close()
+            break
+        if info.pending_requests:
+            await rt.respond(info.pending_requests[0].request_id, True)
+        await rt.resume(run_id, max_supersteps=1)
+        await rt.close()
+    assert run_id is not None
+    plain = SqliteStore(tmp_path / "plain.db", snapshot_every=4, span_every=3)
+    run_b, _ = await drive(plain)
+    await plain.close()
+
+    def kinds(path: Path) -> list[str]:
+        with sqlite3.connect(path) as raw:
+            return [k for (k,) in raw.execute("SELECT kind FROM checkpoints ORDER BY seq")]
+
+    restarted, uninterrupted = kinds(db), kinds(tmp_path / "plain.db")
+    assert restarted.count("snapshot") > 3 and restarted.count("span") > 10, restarted
+    assert restarted == uninterrupted
+    store, plain = SqliteStore(db), SqliteStore(tmp_path / "plain.db")
+    assert await history_states(store, run_id) == await history_states(plain, run_b)
+    await store.close()
+    await plain.close()
+
+
 async def test_pruning_keeps_every_kept_checkpoint_readable(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = SqliteStore(db, snapshot_every=10_000, span_every=5)
