@@ -8,10 +8,12 @@ all-or-nothing, and what a checkpoint records is exactly what the next superstep
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Never, overload
 
 import anyio
+import sniffio
 from typing_extensions import TypeVar
 
 from ._codec import (
@@ -98,6 +100,7 @@ class ExecutorStep:
 
     __slots__ = (
         "appended",
+        "effects",
         "emit",
         "exact_writes",
         "executor_id",
@@ -124,6 +127,17 @@ class ExecutorStep:
         self.exact_writes: set[str] | None = None  # of those, the ones with no bool (see below)
         self.appended: dict[str, int] | None = None  # state key -> items kept by append_state
         self.requests: list[ExternalRequest] = []
+        self.effects: set[anyio.Event] = set()  # ``run_once`` calls not yet over (their ends)
+
+    async def effects_settled(self) -> None:
+        """Wait until every ``run_once`` call of this step is over -- its effect run and its
+        result journaled, or refused -- even one the handler no longer awaits (a sibling in
+        ``asyncio.gather`` raised, a task it started): ending the invocation before would
+        leave its intent looking in doubt while the effect still runs, and a person asked
+        then would truthfully say it did not happen."""
+        while self.effects:
+            with anyio.CancelScope(shield=True):
+                await next(iter(self.effects)).wait()
 
 
 class StepScope:
@@ -285,8 +299,13 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
 
         Two concurrent calls with one key in one invocation are one step: the second waits for
         the first and returns its result. The result must be encodable by the workflow's codec.
+
+        A step that is not ``idempotent``, once started, runs to its end even if its caller is
+        cancelled (a closed stream, a timeout): its result is recorded, then the cancellation
+        goes on. And the invocation ends only once each of its steps is over, even one it no
+        longer awaits (a sibling in ``asyncio.gather`` raised): an effect still running is
+        never left looking in doubt.
         """
-        scope = self._scope
         name = self.step_key(key)
         locks = self._locks
         if locks is None:
@@ -294,6 +313,28 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         lock = locks.get(name)
         if lock is None:
             lock = locks[name] = anyio.Lock()
+        over = anyio.Event()
+        effects = self._step.effects
+        effects.add(over)
+        try:
+            return await self._run_step_once(
+                key, name, lock, func, idempotent=idempotent, description=description
+            )
+        finally:
+            effects.discard(over)
+            over.set()
+
+    async def _run_step_once(
+        self,
+        key: str,
+        name: str,
+        lock: anyio.Lock,
+        func: Callable[[], Awaitable[Any]],
+        *,
+        idempotent: bool,
+        description: Any,
+    ) -> Any:
+        scope = self._scope
         journal = scope.journal
         run = scope.journal_run
         codec = scope.codec
@@ -326,19 +367,27 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                     with anyio.CancelScope(shield=True):
                         await journal.journal_clear(run, name)
                 raise
+            stopped: BaseException | None = None
             try:
-                value = await func()
-            except Exception:
+                if idempotent:  # (cut off, it simply runs again: no need to wait for it)
+                    value = await func()
+                else:
+                    value, stopped = await run_to_its_end(func)
+            except Exception as exc:
                 # it failed cleanly (no crash): nothing is in doubt, a retry may run it again
                 if not idempotent:
                     with anyio.CancelScope(shield=True):
                         await journal.journal_clear(run, name)
+                if isinstance(exc, EffectStopped):
+                    raise exc.cancellation from exc.__cause__
                 raise
             encoded = codec.encode(value)
             codec.decode(encoded)  # an unreadable result fails now, not on replay
             # the effect happened: record it even if the caller is being cancelled right now
             with anyio.CancelScope(shield=True):
                 stored = await journal.journal_put(run, name, {"value": encoded}, scope.superstep)
+            if stopped is not None:  # the caller was cancelled while the effect ran: now
+                raise stopped
         return codec.decode(stored["value"])
 
     async def send_message(self, message: TOut, target_id: str | None = None) -> None:
@@ -556,3 +605,42 @@ def _check_key(key: str) -> None:
     """A state key is stored as text: it must be valid Unicode (``SerializationError``)."""
     if type(key) is str and not key.isascii():
         require_text((key,), f"the state key {key!r}")
+
+
+async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseException | None]:
+    """``func()``'s result, awaited to its end even if the caller is cancelled meanwhile, with
+    the cancellation it was sent then (to raise once the result is recorded). An effect that
+    started cannot be called back: cut off, an async one would be left in doubt, and one in a
+    thread (``asyncio.to_thread``) would go on unseen -- and a person asked whether it
+    happened would truthfully say no, so it would run twice. A cancel scope is held off by a
+    shield; asyncio's own ``task.cancel()`` cannot be, so there the effect runs in a task of
+    its own, awaited again after each cancellation."""
+    if sniffio.current_async_library() != "asyncio":
+        with anyio.CancelScope(shield=True):
+            value = await func()
+        return value, None
+    with anyio.CancelScope(shield=True):  # (no cancel scope's cancellation: asyncio's only)
+        effect = asyncio.ensure_future(func())
+        stopped: BaseException | None = None
+        while not effect.done():
+            try:
+                await asyncio.wait((effect,))
+            except asyncio.CancelledError as exc:
+                stopped = exc
+    if effect.cancelled():  # the effect cancelled itself
+        raise asyncio.CancelledError
+    failure = effect.exception()
+    if failure is not None:
+        if stopped is None:
+            raise failure
+        raise EffectStopped(stopped) from failure
+    return effect.result(), stopped
+
+
+class EffectStopped(Exception):
+    """An effect failed after its caller was cancelled: the cancellation is what to raise,
+    once the step's intent is cleared (the failure is its ``__cause__``)."""
+
+    def __init__(self, cancellation: BaseException) -> None:
+        super().__init__("the caller was cancelled while the effect ran, and the effect failed")
+        self.cancellation = cancellation

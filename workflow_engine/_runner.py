@@ -552,6 +552,9 @@ class RunLoop:
                 ExecutorFailedEvent(executor_id, ErrorDetails.from_exception(exc, executor_id))
             )
             return
+        finally:
+            if step.effects:  # effects the handler started and no longer awaits
+                await step.effects_settled()
         step.emit(ExecutorCompletedEvent(executor_id))
 
     async def _barrier(

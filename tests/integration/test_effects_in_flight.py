@@ -1,0 +1,134 @@
+"""An effect that started is seen to its end, whatever happens to the code that started it.
+
+``ctx.run_once`` journals an intent, runs the effect, journals its result. If the invocation
+ended while an effect still ran -- a sibling in ``asyncio.gather`` raised, the stream was closed,
+the task was cancelled -- the intent was left without a result while the effect went on: the
+retry asked a person whether it had happened, they truthfully said no, and it ran twice
+(outside tester 47). Now the invocation waits for its effects, and an effect whose caller is
+cancelled runs to its end and is recorded before the cancellation goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Never
+
+import pytest
+
+from workflow_engine import (
+    Executor,
+    ExecutorInvokedEvent,
+    Runtime,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+)
+from workflow_engine.storage import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+LEDGER: list[str] = []
+"""What the outside world saw happen (each effect appends its name when it completes)."""
+FAIL_ONCE: set[str] = set()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def clean_ledger() -> None:
+    LEDGER.clear()
+    FAIL_ONCE.clear()
+
+
+class TwoAtOnce(Executor):
+    """Starts two effects together: ``slow`` books after 0.2 s, ``flaky`` fails the first time."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def slow() -> str:
+            await asyncio.sleep(0.2)
+            LEDGER.append("slow")
+            return "s"
+
+        async def flaky() -> str:
+            if "flaky" not in FAIL_ONCE:
+                FAIL_ONCE.add("flaky")
+                raise RuntimeError("transient")
+            LEDGER.append("flaky")
+            return "f"
+
+        got = await asyncio.gather(ctx.run_once("slow", slow), ctx.run_once("flaky", flaky))
+        await ctx.yield_output("".join(got))
+
+
+class InAThread(Executor):
+    """One effect that blocks a thread for 0.3 s, then books."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        def charge() -> str:
+            time.sleep(0.3)
+            LEDGER.append(f"charge in {threading.current_thread().name}")
+            return "charged"
+
+        await ctx.yield_output(await ctx.run_once("charge", lambda: asyncio.to_thread(charge)))
+
+
+def runtime(db: Path, executor: type[Executor]) -> Runtime:
+    rt = Runtime(SqliteStore(db))
+    rt.register(lambda: WorkflowBuilder("pay", start=executor("pay")).build())
+    return rt
+
+
+async def test_a_sibling_that_raises_does_not_leave_an_effect_in_doubt(tmp_path: Path) -> None:
+    rt = runtime(tmp_path / "runs.db", TwoAtOnce)
+    failed = await rt.run("pay", 1)
+    assert failed.status is WorkflowRunState.FAILED and "transient" in str(failed.error)
+    # the invocation ended only once ``slow`` had run and its result was journaled
+    assert LEDGER == ["slow"]
+    done = await rt.resume(failed.run_id)
+    assert done.status is WorkflowRunState.IDLE, done.pending_requests  # nothing asked
+    assert done.outputs == ["sf"]
+    await asyncio.sleep(0.3)
+    assert LEDGER == ["slow", "flaky"]  # each effect once
+    await rt.close()
+
+
+async def test_a_stream_closed_while_an_effect_runs_in_a_thread(tmp_path: Path) -> None:
+    rt = runtime(tmp_path / "runs.db", InAThread)
+    run_id = await rt.start("pay", 1)
+    stream = rt.resume_stream(run_id)
+    async for event in stream:
+        if isinstance(event, ExecutorInvokedEvent):
+            await asyncio.sleep(0.05)  # the charge is under way in its thread
+            break
+    await stream.aclose()  # waits for the charge to end and records it
+    assert len(LEDGER) == 1
+    done = await rt.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE, done.pending_requests  # nothing asked
+    assert done.outputs == ["charged"]
+    await asyncio.sleep(0.4)
+    assert len(LEDGER) == 1
+    await rt.close()
+
+
+async def test_a_cancelled_caller_waits_for_its_effect_then_stops(tmp_path: Path) -> None:
+    rt = runtime(tmp_path / "runs.db", InAThread)
+    run_id = await rt.start("pay", 1)
+    task = asyncio.get_running_loop().create_task(rt.resume(run_id))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(LEDGER) == 1  # the cancellation went on after the charge was recorded
+    done = await rt.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == ["charged"]
+    assert len(LEDGER) == 1
+    await rt.close()
