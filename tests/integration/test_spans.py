@@ -162,6 +162,28 @@ async def test_a_run_resumes_across_processes_of_spans(tmp_path: Path) -> None:
     await plain.close()
 
 
+async def stored_as_uninterrupted(db: Path, run_id: str, **policy: int) -> list[str]:
+    """Check that run ``run_id`` of ``db`` (driven through restarts) was stored as the same run
+    driven without a restart, by a store of the same ``policy``: rows of the same kinds in the
+    same places, every checkpoint the same state. Its rows' kinds, in order."""
+    plain_db = db.with_name("uninterrupted.db")
+    plain = SqliteStore(plain_db, **policy)
+    run_b, _ = await drive(plain)
+    await plain.close()
+
+    def kinds(path: Path) -> list[str]:
+        with sqlite3.connect(path) as raw:
+            return [k for (k,) in raw.execute("SELECT kind FROM checkpoints ORDER BY seq")]
+
+    restarted = kinds(db)
+    assert restarted == kinds(plain_db)
+    store, plain = SqliteStore(db), SqliteStore(plain_db)
+    assert await history_states(store, run_id) == await history_states(plain, run_b)
+    await store.close()
+    await plain.close()
+    return restarted
+
+
 async def test_a_run_looked_at_before_each_resume_is_stored_as_without_restarts(
     tmp_path: Path,
 ) -> None:
@@ -187,21 +209,8 @@ async def test_a_run_looked_at_before_each_resume_is_stored_as_without_restarts(
         if result.status is WorkflowRunState.IDLE:
             break
     assert result is not None and result.status is WorkflowRunState.IDLE
-    plain = SqliteStore(tmp_path / "plain.db", snapshot_every=16, span_every=3)
-    run_b, _ = await drive(plain)
-    await plain.close()
-
-    def kinds(path: Path) -> list[str]:
-        with sqlite3.connect(path) as raw:
-            return [k for (k,) in raw.execute("SELECT kind FROM checkpoints ORDER BY seq")]
-
-    restarted, uninterrupted = kinds(db), kinds(tmp_path / "plain.db")
+    restarted = await stored_as_uninterrupted(db, result.run_id, snapshot_every=16, span_every=3)
     assert restarted.count("span") > 10, restarted
-    assert restarted == uninterrupted
-    store, plain = SqliteStore(db), SqliteStore(tmp_path / "plain.db")
-    assert await history_states(store, result.run_id) == await history_states(plain, run_b)
-    await store.close()
-    await plain.close()
 
 
 async def test_a_run_restarted_at_every_superstep_is_stored_as_without_restarts(
@@ -227,21 +236,8 @@ async def test_a_run_restarted_at_every_superstep_is_stored_as_without_restarts(
         await rt.resume(run_id, max_supersteps=1)
         await rt.close()
     assert run_id is not None
-    plain = SqliteStore(tmp_path / "plain.db", snapshot_every=4, span_every=3)
-    run_b, _ = await drive(plain)
-    await plain.close()
-
-    def kinds(path: Path) -> list[str]:
-        with sqlite3.connect(path) as raw:
-            return [k for (k,) in raw.execute("SELECT kind FROM checkpoints ORDER BY seq")]
-
-    restarted, uninterrupted = kinds(db), kinds(tmp_path / "plain.db")
+    restarted = await stored_as_uninterrupted(db, run_id, snapshot_every=4, span_every=3)
     assert restarted.count("snapshot") > 3 and restarted.count("span") > 10, restarted
-    assert restarted == uninterrupted
-    store, plain = SqliteStore(db), SqliteStore(tmp_path / "plain.db")
-    assert await history_states(store, run_id) == await history_states(plain, run_b)
-    await store.close()
-    await plain.close()
 
 
 async def test_pruning_keeps_every_kept_checkpoint_readable(tmp_path: Path) -> None:
