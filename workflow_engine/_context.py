@@ -614,7 +614,8 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
     thread (``asyncio.to_thread``) would go on unseen -- and a person asked whether it
     happened would truthfully say no, so it would run twice. A cancel scope is held off by a
     shield; asyncio's own ``task.cancel()`` cannot be, so there the effect runs in a task of
-    its own, awaited again after each cancellation."""
+    its own, awaited again after a cancellation. A second one (Ctrl-C pressed again, an effect
+    that hangs) stops waiting: the effect is cut off, and left in doubt."""
     if sniffio.current_async_library() != "asyncio":
         with anyio.CancelScope(shield=True):
             value = await func()
@@ -626,6 +627,9 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
             try:
                 await asyncio.wait((effect,))
             except asyncio.CancelledError as exc:
+                if stopped is not None:
+                    effect.cancel()
+                    raise
                 stopped = exc
     if effect.cancelled():  # the effect cancelled itself
         raise asyncio.CancelledError

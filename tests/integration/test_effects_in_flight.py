@@ -88,6 +88,18 @@ class InAThread(Executor):
         await ctx.yield_output(await ctx.run_once("charge", lambda: asyncio.to_thread(charge)))
 
 
+class Hangs(Executor):
+    """One effect that never ends (a call without a timeout)."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def forever() -> str:
+            await asyncio.Event().wait()
+            return "never"
+
+        await ctx.yield_output(await ctx.run_once("charge", forever, description="the charge"))
+
+
 def runtime(db: Path, executor: type[Executor]) -> Runtime:
     rt = Runtime(SqliteStore(db))
     rt.register(lambda: WorkflowBuilder("pay", start=executor("pay")).build())
@@ -138,6 +150,28 @@ async def test_a_cancelled_caller_waits_for_its_effect_then_stops(tmp_path: Path
     done = await rt.resume(run_id)
     assert done.status is WorkflowRunState.IDLE and done.outputs == ["charged"]
     assert len(LEDGER) == 1
+    await rt.close()
+
+
+async def test_a_second_cancellation_stops_waiting_for_an_effect_that_hangs(
+    tmp_path: Path,
+) -> None:
+    """The first cancellation waits for the effect; a second one (Ctrl-C pressed again) cuts it
+    off, and the step is then in doubt, as after a crash."""
+    rt = runtime(tmp_path / "runs.db", Hangs)
+    run_id = await rt.start("pay", 1)
+    task = asyncio.get_running_loop().create_task(rt.resume(run_id))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    await asyncio.sleep(0.2)
+    assert not task.done()  # waiting for the effect
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    asked = await rt.resume(run_id)
+    assert asked.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    (question,) = asked.pending_requests
+    assert question.data.description == "the charge"
     await rt.close()
 
 
