@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, Never, overload
 
 import anyio
@@ -130,14 +131,23 @@ class ExecutorStep:
         self.effects: set[anyio.Event] = set()  # ``run_once`` calls not yet over (their ends)
 
     async def effects_settled(self) -> None:
-        """Wait until every ``run_once`` call of this step is over -- its effect run and its
-        result journaled, or refused -- even one the handler no longer awaits (a sibling in
-        ``asyncio.gather`` raised, a task it started): ending the invocation before would
-        leave its intent looking in doubt while the effect still runs, and a person asked
-        then would truthfully say it did not happen."""
+        """Wait until every ``run_once`` step of this invocation that is not idempotent is over
+        -- its effect run and its result journaled, or refused -- even one the handler no
+        longer awaits (a sibling in ``asyncio.gather`` raised, a task it started): ending the
+        invocation before would leave its intent looking in doubt while the effect still runs,
+        and a person asked then would truthfully say it did not happen. A cancellation arriving
+        meanwhile is raised after; a second one stops waiting (as in ``run_to_its_end``)."""
+        stopped: BaseException | None = None
         while self.effects:
-            with anyio.CancelScope(shield=True):
-                await next(iter(self.effects)).wait()
+            try:
+                with anyio.CancelScope(shield=True):
+                    await next(iter(self.effects)).wait()
+            except BaseException as exc:  # asyncio's own cancellation (a scope's is shielded)
+                if stopped is not None:
+                    raise
+                stopped = exc
+        if stopped is not None:
+            raise stopped
 
 
 class StepScope:
@@ -313,12 +323,22 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         lock = locks.get(name)
         if lock is None:
             lock = locks[name] = anyio.Lock()
+        if (id(self._step), name) in _STEPS_RUNNING.get():
+            raise UsageError(
+                f"run_once({key!r}) of executor {self.executor_id!r} was called from within "
+                "its own effect: it would wait for itself forever (give the inner step a key "
+                "of its own)"
+            )
+        if idempotent:  # (cut off or left behind, it simply runs again: no need to wait)
+            return await self._run_step_once(
+                key, name, lock, func, idempotent=True, description=description
+            )
         over = anyio.Event()
         effects = self._step.effects
         effects.add(over)
         try:
             return await self._run_step_once(
-                key, name, lock, func, idempotent=idempotent, description=description
+                key, name, lock, func, idempotent=False, description=description
             )
         finally:
             effects.discard(over)
@@ -368,6 +388,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                         await journal.journal_clear(run, name)
                 raise
             stopped: BaseException | None = None
+            # (this invocation's: a task its effect starts inherits the context, and may
+            # execute the same step of the run elsewhere, a simulated takeover, say)
+            inside = _STEPS_RUNNING.set(_STEPS_RUNNING.get() | {(id(self._step), name)})
             try:
                 if idempotent:  # (cut off, it simply runs again: no need to wait for it)
                     value = await func()
@@ -381,6 +404,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 if isinstance(exc, EffectStopped):
                     raise exc.cancellation from exc.__cause__
                 raise
+            finally:
+                _STEPS_RUNNING.reset(inside)
             encoded = codec.encode(value)
             codec.decode(encoded)  # an unreadable result fails now, not on replay
             # the effect happened: record it even if the caller is being cancelled right now
@@ -607,6 +632,13 @@ def _check_key(key: str) -> None:
         require_text((key,), f"the state key {key!r}")
 
 
+_STEPS_RUNNING: ContextVar[frozenset[tuple[int, str]]] = ContextVar(
+    "steps_running", default=frozenset()
+)
+"""The ``run_once`` steps whose effect runs in this context (its task, and tasks it starts),
+as (the invocation's ``ExecutorStep`` id, step name)."""
+
+
 async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseException | None]:
     """``func()``'s result, awaited to its end even if the caller is cancelled meanwhile, with
     the cancellation it was sent then (to raise once the result is recorded). An effect that
@@ -631,9 +663,11 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
                     effect.cancel()
                     raise
                 stopped = exc
-    if effect.cancelled():  # the effect cancelled itself
-        raise asyncio.CancelledError
-    failure = effect.exception()
+    failure: BaseException | None
+    if effect.cancelled():  # the effect cancelled itself: a failure, not a crash
+        failure = RuntimeError("the effect was cancelled from within (it raised CancelledError)")
+    else:
+        failure = effect.exception()
     if failure is not None:
         if stopped is None:
             raise failure

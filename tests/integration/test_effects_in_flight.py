@@ -100,6 +100,61 @@ class Hangs(Executor):
         await ctx.yield_output(await ctx.run_once("charge", forever, description="the charge"))
 
 
+class SiblingRaises(Executor):
+    """``slow`` books after 0.5 s; its sibling raises at once, every time."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def slow() -> str:
+            await asyncio.sleep(0.5)
+            LEDGER.append("slow")
+            return "s"
+
+        async def bad() -> None:
+            await asyncio.sleep(0.05)
+            raise ValueError("bad input")
+
+        await asyncio.gather(ctx.run_once("slow", slow), bad())
+
+
+class CancelsItself(Executor):
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def odd() -> str:
+            LEDGER.append("odd")
+            raise asyncio.CancelledError
+
+        await ctx.yield_output(await ctx.run_once("odd", odd))
+
+
+class Nested(Executor):
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def inner() -> str:
+            return "x"
+
+        async def outer() -> str:
+            return await ctx.run_once("same", inner)
+
+        await ctx.yield_output(await ctx.run_once("same", outer))
+
+
+class IdempotentLeftBehind(Executor):
+    """An idempotent step that never ends, left behind when its sibling raises."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def forever() -> str:
+            await asyncio.Event().wait()
+            return "never"
+
+        async def bad() -> None:
+            await asyncio.sleep(0.05)
+            raise ValueError("bad input")
+
+        await asyncio.gather(ctx.run_once("read", forever, idempotent=True), bad())
+
+
 def runtime(db: Path, executor: type[Executor]) -> Runtime:
     rt = Runtime(SqliteStore(db))
     rt.register(lambda: WorkflowBuilder("pay", start=executor("pay")).build())
@@ -172,6 +227,46 @@ async def test_a_second_cancellation_stops_waiting_for_an_effect_that_hangs(
     assert asked.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
     (question,) = asked.pending_requests
     assert question.data.description == "the charge"
+    await rt.close()
+
+
+async def test_a_caller_cancelled_while_an_effect_is_left_behind(tmp_path: Path) -> None:
+    """The sibling raised and the invocation waits for ``slow``; the caller gives up meanwhile
+    (asyncio's own cancellation, which no shield stops): the wait goes on until ``slow`` is
+    recorded, then the cancellation (outside tester 48: it stopped the wait, and the next
+    resume asked about ``slow`` while it still ran)."""
+    rt = runtime(tmp_path / "runs.db", SiblingRaises)
+    run_id = await rt.start("pay", 1)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(rt.resume(run_id), 0.2)
+    assert LEDGER == ["slow"]  # recorded before the cancellation went on
+    again = await rt.resume(run_id)
+    assert again.status is WorkflowRunState.FAILED and not again.pending_requests
+    assert LEDGER == ["slow"]
+    await rt.close()
+
+
+async def test_an_effect_that_cancels_itself_is_a_failure_not_a_crash(tmp_path: Path) -> None:
+    rt = runtime(tmp_path / "runs.db", CancelsItself)
+    failed = await rt.run("pay", 1)
+    assert failed.status is WorkflowRunState.FAILED
+    assert "cancelled from within" in str(failed.error)
+    assert not failed.pending_requests  # nothing in doubt: it ended, by itself
+    await rt.close()
+
+
+async def test_a_step_called_from_within_itself_is_refused(tmp_path: Path) -> None:
+    rt = runtime(tmp_path / "runs.db", Nested)
+    failed = await asyncio.wait_for(rt.run("pay", 1), 5)  # it used to wait for itself forever
+    assert failed.status is WorkflowRunState.FAILED
+    assert "called from within its own effect" in str(failed.error)
+    await rt.close()
+
+
+async def test_an_idempotent_step_left_behind_is_not_waited_for(tmp_path: Path) -> None:
+    rt = runtime(tmp_path / "runs.db", IdempotentLeftBehind)
+    failed = await asyncio.wait_for(rt.run("pay", 1), 5)  # it used to hang
+    assert failed.status is WorkflowRunState.FAILED and "bad input" in str(failed.error)
     await rt.close()
 
 
