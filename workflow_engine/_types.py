@@ -17,6 +17,8 @@ import typing
 from collections.abc import Callable, Iterator
 from typing import Any, Union, get_args, get_origin
 
+from typing_extensions import is_typeddict
+
 from ._errors import DefinitionError
 
 Matcher = Callable[[Any], bool]
@@ -65,7 +67,7 @@ def union_members(tp: Any) -> tuple[Any, ...]:
 def _no_typeddict(tp: Any) -> None:
     """A TypedDict cannot route messages: at run time its values are plain dicts, which no
     check tells apart (``isinstance`` refuses it)."""
-    if typing.is_typeddict(tp):
+    if is_typeddict(tp):  # (typing_extensions': it knows both kinds, as pydantic needs)
         raise DefinitionError(
             f"{type_name(tp)} is a TypedDict, which cannot be a message or answer type: its "
             "values are plain dicts at run time, so nothing tells them apart from other dicts; "

@@ -6,6 +6,7 @@ from typing import Never, TypedDict
 
 import pytest
 from pydantic import BaseModel
+from typing_extensions import TypedDict as ExtTypedDict
 
 from workflow_engine import (
     Case,
@@ -296,6 +297,16 @@ class Settings(TypedDict):
     retries: int
 
 
+class Options(ExtTypedDict):  # the kind pydantic needs before Python 3.12
+    verbose: bool
+
+
+class TakesOptions(Executor):
+    @handler
+    async def on_options(self, options: Options, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(repr(options))
+
+
 class TakesSettings(Executor):
     @handler
     async def on_settings(self, settings: Settings, ctx: WorkflowContext[Never, str]) -> None:
@@ -315,6 +326,8 @@ def test_a_typeddict_is_refused_as_a_message_or_answer_type_by_name() -> None:
 
     with pytest.raises(DefinitionError, match=r"Settings is a TypedDict"):
         WorkflowBuilder("w", start=TakesSettings("t")).build()
+    with pytest.raises(DefinitionError, match=r"Options is a TypedDict"):
+        WorkflowBuilder("w", start=TakesOptions("t")).build()
     start, sink = SendsText("start"), TakesSettings("sink")
     port = RequestPort("ask", request_type=str, response_type=Settings)
     with pytest.raises(DefinitionError, match=r"Settings is a TypedDict"):
