@@ -45,7 +45,7 @@ import sqlite3
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -879,9 +879,10 @@ class SqliteStore:
             conn.execute(SQL_INSERT_RUN, run)
         except sqlite3.IntegrityError as exc:
             raise RunExistsError(f"run {run_id!r} already exists") from exc
-        conn.execute(SQL_INSERT_CHECKPOINT, body)
+        with _sized(conn, f"run {run_id!r}: its first checkpoint (the start message)", body[8]):
+            conn.execute(SQL_INSERT_CHECKPOINT, body)
         if requests:
-            conn.executemany(SQL_INSERT_REQUEST, requests)
+            _insert_requests(conn, requests)
         self._fault("admit:inside")
 
     async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
@@ -1367,9 +1368,11 @@ class SqliteStore:
                 f"{checkpoint.parent_id}, but the run's latest checkpoint is {latest}; continue "
                 "from the latest, or fork"
             )
-        conn.execute(SQL_INSERT_CHECKPOINT, body)
+        what = f"run {run_id!r}: the checkpoint of superstep {checkpoint.superstep}"
+        with _sized(conn, what, body[8]):
+            conn.execute(SQL_INSERT_CHECKPOINT, body)
         if request_rows:
-            conn.executemany(SQL_INSERT_REQUEST, request_rows)
+            _insert_requests(conn, request_rows)
         if status_rows:
             conn.executemany(SQL_REQUEST_STATUS, status_rows)
         # entries of committed supersteps are never read again (only a run whose journal this
@@ -1634,7 +1637,9 @@ class SqliteStore:
         return outcome
 
     def _answer(self, conn: Conn, request_id: str, text: str) -> AnswerOutcome:
-        if conn.execute(SQL_STORE_ANSWER, (text, self.clock(), request_id)).rowcount == 1:
+        with _sized(conn, f"request {request_id!r}: the answer", text):
+            stored = conn.execute(SQL_STORE_ANSWER, (text, self.clock(), request_id)).rowcount
+        if stored == 1:
             self._fault("answer:inside")  # it was pending: stored
             return AnswerOutcome.STORED
         row = conn.execute(SQL_ANSWER_STATE, (request_id,)).fetchone()
@@ -1698,11 +1703,14 @@ class SqliteStore:
         if lease is not None:
             self._fence(conn, lease)
         row = conn.execute(SQL_JOURNAL_GET, (run_id, key)).fetchone()
+        sized = _sized(conn, f"run {run_id!r}: the journal entry of step {key!r}", text)
         if row is None:
-            conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, self.clock(), superstep))
+            with sized:
+                conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, self.clock(), superstep))
             stored = text
         elif result and not row[0].startswith('{"value":'):  # an intent: the result replaces it
-            conn.execute(SQL_JOURNAL_REPLACE, (text, self.clock(), run_id, key))
+            with sized:
+                conn.execute(SQL_JOURNAL_REPLACE, (text, self.clock(), run_id, key))
             stored = text
         else:
             stored = row[0]
@@ -1755,6 +1763,43 @@ class SqliteStore:
 
 
 # --- statements and rows ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _sized(conn: Conn, what: str, text: str) -> Iterator[None]:
+    """Statements that store ``text``: SQLite refusing it as larger than one value may be
+    (``SQLITE_TOOBIG``) becomes a ``StorageError`` naming ``what`` it is and both sizes, not
+    SQLite's bare "string or blob too big"."""
+    try:
+        yield
+    except sqlite3.DataError as exc:
+        if getattr(exc, "sqlite_errorname", None) != "SQLITE_TOOBIG":
+            raise
+        raise _too_big(conn, what, text) or exc from None
+
+
+def _too_big(conn: Conn, what: str, text: str) -> StorageError | None:
+    """The error for ``text`` if it is larger than SQLite stores in one value, else None."""
+    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    limit = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+    if size <= limit:
+        return None
+    return StorageError(
+        f"{what} is {size:,} bytes, more than SQLite stores in one value ({limit:,} bytes): "
+        "keep data that large outside the run (a file, say) and pass its path or id"
+    )
+
+
+def _insert_requests(conn: Conn, rows: list[tuple]) -> None:
+    """New requests' rows; one whose data SQLite cannot store is named."""
+    try:
+        conn.executemany(SQL_INSERT_REQUEST, rows)
+    except sqlite3.DataError as exc:
+        for row in rows:  # which one (SQLite says only that one was too big)
+            refused = _too_big(conn, f"run {row[1]!r}: the data of request {row[0]!r}", row[5])
+            if refused is not None:
+                raise refused from exc
+        raise
 
 
 def _not_text(exc: UnicodeEncodeError) -> UsageError:

@@ -17,12 +17,19 @@ from tests.integration.cli_harness import ENGINE
 from tests.integration.workflows import stepper_workflow
 from workflow_engine import (
     CheckpointVersionError,
+    Executor,
     Runtime,
     SchemaVersionError,
+    StorageError,
     StoreCorruptError,
     StoreLockedError,
     StoreUnavailableError,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
     WorkflowRunState,
+    handler,
+    response_handler,
 )
 from workflow_engine.storage import SqliteStore
 from workflow_engine.storage._schema import SCHEMA_VERSION
@@ -327,3 +334,87 @@ async def test_a_new_file_another_program_holds_locked_is_waited_for(tmp_path: P
     finally:
         blocker.execute("ROLLBACK")
         blocker.close()
+
+
+# --- values larger than SQLite stores ------------------------------------------------------------
+
+LIMIT = 50_000  # SQLite's per-value limit, lowered: it stands in for the real 1,000,000,000 bytes
+
+
+class _Big(Executor):
+    """Yields, asks or journals a value of ``size`` characters, as the start message says."""
+
+    @handler
+    async def go(self, job: list, ctx: WorkflowContext[None, str]) -> None:
+        how, size = job
+        if how == "output":
+            await ctx.yield_output("x" * size)
+        elif how == "request":
+            await ctx.request_info("y" * size, str)
+        elif how == "journal":
+
+            async def fetch() -> str:
+                return "z" * size
+
+            await ctx.run_once("fetch", fetch)
+            await ctx.yield_output("journaled")
+        else:  # a small request, answered with a big answer
+            await ctx.request_info("a question", str)
+
+    @response_handler
+    async def answered(self, asked: str, answer: str, ctx: WorkflowContext[None, str]) -> None:
+        await ctx.yield_output(answer[:10])
+
+
+def _big_workflow() -> Workflow:
+    return WorkflowBuilder("big", start=_Big("big")).build()
+
+
+@pytest.mark.parametrize("how", ["output", "request", "journal"])
+async def test_a_value_too_big_for_sqlite_fails_its_run_by_name_and_no_other(
+    tmp_path: Path, how: str
+) -> None:
+    store = SqliteStore(tmp_path / "runs.db")
+    rt = Runtime(store)
+    rt.register(_big_workflow)
+    await store.open()
+    store._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMIT)  # type: ignore[union-attr]
+    small = [await rt.start("big", ["output", 10]) for _ in range(3)]
+    big = await rt.start("big", [how, 2 * LIMIT])
+    results = await asyncio.gather(*(rt.resume(r) for r in [*small, big]), return_exceptions=True)
+    *fine, failed = results
+    assert [r.outputs for r in fine] == [["x" * 10]] * 3  # (sharing its group commit)
+    if how == "journal":  # the step's own write: the step fails (the run is recorded failed)
+        assert failed.status is WorkflowRunState.FAILED, failed
+        assert failed.error.code == "storage_error" and failed.error.executor_id == "big"
+        message = failed.error.message
+    else:  # the superstep's commit: the caller gets the store's error
+        assert isinstance(failed, StorageError), failed
+        message = str(failed)
+    assert big in message and f"{LIMIT:,} bytes" in message
+    assert "more than SQLite stores in one value" in message
+    if how == "journal":
+        assert "the journal entry of step '1/big/" in message and "/fetch'" in message
+    info = await rt.get_run(big)
+    assert info.status is WorkflowRunState.FAILED and info.error is not None
+    assert info.error["message"] == message
+    await rt.close()
+
+
+async def test_an_answer_too_big_for_sqlite_is_refused_by_name_and_nothing_stored(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "runs.db")
+    rt = Runtime(store)
+    rt.register(_big_workflow)
+    await store.open()
+    store._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMIT)  # type: ignore[union-attr]
+    paused = await rt.run("big", ["answer", 0])
+    (request,) = paused.pending_requests
+    with pytest.raises(StorageError) as info:
+        await rt.respond(request.request_id, "w" * (2 * LIMIT))
+    assert f"request {request.request_id!r}: the answer" in str(info.value)
+    assert (await rt.store.get_request(request.request_id)).status == "pending"
+    await rt.respond(request.request_id, "a fine answer")
+    assert (await rt.resume(paused.run_id)).outputs == ["a fine ans"]
+    await rt.close()
