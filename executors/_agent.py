@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, overload
 
+import anyio
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from workflow_engine import StateItems
@@ -39,7 +40,7 @@ from ._content import (
     edited_arguments,
 )
 from ._events import AgentRunUpdateEvent
-from ._tools import Tool, ToolArgumentsError
+from ._tools import Tool, ToolArgumentsError, thread_slot
 
 
 class Journal(Protocol):
@@ -288,23 +289,29 @@ class Agent:
             else:
                 arguments = edited_arguments(call, answer)
                 t = self.tools.get(call.name)
+                # (a blocking call waits for its thread before it counts as started: a crash
+                # meanwhile leaves it not run, never in doubt)
+                async with thread_slot(t) as threads:
 
-                async def invoke(
-                    key: str, c: FunctionCallContent = call, a: dict[str, Any] = arguments
-                ) -> FunctionResultContent:
-                    return await self._invoke(c, a, key, extra)
+                    async def invoke(
+                        key: str,
+                        c: FunctionCallContent = call,
+                        a: dict[str, Any] = arguments,
+                        threads: anyio.CapacityLimiter | None = threads,
+                    ) -> FunctionResultContent:
+                        return await self._invoke(c, a, key, extra, threads)
 
-                result = await journal(
-                    "tool",
-                    invoke,
-                    idempotent=t is None or t.idempotent,
-                    description={
-                        "tool": call.name,
-                        "arguments": _as_run(t, arguments),
-                        "call_id": call.call_id,
-                        "agent": self.name,
-                    },
-                )
+                    result = await journal(
+                        "tool",
+                        invoke,
+                        idempotent=t is None or t.idempotent,
+                        description={
+                            "tool": call.name,
+                            "arguments": _as_run(t, arguments),
+                            "call_id": call.call_id,
+                            "agent": self.name,
+                        },
+                    )
             results.append(result)
             if on_update is not None:
                 await on_update(
@@ -325,6 +332,7 @@ class Agent:
         arguments: dict[str, Any],
         idempotency_key: str,
         extra: dict[str, Any],
+        threads: anyio.CapacityLimiter | None = None,
     ) -> FunctionResultContent:
         t = self.tools.get(call.name)
         if t is None:
@@ -338,6 +346,7 @@ class Agent:
                 arguments,
                 idempotency_key=idempotency_key,
                 invocation_kwargs=extra,
+                thread_limiter=threads,
             )
         except ToolArgumentsError as exc:
             return FunctionResultContent(call_id=call.call_id, name=call.name, error=str(exc))

@@ -9,9 +9,10 @@ model; it receives the call's stable key (run id + call id), to pass to outside 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, NewType, get_type_hints
 
 import anyio
@@ -121,11 +122,14 @@ class Tool:
         *,
         idempotency_key: str,
         invocation_kwargs: dict[str, Any] | None = None,
+        thread_limiter: anyio.CapacityLimiter | None = None,
     ) -> Any:
         """Validate and call. Raises ``ToolArgumentsError`` or whatever the function raises.
 
         ``invocation_kwargs`` (e.g. an AG-UI client's forwarded props) reach only tools that
-        declare ``**kwargs``; they are never shown to the model.
+        declare ``**kwargs``; they are never shown to the model. ``thread_limiter``: what a
+        sync function's worker thread is taken under (default: anyio's; see
+        :func:`thread_slot`).
         """
         kwargs = self.validate(arguments)
         if invocation_kwargs and self.accepts_invocation_kwargs:
@@ -135,7 +139,8 @@ class Tool:
         if not self.is_async:
             # a sync tool (blocking I/O, a slow computation) runs in a worker thread, so the
             # event loop keeps streaming, renewing leases and serving other runs meanwhile
-            return await anyio.to_thread.run_sync(functools.partial(self.func, **kwargs))
+            call = functools.partial(self.func, **kwargs)
+            return await anyio.to_thread.run_sync(call, limiter=thread_limiter)
         result = self.func(**kwargs)
         if inspect.isawaitable(result):
             result = await result
@@ -146,6 +151,29 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, approval_mode={self.approval_mode!r})"
+
+
+@contextlib.asynccontextmanager
+async def thread_slot(t: Tool | None) -> AsyncIterator[anyio.CapacityLimiter | None]:
+    """For a call of a sync tool that is not ``idempotent``: wait for one of anyio's worker
+    threads (40 by default) *before* the call is journaled as started, and hold it for the
+    call, which then runs under the limiter yielded.
+
+    A call journaled first and then queued for a thread (more such calls at once than
+    threads: 300 approvals answered together, say) was left in doubt by a crash although it
+    never ran, and a person was asked whether it had happened. Now only a call that had its
+    thread can be in doubt. Other calls (async, idempotent) yield None: nothing to wait for.
+    """
+    if t is None or t.is_async or t.idempotent:
+        yield None
+        return
+    threads = anyio.to_thread.current_default_thread_limiter()
+    borrower = object()  # (not the task: the same task may already hold one of its tokens)
+    await threads.acquire_on_behalf_of(borrower)
+    try:
+        yield anyio.CapacityLimiter(1)  # the call's own: its thread is the token taken here
+    finally:
+        threads.release_on_behalf_of(borrower)
 
 
 def tool(

@@ -161,6 +161,8 @@ def load_json(text: Any, run_id: Any, what: str, *, max_depth: int = MAX_STORED_
 def _text(value: Any, run_id: Any, what: str, *, optional: bool = False) -> Any:
     if value is None and optional:
         return None
+    if type(value) is str and value.isascii():  # (a flag of the str: free) the usual column
+        return value
     if not isinstance(value, str):
         raise _corrupt(run_id, what, f"{shown(value)} is not text")
     try:

@@ -97,7 +97,7 @@ from workflow_engine import (
 from workflow_engine._codec import strictly_equal
 from workflow_engine._identity import INPUT_SOURCE
 from workflow_engine._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
-from workflow_engine._store import default_owner, forget_ended_owner, owner_ended
+from workflow_engine._store import default_owner, forget_ended_owner, holder_of, owner_ended
 from workflow_engine.executors import Agent, AgentRunUpdateEvent, ChatMessage
 from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
 
@@ -736,11 +736,12 @@ class AGUIService:
             return repeated, {}, True
         if fresh or await self._cut_off(record):
             return record.run_id, dict(prepared), False
-        if record.live_owner(time.time()) is not None:
+        holder = record.live_owner(time.time())
+        if holder is not None:
             raise AGUIError(
                 "run_busy",
-                f"thread {thread_id}: its run {record.run_id} is being executed by another "
-                "request; the answers are stored and that execution applies them",
+                f"thread {thread_id}: its run {record.run_id} is being executed by "
+                f"{holder_of(holder)}; the answers are stored and that execution applies them",
             )
         if record.status is WorkflowRunState.FAILED:
             # sent again: the failed superstep is retried

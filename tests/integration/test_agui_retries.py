@@ -158,11 +158,35 @@ def test_a_resume_or_message_that_finds_the_run_executing_is_run_busy(tmp_path: 
         gate.set()
         sender.join(timeout=30)
     assert again[-1]["type"] == "RUN_ERROR" and again[-1]["code"] == "run_busy", again[-1]
+    # this very server executes it: said so, not "another worker" (outside tester 50)
+    assert "another execution in this process" in again[-1]["message"], again[-1]
     # a new message does not start a second run beside the one executing
     assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
     assert status_of(tmp_path) is WorkflowRunState.IDLE  # the one run there is
     assert first[0][-1]["type"] == "RUN_FINISHED"
     assert first[0][-1]["result"]["outputs"][0]["data"] == "ship it: yes"
+
+
+def test_a_resume_that_finds_the_run_leased_by_a_worker_elsewhere_names_that_worker(
+    tmp_path: Path,
+) -> None:
+    """A run another worker (another server, on another host) holds: ``run_busy`` names that
+    worker. It said "another request", as if this server executed it."""
+    gate, faults = threading.Event(), Faults()
+    gate.set()
+    with serving(tmp_path, gate, faults) as url:
+        resume = resume_of(post(url, messages=[{"id": "m", "role": "user", "content": "ship"}]))
+
+        async def take() -> None:
+            async with SqliteStore(tmp_path / "runs.db") as store:
+                (run,) = await store.list_runs()
+                await store.acquire(run.run_id, "elsewhere:4242:token", 60.0)
+
+        anyio.run(take)
+        refused = post(url, resume=resume)
+    assert refused[-1]["type"] == "RUN_ERROR" and refused[-1]["code"] == "run_busy", refused[-1]
+    message = refused[-1]["message"]
+    assert "another worker (elsewhere:4242:token)" in message, message
 
 
 def test_messages_sent_at_once_on_one_thread_start_one_run(tmp_path: Path) -> None:
