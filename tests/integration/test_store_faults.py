@@ -370,15 +370,21 @@ def _big_workflow() -> Workflow:
     return WorkflowBuilder("big", start=_Big("big")).build()
 
 
-@pytest.mark.parametrize("how", ["output", "request", "journal"])
-async def test_a_value_too_big_for_sqlite_fails_its_run_by_name_and_no_other(
-    tmp_path: Path, how: str
-) -> None:
-    store = SqliteStore(tmp_path / "runs.db")
+async def _limited_runtime(path: Path) -> Runtime:
+    """A runtime whose store takes values of at most ``LIMIT`` bytes."""
+    store = SqliteStore(path)
     rt = Runtime(store)
     rt.register(_big_workflow)
     await store.open()
     store._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMIT)  # type: ignore[union-attr]
+    return rt
+
+
+@pytest.mark.parametrize("how", ["output", "request", "journal"])
+async def test_a_value_too_big_for_sqlite_fails_its_run_by_name_and_no_other(
+    tmp_path: Path, how: str
+) -> None:
+    rt = await _limited_runtime(tmp_path / "runs.db")
     small = [await rt.start("big", ["output", 10]) for _ in range(3)]
     big = await rt.start("big", [how, 2 * LIMIT])
     results = await asyncio.gather(*(rt.resume(r) for r in [*small, big]), return_exceptions=True)
@@ -404,11 +410,7 @@ async def test_a_value_too_big_for_sqlite_fails_its_run_by_name_and_no_other(
 async def test_an_answer_too_big_for_sqlite_is_refused_by_name_and_nothing_stored(
     tmp_path: Path,
 ) -> None:
-    store = SqliteStore(tmp_path / "runs.db")
-    rt = Runtime(store)
-    rt.register(_big_workflow)
-    await store.open()
-    store._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, LIMIT)  # type: ignore[union-attr]
+    rt = await _limited_runtime(tmp_path / "runs.db")
     paused = await rt.run("big", ["answer", 0])
     (request,) = paused.pending_requests
     with pytest.raises(StorageError) as info:
