@@ -139,6 +139,7 @@ SQL_ANSWERED = (
 )
 SQL_ANSWER_WAITING = "SELECT 1 FROM requests WHERE run_id = ? AND status = 'answered' LIMIT 1"
 SQL_ANSWER_STATE = "SELECT status, answer, run_id FROM requests WHERE request_id = ?"
+SQL_REQUEST_DATA_SIZE = "SELECT length(CAST(data AS BLOB)) FROM requests WHERE request_id = ?"
 SQL_STORE_ANSWER = (
     "UPDATE requests SET status = 'answered', answer = ?, answered_at = ? "
     "WHERE request_id = ? AND status = 'pending'"

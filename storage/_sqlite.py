@@ -149,6 +149,7 @@ from ._sql import (
     SQL_REQUEST,
     SQL_REQUEST_AND_RUN,
     SQL_REQUEST_CANCEL,
+    SQL_REQUEST_DATA_SIZE,
     SQL_REQUEST_IDS,
     SQL_REQUEST_STATUS,
     SQL_RUN,
@@ -1368,7 +1369,10 @@ class SqliteStore:
                 f"{checkpoint.parent_id}, but the run's latest checkpoint is {latest}; continue "
                 "from the latest, or fork"
             )
-        what = f"run {run_id!r}: the checkpoint of superstep {checkpoint.superstep}"
+        what = (
+            f"run {run_id!r}: the checkpoint of superstep {checkpoint.superstep} (what it "
+            "changed of the run's state, outputs, messages and requests)"
+        )
         with _sized(conn, what, body[8]):
             conn.execute(SQL_INSERT_CHECKPOINT, body)
         if request_rows:
@@ -1637,7 +1641,11 @@ class SqliteStore:
         return outcome
 
     def _answer(self, conn: Conn, request_id: str, text: str) -> AnswerOutcome:
-        with _sized(conn, f"request {request_id!r}: the answer", text):
+        def beside() -> str:  # (asked only if the row is too big)
+            data = conn.execute(SQL_REQUEST_DATA_SIZE, (request_id,)).fetchone()
+            return f"the request's data ({data[0]:,} bytes) and " if data else ""
+
+        with _sized(conn, f"request {request_id!r}: the answer", text, beside):
             stored = conn.execute(SQL_STORE_ANSWER, (text, self.clock(), request_id)).rowcount
         if stored == 1:
             self._fault("answer:inside")  # it was pending: stored
@@ -1766,21 +1774,33 @@ class SqliteStore:
 
 
 @contextlib.contextmanager
-def _sized(conn: Conn, what: str, text: str) -> Iterator[None]:
-    """Statements that store ``text``: SQLite refusing it as larger than one value may be
-    (``SQLITE_TOOBIG``) becomes a ``StorageError`` naming ``what`` it is and both sizes, not
-    SQLite's bare "string or blob too big"."""
+def _sized(
+    conn: Conn, what: str, text: str, beside: Callable[[], str] | None = None
+) -> Iterator[None]:
+    """Statements that store ``text`` (``what`` it is; ``beside``: what else of its row to
+    name, asked only if the row is what is too big): SQLite refusing it as larger than it
+    stores in one value or one row (``SQLITE_TOOBIG``) becomes a ``StorageError`` naming
+    ``what`` and the sizes, not SQLite's bare "string or blob too big"."""
     try:
         yield
     except sqlite3.DataError as exc:
         if getattr(exc, "sqlite_errorname", None) != "SQLITE_TOOBIG":
             raise
-        raise _too_big(conn, what, text) or exc from None
+        refused = _too_big(conn, what, text)
+        if refused is None:  # each value fits, the row does not
+            limit = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
+            others = beside() if beside is not None else ""
+            refused = StorageError(
+                f"{what} is {_utf8_size(text):,} bytes; with {others}the rest of its row, that "
+                f"is more than SQLite stores in one row ({limit:,} bytes): keep data that large "
+                "outside the run (a file, say) and pass its path or id"
+            )
+        raise refused from None
 
 
 def _too_big(conn: Conn, what: str, text: str) -> StorageError | None:
     """The error for ``text`` if it is larger than SQLite stores in one value, else None."""
-    size = len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+    size = _utf8_size(text)
     limit = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
     if size <= limit:
         return None
@@ -1788,6 +1808,10 @@ def _too_big(conn: Conn, what: str, text: str) -> StorageError | None:
         f"{what} is {size:,} bytes, more than SQLite stores in one value ({limit:,} bytes): "
         "keep data that large outside the run (a file, say) and pass its path or id"
     )
+
+
+def _utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _insert_requests(conn: Conn, rows: list[tuple]) -> None:

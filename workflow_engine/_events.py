@@ -82,13 +82,23 @@ class ErrorDetails:
         return cls(_text(type(exc).__name__), _text(str(exc)), _text(str(code)), executor_id)
 
     def as_record(self) -> dict[str, Any]:
-        """The error as a run record stores it (``RunRecord.error``)."""
+        """The error as a run record stores it (``RunRecord.error``): a message longer than
+        ``RECORDED_MESSAGE`` characters is cut there, saying so -- one too big for the store
+        would leave the run looking cut off by a crash, its error unrecorded."""
+        message = self.message
+        if len(message) > RECORDED_MESSAGE:
+            rest = len(message) - RECORDED_MESSAGE
+            message = f"{message[:RECORDED_MESSAGE]} ... ({rest:,} more characters not recorded)"
         return {
-            "error_type": self.error_type,
-            "message": self.message,
-            "code": self.code,
+            "error_type": self.error_type[:RECORDED_MESSAGE],
+            "message": message,
+            "code": self.code[:RECORDED_MESSAGE],
             "executor_id": self.executor_id,
         }
+
+
+RECORDED_MESSAGE = 100_000
+"""The most of an error's message a run record keeps (characters)."""
 
 
 def _text(value: str) -> str:

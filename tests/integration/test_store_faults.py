@@ -420,3 +420,48 @@ async def test_an_answer_too_big_for_sqlite_is_refused_by_name_and_nothing_store
     await rt.respond(request.request_id, "a fine answer")
     assert (await rt.resume(paused.run_id)).outputs == ["a fine ans"]
     await rt.close()
+
+
+async def test_an_answer_whose_row_is_too_big_for_sqlite_names_both_parts(tmp_path: Path) -> None:
+    """Each value under SQLite's limit, the request's row over it: named too (it was SQLite's
+    bare "string or blob too big")."""
+    rt = await _limited_runtime(tmp_path / "runs.db")
+    paused = await rt.run("big", ["request", LIMIT * 6 // 10])
+    (request,) = paused.pending_requests
+    with pytest.raises(StorageError) as info:
+        await rt.respond(request.request_id, "w" * (LIMIT * 6 // 10))
+    message = str(info.value)
+    assert f"request {request.request_id!r}: the answer is 30,002 bytes" in message, message
+    assert "with the request's data (30,002 bytes) and the rest of its row" in message
+    assert f"more than SQLite stores in one row ({LIMIT:,} bytes)" in message
+    assert (await rt.store.get_request(request.request_id)).status == "pending"
+    await rt.close()
+
+
+class _Raiser(Executor):
+    @handler
+    async def go(self, size: int, ctx: WorkflowContext[None, str]) -> None:
+        raise RuntimeError("e" * size)
+
+
+async def test_a_handler_error_too_long_to_store_is_recorded_cut(tmp_path: Path) -> None:
+    """A failing handler whose message is longer than the store takes: the run is recorded
+    FAILED with the message's start, saying how much was left out -- it was left
+    ``in_progress`` (shown "interrupted"), its error unrecorded."""
+    from workflow_engine._events import RECORDED_MESSAGE
+
+    store = SqliteStore(tmp_path / "runs.db")
+    rt = Runtime(store)
+    rt.register(WorkflowBuilder("raiser", start=_Raiser("raiser")).build())
+    await store.open()
+    # the message itself (3 x the cut) would not fit; what is recorded does
+    store._conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 2 * RECORDED_MESSAGE)  # type: ignore[union-attr]
+    result = await rt.run("raiser", 3 * RECORDED_MESSAGE)
+    assert result.status is WorkflowRunState.FAILED
+    assert result.error is not None and len(result.error.message) == 3 * RECORDED_MESSAGE
+    info = await rt.get_run(result.run_id)
+    assert info.status is WorkflowRunState.FAILED and info.error is not None
+    recorded = info.error["message"]
+    assert recorded.startswith("e" * RECORDED_MESSAGE)
+    assert recorded.endswith(f" ... ({2 * RECORDED_MESSAGE:,} more characters not recorded)")
+    await rt.close()
