@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -213,8 +214,15 @@ _CHECKPOINT_EVERY = 200
 """Commits between two WAL checkpoints (about 1,000 pages, SQLite's automatic interval)."""
 _RESTART_FRAMES = 4_000
 """WAL frames (pages of 4 KiB) after which the WAL is made to start over (see _Checkpointer)."""
+_RESTART_WAIT = 0.1
+"""Seconds a checkpoint that makes the WAL start over waits for the write lock."""
+_PAGE = 4096
+"""Bytes of a WAL frame's page (SQLite's default page size, which the store keeps)."""
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024
 """A WAL file that grew past this (a burst) is truncated back to it when it restarts."""
+_TURN = 0.002
+"""Seconds of the event loop's time after which an operation on the loop's thread lets other
+tasks run first (see ``SqliteStore._take_turn``)."""
 
 
 class _Busy(StorageError):
@@ -276,13 +284,21 @@ def _batch_failed(batch: list[_Write]) -> Callable[[Any, BaseException | None], 
 
 
 class _Checkpointer:
-    """Copies the WAL back into the database (``PRAGMA wal_checkpoint(PASSIVE)``) on a thread
-    and a connection of its own, so that no commit pays for it. PASSIVE never waits for a lock
-    nor blocks a writer; it copies the frames committed before it started. The WAL starts over
-    from its beginning at the first write after a checkpoint that reached its end -- which
-    never happens while writes keep coming -- so once the WAL is ``_RESTART_FRAMES`` long,
-    ``restart_due`` asks the store to copy the last frames itself, after a commit (a few
-    pages, instead of SQLite's automatic thousand)."""
+    """Copies the WAL back into the database on a thread and a connection of its own, so that
+    no commit, and never the event loop, pays for it.
+
+    ``PRAGMA wal_checkpoint(PASSIVE)`` never waits for a lock nor blocks a writer; it copies
+    the frames committed before it started. But the WAL starts over from its beginning only at
+    the first write after a checkpoint that reached its end, which never happens while writes
+    keep coming. So once the WAL is ``_RESTART_FRAMES`` long and copied, ``restart_due`` asks
+    the store for a round with its writes held: ``wal_checkpoint(RESTART)`` copies the last
+    frames and syncs (a few ms, the loop free, the writes waiting for it), and the next write
+    starts the WAL over. (Those frames used to be copied on the loop's thread, after a commit:
+    every task stopped for 6-50 ms; outside tester 52.)
+
+    A connection that keeps a read transaction open pins the frames written since it began:
+    none can be copied back, and the WAL grows until it ends. That is said in the log
+    (``workflow_engine.storage``), once each time the WAL doubles past ``_WAL_SIZE_LIMIT``."""
 
     def __init__(self, path: Path, busy_timeout: float) -> None:
         self.path = path
@@ -291,24 +307,48 @@ class _Checkpointer:
         self.busy = False
         self.restart_due = False
         self._conn: Conn | None = None
+        self._warned_at = _WAL_SIZE_LIMIT  # WAL bytes the next warning waits for
 
-    def start(self) -> None:
+    def start(self, restart: bool = False, then: Callable[[], None] | None = None) -> None:
+        """A round on the checkpointer's thread; ``restart``: make the WAL start over (the
+        store holds its writes meanwhile); ``then`` is called on that thread after it."""
         self.busy = True
-        self.worker.post(self._checkpoint)
+        self.worker.post(self._checkpoint, restart, then)
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, restart: bool, then: Callable[[], None] | None) -> None:
         try:
             if self._conn is None:
                 self._conn = sqlite3.connect(
-                    self.path, isolation_level=None, check_same_thread=False
+                    self.path,
+                    timeout=_RESTART_WAIT,  # (RESTART's wait for a lock; PASSIVE never waits)
+                    isolation_level=None,
+                    check_same_thread=False,
                 )
-            ((_, frames, copied),) = self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-            if frames >= _RESTART_FRAMES and copied == frames:
-                self.restart_due = True
+            mode = "RESTART" if restart else "PASSIVE"
+            ((blocked, frames, copied),) = self._conn.execute(
+                f"PRAGMA wal_checkpoint({mode})"
+            ).fetchall()
         except sqlite3.Error:  # the next round tries again; the WAL only grows meanwhile
-            pass
+            return
         finally:
             self.busy = False
+            if then is not None:
+                then()
+        held_back = bool(blocked) or copied < frames  # a reader pins frames, or a lock
+        self.restart_due = not restart and not held_back and frames >= _RESTART_FRAMES
+        size = frames * _PAGE
+        if held_back and size >= self._warned_at:
+            self._warned_at = 2 * size
+            log.warning(
+                "database %s: its WAL has grown to %d MB and cannot be copied back into the "
+                "database: a connection keeps a read transaction open (a read that never "
+                "ended, in another program?), and the frames written since it began must stay "
+                "until it ends. Writes go on; the file keeps growing meanwhile.",
+                self.path,
+                size // 1_000_000,
+            )
+        elif not held_back:
+            self._warned_at = _WAL_SIZE_LIMIT
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -371,6 +411,9 @@ class SqliteStore:
         self._recent: OrderedDict[str, tuple[Checkpoint, int]] = OrderedDict()
         self._recent_bytes = 0
         self._commits = 0  # since the last WAL checkpoint
+        self._turn_task = 0  # the id of the task whose operations ran last
+        self._turn_at = 0.0  # since when (see _take_turn)
+        self._restarting: asyncio.Future[None] | None = None  # the WAL starting over (_held)
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -609,6 +652,7 @@ class SqliteStore:
         less than the hop to a thread); on the worker otherwise, or if the database is locked."""
         worker = await self._started()
         if not worker.pending and asyncio._get_running_loop() is not None:
+            await self._take_turn()
             try:
                 return self._on_loop(fn, args)
             except _Busy:
@@ -640,8 +684,12 @@ class SqliteStore:
         ``busy_timeout``).
         """
         worker = await self._started()
-        write = _Write(body, args, after, abandoned)
         loop = asyncio._get_running_loop()
+        if loop is not None:
+            await self._held()
+            if not worker.pending:
+                await self._take_turn()
+        write = _Write(body, args, after, abandoned)
         if loop is not None and not worker.pending:
             task = asyncio.current_task(loop)
             if self._batch is None:  # the first write of this loop iteration: at once
@@ -659,6 +707,22 @@ class SqliteStore:
             except _Busy:
                 pass
         return await worker.call(self._patiently, self._write_one, (write,), abandoned=abandoned)
+
+    async def _take_turn(self) -> None:
+        """An operation on the loop's thread never suspends its caller (no lock, no thread to
+        wait for): a task that reads and writes back to back -- one run after another -- held
+        the loop, and no other task (a stream, a lease's renewal, a server's other requests)
+        ran meanwhile, nor did their writes ever share a commit (outside tester 52). So once
+        one task's operations have followed each other for ``_TURN`` (no other task's in
+        between, which would mean the loop went round), the next lets the ready tasks run
+        first: one loop iteration, about what one write costs."""
+        task = id(asyncio.current_task())  # (an id: a task that ended is not kept alive)
+        now = time.monotonic()
+        if task != self._turn_task:
+            self._turn_task, self._turn_at = task, now
+        elif now - self._turn_at >= _TURN:
+            self._turn_at = now
+            await asyncio.sleep(0)
 
     def _flush(self) -> None:
         """Commit the writes gathered since the last one that ran alone, in one transaction."""
@@ -768,22 +832,39 @@ class SqliteStore:
                 loop.call_soon_threadsafe(_answer, write, result, error)
 
     def _wrote(self) -> None:
-        """After a COMMIT: count it; now and then checkpoint the WAL, off this path."""
+        """After a COMMIT: count it; now and then checkpoint the WAL, off this path. When the
+        WAL is due to start over (``_Checkpointer``), writes wait for that round (``_held``)
+        -- from the loop's thread, which holds them."""
         self._commits += 1
         checkpointer = self._checkpointer
-        if checkpointer is None:
+        if checkpointer is None or checkpointer.busy:
             return
-        if checkpointer.restart_due:
-            # writes kept coming while the checkpointer copied the WAL, so it never got to
-            # the end of it and the WAL did not start over: copy the last few frames here
+        if checkpointer.restart_due and self._impatient and self._restarting is None:
             checkpointer.restart_due = False
-            conn = self._conn
-            if conn is not None:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        elif self._commits >= _CHECKPOINT_EVERY and not checkpointer.busy:
+            self._commits = 0
+            loop = asyncio.get_running_loop()
+            self._restarting = loop.create_future()
+            checkpointer.start(restart=True, then=functools.partial(self._restarted, loop))
+        elif self._commits >= _CHECKPOINT_EVERY:
             self._commits = 0
             checkpointer.start()
+
+    def _restarted(self, loop: asyncio.AbstractEventLoop) -> None:
+        """On the checkpointer's thread: the WAL's restart round is over; writes go on."""
+
+        def release() -> None:
+            held, self._restarting = self._restarting, None
+            if held is not None and not held.done():
+                held.set_result(None)
+
+        with contextlib.suppress(RuntimeError):  # (the loop has closed: nobody waits)
+            loop.call_soon_threadsafe(release)
+
+    async def _held(self) -> None:
+        """Wait while the WAL starts over (a few ms; see ``_Checkpointer``)."""
+        restarting = self._restarting
+        if restarting is not None:
+            await asyncio.shield(restarting)  # (a caller cancelled meanwhile: only it stops)
 
     def _transaction(self, begin: str | None, body: Callable[..., Any], args: tuple) -> Any:
         conn = self._conn

@@ -331,3 +331,111 @@ async def test_a_lifecycle_takes_four_write_transactions_and_a_new_run_compacts_
     assert [s for s in started if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"] * 2, started
     assert [s for s in answered if s.startswith("BEGIN")] == ["BEGIN IMMEDIATE"] * 2, answered
     assert not [s for s in started if "FROM journal" in s], started
+
+
+async def test_a_task_running_lifecycles_back_to_back_lets_other_tasks_run(
+    tmp_path: Path,
+) -> None:
+    """A write on the loop's thread never suspends its caller, so a task starting and
+    answering runs one after another held the loop: a ticker beside it never ran in 3 s, nor
+    did the other tasks' writes ever share a commit (outside tester 52). Every 2 ms the
+    store's operations now let the ready tasks run first."""
+    store = SqliteStore(tmp_path / "runs.db")
+    runtime = Runtime(store)
+    runtime.register(stepper_workflow(pause_at=1, stop_at=2))
+    await store.open()
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            await asyncio.sleep(0.01)
+            ticks.append(time.monotonic())
+
+    beside = asyncio.ensure_future(ticker())
+    await asyncio.sleep(0)
+    start, lifecycles = time.monotonic(), 0
+    while time.monotonic() - start < 0.6:
+        paused = await runtime.run("stepper", 0)
+        (request,) = paused.pending_requests
+        done = await runtime.respond_and_resume(request.request_id, Answer(approved=True))
+        assert done.status is WorkflowRunState.IDLE, done.status
+        lifecycles += 1
+    beside.cancel()
+    during = [t for t in ticks if t <= start + 0.6]
+    assert lifecycles > 20
+    # every 10 ms asked for, in 0.6 s: about 60 (a loaded machine gives fewer); it was 0
+    assert len(during) >= 15, (len(during), lifecycles)
+    await runtime.close()
+
+
+def _wal_salt(db: Path) -> bytes:
+    """Bytes 16-24 of the WAL's header: new ones each time the WAL starts over."""
+    with open(f"{db}-wal", "rb") as wal:
+        return wal.read(32)[16:24]
+
+
+async def _lifecycles(runtime: Runtime, count: int) -> None:
+    for _ in range(count):
+        paused = await runtime.run("stepper", 0)
+        (request,) = paused.pending_requests
+        await runtime.respond_and_resume(request.request_id, Answer(approved=True))
+
+
+@pytest.mark.slow  # writes about 50 MB of WAL
+async def test_the_wal_starts_over_with_no_checkpoint_on_the_loops_connection(
+    tmp_path: Path,
+) -> None:
+    """The WAL's last frames were copied back on the event loop's thread after a commit (an
+    fsync or two: 6-50 ms with every task stopped; outside tester 52). The checkpointer's
+    thread does it now, the store's writes held meanwhile, and the WAL still starts over."""
+    from workflow_engine.storage import _sqlite
+
+    db = tmp_path / "runs.db"
+    store = SqliteStore(db)
+    runtime = Runtime(store)
+    runtime.register(stepper_workflow(pause_at=1, stop_at=2))
+    await store.open()
+    on_loop: list[str] = []
+    store._conn.set_trace_callback(  # type: ignore[union-attr]
+        lambda sql: on_loop.append(sql) if "wal_checkpoint" in sql.lower() else None
+    )
+    salts = {_wal_salt(db)}
+    most = 0
+    for _ in range(30):
+        await _lifecycles(runtime, 100)
+        salts.add(_wal_salt(db))
+        most = max(most, Path(f"{db}-wal").stat().st_size)
+    assert not on_loop, on_loop[:3]
+    assert len(salts) >= 3, "the WAL never started over"
+    # it starts over at _RESTART_FRAMES, give or take what was written during a round
+    assert most < 2 * _sqlite._RESTART_FRAMES * 4096, most
+    await runtime.close()
+
+
+async def test_a_reader_that_pins_the_wal_is_said_in_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another connection's open read transaction keeps every frame written since from being
+    copied back: the WAL grows until it ends, and nothing said so (outside tester 52)."""
+    from workflow_engine.storage import _sqlite
+
+    monkeypatch.setattr(_sqlite, "_WAL_SIZE_LIMIT", 512 * 1024)  # (64 MiB in use)
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(stepper_workflow(pause_at=1, stop_at=2))
+    await _lifecycles(runtime, 5)
+    reader = sqlite3.connect(db, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM runs").fetchone()  # its snapshot, kept open
+    with caplog.at_level("WARNING", logger="workflow_engine.storage"):
+        await _lifecycles(runtime, 400)
+    said = [r.getMessage() for r in caplog.records if "read transaction open" in r.getMessage()]
+    assert said and str(db) in said[0], [r.getMessage() for r in caplog.records]
+    assert len(said) <= 4  # once each time the WAL doubles, not at every round
+    reader.execute("COMMIT")
+    reader.close()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="workflow_engine.storage"):
+        await _lifecycles(runtime, 400)  # released: copied back, nothing more said
+    assert not [r for r in caplog.records if "read transaction open" in r.getMessage()]
+    await runtime.close()
