@@ -839,9 +839,18 @@ class SqliteStore:
         checkpointer = self._checkpointer
         if checkpointer is None or checkpointer.busy:
             return
-        if checkpointer.restart_due and self._impatient and self._restarting is None:
+        if checkpointer.restart_due and self._restarting is None:
             checkpointer.restart_due = False
             self._commits = 0
+            if not self._impatient:
+                # on the store's worker thread (another async library; or a lock met): the
+                # loop is not held, and no other write runs meanwhile -- copy the last frames
+                # here, and the next write starts the WAL over
+                conn = self._conn
+                if conn is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                return
             loop = asyncio.get_running_loop()
             self._restarting = loop.create_future()
             checkpointer.start(restart=True, then=functools.partial(self._restarted, loop))
