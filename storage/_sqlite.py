@@ -211,7 +211,9 @@ SQL_TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 _MAX_CHAIN = 1024
 """At most this many deltas follow a snapshot, however small they are."""
 _CHECKPOINT_EVERY = 200
-"""Commits between two WAL checkpoints (about 1,000 pages, SQLite's automatic interval)."""
+"""Writes between two WAL checkpoints (about 1,000 pages, SQLite's automatic interval); a
+group commit counts each of its writes, so that many runs writing at once do not let the WAL
+grow thousands of pages between two."""
 _RESTART_FRAMES = 4_000
 """WAL frames (pages of 4 KiB) after which the WAL is made to start over (see _Checkpointer)."""
 _RESTART_WAIT = 0.1
@@ -653,10 +655,11 @@ class SqliteStore:
         worker = await self._started()
         if not worker.pending and asyncio._get_running_loop() is not None:
             await self._take_turn()
-            try:
-                return self._on_loop(fn, args)
-            except _Busy:
-                pass
+            if not worker.pending:  # (still: another task's write may have gone there meanwhile)
+                try:
+                    return self._on_loop(fn, args)
+                except _Busy:
+                    pass
         return await worker.call(self._patiently, fn, args)
 
     async def _query(self, body: Callable[..., Any], *args: Any) -> Any:
@@ -812,7 +815,7 @@ class SqliteStore:
         except Exception as exc:
             outcomes = [(None, exc)] * len(live)
         else:
-            self._wrote()
+            self._wrote(len(live))
         settled = []
         for write, (result, error) in zip(live, outcomes, strict=True):
             if error is None and write.after is not None:
@@ -831,11 +834,12 @@ class SqliteStore:
             for write, result, error in settled:
                 loop.call_soon_threadsafe(_answer, write, result, error)
 
-    def _wrote(self) -> None:
-        """After a COMMIT: count it; now and then checkpoint the WAL, off this path. When the
-        WAL is due to start over (``_Checkpointer``), writes wait for that round (``_held``)
-        -- from the loop's thread, which holds them."""
-        self._commits += 1
+    def _wrote(self, writes: int = 1) -> None:
+        """After a COMMIT of ``writes`` writes (a group commit's are many: its pages too):
+        count them; now and then checkpoint the WAL, off this path. When the WAL is due to
+        start over (``_Checkpointer``), writes wait for that round (``_held``) -- from the
+        loop's thread, which holds them."""
+        self._commits += writes
         checkpointer = self._checkpointer
         if checkpointer is None or checkpointer.busy:
             return

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -21,6 +22,7 @@ import anyio
 import sniffio
 
 from ._checkpoint import Checkpoint
+from ._context import EffectStopped, run_to_its_end
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointStoreError,
@@ -258,11 +260,23 @@ class Runtime:
         )
 
     async def _release(self, sink: _LeasedStore) -> None:
-        """End the lease (unless the last commit did), even when the caller is cancelled. A
-        store briefly locked by another process is retried for a while, so a passing lock does
-        not leave the run locked for the whole lease."""
+        """End the lease (unless the last commit did), even when the caller is cancelled --
+        by a cancel scope, or by asyncio's own ``task.cancel()``, which a shield does not
+        stop (a stream whose consumer was cancelled: its release, waiting for a group commit,
+        was cut off and the run stayed locked; outside tester 53). The cancellation is raised
+        once the lease is given back."""
         if sink.released:
             return
+        try:
+            _, stopped = await run_to_its_end(functools.partial(self._release_now, sink))
+        except EffectStopped as failed:  # cancelled, then the release failed: the cancel
+            raise failed.cancellation from failed.__cause__
+        if stopped is not None:
+            raise stopped
+
+    async def _release_now(self, sink: _LeasedStore) -> None:
+        """A store briefly locked by another process is retried for a while, so a passing
+        lock does not leave the run locked for the whole lease."""
         with anyio.CancelScope(shield=True):
             for pause in (0.05, 0.2, 0.5, 1.0, 2.0, None):
                 try:

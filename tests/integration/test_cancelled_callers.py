@@ -288,3 +288,84 @@ async def test_callers_giving_up_while_a_lock_comes_and_goes(tmp_path: Path) -> 
             await runtime.resume(p.run_id)
         assert (await runtime.get_run(p.run_id)).outputs == [1, 2, 3, 4, 5]
     await runtime.close()
+
+
+async def test_a_cancelled_consumer_gives_the_lease_back_even_inside_a_group_commit(
+    tmp_path: Path,
+) -> None:
+    """Another task writes at every loop iteration, so the run's last write -- its lease's
+    release -- joins that task's group commit. A consumer cancelled just then (at each point
+    of the stream in turn) cut the release off with asyncio's own ``task.cancel()``, which a
+    shield does not stop: the run stayed locked (outside tester 53: 1 run in 60-80)."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting(ask_at=STEPS))
+    stop = False
+
+    async def background() -> None:  # a write at every loop iteration
+        while not stop:
+            await runtime.start("counting", 0)
+            await asyncio.sleep(0)
+
+    writer = asyncio.ensure_future(background())
+    runs = []
+    for k in range(60):
+        run_id = await runtime.start("counting", 1)
+
+        async def consume(run_id: str = run_id) -> None:
+            async with runtime.resume_stream(run_id) as stream:
+                async for _ in stream:
+                    pass
+
+        consumer = asyncio.ensure_future(consume())
+        for _ in range(k):
+            await asyncio.sleep(0)
+        consumer.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await consumer
+        runs.append(run_id)
+    stop = True
+    await writer
+    leased = [r for r in runs if (await runtime.store.get_run(r)).owner is not None]
+    assert not leased, f"{len(leased)} of {len(runs)} runs left leased"
+    await runtime.close()
+
+
+async def test_a_read_never_runs_on_the_loop_while_the_worker_holds_the_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's one connection is used by one thread at a time: while a write waits for a
+    lock on the worker thread, every operation goes there too. A read checked that before it
+    let other tasks run (after 2 ms of reads in a row), not after -- and then ran on the loop's
+    thread beside the worker (outside tester 53). Observed at the one place an operation runs
+    on the loop's thread."""
+    from workflow_engine.storage import _sqlite
+
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting(ask_at=1))
+    run_id = (await runtime.run("counting", 1)).run_id
+    store = runtime.store
+    beside: list[str] = []
+    on_loop = _sqlite.SqliteStore._on_loop
+
+    def watched(self: SqliteStore, fn: object, args: tuple) -> object:
+        if self._worker is not None and self._worker.pending:
+            beside.append(getattr(fn, "__name__", repr(fn)))
+        return on_loop(self, fn, args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_sqlite.SqliteStore, "_on_loop", watched)
+    stop = False
+
+    async def reader() -> None:  # reads back to back: it lets other tasks run every 2 ms
+        while not stop:
+            await store.get_run(run_id)
+
+    with write_lock_held(db, LOCK_SECONDS):
+        reading = asyncio.ensure_future(reader())
+        await asyncio.sleep(0.05)
+        await store.request_cancel(run_id)  # waits on the worker for the other process
+        stop = True
+        await reading
+    assert not beside, f"{len(beside)} operations ran on the loop beside the worker"
+    await runtime.close()
