@@ -412,6 +412,7 @@ async def test_the_wal_starts_over_with_no_checkpoint_on_the_loops_connection(
     await runtime.close()
 
 
+@pytest.mark.slow  # writes 400 lifecycles twice
 async def test_a_reader_that_pins_the_wal_is_said_in_the_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
