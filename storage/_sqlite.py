@@ -416,6 +416,7 @@ class SqliteStore:
         self._turn_task = 0  # the id of the task whose operations ran last
         self._turn_at = 0.0  # since when (see _take_turn)
         self._restarting: asyncio.Future[None] | None = None  # the WAL starting over (_held)
+        self._closing = False  # close() is under way: no operation, no reopening
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -484,12 +485,19 @@ class SqliteStore:
         if worker is None:
             return
         checkpointer, self._checkpointer = self._checkpointer, None
+        # From here no operation uses the connection, nor opens the store again, until it is
+        # closed: operations still in flight (runs executing while their runtime closes) are
+        # told the store is closed. One reopened it meanwhile, and the old worker thread then
+        # closed the new connection under the loop's thread: a segfault (outside tester 54).
+        conn, self._conn = self._conn, None
+        self._closing = True
         try:
             # its connection closes first: ours, the last, then checkpoints the WAL away
             if checkpointer is not None and checkpointer.worker.started:
                 await checkpointer.worker.call(checkpointer.close)
-            await worker.call(self._disconnect)
+            await worker.call(self._disconnect, conn)
         finally:
+            self._closing = False
             if self._finalizer is not None:
                 self._finalizer.detach()
             _stop(worker, checkpointer)
@@ -581,11 +589,13 @@ class SqliteStore:
             version = conn.execute("PRAGMA user_version").fetchone()[0]
             conn.execute(f"PRAGMA user_version={int(version)}")
 
-    def _disconnect(self) -> None:
+    def _disconnect(self, conn: Conn | None = None) -> None:
+        """Close ``conn`` (default: the store's), on the thread that last used it."""
         self._recent.clear()
         self._recent_bytes = 0
         self._span_base.clear()
-        conn, self._conn = self._conn, None
+        if conn is None:
+            conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
 
@@ -638,6 +648,8 @@ class SqliteStore:
     async def _started(self) -> Worker:
         worker = self._worker
         if worker is None:
+            if self._closing:
+                raise StorageError(f"database {self.path}: the store is closed")
             await self.open()
             worker = self._worker
             assert worker is not None
