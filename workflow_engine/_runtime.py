@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import logging
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -22,7 +23,6 @@ import anyio
 import sniffio
 
 from ._checkpoint import Checkpoint
-from ._context import EffectStopped, run_to_its_end
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointStoreError,
@@ -93,6 +93,8 @@ class PendingRequest:
     status: str
     created_at: float
 
+
+log = logging.getLogger("workflow_engine.runtime")
 
 _RESTING = frozenset(
     {WorkflowRunState.IDLE, WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, WorkflowRunState.CANCELLED}
@@ -245,6 +247,7 @@ class Runtime:
         self.lease_seconds = lease_seconds
         self._factories: dict[str, WorkflowFactory] = {}
         self._workflows: dict[str, Workflow] = {}
+        self._releasing: set[asyncio.Task[None]] = set()  # leases being given back
 
     def _sink(self, wf: Workflow, lease: Lease, *, streaming: bool = False) -> _LeasedStore:
         """What the runner commits to under ``lease`` (journal: the store's, if it keeps one).
@@ -263,16 +266,45 @@ class Runtime:
         """End the lease (unless the last commit did), even when the caller is cancelled --
         by a cancel scope, or by asyncio's own ``task.cancel()``, which a shield does not
         stop (a stream whose consumer was cancelled: its release, waiting for a group commit,
-        was cut off and the run stayed locked; outside tester 53). The cancellation is raised
-        once the lease is given back."""
+        was cut off and the run stayed locked; outside tester 53).
+
+        On asyncio the release runs in a task of its own, awaited to its end; a cancellation
+        that arrives meanwhile is raised after it. Cancelled again, the caller stops waiting,
+        but the release goes on (it is never cut off; ``close()`` waits for it). A release
+        that fails while the caller's own exception (a cancellation) is under way is logged,
+        and that exception goes on: the store's error replaced it (outside tester 54)."""
         if sink.released:
             return
-        try:
-            _, stopped = await run_to_its_end(functools.partial(self._release_now, sink))
-        except EffectStopped as failed:  # cancelled, then the release failed: the cancel
-            raise failed.cancellation from failed.__cause__
+        under_way = sys.exc_info()[1]  # (called from a ``finally``: what is propagating)
+        if sniffio.current_async_library() != "asyncio":
+            await self._release_now(sink)
+            return
+        releasing = asyncio.ensure_future(self._release_now(sink))
+        self._releasing.add(releasing)
+        releasing.add_done_callback(self._released)
+        stopped: BaseException | None = None
+        while not releasing.done():
+            try:
+                await asyncio.wait((releasing,))
+            except asyncio.CancelledError as exc:
+                if stopped is not None:
+                    raise  # cancelled again: stop waiting (the release goes on)
+                stopped = exc
+        failure = releasing.exception()
         if stopped is not None:
             raise stopped
+        if failure is not None and under_way is None:
+            raise failure
+
+    def _released(self, releasing: asyncio.Task[None]) -> None:
+        """A release is over: a failure no caller raised (its own exception went on) is
+        logged."""
+        self._releasing.discard(releasing)
+        if releasing.cancelled():
+            return
+        failure = releasing.exception()
+        if failure is not None:
+            log.warning("a run's lease could not be given back: %s", failure)
 
     async def _release_now(self, sink: _LeasedStore) -> None:
         """A store briefly locked by another process is retried for a while, so a passing
@@ -879,6 +911,10 @@ class Runtime:
         return await self.store.prune(finished_before=finished_before, keep_last=keep_last)
 
     async def close(self) -> None:
+        """Close the store, once the leases being given back are (a caller that stopped
+        waiting for one leaves it going)."""
+        if self._releasing:
+            await asyncio.wait(set(self._releasing))
         await self.store.close()
 
 

@@ -421,3 +421,60 @@ def test_closing_the_runtime_while_runs_execute_tells_them_and_never_crashes(
         await runtime.close()
 
     anyio.run(finish)
+
+
+async def test_a_caller_cancelled_again_and_again_still_gives_the_lease_back(
+    tmp_path: Path,
+) -> None:
+    """A ``resume`` cancelled, then cancelled again at every loop iteration while others'
+    writes keep group commits busy: the second cancellation cut the release off (it ran
+    under the effects' rule: cancelled again, stop), and the run stayed locked for 30 s with
+    nothing said (outside tester 54: 44 runs in 200). The caller now stops waiting, but the
+    release goes on."""
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(counting(pause=0.002))
+    stop = asyncio.Event()
+
+    async def writer() -> None:
+        while not stop.is_set():
+            await runtime.resume(await runtime.start("counting", 1))
+
+    writers = [asyncio.ensure_future(writer()) for _ in range(4)]
+    runs = []
+    for attempt in range(200):
+        run_id = await runtime.start("counting", 1)
+        resuming = asyncio.ensure_future(runtime.resume(run_id))
+        await asyncio.sleep(0.001 * (attempt % 5))
+        while not resuming.done():
+            resuming.cancel()
+            await asyncio.sleep(0)
+        with contextlib.suppress(asyncio.CancelledError):
+            await resuming
+        runs.append(run_id)
+    stop.set()
+    await asyncio.gather(*writers)
+    await runtime.close()  # (waits for the releases still going on)
+    store = SqliteStore(tmp_path / "runs.db")
+    leased = [r for r in runs if (await store.get_run(r)).owner is not None]
+    assert not leased, f"{len(leased)} of {len(runs)} runs left leased"
+    await store.close()
+
+
+async def test_a_release_that_fails_under_a_cancellation_leaves_the_cancellation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run cancelled while another process holds the write lock past the release's retries:
+    the caller got the store's ``StoreLockedError`` in place of its cancellation (outside
+    tester 54). It gets the cancellation; the failed release is logged."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db, busy_timeout=0.2))
+    runtime.register(counting(pause=0.5))
+    run_id = await runtime.start("counting", 1)
+    resuming = asyncio.ensure_future(runtime.resume(run_id))
+    await asyncio.sleep(0.1)  # the handler sleeps
+    with write_lock_held(db, 8.0), caplog.at_level("WARNING", logger="workflow_engine.runtime"):
+        resuming.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await resuming
+    assert any("could not be given back" in r.getMessage() for r in caplog.records)
+    await runtime.close()
