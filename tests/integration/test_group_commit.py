@@ -333,6 +333,7 @@ async def test_a_lifecycle_takes_four_write_transactions_and_a_new_run_compacts_
     assert not [s for s in started if "FROM journal" in s], started
 
 
+@pytest.mark.slow  # real time: 0.6 s of lifecycles
 async def test_a_task_running_lifecycles_back_to_back_lets_other_tasks_run(
     tmp_path: Path,
 ) -> None:
