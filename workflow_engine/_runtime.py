@@ -281,30 +281,23 @@ class Runtime:
             return
         releasing = asyncio.ensure_future(self._release_now(sink))
         self._releasing.add(releasing)
-        releasing.add_done_callback(self._released)
+        releasing.add_done_callback(self._releasing.discard)
         stopped: BaseException | None = None
         while not releasing.done():
             try:
                 await asyncio.wait((releasing,))
             except asyncio.CancelledError as exc:
-                if stopped is not None:
-                    raise  # cancelled again: stop waiting (the release goes on)
+                if stopped is not None:  # cancelled again: stop waiting; the release goes on
+                    releasing.add_done_callback(_said_if_failed)
+                    raise
                 stopped = exc
         failure = releasing.exception()
+        if failure is not None and (stopped is not None or under_way is not None):
+            _said_if_failed(releasing)  # (the caller's own exception goes on)
+        elif failure is not None:
+            raise failure
         if stopped is not None:
             raise stopped
-        if failure is not None and under_way is None:
-            raise failure
-
-    def _released(self, releasing: asyncio.Task[None]) -> None:
-        """A release is over: a failure no caller raised (its own exception went on) is
-        logged."""
-        self._releasing.discard(releasing)
-        if releasing.cancelled():
-            return
-        failure = releasing.exception()
-        if failure is not None:
-            log.warning("a run's lease could not be given back: %s", failure)
 
     async def _release_now(self, sink: _LeasedStore) -> None:
         """A store briefly locked by another process is retried for a while, so a passing
@@ -930,6 +923,12 @@ def _require_declared(wf: Workflow, checkpoint: Checkpoint) -> None:
                 f"{wf.name!r} as registered here no longer declares: the run is stranded "
                 "(register the workflow with that type again to continue it)"
             )
+
+
+def _said_if_failed(releasing: asyncio.Task[None]) -> None:
+    """Log a release that failed where no caller raises it."""
+    if not releasing.cancelled() and releasing.exception() is not None:
+        log.warning("a run's lease could not be given back: %s", releasing.exception())
 
 
 @asynccontextmanager
