@@ -292,10 +292,11 @@ class Runtime:
                     raise
                 stopped = exc
         failure = releasing.exception()
-        if failure is not None and (stopped is not None or under_way is not None):
-            _said_if_failed(releasing)  # (the caller's own exception goes on)
-        elif failure is not None:
+        if failure is not None and under_way is None and stopped is None:
             raise failure
+        if failure is not None and (stopped is not None or _is_cancel(under_way)):
+            _said_if_failed(releasing)  # (the caller's cancellation goes on)
+        # (under another exception -- the store closed under the run, say -- that one says it)
         if stopped is not None:
             raise stopped
 
@@ -923,6 +924,10 @@ def _require_declared(wf: Workflow, checkpoint: Checkpoint) -> None:
                 f"{wf.name!r} as registered here no longer declares: the run is stranded "
                 "(register the workflow with that type again to continue it)"
             )
+
+
+def _is_cancel(exc: BaseException | None) -> bool:
+    return isinstance(exc, asyncio.CancelledError | anyio.get_cancelled_exc_class())
 
 
 def _said_if_failed(releasing: asyncio.Task[None]) -> None:
