@@ -218,6 +218,8 @@ _RESTART_FRAMES = 4_000
 """WAL frames (pages of 4 KiB) after which the WAL is made to start over (see _Checkpointer)."""
 _RESTART_WAIT = 0.1
 """Seconds a checkpoint that makes the WAL start over waits for the write lock."""
+_HELD_ROUNDS = 3
+"""Checkpoint rounds in a row held back by a reader before its WAL's growth is warned of."""
 _PAGE = 4096
 """Bytes of a WAL frame's page (SQLite's default page size, which the store keeps)."""
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024
@@ -310,6 +312,7 @@ class _Checkpointer:
         self.restart_due = False
         self._conn: Conn | None = None
         self._warned_at = _WAL_SIZE_LIMIT  # WAL bytes the next warning waits for
+        self._held_rounds = 0  # rounds in a row that could not copy every frame
 
     def start(self, restart: bool = False, then: Callable[[], None] | None = None) -> None:
         """A round on the checkpointer's thread; ``restart``: make the WAL start over (the
@@ -338,8 +341,11 @@ class _Checkpointer:
                 then()
         held_back = bool(blocked) or copied < frames  # a reader pins frames, or a lock
         self.restart_due = not restart and not held_back and frames >= _RESTART_FRAMES
+        # (a read of the store's own, under way at a round, holds one back too: only a
+        # reader that holds several rounds in a row is worth a warning)
+        self._held_rounds = self._held_rounds + 1 if held_back else 0
         size = frames * _PAGE
-        if held_back and size >= self._warned_at:
+        if self._held_rounds >= _HELD_ROUNDS and size >= self._warned_at:
             self._warned_at = 2 * size
             log.warning(
                 "database %s: its WAL has grown to %d MB and cannot be copied back into the "
