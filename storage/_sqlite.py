@@ -304,9 +304,8 @@ class _Checkpointer:
     none can be copied back, and the WAL grows until it ends. That is said in the log
     (``workflow_engine.storage``), once each time the WAL doubles past ``_WAL_SIZE_LIMIT``."""
 
-    def __init__(self, path: Path, busy_timeout: float) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.busy_timeout = busy_timeout
         self.worker = Worker(f"workflow-engine-sqlite-wal:{path.name}")
         self.busy = False
         self.restart_due = False
@@ -472,7 +471,7 @@ class SqliteStore:
                     worker.post(self._disconnect)
                     worker.stop()
                     raise
-            checkpointer = _Checkpointer(self.path, self.busy_timeout)
+            checkpointer = _Checkpointer(self.path)
             self._worker, self._checkpointer = worker, checkpointer
             # a store dropped without close() must not leave its threads behind
             self._finalizer = weakref.finalize(self, _stop, worker, checkpointer)

@@ -294,7 +294,9 @@ class Runtime:
         failure = releasing.exception()
         if failure is not None and under_way is None and stopped is None:
             raise failure
-        if failure is not None and (stopped is not None or _is_cancel(under_way)):
+        if failure is not None and (
+            stopped is not None or isinstance(under_way, asyncio.CancelledError)
+        ):
             _said_if_failed(releasing)  # (the caller's cancellation goes on)
         # (under another exception -- the store closed under the run, say -- that one says it)
         if stopped is not None:
@@ -924,10 +926,6 @@ def _require_declared(wf: Workflow, checkpoint: Checkpoint) -> None:
                 f"{wf.name!r} as registered here no longer declares: the run is stranded "
                 "(register the workflow with that type again to continue it)"
             )
-
-
-def _is_cancel(exc: BaseException | None) -> bool:
-    return isinstance(exc, asyncio.CancelledError | anyio.get_cancelled_exc_class())
 
 
 def _said_if_failed(releasing: asyncio.Task[None]) -> None:
