@@ -147,6 +147,18 @@ class RunNotResumableError(ExecutionError):
     code = "run_not_resumable"
 
 
+class RunInterruptedError(ExecutionError):
+    """The runtime was closed while it executed the run: the run stopped where it was (a step
+    already under way finished and was recorded), its lease was given back, and resuming it --
+    in any process -- continues from its last checkpoint."""
+
+    code = "run_interrupted"
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
 # --- responses --------------------------------------------------------------------------------
 
 

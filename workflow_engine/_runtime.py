@@ -14,7 +14,7 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,11 +29,13 @@ from ._errors import (
     DefinitionError,
     LeaseLostError,
     RunBusyError,
+    RunInterruptedError,
     RunNotResumableError,
     SerializationError,
     SignatureMismatchError,
     StorageError,
     StoreLockedError,
+    UsageError,
     WorkflowError,
     WorkflowNotRegisteredError,
 )
@@ -248,6 +250,9 @@ class Runtime:
         self._factories: dict[str, WorkflowFactory] = {}
         self._workflows: dict[str, Workflow] = {}
         self._releasing: set[asyncio.Task[None]] = set()  # leases being given back
+        self._executing: set[anyio.CancelScope] = set()  # runs executing here (close stops them)
+        self._all_stopped: anyio.Event | None = None  # set when the last of them stopped
+        self._closing = False
 
     def _sink(self, wf: Workflow, lease: Lease, *, streaming: bool = False) -> _LeasedStore:
         """What the runner commits to under ``lease`` (journal: the store's, if it keeps one).
@@ -400,15 +405,15 @@ class Runtime:
         # one transaction admits the run already leased to us: nothing to read back
         wf = self.workflow(name)
         checkpoint = wf.admit(message, run_id=run_id)
+        self._refuse_if_closed(f"run {checkpoint.run_id!r} was not started")
         with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
             lease = await self.store.admit_and_acquire(
                 checkpoint, self._lease_owner(), self.lease_seconds
             )
         sink = self._sink(wf, lease)
-        try:
-            result = await self._drive(wf, sink, checkpoint, [], max_supersteps)
-        finally:
-            await self._release(sink)
+        result = await self._executing_then_released(
+            sink, lambda: self._drive(wf, sink, checkpoint, [], max_supersteps)
+        )
         return await self._go_on(result, sink, max_supersteps)
 
     async def resume(self, run_id: str, *, max_supersteps: int | None = None) -> WorkflowRunResult:
@@ -430,19 +435,33 @@ class Runtime:
     ) -> WorkflowRunResult:
         """Continue a run whose lease ``acquired`` holds, until it rests; the lease ends."""
         wf, sink, loaded = acquired
-        try:
+
+        async def execute() -> WorkflowRunResult:
             checkpoint, answers = await self._start_point(wf, sink, loaded)
             return await self._drive(wf, sink, checkpoint, answers, max_supersteps)
-        finally:
-            await self._release(sink)
+
+        return await self._executing_then_released(sink, execute)
+
+    async def _executing_then_released(
+        self, sink: _LeasedStore, execute: Callable[[], Awaitable[WorkflowRunResult]]
+    ) -> WorkflowRunResult:
+        """``execute()`` under ``sink``'s lease, which ends after it, whatever happens. Until
+        then ``close()`` waits for it; closing interrupts it (``RunInterruptedError``)."""
+        with self._executing_here(sink.lease.run_id) as scope:
+            try:
+                with scope:
+                    return await execute()
+            finally:
+                await self._release(sink)
+        raise AssertionError("unreachable: an interrupted run raises on leaving")
 
     async def _go_on(
         self, result: WorkflowRunResult, sink: _LeasedStore, max_supersteps: int | None
     ) -> WorkflowRunResult:
         """Resume again while the run rested with answers already waiting for it."""
         for _ in range(_MAX_CATCH_UPS):
-            if not sink.answers_waiting or result.status is not _WAITING:
-                break
+            if not sink.answers_waiting or result.status is not _WAITING or self._closing:
+                break  # (closing: whoever resumes the run next applies them)
             try:
                 acquired = await self._acquire(result.run_id)
             except RunBusyError:
@@ -464,6 +483,8 @@ class Runtime:
         """Check the run can be resumed (or cancelled) and take its lease -- one transaction that
         also returns the latest checkpoint and the answered requests."""
 
+        if not cancelling:
+            self._refuse_if_closed(f"run {run_id!r} was not resumed")
         chosen, check = self._resumable(run_id, cancelling=cancelling)
         # shielded: if the caller gives up while the store takes the lease, the lease still
         # reaches us -- and our caller's ``finally`` releases it -- instead of being orphaned
@@ -594,13 +615,20 @@ class Runtime:
         emit: Callable[[WorkflowEvent], None],
     ) -> None:
         for catch_up in range(_MAX_CATCH_UPS):
+            if catch_up and self._closing:
+                return  # whoever resumes the run next applies the waiting answers
             try:
                 wf, sink, loaded = await self._acquire(run_id, streaming=True)
             except RunBusyError:
                 if catch_up == 0:
                     raise
                 return  # another worker took the run: it applies the waiting answers
-            try:
+
+            async def execute(
+                wf: Workflow = wf,
+                sink: _LeasedStore = sink,
+                loaded: tuple[Checkpoint | None, Sequence[StoredRequest]] = loaded,
+            ) -> WorkflowRunResult:
                 checkpoint, answers = await self._start_point(wf, sink, loaded)
                 stream = wf.run_stream(
                     checkpoint=checkpoint,
@@ -613,10 +641,11 @@ class Runtime:
                         emit(event)
                 result = stream.result
                 assert result is not None
-                holder.result = result if holder.result is None else _joined(holder.result, result)
                 await self._record_outcome(sink, result)
-            finally:
-                await self._release(sink)
+                return result
+
+            result = await self._executing_then_released(sink, execute)
+            holder.result = result if holder.result is None else _joined(holder.result, result)
             if not sink.answers_waiting or result.status is not _WAITING:
                 return
 
@@ -641,6 +670,7 @@ class Runtime:
         applies it) and ``RunBusyError`` says so. An identical repeat of an answer resumes too.
         """
         run_id, encoded = await self._checked_answer(request_id, data)
+        self._refuse_if_closed(f"the answer to {request_id!r} was not stored")
         chosen, check = self._resumable(run_id)
         owner = self._lease_owner()
         with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
@@ -658,11 +688,12 @@ class Runtime:
         wf, before = chosen
         sink = self._sink(wf, lease)
         sink.before = before
-        try:
+
+        async def execute() -> WorkflowRunResult:
             resume_at, answers = await self._start_point(wf, sink, (checkpoint, answered))
-            result = await self._drive(wf, sink, resume_at, answers, max_supersteps)
-        finally:
-            await self._release(sink)
+            return await self._drive(wf, sink, resume_at, answers, max_supersteps)
+
+        result = await self._executing_then_released(sink, execute)
         return await self._go_on(result, sink, max_supersteps)
 
     async def _checked_answer(self, request_id: str, data: Any) -> tuple[str, Any]:
@@ -907,11 +938,51 @@ class Runtime:
         return await self.store.prune(finished_before=finished_before, keep_last=keep_last)
 
     async def close(self) -> None:
-        """Close the store, once the leases being given back are (a caller that stopped
-        waiting for one leaves it going)."""
+        """Stop the runs this runtime executes, give their leases back, close the store.
+
+        Each run executing here is interrupted where it is: a step already under way (a tool
+        call, a model call) runs to its end and is recorded first, then the run stops at its
+        last committed superstep and its caller gets ``RunInterruptedError``. Its lease is
+        given back before the store closes, so any process can resume it at once (instead of
+        waiting for the lease to run out). Starting or resuming a run once closing began is
+        refused (``UsageError``)."""
+        self._closing = True
+        if self._executing:
+            self._all_stopped = anyio.Event()
+            for scope in self._executing:
+                scope.cancel()
+            await self._all_stopped.wait()
         if self._releasing:
             await asyncio.wait(set(self._releasing))
         await self.store.close()
+
+    def _refuse_if_closed(self, what: str) -> None:
+        if self._closing:
+            raise UsageError(f"the runtime is closed: {what}")
+
+    @contextmanager
+    def _executing_here(self, run_id: str) -> Iterator[anyio.CancelScope]:
+        """Count a run as executing here (``close()`` waits for it) while the body runs; the
+        scope given is the one ``close()`` cancels. Cancelled by it, this raises
+        ``RunInterruptedError`` once the body is over (its lease given back)."""
+        scope = anyio.CancelScope()
+        if self._closing:  # (closing began while the lease was taken)
+            scope.cancel()
+        self._executing.add(scope)
+        try:
+            yield scope
+        finally:
+            self._executing.discard(scope)
+            if not self._executing and self._all_stopped is not None:
+                self._all_stopped.set()
+        if scope.cancelled_caught:
+            raise RunInterruptedError(
+                f"run {run_id!r} was interrupted: the runtime was closed while it executed. It "
+                "stopped at its last committed superstep (a step already under way finished "
+                "and was recorded) and its lease was given back: resume it, in this or any "
+                "process, to continue",
+                run_id=run_id,
+            )
 
 
 def _require_declared(wf: Workflow, checkpoint: Checkpoint) -> None:

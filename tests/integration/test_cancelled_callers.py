@@ -371,61 +371,6 @@ async def test_a_read_never_runs_on_the_loop_while_the_worker_holds_the_connecti
     await runtime.close()
 
 
-_CLOSE_WHILE_RUNNING = """
-import asyncio, sys
-sys.path.insert(0, sys.argv[2])
-from test_cancelled_callers import counting
-from workflow_engine import Runtime
-from workflow_engine.storage import SqliteStore
-
-async def main():
-    runtime = Runtime(SqliteStore(sys.argv[1]))
-    runtime.register(counting(pause=0.002))
-    runs = [await runtime.start("counting", 1) for _ in range(100)]
-    running = [asyncio.ensure_future(runtime.resume(r)) for r in runs]
-    await asyncio.sleep(0.01)
-    await runtime.close()  # a server shutting down while runs execute
-    got = await asyncio.gather(*running, return_exceptions=True)
-    print(sorted({type(g).__name__ for g in got}))
-
-asyncio.run(main())
-"""
-
-
-def test_closing_the_runtime_while_runs_execute_tells_them_and_never_crashes(
-    tmp_path: Path,
-) -> None:
-    """A run still executing reopened the store while ``close()`` was under way, and the old
-    worker thread then closed the new connection under the loop's thread: the process died
-    of a segmentation fault (outside tester 54: 4 times in 6). The runs still executing are
-    told the store is closed; resuming them later continues them exactly."""
-    db = tmp_path / "runs.db"
-    for _ in range(3):
-        done = subprocess.run(
-            [sys.executable, "-c", _CLOSE_WHILE_RUNNING, str(db), str(Path(__file__).parent)],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
-        assert "StorageError" in done.stdout, done.stdout
-        # each run is told; nothing more to say of each lease (outside tester 55: a warning
-        # per run flooded a server's log at shutdown)
-        assert "could not be given back" not in done.stderr, done.stderr[-500:]
-
-    async def finish() -> None:
-        runtime = Runtime(SqliteStore(db))
-        runtime.register(counting(pause=0.002))
-        for record in await runtime.list_runs():
-            if record.status is not WorkflowRunState.IDLE:
-                result = await runtime.resume(record.run_id)
-                assert result.status is WorkflowRunState.IDLE, result.status
-            assert (await runtime.get_run(record.run_id)).outputs == list(range(1, STEPS + 1))
-        await runtime.close()
-
-    anyio.run(finish)
-
-
 async def test_a_caller_cancelled_again_and_again_still_gives_the_lease_back(
     tmp_path: Path,
 ) -> None:
