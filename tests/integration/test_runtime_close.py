@@ -139,6 +139,16 @@ def paying(log: list[str], started: anyio.Event | None = None):  # type: ignore[
     return WorkflowBuilder("paying", start=node).add_edge(node, node).build()
 
 
+def paying_runtime(db: Path) -> tuple[Runtime, list[str], anyio.Event]:
+    """A runtime with ``paying`` registered, the payments' log, and the event set once the
+    (first) payment started."""
+    log: list[str] = []
+    started = anyio.Event()
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(paying(log, started))
+    return runtime, log, started
+
+
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_a_step_under_way_finishes_and_is_recorded_before_the_run_stops(
     tmp_path: Path, streaming: bool
@@ -147,10 +157,7 @@ async def test_a_step_under_way_finishes_and_is_recorded_before_the_run_stops(
     caller (or the stream's consumer) is told the run was interrupted, and the run, resumed at
     once elsewhere, neither pays again nor asks a person whether it paid."""
     db = tmp_path / "runs.db"
-    log: list[str] = []
-    started = anyio.Event()
-    runtime = Runtime(SqliteStore(db))
-    runtime.register(paying(log, started))
+    runtime, log, started = paying_runtime(db)
     run_id = await runtime.start("paying", 1)
     told: list[BaseException] = []
 
@@ -188,10 +195,7 @@ async def test_nothing_starts_once_closing_began(tmp_path: Path) -> None:
     """A run started or resumed while (or after) the runtime closes is refused, saying why --
     not half-started, not leased."""
     db = tmp_path / "runs.db"
-    log: list[str] = []
-    started = anyio.Event()
-    runtime = Runtime(SqliteStore(db))
-    runtime.register(paying(log, started))
+    runtime, log, started = paying_runtime(db)
     waiting = await runtime.start("paying", 1)
     busy = await runtime.start("paying", 1)
     refused: list[str] = []
