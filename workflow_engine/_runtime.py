@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import logging
 import sys
 import time
@@ -17,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import anyio
 import sniffio
@@ -97,6 +99,9 @@ class PendingRequest:
 
 
 log = logging.getLogger("workflow_engine.runtime")
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 _RESTING = frozenset(
     {WorkflowRunState.IDLE, WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, WorkflowRunState.CANCELLED}
@@ -227,15 +232,61 @@ class _LeasedStore:
             await self._journal.journal_intent(run_id, key, entry, superstep)
 
     async def journal_put(self, run_id: str, key: str, value: Any, superstep: int) -> Any:
+        """Record a step's result -- patiently: the effect happened, and a result not recorded
+        leaves the step looking in doubt (a person is asked whether it ran) -- so a write lock
+        another process holds past the store's busy timeout is waited out a while longer."""
         if self._fenced:
-            return await self.store.journal_put(run_id, key, value, superstep, lease=self.lease)
-        return await self._journal.journal_put(run_id, key, value, superstep)
+            return await _patient(
+                lambda: self.store.journal_put(run_id, key, value, superstep, lease=self.lease)
+            )
+        return await _patient(lambda: self._journal.journal_put(run_id, key, value, superstep))
 
     async def journal_clear(self, run_id: str, key: str) -> None:
         if self._fenced:
             await self.store.journal_clear(run_id, key, lease=self.lease)
         else:
             await self._journal.journal_clear(run_id, key)
+
+
+_LOCK_RETRY_PAUSES = (0.05, 0.2, 0.5, 1.0, 2.0)
+"""Pauses between attempts at a write that must not be lost to a lock another process holds
+past the store's busy timeout (each attempt waits that long: ~30 s in all with 5 s)."""
+
+
+async def _patient(write: Callable[[], Awaitable[_T]]) -> _T:
+    """``write()``, tried again after each of ``_LOCK_RETRY_PAUSES`` while the store says it
+    is locked (``StoreLockedError``); the last refusal is raised."""
+    for pause in _LOCK_RETRY_PAUSES:
+        try:
+            return await write()
+        except StoreLockedError:
+            await anyio.sleep(pause)
+    return await write()
+
+
+def _while_open(
+    what: str,
+) -> Callable[[Callable[_P, Awaitable[_T]]], Callable[_P, Awaitable[_T]]]:
+    """A ``Runtime`` method that uses the store: refused once ``close()`` began (a
+    ``UsageError`` saying ``what`` -- formatted with the call's arguments -- was not done);
+    ``close()`` waits for the calls under way."""
+
+    def wrap(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
+        @functools.wraps(method)
+        async def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+            runtime: Runtime = args[0]  # type: ignore[assignment]
+            if runtime._closing:
+                named = inspect.signature(method).bind(*args, **kwargs).arguments
+                raise UsageError(f"the runtime is closed: {what.format(**named)}")
+            runtime._calls += 1
+            try:
+                return await method(*args, **kwargs)
+            finally:
+                runtime._call_over()
+
+        return call
+
+    return wrap
 
 
 class Runtime:
@@ -251,8 +302,11 @@ class Runtime:
         self._workflows: dict[str, Workflow] = {}
         self._releasing: set[asyncio.Task[None]] = set()  # leases being given back
         self._executing: set[anyio.CancelScope] = set()  # runs executing here (close stops them)
-        self._all_stopped: anyio.Event | None = None  # set when the last of them stopped
-        self._closing = False
+        self._calls = 0  # calls using the store now (``close()`` waits for them)
+        self._calls_over: list[anyio.Event] = []  # set when they are all over
+        self._closing = False  # ``close()`` began: no call may start
+        self._close_done: anyio.Event | None = None  # a ``close()`` under way, set when over
+        self._closed = False  # a ``close()`` closed the store
 
     def _sink(self, wf: Workflow, lease: Lease, *, streaming: bool = False) -> _LeasedStore:
         """What the runner commits to under ``lease`` (journal: the store's, if it keeps one).
@@ -311,20 +365,14 @@ class Runtime:
         """A store briefly locked by another process is retried for a while, so a passing
         lock does not leave the run locked for the whole lease."""
         with anyio.CancelScope(shield=True):
-            for pause in (0.05, 0.2, 0.5, 1.0, 2.0, None):
-                try:
-                    await self.store.release(sink.lease)
-                    return
-                except StoreLockedError:
-                    if pause is None:
-                        owner_ended(sink.lease.owner)
-                        raise
-                    await anyio.sleep(pause)
-                except Exception:
-                    # not released (a full disk): the stored lease still names this execution,
-                    # which is over -- this process need not wait for it to run out
-                    owner_ended(sink.lease.owner)
-                    raise
+            try:
+                await _patient(lambda: self.store.release(sink.lease))
+            except Exception:
+                # not released (a lock held past the retries, a full disk): the stored lease
+                # still names this execution, which is over -- this process need not wait for
+                # it to run out
+                owner_ended(sink.lease.owner)
+                raise
 
     def _lease_owner(self) -> str:
         """A distinct owner token per execution, so two tasks of one process cannot both hold
@@ -386,6 +434,7 @@ class Runtime:
 
     # --- starting and resuming ------------------------------------------------------------------
 
+    @_while_open("run of workflow {name!r} was not started")
     async def start(self, name: str, message: Any, *, run_id: str | None = None) -> str:
         """Admit a run durably (nothing executes yet) and return its id."""
         wf = self.workflow(name)
@@ -393,6 +442,7 @@ class Runtime:
         await self.store.admit(checkpoint)
         return checkpoint.run_id
 
+    @_while_open("run of workflow {name!r} was not started")
     async def run(
         self,
         name: str,
@@ -405,7 +455,6 @@ class Runtime:
         # one transaction admits the run already leased to us: nothing to read back
         wf = self.workflow(name)
         checkpoint = wf.admit(message, run_id=run_id)
-        self._refuse_if_closed(f"run {checkpoint.run_id!r} was not started")
         with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
             lease = await self.store.admit_and_acquire(
                 checkpoint, self._lease_owner(), self.lease_seconds
@@ -416,6 +465,7 @@ class Runtime:
         )
         return await self._go_on(result, sink, max_supersteps)
 
+    @_while_open("run {run_id!r} was not resumed")
     async def resume(self, run_id: str, *, max_supersteps: int | None = None) -> WorkflowRunResult:
         """Continue a run from its latest checkpoint with every stored answer, until it rests.
 
@@ -483,8 +533,6 @@ class Runtime:
         """Check the run can be resumed (or cancelled) and take its lease -- one transaction that
         also returns the latest checkpoint and the answered requests."""
 
-        if not cancelling:
-            self._refuse_if_closed(f"run {run_id!r} was not resumed")
         chosen, check = self._resumable(run_id, cancelling=cancelling)
         # shielded: if the caller gives up while the store takes the lease, the lease still
         # reaches us -- and our caller's ``finally`` releases it -- instead of being orphaned
@@ -607,6 +655,7 @@ class Runtime:
             error = result.error.as_record() if result.error is not None else None
             sink.lease = await self.store.set_status(sink.lease, result.status, error)
 
+    @_while_open("run {run_id!r} was not resumed")
     async def _execute(
         self,
         run_id: str,
@@ -651,6 +700,7 @@ class Runtime:
 
     # --- answers --------------------------------------------------------------------------------
 
+    @_while_open("this answer to request {request_id!r} was not stored")
     async def respond(self, request_id: str, data: Any) -> AnswerOutcome:
         """Store an answer durably after validating it against the request's response type.
 
@@ -660,6 +710,7 @@ class Runtime:
         _, encoded = await self._checked_answer(request_id, data)
         return await self.store.answer(request_id, encoded)
 
+    @_while_open("this answer to request {request_id!r} was not stored, nor its run resumed")
     async def respond_and_resume(
         self, request_id: str, data: Any, *, max_supersteps: int | None = None
     ) -> WorkflowRunResult:
@@ -670,7 +721,6 @@ class Runtime:
         applies it) and ``RunBusyError`` says so. An identical repeat of an answer resumes too.
         """
         run_id, encoded = await self._checked_answer(request_id, data)
-        self._refuse_if_closed(f"the answer to {request_id!r} was not stored")
         chosen, check = self._resumable(run_id)
         owner = self._lease_owner()
         with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
@@ -722,6 +772,7 @@ class Runtime:
 
     # --- queries --------------------------------------------------------------------------------
 
+    @_while_open("run {run_id!r} was not read")
     async def get_run(self, run_id: str) -> RunInfo:
         run, checkpoint = await self.store.get_run_and_latest(run_id)
         outputs: list[Any] = []
@@ -777,6 +828,7 @@ class Runtime:
             decoded=decoded,
         )
 
+    @_while_open("runs were not listed")
     async def list_runs(
         self,
         status: WorkflowRunState | None = None,
@@ -785,6 +837,7 @@ class Runtime:
     ) -> list[RunRecord]:
         return list(await self.store.list_runs(status=status, workflow=workflow, limit=limit))
 
+    @_while_open("requests were not listed")
     async def pending_requests(self, run_id: str | None = None) -> list[PendingRequest]:
         """The approval inbox: every pending request (of one run or all), data decoded."""
         out = []
@@ -818,13 +871,16 @@ class Runtime:
             )
         return out
 
+    @_while_open("request {request_id!r} was not read")
     async def get_request(self, request_id: str) -> StoredRequest:
         return await self.store.get_request(request_id)
 
+    @_while_open("run {run_id!r} was not read")
     async def history(self, run_id: str) -> list[CheckpointInfo]:
         await self.store.get_run(run_id)
         return list(await self.store.history(run_id))
 
+    @_while_open("runs were not listed")
     async def stranded_runs(self) -> list[RunRecord]:
         """Unfinished runs this process cannot continue: their workflow is not registered, its
         graph changed, or a request they wait on expects an answer type the registered
@@ -854,6 +910,7 @@ class Runtime:
 
     # --- time travel, cancel, retention ---------------------------------------------------------
 
+    @_while_open("run {run_id!r} was not forked")
     async def fork(
         self, run_id: str, superstep: int | None = None, *, checkpoint_id: str | None = None
     ) -> str:
@@ -894,6 +951,7 @@ class Runtime:
         await self.store.admit(forked, parent_run_id=run_id)
         return forked.run_id
 
+    @_while_open("run {run_id!r} was not cancelled")
     async def cancel(self, run_id: str) -> RunInfo:
         """Cancel a run: CANCELLED, its pending requests cancelled.
 
@@ -932,6 +990,7 @@ class Runtime:
             await self._release(sink)
         return await self.get_run(run_id)
 
+    @_while_open("nothing was pruned")
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:
@@ -940,25 +999,41 @@ class Runtime:
     async def close(self) -> None:
         """Stop the runs this runtime executes, give their leases back, close the store.
 
-        Each run executing here is interrupted where it is: a step already under way (a tool
-        call, a model call) runs to its end and is recorded first, then the run stops at its
-        last committed superstep and its caller gets ``RunInterruptedError``. Its lease is
-        given back before the store closes, so any process can resume it at once (instead of
-        waiting for the lease to run out). Starting or resuming a run once closing began is
-        refused (``UsageError``)."""
+        Each run executing here is interrupted where it is: a step already under way that is
+        not idempotent (a tool call, a payment) runs to its end and is recorded first (an
+        idempotent one is cut off, and runs again on resume), then the run stops at its last
+        committed superstep and its caller gets ``RunInterruptedError``. Its lease is given
+        back before the store closes, so any process can resume it at once (instead of
+        waiting for the lease to run out); a run still taking its lease is given it back too.
+        Once closing began, every call that uses the store is refused (``UsageError``).
+        Closing again, or from several tasks at once, waits for the same close."""
         self._closing = True
-        if self._executing:
-            self._all_stopped = anyio.Event()
+        while self._close_done is not None:  # another close() is under way: its end is ours
+            await self._close_done.wait()
+        if self._closed:
+            return
+        self._close_done = done = anyio.Event()
+        try:
             for scope in self._executing:
-                scope.cancel()
-            await self._all_stopped.wait()
-        if self._releasing:
-            await asyncio.wait(set(self._releasing))
-        await self.store.close()
+                scope.cancel()  # (a run that enters ``_executing_here`` later is, at once)
+            while self._calls:
+                over = anyio.Event()
+                self._calls_over.append(over)
+                await over.wait()
+            if self._releasing:
+                await asyncio.wait(set(self._releasing))
+            await self.store.close()
+            self._closed = True
+        finally:
+            self._close_done = None
+            done.set()
 
-    def _refuse_if_closed(self, what: str) -> None:
-        if self._closing:
-            raise UsageError(f"the runtime is closed: {what}")
+    def _call_over(self) -> None:
+        self._calls -= 1
+        if not self._calls:
+            for over in self._calls_over:
+                over.set()
+            self._calls_over.clear()
 
     @contextmanager
     def _executing_here(self, run_id: str) -> Iterator[anyio.CancelScope]:
@@ -973,8 +1048,6 @@ class Runtime:
             yield scope
         finally:
             self._executing.discard(scope)
-            if not self._executing and self._all_stopped is not None:
-                self._all_stopped.set()
         if scope.cancelled_caught:
             raise RunInterruptedError(
                 f"run {run_id!r} was interrupted: the runtime was closed while it executed. It "

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -230,3 +231,145 @@ async def test_nothing_starts_once_closing_began(tmp_path: Path) -> None:
         assert (await later.resume(run_id)).status is WorkflowRunState.IDLE
     assert time.monotonic() - t0 < 5
     await later.close()
+
+
+async def test_closing_from_two_tasks_at_once_both_return(tmp_path: Path) -> None:
+    """A server's shutdown hook and a signal handler both close the runtime: both calls
+    return once the runs are stopped (the first waited forever: outside tester 56)."""
+    runtime, log, started = paying_runtime(tmp_path / "runs.db")
+    run_ids = [await runtime.start("paying", 1) for _ in range(3)]
+    told: list[str] = []
+
+    async def resume(run_id: str) -> None:
+        try:
+            await runtime.resume(run_id)
+        except RunInterruptedError as exc:
+            told.append(exc.run_id)
+
+    async with anyio.create_task_group() as tg:
+        for run_id in run_ids:
+            tg.start_soon(resume, run_id)
+        await started.wait()
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as closers:
+                closers.start_soon(runtime.close)
+                await anyio.sleep(0.01)
+                closers.start_soon(runtime.close)
+            await runtime.close()  # once more, after: nothing to do
+    assert sorted(told) == sorted(run_ids), told
+    assert log.count("paid") == log.count("receipt") == 3, log
+
+
+@pytest.mark.slow
+async def test_runs_taking_their_lease_when_closing_begins_give_it_back(tmp_path: Path) -> None:
+    """Closing while resumes wait for another process's write lock to take their leases: once
+    the lock is gone, each takes its lease and gives it back at once, its caller told the run
+    was interrupted. Before, close() closed the store under them: they were told "the store
+    is closed" and their leases stayed, live, for 30 s (outside tester 56)."""
+    from test_cancelled_callers import write_lock_held
+
+    db = tmp_path / "runs.db"
+    runtime, _, _ = paying_runtime(db)
+    run_ids = [await runtime.start("paying", 1) for _ in range(5)]
+    told: dict[str, BaseException] = {}
+
+    async def resume(run_id: str) -> None:
+        try:
+            await runtime.resume(run_id)
+        except Exception as exc:
+            told[run_id] = exc
+
+    with write_lock_held(db, 1.0):
+        async with anyio.create_task_group() as tg:
+            for run_id in run_ids:
+                tg.start_soon(resume, run_id)
+            await anyio.sleep(0.2)
+            await runtime.close()
+    assert sorted(told) == sorted(run_ids), told
+    for run_id, exc in told.items():
+        assert isinstance(exc, RunInterruptedError) and exc.run_id == run_id, repr(exc)
+    other = SqliteStore(db)  # another connection, while this process lives
+    for run_id in run_ids:
+        assert (await other.get_run(run_id)).owner is None, f"run {run_id} is still leased"
+    await other.close()
+
+
+class PayingUnderALock(Executor):
+    """Pays, and while paying another process takes the database's write lock (``lock()``
+    returns once it is held) and keeps it past the store's busy timeout."""
+
+    def __init__(self, log: list[str], lock: object) -> None:
+        super().__init__("payer")
+        self.log = log
+        self.lock = lock
+
+    @handler
+    async def on_number(self, n: int, ctx: WorkflowContext[None, str]) -> None:
+        async def pay() -> str:
+            self.log.append("paid")
+            await anyio.to_thread.run_sync(self.lock)  # type: ignore[arg-type]
+            return "receipt-1"
+
+        await ctx.yield_output(await ctx.run_once("pay", pay, description="pay the invoice"))
+
+
+@pytest.mark.slow
+def test_a_step_result_waits_out_a_lock_held_past_the_busy_timeout(tmp_path: Path) -> None:
+    """The effect happened; the write lock another process held past the busy timeout (0.3 s
+    here, 1.2 s held) refused its result: the step was left looking in doubt, and resuming
+    asked a person whether the payment happened (outside tester 56). The result is now
+    written once the lock is gone, and the run ends without a question."""
+    from test_cancelled_callers import write_lock_held
+
+    db = tmp_path / "runs.db"
+    log: list[str] = []
+    holders: list[Any] = []
+
+    def lock() -> None:
+        holding = write_lock_held(db, 1.2)
+        holders.append(holding)
+        holding.__enter__()  # returns once the other process holds the lock
+
+    node = PayingUnderALock(log, lock)
+    workflow = WorkflowBuilder("pay-under-lock", start=node).build()
+
+    async def main() -> None:
+        runtime = Runtime(SqliteStore(db, busy_timeout=0.3))
+        runtime.register(workflow)
+        result = await runtime.run("pay-under-lock", 1)
+        assert result.status is WorkflowRunState.IDLE, (result.status, result.error)
+        assert result.outputs == ["receipt-1"] and log == ["paid"], (result.outputs, log)
+        await runtime.close()
+
+    try:
+        anyio.run(main)
+    finally:
+        for holding in holders:
+            holding.__exit__(None, None, None)
+
+
+async def test_once_closed_nothing_uses_the_store_again(tmp_path: Path) -> None:
+    """After close(), a call that would write (or read) is refused with a UsageError naming
+    what was not done -- the closed store is not opened again behind the caller's back (it
+    was: start, respond and fork wrote to it; outside tester 56)."""
+    db = tmp_path / "runs.db"
+    runtime, _, _ = paying_runtime(db)
+    run_id = await runtime.start("paying", 1)
+    await runtime.close()
+    wal = db.with_name(db.name + "-wal")
+    assert not wal.exists()
+    calls = {
+        "start": (lambda: runtime.start("paying", 1), "run of workflow 'paying' was not started"),
+        "respond": (
+            lambda: runtime.respond("r1", True),
+            "this answer to request 'r1' was not stored",
+        ),
+        "fork": (lambda: runtime.fork(run_id, 0), f"run {run_id!r} was not forked"),
+        "get_run": (lambda: runtime.get_run(run_id), f"run {run_id!r} was not read"),
+        "cancel": (lambda: runtime.cancel(run_id), f"run {run_id!r} was not cancelled"),
+    }
+    for name, (call, said) in calls.items():
+        with pytest.raises(UsageError) as caught:
+            await call()
+        assert str(caught.value) == f"the runtime is closed: {said}", name
+    assert not wal.exists(), "the closed store was opened again"
