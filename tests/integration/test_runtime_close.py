@@ -257,7 +257,9 @@ async def test_closing_from_two_tasks_at_once_both_return(tmp_path: Path) -> Non
                 closers.start_soon(runtime.close)
             await runtime.close()  # once more, after: nothing to do
     assert sorted(told) == sorted(run_ids), told
-    assert log.count("paid") == log.count("receipt") == 3, log
+    # every payment that started (at least the first; the others may not have begun yet)
+    # ended before the runs stopped
+    assert 1 <= log.count("paid") == log.count("receipt") <= 3, log
 
 
 @pytest.mark.slow
