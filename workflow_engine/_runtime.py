@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import inspect
 import logging
@@ -103,6 +104,27 @@ log = logging.getLogger("workflow_engine.runtime")
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
+_EXECUTING_FOR: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "_EXECUTING_FOR", default=frozenset()
+)
+"""The runtimes (``id``) whose run the current task executes (its handlers inherit it)."""
+
+
+def _interrupted(run_id: str, *, answers_waiting: bool = False) -> RunInterruptedError:
+    if answers_waiting:
+        what = (
+            "the runtime was closed before the run applied the answers stored while it "
+            "executed. Resume it, in this or any process, to apply them"
+        )
+    else:
+        what = (
+            "the runtime was closed while it executed. It stopped at its last committed "
+            "superstep and its lease was given back: resume it, in this or any process, to "
+            "continue"
+        )
+    return RunInterruptedError(f"run {run_id!r} was interrupted: {what}", run_id=run_id)
+
+
 _RESTING = frozenset(
     {WorkflowRunState.IDLE, WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, WorkflowRunState.CANCELLED}
 )
@@ -149,6 +171,8 @@ class _LeasedStore:
         self.answers_waiting = False
         self.before: RunRecord | None = None
         """The run as it was before this lease was taken (its status and error)."""
+        self.committed = False
+        """A checkpoint was committed under this lease."""
 
     async def ensure_held(self) -> None:
         """Raise ``LeaseLostError`` unless this worker still holds the run. An expired lease
@@ -175,9 +199,11 @@ class _LeasedStore:
         try:
             if self.release_on_rest and checkpoint.status in _RESTING:
                 self._took(await self.store.commit_and_release(self.lease, checkpoint))
+                self.committed = True
                 self.released = not self.lease.cancel_requested  # kept to honour a cancel
                 return
             self._took(await self.store.commit(self.lease, checkpoint))
+            self.committed = True
         except RunBusyError:
             self.lost = True
             raise
@@ -367,11 +393,19 @@ class Runtime:
         with anyio.CancelScope(shield=True):
             try:
                 await _patient(lambda: self.store.release(sink.lease))
-            except Exception:
+            except Exception as exc:
                 # not released (a lock held past the retries, a full disk): the stored lease
                 # still names this execution, which is over -- this process need not wait for
                 # it to run out
                 owner_ended(sink.lease.owner)
+                if isinstance(exc, StorageError) and sink.lease.run_id not in str(exc):
+                    left = max(0.0, sink.lease.expires_at - time.time())
+                    said = type(exc)(
+                        f"run {sink.lease.run_id!r}: its lease could not be given back, so other "
+                        f"processes can take the run once it runs out (in {left:.0f} s): {exc}"
+                    )
+                    said.__dict__.update(exc.__dict__)
+                    raise said from exc
                 raise
 
     def _lease_owner(self) -> str:
@@ -501,17 +535,29 @@ class Runtime:
             try:
                 with scope:
                     return await execute()
+                if not sink.committed:  # interrupted before anything ran: as it was
+                    await self._restore_status(sink)
             finally:
                 await self._release(sink)
         raise AssertionError("unreachable: an interrupted run raises on leaving")
+
+    async def _restore_status(self, sink: _LeasedStore) -> None:
+        """Give the run back the status it had before ``sink``'s lease (nothing ran under it):
+        it is not left looking interrupted."""
+        before = sink.before
+        if before is not None and before.status is not WorkflowRunState.IN_PROGRESS:
+            with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
+                sink.lease = await self.store.set_status(sink.lease, before.status, before.error)
 
     async def _go_on(
         self, result: WorkflowRunResult, sink: _LeasedStore, max_supersteps: int | None
     ) -> WorkflowRunResult:
         """Resume again while the run rested with answers already waiting for it."""
         for _ in range(_MAX_CATCH_UPS):
-            if not sink.answers_waiting or result.status is not _WAITING or self._closing:
-                break  # (closing: whoever resumes the run next applies them)
+            if not sink.answers_waiting or result.status is not _WAITING:
+                break
+            if self._closing:  # its result would list requests already answered
+                raise _interrupted(result.run_id, answers_waiting=True)
             try:
                 acquired = await self._acquire(result.run_id)
             except RunBusyError:
@@ -577,12 +623,7 @@ class Runtime:
         try:
             return await self._resume_point(wf, sink.lease.run_id, loaded)
         except Exception:
-            before = sink.before
-            if before is not None and before.status is not WorkflowRunState.IN_PROGRESS:
-                with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
-                    sink.lease = await self.store.set_status(
-                        sink.lease, before.status, before.error
-                    )
+            await self._restore_status(sink)
             raise
 
     async def _resume_point(
@@ -650,7 +691,12 @@ class Runtime:
             raise
 
     async def _record_outcome(self, sink: _LeasedStore, result: WorkflowRunResult) -> None:
-        """A run that stopped FAILED or at its superstep limit records that (and the error)."""
+        """A run that stopped FAILED or at its superstep limit records that (and the error).
+        One that failed while the runtime closes is interrupted instead, its failure not
+        recorded: the closing may be its cause (a handler that used the runtime), and
+        resuming runs the failing superstep again anyway."""
+        if result.status is WorkflowRunState.FAILED and self._closing:
+            raise _interrupted(result.run_id)
         if result.status in (WorkflowRunState.FAILED, WorkflowRunState.MAX_SUPERSTEPS_REACHED):
             error = result.error.as_record() if result.error is not None else None
             sink.lease = await self.store.set_status(sink.lease, result.status, error)
@@ -665,7 +711,7 @@ class Runtime:
     ) -> None:
         for catch_up in range(_MAX_CATCH_UPS):
             if catch_up and self._closing:
-                return  # whoever resumes the run next applies the waiting answers
+                raise _interrupted(run_id, answers_waiting=True)
             try:
                 wf, sink, loaded = await self._acquire(run_id, streaming=True)
             except RunBusyError:
@@ -774,6 +820,9 @@ class Runtime:
 
     @_while_open("run {run_id!r} was not read")
     async def get_run(self, run_id: str) -> RunInfo:
+        return await self._run_info(run_id)
+
+    async def _run_info(self, run_id: str) -> RunInfo:
         run, checkpoint = await self.store.get_run_and_latest(run_id)
         outputs: list[Any] = []
         pending: list[ExternalRequest] = []
@@ -963,7 +1012,7 @@ class Runtime:
             wf, sink, loaded = await self._acquire(run_id, cancelling=True)
         except RunBusyError:
             await self.store.request_cancel(run_id)
-            return await self.get_run(run_id)
+            return await self._run_info(run_id)
         except (WorkflowNotRegisteredError, SignatureMismatchError) as exc:
             # this process cannot execute the run, but a worker executing it now honours a
             # stored cancel (say, the command line cancelling an application's run)
@@ -980,7 +1029,7 @@ class Runtime:
                 said.__dict__.update(exc.__dict__)  # what it names (``workflow_name``)
                 raise said from None
             await self.store.request_cancel(run_id)
-            return await self.get_run(run_id)
+            return await self._run_info(run_id)
         try:
             checkpoint = loaded[0] if loaded is not None else await self.store.latest(run_id)
             assert checkpoint is not None
@@ -988,7 +1037,7 @@ class Runtime:
             await wf.cancel(checkpoint=checkpoint, checkpoint_store=sink)
         finally:
             await self._release(sink)
-        return await self.get_run(run_id)
+        return await self._run_info(run_id)
 
     @_while_open("nothing was pruned")
     async def prune(
@@ -1007,6 +1056,11 @@ class Runtime:
         waiting for the lease to run out); a run still taking its lease is given it back too.
         Once closing began, every call that uses the store is refused (``UsageError``).
         Closing again, or from several tasks at once, waits for the same close."""
+        if id(self) in _EXECUTING_FOR.get():
+            raise UsageError(
+                "close() was called from within a run this runtime executes: it would wait for "
+                "that run to stop, and the run for it. Close the runtime from outside its runs"
+            )
         self._closing = True
         while self._close_done is not None:  # another close() is under way: its end is ours
             await self._close_done.wait()
@@ -1044,18 +1098,14 @@ class Runtime:
         if self._closing:  # (closing began while the lease was taken)
             scope.cancel()
         self._executing.add(scope)
+        inside = _EXECUTING_FOR.set(_EXECUTING_FOR.get() | {id(self)})
         try:
             yield scope
         finally:
+            _EXECUTING_FOR.reset(inside)
             self._executing.discard(scope)
         if scope.cancelled_caught:
-            raise RunInterruptedError(
-                f"run {run_id!r} was interrupted: the runtime was closed while it executed. It "
-                "stopped at its last committed superstep (a step already under way finished "
-                "and was recorded) and its lease was given back: resume it, in this or any "
-                "process, to continue",
-                run_id=run_id,
-            )
+            raise _interrupted(run_id)
 
 
 def _require_declared(wf: Workflow, checkpoint: Checkpoint) -> None:

@@ -28,6 +28,7 @@ from workflow_engine import (
     WorkflowContext,
     WorkflowRunState,
     handler,
+    response_handler,
 )
 from workflow_engine.storage import SqliteStore
 
@@ -375,3 +376,210 @@ async def test_once_closed_nothing_uses_the_store_again(tmp_path: Path) -> None:
             await call()
         assert str(caught.value) == f"the runtime is closed: {said}", name
     assert not wal.exists(), "the closed store was opened again"
+
+
+@pytest.mark.slow
+async def test_a_cancel_under_way_when_closing_begins_says_what_it_did(tmp_path: Path) -> None:
+    """A cancel waiting for another process's write lock when closing begins completes, and
+    says so -- it ended by reading the run back through a call refused once closing began,
+    so its caller was told "was not read" of a run it had cancelled (outside tester 57)."""
+    from test_cancelled_callers import counting, write_lock_held
+
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting(ask_at=1))
+    paused = await runtime.run("counting", 1)
+    assert paused.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    got: list[Any] = []
+
+    async def cancel() -> None:
+        got.append(await runtime.cancel(paused.run_id))
+
+    with write_lock_held(db, 1.0):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(cancel)
+            await anyio.sleep(0.2)
+            await runtime.close()
+    assert got and got[0].status is WorkflowRunState.CANCELLED, got
+
+
+class AskingTwice(Executor):
+    """Asks two questions at once; the first answer takes a while (a journaled step)."""
+
+    def __init__(self, during: Any = None) -> None:
+        super().__init__("asker")
+        self.during = during
+
+    @handler
+    async def on_start(self, n: int, ctx: WorkflowContext[None, str]) -> None:
+        await ctx.request_info("first?", str)
+        await ctx.request_info("second?", str)
+
+    @response_handler
+    async def on_answer(self, question: str, answer: str, ctx: WorkflowContext[None, str]) -> None:
+        async def act() -> str:
+            if question == "first?" and self.during is not None:
+                await self.during()
+            return f"{question} {answer}"
+
+        await ctx.yield_output(await ctx.run_once(question, act))
+
+
+async def test_answers_waiting_when_closing_begins_are_not_shown_as_pending(
+    tmp_path: Path,
+) -> None:
+    """An answer stored (by another process) while the run executed would be applied by a
+    catch-up resume; closing stops that, and the caller is told the run was interrupted --
+    it got a paused result listing the answered request as pending (outside tester 57)."""
+    db = tmp_path / "runs.db"
+    holder: dict[str, Any] = {}
+
+    async def during() -> None:  # the first answer's step: meanwhile the second is answered
+        other = Runtime(SqliteStore(db))
+        other.register(asking_twice())
+        await other.respond(holder["second"], "no")
+        await other.close()
+        holder["answered"].set()  # the test closes the runtime now
+        await anyio.sleep(0.05)
+
+    def asking_twice(during: Any = None) -> Any:
+        node = AskingTwice(during)
+        return WorkflowBuilder("asking", start=node).build()
+
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(asking_twice(during))
+    holder["runtime"] = runtime
+    paused = await runtime.run("asking", 1)
+    first, second = (r.request_id for r in paused.pending_requests)
+    holder["second"] = second
+    holder["answered"] = anyio.Event()
+    caught: list[RunInterruptedError] = []
+
+    async def answer_first() -> None:
+        try:
+            await runtime.respond_and_resume(first, "yes")
+        except RunInterruptedError as exc:
+            caught.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(answer_first)
+        await holder["answered"].wait()
+        await runtime.close()
+    assert caught, "the caller was not told"
+    assert caught[0].run_id == paused.run_id
+    assert "recorded" not in str(caught[0])
+
+    later = Runtime(SqliteStore(db))
+    later.register(asking_twice())
+    done = await later.resume(paused.run_id)
+    assert done.status is WorkflowRunState.IDLE, done.status
+    assert (await later.get_run(paused.run_id)).outputs == ["first? yes", "second? no"]
+    await later.close()
+
+
+async def test_close_from_within_a_run_is_refused_and_the_runtime_still_closes(
+    tmp_path: Path,
+) -> None:
+    """A handler closing its own runtime would wait for its own run: refused, saying why
+    (it was cancelled, leaving the runtime refusing every call with its store open: outside
+    tester 57); the runtime closes from outside as usual."""
+    said: list[str] = []
+    holder: dict[str, Runtime] = {}
+
+    class Closing(Executor):
+        @handler
+        async def on_start(self, n: int, ctx: WorkflowContext[None, int]) -> None:
+            try:
+                await holder["runtime"].close()
+            except UsageError as exc:
+                said.append(str(exc))
+            await ctx.yield_output(n)
+
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    holder["runtime"] = runtime
+    runtime.register(WorkflowBuilder("closing", start=Closing("closer")).build())
+    result = await runtime.run("closing", 7)
+    assert result.status is WorkflowRunState.IDLE and result.outputs == [7]
+    assert said and "from within a run" in said[0], said
+    assert await runtime.list_runs()  # still open
+    await runtime.close()
+    with pytest.raises(UsageError):
+        await runtime.list_runs()
+
+
+async def test_a_run_failing_because_the_runtime_closes_is_interrupted_not_failed(
+    tmp_path: Path,
+) -> None:
+    """A step that uses the runtime while it closes is refused; the run is interrupted (to
+    be resumed), not recorded FAILED (outside tester 57)."""
+    db = tmp_path / "runs.db"
+    holder: dict[str, Any] = {"go": anyio.Event(), "started": anyio.Event()}
+
+    class UsingTheRuntime(Executor):
+        @handler
+        async def on_start(self, n: int, ctx: WorkflowContext[None, str]) -> None:
+            async def start_another() -> str:
+                holder["started"].set()
+                await holder["go"].wait()
+                return await holder["runtime"].start("using", 0)
+
+            await ctx.yield_output(await ctx.run_once("start", start_another))
+
+    def using() -> Any:
+        return WorkflowBuilder("using", start=UsingTheRuntime("user")).build()
+
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(using())
+    holder["runtime"] = runtime
+    run_id = await runtime.start("using", 1)
+    async with anyio.create_task_group() as tg:
+
+        async def resume() -> None:
+            with pytest.raises(RunInterruptedError):
+                await runtime.resume(run_id)
+
+        tg.start_soon(resume)
+        await holder["started"].wait()
+        tg.start_soon(runtime.close)
+        await anyio.sleep(0.05)
+        holder["go"].set()
+    later = Runtime(SqliteStore(db))
+    later.register(using())
+    assert (await later.get_run(run_id)).status is WorkflowRunState.IN_PROGRESS
+    await later.close()
+
+
+@pytest.mark.slow
+async def test_an_answer_taking_its_lease_when_closing_begins_leaves_the_run_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """respond_and_resume waiting for another process's lock when closing begins: its answer
+    is stored, its run given back at once, still waiting (not left looking interrupted:
+    outside tester 57)."""
+    from test_cancelled_callers import counting, write_lock_held
+
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting(ask_at=1))
+    paused = await runtime.run("counting", 1)
+    request_id = paused.pending_requests[0].request_id
+    told: list[BaseException] = []
+
+    async def answer() -> None:
+        try:
+            await runtime.respond_and_resume(request_id, True)
+        except RunInterruptedError as exc:
+            told.append(exc)
+
+    with write_lock_held(db, 1.0):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(answer)
+            await anyio.sleep(0.2)
+            await runtime.close()
+    assert told, "the caller was not told"
+    other = SqliteStore(db)
+    record = await other.get_run(paused.run_id)
+    assert record.owner is None
+    assert record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, record.status
+    assert (await other.get_request(request_id)).status == "answered"
+    await other.close()
