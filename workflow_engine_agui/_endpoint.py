@@ -118,6 +118,7 @@ from ._interrupts import (
     HeldCall,
     ResumeAnswer,
     answer_for,
+    calls_in_flight,
     held_calls,
     ids_equal,
     interrupt_for,
@@ -614,6 +615,8 @@ class AGUIService:
             held: dict[str, HeldCall] = {}
             if run_id == current and checkpoint is not None:
                 held = held_calls(workflow, checkpoint, pending.values(), answers)
+                if not pending:  # a run cut off, continued: the calls it was making
+                    held = {**calls_in_flight(workflow, checkpoint), **held}
             return Turn(run_id, key, held)
         cut_off = record is not None and await self._cut_off(record)
         if not cut_off and await self._retried(workflow, record, run_input):
@@ -641,7 +644,8 @@ class AGUIService:
             # the server stopped while this thread's run worked (or before it applied answers):
             # the same request again continues that run; another message would leave it behind
             if await self._started_with(workflow, record.run_id, message):
-                return Turn(record.run_id, key)
+                held = calls_in_flight(workflow, checkpoint) if checkpoint is not None else {}
+                return Turn(record.run_id, key, held)
             raise AGUIError(
                 "run_interrupted",
                 f"thread {thread_id}: its run {current} was cut off when the server stopped; "

@@ -363,6 +363,18 @@ def held_calls(
     return held
 
 
+def calls_in_flight(workflow: Workflow, checkpoint: Checkpoint) -> dict[str, HeldCall]:
+    """The calls of the batch each agent host holds in ``checkpoint``, by call id: what a run
+    cut off by a server's stop was calling, so that a result it reports when continued has
+    its call -- name and arguments -- in the stream. (It decodes every conversation: only
+    for a run continued after a cut.)"""
+    held: dict[str, HeldCall] = {}
+    for executor_id in checkpoint.executor_states:
+        for call in _batch_of(workflow, checkpoint, executor_id):
+            held[call.call_id] = HeldCall(call.name, dict(call.arguments))
+    return held
+
+
 def _batch_of(
     workflow: Workflow, checkpoint: Checkpoint, executor_id: str
 ) -> list[FunctionCallContent]:

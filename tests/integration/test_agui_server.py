@@ -9,7 +9,10 @@ own thread ids.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,6 +294,65 @@ def test_a_resume_resent_after_the_server_stopped_short_continues_the_run(
         again = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
         assert_success(again)
         assert not again.of(EventType.TOOL_CALL_RESULT)  # done: the repeat changes nothing
+    assert len(ledger_lines(server, thread_id)) == 1
+
+
+_CUT_AFTER_THE_TOOL = """
+import os, signal, sys, anyio
+from workflow_engine import Runtime
+from workflow_engine.storage import SqliteStore
+from workflow_engine_cli._registry import register
+
+seen = []
+
+def hook(point):
+    seen.append(point)
+    if point == "commit:before" and "journal:after" in seen:  # the tool ran, was recorded
+        os.kill(os.getpid(), signal.SIGKILL)
+
+async def main():
+    runtime = Runtime(SqliteStore(sys.argv[1], fault_hook=hook))
+    register(runtime, [(await runtime.store.get_run(sys.argv[2])).workflow_name])
+    await runtime.resume(sys.argv[2])
+
+anyio.run(main)
+"""
+
+
+def test_a_resume_continuing_a_run_cut_off_after_its_tool_ran_sends_the_call_whole(
+    tmp_path: Path,
+) -> None:
+    """The server applied the approval, the tool ran and its result was recorded, and the
+    server stopped before the superstep's commit. The client sends its resume again: the
+    continued run reports the tool's result (recorded: it does not run again) after the call
+    -- its start, its arguments, its end. The arguments were missing: the call was no longer
+    held by a pending request (outside tester 58)."""
+    from tests.integration.test_agui_wire import replayed_call
+
+    server, thread_id, interrupt = paused_then_stopped(tmp_path)
+    engine = approve_from_the_command_line(server, thread_id)
+    [run] = json.loads(
+        subprocess.run(
+            [*engine, "runs", "list", "--json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    cut = subprocess.run(
+        [sys.executable, "-c", _CUT_AFTER_THE_TOOL, str(server.db), run["run_id"]],
+        env={**os.environ, **server.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cut.returncode == -signal.SIGKILL, (cut.returncode, cut.stderr[-2000:])
+    assert len(ledger_lines(server, thread_id)) == 1  # the refund happened, once
+    with server:
+        client = Client(server.url)
+        stream = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+        assert_success(stream)
+        name, arguments, result = replayed_call(stream, interrupt.tool_call_id)
+        assert (name, arguments) == ("submit_refund", REFUND_ARGUMENTS)
+        assert "Refund of 89.99 for order 12345 submitted." in result
+        assert "case complete." in stream.text()
     assert len(ledger_lines(server, thread_id)) == 1
 
 
