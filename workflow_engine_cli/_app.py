@@ -528,15 +528,22 @@ _DEFAULT_MESSAGES = {
 
 def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> None:
     """Run ``body``; on Ctrl-C say how to continue the run it started or resumed (its id is
-    in ``run_ids`` once known) and exit 3."""
+    in ``run_ids`` once known) and exit 3. SIGTERM (a process manager stopping the command,
+    ``timeout``) stops it the same way: the run gives its lease back at once instead of
+    keeping it, held by a dead process, for the lease's length."""
+    import signal
+
+    def as_ctrl_c(signum: int, frame: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)
+
+    stopping = signal.signal(signal.SIGTERM, as_ctrl_c)
     try:
         run_async(body)
     except KeyboardInterrupt:
-        import signal
-
         # the first Ctrl-C decided it: more presses must not cut off the line saying how to
         # continue (they killed the process, exit 130, after or before it)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         term = err_console()
         if run_ids:
             term.print(f"\nInterrupted: run {visible(run_ids[-1])} keeps its last checkpoint.")
@@ -545,6 +552,9 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         else:
             term.print("\nInterrupted before a run started.")
         raise typer.Exit(EXIT_PAUSED) from None
+    finally:
+        if signal.getsignal(signal.SIGTERM) is as_ctrl_c:
+            signal.signal(signal.SIGTERM, stopping)
 
 
 _AT_REST = ("idle", "cancelled")  # WorkflowRunState values: nothing left to resume

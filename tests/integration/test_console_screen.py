@@ -9,7 +9,9 @@ while every byte-level test passed.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -508,16 +510,20 @@ def test_with_its_output_in_a_file_the_approval_is_still_asked_on_the_screen(
     assert "Approve?" not in written and "finished" in written
 
 
-@pytest.mark.parametrize("presses", [1, 3])
+@pytest.mark.parametrize("presses", [1, 3, "SIGTERM"])
 def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
-    cli: Cli, sessions: list[ScreenSession], presses: int
+    cli: Cli, sessions: list[ScreenSession], presses: int | str
 ) -> None:
     """Pressed several times in a row (an impatient person), Ctrl-C still ends with the line
-    that says how to continue; it used to exit 130 without it (outside tester)."""
+    that says how to continue; it used to exit 130 without it (outside tester). SIGTERM (a
+    process manager, ``timeout``) stops the command the same way: it died (exit 143) with the
+    run's lease left to the dead process (outside tester 58)."""
     with SlowModel(think=30) as model:
         demo = open_slow_demo(sessions, cli, model)
         demo.expect_screen("is working")
-        for n in range(presses):
+        if presses == "SIGTERM":
+            os.kill(demo.proc.pid, signal.SIGTERM)
+        for n in range(presses if isinstance(presses, int) else 0):
             if n:
                 time.sleep(0.03)
             demo.interrupt()
