@@ -664,6 +664,11 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
                     raise
                 stopped = exc
     failure: BaseException | None
+    if effect.cancelled() and stopped is not None:
+        # its task was cancelled from outside while its caller was (``asyncio.run`` cancels
+        # every task on a second Ctrl-C): cut off, in doubt -- never cleared as a failure,
+        # which would run it again blindly (outside tester 59)
+        raise stopped
     if effect.cancelled():  # the effect cancelled itself: a failure, not a crash
         failure = RuntimeError("the effect was cancelled from within (it raised CancelledError)")
     else:

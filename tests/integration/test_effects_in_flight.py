@@ -230,6 +230,33 @@ async def test_a_second_cancellation_stops_waiting_for_an_effect_that_hangs(
     await rt.close()
 
 
+async def test_every_task_cancelled_as_asyncio_run_does_leaves_the_effect_in_doubt(
+    tmp_path: Path,
+) -> None:
+    """A second Ctrl-C: ``asyncio.run`` cancels every task, the effect's own among them, while
+    its caller already waits for it. The effect was cut off from outside; it was taken for one
+    that cancelled itself -- a clean failure, its intent cleared -- and the next resume ran it
+    again without asking (outside tester 59). It is in doubt: a person is asked."""
+    rt = runtime(tmp_path / "runs.db", InAThread)
+    run_id = await rt.start("pay", 1)
+    before = asyncio.all_tasks()  # (the test's own, and its runner's)
+    task = asyncio.get_running_loop().create_task(rt.resume(run_id))
+    await asyncio.sleep(0.1)
+    task.cancel()  # the first Ctrl-C: the caller waits for its effect
+    await asyncio.sleep(0.05)
+    for other in asyncio.all_tasks() - before:  # the second: asyncio.run cancels every task
+        if other is not task:
+            other.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.4)  # the thread books anyway: it cannot be called back
+    assert len(LEDGER) == 1
+    asked = await rt.resume(run_id)
+    assert asked.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, asked.outputs
+    assert len(LEDGER) == 1  # not run again blindly
+    await rt.close()
+
+
 async def test_a_caller_cancelled_while_an_effect_is_left_behind(tmp_path: Path) -> None:
     """The sibling raised and the invocation waits for ``slow``; the caller gives up meanwhile
     (asyncio's own cancellation, which no shield stops): the wait goes on until ``slow`` is
