@@ -1175,9 +1175,21 @@ def serve(
         "AG-UI endpoints: http://%s:%d/support and /banking", host, bound
     )
     tune_gc_for_a_server()
-    # uvicorn shuts down gracefully on Ctrl-C, then raises it again: that is a normal stop
-    with contextlib.suppress(KeyboardInterrupt):
-        uvicorn.Server(config).run(sockets=[sock])
+    import signal
+
+    server = uvicorn.Server(config)
+
+    def stop(signum: int, frame: Any) -> None:
+        server.should_exit = True  # (before uvicorn's own handlers are in place, or after)
+
+    # uvicorn shuts down gracefully on Ctrl-C or SIGTERM, then raises the signal again once
+    # its own handlers are gone: that is a normal stop (SIGTERM killed the process, 143)
+    terminating = signal.signal(signal.SIGTERM, stop)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGTERM, terminating)
     logging.getLogger("workflow_engine.cli").info("stopped")
 
 

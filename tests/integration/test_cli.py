@@ -627,6 +627,20 @@ def test_serve_logs_each_request_and_a_busy_port_is_one_error(cli: Cli) -> None:
         assert server.stop() == 0, "".join(server.log)
 
 
+def test_serve_stopped_by_sigterm_is_a_normal_stop(cli: Cli) -> None:
+    """A process manager stops the server with SIGTERM: it drains as on Ctrl-C, logs that it
+    stopped, and exits 0 (it exited 143, without the line: outside tester 58)."""
+    anyio.run(_create_database, cli.db)
+    server = ServerProcess(cli)
+    try:
+        server.expect(r"AG-UI endpoints: http://127\.0\.0\.1:(\d+)/support")
+        server.proc.send_signal(signal.SIGTERM)  # (while it may still be starting)
+        assert server.proc.wait(timeout=30) == 0, "".join(server.rest())
+        assert any(line.rstrip().endswith("stopped") for line in server.rest()), server.log
+    finally:
+        server.stop()
+
+
 def test_serve_listens_before_it_logs_its_endpoints() -> None:
     """The endpoints are logged while the app still starts (opens its store): a client that
     connects as soon as it reads them (a test, a health check) is queued, not refused. The
