@@ -106,6 +106,7 @@ class ExecutorStep:
         "exact_writes",
         "executor_id",
         "flat_writes",
+        "in_doubt",
         "outputs",
         "requests",
         "sent",
@@ -129,6 +130,9 @@ class ExecutorStep:
         self.appended: dict[str, int] | None = None  # state key -> items kept by append_state
         self.requests: list[ExternalRequest] = []
         self.effects: set[anyio.Event] = set()  # ``run_once`` calls not yet over (their ends)
+        self.in_doubt: list[EffectInDoubtError] = []
+        """Steps found in doubt, even if the handler caught the error (``except Exception``)
+        or a task group wrapped it: the run pauses to ask about each, all at once."""
 
     async def effects_settled(self) -> None:
         """Wait until every ``run_once`` step of this invocation that is not idempotent is over
@@ -363,12 +367,14 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             if entry is not None and "value" in entry:
                 return codec.decode(entry["value"])
             if entry is not None and not idempotent:
-                raise EffectInDoubtError(
+                doubt = EffectInDoubtError(
                     f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} "
                     "started before a crash and recorded no result",
                     step_key=name,
                     description=entry.get("intent"),
                 )
+                self._step.in_doubt.append(doubt)
+                raise doubt
             wrote_intent = False
             try:
                 if entry is None and not idempotent:

@@ -547,15 +547,28 @@ class RunLoop:
                 else:
                     await spec.func(env.data)
         except Exception as exc:
-            failures.append((executor_id, exc))
+            failure: Exception | None = exc
             step.emit(
                 ExecutorFailedEvent(executor_id, ErrorDetails.from_exception(exc, executor_id))
             )
-            return
+        else:
+            failure = None
         finally:
             if step.effects:  # effects the handler started and no longer awaits
                 await step.effects_settled()
-        step.emit(ExecutorCompletedEvent(executor_id))
+        # a step found in doubt pauses the run even if the handler caught its error or a task
+        # group wrapped it (the run failed for good, or went on, with no one asked: outside
+        # tester 60); and each one found -- siblings in a gather too -- is asked at once
+        in_doubt = [doubt for doubt in step.in_doubt if doubt is not failure]
+        if failure is not None:
+            failures.append((executor_id, failure))
+        elif in_doubt:
+            details = ErrorDetails.from_exception(in_doubt[0], executor_id)
+            step.emit(ExecutorFailedEvent(executor_id, details))
+        else:
+            step.emit(ExecutorCompletedEvent(executor_id))
+            return
+        failures.extend((executor_id, doubt) for doubt in in_doubt)
 
     async def _barrier(
         self, number: int, steps: Sequence[ExecutorStep]

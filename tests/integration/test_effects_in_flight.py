@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Never
 
+import anyio
 import pytest
 
 from tests.integration.gather_effects_workflow import EFFECTS
@@ -230,6 +231,21 @@ async def test_a_second_cancellation_stops_waiting_for_an_effect_that_hangs(
     await rt.close()
 
 
+async def cut_off_as_asyncio_run_does(rt: Runtime, run_id: str) -> None:
+    """Resume ``run_id`` and stop it as a second Ctrl-C does: its caller is cancelled once
+    (it waits for its effects), then every task is (``asyncio.run`` tearing down)."""
+    before = asyncio.all_tasks()  # (the test's own, and its runner's)
+    task = asyncio.get_running_loop().create_task(rt.resume(run_id))
+    await asyncio.sleep(0.1)
+    task.cancel()
+    await asyncio.sleep(0.05)
+    for other in asyncio.all_tasks() - before:
+        if other is not task:
+            other.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def test_every_task_cancelled_as_asyncio_run_does_leaves_the_effect_in_doubt(
     tmp_path: Path,
 ) -> None:
@@ -239,21 +255,94 @@ async def test_every_task_cancelled_as_asyncio_run_does_leaves_the_effect_in_dou
     again without asking (outside tester 59). It is in doubt: a person is asked."""
     rt = runtime(tmp_path / "runs.db", InAThread)
     run_id = await rt.start("pay", 1)
-    before = asyncio.all_tasks()  # (the test's own, and its runner's)
-    task = asyncio.get_running_loop().create_task(rt.resume(run_id))
-    await asyncio.sleep(0.1)
-    task.cancel()  # the first Ctrl-C: the caller waits for its effect
-    await asyncio.sleep(0.05)
-    for other in asyncio.all_tasks() - before:  # the second: asyncio.run cancels every task
-        if other is not task:
-            other.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await cut_off_as_asyncio_run_does(rt, run_id)
     await asyncio.sleep(0.4)  # the thread books anyway: it cannot be called back
     assert len(LEDGER) == 1
     asked = await rt.resume(run_id)
     assert asked.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, asked.outputs
     assert len(LEDGER) == 1  # not run again blindly
+    await rt.close()
+
+
+class InATaskGroup(Executor):
+    """Its step runs inside a task group (which wraps what it raises)."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        def charge() -> str:
+            time.sleep(0.3)
+            LEDGER.append("charge")
+            return "charged"
+
+        async def step() -> None:
+            await ctx.yield_output(await ctx.run_once("charge", lambda: asyncio.to_thread(charge)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(step)
+
+
+class CatchingAll(Executor):
+    """Its handler catches every exception around its step (and falls back)."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        def charge() -> str:
+            time.sleep(0.3)
+            LEDGER.append("charge")
+            return "charged"
+
+        try:
+            result = await ctx.run_once("charge", lambda: asyncio.to_thread(charge))
+        except Exception:
+            result = "fallback"
+        await ctx.yield_output(result)
+
+
+class TwoInAGather(Executor):
+    """Two steps at once."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        def charge(name: str) -> str:
+            time.sleep(0.3)
+            LEDGER.append(name)
+            return name
+
+        results = await asyncio.gather(
+            *(
+                ctx.run_once(name, lambda name=name: asyncio.to_thread(charge, name))
+                for name in ("first", "second")
+            )
+        )
+        await ctx.yield_output("+".join(results))
+
+
+@pytest.mark.parametrize("executor", [InATaskGroup, CatchingAll, TwoInAGather])
+async def test_a_step_in_doubt_is_asked_about_however_the_handler_meets_it(
+    tmp_path: Path, executor: type[Executor]
+) -> None:
+    """A step left in doubt, met again by a handler that runs it in a task group (which wraps
+    the error: the run failed on every resume, for good), or catches every exception (the run
+    went on with its fallback, no one asked): the run pauses and a person is asked (outside
+    tester 60). Several steps in doubt at once are asked about at once (one per resume)."""
+    rt = runtime(tmp_path / "runs.db", executor)
+    run_id = await rt.start("pay", 1)
+    await cut_off_as_asyncio_run_does(rt, run_id)
+    await asyncio.sleep(0.4)  # the threads book anyway
+    booked = len(LEDGER)
+    asked = await rt.resume(run_id)
+    assert asked.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, (
+        asked.status,
+        asked.outputs,
+        asked.error,
+    )
+    assert len(asked.pending_requests) == booked  # every step in doubt, at once
+    assert {type(r.data).__name__ for r in asked.pending_requests} == {"InDoubtEffect"}
+    for request in asked.pending_requests:
+        await rt.respond(request.request_id, {"happened": True, "result": "charged"})
+    done = await rt.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE, (done.status, done.error)
+    assert len(LEDGER) == booked  # nothing ran again
     await rt.close()
 
 
