@@ -246,6 +246,7 @@ async def cut_off_as_asyncio_run_does(rt: Runtime, run_id: str) -> None:
         await task
 
 
+@pytest.mark.slow  # real time: effects in threads, cut off
 async def test_every_task_cancelled_as_asyncio_run_does_leaves_the_effect_in_doubt(
     tmp_path: Path,
 ) -> None:
@@ -317,6 +318,7 @@ class TwoInAGather(Executor):
         await ctx.yield_output("+".join(results))
 
 
+@pytest.mark.slow  # real time: effects in threads, cut off
 @pytest.mark.parametrize("executor", [InATaskGroup, CatchingAll, TwoInAGather])
 async def test_a_step_in_doubt_is_asked_about_however_the_handler_meets_it(
     tmp_path: Path, executor: type[Executor]

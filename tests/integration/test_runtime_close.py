@@ -151,6 +151,7 @@ def paying_runtime(db: Path) -> tuple[Runtime, list[str], anyio.Event]:
     return runtime, log, started
 
 
+@pytest.mark.slow  # real time: steps that wait while closing begins
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_a_step_under_way_finishes_and_is_recorded_before_the_run_stops(
     tmp_path: Path, streaming: bool
@@ -193,6 +194,7 @@ async def test_a_step_under_way_finishes_and_is_recorded_before_the_run_stops(
     await later.close()
 
 
+@pytest.mark.slow  # real time: steps that wait while closing begins
 async def test_nothing_starts_once_closing_began(tmp_path: Path) -> None:
     """A run started or resumed while (or after) the runtime closes is refused, saying why --
     not half-started, not leased."""
@@ -234,6 +236,7 @@ async def test_nothing_starts_once_closing_began(tmp_path: Path) -> None:
     await later.close()
 
 
+@pytest.mark.slow  # real time: steps that wait while closing begins
 async def test_closing_from_two_tasks_at_once_both_return(tmp_path: Path) -> None:
     """A server's shutdown hook and a signal handler both close the runtime: both calls
     return once the runs are stopped (the first waited forever: outside tester 56)."""
@@ -425,6 +428,7 @@ class AskingTwice(Executor):
         await ctx.yield_output(await ctx.run_once(question, act))
 
 
+@pytest.mark.slow  # real time: steps that wait while closing begins
 async def test_answers_waiting_when_closing_begins_are_not_shown_as_pending(
     tmp_path: Path,
 ) -> None:
@@ -507,6 +511,7 @@ async def test_close_from_within_a_run_is_refused_and_the_runtime_still_closes(
         await runtime.list_runs()
 
 
+@pytest.mark.slow  # real time: steps that wait while closing begins
 async def test_a_run_failing_because_the_runtime_closes_is_interrupted_not_failed(
     tmp_path: Path,
 ) -> None:
