@@ -4,6 +4,7 @@ order, through a real checkpoint (JSON text and lazy views included)."""
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 import anyio
@@ -99,7 +100,8 @@ def same(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@settings(max_examples=150, deadline=None)
+# half of them in the fast tier (``make test-fast``), as tests/unit/test_properties.py does
+@settings(max_examples=75 if os.environ.get("PROPERTY_EXAMPLES") == "half" else 150, deadline=None)
 @given(st.lists(messages, max_size=4), st.lists(messages, max_size=4))
 def test_a_stored_conversation_reads_back_exactly_after_a_checkpoint(
     first: list[ChatMessage], second: list[ChatMessage]
