@@ -148,9 +148,9 @@ class RunNotResumableError(ExecutionError):
 
 
 class RunInterruptedError(ExecutionError):
-    """The runtime was closed while it executed the run: the run stopped where it was (a step
-    already under way finished and was recorded), its lease was given back, and resuming it --
-    in any process -- continues from its last checkpoint."""
+    """The runtime was closed while it executed the run: the run stopped at its last committed
+    superstep (a step under way that is not idempotent ran to its end first), its lease was
+    given back, and resuming it -- in any process -- continues from there."""
 
     code = "run_interrupted"
 

@@ -265,7 +265,7 @@ class _LeasedStore:
             return await _patient(
                 lambda: self.store.journal_put(run_id, key, value, superstep, lease=self.lease)
             )
-        return await _patient(lambda: self._journal.journal_put(run_id, key, value, superstep))
+        return await self._journal.journal_put(run_id, key, value, superstep)
 
     async def journal_clear(self, run_id: str, key: str) -> None:
         if self._fenced:
@@ -530,16 +530,26 @@ class Runtime:
         self, sink: _LeasedStore, execute: Callable[[], Awaitable[WorkflowRunResult]]
     ) -> WorkflowRunResult:
         """``execute()`` under ``sink``'s lease, which ends after it, whatever happens. Until
-        then ``close()`` waits for it; closing interrupts it (``RunInterruptedError``)."""
-        with self._executing_here(sink.lease.run_id) as scope:
+        then ``close()`` may cancel it (``self._executing``): it is then interrupted, its lease
+        given back, and ``RunInterruptedError`` raised."""
+        scope = anyio.CancelScope()
+        if self._closing:  # (closing began while the lease was taken)
+            scope.cancel()
+        self._executing.add(scope)
+        inside = _EXECUTING_FOR.set(_EXECUTING_FOR.get() | {id(self)})
+        try:
             try:
                 with scope:
                     return await execute()
+                # (here only when ``close()`` cancelled it)
                 if not sink.committed:  # interrupted before anything ran: as it was
                     await self._restore_status(sink)
             finally:
                 await self._release(sink)
-        raise AssertionError("unreachable: an interrupted run raises on leaving")
+        finally:
+            _EXECUTING_FOR.reset(inside)
+            self._executing.discard(scope)
+        raise _interrupted(sink.lease.run_id)
 
     async def _restore_status(self, sink: _LeasedStore) -> None:
         """Give the run back the status it had before ``sink``'s lease (nothing ran under it):
@@ -1069,7 +1079,7 @@ class Runtime:
         self._close_done = done = anyio.Event()
         try:
             for scope in self._executing:
-                scope.cancel()  # (a run that enters ``_executing_here`` later is, at once)
+                scope.cancel()  # (a run whose lease is taken later is, at once)
             while self._calls:
                 over = anyio.Event()
                 self._calls_over.append(over)
@@ -1088,24 +1098,6 @@ class Runtime:
             for over in self._calls_over:
                 over.set()
             self._calls_over.clear()
-
-    @contextmanager
-    def _executing_here(self, run_id: str) -> Iterator[anyio.CancelScope]:
-        """Count a run as executing here (``close()`` waits for it) while the body runs; the
-        scope given is the one ``close()`` cancels. Cancelled by it, this raises
-        ``RunInterruptedError`` once the body is over (its lease given back)."""
-        scope = anyio.CancelScope()
-        if self._closing:  # (closing began while the lease was taken)
-            scope.cancel()
-        self._executing.add(scope)
-        inside = _EXECUTING_FOR.set(_EXECUTING_FOR.get() | {id(self)})
-        try:
-            yield scope
-        finally:
-            _EXECUTING_FOR.reset(inside)
-            self._executing.discard(scope)
-        if scope.cancelled_caught:
-            raise _interrupted(run_id)
 
 
 def _require_declared(wf: Workflow, checkpoint: Checkpoint) -> None:

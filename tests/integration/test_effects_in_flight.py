@@ -265,16 +265,18 @@ async def test_every_task_cancelled_as_asyncio_run_does_leaves_the_effect_in_dou
     await rt.close()
 
 
+def charge() -> str:
+    """An effect that blocks a thread for 0.3 s, then books."""
+    time.sleep(0.3)
+    LEDGER.append("charge")
+    return "charged"
+
+
 class InATaskGroup(Executor):
     """Its step runs inside a task group (which wraps what it raises)."""
 
     @handler
     async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
-        def charge() -> str:
-            time.sleep(0.3)
-            LEDGER.append("charge")
-            return "charged"
-
         async def step() -> None:
             await ctx.yield_output(await ctx.run_once("charge", lambda: asyncio.to_thread(charge)))
 
@@ -287,11 +289,6 @@ class CatchingAll(Executor):
 
     @handler
     async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
-        def charge() -> str:
-            time.sleep(0.3)
-            LEDGER.append("charge")
-            return "charged"
-
         try:
             result = await ctx.run_once("charge", lambda: asyncio.to_thread(charge))
         except Exception:
