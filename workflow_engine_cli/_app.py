@@ -28,6 +28,7 @@ import errno
 import json
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -175,15 +176,14 @@ _WRITE_ERRNOS = frozenset(
 )
 
 
-def _discard_output() -> None:
-    """Point stdout at /dev/null, so that what is still buffered goes nowhere quietly (Python
-    flushes stdout once more at exit)."""
-    import contextlib
-
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+def _discard_output(*streams: Any) -> None:
+    """Point stdout (or ``streams``) at /dev/null, so that what is still buffered, and what is
+    written from now on, goes nowhere quietly (Python flushes stdout once more at exit)."""
+    for stream in streams or (sys.stdout,):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
 
 
 def output_failed(exc: OSError) -> int | None:
@@ -529,32 +529,50 @@ _DEFAULT_MESSAGES = {
 def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> None:
     """Run ``body``; on Ctrl-C say how to continue the run it started or resumed (its id is
     in ``run_ids`` once known) and exit 3. SIGTERM (a process manager stopping the command,
-    ``timeout``) stops it the same way: the run gives its lease back at once instead of
-    keeping it, held by a dead process, for the lease's length."""
+    ``timeout``) and SIGHUP (its terminal closed) stop it the same way: the run gives its
+    lease back at once instead of keeping it, held by a dead process, for the lease's length.
+    """
     import signal
 
+    hung_up = False
+
     def as_ctrl_c(signum: int, frame: Any) -> None:
+        nonlocal hung_up
+        if signum == signal.SIGHUP and not hung_up:
+            hung_up = True
+            _discard_output(sys.stdout, sys.stderr)  # before a write fails on the dead terminal
         os.kill(os.getpid(), signal.SIGINT)
 
-    stopping = signal.signal(signal.SIGTERM, as_ctrl_c)
+    stopping = (signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, as_ctrl_c) for sig in stopping}
     try:
         run_async(body)
     except KeyboardInterrupt:
         # the first Ctrl-C decided it: more presses must not cut off the line saying how to
         # continue (they killed the process, exit 130, after or before it)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        for sig in (signal.SIGINT, *stopping):
+            signal.signal(sig, signal.SIG_IGN)
+        if hung_up:  # no terminal to tell
+            raise typer.Exit(EXIT_PAUSED) from None
         term = err_console()
-        if run_ids:
-            term.print(f"\nInterrupted: run {visible(run_ids[-1])} keeps its last checkpoint.")
-            where = escape(f"{visible(run_ids[-1])}{Hints.db}")  # a path may hold [markup]
-            term.print(f"Continue with: workflow-engine resume {where}")
-        else:
-            term.print("\nInterrupted before a run started.")
+        with contextlib.suppress(OSError):  # (the terminal closed after all the same)
+            if run_ids:
+                term.print(f"\nInterrupted: run {visible(run_ids[-1])} keeps its last checkpoint.")
+                where = escape(f"{visible(run_ids[-1])}{Hints.db}")  # a path may hold [markup]
+                term.print(f"Continue with: workflow-engine resume {where}")
+            else:
+                term.print("\nInterrupted before a run started.")
         raise typer.Exit(EXIT_PAUSED) from None
+    except typer.Exit as stop:
+        # a write that failed on the closed terminal before the signal was handled (another
+        # thread's, say) ended the command as an output failure: it was the hang-up
+        if hung_up and stop.exit_code == EXIT_FAILED:
+            raise typer.Exit(EXIT_PAUSED) from None
+        raise
     finally:
-        if signal.getsignal(signal.SIGTERM) is as_ctrl_c:
-            signal.signal(signal.SIGTERM, stopping)
+        for sig, handler in before.items():
+            if signal.getsignal(sig) is as_ctrl_c:
+                signal.signal(sig, handler)
 
 
 _AT_REST = ("idle", "cancelled")  # WorkflowRunState values: nothing left to resume
@@ -602,7 +620,10 @@ def resume(
             resumed.append(full)
             run, checkpoint = await runtime.store.get_run_and_latest(full)
             chosen = None
-            # a finished or cancelled run runs no agent: resuming it is refused as such below
+            # at rest (a finished or cancelled run runs no agent), or held by a live worker
+            # (the model is chosen all the same: the lease may lapse before ours is asked
+            # for): refused below in one line, with nothing said before it
+            busy = run.live_owner(time.time()) is not None
             if takes_model(run.workflow_name) and run.status not in _AT_REST:
                 try:
                     recorded = recorded_model(full, checkpoint)
@@ -610,11 +631,11 @@ def resume(
                 except ModelConfigError as exc:
                     print_error(str(exc))
                     return EXIT_USAGE
-                if note:
+                if note and not busy:
                     talk.line((note, "dim"))
             register(runtime, [run.workflow_name], chosen)
             runtime.workflow(run.workflow_name)  # an application's: refused before "resuming"
-            if not json_mode and run.status not in _AT_REST:  # (at rest: refused, below)
+            if not json_mode and run.status not in _AT_REST and not busy:
                 where = f"run {full} · workflow {run.workflow_name} · db {runtime.store.path}"
                 term.line((f"resuming {where}", "dim"))
             return await drive(runtime, full, policy, json_mode=json_mode, detach=False, term=term)
@@ -1180,16 +1201,20 @@ def serve(
     server = uvicorn.Server(config)
 
     def stop(signum: int, frame: Any) -> None:
+        if signum == signal.SIGHUP:  # its terminal closed: the log goes nowhere from now on
+            _discard_output(sys.stdout, sys.stderr)
         server.should_exit = True  # (before uvicorn's own handlers are in place, or after)
 
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM, then raises the signal again once
-    # its own handlers are gone: that is a normal stop (SIGTERM killed the process, 143)
-    terminating = signal.signal(signal.SIGTERM, stop)
+    # its own handlers are gone: that is a normal stop (SIGTERM killed the process, 143).
+    # SIGHUP (the terminal it runs in closed; uvicorn leaves it alone) stops it the same way.
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with contextlib.suppress(KeyboardInterrupt):
             server.run(sockets=[sock])
     finally:
-        signal.signal(signal.SIGTERM, terminating)
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
     logging.getLogger("workflow_engine.cli").info("stopped")
 
 

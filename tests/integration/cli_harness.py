@@ -148,6 +148,7 @@ class PtySession:
         term: str = "dumb",
         size: tuple[int, int] | None = None,  # (columns, lines)
         stdout: Path | None = None,  # a file instead of the terminal (``> file``)
+        controlling: bool = False,  # the terminal is the process's controlling terminal
     ) -> None:
         master, slave = os.openpty()
         if size is not None:  # what the program's get_terminal_size() will see
@@ -156,15 +157,18 @@ class PtySession:
         self.master = master
         self.raw = b""
         out = stdout.open("wb") if stdout is not None else None
+        # by default the child leads a session of its own, with no controlling terminal shared
+        # with the test runner; ``controlling``: it leads one whose controlling terminal is this
+        # PTY (util-linux ``setsid --ctty``), so closing the window hangs it up as a real one
         self.proc = subprocess.Popen(
-            [str(ENGINE), *args],
+            ["setsid", "--ctty", str(ENGINE), *args] if controlling else [str(ENGINE), *args],
             stdin=slave,
             stdout=out if out is not None else slave,
             stderr=slave,
             env={**env, "TERM": term},
             cwd=cwd,
             close_fds=True,
-            start_new_session=True,  # no controlling terminal shared with the test runner
+            start_new_session=not controlling,  # (setsid needs to not lead a group already)
         )
         os.close(slave)  # ours; the master sees EOF once the child is gone
         if out is not None:
@@ -224,11 +228,18 @@ class PtySession:
                 raise AssertionError(f"still running after {timeout:g} s; got:\n{self.text}")
         return self.proc.wait(timeout=max(1.0, deadline - time.monotonic()))
 
+    def hang_up(self) -> None:
+        """What closing the terminal window does: the master side goes away, the kernel sends
+        SIGHUP to the session (``controlling`` only) and the process's writes fail from then."""
+        os.close(self.master)
+        self.master = -1
+
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=5)
-        os.close(self.master)
+        if self.master >= 0:
+            os.close(self.master)
 
 
 class ScreenSession(PtySession):
@@ -245,12 +256,15 @@ class ScreenSession(PtySession):
         lines: int = 40,
         term: str = "xterm-256color",
         stdout: Path | None = None,
+        controlling: bool = False,
     ) -> None:
         self._screen = pyte.HistoryScreen(columns, lines, history=10_000)
         self._stream = pyte.ByteStream(self._screen)
         # the window size comes from the PTY: COLUMNS/LINES would override it
         env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
-        super().__init__(args, env, cwd, term=term, size=(columns, lines), stdout=stdout)
+        super().__init__(
+            args, env, cwd, term=term, size=(columns, lines), stdout=stdout, controlling=controlling
+        )
 
     def _received(self, chunk: bytes) -> None:
         self._stream.feed(chunk)

@@ -641,6 +641,23 @@ def test_serve_stopped_by_sigterm_is_a_normal_stop(cli: Cli) -> None:
         server.stop()
 
 
+def test_serve_in_a_terminal_that_closes_stops_normally(cli: Cli) -> None:
+    """Closing the terminal the server runs in (SIGHUP) killed it on the spot, its runs' leases
+    left to a dead process; it drains now, as on Ctrl-C or SIGTERM, and exits 0."""
+    anyio.run(_create_database, cli.db)
+    server = PtySession(["serve", "--port", "0", "--db", str(cli.db)], cli.env, cli.cwd,
+                        controlling=True)  # fmt: skip
+    try:
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/support", server.expect("/banking"))[1])
+        assert httpx.get(f"http://127.0.0.1:{port}/health", timeout=10).status_code == 200
+        server.hang_up()
+        assert server.proc.wait(timeout=30) == 0
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"http://127.0.0.1:{port}/health", timeout=5)
+    finally:
+        server.close()
+
+
 def test_serve_listens_before_it_logs_its_endpoints() -> None:
     """The endpoints are logged while the app still starts (opens its store): a client that
     connects as soon as it reads them (a test, a health check) is queued, not refused. The

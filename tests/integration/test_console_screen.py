@@ -547,6 +547,51 @@ def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
     assert "interrupted" in cli.expect(0, "runs", "list").out  # what the table says
 
 
+@pytest.mark.parametrize("when", ["an agent works", "it asks for approval"])
+def test_closing_the_terminal_gives_the_run_back(
+    cli: Cli, sessions: list[ScreenSession], when: str
+) -> None:
+    """Closing the terminal window (SIGHUP, every write failing from then on) killed the
+    command with the run's lease left to the dead process: another terminal's ``resume`` was
+    refused as busy until the lease ran out. It stops now as on Ctrl-C (exit 3): the run
+    keeps its last checkpoint, no one holds it, and it continues elsewhere to its end."""
+    with SlowModel(think=30) as model:
+        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+        slow = ["-m", "My headphones arrived broken", "--model", "slow", "--base-url", url]
+        model_args = [*slow, "--api-key", "k"] if when == "an agent works" else ["-m", REFUND]
+        demo = ScreenSession(
+            ["demo", "handoff", *model_args, "--db", str(cli.db)],
+            cli.env,
+            cli.cwd,
+            controlling=True,
+        )
+        sessions.append(demo)
+        demo.expect_screen("is working" if when == "an agent works" else APPROVE)
+        demo.hang_up()
+        assert demo.proc.wait(timeout=15) == 3
+    [run] = cli.json("runs", "list", "--json")
+    assert run["worker"] is None  # no one works on it now
+    if when == "an agent works":
+        assert run["status"] == "in_progress"
+        return
+    assert run["status"] == "idle_with_pending_requests"
+    done = cli.expect(0, "resume", run["run_id"], "--approve")
+    assert "Refund of 89.99 for order 12345 submitted." in done.out
+
+
+def test_a_resume_of_a_run_another_terminal_executes_is_one_line(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """Refused as busy, ``resume`` printed ``resuming run ...`` first, as if it had begun."""
+    with SlowModel(think=30) as model:
+        demo = open_slow_demo(sessions, cli, model)
+        demo.expect_screen("is working")
+        [run] = cli.json("runs", "list", "--json")
+        busy = cli.expect(5, "resume", run["run_id"], "--offline")
+        assert "being executed by another worker" in busy.error_line()
+        assert busy.out == ""
+
+
 # --- plain lines: NO_COLOR ----------------------------------------------------------------------
 
 
