@@ -23,11 +23,12 @@ test: $(STAMP)
 
 # The inner loop (under a minute): everything but the tests marked slow (crash sweeps, real
 # SIGKILLs, CLI and server subprocesses), with 100 simulation seeds instead of 1,000 and half
-# the examples of the slowest properties (tests/unit/test_properties.py).
+# the examples of the slowest properties (tests/unit/test_properties.py), on two processes
+# (pytest-xdist; CI's machine has two cores). `make test` runs in one, as CI does.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	SIM_SEEDS=100 PROPERTY_EXAMPLES=half $(BIN)/python -m pytest -m "not slow" -q
+	SIM_SEEDS=100 PROPERTY_EXAMPLES=half $(BIN)/python -m pytest -m "not slow" -q -n 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
