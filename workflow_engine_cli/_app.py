@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import inspect
 import json
 import os
 import sys
@@ -1297,3 +1298,18 @@ def _in_use(exc: OSError) -> bool:
     import errno
 
     return exc.errno == errno.EADDRINUSE
+
+
+def _flow_help(group: typer.Typer) -> None:
+    """Each command's help as flowing paragraphs. Typer keeps a docstring's line breaks, and
+    rich wraps the lines at the terminal's width as well: at 80 columns a word or two was left
+    alone on a line in the middle of a sentence."""
+    for info in group.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        info.help = "\n\n".join(" ".join(paragraph.split()) for paragraph in doc.split("\n\n"))
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            _flow_help(sub.typer_instance)
+
+
+_flow_help(app)

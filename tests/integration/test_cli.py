@@ -9,6 +9,7 @@ commands that share nothing run concurrently, each against its own database.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -221,6 +222,28 @@ def test_serve_help_names_the_extra_to_install(cli: Cli) -> None:
     """Rich took ``[server]`` in the help text for markup and dropped it (outside tester)."""
     shown = cli.expect(0, "serve", "--help").out
     assert "pip install 'workflow-engine[server]'" in " ".join(shown.split()), shown
+
+
+@pytest.mark.parametrize(
+    "command", [["demo"], ["resume"], ["respond"], ["cancel"], ["serve"], ["runs", "show"]]
+)
+def test_help_reads_as_paragraphs_at_80_columns(cli: Cli, command: list[str]) -> None:
+    """The docstring's own line breaks were kept and the lines wrapped at the width as well:
+    ``refuses (exit`` / ``2) saying why``, a word or two alone on a line (review)."""
+    shown = subprocess.run(
+        [str(ENGINE), *command, "--help"],
+        capture_output=True,
+        text=True,
+        env={**cli.env, "COLUMNS": "80"},
+        check=True,
+    ).stdout
+    shown = "\n".join(line.rstrip() for line in shown.splitlines())
+    prose = shown.split("\n\n", 1)[1].split("╭")[0]  # after the usage line, before the boxes
+    for paragraph in prose.split("\n\n"):
+        lines = [line.strip() for line in paragraph.splitlines() if line.strip()]
+        for line, following in itertools.pairwise(lines):
+            # a line wrapped at the width is full up to about the next word's length
+            assert len(line) + len(following.split()[0]) >= 76, shown
 
 
 def test_approve_and_reject_together_is_a_usage_error(cli: Cli) -> None:
