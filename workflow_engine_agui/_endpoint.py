@@ -848,6 +848,18 @@ class AGUIService:
         task.add_done_callback(self._executing.discard)
         return receive
 
+    def interrupt(self) -> int:
+        """Stop every run this endpoint is executing now, where it is, instead of waiting for
+        its next pause (a forced stop: a second Ctrl-C). Each run keeps its last checkpoint,
+        gives its lease back and is continued by the next request for its thread; a tool call
+        under way is asked about then if it did not finish. Each connected client gets
+        ``RUN_ERROR`` (``run_interrupted``). Call it on the event loop's thread; ``drain``
+        then returns once they have stopped. Returns how many runs were told to stop."""
+        tasks = [task for task in self._executing if not task.done()]
+        for task in tasks:
+            task.cancel()
+        return len(tasks)
+
     async def drain(self) -> None:
         """Wait for every run this endpoint is executing (see ``_execute``) to end."""
         while self._executing:

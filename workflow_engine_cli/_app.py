@@ -1199,7 +1199,7 @@ def serve(
     tune_gc_for_a_server()
     import signal
 
-    server = uvicorn.Server(config)
+    server = _patient_server(config, app_.state.agui_services)
 
     def stop(signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP:  # its terminal closed: the log goes nowhere from now on
@@ -1217,6 +1217,39 @@ def serve(
         for sig, handler in before.items():
             signal.signal(sig, handler)
     logging.getLogger("workflow_engine.cli").info("stopped")
+
+
+def _patient_server(config: Any, services: list[Any]) -> Any:
+    """uvicorn's server, stopped by a second Ctrl-C without dropping what it does. uvicorn
+    quits at once then: its connections and the runs they stream were torn down mid-step, two
+    tracebacks logged, no client told, the store left unclosed. Here the second Ctrl-C stops
+    the runs where they are (each keeps its last checkpoint and gives its lease back; each
+    client gets ``RUN_ERROR``) and the graceful stop goes on from there; a third quits as
+    uvicorn does."""
+    import asyncio
+    import logging
+    import signal
+
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        interrupting = False
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if sig == signal.SIGINT and self.should_exit and not self.interrupting:
+                self.interrupting = True
+                asyncio.get_running_loop().call_soon_threadsafe(self.interrupt_runs)
+                return
+            super().handle_exit(sig, frame)
+
+        def interrupt_runs(self) -> None:
+            stopped = sum(service.interrupt() for service in services)
+            logging.getLogger("workflow_engine.cli").info(
+                "interrupting %d run(s) at their last checkpoint (Ctrl-C again quits now)",
+                stopped,
+            )
+
+    return Server(config)
 
 
 def _open_or_exit(db: Path | None) -> None:

@@ -116,7 +116,7 @@ def create_app(
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    add_agui_endpoint(
+    support = add_agui_endpoint(
         app,
         workflow_factory("support", model)(),
         "/support",
@@ -124,5 +124,8 @@ def create_app(
         max_body_bytes=max_body_bytes,
         run_state={MODEL_STATE_KEY: model.config.record()},
     )
-    add_agui_endpoint(app, banking_agent(), "/banking", store=store, max_body_bytes=max_body_bytes)
+    banking = add_agui_endpoint(
+        app, banking_agent(), "/banking", store=store, max_body_bytes=max_body_bytes
+    )
+    app.state.agui_services = [support, banking]  # (what a forced stop interrupts)
     return app

@@ -30,7 +30,14 @@ import anyio
 import httpx
 import pytest
 
-from tests.integration.cli_harness import ENGINE, Cli, PtySession, flat, run_concurrently
+from tests.integration.cli_harness import (
+    ENGINE,
+    Cli,
+    PtySession,
+    SlowModel,
+    flat,
+    run_concurrently,
+)
 from workflow_engine.storage import SqliteStore
 
 # Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
@@ -566,14 +573,16 @@ def test_read_only_commands_do_not_load_agents_server_or_rich(cli: Cli, tmp_path
 class ServerProcess:
     """``workflow-engine serve --port 0`` with its stderr (the log) collected line by line."""
 
-    def __init__(self, cli: Cli, *args: str, port: int = 0) -> None:
+    def __init__(
+        self, cli: Cli, *args: str, port: int = 0, env: dict[str, str] | None = None
+    ) -> None:
         self.proc = subprocess.Popen(
             [str(ENGINE), "serve", "--port", str(port), "--db", str(cli.db), *args],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=cli.env,
+            env={**cli.env, **(env or {})},
             cwd=cli.cwd,
         )
         self.log: list[str] = []
@@ -662,6 +671,49 @@ def test_serve_stopped_by_sigterm_is_a_normal_stop(cli: Cli) -> None:
         assert any(line.rstrip().endswith("stopped") for line in server.rest()), server.log
     finally:
         server.stop()
+
+
+def test_serve_stopped_by_a_second_ctrl_c_interrupts_its_runs_cleanly(cli: Cli) -> None:
+    """Ctrl-C waits for the runs in flight to reach a pause; a second Ctrl-C made uvicorn quit
+    at once: two tracebacks in the log, the client's stream cut off with no ``RUN_ERROR``, the
+    store left unclosed (outside tester 59). It stops the runs where they are now: the client
+    is told, the run keeps its last checkpoint with no one holding it, and the server stops."""
+    anyio.run(_create_database, cli.db)
+    with SlowModel(think=30) as model:
+        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+        env = {"OPENAI_BASE_URL": url, "OPENAI_API_KEY": "k", "OPENAI_MODEL": "slow"}
+        server = ServerProcess(cli, env=env)
+        try:
+            port = int(server.expect(r"AG-UI endpoints: http://127\.0\.0\.1:(\d+)/support")[1])
+            seen: list[str] = []
+
+            def client() -> None:
+                refund = {"id": "m1", "role": "user", "content": "My headphones arrived broken"}
+                body = {"threadId": "t1", "runId": "r1", "messages": [refund]}
+                with httpx.stream(
+                    "POST", f"http://127.0.0.1:{port}/support", json=body, timeout=60
+                ) as response:
+                    for line in response.iter_lines():
+                        if line.startswith("data:"):
+                            seen.append(json.loads(line[5:])["type"])
+
+            reader = threading.Thread(target=client)
+            reader.start()
+            server.expect(r"POST http://\S+/v1/chat/completions")  # the agent waits on it
+            server.proc.send_signal(signal.SIGINT)
+            server.expect(r"Waiting for connections to close")
+            server.proc.send_signal(signal.SIGINT)
+            assert server.proc.wait(timeout=30) == 0, "".join(server.rest())
+            reader.join(timeout=30)
+        finally:
+            server.stop()
+    log = "".join(server.rest())
+    assert "Traceback" not in log and not re.search(r"^\S+ ERROR ", log, re.MULTILINE), log
+    assert "interrupting 1 run(s) at their last checkpoint" in log
+    assert log.rstrip().endswith("stopped"), log
+    assert seen[0] == "RUN_STARTED" and seen[-1] == "RUN_ERROR", seen
+    [run] = cli.json("runs", "list")
+    assert run["status"] == "in_progress" and run["worker"] is None
 
 
 def test_serve_in_a_terminal_that_closes_stops_normally(cli: Cli) -> None:

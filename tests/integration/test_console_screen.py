@@ -13,16 +13,21 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.integration.cli_harness import Cli, ScreenSession, flat, run_concurrently
+from tests.integration.cli_harness import (
+    SLOW_REPLY,
+    Cli,
+    ScreenSession,
+    SlowModel,
+    flat,
+    run_concurrently,
+)
 from workflow_engine_cli._registry import open_runtime
 
 # Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
@@ -319,54 +324,6 @@ def test_review_prompt_shows_the_shape_and_asks_again(
 
 
 # --- a real model streaming slowly: text and spinner take turns --------------------------------
-
-SLOW_REPLY = (
-    "Thank you for writing. I am sorry the headphones arrived broken; let me see what we can "
-    "do about order 12345 for you today."
-)
-
-
-class SlowModel(ThreadingHTTPServer):
-    """An OpenAI-compatible endpoint that thinks for a while, then streams its answer a word at
-    a time, slowly enough for the spinner to tick before and while it speaks."""
-
-    def __init__(self, think: float = 0.6, per_word: float = 0.05) -> None:
-        model = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", "0")))
-                self.send_response(200)
-                self.send_header("content-type", "text/event-stream")
-                self.end_headers()
-                time.sleep(model.think)
-                for word in re.findall(r"\S+\s*", SLOW_REPLY):
-                    self.chunk({"content": word})
-                    time.sleep(model.per_word)
-                self.chunk({}, "stop")
-                self.wfile.write(b"data: [DONE]\n\n")
-
-            def chunk(self, delta: dict[str, object], finish: str | None = None) -> None:
-                choice = {"index": 0, "delta": delta, "finish_reason": finish}
-                event = {"id": "c1", "object": "chat.completion.chunk", "created": 0}
-                event |= {"model": "slow", "choices": [choice]}
-                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-                self.wfile.flush()
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.think, self.per_word = think, per_word
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
-
-    def __enter__(self) -> SlowModel:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.shutdown()
-        self.server_close()
 
 
 def open_slow_demo(sessions: list[ScreenSession], cli: Cli, model: SlowModel) -> ScreenSession:
