@@ -369,7 +369,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             if entry is not None and not idempotent:
                 doubt = EffectInDoubtError(
                     f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} "
-                    "started before a crash and recorded no result",
+                    "started before the run stopped (a crash, a kill, an interruption) and "
+                    "recorded no result",
                     step_key=name,
                     description=entry.get("intent"),
                 )

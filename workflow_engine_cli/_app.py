@@ -553,16 +553,17 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         # continue (they killed the process, exit 130, after or before it)
         for sig in (signal.SIGINT, *stopping):
             signal.signal(sig, signal.SIG_IGN)
-        if hung_up:  # no terminal to tell
-            raise typer.Exit(EXIT_PAUSED) from None
-        term = err_console()
-        with contextlib.suppress(OSError):  # (the terminal closed after all the same)
-            if run_ids:
-                term.print(f"\nInterrupted: run {visible(run_ids[-1])} keeps its last checkpoint.")
-                where = escape(f"{visible(run_ids[-1])}{Hints.db}")  # a path may hold [markup]
-                term.print(f"Continue with: workflow-engine resume {where}")
-            else:
-                term.print("\nInterrupted before a run started.")
+        if not hung_up:  # (no terminal to tell)
+            term = err_console()
+            with contextlib.suppress(OSError):  # (the terminal closed after all the same)
+                if run_ids:
+                    run_id = visible(run_ids[-1])
+                    term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
+                    where = escape(f"{run_id}{Hints.db}")  # a path may hold [markup]
+                    term.print(f"Continue with: workflow-engine resume {where}")
+                else:
+                    term.print("\nInterrupted before a run started.")
+        _exit_now_if_a_thread_lingers(EXIT_PAUSED)
         raise typer.Exit(EXIT_PAUSED) from None
     except typer.Exit as stop:
         # a write that failed on the closed terminal before the signal was handled (another
@@ -574,6 +575,22 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         for sig, handler in before.items():
             if signal.getsignal(sig) is as_ctrl_c:
                 signal.signal(sig, handler)
+
+
+def _exit_now_if_a_thread_lingers(code: int) -> None:
+    """Exit at once if a thread the command started still runs: a tool call in a thread that
+    the second Ctrl-C stopped waiting for (it cannot be cut off). The interpreter would wait
+    for it at exit, with Ctrl-C ignored from then on: the command said it was interrupted and
+    never ended. Its run recorded the call as started: ``resume`` asks whether it happened."""
+    import threading
+
+    main = threading.main_thread()
+    if any(t.is_alive() and not t.daemon and t is not main for t in threading.enumerate()):
+        with contextlib.suppress(OSError, ValueError):
+            sys.stdout.flush()
+        with contextlib.suppress(OSError, ValueError):
+            sys.stderr.flush()
+        os._exit(code)
 
 
 _AT_REST = ("idle", "cancelled")  # WorkflowRunState values: nothing left to resume
@@ -1222,10 +1239,10 @@ def serve(
 def _patient_server(config: Any, services: list[Any]) -> Any:
     """uvicorn's server, stopped by a second Ctrl-C without dropping what it does. uvicorn
     quits at once then: its connections and the runs they stream were torn down mid-step, two
-    tracebacks logged, no client told, the store left unclosed. Here the second Ctrl-C stops
-    the runs where they are (each keeps its last checkpoint and gives its lease back; each
-    client gets ``RUN_ERROR``) and the graceful stop goes on from there; a third quits as
-    uvicorn does."""
+    tracebacks logged, no client told, the store left unclosed. Here the second Ctrl-C (or
+    SIGTERM) stops the runs where they are (each keeps its last checkpoint and gives its lease
+    back; each client gets ``RUN_ERROR``) and the graceful stop goes on from there; a third
+    Ctrl-C quits the process at once (exit 130)."""
     import asyncio
     import logging
     import signal
@@ -1236,11 +1253,22 @@ def _patient_server(config: Any, services: list[Any]) -> Any:
         interrupting = False
 
         def handle_exit(self, sig: int, frame: Any) -> None:
-            if sig == signal.SIGINT and self.should_exit and not self.interrupting:
-                self.interrupting = True
+            if not self.should_exit:
+                super().handle_exit(sig, frame)  # the first: a graceful stop
+            elif not self.interrupting:
+                self.interrupting = True  # the second (Ctrl-C or SIGTERM): stop the runs now
                 asyncio.get_running_loop().call_soon_threadsafe(self.interrupt_runs)
-                return
-            super().handle_exit(sig, frame)
+            elif sig == signal.SIGINT:
+                # the third Ctrl-C: a run that did not stop is in a tool call in a thread,
+                # which nothing can cut off; quit now, as a kill would (no traceback: uvicorn's
+                # own forced exit tore the app down mid-request). Its lease lapses at once on
+                # this host; the call is asked about when the run is continued.
+                log = logging.getLogger("workflow_engine.cli")
+                log.warning("quitting now: runs still executing stop where they are")
+                for handler in logging.getLogger().handlers:
+                    with contextlib.suppress(Exception):
+                        handler.flush()
+                os._exit(130)
 
         def interrupt_runs(self) -> None:
             stopped = sum(service.interrupt() for service in services)

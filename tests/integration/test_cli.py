@@ -9,6 +9,7 @@ commands that share nothing run concurrently, each against its own database.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -714,6 +715,49 @@ def test_serve_stopped_by_a_second_ctrl_c_interrupts_its_runs_cleanly(cli: Cli) 
     assert seen[0] == "RUN_STARTED" and seen[-1] == "RUN_ERROR", seen
     [run] = cli.json("runs", "list")
     assert run["status"] == "in_progress" and run["worker"] is None
+
+
+def test_serve_quits_on_a_third_ctrl_c_while_a_tool_hangs(cli: Cli) -> None:
+    """An approved refund blocks in its thread (the ledger is a FIFO no one reads): nothing can
+    cut it off, so the second Ctrl-C leaves that run executing. The third made uvicorn tear the
+    app down with tracebacks, and the process still waited for the thread (outside tester 61).
+    It quits now, exit 130, one line saying so; the call is asked about when continued."""
+    anyio.run(_create_database, cli.db)
+    os.mkfifo(cli.ledger_path)
+    server = ServerProcess(cli)
+    try:
+        port = int(server.expect(r"AG-UI endpoints: http://127\.0\.0\.1:(\d+)/support")[1])
+        url = f"http://127.0.0.1:{port}/support"
+        refund = {"id": "m1", "role": "user", "content": "I want a refund for order 12345"}
+        body = {"threadId": "t1", "runId": "r1", "messages": [refund]}
+        started = httpx.post(url, json=body, timeout=30).text
+        [interrupt_id] = re.findall(r'"interrupts":\[\{"id":"([^"]+)"', started)
+        answer = {"interruptId": interrupt_id, "status": "resolved", "payload": {"accepted": True}}
+        resume = {**body, "runId": "r2", "messages": [], "resume": [answer]}
+
+        def approve() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # cut off when the server quits
+                httpx.post(url, json=resume, timeout=60)
+
+        client = threading.Thread(target=approve)
+        client.start()
+        server.expect(r"POST /support")  # the resume's request, then the tool in its thread
+        time.sleep(0.5)
+        for expected in ("Waiting for connections to close", "interrupting 1 run"):
+            server.proc.send_signal(signal.SIGINT)
+            server.expect(expected)
+        server.proc.send_signal(signal.SIGINT)
+        assert server.proc.wait(timeout=15) == 130
+        client.join(timeout=30)
+    finally:
+        server.stop()
+    log = "".join(server.rest())
+    assert "Traceback" not in log, log
+    assert log.rstrip().endswith("quitting now: runs still executing stop where they are"), log
+    os.unlink(cli.ledger_path)
+    [run] = cli.json("runs", "list")
+    asked = cli.expect(3, "resume", run["run_id"])
+    assert "step 'tool#0' of executor 'refund_agent' started before the run stopped" in asked.out
 
 
 def test_serve_in_a_terminal_that_closes_stops_normally(cli: Cli) -> None:

@@ -536,6 +536,30 @@ def test_closing_the_terminal_gives_the_run_back(
     assert "Refund of 89.99 for order 12345 submitted." in done.out
 
 
+def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """The approved refund blocks in its thread (the ledger is a FIFO no one reads). Ctrl-C
+    waits for it; a second Ctrl-C printed how to continue, then the process never ended: the
+    interpreter waited for the thread at exit, with Ctrl-C ignored (outside tester 61). It
+    ends now (exit 3), and the call is asked about when the run is continued."""
+    os.mkfifo(cli.ledger_path)
+    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
+    demo.expect_screen(APPROVE)
+    demo.send("y")
+    demo.expect_screen("is working")
+    demo.interrupt()
+    time.sleep(0.5)
+    demo.interrupt()
+    assert demo.wait(timeout=15) == 3, demo.screen_text()
+    [run] = cli.json("runs", "list", "--json")
+    in_order(demo.screen(), [f"Continue with: workflow-engine resume {run['run_id']}"])
+    os.unlink(cli.ledger_path)
+    asked = cli.expect(3, "resume", run["run_id"])
+    assert "step 'tool#0' of executor 'refund_agent' started before the run stopped" in asked.out
+    assert "(InDoubtEffect)" in asked.out
+
+
 def test_a_resume_of_a_run_another_terminal_executes_is_one_line(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
