@@ -103,6 +103,8 @@ from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
 
 from ._http import (
     AGUIError,
+    ClientGoneError,
+    bounded,
     describe_validation,
     encode_event,
     is_json_media_type,
@@ -424,7 +426,13 @@ class AGUIService:
         """Runs being executed (``_execute``): held here so that a task is never collected."""
 
     def thread_key(self, thread_id: str) -> str:
-        return f"{self.namespace}:{thread_id}" if self.namespace else thread_id
+        """What the thread's run ids start with: ``<namespace>:<thread>``. An endpoint at
+        ``/`` has no namespace: its thread ``t`` is ``t``, but a thread id holding ``:`` is
+        kept apart with a leading ``:`` -- as ``support:T`` it was the ``/support`` endpoint's
+        thread ``T``, whose interrupts a client of ``/`` could then answer."""
+        if self.namespace:
+            return f"{self.namespace}:{thread_id}"
+        return f":{thread_id}" if ":" in thread_id else thread_id
 
     def owns(self, thread_id: str, run_id: str) -> bool:
         """Whether ``run_id`` is one of this endpoint's runs of exactly ``thread_id``.
@@ -565,10 +573,11 @@ class AGUIService:
                 result=run_result(result.outputs, workflow.registry),
             )
         except (AGUIError, WorkflowError) as exc:
-            log.warning("thread %r: RUN_ERROR %s: %s", thread_id, exc.code, exc)
+            message = bounded(str(exc))
+            log.warning("thread %r: RUN_ERROR %s: %s", thread_id, exc.code, message)
             for out in translator.close_all():
                 yield out
-            yield RunErrorEvent(message=str(exc), code=exc.code)
+            yield RunErrorEvent(message=message, code=exc.code)
         except Exception as exc:  # a bug: the client still gets a well-formed end of stream
             log.exception("AG-UI run on thread %r failed", thread_id)
             for out in translator.close_all():
@@ -1019,6 +1028,8 @@ def add_agui_endpoint(
     Which origins may call is the app's policy (see ``workflow_engine_cli._server``).
     """
     namespace = path.strip("/").replace("/", "_")
+    if ":" in namespace:  # ``a:b`` and ``a``'s thread ``b:...`` would name the same runs
+        raise ValueError(f"an AG-UI endpoint's path may not hold ':' ({path!r})")
     taken: set[str] | None = getattr(app.state, "agui_namespaces", None)
     if taken is None:
         taken = app.state.agui_namespaces = set()
@@ -1046,6 +1057,9 @@ def add_agui_endpoint(
             resume = normalize_resume(body)
             run_input = RunAgentInput.model_validate(body)
             check_thread_id(run_input.thread_id)
+        except ClientGoneError as exc:  # no one to answer: said in the log, once
+            log.info("%s: %s", path, exc)
+            return refusal(exc.status, exc.code, str(exc))
         except InputError as exc:
             extra = {"limit": max_body_bytes} if isinstance(exc, InputTooLargeError) else {}
             return refusal(exc.status, exc.code, str(exc), **extra)

@@ -43,10 +43,11 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, RootModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from workflow_engine import TypeRegistry
-from workflow_engine._input import InputTooLargeError
+from workflow_engine._input import InputError, InputTooLargeError
 from workflow_engine._registry import display_name
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -62,9 +63,22 @@ class AGUIError(Exception):
         self.code = code
 
 
+MESSAGE_CHARS = 2_000
+"""The longest error message sent to a client or logged: one may quote what the client sent
+(an interrupt id, a value), and a 1 MB id came back whole, in the stream and in the log."""
+
+
+def bounded(message: str) -> str:
+    """``message``, cut to ``MESSAGE_CHARS`` characters, saying how much was left out."""
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    rest = len(message) - MESSAGE_CHARS
+    return f"{message[:MESSAGE_CHARS]}… ({rest:,} more characters)"
+
+
 def refusal(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
     """The JSON answer to a refused request: ``{"error": code, "message": ..., **extra}``."""
-    return JSONResponse({"error": code, "message": message, **extra}, status_code=status)
+    return JSONResponse({"error": code, "message": bounded(message), **extra}, status_code=status)
 
 
 # --- origins and hosts --------------------------------------------------------------------------
@@ -180,18 +194,32 @@ def is_json_media_type(value: str | None) -> bool:
     return True
 
 
+class ClientGoneError(InputError):
+    """The client closed the connection before its request's body was whole."""
+
+    code = "client_disconnected"
+    status = 400
+
+
 async def read_body(request: Request, limit: int) -> bytes:
-    """The body, read no further than ``limit`` bytes (``InputTooLargeError`` beyond)."""
+    """The body, read no further than ``limit`` bytes (``InputTooLargeError`` beyond;
+    ``ClientGoneError`` if the client hangs up before the body is whole: it was a traceback
+    in the server's log)."""
     declared = request.headers.get("content-length", "")
     if declared.isascii() and declared.isdigit() and int(declared) > limit:
         raise InputTooLargeError(f"the body has {int(declared)} bytes; the limit is {limit}")
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise InputTooLargeError(f"the body has more than {limit} bytes, the limit")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise InputTooLargeError(f"the body has more than {limit} bytes, the limit")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        raise ClientGoneError(
+            f"the client closed the connection after {size} bytes of the body"
+        ) from None
     return b"".join(chunks)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +22,15 @@ import httpx
 import pytest
 from ag_ui.core import EventType
 
-from tests.integration.agui_harness import Client, Server, Stream, resolved, run_input, user
+from tests.integration.agui_harness import (
+    Client,
+    Server,
+    Stream,
+    in_process,
+    resolved,
+    run_input,
+    user,
+)
 from tests.integration.cli_harness import Cli
 from tests.integration.hostile_harness import (
     BAD_VALUES,
@@ -294,6 +303,72 @@ def test_an_endpoint_cannot_answer_another_endpoints_interrupt(
     stream = client.resume("/support", thread_id, resolved(banking.id, {"accepted": True}))
     refused_stream(stream, "interrupt_thread_mismatch")
     assert store_state(server.db) == before
+
+
+def test_an_endpoint_at_the_root_cannot_reach_another_endpoints_thread(tmp_path: Path) -> None:
+    """At ``/`` run ids have no namespace: its thread ``support:T`` named the runs of thread
+    ``T`` of ``/support`` on the same store, so a client of ``/`` could approve that thread's
+    refund and start runs inside it (outside tester 63). Such a thread is kept apart now."""
+    from fastapi import FastAPI
+
+    from workflow_engine_agui import add_agui_endpoint
+    from workflow_engine_cli.demos.support_handoff import build_support_workflow
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, build_support_workflow(), "/support", store=store)
+    add_agui_endpoint(app, build_support_workflow(), store=store)  # at "/"
+    with pytest.raises(ValueError, match="may not hold ':'"):
+        add_agui_endpoint(app, build_support_workflow(), "/a:b", store=store)
+    with in_process(app) as port:
+        client = Client(f"http://127.0.0.1:{port}")
+        thread_id = thread()
+        theirs = pause(client, thread_id, "/support")
+        alias = f"support:{thread_id}"
+        stream = client.resume("/", alias, resolved(theirs.id, {"accepted": True}))
+        refused_stream(stream, "interrupt_thread_mismatch")
+        # a thread of its own, not one waiting on theirs (it was "interrupts_pending")
+        [mine] = client.start("/", alias, REFUND).interrupts
+        assert mine.id != theirs.id
+        done = client.resume("/support", thread_id, resolved(theirs.id, {"accepted": True}))
+        assert "submitted" in done.results()[theirs.tool_call_id]
+    anyio.run(store.close)
+    runs = sorted(r.run_id for r in anyio.run(_runs, tmp_path / "runs.db"))
+    assert runs == sorted([f"support:{thread_id}/0", f":support:{thread_id}/0"])
+
+
+async def _runs(db: Path) -> list[Any]:
+    async with SqliteStore(db) as store:
+        return list(await store.list_runs())
+
+
+def test_a_client_gone_before_its_body_is_whole_leaves_no_traceback(server: Server) -> None:
+    """``Content-Length: 500``, part of the body, then the connection closed: starlette's
+    ClientDisconnect reached the log as a traceback (outside tester 63)."""
+    import socket
+
+    for _ in range(2):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            head = (
+                "POST /support HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                "Content-Type: application/json\r\nContent-Length: 500\r\n\r\n"
+            )
+            sock.sendall(head.encode() + b'{"threadId": "t')
+    deadline = time.monotonic() + 5
+    while "client closed the connection" not in server_log_clean(server):
+        assert time.monotonic() < deadline, server_log_clean(server)[-2000:]
+        time.sleep(0.05)
+
+
+def test_what_the_client_sent_is_not_echoed_whole(client: Client, server: Server) -> None:
+    """A 990 KB interrupt id came back whole in ``RUN_ERROR`` and in a one-line warning of the
+    log: twenty such requests grew the log by 20 MB (outside tester 63)."""
+    huge = "x" * 500_000
+    stream = client.resume("/support", thread(), resolved(huge, {"accepted": True}))
+    assert stream.error_code is not None
+    assert len(stream.last.message) < 3_000, len(stream.last.message)
+    assert "more characters)" in stream.last.message
+    assert len(server_log_clean(server).splitlines()[-1]) < 3_000
 
 
 def test_an_interrupt_left_pending_by_an_earlier_run_is_not_answered(
