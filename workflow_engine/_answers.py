@@ -141,19 +141,24 @@ def _args(hint: Any) -> list[Any]:
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
-def is_json_data(data: Any) -> bool:
+def is_json_data(data: Any, max_depth: int) -> bool:
     """Whether ``data`` is made of JSON values only: dicts with str keys, lists, str, int, float,
-    bool and None (walked without recursion: it may be deep)."""
-    stack = [data]
+    bool and None (walked without recursion: it may be deep). ``ValueError`` if it nests
+    deeper than ``max_depth``: a cycle (``d["self"] = d``) was walked for ever, hanging the
+    event loop, and 3,000 levels failed later with a bare ``RecursionError``."""
+    stack = [(data, 0)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         kind = type(item)
-        if kind is dict:
-            if not all(type(k) is str for k in item):
-                return False
-            stack.extend(item.values())
-        elif kind is list:
-            stack.extend(item)
+        if kind is dict or kind is list:
+            if depth >= max_depth:
+                raise ValueError(f"it nests deeper than {max_depth} levels (a cycle?)")
+            if kind is dict:
+                if not all(type(k) is str for k in item):
+                    return False
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
         elif kind not in _JSON_SCALARS:
             return False
     return True

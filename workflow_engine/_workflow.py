@@ -18,7 +18,14 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._answers import is_json_data, unknown_keys
 from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore, answer_digest
-from ._codec import JsonCodec, TaggedJsonCodec, TypeRegistry, decode_stored, is_text
+from ._codec import (
+    MAX_DEPTH,
+    JsonCodec,
+    TaggedJsonCodec,
+    TypeRegistry,
+    decode_stored,
+    is_text,
+)
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotLatestError,
@@ -782,7 +789,7 @@ class Workflow:
             adapter = self._adapters[key] = TypeAdapter(expected)
         name = display_name(expected, self.registry)
         try:
-            if is_json_data(data):  # (from the command line, a web page): strictly, as JSON
+            if is_json_data(data, MAX_DEPTH):  # (from the command line, a web page): strictly
                 value = adapter.validate_json(json.dumps(data), strict=True)
             else:  # it holds Python values (a model, bytes, a date): as its type's own
                 value = adapter.validate_python(data)  # model_validate would take them

@@ -10,12 +10,14 @@ from typing import Any, Literal, Never
 
 import anyio
 import pytest
+from pydantic import BaseModel
 
 from workflow_engine import (
     CheckpointNotFoundError,
     Executor,
     LeaseLostError,
     RequestPort,
+    ResponseTypeError,
     RunBusyError,
     RunExistsError,
     RunNotFoundError,
@@ -588,3 +590,58 @@ async def test_an_answer_to_a_run_busy_in_this_process_does_not_blame_another_wo
         assert second.request_id in said and "is stored" in said
     finally:
         await runtime.close()
+
+
+class Box(BaseModel):
+    value: Any
+
+
+class AsksForABox(Executor):
+    @handler
+    async def go(self, message: str, ctx: WorkflowContext[Never, Any]) -> None:
+        await ctx.request_info(message, Box)
+
+    @response_handler
+    async def got(self, question: str, box: Box, ctx: WorkflowContext[Never, Any]) -> None:
+        await ctx.yield_output(box.value)
+
+
+def _cyclic_dict() -> dict[str, Any]:
+    d: dict[str, Any] = {}
+    d["self"] = d
+    return d
+
+
+def _cyclic_list() -> list[Any]:
+    items: list[Any] = []
+    items.append(items)
+    return items
+
+
+def _nested(levels: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "value", [_cyclic_dict(), _cyclic_list(), _nested(3_000)], ids=["cycle", "list", "deep"]
+)
+async def test_an_answer_that_nests_without_end_is_refused_at_once(
+    tmp_path: Path, value: Any
+) -> None:
+    """JSON-shaped, a cyclic answer (``d["self"] = d``) was walked for ever on the event loop's
+    thread; 3,000 levels raised a bare RecursionError (outside tester 62)."""
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(WorkflowBuilder(name="box", start=AsksForABox("asks")).build())
+    paused = await runtime.run("box", "what is in it?")
+    request_id = paused.pending_requests[0].request_id
+    with anyio.fail_after(10), pytest.raises(ResponseTypeError) as refused:
+        await runtime.respond(request_id, {"value": value})
+    message = str(refused.value)
+    assert request_id in message and "expected Box" in message
+    assert "nests deeper than 180 levels (a cycle?)" in message
+    done = await runtime.respond_and_resume(request_id, {"value": [1, {"a": None}]})
+    assert done.outputs == [[1, {"a": None}]]
+    await runtime.close()
