@@ -167,6 +167,51 @@ def test_a_resume_or_message_that_finds_the_run_executing_is_run_busy(tmp_path: 
     assert first[0][-1]["result"]["outputs"][0]["data"] == "ship it: yes"
 
 
+class HeldAtTheLease(SqliteStore):
+    """A store whose next lease-taking execution waits for ``go`` (``held`` says it waits):
+    a resume held between storing its answers and taking the run."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.hold, self.held, self.go = threading.Event(), threading.Event(), threading.Event()
+
+    async def acquire_latest(self, *args: Any, **kwargs: Any) -> Any:
+        if self.hold.is_set():
+            self.hold.clear()
+            self.held.set()
+            await anyio.to_thread.run_sync(self.go.wait)
+        return await super().acquire_latest(*args, **kwargs)
+
+
+def test_a_message_sent_while_a_resume_starts_is_run_busy_not_interrupted(
+    tmp_path: Path,
+) -> None:
+    """Between a resume's stored answers and its execution taking the run, a new message found
+    the run resting with answers waiting and no one on it, and was refused as if the server
+    had been stopped: ``run_interrupted``, "send the request that started it again" (outside
+    tester 63, 18 times in 40)."""
+    gate = threading.Event()
+    gate.set()
+    app = FastAPI()
+    store = HeldAtTheLease(tmp_path / "runs.db")
+    add_agui_endpoint(app, WorkflowBuilder(name="asker", start=Asker(gate)).build(), store=store)
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/"
+        resume = resume_of(post(url, messages=[{"id": "m", "role": "user", "content": "ship"}]))
+        store.hold.set()
+        first: list[list[dict[str, Any]]] = []
+        sender = threading.Thread(target=lambda: first.append(post(url, resume=resume)))
+        sender.start()
+        assert store.held.wait(10), "the resume never went to take the run"
+        other = post(url, messages=[{"id": "m2", "role": "user", "content": "and this"}])
+        store.go.set()
+        sender.join(timeout=30)
+    anyio.run(store.close)
+    assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
+    assert first[0][-1]["type"] == "RUN_FINISHED", first[0][-1]
+    assert first[0][-1]["result"]["outputs"][0]["data"] == "ship: yes"
+
+
 def test_a_resume_that_finds_the_run_leased_by_a_worker_elsewhere_names_that_worker(
     tmp_path: Path,
 ) -> None:
