@@ -31,6 +31,9 @@ from ._errors import (
     CheckpointStoreError,
     DefinitionError,
     LeaseLostError,
+    RequestAlreadyAnsweredError,
+    RequestCancelledError,
+    ResponseTypeError,
     RunBusyError,
     RunInterruptedError,
     RunNotResumableError,
@@ -816,14 +819,28 @@ class Runtime:
                 "longer declares (was the type renamed since the request was made?): the run is "
                 "stranded"
             ) from exc
-        value = wf.check_answer(
-            run.run_id,
-            request_id,
-            request.port_id,
-            wf.decode_stored(request.data, run.run_id, f"the data of request {request_id!r}"),
-            expected,
-            data,
-        )
+        try:
+            value = wf.check_answer(
+                run.run_id,
+                request_id,
+                request.port_id,
+                wf.decode_stored(request.data, run.run_id, f"the data of request {request_id!r}"),
+                expected,
+                data,
+            )
+        except ResponseTypeError:
+            # a request no longer waiting: what matters is that this is not its answer (a
+            # client told to fix the payload would then meet the conflict)
+            if request.status == "cancelled":
+                raise RequestCancelledError(
+                    f"run {run.run_id!r}: request {request_id!r} was cancelled"
+                ) from None
+            if request.status != "pending":
+                raise RequestAlreadyAnsweredError(
+                    f"run {run.run_id!r}: request {request_id!r} was already answered with a "
+                    "different value; an answer cannot be changed"
+                ) from None
+            raise
         return run.run_id, wf.codec.encode(value)
 
     # --- queries --------------------------------------------------------------------------------

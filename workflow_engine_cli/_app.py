@@ -1210,9 +1210,6 @@ def serve(
         access_log=True,
         backlog=LISTEN_BACKLOG,
     )
-    logging.getLogger("workflow_engine.cli").info(
-        "AG-UI endpoints: http://%s:%d/support and /banking", host, bound
-    )
     tune_gc_for_a_server()
     import signal
 
@@ -1226,9 +1223,14 @@ def serve(
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM, then raises the signal again once
     # its own handlers are gone: that is a normal stop (SIGTERM killed the process, 143).
     # SIGHUP (the terminal it runs in closed; uvicorn leaves it alone) stops it the same way.
+    # In place before the endpoints are logged: a process manager that reads them may stop
+    # the server at once.
     before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with contextlib.suppress(KeyboardInterrupt):
+            logging.getLogger("workflow_engine.cli").info(
+                "AG-UI endpoints: http://%s:%d/support and /banking", host, bound
+            )
             server.run(sockets=[sock])
     finally:
         for sig, handler in before.items():

@@ -16,6 +16,8 @@ from workflow_engine import (
     CheckpointNotFoundError,
     Executor,
     LeaseLostError,
+    RequestAlreadyAnsweredError,
+    RequestCancelledError,
     RequestPort,
     ResponseTypeError,
     RunBusyError,
@@ -644,4 +646,30 @@ async def test_an_answer_that_nests_without_end_is_refused_at_once(
     assert "nests deeper than 180 levels (a cycle?)" in message
     done = await runtime.respond_and_resume(request_id, {"value": [1, {"a": None}]})
     assert done.outputs == [[1, {"a": None}]]
+    await runtime.close()
+
+
+async def test_an_invalid_answer_to_a_request_no_longer_waiting_says_so(tmp_path: Path) -> None:
+    """A different answer to an answered request is a conflict, valid or not: an invalid one
+    was a type mismatch, which told the client to fix its payload -- to meet the conflict
+    next (outside tester 63). A cancelled request says it was cancelled."""
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(WorkflowBuilder(name="box", start=AsksForABox("asks")).build())
+    answered = (await runtime.run("box", "one?")).pending_requests[0].request_id
+    await runtime.respond_and_resume(answered, {"value": 1})
+    cancelled_run = await runtime.run("box", "two?")
+    cancelled = cancelled_run.pending_requests[0].request_id
+    await runtime.cancel(cancelled_run.run_id)
+    for request_id, refused in (
+        (answered, RequestAlreadyAnsweredError),
+        (cancelled, RequestCancelledError),
+    ):
+        for wrong in ({}, {"value": 1, "extra": 2}, "not a box"):
+            with pytest.raises(refused) as said:
+                await runtime.respond(request_id, wrong)
+            assert request_id in str(said.value)
+    with pytest.raises(ResponseTypeError):  # a request still waiting: its payload is the issue
+        await runtime.respond(
+            (await runtime.run("box", "three?")).pending_requests[0].request_id, {}
+        )
     await runtime.close()
