@@ -115,6 +115,25 @@ class OpenAIChatClient:
             where = getattr(self._client, "base_url", None) or "the model endpoint"
             raise ConnectionError(f"cannot reach {where} (model {self.model!r}): {exc}") from exc
 
+    async def _named_breaks(self, stream: Any) -> AsyncIterator[Any]:
+        """The chunks of a streamed reply; a connection that breaks off mid-reply is named in
+        the error, as an unreachable one is (it said only "Connection error.")."""
+        chunks = aiter(stream)
+        while True:
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
+            except Exception as exc:
+                name = type(exc).__name__
+                if name not in ("APIConnectionError", "APITimeoutError", "RemoteProtocolError"):
+                    raise
+                where = getattr(self._client, "base_url", None) or "the model endpoint"
+                raise ConnectionError(
+                    f"{where} (model {self.model!r}) broke off its reply mid-stream: {exc}"
+                ) from exc
+            yield chunk
+
     async def get_response(
         self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
     ) -> ChatResponse:
@@ -142,7 +161,7 @@ class OpenAIChatClient:
         stream = await self._create({**self._request(messages, tools), "stream": True})
         call_ids: dict[int, str] = {}
         used: set[str] = set()
-        async for chunk in stream:
+        async for chunk in self._named_breaks(stream):
             if not chunk.choices:
                 continue
             delta = chunk.choices[0].delta

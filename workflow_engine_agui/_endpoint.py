@@ -824,7 +824,10 @@ class AGUIService:
         thread_id, client_run_id = run_input.thread_id, run_input.run_id
         log.info("thread %r: a request already applied to run %r, again", thread_id, run_id)
         if info.status is WorkflowRunState.FAILED:
-            raise AGUIError("workflow_failed", f"run {run_id} failed")
+            # what failed, not only that it did (outside tester 63)
+            error = info.error or {}
+            said = f": {error.get('message')}" if error.get("message") else ""
+            raise AGUIError(error.get("code") or "workflow_failed", f"run {run_id} failed{said}")
         if info.status is WorkflowRunState.CANCELLED:
             outcome: Any = RunFinishedCancelledOutcome()
             yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id, outcome=outcome)

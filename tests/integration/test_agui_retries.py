@@ -593,3 +593,21 @@ def test_a_graceful_stop_lets_a_run_without_its_client_reach_its_pause(tmp_path:
             server.wait()
     assert ledger.read_text().split() == ["start", "done"]
     assert status_of(tmp_path) is WorkflowRunState.IDLE
+
+
+class Fails(Executor):
+    @handler
+    async def go(self, text: str, ctx: WorkflowContext[Never]) -> None:
+        raise ValueError(f"cannot handle {text!r}")
+
+
+def test_the_start_of_a_failed_run_sent_again_says_what_failed(tmp_path: Path) -> None:
+    """It said only "run ... failed" (outside tester 63), where the first answer had said why."""
+    workflow = WorkflowBuilder(name="fails", start=Fails("fails")).build()
+    with serving_target(tmp_path, workflow, "/fails") as url:
+        first = said(url, "t", "r1", "this")
+        again = said(url, "t", "r1", "this")
+    assert first[-1]["type"] == again[-1]["type"] == "RUN_ERROR", (first[-1], again[-1])
+    assert "cannot handle 'this'" in first[-1]["message"]
+    assert "cannot handle 'this'" in again[-1]["message"], again[-1]
+    assert again[-1]["code"] == first[-1]["code"]

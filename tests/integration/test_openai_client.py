@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 
 from tests.integration.fake_openai import FakeOpenAIServer
@@ -58,3 +62,47 @@ async def test_agent_in_a_workflow_over_http_with_approval() -> None:
         assert [m["role"] for m in wire] == ["system", "user", "assistant", "tool"]
         assert wire[2]["tool_calls"][0]["function"]["name"] == "submit_refund"
         assert wire[3]["tool_call_id"] == wire[2]["tool_calls"][0]["id"]
+
+
+class BreaksOffMidReply(ThreadingHTTPServer):
+    """An endpoint that streams the start of a reply, then drops the connection."""
+
+    def __init__(self) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("content-length", "0")))
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", "100000")  # more than will come
+                self.end_headers()
+                choice = {"index": 0, "delta": {"content": "Let me"}, "finish_reason": None}
+                chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 0}
+                chunk |= {"model": "m", "choices": [choice]}
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.flush()
+                self.close_connection = True
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+    def __enter__(self) -> BreaksOffMidReply:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        self.server_close()
+
+
+async def test_a_reply_broken_off_mid_stream_names_the_endpoint_and_model() -> None:
+    """It said only "Connection error." (outside tester 63): not which endpoint nor model."""
+    with BreaksOffMidReply() as server:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        client = OpenAIChatClient("m", base_url=url, api_key="k")
+        with pytest.raises(ConnectionError) as broke:
+            async for _ in client.get_streaming_response([ChatMessage(role="user", text="hi")]):
+                pass
+    said = str(broke.value)
+    assert f"{url}/ (model 'm') broke off its reply mid-stream" in said, said
