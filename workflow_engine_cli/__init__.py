@@ -1,5 +1,16 @@
 """The ``workflow-engine`` command line (composition root)."""
 
-from ._app import main
+from __future__ import annotations
+
+
+def main() -> None:
+    """The console script. A Ctrl-C while the command line is still loading ends it quietly
+    (exit 130), as a shell's command would; it printed a traceback from inside an import."""
+    try:
+        from ._app import main as run_command
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
+    run_command()
+
 
 __all__ = ["main"]

@@ -78,8 +78,9 @@ HELP = __doc__ or ""
 app = typer.Typer(
     help=HELP.split("\n\n")[0],
     epilog="Exit codes: 0 done · 1 run failed or cancelled · 2 bad input · "
-    "3 paused (waiting for input) · 4 not found · 5 conflict · 6 storage problem · "
-    "7 server cannot listen · 141 output closed (| head)",
+    "3 paused (waiting for input), or stopped by Ctrl-C, SIGTERM or SIGHUP · 4 not found · "
+    "5 conflict · 6 storage problem · 7 server cannot listen · 130 quit at once (Ctrl-C while "
+    "starting; a third Ctrl-C on serve) · 141 output closed (| head)",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -1137,7 +1138,7 @@ def serve(
 
     Logs go to stderr through Python's logging: uvicorn's access log (uvicorn.access), the
     server's own messages (uvicorn.error) and the engine's (workflow_engine*) -- one
-    format, one level. Needs the server extra: ``pip install 'workflow-engine\\[server]'``.
+    format, one level. Needs the server extra: pip install 'workflow-engine\\[server]'.
     """
     import contextlib
     import logging

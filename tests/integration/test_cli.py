@@ -557,6 +557,37 @@ def loaded_by(cli: Cli, out: Path, argv: list[str]) -> tuple[str, set[str]]:
     return proc.stdout, set(json.loads(out.read_text()))
 
 
+CTRL_C_WHILE_LOADING = """
+import sys
+
+class CtrlC:  # Ctrl-C pressed while typer loads: at its import
+    def find_spec(self, name, path=None, target=None):
+        if name == "typer":
+            raise KeyboardInterrupt
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+sys.argv = ["workflow-engine", "--version"]
+from workflow_engine_cli import main
+main()
+"""
+
+
+def test_ctrl_c_while_the_command_line_loads_is_a_quiet_exit(cli: Cli) -> None:
+    """Pressed in the first ~50 ms it printed a traceback from inside ``import typer``
+    (outside tester 61)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CTRL_C_WHILE_LOADING],
+        capture_output=True,
+        text=True,
+        env=cli.env,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stdout == proc.stderr == ""
+
+
 def test_read_only_commands_do_not_load_agents_server_or_rich(cli: Cli, tmp_path: Path) -> None:
     """What makes them start fast (timing itself is measured, not asserted)."""
     cli.start_paused()
