@@ -34,11 +34,13 @@ class AmbiguousIdError(Exception):
 
 def short_ids(ids: Iterable[str], minimum: int = SHORT) -> dict[str, str]:
     """Each id → its shortest prefix of at least ``minimum`` characters that no other id in
-    ``ids`` starts with (the whole id if it is a prefix of another)."""
+    ``ids`` starts with (the whole id if it is a prefix of another). An id with a namespace
+    (``support:<thread>/<n>``, a run of the AG-UI server) keeps ``minimum`` characters after
+    it: ``support:`` alone named the run uniquely, and told a person nothing."""
     ordered = sorted(set(ids))
     short = {}
     for i, this in enumerate(ordered):
-        need = minimum
+        need = this.find(":") + 1 + minimum
         for j in (i - 1, i + 1):  # in sorted order the longest shared prefix is with a neighbour
             if 0 <= j < len(ordered):
                 need = max(need, _shared(this, ordered[j]) + 1)

@@ -224,6 +224,21 @@ def test_short_ids_are_unique_and_at_least_eight_characters() -> None:
     }
 
 
+def test_a_namespaced_id_is_shortened_after_its_namespace() -> None:
+    """A server's run ids were shown as ``support:`` (one run) or ``support:f`` (outside
+    tester 61): unique, and meaningless."""
+    ids = ["support:f00dcafe-1234/0", "support:f00dcafe-1234/1", "support:t1/0", "a" * 32]
+    assert short_ids(ids) == {
+        "support:f00dcafe-1234/0": "support:f00dcafe-1234/0",
+        "support:f00dcafe-1234/1": "support:f00dcafe-1234/1",
+        "support:t1/0": "support:t1/0",
+        "a" * 32: "a" * 8,
+    }
+    assert short_ids(["support:0123456789abcdef/0"]) == {
+        "support:0123456789abcdef/0": "support:01234567"
+    }
+
+
 def test_a_prefix_names_one_id_or_is_reported() -> None:
     ids = ["abc123450000", "abc123451111", "ffff00001111"]
     assert match("run", "ffff", ids) == "ffff00001111"
