@@ -72,6 +72,7 @@ from workflow_engine import (
     ExecutorFailedEvent,
     ExecutorInvokedEvent,
     ExternalRequest,
+    RequestAlreadyAnsweredError,
     RequestInfoEvent,
     ResponseError,
     RunExistsError,
@@ -734,7 +735,17 @@ class AGUIService:
             if answer.status == "cancelled":
                 continue  # the same cancel again: nothing to store
             request = self._decode_request(workflow, stored)
-            prepared.append((stored.request_id, answer_for(request, answer.payload)))
+            try:
+                value = answer_for(request, answer.payload)
+            except AGUIError as exc:
+                # a payload no request would take, to one already answered: what matters is
+                # that it is not that answer (as for the engine's respond), not its form
+                raise AGUIError(
+                    RequestAlreadyAnsweredError.code,
+                    f"interrupt {answer.interrupt_id} was already answered with a different "
+                    f"value; an answer cannot be changed ({exc})",
+                ) from exc
+            prepared.append((stored.request_id, value))
         for answer in fresh:
             request = pending[answer.interrupt_id]
             value = answer_for(request, answer.payload)

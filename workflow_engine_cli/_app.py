@@ -537,12 +537,18 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
     import signal
 
     hung_up = False
+    asked_to_stop = False
 
     def as_ctrl_c(signum: int, frame: Any) -> None:
-        nonlocal hung_up
+        nonlocal hung_up, asked_to_stop
         if signum == signal.SIGHUP and not hung_up:
             hung_up = True
             _discard_output(sys.stdout, sys.stderr)  # before a write fails on the dead terminal
+        if not asked_to_stop:
+            # no one is left to press Ctrl-C again: a step that does not finish within the
+            # grace is stopped waiting for, as a second Ctrl-C would (it is asked about then)
+            asked_to_stop = True
+            _signal_later(STOP_GRACE_SECONDS, signal.SIGINT)
         os.kill(os.getpid(), signal.SIGINT)
 
     stopping = (signal.SIGTERM, signal.SIGHUP)
@@ -576,6 +582,21 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         for sig, handler in before.items():
             if signal.getsignal(sig) is as_ctrl_c:
                 signal.signal(sig, handler)
+
+
+STOP_GRACE_SECONDS = 10.0
+"""After SIGTERM or SIGHUP (the terminal closed), how long a step under way (an approved tool
+call) gets to finish before the command stops waiting for it as a second Ctrl-C would: no one
+is there to press it, and a call that hung kept the process, and the run, for good."""
+
+
+def _signal_later(seconds: float, signum: int) -> None:
+    """Send this process ``signum`` in ``seconds`` (from a daemon thread: gone at exit)."""
+    import threading
+
+    timer = threading.Timer(seconds, os.kill, (os.getpid(), signum))
+    timer.daemon = True
+    timer.start()
 
 
 def _exit_now_if_a_thread_lingers(code: int) -> None:
@@ -1217,8 +1238,13 @@ def serve(
     server = _patient_server(config, app_.state.agui_services)
 
     def stop(signum: int, frame: Any) -> None:
-        if signum == signal.SIGHUP:  # its terminal closed: the log goes nowhere from now on
+        if signum == signal.SIGHUP and not server.should_exit:
+            # its terminal closed: the log goes nowhere from now on, and no one is left to
+            # press Ctrl-C again: runs that have not paused within the grace are stopped where
+            # they are, and a tool call that hung in a thread is left after another
             _discard_output(sys.stdout, sys.stderr)
+            _signal_later(STOP_GRACE_SECONDS, signal.SIGTERM)
+            _signal_later(2 * STOP_GRACE_SECONDS, signal.SIGTERM)
         server.should_exit = True  # (before uvicorn's own handlers are in place, or after)
 
     # uvicorn shuts down gracefully on Ctrl-C or SIGTERM, then raises the signal again once
@@ -1245,10 +1271,9 @@ def _patient_server(config: Any, services: list[Any]) -> Any:
     tracebacks logged, no client told, the store left unclosed. Here the second Ctrl-C (or
     SIGTERM) stops the runs where they are (each keeps its last checkpoint and gives its lease
     back; each client gets ``RUN_ERROR``) and the graceful stop goes on from there; a third
-    Ctrl-C quits the process at once (exit 130)."""
+    Ctrl-C (or SIGTERM) quits the process at once (exit 130)."""
     import asyncio
     import logging
-    import signal
 
     import uvicorn
 
@@ -1261,11 +1286,11 @@ def _patient_server(config: Any, services: list[Any]) -> Any:
             elif not self.interrupting:
                 self.interrupting = True  # the second (Ctrl-C or SIGTERM): stop the runs now
                 asyncio.get_running_loop().call_soon_threadsafe(self.interrupt_runs)
-            elif sig == signal.SIGINT:
-                # the third Ctrl-C: a run that did not stop is in a tool call in a thread,
-                # which nothing can cut off; quit now, as a kill would (no traceback: uvicorn's
-                # own forced exit tore the app down mid-request). Its lease lapses at once on
-                # this host; the call is asked about when the run is continued.
+            else:
+                # the third (Ctrl-C or SIGTERM): a run that did not stop is in a tool call in a
+                # thread, which nothing can cut off; quit now, as a kill would (no traceback:
+                # uvicorn's own forced exit tore the app down mid-request). Its lease lapses at
+                # once on this host; the call is asked about when the run is continued.
                 log = logging.getLogger("workflow_engine.cli")
                 log.warning("quitting now: runs still executing stop where they are")
                 for handler in logging.getLogger().handlers:
@@ -1276,7 +1301,8 @@ def _patient_server(config: Any, services: list[Any]) -> Any:
         def interrupt_runs(self) -> None:
             stopped = sum(service.interrupt() for service in services)
             logging.getLogger("workflow_engine.cli").info(
-                "interrupting %d run(s) at their last checkpoint (Ctrl-C again quits now)",
+                "interrupting %d run(s) at their last checkpoint (Ctrl-C or SIGTERM again "
+                "quits now)",
                 stopped,
             )
 

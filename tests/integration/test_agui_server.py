@@ -400,6 +400,11 @@ def test_a_repeated_resume_is_harmless_and_a_conflicting_one_is_refused(
 
     conflict = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": False}))
     assert conflict.error_code == "request_conflict"
+    # a payload no approval would take is not that answer either: a conflict, not "fix your
+    # payload" (outside tester 64)
+    for malformed in (True, {"accepted": True, "approved": True}, {"arguments": {}}):
+        refused = client.resume("/support", thread_id, resolved(interrupt.id, malformed))
+        assert refused.error_code == "request_conflict", refused.describe()
     assert len(ledger_lines(shared, thread_id)) == 1
 
 

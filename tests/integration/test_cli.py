@@ -40,6 +40,7 @@ from tests.integration.cli_harness import (
     run_concurrently,
 )
 from workflow_engine.storage import SqliteStore
+from workflow_engine_cli._app import STOP_GRACE_SECONDS
 
 # Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
 pytestmark = pytest.mark.slow
@@ -785,6 +786,50 @@ def test_serve_quits_on_a_third_ctrl_c_while_a_tool_hangs(cli: Cli) -> None:
     log = "".join(server.rest())
     assert "Traceback" not in log, log
     assert log.rstrip().endswith("quitting now: runs still executing stop where they are"), log
+    os.unlink(cli.ledger_path)
+    [run] = cli.json("runs", "list")
+    asked = cli.expect(3, "resume", run["run_id"])
+    assert "step 'tool#0' of executor 'refund_agent' started before the run stopped" in asked.out
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM x3", "SIGHUP"])
+def test_serve_stopped_from_outside_while_a_tool_hangs_ends(cli: Cli, stop: str) -> None:
+    """A third SIGTERM was ignored (only Ctrl-C quit), and after SIGHUP no one could press
+    Ctrl-C at all: with a tool call hung in its thread, only SIGKILL ended the server (outside
+    tester 64). A third SIGTERM quits as a third Ctrl-C does; after SIGHUP the server stops the
+    runs, then quits, a grace apart."""
+    anyio.run(_create_database, cli.db)
+    os.mkfifo(cli.ledger_path)
+    server = PtySession(["serve", "--port", "0", "--db", str(cli.db)], cli.env, cli.cwd,
+                        controlling=True)  # fmt: skip
+    try:
+        found = re.search(r"http://127\.0\.0\.1:(\d+)/support", server.expect("/banking"))
+        url = f"http://127.0.0.1:{int(found[1])}/support"
+        refund = {"id": "m1", "role": "user", "content": "I want a refund for order 12345"}
+        body = {"threadId": "t1", "runId": "r1", "messages": [refund]}
+        started = httpx.post(url, json=body, timeout=30).text
+        [interrupt_id] = re.findall(r'"interrupts":\[\{"id":"([^"]+)"', started)
+        answer = {"interruptId": interrupt_id, "status": "resolved", "payload": {"accepted": True}}
+        resume = {**body, "runId": "r2", "messages": [], "resume": [answer]}
+
+        def approve() -> None:
+            with contextlib.suppress(httpx.HTTPError):  # cut off when the server quits
+                httpx.post(url, json=resume, timeout=60)
+
+        client = threading.Thread(target=approve)
+        client.start()
+        server.expect("POST /support")
+        time.sleep(1.0)  # the tool is in its thread, blocked on the ledger
+        if stop == "SIGHUP":
+            server.hang_up()
+        else:
+            for _ in range(3):
+                server.proc.send_signal(signal.SIGTERM)
+                time.sleep(0.5)
+        assert server.proc.wait(timeout=2 * STOP_GRACE_SECONDS + 15) == 130
+        client.join(timeout=30)
+    finally:
+        server.close()
     os.unlink(cli.ledger_path)
     [run] = cli.json("runs", "list")
     asked = cli.expect(3, "resume", run["run_id"])

@@ -28,6 +28,7 @@ from tests.integration.cli_harness import (
     flat,
     run_concurrently,
 )
+from workflow_engine_cli._app import STOP_GRACE_SECONDS
 from workflow_engine_cli._registry import open_runtime
 
 # Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
@@ -558,6 +559,29 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     asked = cli.expect(3, "resume", run["run_id"])
     assert "step 'tool#0' of executor 'refund_agent' started before the run stopped" in asked.out
     assert "(InDoubtEffect)" in asked.out
+
+
+def test_closing_the_terminal_while_a_tool_hangs_ends_the_command(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """SIGHUP acted as a first Ctrl-C, which waits for the approved call; on a closed terminal
+    no one can press the second, so a call that hung kept the process and its run for good
+    (outside tester 64). After the grace it stops waiting, as the second Ctrl-C would."""
+    os.mkfifo(cli.ledger_path)
+    demo = ScreenSession(
+        ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
+    )
+    sessions.append(demo)
+    demo.expect_screen(APPROVE)
+    demo.send("y")
+    demo.expect_screen("is working")
+    demo.hang_up()
+    assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 15) == 3
+    [run] = cli.json("runs", "list", "--json")
+    assert run["worker"] is None
+    os.unlink(cli.ledger_path)
+    asked = cli.expect(3, "resume", run["run_id"])
+    assert "step 'tool#0' of executor 'refund_agent' started before the run stopped" in asked.out
 
 
 def test_a_resume_of_a_run_another_terminal_executes_is_one_line(
