@@ -495,7 +495,8 @@ async def _drive(
         try:
             async with aclosing(stream):
                 hidden = typed_keys_hidden(policy.interactive and not detach)
-                with hidden, nullcontext() if json_mode else term.working():
+                working = nullcontext() if json_mode else term.working()
+                with hidden, working, nullcontext() if json_mode else stopping_said(term):
                     async for event in stream:
                         printer.show(event)
         finally:
@@ -527,6 +528,36 @@ async def _drive(
         if waiting:
             print_paused(term, run_id, waiting, json_mode)
             return EXIT_PAUSED
+
+
+STOPPING = "stopping: a step under way finishes first · Ctrl-C again stops waiting"
+
+
+@contextlib.contextmanager
+def stopping_said(term: Terminal) -> Iterator[None]:
+    """While agents work, the first Ctrl-C says what the command waits for: a step under way
+    (an approved tool call) runs to its end before the run stops. The spinner went on saying
+    "refund_agent is working…", with nothing to tell that a second Ctrl-C stops waiting."""
+    import asyncio
+    import threading
+
+    previous = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(previous):
+        yield
+        return
+    loop = asyncio.get_running_loop()
+
+    def first_press(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, previous)  # the next press goes on as it always did
+        loop.call_soon_threadsafe(setattr, term, "status", STOPPING)  # (not from a handler)
+        previous(signum, frame)
+
+    signal.signal(signal.SIGINT, first_press)
+    try:
+        yield
+    finally:
+        if signal.getsignal(signal.SIGINT) is first_press:
+            signal.signal(signal.SIGINT, previous)
 
 
 def _worth_retrying(exc: StorageError) -> bool:
