@@ -749,6 +749,26 @@ def test_serve_stopped_by_a_second_ctrl_c_interrupts_its_runs_cleanly(cli: Cli) 
     assert run["status"] == "in_progress" and run["worker"] is None
 
 
+def approve_a_refund_that_hangs(port: int) -> threading.Thread:
+    """On the server at ``port``: a refund asked for, then approved by a client in a thread
+    (returned, started), whose request stays open while the tool hangs on the FIFO ledger."""
+    url = f"http://127.0.0.1:{port}/support"
+    refund = {"id": "m1", "role": "user", "content": "I want a refund for order 12345"}
+    body = {"threadId": "t1", "runId": "r1", "messages": [refund]}
+    started = httpx.post(url, json=body, timeout=30).text
+    [interrupt_id] = re.findall(r'"interrupts":\[\{"id":"([^"]+)"', started)
+    answer = {"interruptId": interrupt_id, "status": "resolved", "payload": {"accepted": True}}
+    resume = {**body, "runId": "r2", "messages": [], "resume": [answer]}
+
+    def approve() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # cut off when the server quits
+            httpx.post(url, json=resume, timeout=60)
+
+    client = threading.Thread(target=approve)
+    client.start()
+    return client
+
+
 def test_serve_quits_on_a_third_ctrl_c_while_a_tool_hangs(cli: Cli) -> None:
     """An approved refund blocks in its thread (the ledger is a FIFO no one reads): nothing can
     cut it off, so the second Ctrl-C leaves that run executing. The third made uvicorn tear the
@@ -759,20 +779,7 @@ def test_serve_quits_on_a_third_ctrl_c_while_a_tool_hangs(cli: Cli) -> None:
     server = ServerProcess(cli)
     try:
         port = int(server.expect(r"AG-UI endpoints: http://127\.0\.0\.1:(\d+)/support")[1])
-        url = f"http://127.0.0.1:{port}/support"
-        refund = {"id": "m1", "role": "user", "content": "I want a refund for order 12345"}
-        body = {"threadId": "t1", "runId": "r1", "messages": [refund]}
-        started = httpx.post(url, json=body, timeout=30).text
-        [interrupt_id] = re.findall(r'"interrupts":\[\{"id":"([^"]+)"', started)
-        answer = {"interruptId": interrupt_id, "status": "resolved", "payload": {"accepted": True}}
-        resume = {**body, "runId": "r2", "messages": [], "resume": [answer]}
-
-        def approve() -> None:
-            with contextlib.suppress(httpx.HTTPError):  # cut off when the server quits
-                httpx.post(url, json=resume, timeout=60)
-
-        client = threading.Thread(target=approve)
-        client.start()
+        client = approve_a_refund_that_hangs(port)
         server.expect(r"POST /support")  # the resume's request, then the tool in its thread
         time.sleep(0.5)
         for expected in ("Waiting for connections to close", "interrupting 1 run"):
@@ -804,20 +811,7 @@ def test_serve_stopped_from_outside_while_a_tool_hangs_ends(cli: Cli, stop: str)
                         controlling=True)  # fmt: skip
     try:
         found = re.search(r"http://127\.0\.0\.1:(\d+)/support", server.expect("/banking"))
-        url = f"http://127.0.0.1:{int(found[1])}/support"
-        refund = {"id": "m1", "role": "user", "content": "I want a refund for order 12345"}
-        body = {"threadId": "t1", "runId": "r1", "messages": [refund]}
-        started = httpx.post(url, json=body, timeout=30).text
-        [interrupt_id] = re.findall(r'"interrupts":\[\{"id":"([^"]+)"', started)
-        answer = {"interruptId": interrupt_id, "status": "resolved", "payload": {"accepted": True}}
-        resume = {**body, "runId": "r2", "messages": [], "resume": [answer]}
-
-        def approve() -> None:
-            with contextlib.suppress(httpx.HTTPError):  # cut off when the server quits
-                httpx.post(url, json=resume, timeout=60)
-
-        client = threading.Thread(target=approve)
-        client.start()
+        client = approve_a_refund_that_hangs(int(found[1]))
         server.expect("POST /support")
         time.sleep(1.0)  # the tool is in its thread, blocked on the ledger
         if stop == "SIGHUP":
