@@ -5,8 +5,10 @@ A :class:`Terminal` works in one of two modes, decided once by :func:`is_live`:
 * **live** -- stdout is a terminal, ``TERM`` is not ``dumb`` and ``NO_COLOR`` is unset: colours,
   words wrapped at the terminal's width with continuation lines indented, and a spinner while a
   run works.
-* **plain** -- the same words without any escape code, never wrapped, no spinner: pipes, files,
-  CI logs, dumb terminals and ``NO_COLOR``.
+* **plain** -- the same words without any escape code, no spinner: pipes, files, CI logs, dumb
+  terminals and ``NO_COLOR``. On a terminal (``NO_COLOR``, ``TERM=dumb``) words are still
+  wrapped at its width -- wrapping writes only spaces and newlines; ``NO_COLOR`` broke words
+  and paths in the middle. Never wrapped off a terminal, whose width is unknown.
 
 The spinner never erases content: it draws only while no line is open (the cursor is at the
 start of an empty line) and every write first erases exactly that line. A spinner redrawn over a
@@ -55,6 +57,10 @@ def is_live(stream: TextIO) -> bool:
     """Colours, wrapping and a spinner: only for a real terminal that wants them."""
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
         return False
+    return _on_a_terminal(stream)
+
+
+def _on_a_terminal(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):
@@ -143,6 +149,7 @@ class Terminal:
     def __init__(self, out: TextIO | None = None, *, live: bool | None = None) -> None:
         self.out = out if out is not None else sys.stdout
         self.live = is_live(self.out) if live is None else live
+        self._wraps = self.live or (live is None and _on_a_terminal(self.out))
         self._lock = threading.RLock()
         self._column = 0  # cursor column on the current screen line
         self._open = False  # a line was begun and not ended
@@ -160,7 +167,7 @@ class Terminal:
     def width(self) -> int:
         """Columns to wrap at (0: never wrap). One short of the terminal's width: writing the
         last column leaves some terminals in a deferred-wrap state we would rather not model."""
-        if not self.live:
+        if not self._wraps:
             return 0
         return max(terminal_columns(self.out) - 1, 20)
 

@@ -610,6 +610,26 @@ def test_no_color_means_plain_lines(cli: Cli, sessions: list[ScreenSession]) -> 
     in_order(demo.screen(), [*BEFORE_APPROVAL, "case complete", "finished."])
 
 
+def test_no_color_still_wraps_words_at_the_terminals_width(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """``NO_COLOR`` turned wrapping off as well: words and paths broke mid-word at the edge of
+    the window (outside tester 65). Wrapping writes only spaces and newlines."""
+    with SlowModel(per_word=0.0) as model:
+        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+        demo = open_screen(
+            sessions, cli, "demo", "handoff", "-m", "My headphones arrived broken",
+            "--model", "slow", "--base-url", url, "--api-key", "k", env={"NO_COLOR": "1"},
+        )  # fmt: skip
+        demo.expect_screen("You (empty or /end to finish):")
+        demo.send("/end")
+        demo.wait()
+    assert b"\x1b" not in demo.raw
+    rows = demo.screen()
+    for word in f"triage_agent: {SLOW_REPLY}".split():
+        assert any(word in row.split() for row in rows), (word, "\n".join(rows))
+
+
 # --- tables and ids at 80 columns ---------------------------------------------------------------
 
 RUN_A = "abc12345" + "0" * 24
