@@ -112,8 +112,12 @@ class OpenAIChatClient:
         except Exception as exc:
             if type(exc).__name__ not in ("APIConnectionError", "APITimeoutError"):
                 raise
-            where = getattr(self._client, "base_url", None) or "the model endpoint"
-            raise ConnectionError(f"cannot reach {where} (model {self.model!r}): {exc}") from exc
+            raise ConnectionError(f"cannot reach {self._where()}: {exc}") from exc
+
+    def _where(self) -> str:
+        """The endpoint and model, as errors name them."""
+        endpoint = getattr(self._client, "base_url", None) or "the model endpoint"
+        return f"{endpoint} (model {self.model!r})"
 
     async def _named_breaks(self, stream: Any) -> AsyncIterator[Any]:
         """The chunks of a streamed reply; a connection that breaks off mid-reply is named in
@@ -128,9 +132,8 @@ class OpenAIChatClient:
                 name = type(exc).__name__
                 if name not in ("APIConnectionError", "APITimeoutError", "RemoteProtocolError"):
                     raise
-                where = getattr(self._client, "base_url", None) or "the model endpoint"
                 raise ConnectionError(
-                    f"{where} (model {self.model!r}) broke off its reply mid-stream: {exc}"
+                    f"{self._where()} broke off its reply mid-stream: {exc}"
                 ) from exc
             yield chunk
 

@@ -613,22 +613,19 @@ class AGUIService:
             # from the moment its answers are stored until its execution takes the lease, the
             # run is this request's: a message sent meanwhile found it resting with answers
             # waiting and no one on it -- as if cut off by a server stop (outside tester 63)
-            marked = record is not None and record.run_id not in self._starting
-            if marked:
-                assert record is not None
-                self._starting.add(record.run_id)
+            marked = current if current is not None and current not in self._starting else None
+            if marked is not None:
+                self._starting.add(marked)
             try:
                 run_id, answers, applied = await self._resume(
                     runtime, workflow, record, pending, resume, thread_id
                 )
             except BaseException:
-                if marked:
-                    assert record is not None
-                    self._starting.discard(record.run_id)
+                if marked is not None:
+                    self._starting.discard(marked)
                 raise
-            if marked and (applied or run_id != current):
-                assert record is not None
-                self._starting.discard(record.run_id)  # not to be executed by this request
+            if marked is not None and (applied or run_id != current):
+                self._starting.discard(marked)  # not to be executed by this request
             if applied:
                 # the resume that took a run to where it rests, sent again (a client retrying
                 # after a lost response): report that run -- its interrupts, its result -- as

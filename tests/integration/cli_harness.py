@@ -30,6 +30,8 @@ from typing import Any
 
 import pyte
 
+from tests.integration.fake_openai import sse_chunk
+
 # The console script installed next to the interpreter running the tests (.venv/bin).
 ENGINE = Path(sys.executable).parent / "workflow-engine"
 TIMEOUT = 30.0  # per command
@@ -344,11 +346,8 @@ class SlowModel(ThreadingHTTPServer):
                 self.chunk({}, "stop")
                 self.wfile.write(b"data: [DONE]\n\n")
 
-            def chunk(self, delta: dict[str, object], finish: str | None = None) -> None:
-                choice = {"index": 0, "delta": delta, "finish_reason": finish}
-                event = {"id": "c1", "object": "chat.completion.chunk", "created": 0}
-                event |= {"model": "slow", "choices": [choice]}
-                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+            def chunk(self, delta: dict[str, Any], finish: str | None = None) -> None:
+                self.wfile.write(sse_chunk(delta, finish, model="slow"))
                 self.wfile.flush()
 
         super().__init__(("127.0.0.1", 0), Handler)

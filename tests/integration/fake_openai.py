@@ -76,14 +76,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
 
         def chunk(delta: dict[str, Any], finish: str | None = None) -> None:
-            event = {
-                "id": completion_id,
-                "object": "chat.completion.chunk",
-                "created": 0,
-                "model": body["model"],
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-            self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+            self.wfile.write(sse_chunk(delta, finish, model=body["model"], id=completion_id))
 
         chunk({"role": "assistant"})
         if reply["content"]:
@@ -98,6 +91,16 @@ class _Handler(BaseHTTPRequestHandler):
                 chunk({"tool_calls": [{"index": index, "function": {"arguments": part}}]})
         chunk({}, "tool_calls" if reply["tool_calls"] else "stop")
         self.wfile.write(b"data: [DONE]\n\n")
+
+
+def sse_chunk(
+    delta: dict[str, Any], finish: str | None = None, *, model: str = "m", id: str = "c1"
+) -> bytes:
+    """One ``chat.completion.chunk`` server-sent event of a streamed reply, as the wire has
+    it (for the fake endpoints of the tests)."""
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    event = {"id": id, "object": "chat.completion.chunk", "created": 0, "model": model}
+    return f"data: {json.dumps({**event, 'choices': [choice]})}\n\n".encode()
 
 
 class FakeOpenAIServer(ThreadingHTTPServer):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.integration.fake_openai import FakeOpenAIServer
+from tests.integration.fake_openai import FakeOpenAIServer, sse_chunk
 from workflow_engine import WorkflowBuilder, WorkflowRunState
 from workflow_engine.executors import Agent, ChatMessage, OpenAIChatClient, tool
 
@@ -78,10 +77,7 @@ class BreaksOffMidReply(ThreadingHTTPServer):
                 self.send_header("content-type", "text/event-stream")
                 self.send_header("content-length", "100000")  # more than will come
                 self.end_headers()
-                choice = {"index": 0, "delta": {"content": "Let me"}, "finish_reason": None}
-                chunk = {"id": "c1", "object": "chat.completion.chunk", "created": 0}
-                chunk |= {"model": "m", "choices": [choice]}
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(sse_chunk({"content": "Let me"}))
                 self.wfile.flush()
                 self.close_connection = True
 
