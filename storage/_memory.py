@@ -394,6 +394,14 @@ class InMemoryRunStore:
         found = self._journal.get((run_id, key))
         return None if found is None else _copy(found[1])
 
+    async def journal_after(self, run_id: str, superstep: int) -> Sequence[tuple[str, Any]]:
+        """The entries ``(key, entry)`` of supersteps after ``superstep``, oldest first."""
+        return [
+            (k[1], _copy(entry))
+            for k, (step, entry) in self._journal.items()
+            if k[0] == run_id and step > superstep
+        ]
+
     async def journal_intent(
         self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None
     ) -> None:

@@ -150,6 +150,9 @@ SQL_JOURNAL_PUT = (
 )
 SQL_JOURNAL_REPLACE = "UPDATE journal SET value = ?, created_at = ? WHERE run_id = ? AND key = ?"
 SQL_JOURNAL_CLEAR = "DELETE FROM journal WHERE run_id = ? AND key = ?"
+SQL_JOURNAL_AFTER = (
+    "SELECT key, value FROM journal WHERE run_id = ? AND superstep > ? ORDER BY created_at, key"
+)
 SQL_JOURNAL_COMPACT = "DELETE FROM journal WHERE run_id = ? AND superstep <= ?"
 SQL_CANCEL_FLAG = "SELECT cancel_requested FROM runs WHERE run_id = ?"
 SQL_FENCE = (

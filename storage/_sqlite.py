@@ -134,6 +134,7 @@ from ._sql import (
     SQL_INSERT_CHECKPOINT,
     SQL_INSERT_REQUEST,
     SQL_INSERT_RUN,
+    SQL_JOURNAL_AFTER,
     SQL_JOURNAL_CLEAR,
     SQL_JOURNAL_COMPACT,
     SQL_JOURNAL_GET,
@@ -1784,6 +1785,11 @@ class SqliteStore:
             return None
         self._journaled.add(run_id)
         return load_json(row[0], run_id, f"journal entry {key!r}")
+
+    async def journal_after(self, run_id: str, superstep: int) -> Sequence[tuple[str, Any]]:
+        """The entries ``(key, entry)`` of supersteps after ``superstep``, oldest first."""
+        rows = await self._query(_fetch_all, SQL_JOURNAL_AFTER, (run_id, superstep))
+        return [(key, load_json(text, run_id, f"journal entry {key!r}")) for key, text in rows]
 
     async def journal_intent(
         self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None

@@ -380,9 +380,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             try:
                 if entry is None and not idempotent:
                     wrote_intent = True
-                    await journal.journal_intent(
-                        run, name, {"intent": description}, scope.superstep
-                    )
+                    # (the executor is named: ids may hold the "/" that separates key parts)
+                    intent = {"intent": description, "executor": self.executor_id}
+                    await journal.journal_intent(run, name, intent, scope.superstep)
                 # last check before the effect: a worker paused past its lease (GC, SIGSTOP, a
                 # slow disk) must not start it once another worker may have taken the run over
                 if scope.lease_guard is not None:

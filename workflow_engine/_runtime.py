@@ -17,7 +17,15 @@ import logging
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Collection,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
@@ -46,9 +54,10 @@ from ._errors import (
     WorkflowNotRegisteredError,
 )
 from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState
+from ._identity import derive_id, idempotency_key
 from ._journal import JournalStore, keeps_journal
 from ._pump import EventPump
-from ._requests import ExternalRequest, ExternalResponse
+from ._requests import ExternalRequest, ExternalResponse, InDoubtEffect
 from ._store import (
     AnswerOutcome,
     CheckpointInfo,
@@ -82,6 +91,10 @@ class RunInfo:
     parent_run_id: str | None = None
     cancel_requested: bool = False
     """A cancel waits for the worker executing the run (see :meth:`Runtime.cancel`)."""
+    effects_in_doubt: list[InDoubtEffect] = field(default_factory=list)
+    """Of a cancelled run: the steps that had started before it stopped (a crash, a kill) and
+    recorded no result. The cancel ended the run before anyone was asked whether they happened:
+    check with the outside service (each names its ``idempotency_key``)."""
     decoded: bool = True
     """False when this runtime cannot decode the run's values -- its workflow is not registered
     here, or its graph changed (a stranded run): ``outputs`` and each request's ``data`` are
@@ -889,6 +902,9 @@ class Runtime:
                 )
                 for r in await self.store.list_requests(run_id, status="pending")
             ]
+        in_doubt: list[InDoubtEffect] = []
+        if run.status is WorkflowRunState.CANCELLED and checkpoint is not None:
+            in_doubt = await _effects_cut_off(self.store, checkpoint)
         return RunInfo(
             run_id=run.run_id,
             workflow_name=run.workflow_name,
@@ -901,6 +917,7 @@ class Runtime:
             error=run.error,
             parent_run_id=run.parent_run_id,
             cancel_requested=run.cancel_requested,
+            effects_in_doubt=in_doubt,
             decoded=decoded,
         )
 
@@ -1268,3 +1285,57 @@ class RuntimeRunStream:
     async def aclose(self) -> None:
         if self._pump is not None:
             await self._pump.close()
+
+
+async def _effects_cut_off(store: RunStore, checkpoint: Checkpoint) -> list[InDoubtEffect]:
+    """The steps of the superstep a cancel cut off that journaled an intent and no result.
+
+    A superstep's journal entries are deleted when it commits, so those left after the last
+    checkpoint belong to the one that never did; a cancelled run commits nothing more."""
+    listing = getattr(store, "journal_after", None)
+    if listing is None:  # a store without a durable journal keeps none of this
+        return []
+    run_id, secret = checkpoint.run_id, checkpoint.step_secret
+    entries = await listing(run_id, checkpoint.superstep)
+    if not entries:
+        return []
+    # (a cancel marks a question cancelled even if it was answered: its answer stays)
+    asked = {
+        r.request_id: r.answer is not None or r.status == "answered"
+        for r in await store.list_requests(run_id, status=None)
+    }
+    applied = checkpoint.answered_requests.keys() | checkpoint.answered_digests.keys()
+    found = []
+    for key, entry in entries:
+        if not isinstance(entry, dict) or "value" in entry:
+            continue  # (a result: the effect happened and was recorded)
+        if secret and _said_what_happened(secret, run_id, key, asked, applied):
+            continue
+        executor_id = entry.get("executor")
+        if not isinstance(executor_id, str):  # an intent journaled before executors were named
+            executor_id = key.split("/")[1] if key.count("/") >= 3 else ""
+        found.append(
+            InDoubtEffect(
+                executor_id=executor_id,
+                step=key.rsplit("/", 1)[-1],
+                description=entry.get("intent"),
+                step_key=key,
+                idempotency_key=idempotency_key(secret, run_id, key) if secret else "",
+            )
+        )
+    return found
+
+
+def _said_what_happened(
+    secret: str, run_id: str, key: str, asked: Mapping[str, bool], applied: Collection[str]
+) -> bool:
+    """A person answered the question about step ``key`` and the run never applied the answer
+    (it was cancelled first): they know what happened. The questions about one step are
+    numbered (see ``RunLoop._ask_about_effects``); an answer applied belongs to an earlier
+    intent, since the step only runs again once it is."""
+    n = 0
+    while (request_id := derive_id(secret, "in-doubt", run_id, key, str(n))) in asked:
+        if asked[request_id] and request_id not in applied:
+            return True
+        n += 1
+    return False

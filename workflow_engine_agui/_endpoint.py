@@ -72,6 +72,7 @@ from workflow_engine import (
     ExecutorFailedEvent,
     ExecutorInvokedEvent,
     ExternalRequest,
+    InDoubtEffect,
     RequestAlreadyAnsweredError,
     RequestInfoEvent,
     ResponseError,
@@ -122,6 +123,7 @@ from ._interrupts import (
     ResumeAnswer,
     answer_for,
     calls_in_flight,
+    effect_named,
     held_calls,
     ids_equal,
     interrupt_for,
@@ -382,6 +384,20 @@ def normalize_forwarded_props(value: Any) -> dict[str, Any]:
 # --- the endpoint -----------------------------------------------------------------------------
 
 
+async def _effects_in_doubt(runtime: Runtime, run_id: str) -> list[CustomEvent]:
+    return _in_doubt_events((await runtime.get_run(run_id)).effects_in_doubt)
+
+
+def _in_doubt_events(effects: list[InDoubtEffect]) -> list[CustomEvent]:
+    """A cancelled run's steps that started before it stopped and recorded no result, one
+    ``effects_in_doubt`` event for them all: the cancel came before anyone was asked whether
+    they happened, and only the outside service can say (by each one's idempotency key)."""
+    if not effects:
+        return []
+    value = [wire_value(e.model_dump(mode="json", exclude={"question"})) for e in effects]
+    return [CustomEvent(name="effects_in_doubt", value=value)]
+
+
 @dataclass
 class Turn:
     """What a request leads to once validated: the run to continue (``None``: the run was
@@ -544,6 +560,8 @@ class AGUIService:
                 raise AGUIError("workflow_failed", f"run {run_id} failed")
             if result.status is WorkflowRunState.CANCELLED:  # e.g. `workflow-engine cancel`
                 log.info("thread %r: run %r was cancelled while it ran", thread_id, run_id)
+                for said in await _effects_in_doubt(runtime, run_id):
+                    yield said
                 yield RunFinishedEvent(
                     thread_id=thread_id,
                     run_id=client_run_id,
@@ -837,6 +855,8 @@ class AGUIService:
             said = f": {error.get('message')}" if error.get("message") else ""
             raise AGUIError(error.get("code") or "workflow_failed", f"run {run_id} failed{said}")
         if info.status is WorkflowRunState.CANCELLED:
+            for event in _in_doubt_events(info.effects_in_doubt):
+                yield event
             outcome: Any = RunFinishedCancelledOutcome()
             yield RunFinishedEvent(thread_id=thread_id, run_id=client_run_id, outcome=outcome)
         elif info.pending_requests and info.decoded:
@@ -961,9 +981,17 @@ class AGUIService:
         if stored.status == "cancelled" and answer.status == "cancelled":
             return stored  # a cancel sent again: the run it ended is reported
         if not stranded and (stored.status == "cancelled" or answer.status == "cancelled"):
-            raise AGUIError(
-                "interrupt_not_pending", f"interrupt {interrupt_id!r} is {stored.status}"
-            )
+            said = f"interrupt {interrupt_id!r} is {stored.status}"
+            if run.status is WorkflowRunState.CANCELLED:
+                runtime, _ = self.runtime_for(thread_id)
+                effects = (await runtime.get_run(run.run_id)).effects_in_doubt
+                if effects:  # what nobody was asked about before the cancel (tester 65)
+                    said += (
+                        f": run {run.run_id} was cancelled while these effects were in doubt "
+                        "(started, no result recorded): "
+                        + "; ".join(effect_named(e) for e in effects)
+                    )
+            raise AGUIError("interrupt_not_pending", said)
         if stranded:
             raise AGUIError(
                 "run_stranded",

@@ -169,13 +169,18 @@ class ResumeAnswer:
 
 def _in_doubt_message(question: InDoubtEffect) -> str:
     """An in-doubt effect's question, with what a person looks the effect up by."""
-    described = question.description
+    return f"{question.question} It was {effect_named(question)}."
+
+
+def effect_named(effect: InDoubtEffect) -> str:
+    """``the call of tool 'submit_refund' (idempotency key ...)``, or the step of an executor."""
+    described = effect.description
     if isinstance(described, dict) and isinstance(described.get("tool"), str):
         what = f"the call of tool {described['tool']!r}"
     else:
-        what = f"step {question.step!r} of {question.executor_id!r}"
-    key = f" (idempotency key {question.idempotency_key})" if question.idempotency_key else ""
-    return f"{question.question} It was {what}{key}."
+        what = f"step {effect.step!r} of {effect.executor_id!r}"
+    key = f" (idempotency key {effect.idempotency_key})" if effect.idempotency_key else ""
+    return what + key
 
 
 def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:

@@ -772,6 +772,13 @@ def cancel(
                 )
             else:
                 print(f"Run {visible(info.run_id)} {info.status.value}.")
+            if info.effects_in_doubt:
+                from ._term import Terminal
+                from ._views import effects_in_doubt_lines
+
+                term = Terminal()
+                for line in effects_in_doubt_lines(info.effects_in_doubt):
+                    term.line((line, "yellow"))
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -919,7 +926,7 @@ def runs_show(
     """A run's timeline (checkpoints per superstep), outputs and pending requests."""
 
     async def body() -> int:
-        from ._views import describe_output
+        from ._views import describe_output, effects_in_doubt_lines
 
         async def go(runtime: Runtime) -> int:
             record = await _run_for(runtime, run_id)
@@ -940,6 +947,9 @@ def runs_show(
                             "pending_requests": [r.request_id for r in info.pending_requests],
                             "decoded": info.decoded,
                             "error": info.error,
+                            "effects_in_doubt": [
+                                e.model_dump(mode="json") for e in info.effects_in_doubt
+                            ],
                             "history": [
                                 {"seq": h.seq, "superstep": h.superstep, "status": h.status.value}
                                 for h in history
@@ -980,6 +990,8 @@ def runs_show(
                 said = f"{message} ({code})" if isinstance(code, str) and code else message
                 # not "error:", which is how this command would say that it failed itself
                 term.line((f"{info.status.value} with: ", "red"), said)
+            for line in effects_in_doubt_lines(info.effects_in_doubt):
+                term.line((line, "yellow"))
             return EXIT_DONE
 
         return await _with_runtime(db, go)

@@ -55,7 +55,7 @@ from workflow_engine.executors import (
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
 from ._hints import Hints
 from ._term import Part, Terminal, visible
-from ._views import compact, describe_output, field_notes, shape
+from ._views import compact, describe_output, effects_in_doubt_lines, field_notes, shape
 
 _WHERE = re.compile(r"^run '[^']*', request '[^']*': ")  # said once already: the prompt is it
 RESULT_CHARS = 400  # a tool result longer than this is shortened on screen (--json has it all)
@@ -516,6 +516,10 @@ async def _drive(
                 if result.status is not WorkflowRunState.CANCELLED:
                     command = f"workflow-engine resume {visible(run_id)}{Hints.db}"
                     term.line(f"Resuming retries it: `{command}`.")
+                else:  # (a cancel stored while the run was stopped mid-step)
+                    info = await runtime.get_run(run_id)
+                    for line in effects_in_doubt_lines(info.effects_in_doubt):
+                        term.line((line, "yellow"))
             return EXIT_FAILED
         waiting = []
         for request in result.pending_requests:

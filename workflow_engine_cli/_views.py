@@ -89,6 +89,32 @@ def describe_request(data: Any, port_id: str = "") -> str:
     return f"{port_id}: {compact(value)}" if port_id else compact(value)
 
 
+def describe_effect(effect: Any) -> str:
+    """What a step in doubt was doing (an ``InDoubtEffect``): a tool call as the call, any other
+    step by its description, or its name when it has none."""
+    what = effect.description
+    if isinstance(what, dict) and isinstance(what.get("tool"), str):
+        return f"call {what['tool']}({compact(what.get('arguments', {}))})"
+    return f"step {effect.step}" + (f" ({compact(what)})" if what is not None else "")
+
+
+def effects_in_doubt_lines(effects: list[Any]) -> list[str]:
+    """What a person is told about a cancelled run's steps in doubt: the cancel ended the run
+    before anyone was asked whether they happened, so only the outside service can say."""
+    lines = []
+    for effect in effects:
+        who = f"{effect.executor_id}'s " if effect.executor_id else ""
+        lines.append(
+            f"⚠ in doubt: {who}{describe_effect(effect)} started before the run stopped and "
+            "recorded no result; the run was cancelled without asking whether it happened."
+        )
+        if effect.idempotency_key:
+            lines.append(
+                f"  Check with the service it called: idempotency key {effect.idempotency_key}"
+            )
+    return lines
+
+
 def _jsonable(data: Any) -> Any:
     """Decoded objects (pydantic models, dataclasses) as JSON data; JSON data as it is."""
     if isinstance(data, dict | list | str | int | float | bool | None):

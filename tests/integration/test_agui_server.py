@@ -356,6 +356,54 @@ def test_a_resume_continuing_a_run_cut_off_after_its_tool_ran_sends_the_call_who
     assert len(ledger_lines(server, thread_id)) == 1
 
 
+def test_a_run_cancelled_with_its_refund_in_doubt_tells_the_client(tmp_path: Path) -> None:
+    """The approved refund started and the process was killed before it recorded a result;
+    then the run was cancelled (from the command line) before anyone was asked whether the
+    refund happened. The client sending its resume again is told which call is in doubt and
+    the key to look it up by, before the cancelled outcome (outside tester 65: the run just
+    ended cancelled)."""
+    server, thread_id, interrupt = paused_then_stopped(tmp_path)
+    engine = approve_from_the_command_line(server, thread_id)
+    [run] = json.loads(
+        subprocess.run(
+            [*engine, "runs", "list", "--json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    cut = subprocess.run(
+        [sys.executable, "-c", _CUT_AFTER_THE_INTENT, str(server.db), run["run_id"]],
+        env={**os.environ, **server.env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert cut.returncode == -signal.SIGKILL, (cut.returncode, cut.stderr[-2000:])
+    subprocess.run([*engine, "cancel", run["run_id"]], check=True, capture_output=True)
+    with server:
+        client = Client(server.url)
+        approved = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+        assert approved.error_code == "interrupt_not_pending", approved.describe()
+        message = approved.last.message
+        assert "was cancelled while these effects were in doubt" in message
+        assert "the call of tool 'submit_refund' (idempotency key " in message
+        cancel = [{"interruptId": interrupt.id, "status": "cancelled"}]
+        stream = client.resume("/support", thread_id, cancel)
+        assert stream.status == 200, stream.describe()
+        [said] = stream.custom("effects_in_doubt")
+        [effect] = said.value
+        assert effect["executor_id"] == "refund_agent"
+        assert effect["description"]["tool"] == "submit_refund"
+        assert effect["idempotency_key"].startswith(f"{run['run_id']}:")
+        assert effect["idempotency_key"] in message
+        assert stream.last.type == EventType.RUN_FINISHED
+        assert stream.last.outcome.type == "cancelled", stream.describe()
+    assert not ledger_lines(server, thread_id)  # killed before the ledger was written
+
+
+_CUT_AFTER_THE_INTENT = _CUT_AFTER_THE_TOOL.replace(
+    'point == "commit:before" and "journal:after" in seen', 'point == "intent:after"'
+)
+
+
 def test_a_thread_whose_run_was_cut_off_continues_it_before_a_new_message(
     tmp_path: Path,
 ) -> None:

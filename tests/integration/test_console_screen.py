@@ -562,6 +562,48 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     assert "(InDoubtEffect)" in asked.out
 
 
+@pytest.mark.parametrize("how", ["cancel", "a cancel stored while it ran"])
+def test_a_run_cancelled_with_a_call_in_doubt_says_so(
+    cli: Cli, sessions: list[ScreenSession], how: str
+) -> None:
+    """The approved refund was cut off (Ctrl-C twice while it hung), then the run was cancelled:
+    by ``cancel`` on the stopped run, or by a ``cancel`` from another terminal while the demo
+    held the run, which the next ``resume`` honours before anything runs. Either way it ended
+    ``cancelled`` and no one was ever told the refund might have been made (outside tester
+    65). Both say so now, with the key to look the refund up by, and so does ``runs show``."""
+    os.mkfifo(cli.ledger_path)
+    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
+    demo.expect_screen(APPROVE)
+    demo.send("y")
+    demo.expect_screen("is working")
+    [run] = cli.json("runs", "list", "--json")
+    run_id = run["run_id"]
+    if how != "cancel":
+        stored = cli.expect(0, "cancel", run_id)
+        assert "cancelling: the worker executing it ends it cancelled" in stored.out
+    demo.interrupt()
+    demo.expect_screen("stopping")
+    demo.interrupt()
+    assert demo.wait(timeout=15) == 3, demo.screen_text()
+    os.unlink(cli.ledger_path)
+    if how == "cancel":
+        said = cli.expect(0, "cancel", run_id)
+        assert f"Run {run_id} cancelled." in said.out
+    else:
+        said = cli.expect(1, "resume", run_id)
+        assert f"Run {run_id} ended cancelled." in said.out
+    flat = " ".join(said.out.split())
+    assert "⚠ in doubt: refund_agent's call submit_refund(" in flat, said.out
+    assert "was cancelled without asking whether it happened" in flat
+    [key] = re.findall(r"idempotency key (\S+)", flat)
+    assert key.startswith(f"{run_id}:")
+    shown = cli.expect(0, "runs", "show", run_id)
+    assert "⚠ in doubt: refund_agent's call submit_refund(" in " ".join(shown.out.split())
+    [effect] = cli.json("runs", "show", run_id, "--json")["effects_in_doubt"]
+    assert effect["idempotency_key"] == key
+    assert effect["executor_id"] == "refund_agent"
+
+
 def test_closing_the_terminal_while_a_tool_hangs_ends_the_command(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:

@@ -1,0 +1,150 @@
+"""A run cancelled while a step of it is in doubt says so.
+
+A step cut off mid-effect (a kill, a second Ctrl-C) journals an intent and no result; the next
+resume asks a person whether it happened. A cancel honoured before that -- ``cancel`` on the
+stopped run, or a cancel stored while it was held and honoured by the next resume -- ended the
+run ``cancelled`` and nobody was ever told a refund might have been made (outside tester 65).
+The cancelled run now reports each such step in ``RunInfo.effects_in_doubt``, with the key the
+step handed the outside service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Never
+
+import pytest
+
+from workflow_engine import (
+    Executor,
+    InDoubtEffect,
+    RunStore,
+    Runtime,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+)
+from workflow_engine.storage import InMemoryRunStore, SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class Hangs(Executor):
+    """One effect that never ends (a call without a timeout)."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def forever() -> str:
+            await asyncio.Event().wait()
+            return "never"
+
+        await ctx.yield_output(await ctx.run_once("charge", forever, description="the charge"))
+
+
+def runtime(store: RunStore) -> Runtime:
+    rt = Runtime(store)
+    rt.register(lambda: WorkflowBuilder("pay", start=Hangs("pay/desk")).build())
+    return rt
+
+
+@pytest.fixture(params=["sqlite", "memory"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> RunStore:
+    return SqliteStore(tmp_path / "runs.db") if request.param == "sqlite" else InMemoryRunStore()
+
+
+async def cut_off(rt: Runtime) -> str:
+    """A run whose charge started and was cut off (a second Ctrl-C): in doubt."""
+    run_id = await rt.start("pay", 1)
+    task = asyncio.get_running_loop().create_task(rt.resume(run_id))
+    await asyncio.sleep(0.1)
+    task.cancel()  # waits for the effect
+    await asyncio.sleep(0.1)
+    task.cancel()  # stops waiting
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    return run_id
+
+
+def assert_the_charge(effects: list[InDoubtEffect], run_id: str) -> None:
+    [effect] = effects
+    assert effect.executor_id == "pay/desk"  # (its id holds the key's separator)
+    assert effect.step == "charge"
+    assert effect.description == "the charge"
+    assert effect.idempotency_key.startswith(f"{run_id}:")
+
+
+async def test_cancelling_a_run_cut_off_mid_effect_reports_the_step(store: RunStore) -> None:
+    rt = runtime(store)
+    run_id = await cut_off(rt)
+    info = await rt.cancel(run_id)
+    assert info.status is WorkflowRunState.CANCELLED
+    assert_the_charge(info.effects_in_doubt, run_id)
+    assert_the_charge((await rt.get_run(run_id)).effects_in_doubt, run_id)
+    await rt.close()
+
+
+async def test_a_stored_cancel_honoured_on_resume_reports_the_step(store: RunStore) -> None:
+    """Another process asked to cancel while the run was held; the resume honours it before
+    any step runs, so the question is never asked."""
+    rt = runtime(store)
+    run_id = await cut_off(rt)
+    await store.request_cancel(run_id)
+    ended = await rt.resume(run_id)
+    assert ended.status is WorkflowRunState.CANCELLED
+    assert not ended.pending_requests
+    assert_the_charge((await rt.get_run(run_id)).effects_in_doubt, run_id)
+    await rt.close()
+
+
+async def test_a_question_asked_then_cancelled_reports_the_step(store: RunStore) -> None:
+    rt = runtime(store)
+    run_id = await cut_off(rt)
+    asked = await rt.resume(run_id)
+    [question] = asked.pending_requests
+    assert isinstance(question.data, InDoubtEffect)
+    info = await rt.cancel(run_id)
+    assert info.status is WorkflowRunState.CANCELLED
+    [effect] = info.effects_in_doubt
+    assert effect.idempotency_key == question.data.idempotency_key
+    await rt.close()
+
+
+@pytest.mark.parametrize("happened", [True, False])
+async def test_a_step_a_person_answered_for_is_not_in_doubt(
+    store: RunStore, happened: bool
+) -> None:
+    """They said what happened; the cancel came before the run applied it."""
+    rt = runtime(store)
+    run_id = await cut_off(rt)
+    [question] = (await rt.resume(run_id)).pending_requests
+    answer = {"happened": True, "result": "charged"} if happened else {"happened": False}
+    await rt.respond(question.request_id, answer)
+    info = await rt.cancel(run_id)
+    assert info.status is WorkflowRunState.CANCELLED
+    assert info.effects_in_doubt == []
+    await rt.close()
+
+
+async def test_a_cancelled_run_with_nothing_in_doubt_reports_nothing(store: RunStore) -> None:
+    rt = runtime(store)
+    run_id = await rt.start("pay", 1)
+    assert (await rt.cancel(run_id)).effects_in_doubt == []
+    await rt.close()
+
+
+async def test_the_report_survives_a_new_runtime(tmp_path: Path) -> None:
+    """It is read from the store: another process (here, another runtime on the file) sees it."""
+    rt = runtime(SqliteStore(tmp_path / "runs.db"))
+    run_id = await cut_off(rt)
+    await rt.cancel(run_id)
+    await rt.close()
+    other = runtime(SqliteStore(tmp_path / "runs.db"))
+    assert_the_charge((await other.get_run(run_id)).effects_in_doubt, run_id)
+    await other.close()
