@@ -32,6 +32,7 @@ from workflow_engine import (
     ExecutorFailedEvent,
     ExecutorInvokedEvent,
     ExternalRequest,
+    InDoubtEffect,
     JsonCodec,
     ResponseTypeError,
     Runtime,
@@ -55,7 +56,14 @@ from workflow_engine.executors import (
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
 from ._hints import Hints
 from ._term import Part, Terminal, visible
-from ._views import compact, describe_output, effects_in_doubt_lines, field_notes, shape
+from ._views import (
+    compact,
+    describe_effect,
+    describe_output,
+    effects_in_doubt_lines,
+    field_notes,
+    shape,
+)
 
 _WHERE = re.compile(r"^run '[^']*', request '[^']*': ")  # said once already: the prompt is it
 RESULT_CHARS = 400  # a tool result longer than this is shortened on screen (--json has it all)
@@ -66,6 +74,8 @@ Submit = Callable[[Any], Awaitable[None]]
 
 _APPROVE_CHOICES = "[y]es / [n]o / [e]dit arguments: "
 _APPROVE_ROOM = len("Approve? ") + len(_APPROVE_CHOICES) + 4  # and the answer, on one line
+_IN_DOUBT_CHOICES = "[y]es / [n]o (it runs again): "
+_IN_DOUBT_ROOM = len("Did it happen? ") + len(_IN_DOUBT_CHOICES) + 4
 _EDIT_PROMPT = "Arguments to change, as JSON (empty: back): "
 _EDIT_ROOM = len(_EDIT_PROMPT) + 20  # and a short edit, on one line
 
@@ -100,6 +110,8 @@ class EventPrinter:
             # the run's failure repeats the step's; a lost lease ends the command, whose error
             # line says it (it was said twice)
             said = event.error.message == self.failure or event.error.code == "lease_lost"
+            # a step in doubt is not a failure: the run asks about it next (``_in_doubt``)
+            said = said or event.error.code == "effect_in_doubt"
             if not said:
                 self.term.line((f"✗ {event.error.message}", "bold red"))
             self.failure = event.error.message
@@ -277,6 +289,8 @@ class AnswerPolicy:
                 return await self._approval(data, submit)
             if isinstance(data, HandoffUserInputRequest):
                 return await self._user_input(data, submit)
+            if isinstance(data, InDoubtEffect):
+                return await self._in_doubt(data, submit)
             return await self._other(request, submit)
         except EOFError:  # Ctrl-D at a prompt: no answer now, the run waits
             self.term.end()
@@ -360,6 +374,35 @@ class AnswerPolicy:
         reply = self._ask(("You", "bold green"), " (empty or /end to finish): ").strip()
         await submit({"end": True} if not reply or reply == "/end" else {"message": reply})
         return True
+
+    async def _in_doubt(self, question: InDoubtEffect, submit: Submit) -> bool:
+        """A step that started before the run stopped: did it happen? Asked as y/n, the way a
+        person knows it (they looked it up by its key), never answered by ``--approve``."""
+        if not self.interactive:
+            return False
+        said, *key = in_doubt_lines(question)
+        self.term.line(("In doubt: ", "bold yellow"), said, indent=4)
+        for line in key:
+            self.term.line(f"  {line}", indent=4)
+        width = self.term.width
+        choices = _IN_DOUBT_CHOICES if not width or width >= _IN_DOUBT_ROOM else "[y/n]: "
+        while True:
+            choice = self._ask(("Did it happen? ", "bold"), choices).strip().lower()
+            if choice in ("n", "no"):
+                await submit({"happened": False})
+                return True
+            if choice in ("y", "yes"):
+                break
+            self._problem("answer y (it happened: it is not run again) or n (it runs again)")
+        while True:
+            raw = self._ask("Its result, as JSON or text (empty: not known): ").strip()
+            try:  # (an object, a list or a quoted string is JSON; other words are text)
+                result = typed_json(raw, "the result") if raw[:1] in ("{", "[", '"') else raw
+            except ValueError as exc:
+                self._problem(str(exc))
+                continue
+            await submit({"happened": True, "result": None if raw == "" else result})
+            return True
 
     async def _other(self, request: ExternalRequest, submit: Submit) -> bool:
         """Any other request: show its data, ask in the form its response type suggests."""
@@ -581,6 +624,21 @@ _ANSWER_FLAGS = {
 _ANY_ANSWER = "--data JSON"  # an application's request: its answer type, as JSON
 
 
+def in_doubt_lines(question: InDoubtEffect) -> list[str]:
+    """What a step in doubt was, and the key to look its effect up by."""
+    who = f"{question.executor_id}'s " if question.executor_id else ""
+    lines = [
+        f"{who}{describe_effect(question)} started before the run stopped (a crash, a kill, an "
+        "interruption) and recorded no result."
+    ]
+    if question.idempotency_key:
+        lines.append(
+            f"Look it up in the service it called by its idempotency key: "
+            f"{question.idempotency_key}"
+        )
+    return lines
+
+
 def print_paused(
     term: Terminal, run_id: str, pending: list[ExternalRequest], json_mode: bool
 ) -> None:
@@ -595,6 +653,9 @@ def print_paused(
             expected = request.response_type
             asked += f"; answer: {getattr(expected, '__name__', None) or expected}"
         term.line(f"  request {request.request_id} ({asked})")
+        if isinstance(request.data, InDoubtEffect):  # what is asked, and what to look it up by
+            for line in in_doubt_lines(request.data):
+                term.line(f"    {line}", indent=4)
     request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"
     # the flags that answer these requests: a reply to the customer is not approved
     choices = "|".join(

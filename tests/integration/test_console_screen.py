@@ -25,6 +25,7 @@ from tests.integration.cli_harness import (
     Cli,
     ScreenSession,
     SlowModel,
+    assert_in_doubt_asked,
     flat,
     run_concurrently,
 )
@@ -558,8 +559,49 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     in_order(demo.screen(), [f"Continue with: workflow-engine resume {run['run_id']}"])
     os.unlink(cli.ledger_path)
     asked = cli.expect(3, "resume", run["run_id"])
-    assert "step 'tool#0' of executor 'refund_agent' started before the run stopped" in asked.out
+    assert_in_doubt_asked(asked.out)
     assert "(InDoubtEffect)" in asked.out
+
+
+@pytest.mark.parametrize("happened", [True, False])
+def test_a_call_in_doubt_is_asked_as_a_question(
+    cli: Cli, sessions: list[ScreenSession], happened: bool
+) -> None:
+    """The refund cut off (Ctrl-C twice while it hung), ``resume`` at a terminal: it showed a
+    red ✗ failure, then the question's fields -- step keys included -- and asked for raw JSON
+    (outside tester 65). It says what was cut off and the key to look it up by, and asks y/n;
+    yes takes the result as text and the refund is not made again, no makes it again."""
+    os.mkfifo(cli.ledger_path)
+    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
+    demo.expect_screen(APPROVE)
+    demo.send("y")
+    demo.expect_screen("is working")
+    demo.interrupt()
+    demo.expect_screen("stopping")
+    demo.interrupt()
+    assert demo.wait(timeout=15) == 3, demo.screen_text()
+    os.unlink(cli.ledger_path)
+    [run] = cli.json("runs", "list", "--json")
+    resume = open_screen(sessions, cli, "resume", run["run_id"])
+    resume.expect_screen("Did it happen? [y]es / [n]o (it runs again):")
+    said = flat(resume.screen_text())
+    assert "In doubt: refund_agent's call submit_refund({" in said
+    assert "Look it up in the service it called by its idempotency key: " in said
+    assert "✗" not in said and "step_key" not in said
+    resume.send("maybe")
+    resume.expect_screen("answer y (it happened: it is not run again) or n (it runs again)")
+    if happened:
+        resume.send("y")
+        resume.expect_screen("Its result, as JSON or text (empty: not known):")
+        resume.send("refund RF-7 made by hand")
+    else:
+        resume.send("n")
+    assert resume.wait() == 0, resume.screen_text()
+    in_order(resume.screen(), [f"Run {run['run_id']} finished."])
+    refunds = [e for e in cli.ledger() if e["kind"] == "refund"]
+    assert len(refunds) == (0 if happened else 1), refunds
+    if happened:
+        assert '← submit_refund: "refund RF-7 made by hand"' in resume.screen_text()
 
 
 @pytest.mark.parametrize("how", ["cancel", "a cancel stored while it ran"])
@@ -624,7 +666,7 @@ def test_closing_the_terminal_while_a_tool_hangs_ends_the_command(
     assert run["worker"] is None
     os.unlink(cli.ledger_path)
     asked = cli.expect(3, "resume", run["run_id"])
-    assert "step 'tool#0' of executor 'refund_agent' started before the run stopped" in asked.out
+    assert_in_doubt_asked(asked.out)
 
 
 def test_a_resume_of_a_run_another_terminal_executes_is_one_line(
