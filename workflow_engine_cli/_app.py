@@ -560,17 +560,24 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         # continue (they killed the process, exit 130, after or before it)
         for sig in (signal.SIGINT, *stopping):
             signal.signal(sig, signal.SIG_IGN)
+        lingers = _a_thread_lingers()
         if not hung_up:  # (no terminal to tell)
             term = err_console()
             with contextlib.suppress(OSError):  # (the terminal closed after all the same)
                 if run_ids:
                     run_id = visible(run_ids[-1])
                     term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
+                    if lingers:  # (what the second Ctrl-C stopped waiting for)
+                        term.print(
+                            "A call was still running: it may yet complete, and the run does "
+                            "not know whether it did. `resume` asks you."
+                        )
                     where = escape(f"{run_id}{Hints.db}")  # a path may hold [markup]
                     term.print(f"Continue with: workflow-engine resume {where}")
                 else:
                     term.print("\nInterrupted before a run started.")
-        _exit_now_if_a_thread_lingers(EXIT_PAUSED)
+        if lingers:
+            _exit_now(EXIT_PAUSED)
         raise typer.Exit(EXIT_PAUSED) from None
     except typer.Exit as stop:
         # a write that failed on the closed terminal before the signal was handled (another
@@ -599,20 +606,25 @@ def _signal_later(seconds: float, signum: int) -> None:
     timer.start()
 
 
-def _exit_now_if_a_thread_lingers(code: int) -> None:
-    """Exit at once if a thread the command started still runs: a tool call in a thread that
-    the second Ctrl-C stopped waiting for (it cannot be cut off). The interpreter would wait
-    for it at exit, with Ctrl-C ignored from then on: the command said it was interrupted and
-    never ended. Its run recorded the call as started: ``resume`` asks whether it happened."""
+def _a_thread_lingers() -> bool:
+    """A thread the command started still runs: a tool call in a thread that the second
+    Ctrl-C stopped waiting for (it cannot be cut off). The interpreter would wait for it at
+    exit, with Ctrl-C ignored from then on: the command said it was interrupted and never
+    ended (see ``_exit_now``). Its run recorded the call as started: ``resume`` asks whether it
+    happened."""
     import threading
 
     main = threading.main_thread()
-    if any(t.is_alive() and not t.daemon and t is not main for t in threading.enumerate()):
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-        with contextlib.suppress(OSError, ValueError):
-            sys.stderr.flush()
-        os._exit(code)
+    return any(t.is_alive() and not t.daemon and t is not main for t in threading.enumerate())
+
+
+def _exit_now(code: int) -> None:
+    """Exit without waiting for the threads that linger (``_a_thread_lingers``)."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    os._exit(code)
 
 
 _AT_REST = ("idle", "cancelled")  # WorkflowRunState values: nothing left to resume

@@ -556,6 +556,9 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     demo.interrupt()
     assert demo.wait(timeout=15) == 3, demo.screen_text()
     [run] = cli.json("runs", "list", "--json")
+    # (it said only how to continue: nothing about the call it left behind, tester 64)
+    said = flat(demo.screen_text())
+    assert "A call was still running: it may yet complete, and the run does not know" in said
     in_order(demo.screen(), [f"Continue with: workflow-engine resume {run['run_id']}"])
     os.unlink(cli.ledger_path)
     asked = cli.expect(3, "resume", run["run_id"])
