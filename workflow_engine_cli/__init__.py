@@ -9,7 +9,7 @@ def main() -> None:
     try:
         from ._app import main as run_command
     except KeyboardInterrupt:
-        raise SystemExit(130) from None
+        raise SystemExit(130) from None  # (EXIT_QUIT: _exits is not loaded yet)
     run_command()
 
 

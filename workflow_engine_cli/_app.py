@@ -44,6 +44,7 @@ from ._exits import (
     EXIT_FAILED,
     EXIT_NOT_FOUND,
     EXIT_PAUSED,
+    EXIT_QUIT,
     EXIT_STORAGE,
     EXIT_USAGE,
     Exit,
@@ -80,7 +81,8 @@ app = typer.Typer(
     epilog="Exit codes: 0 done · 1 run failed or cancelled · 2 bad input · "
     "3 paused (waiting for input), or stopped by Ctrl-C, SIGTERM or SIGHUP · 4 not found · "
     "5 conflict · 6 storage problem · 7 server cannot listen · 130 quit at once (Ctrl-C while "
-    "starting; a third Ctrl-C on serve) · 141 output closed (| head)",
+    "starting or at the demo's first prompt; a third Ctrl-C on serve) · 141 output closed "
+    "(| head)",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -492,10 +494,12 @@ def demo(
         talk.line((f"{workflow} demo · type the first message (empty: a sample one)", "dim"))
         try:
             message = talk.ask(policy.read, ("You: ", "bold green")).strip()
-        except (EOFError, KeyboardInterrupt):
+        except (EOFError, KeyboardInterrupt) as stop:
             talk.end()
             talk.line("Nothing started.")
-            raise typer.Exit(EXIT_DONE) from None
+            # Ctrl-D is "no message": done; Ctrl-C aborts, and a script must be able to tell
+            quit = isinstance(stop, KeyboardInterrupt)
+            raise typer.Exit(EXIT_QUIT if quit else EXIT_DONE) from None
         typed = bool(message)
     first = message or _DEFAULT_MESSAGES[workflow]
 

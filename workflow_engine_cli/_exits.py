@@ -8,6 +8,8 @@
   5  conflict: already answered differently, cancelled, finished, or run by another worker
   6  storage problem: the database is unusable, damaged or locked, or a record is corrupt
   7  the server cannot listen: the address is in use or not allowed
+130  quit at once: Ctrl-C before any run started (while loading, at the demo's first prompt),
+     or a third Ctrl-C on ``serve``
 141  the reader of the output went away (``| head``): stopped quietly, as SIGPIPE would
 """
 
@@ -20,6 +22,8 @@ if TYPE_CHECKING:
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_PAUSED = 0, 1, 2, 3
 EXIT_NOT_FOUND, EXIT_CONFLICT, EXIT_STORAGE, EXIT_CANNOT_LISTEN = 4, 5, 6, 7
+EXIT_QUIT = 130
+"""Ctrl-C before anything started: the status a shell gives a command SIGINT ended."""
 EXIT_BROKEN_PIPE = 141
 """Whoever read the output stopped reading (``| head``): the command stops quietly, with the
 status a shell gives a tool that SIGPIPE ended (128 + 13)."""

@@ -225,8 +225,9 @@ class PtySession:
 
     def interrupt(self) -> None:
         """What Ctrl-C does on a terminal: SIGINT to the foreground process group (the child
-        leads its own session here, without a controlling terminal to send it)."""
-        os.write(self.master, b"^C")  # the echo a terminal shows
+        leads its own session here, without a controlling terminal to send it). Nothing is
+        typed: writing the ``^C`` a terminal echoes into the PTY typed it as input, and a
+        prompt's readline that read those keys could miss the signal that came with them."""
         os.killpg(self.proc.pid, signal.SIGINT)
 
     def send_raw(self, data: bytes) -> None:

@@ -566,6 +566,26 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     assert "(InDoubtEffect)" in asked.out
 
 
+@pytest.mark.parametrize(("key", "code"), [("Ctrl-C", 130), ("Ctrl-D", 0)])
+def test_leaving_the_demos_first_prompt(
+    cli: Cli, sessions: list[ScreenSession], key: str, code: int
+) -> None:
+    """Ctrl-C at the first prompt exited 0, as if the demo had run (outside tester 65): a
+    script could not tell an abort. It is 130, as for a command SIGINT ended; Ctrl-D (no
+    message) stays 0. Neither starts a run."""
+    # (the terminal's own Ctrl-C: its line discipline signals the foreground group)
+    demo = ScreenSession(
+        ["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
+    )
+    sessions.append(demo)
+    demo.expect_screen("You:")
+    demo.send_raw(b"\x03" if key == "Ctrl-C" else b"\x04")
+    assert demo.wait() == code, demo.screen_text()
+    assert "Nothing started." in demo.screen_text()
+    assert "Traceback" not in demo.screen_text()
+    assert not cli.db.exists()
+
+
 @pytest.mark.parametrize("happened", [True, False])
 def test_a_call_in_doubt_is_asked_as_a_question(
     cli: Cli, sessions: list[ScreenSession], happened: bool
