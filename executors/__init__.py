@@ -39,7 +39,14 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``
     )
     from ._host import AgentHostExecutor, AgentResponse, TurnToken, UserTurnRequest
     from ._openai import OpenAIChatClient
-    from ._tools import IdempotencyKey, Tool, ToolArgumentsError, ToolSpec, tool
+    from ._tools import (
+        IdempotencyKey,
+        Tool,
+        ToolArgumentsError,
+        ToolSpec,
+        calls_in_threads,
+        tool,
+    )
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
     "_agent": ("Agent", "AgentRunResponse", "AgentRunUpdateEvent", "pending_batch"),
@@ -73,7 +80,14 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "_host": ("AgentHostExecutor", "AgentResponse", "TurnToken", "UserTurnRequest"),
     "_openai": ("OpenAIChatClient",),
-    "_tools": ("IdempotencyKey", "Tool", "ToolArgumentsError", "ToolSpec", "tool"),
+    "_tools": (
+        "IdempotencyKey",
+        "Tool",
+        "ToolArgumentsError",
+        "ToolSpec",
+        "calls_in_threads",
+        "tool",
+    ),
 }
 """Each submodule and the public names it provides, imported on first use (PEP 562)."""
 
@@ -111,6 +125,7 @@ __all__ = [
     "ToolSpec",
     "TurnToken",
     "UserTurnRequest",
+    "calls_in_threads",
     "ends_with_case_complete",
     "message_from_updates",
     "pending_batch",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, NewType, get_type_hints
 
@@ -139,7 +140,7 @@ class Tool:
         if not self.is_async:
             # a sync tool (blocking I/O, a slow computation) runs in a worker thread, so the
             # event loop keeps streaming, renewing leases and serving other runs meanwhile
-            call = functools.partial(self.func, **kwargs)
+            call = functools.partial(_counted, functools.partial(self.func, **kwargs))
             return await anyio.to_thread.run_sync(call, limiter=thread_limiter)
         result = self.func(**kwargs)
         if inspect.isawaitable(result):
@@ -151,6 +152,29 @@ class Tool:
 
     def __repr__(self) -> str:
         return f"Tool({self.name!r}, approval_mode={self.approval_mode!r})"
+
+
+_IN_THREADS = [0]
+_IN_THREADS_LOCK = threading.Lock()
+
+
+def _counted(call: Callable[[], Any]) -> Any:
+    """``call()`` in its worker thread, counted while it runs (whatever became of its caller:
+    a command stopped meanwhile does not end it)."""
+    with _IN_THREADS_LOCK:
+        _IN_THREADS[0] += 1
+    try:
+        return call()
+    finally:
+        with _IN_THREADS_LOCK:
+            _IN_THREADS[0] -= 1
+
+
+def calls_in_threads() -> int:
+    """How many sync tool calls run in worker threads now. Nothing can cut those off: a
+    command stopped meanwhile leaves each one running, and its step in doubt. (Idle worker
+    threads linger too, so counting threads would not tell.)"""
+    return _IN_THREADS[0]
 
 
 @contextlib.asynccontextmanager

@@ -564,14 +564,16 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         # continue (they killed the process, exit 130, after or before it)
         for sig in (signal.SIGINT, *stopping):
             signal.signal(sig, signal.SIG_IGN)
-        lingers = _a_thread_lingers()
+        from workflow_engine.executors import calls_in_threads
+
+        running = calls_in_threads() > 0
         if not hung_up:  # (no terminal to tell)
             term = err_console()
             with contextlib.suppress(OSError):  # (the terminal closed after all the same)
                 if run_ids:
                     run_id = visible(run_ids[-1])
                     term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
-                    if lingers:  # (what the second Ctrl-C stopped waiting for)
+                    if running:  # (what the second Ctrl-C stopped waiting for)
                         term.print(
                             "A call was still running: it may yet complete, and the run does "
                             "not know whether it did. `resume` asks you."
@@ -580,7 +582,7 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
                     term.print(f"Continue with: workflow-engine resume {where}")
                 else:
                     term.print("\nInterrupted before a run started.")
-        if lingers:
+        if _a_thread_lingers():
             _exit_now(EXIT_PAUSED)
         raise typer.Exit(EXIT_PAUSED) from None
     except typer.Exit as stop:
@@ -612,10 +614,9 @@ def _signal_later(seconds: float, signum: int) -> None:
 
 def _a_thread_lingers() -> bool:
     """A thread the command started still runs: a tool call in a thread that the second
-    Ctrl-C stopped waiting for (it cannot be cut off). The interpreter would wait for it at
-    exit, with Ctrl-C ignored from then on: the command said it was interrupted and never
-    ended (see ``_exit_now``). Its run recorded the call as started: ``resume`` asks whether it
-    happened."""
+    Ctrl-C stopped waiting for (it cannot be cut off), or an idle worker thread. The
+    interpreter would wait for it at exit, with Ctrl-C ignored from then on: the command said
+    it was interrupted and never ended (see ``_exit_now``)."""
     import threading
 
     main = threading.main_thread()

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -536,6 +537,39 @@ def test_closing_the_terminal_gives_the_run_back(
     assert run["status"] == "idle_with_pending_requests"
     done = cli.expect(0, "resume", run["run_id"], "--approve")
     assert "Refund of 89.99 for order 12345 submitted." in done.out
+
+
+def test_one_ctrl_c_waits_for_the_call_and_says_nothing_is_left_running(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """Ctrl-C once while the approved refund is blocked (the ledger is a FIFO), then the ledger
+    lets it through: the command waits for it and ends. It must not claim a call was still
+    running -- an idle worker thread of an earlier call is not one -- and ``resume`` goes on
+    without asking: the refund is recorded, made once."""
+    os.mkfifo(cli.ledger_path)
+    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
+    demo.expect_screen(APPROVE)
+    demo.send("y")
+    demo.expect_screen("is working")
+    demo.interrupt()
+    demo.expect_screen("stopping")
+    written: list[bytes] = []
+    # the tool reads the ledger (a writer lets the read end), then appends (a reader takes it)
+    with open(cli.ledger_path, "wb"):
+        pass
+    reader = threading.Thread(target=lambda: written.append(cli.ledger_path.read_bytes()))
+    reader.start()
+    assert demo.wait(timeout=15) == 3, demo.screen_text()
+    reader.join(timeout=15)
+    assert b'"kind": "refund"' in written[0]
+    said = flat(demo.screen_text())
+    assert "Interrupted: run" in said
+    assert "A call was still running" not in said, said
+    os.unlink(cli.ledger_path)
+    [run] = cli.json("runs", "list", "--json")
+    done = cli.expect(0, "resume", run["run_id"])
+    assert "In doubt" not in done.out and "(InDoubtEffect)" not in done.out
+    assert not cli.ledger()  # (the FIFO took the refund: it was not made again)
 
 
 def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
