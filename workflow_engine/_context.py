@@ -373,6 +373,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                     "recorded no result",
                     step_key=name,
                     description=entry.get("intent"),
+                    step=key,
                 )
                 self._step.in_doubt.append(doubt)
                 raise doubt
@@ -380,8 +381,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             try:
                 if entry is None and not idempotent:
                     wrote_intent = True
-                    # (the executor is named: ids may hold the "/" that separates key parts)
-                    intent = {"intent": description, "executor": self.executor_id}
+                    # (executor and step named: they may hold the "/" that separates key parts)
+                    intent = {"intent": description, "executor": self.executor_id, "step": key}
                     await journal.journal_intent(run, name, intent, scope.superstep)
                 # last check before the effect: a worker paused past its lease (GC, SIGSTOP, a
                 # slow disk) must not start it once another worker may have taken the run over

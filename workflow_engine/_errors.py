@@ -135,10 +135,14 @@ class EffectInDoubtError(ExecutionError):
 
     code = "effect_in_doubt"
 
-    def __init__(self, message: str, *, step_key: str = "", description: object = None) -> None:
+    def __init__(
+        self, message: str, *, step_key: str = "", description: object = None, step: str = ""
+    ) -> None:
         super().__init__(message)  # (the executor is the one whose step it was: the runner's)
         self.step_key = step_key
         self.description = description
+        self.step = step or step_key.rsplit("/", 1)[-1]
+        """The step's own key (``run_once``'s), which may hold a "/" as ``step_key`` does."""
 
 
 class RunNotResumableError(ExecutionError):

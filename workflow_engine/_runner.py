@@ -488,7 +488,7 @@ class RunLoop:
                 continue
             question = InDoubtEffect(
                 executor_id=executor_id,
-                step=exc.step_key.rsplit("/", 1)[-1],
+                step=exc.step,
                 description=exc.description,
                 step_key=exc.step_key,
                 idempotency_key=idempotency_key(s.secret, s.run_id, exc.step_key),

@@ -1314,10 +1314,13 @@ async def _effects_cut_off(store: RunStore, checkpoint: Checkpoint) -> list[InDo
         executor_id = entry.get("executor")
         if not isinstance(executor_id, str):  # an intent journaled before executors were named
             executor_id = key.split("/")[1] if key.count("/") >= 3 else ""
+        step = entry.get("step")
+        if not isinstance(step, str):  # (journaled before steps were named)
+            step = key.rsplit("/", 1)[-1]
         found.append(
             InDoubtEffect(
                 executor_id=executor_id,
-                step=key.rsplit("/", 1)[-1],
+                step=step,
                 description=entry.get("intent"),
                 step_key=key,
                 idempotency_key=idempotency_key(secret, run_id, key) if secret else "",

@@ -394,7 +394,7 @@ def _in_doubt_events(effects: list[InDoubtEffect]) -> list[CustomEvent]:
     they happened, and only the outside service can say (by each one's idempotency key)."""
     if not effects:
         return []
-    value = [wire_value(e.model_dump(mode="json", exclude={"question"})) for e in effects]
+    value = [wire_value(e.model_dump(mode="json")) for e in effects]
     return [CustomEvent(name="effects_in_doubt", value=value)]
 
 
@@ -409,6 +409,8 @@ class Turn:
     held: dict[str, HeldCall] = field(default_factory=dict)
     placeholder: str | None = None
     """The owner a run this request admitted was born leased to (see ``_prepare``)."""
+    cancelled: str | None = None
+    """With ``run_id`` None: the run the client's cancel ended."""
     replay: bool = False
     """The request that started ``run_id``, or the resume that took it to where it rests, sent
     again (a client retrying): nothing runs; the run's state is reported as it is (its
@@ -516,7 +518,10 @@ class AGUIService:
                     yield out
                 return
             if run_id is None:  # cancelled
-                log.info("thread %r: run cancelled", thread_id)
+                log.info("thread %r: run %r cancelled", thread_id, turn.cancelled)
+                if turn.cancelled is not None:
+                    for said in await _effects_in_doubt(runtime, turn.cancelled):
+                        yield said
                 yield RunFinishedEvent(
                     thread_id=thread_id,
                     run_id=client_run_id,
@@ -653,6 +658,8 @@ class AGUIService:
                     _, checkpoint = await self.store.get_run_and_latest(run_id)
                     key = run_key(run_id, checkpoint)
                 return Turn(run_id, key, replay=True)
+            if run_id is None:  # the client cancelled an interrupt: the run ended cancelled
+                return Turn(None, key, cancelled=current)
             held: dict[str, HeldCall] = {}
             if run_id == current and checkpoint is not None:
                 held = held_calls(workflow, checkpoint, pending.values(), answers)

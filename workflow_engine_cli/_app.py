@@ -790,12 +790,12 @@ def cancel(
             else:
                 print(f"Run {visible(info.run_id)} {info.status.value}.")
             if info.effects_in_doubt:
+                from ._console import show_in_doubt
                 from ._term import Terminal
-                from ._views import effects_in_doubt_lines
 
                 term = Terminal()
-                for line in effects_in_doubt_lines(info.effects_in_doubt):
-                    term.line((line, "yellow"))
+                for effect in info.effects_in_doubt:
+                    show_in_doubt(term, effect, cancelled=True)
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -943,7 +943,7 @@ def runs_show(
     """A run's timeline (checkpoints per superstep), outputs and pending requests."""
 
     async def body() -> int:
-        from ._views import describe_output, effects_in_doubt_lines
+        from ._views import describe_output
 
         async def go(runtime: Runtime) -> int:
             record = await _run_for(runtime, run_id)
@@ -1007,8 +1007,11 @@ def runs_show(
                 said = f"{message} ({code})" if isinstance(code, str) and code else message
                 # not "error:", which is how this command would say that it failed itself
                 term.line((f"{info.status.value} with: ", "red"), said)
-            for line in effects_in_doubt_lines(info.effects_in_doubt):
-                term.line((line, "yellow"))
+            if info.effects_in_doubt:
+                from ._console import show_in_doubt
+
+                for effect in info.effects_in_doubt:
+                    show_in_doubt(term, effect, cancelled=True)
             return EXIT_DONE
 
         return await _with_runtime(db, go)

@@ -58,10 +58,9 @@ from ._hints import Hints
 from ._term import Part, Terminal, visible
 from ._views import (
     compact,
-    describe_effect,
     describe_output,
-    effects_in_doubt_lines,
     field_notes,
+    in_doubt_said,
     shape,
 )
 
@@ -380,10 +379,7 @@ class AnswerPolicy:
         person knows it (they looked it up by its key), never answered by ``--approve``."""
         if not self.interactive:
             return False
-        said, *key = in_doubt_lines(question)
-        self.term.line(("In doubt: ", "bold yellow"), said, indent=4)
-        for line in key:
-            self.term.line(f"  {line}", indent=4)
+        show_in_doubt(self.term, question)
         width = self.term.width
         choices = _IN_DOUBT_CHOICES if not width or width >= _IN_DOUBT_ROOM else "[y/n]: "
         while True:
@@ -554,15 +550,21 @@ async def _drive(
                 term.line(f"Run {visible(run_id)} finished.")
             return EXIT_DONE
         if result.status is not WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
-            if not json_mode:
-                term.line((f"Run {visible(run_id)} ended {result.status.value}.", "red"))
-                if result.status is not WorkflowRunState.CANCELLED:
-                    command = f"workflow-engine resume {visible(run_id)}{Hints.db}"
-                    term.line(f"Resuming retries it: `{command}`.")
-                else:  # (a cancel stored while the run was stopped mid-step)
-                    info = await runtime.get_run(run_id)
-                    for line in effects_in_doubt_lines(info.effects_in_doubt):
-                        term.line((line, "yellow"))
+            cancelled = result.status is WorkflowRunState.CANCELLED
+            # (a cancel stored while the run was stopped mid-step: what it leaves unknown)
+            in_doubt = (await runtime.get_run(run_id)).effects_in_doubt if cancelled else []
+            if json_mode:
+                if in_doubt:  # typed like every line before it
+                    effects = [e.model_dump(mode="json") for e in in_doubt]
+                    line = {"type": "effects_in_doubt", "run_id": run_id, "effects": effects}
+                    print(json.dumps(line), flush=True)
+                return EXIT_FAILED
+            term.line((f"Run {visible(run_id)} ended {result.status.value}.", "red"))
+            if not cancelled:
+                command = f"workflow-engine resume {visible(run_id)}{Hints.db}"
+                term.line(f"Resuming retries it: `{command}`.")
+            for effect in in_doubt:
+                show_in_doubt(term, effect, cancelled=True)
             return EXIT_FAILED
         waiting = []
         for request in result.pending_requests:
@@ -624,19 +626,19 @@ _ANSWER_FLAGS = {
 _ANY_ANSWER = "--data JSON"  # an application's request: its answer type, as JSON
 
 
-def in_doubt_lines(question: InDoubtEffect) -> list[str]:
-    """What a step in doubt was, and the key to look its effect up by."""
-    who = f"{question.executor_id}'s " if question.executor_id else ""
-    lines = [
-        f"{who}{describe_effect(question)} started before the run stopped (a crash, a kill, an "
-        "interruption) and recorded no result."
-    ]
-    if question.idempotency_key:
-        lines.append(
-            f"Look it up in the service it called by its idempotency key: "
-            f"{question.idempotency_key}"
-        )
-    return lines
+def show_in_doubt(term: Terminal, effect: InDoubtEffect, *, cancelled: bool = False) -> None:
+    """A step in doubt, for a person: what it was, and the key to look its effect up by in
+    the service it called (on a line of its own, whole: it is copied). ``cancelled``: the run
+    ended without anyone being asked whether it happened."""
+    said = in_doubt_said(effect)
+    if cancelled:
+        said = f"⚠ in doubt: {said}; the run was cancelled without asking whether it happened."
+        term.line((said, "yellow"), indent=4)
+    else:
+        term.line(("In doubt: ", "bold yellow"), f"{said}.", indent=4)
+    if effect.idempotency_key:
+        term.line("  Look it up in the service it called by its idempotency key:", indent=4)
+        term.whole(f"    {effect.idempotency_key}")
 
 
 def print_paused(
@@ -654,8 +656,7 @@ def print_paused(
             asked += f"; answer: {getattr(expected, '__name__', None) or expected}"
         term.line(f"  request {request.request_id} ({asked})")
         if isinstance(request.data, InDoubtEffect):  # what is asked, and what to look it up by
-            for line in in_doubt_lines(request.data):
-                term.line(f"    {line}", indent=4)
+            show_in_doubt(term, request.data)
     request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"
     # the flags that answer these requests: a reply to the customer is not approved
     choices = "|".join(

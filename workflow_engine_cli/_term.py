@@ -177,6 +177,16 @@ class Terminal:
             self.begin(*parts, indent=indent)
             self.end()
 
+    def whole(self, text: str, style: str = "") -> None:
+        """Write ``text`` as one line that is never broken: a key or an id a person copies
+        (where the terminal folds it, copying still gives one string; a newline written at
+        the window's edge would cut it in two)."""
+        with self._lock:
+            self.end()
+            self._erase_spinner()
+            self.out.write(styled(clean(text), style, live=self.live) + "\n")
+            self.out.flush()
+
     def begin(self, *parts: Part, indent: int = 2) -> None:
         """Open a new line starting with ``parts``; continuation lines start at ``indent``."""
         with self._lock:

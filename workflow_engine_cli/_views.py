@@ -98,21 +98,13 @@ def describe_effect(effect: Any) -> str:
     return f"step {effect.step}" + (f" ({compact(what)})" if what is not None else "")
 
 
-def effects_in_doubt_lines(effects: list[Any]) -> list[str]:
-    """What a person is told about a cancelled run's steps in doubt: the cancel ended the run
-    before anyone was asked whether they happened, so only the outside service can say."""
-    lines = []
-    for effect in effects:
-        who = f"{effect.executor_id}'s " if effect.executor_id else ""
-        lines.append(
-            f"⚠ in doubt: {who}{describe_effect(effect)} started before the run stopped and "
-            "recorded no result; the run was cancelled without asking whether it happened."
-        )
-        if effect.idempotency_key:
-            lines.append(
-                f"  Check with the service it called: idempotency key {effect.idempotency_key}"
-            )
-    return lines
+def in_doubt_said(effect: Any) -> str:
+    """``refund_agent's call submit_refund({...}) started before the run stopped ...``."""
+    who = f"{effect.executor_id}'s " if effect.executor_id else ""
+    return (
+        f"{who}{describe_effect(effect)} started before the run stopped (a crash, a kill, an "
+        "interruption) and recorded no result"
+    )
 
 
 def _jsonable(data: Any) -> Any:

@@ -356,12 +356,9 @@ def test_a_resume_continuing_a_run_cut_off_after_its_tool_ran_sends_the_call_who
     assert len(ledger_lines(server, thread_id)) == 1
 
 
-def test_a_run_cancelled_with_its_refund_in_doubt_tells_the_client(tmp_path: Path) -> None:
-    """The approved refund started and the process was killed before it recorded a result;
-    then the run was cancelled (from the command line) before anyone was asked whether the
-    refund happened. The client sending its resume again is told which call is in doubt and
-    the key to look it up by, before the cancelled outcome (outside tester 65: the run just
-    ended cancelled)."""
+def cut_off_after_its_intent(tmp_path: Path) -> tuple[Server, str, Any, str, list[str]]:
+    """A thread whose approved refund journaled its intent, then the process was killed: the
+    server (stopped), the thread, its approval interrupt, the run and the command line."""
     server, thread_id, interrupt = paused_then_stopped(tmp_path)
     engine = approve_from_the_command_line(server, thread_id)
     [run] = json.loads(
@@ -377,7 +374,30 @@ def test_a_run_cancelled_with_its_refund_in_doubt_tells_the_client(tmp_path: Pat
         timeout=120,
     )
     assert cut.returncode == -signal.SIGKILL, (cut.returncode, cut.stderr[-2000:])
-    subprocess.run([*engine, "cancel", run["run_id"]], check=True, capture_output=True)
+    return server, thread_id, interrupt, run["run_id"], engine
+
+
+def assert_the_refund_in_doubt(stream: Any, run_id: str) -> str:
+    """``stream`` says the refund is in doubt, then ends cancelled; the key it gives."""
+    assert stream.status == 200, stream.describe()
+    [said] = stream.custom("effects_in_doubt")
+    [effect] = said.value
+    assert effect["executor_id"] == "refund_agent"
+    assert effect["description"]["tool"] == "submit_refund"
+    assert effect["idempotency_key"].startswith(f"{run_id}:")
+    assert stream.last.type == EventType.RUN_FINISHED
+    assert stream.last.outcome.type == "cancelled", stream.describe()
+    return str(effect["idempotency_key"])
+
+
+def test_a_run_cancelled_with_its_refund_in_doubt_tells_the_client(tmp_path: Path) -> None:
+    """The approved refund started and the process was killed before it recorded a result;
+    then the run was cancelled (from the command line) before anyone was asked whether the
+    refund happened. The client sending its resume again is told which call is in doubt and
+    the key to look it up by, before the cancelled outcome (outside tester 65: the run just
+    ended cancelled)."""
+    server, thread_id, interrupt, run_id, engine = cut_off_after_its_intent(tmp_path)
+    subprocess.run([*engine, "cancel", run_id], check=True, capture_output=True)
     with server:
         client = Client(server.url)
         approved = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
@@ -386,17 +406,27 @@ def test_a_run_cancelled_with_its_refund_in_doubt_tells_the_client(tmp_path: Pat
         assert "was cancelled while these effects were in doubt" in message
         assert "the call of tool 'submit_refund' (idempotency key " in message
         cancel = [{"interruptId": interrupt.id, "status": "cancelled"}]
-        stream = client.resume("/support", thread_id, cancel)
-        assert stream.status == 200, stream.describe()
-        [said] = stream.custom("effects_in_doubt")
-        [effect] = said.value
-        assert effect["executor_id"] == "refund_agent"
-        assert effect["description"]["tool"] == "submit_refund"
-        assert effect["idempotency_key"].startswith(f"{run['run_id']}:")
-        assert effect["idempotency_key"] in message
-        assert stream.last.type == EventType.RUN_FINISHED
-        assert stream.last.outcome.type == "cancelled", stream.describe()
+        key = assert_the_refund_in_doubt(client.resume("/support", thread_id, cancel), run_id)
+        assert key in message
     assert not ledger_lines(server, thread_id)  # killed before the ledger was written
+
+
+def test_a_client_cancelling_the_question_about_its_refund_is_told_it_stays_in_doubt(
+    tmp_path: Path,
+) -> None:
+    """The client is asked whether the cut-off refund happened and cancels that question: the
+    run ends cancelled with the refund in doubt, and that client (not only one sending the
+    cancel again) is told so (outside tester 66)."""
+    server, thread_id, interrupt, run_id, _ = cut_off_after_its_intent(tmp_path)
+    with server:
+        client = Client(server.url)
+        asked = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+        [question] = asked.interrupts
+        assert "Did this effect happen" in question.message, asked.describe()
+        cancel = [{"interruptId": question.id, "status": "cancelled"}]
+        key = assert_the_refund_in_doubt(client.resume("/support", thread_id, cancel), run_id)
+        assert key in question.message
+    assert not ledger_lines(server, thread_id)
 
 
 _CUT_AFTER_THE_INTENT = _CUT_AFTER_THE_TOOL.replace(

@@ -45,7 +45,8 @@ class Hangs(Executor):
             await asyncio.Event().wait()
             return "never"
 
-        await ctx.yield_output(await ctx.run_once("charge", forever, description="the charge"))
+        charge = ctx.run_once("charge/card", forever, description="the charge")
+        await ctx.yield_output(await charge)
 
 
 def runtime(store: RunStore) -> Runtime:
@@ -74,8 +75,8 @@ async def cut_off(rt: Runtime) -> str:
 
 def assert_the_charge(effects: list[InDoubtEffect], run_id: str) -> None:
     [effect] = effects
-    assert effect.executor_id == "pay/desk"  # (its id holds the key's separator)
-    assert effect.step == "charge"
+    assert effect.executor_id == "pay/desk"  # (ids and keys hold the key's separator)
+    assert effect.step == "charge/card"
     assert effect.description == "the charge"
     assert effect.idempotency_key.startswith(f"{run_id}:")
 
@@ -113,6 +114,7 @@ async def test_a_question_asked_then_cancelled_reports_the_step(store: RunStore)
     assert info.status is WorkflowRunState.CANCELLED
     [effect] = info.effects_in_doubt
     assert effect.idempotency_key == question.data.idempotency_key
+    assert question.data.step == "charge/card"  # (it was "card", tester 66)
     await rt.close()
 
 

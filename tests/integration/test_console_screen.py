@@ -661,7 +661,7 @@ def test_a_call_in_doubt_is_asked_as_a_question(
         assert '← submit_refund: "refund RF-7 made by hand"' in resume.screen_text()
 
 
-@pytest.mark.parametrize("how", ["cancel", "a cancel stored while it ran"])
+@pytest.mark.parametrize("how", ["cancel", "a cancel stored while it ran", "--json"])
 def test_a_run_cancelled_with_a_call_in_doubt_says_so(
     cli: Cli, sessions: list[ScreenSession], how: str
 ) -> None:
@@ -685,6 +685,15 @@ def test_a_run_cancelled_with_a_call_in_doubt_says_so(
     demo.interrupt()
     assert demo.wait(timeout=15) == 3, demo.screen_text()
     os.unlink(cli.ledger_path)
+    if how == "--json":  # (tester 66: the JSON lines said nothing of it)
+        ended = cli.expect(1, "resume", run_id, "--json")
+        last = json.loads(ended.out.strip().splitlines()[-1])
+        assert last["type"] == "effects_in_doubt" and last["run_id"] == run_id, ended.out
+        [effect] = last["effects"]
+        assert effect["executor_id"] == "refund_agent"
+        assert effect["description"]["tool"] == "submit_refund"
+        assert effect["idempotency_key"].startswith(f"{run_id}:")
+        return
     if how == "cancel":
         said = cli.expect(0, "cancel", run_id)
         assert f"Run {run_id} cancelled." in said.out
@@ -694,10 +703,18 @@ def test_a_run_cancelled_with_a_call_in_doubt_says_so(
     flat = " ".join(said.out.split())
     assert "⚠ in doubt: refund_agent's call submit_refund(" in flat, said.out
     assert "was cancelled without asking whether it happened" in flat
-    [key] = re.findall(r"idempotency key (\S+)", flat)
+    [key] = re.findall(r"by its idempotency key: (\S+)", flat)
     assert key.startswith(f"{run_id}:")
     shown = cli.expect(0, "runs", "show", run_id)
     assert "⚠ in doubt: refund_agent's call submit_refund(" in " ".join(shown.out.split())
+    # in a narrow window the key is written whole: a newline inside it cut what a person
+    # copies in two (tester 66); the window folds it, and copying gives it back whole
+    narrow = ScreenSession(
+        ["runs", "show", run_id, "--db", str(cli.db)], cli.env, cli.cwd, columns=40
+    )
+    sessions.append(narrow)
+    assert narrow.wait() == 0
+    assert any(line.strip() == key for line in narrow.text.splitlines()), narrow.text
     [effect] = cli.json("runs", "show", run_id, "--json")["effects_in_doubt"]
     assert effect["idempotency_key"] == key
     assert effect["executor_id"] == "refund_agent"

@@ -468,9 +468,9 @@ class LedgerRun:
             assert match["request"] in {r["request_id"] for r in approvals}, (
                 f"{key}: the turn runs in the delivery of an approval's answer"
             )
-            assert set(value) in ({"value"}, {"intent", "executor"}), value
-            if "executor" in value:  # the intent names its executor (ids may hold a "/")
-                assert value["executor"] == AGENT_NAME, (key, value)
+            assert set(value) in ({"value"}, {"intent", "executor", "step"}), value
+            if "executor" in value:  # the intent names its executor and step (they may hold "/")
+                assert (value["executor"], value["step"]) == (AGENT_NAME, match["name"]), value
             journal.append((match["name"], "value" if "value" in value else "intent"))
         assert len({step for step, _ in journal}) == len(journal), f"one step twice: {journal}"
         return Durable(
