@@ -538,27 +538,51 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
     ``timeout``) and SIGHUP (its terminal closed) stop it the same way: the run gives its
     lease back at once instead of keeping it, held by a dead process, for the lease's length.
     """
+    import asyncio
     import signal
 
     hung_up = False
     asked_to_stop = False
+    # Started with SIGINT ignored (``cmd &`` in a script: the shell shields it from the
+    # terminal's Ctrl-C), the event loop never hooks SIGINT and a SIGINT sent to stop the run
+    # is lost: SIGTERM did nothing at all (tester 66). Then those signals stop the run
+    # themselves, as the loop's own Ctrl-C handling would; real Ctrl-Cs stay ignored.
+    sigint_ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    main_task: asyncio.Task[Any] | None = None
+
+    async def main() -> int:
+        nonlocal main_task
+        main_task = asyncio.current_task()
+        return await body()
 
     def as_ctrl_c(signum: int, frame: Any) -> None:
         nonlocal hung_up, asked_to_stop
         if signum == signal.SIGHUP and not hung_up:
             hung_up = True
             _discard_output(sys.stdout, sys.stderr)  # before a write fails on the dead terminal
-        if not asked_to_stop:
+        first = not asked_to_stop
+        if first:
             # no one is left to press Ctrl-C again: a step that does not finish within the
             # grace is stopped waiting for, as a second Ctrl-C would (it is asked about then)
             asked_to_stop = True
-            _signal_later(STOP_GRACE_SECONDS, signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGINT)
+            _signal_later(STOP_GRACE_SECONDS, signal.SIGTERM if sigint_ignored else signal.SIGINT)
+        if not sigint_ignored:
+            os.kill(os.getpid(), signal.SIGINT)
+        elif first and main_task is not None and not main_task.done():
+            main_task.cancel()  # what the loop does on a first Ctrl-C: the run stops gracefully
+            main_task.get_loop().call_soon_threadsafe(lambda: None)  # (wake it up)
+        else:
+            raise KeyboardInterrupt  # and on the next one: stop waiting
 
     stopping = (signal.SIGTERM, signal.SIGHUP)
     before = {sig: signal.signal(sig, as_ctrl_c) for sig in stopping}
     try:
-        run_async(body)
+        try:
+            run_async(main)
+        except asyncio.CancelledError:
+            if not (sigint_ignored and asked_to_stop):
+                raise
+            raise KeyboardInterrupt from None  # (the cancel above, come back out)
     except KeyboardInterrupt:
         # the first Ctrl-C decided it: more presses must not cut off the line saying how to
         # continue (they killed the process, exit 130, after or before it)

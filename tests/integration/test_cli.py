@@ -770,6 +770,50 @@ def approve_a_refund_that_hangs(port: int) -> threading.Thread:
     return client
 
 
+def test_sigterm_stops_a_demo_started_with_sigint_ignored(cli: Cli) -> None:
+    """A command a script starts in the background (``cmd &``) inherits SIGINT ignored. SIGTERM
+    was turned into a SIGINT, which was lost: nothing stopped the demo but SIGKILL, its run
+    held all along (outside tester 66). It stops as under SIGTERM anywhere: the step under
+    way gets the grace, then the command ends (exit 3) and the call is asked about."""
+    os.mkfifo(cli.ledger_path)  # the approved refund hangs on it
+    demo = subprocess.Popen(
+        [str(ENGINE), "demo", "handoff", "--approve", "-m", REFUND, "--db", str(cli.db)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=cli.env,
+        cwd=cli.cwd,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        assert demo.stdout is not None
+        seen = ""
+        while "submit_refund" not in seen or "approved" not in seen:
+            line = demo.stdout.readline().decode()
+            assert line, seen
+            seen += line
+        time.sleep(1)  # the call under way, blocked on the ledger
+        demo.send_signal(signal.SIGINT)  # (a Ctrl-C at the terminal: ignored, as it should be)
+        time.sleep(0.5)
+        assert demo.poll() is None
+        demo.send_signal(signal.SIGTERM)
+        assert demo.wait(timeout=STOP_GRACE_SECONDS + 15) == 3
+        out = seen + demo.stdout.read().decode()
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+        demo.wait()
+        if demo.stdout is not None:
+            demo.stdout.close()
+    assert "Traceback" not in out, out
+    assert "A call was still running" in flat(out), out
+    [run] = cli.json("runs", "list")
+    assert run["worker"] is None, run  # the lease given back
+    os.unlink(cli.ledger_path)
+    asked = cli.expect(3, "resume", run["run_id"])
+    assert_in_doubt_asked(asked.out)
+
+
 def test_serve_quits_on_a_third_ctrl_c_while_a_tool_hangs(cli: Cli) -> None:
     """An approved refund blocks in its thread (the ledger is a FIFO no one reads): nothing can
     cut it off, so the second Ctrl-C leaves that run executing. The third made uvicorn tear the
