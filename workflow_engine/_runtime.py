@@ -92,9 +92,10 @@ class RunInfo:
     cancel_requested: bool = False
     """A cancel waits for the worker executing the run (see :meth:`Runtime.cancel`)."""
     effects_in_doubt: list[InDoubtEffect] = field(default_factory=list)
-    """Of a cancelled run: the steps that had started before it stopped (a crash, a kill) and
-    recorded no result. The cancel ended the run before anyone was asked whether they happened:
-    check with the outside service (each names its ``idempotency_key``)."""
+    """Of a run no worker executes: the steps that had started before it stopped (a crash, a
+    kill) and recorded no result. A run stopped mid-step asks about them when resumed; a
+    cancelled one ended before anyone was asked whether they happened: check with the outside
+    service (each names its ``idempotency_key``)."""
     decoded: bool = True
     """False when this runtime cannot decode the run's values -- its workflow is not registered
     here, or its graph changed (a stranded run): ``outputs`` and each request's ``data`` are
@@ -903,7 +904,8 @@ class Runtime:
                 for r in await self.store.list_requests(run_id, status="pending")
             ]
         in_doubt: list[InDoubtEffect] = []
-        if run.status is WorkflowRunState.CANCELLED and checkpoint is not None:
+        stopped = run.status is WorkflowRunState.IN_PROGRESS and run.live_owner(time.time()) is None
+        if (run.status is WorkflowRunState.CANCELLED or stopped) and checkpoint is not None:
             in_doubt = await _effects_cut_off(self.store, checkpoint)
         return RunInfo(
             run_id=run.run_id,

@@ -814,12 +814,12 @@ def cancel(
             else:
                 print(f"Run {visible(info.run_id)} {info.status.value}.")
             if info.effects_in_doubt:
-                from ._console import show_in_doubt
+                from ._console import CANCELLED_WITHOUT_ASKING, show_in_doubt
                 from ._term import Terminal
 
                 term = Terminal()
                 for effect in info.effects_in_doubt:
-                    show_in_doubt(term, effect, cancelled=True)
+                    show_in_doubt(term, effect, then=CANCELLED_WITHOUT_ASKING)
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -1032,10 +1032,12 @@ def runs_show(
                 # not "error:", which is how this command would say that it failed itself
                 term.line((f"{info.status.value} with: ", "red"), said)
             if info.effects_in_doubt:
-                from ._console import show_in_doubt
+                from ._console import CANCELLED_WITHOUT_ASKING, RESUME_ASKS, show_in_doubt
 
+                cancelled = info.status.value == "cancelled"
+                then = CANCELLED_WITHOUT_ASKING if cancelled else RESUME_ASKS
                 for effect in info.effects_in_doubt:
-                    show_in_doubt(term, effect, cancelled=True)
+                    show_in_doubt(term, effect, then=then)
             return EXIT_DONE
 
         return await _with_runtime(db, go)

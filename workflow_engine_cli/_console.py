@@ -564,7 +564,7 @@ async def _drive(
                 command = f"workflow-engine resume {visible(run_id)}{Hints.db}"
                 term.line(f"Resuming retries it: `{command}`.")
             for effect in in_doubt:
-                show_in_doubt(term, effect, cancelled=True)
+                show_in_doubt(term, effect, then=CANCELLED_WITHOUT_ASKING)
             return EXIT_FAILED
         waiting = []
         for request in result.pending_requests:
@@ -626,14 +626,17 @@ _ANSWER_FLAGS = {
 _ANY_ANSWER = "--data JSON"  # an application's request: its answer type, as JSON
 
 
-def show_in_doubt(term: Terminal, effect: InDoubtEffect, *, cancelled: bool = False) -> None:
+CANCELLED_WITHOUT_ASKING = "the run was cancelled without asking whether it happened"
+RESUME_ASKS = "`resume` asks whether it happened"
+
+
+def show_in_doubt(term: Terminal, effect: InDoubtEffect, *, then: str = "") -> None:
     """A step in doubt, for a person: what it was, and the key to look its effect up by in
-    the service it called (on a line of its own, whole: it is copied). ``cancelled``: the run
-    ended without anyone being asked whether it happened."""
+    the service it called (on a line of its own, whole: it is copied). ``then``: what becomes
+    of the question (a run cancelled without asking it, one that asks it when resumed)."""
     said = in_doubt_said(effect)
-    if cancelled:
-        said = f"⚠ in doubt: {said}; the run was cancelled without asking whether it happened."
-        term.line((said, "yellow"), indent=4)
+    if then:
+        term.line((f"⚠ in doubt: {said}; {then}.", "yellow"), indent=4)
     else:
         term.line(("In doubt: ", "bold yellow"), f"{said}.", indent=4)
     if effect.idempotency_key:

@@ -150,3 +150,33 @@ async def test_the_report_survives_a_new_runtime(tmp_path: Path) -> None:
     other = runtime(SqliteStore(tmp_path / "runs.db"))
     assert_the_charge((await other.get_run(run_id)).effects_in_doubt, run_id)
     await other.close()
+
+
+async def test_a_run_stopped_mid_step_reports_the_step_until_resume_asks(store: RunStore) -> None:
+    """Stopped mid-step, no worker executes it: the step is in doubt already, and says so
+    (tester 66: only a cancelled run did); the resume then asks about it."""
+    rt = runtime(store)
+    run_id = await cut_off(rt)
+    info = await rt.get_run(run_id)
+    assert info.status is WorkflowRunState.IN_PROGRESS
+    assert_the_charge(info.effects_in_doubt, run_id)
+    asked = await rt.resume(run_id)
+    [question] = asked.pending_requests
+    assert question.data.idempotency_key == info.effects_in_doubt[0].idempotency_key
+    await rt.close()
+
+
+async def test_a_step_under_way_is_not_in_doubt(store: RunStore) -> None:
+    """While a worker executes the run, its step's intent is an effect running, not one in
+    doubt."""
+    rt = runtime(store)
+    run_id = await rt.start("pay", 1)
+    task = asyncio.get_running_loop().create_task(rt.resume(run_id))
+    await asyncio.sleep(0.1)
+    assert (await rt.get_run(run_id)).effects_in_doubt == []
+    task.cancel()
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    await rt.close()

@@ -594,6 +594,9 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     said = flat(demo.screen_text())
     assert "A call was still running: it may yet complete, and the run does not know" in said
     in_order(demo.screen(), [f"Continue with: workflow-engine resume {run['run_id']}"])
+    shown = flat(cli.expect(0, "runs", "show", run["run_id"]).out)
+    assert "⚠ in doubt: refund_agent's call submit_refund(" in shown, shown
+    assert "`resume` asks whether it happened" in shown
     os.unlink(cli.ledger_path)
     asked = cli.expect(3, "resume", run["run_id"])
     assert_in_doubt_asked(asked.out)
