@@ -805,7 +805,22 @@ def cancel(
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
-            info = await runtime.cancel((await _run_for(runtime, run_id)).run_id)
+            from workflow_engine import RunNotResumableError
+
+            full = (await _run_for(runtime, run_id)).run_id
+            try:
+                info = await runtime.cancel(full)
+            except RunNotResumableError:
+                # cancelled before: what that cancel left in doubt is said again (the error
+                # follows on stderr), not only by the cancel that did it
+                info = await runtime.get_run(full)
+                if info.status.value == "cancelled" and info.effects_in_doubt:
+                    from ._console import CANCELLED_WITHOUT_ASKING, show_in_doubt
+                    from ._term import Terminal
+
+                    for effect in info.effects_in_doubt:
+                        show_in_doubt(Terminal(), effect, then=CANCELLED_WITHOUT_ASKING)
+                raise
             if info.cancel_requested:  # another worker executes it: it ends it at a boundary
                 print(
                     f"Run {visible(info.run_id)} {info.status.value}, cancelling: the worker "

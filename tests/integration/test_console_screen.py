@@ -700,6 +700,9 @@ def test_a_run_cancelled_with_a_call_in_doubt_says_so(
     if how == "cancel":
         said = cli.expect(0, "cancel", run_id)
         assert f"Run {run_id} cancelled." in said.out
+        again = cli.expect(5, "cancel", run_id)  # said again, not only by the cancel that did it
+        assert "already cancelled" in again.error_line()
+        assert "⚠ in doubt: refund_agent's call submit_refund(" in " ".join(again.out.split())
     else:
         said = cli.expect(1, "resume", run_id)
         assert f"Run {run_id} ended cancelled." in said.out
