@@ -329,21 +329,7 @@ def test_a_resume_continuing_a_run_cut_off_after_its_tool_ran_sends_the_call_who
     held by a pending request (outside tester 58)."""
     from tests.integration.test_agui_wire import replayed_call
 
-    server, thread_id, interrupt = paused_then_stopped(tmp_path)
-    engine = approve_from_the_command_line(server, thread_id)
-    [run] = json.loads(
-        subprocess.run(
-            [*engine, "runs", "list", "--json"], capture_output=True, text=True, check=True
-        ).stdout
-    )
-    cut = subprocess.run(
-        [sys.executable, "-c", _CUT_AFTER_THE_TOOL, str(server.db), run["run_id"]],
-        env={**os.environ, **server.env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert cut.returncode == -signal.SIGKILL, (cut.returncode, cut.stderr[-2000:])
+    server, thread_id, interrupt, _, _ = approved_then_killed(tmp_path, _CUT_AFTER_THE_TOOL)
     assert len(ledger_lines(server, thread_id)) == 1  # the refund happened, once
     with server:
         client = Client(server.url)
@@ -356,9 +342,10 @@ def test_a_resume_continuing_a_run_cut_off_after_its_tool_ran_sends_the_call_who
     assert len(ledger_lines(server, thread_id)) == 1
 
 
-def cut_off_after_its_intent(tmp_path: Path) -> tuple[Server, str, Any, str, list[str]]:
-    """A thread whose approved refund journaled its intent, then the process was killed: the
-    server (stopped), the thread, its approval interrupt, the run and the command line."""
+def approved_then_killed(tmp_path: Path, script: str) -> tuple[Server, str, Any, str, list[str]]:
+    """A thread whose approval was stored while no server ran, then applied by ``script``,
+    which kills its process at a chosen point: the server (stopped), the thread, its approval
+    interrupt, the run and the command line's arguments for the database."""
     server, thread_id, interrupt = paused_then_stopped(tmp_path)
     engine = approve_from_the_command_line(server, thread_id)
     [run] = json.loads(
@@ -367,7 +354,7 @@ def cut_off_after_its_intent(tmp_path: Path) -> tuple[Server, str, Any, str, lis
         ).stdout
     )
     cut = subprocess.run(
-        [sys.executable, "-c", _CUT_AFTER_THE_INTENT, str(server.db), run["run_id"]],
+        [sys.executable, "-c", script, str(server.db), run["run_id"]],
         env={**os.environ, **server.env},
         capture_output=True,
         text=True,
@@ -396,7 +383,9 @@ def test_a_run_cancelled_with_its_refund_in_doubt_tells_the_client(tmp_path: Pat
     refund happened. The client sending its resume again is told which call is in doubt and
     the key to look it up by, before the cancelled outcome (outside tester 65: the run just
     ended cancelled)."""
-    server, thread_id, interrupt, run_id, engine = cut_off_after_its_intent(tmp_path)
+    server, thread_id, interrupt, run_id, engine = approved_then_killed(
+        tmp_path, _CUT_AFTER_THE_INTENT
+    )
     subprocess.run([*engine, "cancel", run_id], check=True, capture_output=True)
     with server:
         client = Client(server.url)
@@ -417,7 +406,7 @@ def test_a_client_cancelling_the_question_about_its_refund_is_told_it_stays_in_d
     """The client is asked whether the cut-off refund happened and cancels that question: the
     run ends cancelled with the refund in doubt, and that client (not only one sending the
     cancel again) is told so (outside tester 66)."""
-    server, thread_id, interrupt, run_id, _ = cut_off_after_its_intent(tmp_path)
+    server, thread_id, interrupt, run_id, _ = approved_then_killed(tmp_path, _CUT_AFTER_THE_INTENT)
     with server:
         client = Client(server.url)
         asked = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))

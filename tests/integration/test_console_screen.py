@@ -539,6 +539,26 @@ def test_closing_the_terminal_gives_the_run_back(
     assert "Refund of 89.99 for order 12345 submitted." in done.out
 
 
+def approve_a_refund_that_hangs(sessions: list[ScreenSession], cli: Cli) -> ScreenSession:
+    """The demo with its refund approved and blocked in its thread: the ledger is a FIFO no
+    one reads (the tool first reads it; a writer opening and closing it lets that through,
+    then its append waits for a reader)."""
+    os.mkfifo(cli.ledger_path)
+    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
+    demo.expect_screen(APPROVE)
+    demo.send("y")
+    demo.expect_screen("is working")
+    return demo
+
+
+def stop_twice(demo: ScreenSession) -> None:
+    """Ctrl-C (it waits for the step under way), Ctrl-C again (it stops waiting): exit 3."""
+    demo.interrupt()
+    demo.expect_screen("stopping")
+    demo.interrupt()
+    assert demo.wait(timeout=15) == 3, demo.screen_text()
+
+
 def test_one_ctrl_c_waits_for_the_call_and_says_nothing_is_left_running(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
@@ -546,11 +566,7 @@ def test_one_ctrl_c_waits_for_the_call_and_says_nothing_is_left_running(
     lets it through: the command waits for it and ends. It must not claim a call was still
     running -- an idle worker thread of an earlier call is not one -- and ``resume`` goes on
     without asking: the refund is recorded, made once."""
-    os.mkfifo(cli.ledger_path)
-    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
-    demo.expect_screen(APPROVE)
-    demo.send("y")
-    demo.expect_screen("is working")
+    demo = approve_a_refund_that_hangs(sessions, cli)
     demo.interrupt()
     demo.expect_screen("stopping")
     written: list[bytes] = []
@@ -579,11 +595,7 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     waits for it; a second Ctrl-C printed how to continue, then the process never ended: the
     interpreter waited for the thread at exit, with Ctrl-C ignored (outside tester 61). It
     ends now (exit 3), and the call is asked about when the run is continued."""
-    os.mkfifo(cli.ledger_path)
-    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
-    demo.expect_screen(APPROVE)
-    demo.send("y")
-    demo.expect_screen("is working")
+    demo = approve_a_refund_that_hangs(sessions, cli)
     demo.interrupt()
     # what it waits for, and how to stop waiting (the spinner said "is working" on)
     demo.expect_screen("stopping: a step under way finishes first · Ctrl-C again stops waiting")
@@ -631,15 +643,8 @@ def test_a_call_in_doubt_is_asked_as_a_question(
     red ✗ failure, then the question's fields -- step keys included -- and asked for raw JSON
     (outside tester 65). It says what was cut off and the key to look it up by, and asks y/n;
     yes takes the result as text and the refund is not made again, no makes it again."""
-    os.mkfifo(cli.ledger_path)
-    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
-    demo.expect_screen(APPROVE)
-    demo.send("y")
-    demo.expect_screen("is working")
-    demo.interrupt()
-    demo.expect_screen("stopping")
-    demo.interrupt()
-    assert demo.wait(timeout=15) == 3, demo.screen_text()
+    demo = approve_a_refund_that_hangs(sessions, cli)
+    stop_twice(demo)
     os.unlink(cli.ledger_path)
     [run] = cli.json("runs", "list", "--json")
     resume = open_screen(sessions, cli, "resume", run["run_id"])
@@ -673,20 +678,13 @@ def test_a_run_cancelled_with_a_call_in_doubt_says_so(
     held the run, which the next ``resume`` honours before anything runs. Either way it ended
     ``cancelled`` and no one was ever told the refund might have been made (outside tester
     65). Both say so now, with the key to look the refund up by, and so does ``runs show``."""
-    os.mkfifo(cli.ledger_path)
-    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
-    demo.expect_screen(APPROVE)
-    demo.send("y")
-    demo.expect_screen("is working")
+    demo = approve_a_refund_that_hangs(sessions, cli)
     [run] = cli.json("runs", "list", "--json")
     run_id = run["run_id"]
     if how != "cancel":
         stored = cli.expect(0, "cancel", run_id)
         assert "cancelling: the worker executing it ends it cancelled" in stored.out
-    demo.interrupt()
-    demo.expect_screen("stopping")
-    demo.interrupt()
-    assert demo.wait(timeout=15) == 3, demo.screen_text()
+    stop_twice(demo)
     os.unlink(cli.ledger_path)
     if how == "--json":  # (tester 66: the JSON lines said nothing of it)
         ended = cli.expect(1, "resume", run_id, "--json")
