@@ -241,7 +241,7 @@ class AgentHostExecutor(Executor):
         return FunctionResultContent(
             call_id=str(described.get("call_id", "")),
             name=str(described.get("tool", "")),
-            result=result if result is not None else "done (confirmed by a person after a crash)",
+            result=result if result is not None else "done (a person confirmed it happened)",
         )
 
     def validate_response(self, request: Any, response: Any) -> None:

@@ -30,7 +30,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
@@ -178,6 +178,39 @@ def print_error(message: str) -> None:
 _WRITE_ERRNOS = frozenset(
     getattr(errno, name) for name in ("ENOSPC", "EIO", "EFBIG", "EDQUOT") if hasattr(errno, name)
 )
+
+
+@contextlib.contextmanager
+def _prompt_stopped_by(signals: list[int]) -> Iterator[None]:
+    """While a prompt waits, SIGTERM and SIGHUP interrupt it as Ctrl-C does (the signal is
+    added to ``signals``). Their default action killed the process inside the line editor,
+    leaving the terminal without echo (tester 67); interrupted, the editor restores it."""
+    import signal
+
+    def interrupt(signum: int, frame: Any) -> None:
+        if signum == signal.SIGHUP:  # (before a write fails on the dead terminal)
+            _discard_output(*[s for s in (sys.stdout, sys.stderr) if _is_a_terminal(s)])
+        signals.append(signum)
+        raise KeyboardInterrupt
+
+    stopping = (signal.SIGTERM, signal.SIGHUP)
+    before = {sig: signal.signal(sig, interrupt) for sig in stopping}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _is_a_terminal(stream: Any) -> bool:
+    """``stream`` writes to a device (a terminal: ``isatty`` says no once it hung up), not to
+    a file or a pipe that outlives it."""
+    import stat
+
+    try:
+        return stat.S_ISCHR(os.fstat(stream.fileno()).st_mode)
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def _discard_output(*streams: Any) -> None:
@@ -492,14 +525,17 @@ def demo(
     typed = False
     if message is None and policy.interactive:
         talk.line((f"{workflow} demo · type the first message (empty: a sample one)", "dim"))
+        stopped_by: list[int] = []
         try:
-            message = talk.ask(policy.read, ("You: ", "bold green")).strip()
+            with _prompt_stopped_by(stopped_by):
+                message = talk.ask(policy.read, ("You: ", "bold green")).strip()
         except (EOFError, KeyboardInterrupt) as stop:
             talk.end()
             talk.line("Nothing started.")
-            # Ctrl-D is "no message": done; Ctrl-C aborts, and a script must be able to tell
-            quit = isinstance(stop, KeyboardInterrupt)
-            raise typer.Exit(EXIT_QUIT if quit else EXIT_DONE) from None
+            # Ctrl-D is "no message": done; Ctrl-C aborts, and a script must be able to tell;
+            # SIGTERM and SIGHUP end it as they would any program (the terminal restored)
+            quit = EXIT_QUIT if not stopped_by else 128 + stopped_by[0]
+            raise typer.Exit(quit if isinstance(stop, KeyboardInterrupt) else EXIT_DONE) from None
         typed = bool(message)
     first = message or _DEFAULT_MESSAGES[workflow]
 
@@ -542,6 +578,8 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
     import signal
 
     hung_up = False
+    silenced = False  # stderr went to /dev/null with the terminal it wrote to
+    stopped_by: int | None = None  # the SIGTERM or SIGHUP that stopped it (None: a Ctrl-C)
     asked_to_stop = False
     # Started with SIGINT ignored (``cmd &`` in a script: the shell shields it from the
     # terminal's Ctrl-C), the event loop never hooks SIGINT and a SIGINT sent to stop the run
@@ -556,17 +594,24 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         return await body()
 
     def as_ctrl_c(signum: int, frame: Any) -> None:
-        nonlocal hung_up, asked_to_stop
+        nonlocal hung_up, silenced, asked_to_stop, stopped_by
         if signum == signal.SIGHUP and not hung_up:
             hung_up = True
-            _discard_output(sys.stdout, sys.stderr)  # before a write fails on the dead terminal
+            # before a write fails on the dead terminal; a file or a pipe (a script's log)
+            # still gets what is said (tester 67: its log lost the run id)
+            on_terminal = [s for s in (sys.stdout, sys.stderr) if _is_a_terminal(s)]
+            silenced = sys.stderr in on_terminal
+            if on_terminal:
+                _discard_output(*on_terminal)
         first = not asked_to_stop
         if first:
             # no one is left to press Ctrl-C again: a step that does not finish within the
             # grace is stopped waiting for, as a second Ctrl-C would (it is asked about then)
             asked_to_stop = True
+            stopped_by = signum
             _signal_later(STOP_GRACE_SECONDS, signal.SIGTERM if sigint_ignored else signal.SIGINT)
-        if not sigint_ignored:
+        # (at a prompt, which takes SIGINT even in a job that ignores it: stop at once)
+        if not sigint_ignored or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             os.kill(os.getpid(), signal.SIGINT)
         elif first and main_task is not None and not main_task.done():
             main_task.cancel()  # what the loop does on a first Ctrl-C: the run stops gracefully
@@ -591,7 +636,7 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         from workflow_engine.executors import calls_in_threads
 
         running = calls_in_threads() > 0
-        if not hung_up:  # (no terminal to tell)
+        if not silenced:  # (no terminal to tell)
             term = err_console()
             with contextlib.suppress(OSError):  # (the terminal closed after all the same)
                 if run_ids:
@@ -599,16 +644,19 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
                     term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
                     if running:  # (what the second Ctrl-C stopped waiting for)
                         term.print(
-                            "A call was still running: it may yet complete, and the run does "
-                            "not know whether it did. `resume` asks you."
+                            "A call was still running: it may yet complete. `resume` asks "
+                            "whether it did."
                         )
                     where = escape(f"{run_id}{Hints.db}")  # a path may hold [markup]
                     term.print(f"Continue with: workflow-engine resume {where}")
                 else:
                     term.print("\nInterrupted before a run started.")
+        # nothing to resume without a run: a quit, as a signal would end any program (tester
+        # 67: exit 3 said "resume continues it")
+        code = EXIT_PAUSED if run_ids else EXIT_QUIT if stopped_by is None else 128 + stopped_by
         if _a_thread_lingers():
-            _exit_now(EXIT_PAUSED)
-        raise typer.Exit(EXIT_PAUSED) from None
+            _exit_now(code)
+        raise typer.Exit(code) from None
     except typer.Exit as stop:
         # a write that failed on the closed terminal before the signal was handled (another
         # thread's, say) ended the command as an output failure: it was the hang-up
@@ -982,6 +1030,8 @@ def runs_show(
     """A run's timeline (checkpoints per superstep), outputs and pending requests."""
 
     async def body() -> int:
+        from workflow_engine import InDoubtEffect
+
         from ._views import describe_output
 
         async def go(runtime: Runtime) -> int:
@@ -1038,6 +1088,10 @@ def runs_show(
             for request in info.pending_requests:
                 asks = type(request.data).__name__ if info.decoded else f"at {request.port_id}"
                 term.line(("waiting: ", "yellow"), f"{request.request_id} ({asks})")
+                if isinstance(request.data, InDoubtEffect):  # what it asks (tester 67)
+                    from ._console import show_in_doubt
+
+                    show_in_doubt(term, request.data)
             if info.error is not None:
                 message = info.error.get("message") if isinstance(info.error, dict) else None
                 if not isinstance(message, str):  # a store that does not check what it reads
@@ -1051,6 +1105,8 @@ def runs_show(
 
                 cancelled = info.status.value == "cancelled"
                 then = CANCELLED_WITHOUT_ASKING if cancelled else RESUME_ASKS
+                if info.cancel_requested:  # (tester 67: resume would not ask, but cancel)
+                    then = "a cancel waits: `resume` ends the run cancelled without asking"
                 for effect in info.effects_in_doubt:
                     show_in_doubt(term, effect, then=then)
             return EXIT_DONE

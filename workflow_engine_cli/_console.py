@@ -394,8 +394,8 @@ class AnswerPolicy:
             raw = self._ask("Its result, as JSON or text (empty: not known): ").strip()
             try:  # (an object, a list or a quoted string is JSON; other words are text)
                 result = typed_json(raw, "the result") if raw[:1] in ("{", "[", '"') else raw
-            except ValueError as exc:
-                self._problem(str(exc))
+            except ValueError as exc:  # (text that starts like JSON: say how to give it)
+                self._problem(f'{exc}; text starting with {raw[0]} goes in quotes: "..."')
                 continue
             await submit({"happened": True, "result": None if raw == "" else result})
             return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from types import SimpleNamespace
 from typing import Any
 
 
@@ -86,6 +87,11 @@ def describe_request(data: Any, port_id: str = "") -> str:
             return f"approve {call['name']}({compact(call.get('arguments', {}))})"
         if "agent" in value and "message" in value:
             return f"reply to {value['agent']}: {value['message']}"
+        if {"executor_id", "step", "idempotency_key", "question"} <= value.keys():
+            # a step in doubt (an ``InDoubtEffect``): the question, not its fields (tester 67)
+            effect = SimpleNamespace(**value)
+            key = f" (idempotency key {effect.idempotency_key})" if effect.idempotency_key else ""
+            return f"did it happen? {in_doubt_said(effect)}{key}"
     return f"{port_id}: {compact(value)}" if port_id else compact(value)
 
 

@@ -162,6 +162,7 @@ class PtySession:
         size: tuple[int, int] | None = None,  # (columns, lines)
         stdout: Path | None = None,  # a file instead of the terminal (``> file``)
         controlling: bool = False,  # the terminal is the process's controlling terminal
+        sigint_ignored: bool = False,  # started as a script's background job (``cmd &``) is
     ) -> None:
         master, slave = os.openpty()
         if size is not None:  # what the program's get_terminal_size() will see
@@ -182,6 +183,7 @@ class PtySession:
             cwd=cwd,
             close_fds=True,
             start_new_session=not controlling,  # (setsid needs to not lead a group already)
+            preexec_fn=_ignore_sigint if sigint_ignored else None,
         )
         os.close(slave)  # ours; the master sees EOF once the child is gone
         if out is not None:
@@ -256,6 +258,10 @@ class PtySession:
             os.close(self.master)
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class ScreenSession(PtySession):
     """A PTY of ``columns`` by ``lines`` behind a terminal emulator: ``screen()`` is what a
     person sees (lines scrolled off the top included), not the byte stream."""
@@ -271,13 +277,21 @@ class ScreenSession(PtySession):
         term: str = "xterm-256color",
         stdout: Path | None = None,
         controlling: bool = False,
+        sigint_ignored: bool = False,
     ) -> None:
         self._screen = pyte.HistoryScreen(columns, lines, history=10_000)
         self._stream = pyte.ByteStream(self._screen)
         # the window size comes from the PTY: COLUMNS/LINES would override it
         env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES")}
         super().__init__(
-            args, env, cwd, term=term, size=(columns, lines), stdout=stdout, controlling=controlling
+            args,
+            env,
+            cwd,
+            term=term,
+            size=(columns, lines),
+            stdout=stdout,
+            controlling=controlling,
+            sigint_ignored=sigint_ignored,
         )
 
     def _received(self, chunk: bytes) -> None:

@@ -814,6 +814,74 @@ def test_sigterm_stops_a_demo_started_with_sigint_ignored(cli: Cli) -> None:
     assert_in_doubt_asked(asked.out)
 
 
+def test_sighup_still_tells_a_log_file_how_to_continue(cli: Cli, tmp_path: Path) -> None:
+    """SIGHUP sent everything to /dev/null, a script's log file too: it lost the run id and
+    how to continue (tester 67). Only what went to the closed terminal is silenced."""
+    os.mkfifo(cli.ledger_path)  # the approved refund blocks on it until let through below
+    out, err = tmp_path / "out.log", tmp_path / "err.log"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        demo = subprocess.Popen(
+            [str(ENGINE), "demo", "handoff", "--approve", "-m", REFUND, "--db", str(cli.db)],
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            env=cli.env,
+            cwd=cli.cwd,
+        )
+    try:
+        deadline = time.monotonic() + 60
+        while "approved" not in out.read_text():
+            assert demo.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.1)
+        time.sleep(0.5)
+        demo.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        with open(cli.ledger_path, "wb"):  # the tool's read ends...
+            pass
+        taken: list[bytes] = []  # ...and its append finds a reader
+        reader = threading.Thread(target=lambda: taken.append(cli.ledger_path.read_bytes()))
+        reader.start()
+        assert demo.wait(timeout=30) == 3
+        reader.join(timeout=10)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    said = flat(err.read_text())
+    [run] = cli.json("runs", "list")
+    assert f"Interrupted: run {run['run_id']} keeps its last checkpoint." in said, said
+    assert f"Continue with: workflow-engine resume {run['run_id']}" in said
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_a_signal_before_any_run_started_ends_it_as_any_program(
+    tmp_path: Path, signum: int, code: int
+) -> None:
+    """Stopped before a run had started, the command said "Interrupted before a run started."
+    and exited 3, "resume continues it", with nothing to resume (tester 67)."""
+    script = f"""
+import os, anyio, typer
+from workflow_engine_cli._app import _interruptible
+
+async def body() -> int:
+    os.kill(os.getpid(), {int(signum)})
+    await anyio.sleep(10)
+    return 0
+
+try:
+    _interruptible(body, [])
+except typer.Exit as stop:  # (as the command line's app turns it into the exit code)
+    raise SystemExit(stop.exit_code)
+"""
+    ended = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert ended.returncode == code, ended
+    assert "Traceback" not in ended.stderr, ended.stderr
+    if signum == signal.SIGTERM:
+        assert "Interrupted before a run started." in ended.stderr
+
+
 def test_serve_quits_on_a_third_ctrl_c_while_a_tool_hangs(cli: Cli) -> None:
     """An approved refund blocks in its thread (the ledger is a FIFO no one reads): nothing can
     cut it off, so the second Ctrl-C leaves that run executing. The third made uvicorn tear the

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import sys
+import termios
 import threading
 import time
 from collections.abc import Iterator
@@ -604,7 +605,7 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     [run] = cli.json("runs", "list", "--json")
     # (it said only how to continue: nothing about the call it left behind, tester 64)
     said = flat(demo.screen_text())
-    assert "A call was still running: it may yet complete, and the run does not know" in said
+    assert "A call was still running: it may yet complete. `resume` asks whether it did." in said
     in_order(demo.screen(), [f"Continue with: workflow-engine resume {run['run_id']}"])
     shown = flat(cli.expect(0, "runs", "show", run["run_id"]).out)
     assert "⚠ in doubt: refund_agent's call submit_refund(" in shown, shown
@@ -613,26 +614,64 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     asked = cli.expect(3, "resume", run["run_id"])
     assert_in_doubt_asked(asked.out)
     assert "(InDoubtEffect)" in asked.out
+    # the question waits: shown as a question, not as its fields (tester 67)
+    shown = flat(cli.expect(0, "runs", "show", run["run_id"]).out)
+    assert "In doubt: refund_agent's call submit_refund(" in shown, shown
+    listed = flat(cli.expect(0, "requests", "list").out)
+    assert "did it happen? refund_agent's call submit_refund(" in listed, listed
 
 
-@pytest.mark.parametrize(("key", "code"), [("Ctrl-C", 130), ("Ctrl-D", 0)])
+@pytest.mark.parametrize(
+    ("key", "code"), [("Ctrl-C", 130), ("Ctrl-D", 0), ("SIGTERM", 143), ("SIGHUP", 129)]
+)
 def test_leaving_the_demos_first_prompt(
     cli: Cli, sessions: list[ScreenSession], key: str, code: int
 ) -> None:
     """Ctrl-C at the first prompt exited 0, as if the demo had run (outside tester 65): a
     script could not tell an abort. It is 130, as for a command SIGINT ended; Ctrl-D (no
-    message) stays 0. Neither starts a run."""
+    message) stays 0. SIGTERM and SIGHUP killed it inside the line editor, which left the
+    terminal without echo (tester 67): they end it as they would any program, the terminal
+    restored. None starts a run."""
     # (the terminal's own Ctrl-C: its line discipline signals the foreground group)
     demo = ScreenSession(
         ["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
     )
     sessions.append(demo)
     demo.expect_screen("You:")
-    demo.send_raw(b"\x03" if key == "Ctrl-C" else b"\x04")
+    if key.startswith("SIG"):
+        time.sleep(0.3)  # (in the line editor)
+        demo.proc.send_signal(getattr(signal, key))
+    else:
+        demo.send_raw(b"\x03" if key == "Ctrl-C" else b"\x04")
     assert demo.wait() == code, demo.screen_text()
-    assert "Nothing started." in demo.screen_text()
+    if key != "SIGHUP":  # (its terminal is gone: nothing is written to it)
+        assert "Nothing started." in demo.screen_text()
     assert "Traceback" not in demo.screen_text()
+    modes = termios.tcgetattr(demo.master)[3]
+    assert modes & termios.ECHO and modes & termios.ICANON, "the terminal was left raw"
     assert not cli.db.exists()
+
+
+def test_sigterm_at_a_prompt_of_a_background_job_stops_at_once(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """A script's background job (SIGINT ignored) at the approval prompt: SIGTERM waited the
+    whole grace for a step under way -- there was none (tester 67). It stops at once."""
+    demo = ScreenSession(
+        ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)],
+        cli.env,
+        cli.cwd,
+        sigint_ignored=True,
+    )
+    sessions.append(demo)
+    demo.expect_screen(APPROVE)
+    time.sleep(0.3)
+    began = time.monotonic()
+    demo.proc.send_signal(signal.SIGTERM)
+    assert demo.wait(timeout=STOP_GRACE_SECONDS + 10) == 3, demo.screen_text()
+    assert time.monotonic() - began < STOP_GRACE_SECONDS / 2, demo.screen_text()
+    [run] = cli.json("runs", "list", "--json")
+    assert run["status"] == "idle_with_pending_requests" and run["worker"] is None
 
 
 @pytest.mark.parametrize("happened", [True, False])
@@ -658,6 +697,8 @@ def test_a_call_in_doubt_is_asked_as_a_question(
     if happened:
         resume.send("y")
         resume.expect_screen("Its result, as JSON or text (empty: not known):")
+        resume.send("[refund RF-7] made by hand")  # (text that starts like JSON)
+        resume.expect_screen('text starting with [ goes in quotes: "..."')
         resume.send("refund RF-7 made by hand")
     else:
         resume.send("n")
@@ -700,17 +741,19 @@ def test_a_run_cancelled_with_a_call_in_doubt_says_so(
         assert f"Run {run_id} cancelled." in said.out
         again = cli.expect(5, "cancel", run_id)  # said again, not only by the cancel that did it
         assert "already cancelled" in again.error_line()
-        assert "⚠ in doubt: refund_agent's call submit_refund(" in " ".join(again.out.split())
+        assert "⚠ in doubt: refund_agent's call submit_refund(" in flat(again.out)
     else:
+        waits = flat(cli.expect(0, "runs", "show", run_id).out)  # (tester 67: "resume asks")
+        assert "a cancel waits: `resume` ends the run cancelled without asking" in waits, waits
         said = cli.expect(1, "resume", run_id)
         assert f"Run {run_id} ended cancelled." in said.out
-    flat = " ".join(said.out.split())
-    assert "⚠ in doubt: refund_agent's call submit_refund(" in flat, said.out
-    assert "was cancelled without asking whether it happened" in flat
-    [key] = re.findall(r"by its idempotency key: (\S+)", flat)
+    told = flat(said.out)
+    assert "⚠ in doubt: refund_agent's call submit_refund(" in told, said.out
+    assert "was cancelled without asking whether it happened" in told
+    [key] = re.findall(r"by its idempotency key: (\S+)", told)
     assert key.startswith(f"{run_id}:")
     shown = cli.expect(0, "runs", "show", run_id)
-    assert "⚠ in doubt: refund_agent's call submit_refund(" in " ".join(shown.out.split())
+    assert "⚠ in doubt: refund_agent's call submit_refund(" in flat(shown.out)
     # in a narrow window the key is written whole: a newline inside it cut what a person
     # copies in two (tester 66); the window folds it, and copying gives it back whole
     narrow = ScreenSession(
