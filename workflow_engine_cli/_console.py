@@ -665,10 +665,12 @@ def print_paused(
     choices = "|".join(
         dict.fromkeys(_ANSWER_FLAGS.get(type(r.data).__name__, _ANY_ANSWER) for r in pending)
     )
-    term.line(
-        f"Answer with `workflow-engine respond {request_id} {choices}"
-        f"{Hints.db}`, then `workflow-engine resume {visible(run_id)}{Hints.db}`."
-    )
+    # each command whole on a line of its own: wrapped between its words, a pasted command
+    # ran as two (tester 67: a newline after `--db`)
+    term.line("Answer with:")
+    term.whole(f"  workflow-engine respond {request_id} {choices}{Hints.db}")
+    term.line("then continue with:")
+    term.whole(f"  workflow-engine resume {visible(run_id)}{Hints.db}")
 
 
 def make_policy(

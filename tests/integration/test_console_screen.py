@@ -614,6 +614,21 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     asked = cli.expect(3, "resume", run["run_id"])
     assert_in_doubt_asked(asked.out)
     assert "(InDoubtEffect)" in asked.out
+    # in a narrow window each command to paste is written whole (tester 67: a newline inside
+    # one ran it as two)
+    narrow = ScreenSession(
+        ["resume", run["run_id"], "--no-interactive", "--db", str(cli.db)],
+        cli.env,
+        cli.cwd,
+        columns=40,
+    )
+    sessions.append(narrow)
+    assert narrow.wait() == 3, narrow.text
+    commands = [line.strip() for line in narrow.text.splitlines() if "workflow-engine" in line]
+    assert any(
+        c.startswith("workflow-engine respond ") and c.endswith(str(cli.db)) for c in commands
+    )
+    assert f"workflow-engine resume {run['run_id']} --db {cli.db}" in commands, narrow.text
     # the question waits: shown as a question, not as its fields (tester 67)
     shown = flat(cli.expect(0, "runs", "show", run["run_id"]).out)
     assert "In doubt: refund_agent's call submit_refund(" in shown, shown

@@ -349,7 +349,9 @@ def test_a_pause_offers_the_flags_that_answer_its_request(data: str, offered: st
     request = ExternalRequest("q1", "p", values[data], EffectResolution)
     out = io.StringIO()
     print_paused(Terminal(out, live=False), "r1", [request], json_mode=False)
-    assert f"`workflow-engine respond q1 {offered}" in out.getvalue(), out.getvalue()
+    lines = out.getvalue().splitlines()
+    assert f"  workflow-engine respond q1 {offered}" in lines, out.getvalue()  # whole: pasted
+    assert "  workflow-engine resume r1" in lines, out.getvalue()
     # an application's request also says which type answers it (its --data JSON's shape)
     named = "; answer: EffectResolution)" in out.getvalue()
     assert named is (offered == "--data JSON"), out.getvalue()
