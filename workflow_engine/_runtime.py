@@ -1290,10 +1290,11 @@ class RuntimeRunStream:
 
 
 async def _effects_cut_off(store: RunStore, checkpoint: Checkpoint) -> list[InDoubtEffect]:
-    """The steps of the superstep a cancel cut off that journaled an intent and no result.
+    """The steps that journaled an intent and no result in the superstep that never committed
+    (the run stopped mid-step, or was cancelled before that superstep ran again).
 
     A superstep's journal entries are deleted when it commits, so those left after the last
-    checkpoint belong to the one that never did; a cancelled run commits nothing more."""
+    checkpoint belong to the one that did not; a cancelled run commits nothing more."""
     listing = getattr(store, "journal_after", None)
     if listing is None:  # a store without a durable journal keeps none of this
         return []
