@@ -424,7 +424,9 @@ def test_the_database_option_goes_before_or_after_the_command(cli: Cli, tmp_path
     assert "no database at" in cli.expect(4, "--db", elsewhere, "runs", "list", db=False).err
     # the commands printed to continue name the database; a mistyped one is not created
     paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--detach")
-    assert f"resume {paused.out.split('Run ')[1].split()[0]} --db {cli.db}`" in flat(paused.out)
+    run_id = paused.out.split("Run ")[1].split()[0]
+    lines = [line.strip() for line in paused.out.splitlines()]
+    assert f"workflow-engine resume {run_id} --db {cli.db}" in lines, paused.out
     stored = cli.expect(0, "respond", cli.start_paused()[1], "--approve")
     assert f"--db {cli.db}`" in stored.out
     assert "no database at" in cli.expect(4, "resume", "abc", "--db", elsewhere, db=False).err
