@@ -9,6 +9,7 @@ all-or-nothing, and what a checkpoint records is exactly what the next superstep
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, Never, overload
@@ -28,6 +29,7 @@ from ._codec import (
 from ._errors import (
     DefinitionError,
     EffectInDoubtError,
+    SerializationError,
     UndeclaredOutputError,
     UnknownTargetError,
     UnregisteredTypeError,
@@ -382,7 +384,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 if entry is None and not idempotent:
                     wrote_intent = True
                     # (executor and step named: they may hold the "/" that separates key parts)
-                    intent = {"intent": description, "executor": self.executor_id, "step": key}
+                    said = _for_people(description)
+                    intent = {"intent": said, "executor": self.executor_id, "step": key}
                     await journal.journal_intent(run, name, intent, scope.superstep)
                 # last check before the effect: a worker paused past its lease (GC, SIGSTOP, a
                 # slow disk) must not start it once another worker may have taken the run over
@@ -414,8 +417,20 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 raise
             finally:
                 _STEPS_RUNNING.reset(inside)
-            encoded = codec.encode(value)
-            codec.decode(encoded)  # an unreadable result fails now, not on replay
+            try:
+                encoded = codec.encode(value)
+                codec.decode(encoded)  # an unreadable result fails now, not on replay
+            except SerializationError as exc:
+                # the effect happened and nothing can record it: its intent stays, so the step
+                # is in doubt and a person is asked -- told here that it did run (tester 68)
+                said = type(exc)(
+                    f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} ran, "
+                    f"but its result cannot be stored ({exc}); the step stays in doubt, and a "
+                    "resume asks whether it happened: it did (answer with a result the "
+                    "workflow can store)"
+                )
+                said.__dict__.update(exc.__dict__)
+                raise said from exc
             # the effect happened: record it even if the caller is being cancelled right now
             with anyio.CancelScope(shield=True):
                 stored = await journal.journal_put(run, name, {"value": encoded}, scope.superstep)
@@ -647,6 +662,23 @@ _STEPS_RUNNING: ContextVar[frozenset[tuple[int, str]]] = ContextVar(
 as (the invocation's ``ExecutorStep`` id, step name)."""
 
 
+def _for_people(description: Any) -> Any:
+    """A step's ``description`` as plain JSON, stored with its intent and shown to the person
+    asked about it: a model, a dataclass, a date or a set as their JSON form; anything else
+    that JSON cannot hold (NaN, a cycle) as its ``repr``. It failed durable runs only, with
+    a bare "not JSON serializable" (tester 68)."""
+    if description is None or isinstance(description, str | bool | int):
+        return description
+    from pydantic_core import to_jsonable_python
+
+    try:
+        plain = to_jsonable_python(description, fallback=repr)
+        json.dumps(plain, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        return repr(description)
+    return plain
+
+
 async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseException | None]:
     """``func()``'s result, awaited to its end even if the caller is cancelled meanwhile, with
     the cancellation it was sent then (to raise once the result is recorded). An effect that
@@ -682,7 +714,9 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
     else:
         failure = effect.exception()
     if failure is not None:
-        if stopped is None:
+        if stopped is None or not isinstance(failure, Exception):
+            # (SystemExit, KeyboardInterrupt: the process stops inside the effect -- not a
+            # clean failure, which would clear its intent and run it again without asking)
             raise failure
         raise EffectStopped(stopped) from failure
     return effect.result(), stopped

@@ -904,8 +904,10 @@ class Runtime:
                 for r in await self.store.list_requests(run_id, status="pending")
             ]
         in_doubt: list[InDoubtEffect] = []
+        # (not executed: cancelled, failed, or stopped mid-step with no live worker)
+        resting = run.status in (WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
         stopped = run.status is WorkflowRunState.IN_PROGRESS and run.live_owner(time.time()) is None
-        if (run.status is WorkflowRunState.CANCELLED or stopped) and checkpoint is not None:
+        if (resting or stopped) and checkpoint is not None:
             in_doubt = await _effects_cut_off(self.store, checkpoint)
         return RunInfo(
             run_id=run.run_id,

@@ -11,10 +11,17 @@ step handed the outside service.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import decimal
+import json
+import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Never
 
 import pytest
+from pydantic import BaseModel
 
 from workflow_engine import (
     Executor,
@@ -29,6 +36,8 @@ from workflow_engine import (
 from workflow_engine.storage import InMemoryRunStore, SqliteStore
 
 pytestmark = pytest.mark.anyio
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -179,4 +188,122 @@ async def test_a_step_under_way_is_not_in_doubt(store: RunStore) -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
+    await rt.close()
+
+
+def test_an_effect_that_ends_the_process_is_in_doubt_not_repeated(tmp_path: Path) -> None:
+    """The effect booked its charge, then ``sys.exit``: the process died inside it. That was
+    taken for a clean failure, its intent cleared, and the resume charged again without
+    asking (tester 68). It is in doubt: listed, and asked about."""
+    script = Path(__file__).with_name("effect_edges_workflow.py")
+    db, ledger = tmp_path / "runs.db", tmp_path / "ledger.txt"
+
+    def drive(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(script), *args, str(db), str(ledger), *extra(args)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=ROOT,
+        )
+
+    run: list[str] = []
+
+    def extra(args: tuple[str, ...]) -> list[str]:
+        return run if args[0] != "start" else []
+
+    started = drive("start")
+    assert started.returncode == 3, started.stderr[-2000:]
+    run.append(started.stdout.split()[0])
+    assert ledger.read_text() == "charge\n"
+    shown = drive("show")
+    [effect] = json.loads(shown.stdout)
+    assert effect["step"] == "charge" and effect["description"] == "the charge"
+    resumed = drive("resume")
+    assert json.loads(resumed.stdout) == {
+        "status": "idle_with_pending_requests",
+        "asked": ["InDoubtEffect"],
+    }, resumed.stderr[-2000:]
+    assert ledger.read_text() == "charge\n"  # not charged again
+
+
+class Receipt(BaseModel):
+    number: str
+
+
+class ReturnsWhatCannotBeStored(Executor):
+    """Its effect books, then returns a model the workflow's registry does not know."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def charge() -> Receipt:
+            BOOKED.append("charge")
+            return Receipt(number="R1")
+
+        await ctx.run_once("charge", charge)
+        await ctx.yield_output("paid")
+
+
+BOOKED: list[str] = []
+
+
+async def test_an_effect_whose_result_cannot_be_stored_says_it_ran(store: RunStore) -> None:
+    """The run failed with a bare "cannot encode" naming neither the step nor that the effect
+    had run, and did not list it in doubt until cancelled (tester 68)."""
+    BOOKED.clear()
+    rt = Runtime(store)
+    rt.register(lambda: WorkflowBuilder("pay", start=ReturnsWhatCannotBeStored("pay")).build())
+    run_id = await rt.start("pay", 1)
+    failed = await rt.resume(run_id)
+    assert failed.status is WorkflowRunState.FAILED
+    assert failed.error is not None
+    assert "step 'charge' of executor 'pay' ran, but its result cannot be stored" in str(
+        failed.error.message
+    )
+    [effect] = (await rt.get_run(run_id)).effects_in_doubt
+    assert effect.step == "charge"
+    asked = await rt.resume(run_id)  # asked, not run again
+    assert [type(r.data) for r in asked.pending_requests] == [InDoubtEffect]
+    assert BOOKED == ["charge"]
+    await rt.close()
+
+
+@pytest.mark.parametrize("with_nan", [False, True])
+async def test_a_description_json_cannot_hold_is_stored_as_its_json_form(
+    store: RunStore, with_nan: bool
+) -> None:
+    """A model, a date, a Decimal or a set as a step's description failed durable runs with a
+    bare "not JSON serializable" (tester 68); it is shown as its JSON form (what JSON cannot
+    hold at all, NaN, as its repr)."""
+
+    class Described(Executor):
+        @handler
+        async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+            async def forever() -> str:
+                await asyncio.Event().wait()
+                return "never"
+
+            what = {
+                "receipt": Receipt(number="R1"),
+                "when": datetime.date(2026, 12, 2),
+                "amount": decimal.Decimal("1.50"),
+                "tags": {"a"},
+                **({"ratio": math.nan} if with_nan else {}),
+            }
+            await ctx.yield_output(await ctx.run_once("charge", forever, description=what))
+
+    rt = Runtime(store)
+    rt.register(lambda: WorkflowBuilder("pay", start=Described("pay/desk")).build())
+    run_id = await cut_off(rt)
+    [effect] = (await rt.get_run(run_id)).effects_in_doubt
+    if with_nan:
+        assert isinstance(effect.description, str)
+        assert "Receipt(number='R1')" in effect.description and "nan" in effect.description
+    else:
+        assert effect.description == {
+            "receipt": {"number": "R1"},
+            "when": "2026-12-02",
+            "amount": "1.50",
+            "tags": ["a"],
+        }
     await rt.close()
