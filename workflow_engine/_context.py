@@ -699,10 +699,10 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
             try:
                 await asyncio.wait((effect,))
             except asyncio.CancelledError as exc:
-                if stopped is not None:
+                if stopped is not None and not _delivered_again(stopped, exc):
                     effect.cancel()
                     raise
-                stopped = exc
+                stopped = stopped or exc
     failure: BaseException | None
     if effect.cancelled() and stopped is not None:
         # its task was cancelled from outside while its caller was (``asyncio.run`` cancels
@@ -720,6 +720,19 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
             raise failure
         raise EffectStopped(stopped) from failure
     return effect.result(), stopped
+
+
+def _delivered_again(first: BaseException, then: BaseException) -> bool:
+    """``then`` is ``first`` delivered once more, not a second cancellation: anyio repeats a
+    cancel scope's cancellation until its tasks end, and an ``asyncio.gather`` its host task
+    awaits passes each one on to the step's task (tester 68: ``Runtime.close()`` cut off
+    steps started together, which are to run to their end)."""
+    said = first.args[0] if first.args else None
+    return (
+        isinstance(said, str)
+        and said.startswith("Cancelled via cancel scope ")
+        and then.args[:1] == (said,)
+    )
 
 
 class EffectStopped(Exception):

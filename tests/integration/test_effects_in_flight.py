@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import random
 import subprocess
 import sys
@@ -27,6 +28,7 @@ from tests.integration.gather_effects_workflow import EFFECTS
 from workflow_engine import (
     Executor,
     ExecutorInvokedEvent,
+    RunInterruptedError,
     Runtime,
     WorkflowBuilder,
     WorkflowContext,
@@ -192,6 +194,48 @@ async def test_a_stream_closed_while_an_effect_runs_in_a_thread(tmp_path: Path) 
     await asyncio.sleep(0.4)
     assert len(LEDGER) == 1
     await rt.close()
+
+
+class GathersTwo(Executor):
+    """Two effects started together in an ``asyncio.gather``, each booking after 0.3 s."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def book(name: str) -> str:
+            await asyncio.sleep(0.3)
+            LEDGER.append(name)
+            return name
+
+        got = await asyncio.gather(
+            ctx.run_once("first", lambda: book("first")),
+            ctx.run_once("second", lambda: book("second")),
+        )
+        await ctx.yield_output("+".join(got))
+
+
+async def test_closing_the_runtime_lets_effects_started_together_finish(tmp_path: Path) -> None:
+    """``Runtime.close()`` while two effects of an ``asyncio.gather`` ran: anyio delivers its
+    cancellation again and again, and the gather passed each one on, which looked like a
+    second Ctrl-C: both were cut off, in doubt, and a person was asked about effects no crash
+    had touched (outside tester 68). They run to their end and are recorded."""
+    rt = runtime(tmp_path / "runs.db", GathersTwo)
+    run_id = await rt.start("pay", 1)
+
+    async def resume() -> None:
+        with contextlib.suppress(RunInterruptedError):
+            await rt.resume(run_id)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(resume)
+        await asyncio.sleep(0.1)
+        await rt.close()
+    assert sorted(LEDGER) == ["first", "second"]  # both ran to their end
+    again = runtime(tmp_path / "runs.db", GathersTwo)
+    assert (await again.get_run(run_id)).effects_in_doubt == []
+    done = await again.resume(run_id)
+    assert done.status is WorkflowRunState.IDLE, done.pending_requests
+    assert done.outputs == ["first+second"] and sorted(LEDGER) == ["first", "second"]
+    await again.close()
 
 
 async def test_a_cancelled_caller_waits_for_its_effect_then_stops(tmp_path: Path) -> None:
