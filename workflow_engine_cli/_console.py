@@ -668,7 +668,13 @@ def print_paused(
     # each command whole on a line of its own: wrapped between its words, a pasted command
     # ran as two (tester 67: a newline after `--db`)
     term.line("Answer with:")
-    term.whole(f"  workflow-engine respond {request_id} {choices}{Hints.db}")
+    in_doubt = _ANSWER_FLAGS["InDoubtEffect"]
+    if choices == in_doubt:  # each answer a command that runs as pasted (tester 69)
+        for happened in ("true", "false"):
+            said = f"--data '{{\"happened\": {happened}}}'"
+            term.whole(f"  workflow-engine respond {request_id} {said}{Hints.db}")
+    else:
+        term.whole(f"  workflow-engine respond {request_id} {choices}{Hints.db}")
     term.line("then continue with:")
     term.whole(f"  workflow-engine resume {visible(run_id)}{Hints.db}")
 

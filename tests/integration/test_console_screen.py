@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
+import subprocess
 import sys
 import termios
 import threading
@@ -23,6 +25,7 @@ import anyio
 import pytest
 
 from tests.integration.cli_harness import (
+    ENGINE,
     SLOW_REPLY,
     Cli,
     ScreenSession,
@@ -634,6 +637,12 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     assert "In doubt: refund_agent's call submit_refund(" in shown, shown
     listed = flat(cli.expect(0, "requests", "list").out)
     assert "did it happen? refund_agent's call submit_refund(" in listed, listed
+    # pasted as printed, the answer runs (it was `true|false`: malformed JSON, tester 69)
+    [no] = [c for c in commands if '"happened": false' in c]
+    answered = subprocess.run(
+        [str(ENGINE), *shlex.split(no)[1:]], capture_output=True, text=True, env=cli.env
+    )
+    assert answered.returncode == 0, answered
 
 
 @pytest.mark.parametrize(

@@ -318,7 +318,7 @@ def test_a_terminal_that_reports_no_size_is_80_columns(monkeypatch: pytest.Monke
 @pytest.mark.parametrize(
     ("data", "offered"),
     [
-        ("InDoubtEffect", "--data '{\"happened\": true|false}'"),
+        ("InDoubtEffect", "--data '{\"happened\": false}'"),
         ("UserTurnRequest", "--data '\"TEXT\"'"),
         ("ToolApprovalRequestContent", "--approve|--reject"),
         ("HandoffUserInputRequest", "--message TEXT|--end"),
@@ -352,6 +352,8 @@ def test_a_pause_offers_the_flags_that_answer_its_request(data: str, offered: st
     lines = out.getvalue().splitlines()
     assert f"  workflow-engine respond q1 {offered}" in lines, out.getvalue()  # whole: pasted
     assert "  workflow-engine resume r1" in lines, out.getvalue()
+    if data == "InDoubtEffect":  # each answer a command that runs as pasted (tester 69)
+        assert "  workflow-engine respond q1 --data '{\"happened\": true}'" in lines
     # an application's request also says which type answers it (its --data JSON's shape)
     named = "; answer: EffectResolution)" in out.getvalue()
     assert named is (offered == "--data JSON"), out.getvalue()
