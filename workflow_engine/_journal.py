@@ -13,9 +13,9 @@ committed its entries are never read again: stores delete them at that commit (c
 A store that also implements :class:`JournalStore` (SQLite and the in-memory run store do) makes
 the journal durable; with any other store it lives as long as the process. Such a store may also
 offer ``journal_after(run_id, superstep)``: the entries ``(key, entry)`` of supersteps after
-``superstep``, oldest first. A cancelled run's are those of the superstep the cancel cut off, and
-an intent among them is an effect nobody will ever be asked about again (``Runtime.get_run``
-reports them as ``effects_in_doubt``).
+``superstep``, oldest first -- those of the superstep that never committed (the run stopped
+mid-step, or was cancelled or failed), among which an intent is an effect in doubt
+(``Runtime.get_run`` reports them as ``effects_in_doubt``).
 """
 
 from __future__ import annotations
@@ -64,13 +64,6 @@ class InMemoryJournal:
 
     async def journal_clear(self, run_id: str, key: str) -> None:
         self._entries.pop((run_id, key), None)
-
-    async def journal_after(self, run_id: str, superstep: int) -> list[tuple[str, Any]]:
-        return [
-            (k[1], entry)
-            for k, entry in self._entries.items()
-            if k[0] == run_id and _superstep(k[1]) > superstep
-        ]
 
     def compact(self, run_id: str, through_superstep: int) -> None:
         """Drop entries of supersteps up to ``through_superstep`` (they are committed)."""

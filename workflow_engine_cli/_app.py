@@ -189,7 +189,7 @@ def _prompt_stopped_by(signals: list[int]) -> Iterator[None]:
 
     def interrupt(signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP:  # (before a write fails on the dead terminal)
-            _discard_output(*[s for s in (sys.stdout, sys.stderr) if _is_a_terminal(s)])
+            _silence_the_terminal()
         signals.append(signum)
         raise KeyboardInterrupt
 
@@ -200,6 +200,16 @@ def _prompt_stopped_by(signals: list[int]) -> Iterator[None]:
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def _silence_the_terminal() -> bool:
+    """Point stdout and stderr at /dev/null where they write to a terminal (one that hung up:
+    a write would fail); a file or a pipe (a script's log) keeps what is said. True if stderr
+    was silenced."""
+    on_terminal = [s for s in (sys.stdout, sys.stderr) if _is_a_terminal(s)]
+    if on_terminal:
+        _discard_output(*on_terminal)
+    return sys.stderr in on_terminal
 
 
 def _is_a_terminal(stream: Any) -> bool:
@@ -597,12 +607,8 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         nonlocal hung_up, silenced, asked_to_stop, stopped_by
         if signum == signal.SIGHUP and not hung_up:
             hung_up = True
-            # before a write fails on the dead terminal; a file or a pipe (a script's log)
-            # still gets what is said (tester 67: its log lost the run id)
-            on_terminal = [s for s in (sys.stdout, sys.stderr) if _is_a_terminal(s)]
-            silenced = sys.stderr in on_terminal
-            if on_terminal:
-                _discard_output(*on_terminal)
+            # before a write fails on the dead terminal (tester 67: a log lost the run id)
+            silenced = _silence_the_terminal()
         first = not asked_to_stop
         if first:
             # no one is left to press Ctrl-C again: a step that does not finish within the
@@ -861,13 +867,9 @@ def cancel(
             except RunNotResumableError:
                 # cancelled before: what that cancel left in doubt is said again (the error
                 # follows on stderr), not only by the cancel that did it
-                info = await runtime.get_run(full)
-                if info.status.value == "cancelled" and info.effects_in_doubt:
-                    from ._console import CANCELLED_WITHOUT_ASKING, show_in_doubt
-                    from ._term import Terminal
-
-                    for effect in info.effects_in_doubt:
-                        show_in_doubt(Terminal(), effect, then=CANCELLED_WITHOUT_ASKING)
+                before = await runtime.get_run(full)
+                if before.status.value == "cancelled":
+                    _show_cancelled_in_doubt(before.effects_in_doubt)
                 raise
             if info.cancel_requested:  # another worker executes it: it ends it at a boundary
                 print(
@@ -876,18 +878,24 @@ def cancel(
                 )
             else:
                 print(f"Run {visible(info.run_id)} {info.status.value}.")
-            if info.effects_in_doubt:
-                from ._console import CANCELLED_WITHOUT_ASKING, show_in_doubt
-                from ._term import Terminal
-
-                term = Terminal()
-                for effect in info.effects_in_doubt:
-                    show_in_doubt(term, effect, then=CANCELLED_WITHOUT_ASKING)
+            _show_cancelled_in_doubt(info.effects_in_doubt)
             return EXIT_DONE
 
         return await _with_runtime(db, go)
 
     run_async(body)
+
+
+def _show_cancelled_in_doubt(effects: Sequence[Any]) -> None:
+    """The steps a cancelled run left in doubt, said on stdout (see ``show_in_doubt``)."""
+    if not effects:
+        return
+    from ._console import CANCELLED_WITHOUT_ASKING, show_in_doubt
+    from ._term import Terminal
+
+    term = Terminal()
+    for effect in effects:
+        show_in_doubt(term, effect, then=CANCELLED_WITHOUT_ASKING)
 
 
 @app.command()
