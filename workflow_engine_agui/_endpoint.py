@@ -641,7 +641,7 @@ class AGUIService:
                 self._starting.add(marked)
             try:
                 run_id, answers, applied = await self._resume(
-                    runtime, workflow, record, pending, resume, thread_id
+                    runtime, workflow, record, pending, resume, thread_id, run_input.messages
                 )
             except BaseException:
                 if marked is not None:
@@ -735,6 +735,7 @@ class AGUIService:
         pending: dict[str, ExternalRequest],
         resume: list[ResumeAnswer],
         thread_id: str,
+        messages: Sequence[Any] = (),
     ) -> tuple[str | None, dict[str, Any], bool]:
         """Check every answer, then store them; the run to continue, the answers stored by
         request id, and whether they were all given and applied before (the run to report,
@@ -747,6 +748,20 @@ class AGUIService:
             for a in resume
             if a.interrupt_id not in pending
         ]
+        # the run the answers go to: a new user message sent along would be lost (a resume
+        # continues a run; it starts nothing): refused before anything is stored
+        target = current if fresh or not repeats else repeats[0][1].run_id
+        if target is not None and messages:
+            unseen = await self._unseen_message(workflow, target, messages)
+            if unseen is not None:
+                shown = unseen if len(unseen) <= 60 else unseen[:57] + "..."
+                raise AGUIError(
+                    "message_in_resume",
+                    f"thread {thread_id}: this resume also carries a new user message "
+                    f"({shown!r}) that run {target} never received; a resume only answers "
+                    "interrupts, so nothing was stored: resume without it, then send the "
+                    "message once the run has paused or finished",
+                )
         if any(a.status == "cancelled" for a in fresh):
             assert current is not None
             await runtime.cancel(current)
@@ -845,6 +860,29 @@ class AGUIService:
                 return False
         started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
         return len(started) == 1 and strictly_equal(started[0], workflow.codec.encode(message))
+
+    async def _unseen_message(
+        self, workflow: Workflow, run_id: str, messages: Sequence[Any]
+    ) -> str | None:
+        """The text of the client's last user message, when run ``run_id`` did not start with
+        it (a client re-sends the thread's history with a resume: its last user message is the
+        one that started the run); None when it did, or when that cannot be told."""
+        texts = [
+            chat.text
+            for m in messages
+            if (chat := _to_chat_message(m)) is not None and chat.role == "user"
+        ]
+        if not texts:
+            return None
+        history = await self.store.history(run_id)
+        if not history or history[0].seq != 0:  # its start was pruned: cannot tell
+            return None
+        first = await self.store.load(history[0].checkpoint_id)
+        started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
+        if len(started) != 1:
+            return None
+        seen = _user_texts(workflow.codec.decode(started[0]))
+        return texts[-1] if seen and texts[-1] != seen[-1] else None
 
     async def _replayed(
         self, runtime: Runtime, workflow: Workflow, run_input: RunAgentInput, turn: Turn
@@ -1054,6 +1092,17 @@ def _accepts_kwargs(workflow: Workflow) -> bool:
         if agent is not None and any(t.accepts_invocation_kwargs for t in agent.tools.values()):
             return True
     return False
+
+
+def _user_texts(start: Any) -> list[str]:
+    """The user's words in what a run started with (as ``_start_message`` made it)."""
+    if isinstance(start, str):
+        return [start]
+    if isinstance(start, ChatMessage):
+        return [start.text]
+    if isinstance(start, list):
+        return [m.text for m in start if isinstance(m, ChatMessage) and m.role == "user"]
+    return []
 
 
 def _to_chat_message(message: Any) -> ChatMessage | None:

@@ -538,6 +538,33 @@ def test_a_refused_resume_batch_stores_none_of_its_answers(client: Client) -> No
     assert_success(stream)
 
 
+def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
+    client: Client, shared: Server
+) -> None:
+    """A resume continues a run; a message the person typed alongside it was dropped without
+    a word (outside tester 68). It is refused, naming the message, before any answer is
+    stored; the history a client re-sends with a resume is no new message."""
+    thread_id = thread()
+    [interrupt] = to_approval(client, thread_id).interrupts
+    history = [user(REFUND), {"id": "a-1", "role": "assistant", "content": "Let me check."}]
+    approve = resolved(interrupt.id, {"accepted": True})
+    typed = user("Actually, make it 20 dollars")
+
+    for stream in (
+        client.post("/support", run_input(thread_id, [*history, typed], resume=approve)),
+        client.resume_forwarded("/support", thread_id, approve, messages=[*history, typed]),
+    ):
+        assert stream.error_code == "message_in_resume", stream.describe()
+        assert "Actually, make it 20 dollars" in stream.last.message
+        assert [e.type for e in stream.events] == [EventType.RUN_STARTED, EventType.RUN_ERROR]
+    assert ledger_lines(shared, thread_id) == []
+
+    stream = client.post("/support", run_input(thread_id, history, resume=approve))
+    assert "submitted" in stream.results()[interrupt.tool_call_id]
+    assert_success(stream)
+    assert len(ledger_lines(shared, thread_id)) == 1
+
+
 # --- 7. security: token, public bind, CORS ------------------------------------------------------
 
 ORIGIN = "http://app.example"
