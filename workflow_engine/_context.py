@@ -431,9 +431,17 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 )
                 said.__dict__.update(exc.__dict__)
                 raise said from exc
-            # the effect happened: record it even if the caller is being cancelled right now
-            with anyio.CancelScope(shield=True):
-                stored = await journal.journal_put(run, name, {"value": encoded}, scope.superstep)
+            # the effect happened: record it even if the caller is being cancelled right now.
+            # Awaited as the effect was: a shield does not hold off asyncio's own cancellation,
+            # which an ``asyncio.gather`` passes on from its host task (under load, the second
+            # of two steps gathered lost its result: in doubt after ``Runtime.close()``)
+            try:
+                stored, late = await run_to_its_end(
+                    lambda: journal.journal_put(run, name, {"value": encoded}, scope.superstep)
+                )
+            except EffectStopped as exc:  # the write failed while the caller was cancelled
+                raise exc.cancellation from exc.__cause__
+            stopped = stopped or late
             if stopped is not None:  # the caller was cancelled while the effect ran: now
                 raise stopped
         return codec.decode(stored["value"])
