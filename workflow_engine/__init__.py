@@ -68,6 +68,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``
         WorkflowNotRegisteredError,
     )
     from ._events import (
+        EffectInDoubtEvent,
         ErrorDetails,
         ExecutorCompletedEvent,
         ExecutorFailedEvent,
@@ -166,6 +167,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "WorkflowNotRegisteredError",
     ),
     "_events": (
+        "EffectInDoubtEvent",
         "ErrorDetails",
         "ExecutorCompletedEvent",
         "ExecutorFailedEvent",
@@ -229,6 +231,7 @@ __all__ = [
     "EdgeConditionError",
     "EdgeTypeMismatchError",
     "EffectInDoubtError",
+    "EffectInDoubtEvent",
     "EffectResolution",
     "ErrorDetails",
     "ExecutionError",

@@ -160,6 +160,17 @@ class ExecutorFailedEvent(WorkflowEvent):
 
 
 @dataclass(slots=True)
+class EffectInDoubtEvent(ExecutorFailedEvent):
+    """A step of the executor started an effect (a tool call, a payment) whose outcome is
+    unknown: its process stopped in between. Not a failure: the run asks a person next (a
+    :class:`RequestInfoEvent` for the step), and never repeats the effect blindly. A subclass
+    of ``ExecutorFailedEvent``, so code that handles failures still sees it; its ``type`` is
+    ``effect_in_doubt``."""
+
+    step_key: str = ""
+
+
+@dataclass(slots=True)
 class WorkflowFailedEvent(WorkflowEvent):
     """The run failed; ``error`` says where and why."""
 

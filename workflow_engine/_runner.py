@@ -49,6 +49,7 @@ from ._errors import (
     WorkflowError,
 )
 from ._events import (
+    EffectInDoubtEvent,
     ErrorDetails,
     ExecutorCompletedEvent,
     ExecutorFailedEvent,
@@ -548,9 +549,7 @@ class RunLoop:
                     await spec.func(env.data)
         except Exception as exc:
             failure: Exception | None = exc
-            step.emit(
-                ExecutorFailedEvent(executor_id, ErrorDetails.from_exception(exc, executor_id))
-            )
+            step.emit(failed_event(executor_id, exc))
         else:
             failure = None
         finally:
@@ -563,8 +562,7 @@ class RunLoop:
         if failure is not None:
             failures.append((executor_id, failure))
         elif in_doubt:
-            details = ErrorDetails.from_exception(in_doubt[0], executor_id)
-            step.emit(ExecutorFailedEvent(executor_id, details))
+            step.emit(failed_event(executor_id, in_doubt[0]))
         else:
             step.emit(ExecutorCompletedEvent(executor_id))
             return
@@ -712,6 +710,15 @@ class RunLoop:
 
 
 NO_CHANGES = CheckpointChanges()
+
+
+def failed_event(executor_id: str, exc: BaseException) -> ExecutorFailedEvent:
+    """The event for a handler's error: a step found in doubt is said as such (the run asks
+    about it next), any other error as a failure."""
+    details = ErrorDetails.from_exception(exc, executor_id)
+    if isinstance(exc, EffectInDoubtError):
+        return EffectInDoubtEvent(executor_id, details, exc.step_key)
+    return ExecutorFailedEvent(executor_id, details)
 
 
 def appended_prefixes(

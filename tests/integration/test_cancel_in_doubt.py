@@ -24,7 +24,9 @@ import pytest
 from pydantic import BaseModel
 
 from workflow_engine import (
+    EffectInDoubtEvent,
     Executor,
+    ExecutorFailedEvent,
     InDoubtEffect,
     RunStore,
     Runtime,
@@ -124,6 +126,26 @@ async def test_a_question_asked_then_cancelled_reports_the_step(store: RunStore)
     [effect] = info.effects_in_doubt
     assert effect.idempotency_key == question.data.idempotency_key
     assert question.data.step == "charge/card"  # (it was "card", tester 66)
+    await rt.close()
+
+
+async def test_the_question_is_streamed_after_an_effect_in_doubt_event(store: RunStore) -> None:
+    """The step cut off is streamed as ``effect_in_doubt``, not ``executor_failed`` (a reader
+    of the events took the run for failed, outside tester 67); it still is an
+    ``ExecutorFailedEvent`` for code that handles failures."""
+    rt = runtime(store)
+    run_id = await cut_off(rt)
+    stream = rt.resume_stream(run_id)
+    events = [event async for event in stream]
+    [doubt] = [e for e in events if isinstance(e, ExecutorFailedEvent)]
+    assert isinstance(doubt, EffectInDoubtEvent)
+    assert doubt.type == "effect_in_doubt" and doubt.to_dict()["type"] == "effect_in_doubt"
+    assert doubt.executor_id == "pay/desk" and doubt.step_key.endswith("/charge/card")
+    assert doubt.error.code == "effect_in_doubt"
+    [asked] = [e for e in events if e.type == "request_info"]
+    assert events.index(doubt) < events.index(asked)
+    assert stream.result is not None
+    assert stream.result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
     await rt.close()
 
 

@@ -734,6 +734,28 @@ def test_a_call_in_doubt_is_asked_as_a_question(
         assert '← submit_refund: "refund RF-7 made by hand"' in resume.screen_text()
 
 
+def test_resume_json_says_a_call_in_doubt_as_such_not_as_a_failure(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """``resume --json`` at the question about a cut-off refund printed an ``executor_failed``
+    line (code ``effect_in_doubt``) before the ``request_info``: a program reading the lines
+    took the run for failed (outside tester 67). The step is said as ``effect_in_doubt``."""
+    demo = approve_a_refund_that_hangs(sessions, cli)
+    stop_twice(demo)
+    os.unlink(cli.ledger_path)
+    [run] = cli.json("runs", "list", "--json")
+    paused = cli.expect(3, "resume", run["run_id"], "--json")
+    lines = [json.loads(line) for line in paused.out.strip().splitlines()]
+    types = [line["type"] for line in lines]
+    assert "executor_failed" not in types, types
+    [doubt] = [line for line in lines if line["type"] == "effect_in_doubt"]
+    assert doubt["executor_id"] == "refund_agent" and doubt["error"]["code"] == "effect_in_doubt"
+    assert "/refund_agent/" in doubt["step_key"], doubt
+    assert types.index("effect_in_doubt") < types.index("request_info")
+    assert types[-1] == "paused"
+    assert not os.path.exists(cli.ledger_path)  # nothing ran again
+
+
 @pytest.mark.parametrize("how", ["cancel", "a cancel stored while it ran", "--json"])
 def test_a_run_cancelled_with_a_call_in_doubt_says_so(
     cli: Cli, sessions: list[ScreenSession], how: str
