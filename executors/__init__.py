@@ -8,7 +8,13 @@ client never imports the OpenAI one.
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``__getattr__``
-    from ._agent import Agent, AgentRunResponse, AgentRunUpdateEvent, pending_batch
+    from ._agent import (
+        Agent,
+        AgentRunResponse,
+        AgentRunUpdateEvent,
+        pending_batch,
+        tool_call_in_doubt,
+    )
     from ._clients import (
         ChatClient,
         ChatResponse,
@@ -49,7 +55,13 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``
     )
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "_agent": ("Agent", "AgentRunResponse", "AgentRunUpdateEvent", "pending_batch"),
+    "_agent": (
+        "Agent",
+        "AgentRunResponse",
+        "AgentRunUpdateEvent",
+        "pending_batch",
+        "tool_call_in_doubt",
+    ),
     "_clients": (
         "ChatClient",
         "ChatResponse",
@@ -130,6 +142,7 @@ __all__ = [
     "message_from_updates",
     "pending_batch",
     "tool",
+    "tool_call_in_doubt",
 ]
 
 

@@ -25,7 +25,7 @@ from typing import Any, Protocol, overload
 import anyio
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from workflow_engine import StateItems
+from workflow_engine import InDoubtEffect, StateItems
 from workflow_engine._errors import DefinitionError, UsageError
 
 from ._clients import ChatClient, ChatResponseUpdate, message_from_updates
@@ -361,6 +361,15 @@ class Agent:
         except PydanticSerializationError:
             value = str(value)
         return FunctionResultContent(call_id=call.call_id, name=call.name, result=value)
+
+
+def tool_call_in_doubt(effect: InDoubtEffect) -> tuple[str, Any] | None:
+    """The tool call a step in doubt was making, as ``(tool name, arguments)``; None for a
+    step that is no agent's tool call (a ``run_once`` of a handler's own)."""
+    described = effect.description
+    if isinstance(described, dict) and isinstance(described.get("tool"), str):
+        return described["tool"], described.get("arguments", {})
+    return None
 
 
 def _as_run(t: Tool | None, arguments: dict[str, Any]) -> Any:

@@ -50,6 +50,7 @@ from workflow_engine.executors import (
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
     pending_batch,
+    tool_call_in_doubt,
 )
 from workflow_engine.executors._content import edited_arguments
 from workflow_engine.executors._host import read_message
@@ -174,9 +175,9 @@ def _in_doubt_message(question: InDoubtEffect) -> str:
 
 def effect_named(effect: InDoubtEffect) -> str:
     """``the call of tool 'submit_refund' (idempotency key ...)``, or the step of an executor."""
-    described = effect.description
-    if isinstance(described, dict) and isinstance(described.get("tool"), str):
-        what = f"the call of tool {described['tool']!r}"
+    call = tool_call_in_doubt(effect)
+    if call is not None:
+        what = f"the call of tool {call[0]!r}"
     else:
         what = f"step {effect.step!r} of {effect.executor_id!r}"
     key = f" (idempotency key {effect.idempotency_key})" if effect.idempotency_key else ""

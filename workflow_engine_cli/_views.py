@@ -98,9 +98,12 @@ def describe_request(data: Any, port_id: str = "") -> str:
 def describe_effect(effect: Any) -> str:
     """What a step in doubt was doing (an ``InDoubtEffect``): a tool call as the call, any other
     step by its description, or its name when it has none."""
+    from workflow_engine.executors import tool_call_in_doubt
+
+    call = tool_call_in_doubt(effect)
+    if call is not None:
+        return f"call {call[0]}({compact(call[1])})"
     what = effect.description
-    if isinstance(what, dict) and isinstance(what.get("tool"), str):
-        return f"call {what['tool']}({compact(what.get('arguments', {}))})"
     return f"step {effect.step}" + (f" ({compact(what)})" if what is not None else "")
 
 
