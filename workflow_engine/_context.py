@@ -722,9 +722,14 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
     else:
         failure = effect.exception()
     if failure is not None:
-        if stopped is None or not isinstance(failure, Exception):
-            # (SystemExit, KeyboardInterrupt: the process stops inside the effect -- not a
-            # clean failure, which would clear its intent and run it again without asking)
+        if not isinstance(failure, Exception):
+            # SystemExit, KeyboardInterrupt: the process stops inside the effect -- not a clean
+            # failure, which would clear its intent and run it again without asking. It left
+            # the event loop from the effect's task already; the caller, cancelled as the loop
+            # is torn down, ends with that cancellation (raised again here, it was logged as a
+            # "Task exception was never retrieved" traceback, tester 69)
+            raise stopped if stopped is not None else failure
+        if stopped is None:
             raise failure
         raise EffectStopped(stopped) from failure
     return effect.result(), stopped
