@@ -561,12 +561,12 @@ class RunLoop:
         in_doubt = [doubt for doubt in step.in_doubt if doubt is not failure]
         if failure is not None:
             failures.append((executor_id, failure))
-        elif in_doubt:
-            step.emit(failed_event(executor_id, in_doubt[0]))
-        else:
+        elif not in_doubt:
             step.emit(ExecutorCompletedEvent(executor_id))
             return
-        failures.extend((executor_id, doubt) for doubt in in_doubt)
+        for doubt in in_doubt:  # each said, as each is asked about (tester 70: one of two was)
+            step.emit(failed_event(executor_id, doubt))
+            failures.append((executor_id, doubt))
 
     async def _barrier(
         self, number: int, steps: Sequence[ExecutorStep]

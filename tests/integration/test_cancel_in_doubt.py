@@ -149,6 +149,34 @@ async def test_the_question_is_streamed_after_an_effect_in_doubt_event(store: Ru
     await rt.close()
 
 
+class HangsTwo(Executor):
+    """Two effects that never end, started together."""
+
+    @handler
+    async def pay(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def forever() -> str:
+            await asyncio.Event().wait()
+            return "never"
+
+        await asyncio.gather(ctx.run_once("a", forever), ctx.run_once("b", forever))
+
+
+async def test_each_step_in_doubt_is_streamed(store: RunStore) -> None:
+    """Two steps cut off together: both were asked about, one was streamed as in doubt
+    (tester 70)."""
+    rt = Runtime(store)
+    rt.register(lambda: WorkflowBuilder("pay", start=HangsTwo("pay/desk")).build())
+    run_id = await cut_off(rt)
+    stream = rt.resume_stream(run_id)
+    events = [event async for event in stream]
+    said = sorted(
+        e.step_key.rsplit("/", 1)[-1] for e in events if isinstance(e, EffectInDoubtEvent)
+    )
+    asked = [e for e in events if e.type == "request_info"]
+    assert said == ["a", "b"] and len(asked) == 2, [e.type for e in events]
+    await rt.close()
+
+
 @pytest.mark.parametrize("happened", [True, False])
 async def test_a_step_a_person_answered_for_is_not_in_doubt(
     store: RunStore, happened: bool
