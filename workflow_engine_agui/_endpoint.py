@@ -117,6 +117,7 @@ from ._http import (
     wire_value,
 )
 from ._interrupts import (
+    CLIENT_MESSAGE_KEY,
     CLIENT_RUN_KEY,
     INTERRUPT_KEY,
     HeldCall,
@@ -706,6 +707,9 @@ class AGUIService:
             INTERRUPT_KEY: key,
             CLIENT_RUN_KEY: run_input.run_id,
         }
+        started_by = _last_user_message(run_input.messages)
+        if started_by is not None and isinstance(getattr(started_by[0], "id", None), str):
+            shared[CLIENT_MESSAGE_KEY] = started_by[0].id
         props = normalize_forwarded_props(run_input.forwarded_props)
         if props and _accepts_kwargs(workflow):
             shared[INVOCATION_KWARGS_KEY] = props
@@ -752,7 +756,9 @@ class AGUIService:
         # continues a run; it starts nothing): refused before anything is stored
         target = current if fresh or not repeats else repeats[0][1].run_id
         if target is not None and messages:
-            unseen = await self._unseen_message(workflow, target, messages)
+            runs = [target] if current in (None, target) else [target, current]
+            given = [a.payload for a in resume]
+            unseen = await self._unseen_message(workflow, runs, messages, given)
             if unseen is not None:
                 shown = unseen if len(unseen) <= 60 else unseen[:57] + "..."
                 raise AGUIError(
@@ -862,27 +868,41 @@ class AGUIService:
         return len(started) == 1 and strictly_equal(started[0], workflow.codec.encode(message))
 
     async def _unseen_message(
-        self, workflow: Workflow, run_id: str, messages: Sequence[Any]
+        self, workflow: Workflow, run_ids: list[str], messages: Sequence[Any], given: list[Any]
     ) -> str | None:
-        """The text of the client's last user message, when run ``run_id`` did not start with
-        it (a client re-sends the thread's history with a resume: its last user message is the
-        one that started the run); None when it did, or when that cannot be told."""
-        texts = [
-            chat.text
-            for m in messages
-            if (chat := _to_chat_message(m)) is not None and chat.role == "user"
-        ]
-        if not texts:
+        """The text of the client's last user message when none of runs ``run_ids`` received
+        it; None when one did, or when that cannot be told.
+
+        A client re-sends the thread's history with a resume: its last user message is the one
+        that started the run (the same ``id``, when the run recorded one; else the same text),
+        or the person's answer to a question of the run, shown as a message (the text of an
+        answer given to it, now or before)."""
+        last = _last_user_message(messages)
+        if last is None:
             return None
-        history = await self.store.history(run_id)
-        if not history or history[0].seq != 0:  # its start was pruned: cannot tell
-            return None
-        first = await self.store.load(history[0].checkpoint_id)
-        started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
-        if len(started) != 1:
-            return None
-        seen = _user_texts(workflow.codec.decode(started[0]))
-        return texts[-1] if seen and texts[-1] != seen[-1] else None
+        message, text = last
+        message_id = getattr(message, "id", None)
+        answers = _texts_in(given)
+        for run_id in run_ids:
+            history = await self.store.history(run_id)
+            if not history or history[0].seq != 0:  # its start was pruned: cannot tell
+                return None
+            first = await self.store.load(history[0].checkpoint_id)
+            started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
+            if len(started) != 1:
+                return None
+            stored_id = first.shared_state.get(CLIENT_MESSAGE_KEY)
+            if isinstance(stored_id, str) and isinstance(message_id, str):
+                if ids_equal(stored_id, message_id):
+                    return None
+            else:
+                seen = _user_texts(workflow.codec.decode(started[0]))
+                if not seen or text == seen[-1]:
+                    return None
+            answers |= _texts_in(
+                [r.answer for r in await self.store.list_requests(run_id, status=None)]
+            )
+        return None if text.strip() in answers else text
 
     async def _replayed(
         self, runtime: Runtime, workflow: Workflow, run_input: RunAgentInput, turn: Turn
@@ -1092,6 +1112,31 @@ def _accepts_kwargs(workflow: Workflow) -> bool:
         if agent is not None and any(t.accepts_invocation_kwargs for t in agent.tools.values()):
             return True
     return False
+
+
+def _last_user_message(messages: Sequence[Any]) -> tuple[Any, str] | None:
+    """The client's last user message with text, and its text."""
+    for message in reversed(messages):
+        chat = _to_chat_message(message)
+        if chat is not None and chat.role == "user":
+            return message, chat.text
+    return None
+
+
+def _texts_in(values: Any) -> set[str]:
+    """Every string in ``values`` (JSON data, stored or as a client sent it), stripped; the
+    codec's markers (``$type`` and its names) are not text anyone typed."""
+    found: set[str] = set()
+    stack = [values]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            found.add(value.strip())
+        elif isinstance(value, list | tuple):
+            stack.extend(value)
+        elif isinstance(value, dict):
+            stack.extend(v for k, v in value.items() if not str(k).startswith("$type"))
+    return found
 
 
 def _user_texts(start: Any) -> list[str]:

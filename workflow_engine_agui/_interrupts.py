@@ -61,6 +61,9 @@ INTERRUPT_KEY = "agui.interrupt_key"
 CLIENT_RUN_KEY = "agui.client_run_id"
 """Shared state of a run an AG-UI request started: that request's ``runId`` (a request sent
 again, with the same ``runId`` and message, reports the run instead of starting another)."""
+CLIENT_MESSAGE_KEY = "agui.client_message_id"
+"""Shared state of a run an AG-UI request started: the ``id`` of the user message it started
+with (a resume re-sending the history is told from one carrying a new message by it)."""
 """Shared-state key of a run's random 128-bit key (hex), set when the server admits the run."""
 APPROVAL_SCHEMA = {
     "type": "object",

@@ -543,26 +543,57 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
 ) -> None:
     """A resume continues a run; a message the person typed alongside it was dropped without
     a word (outside tester 68). It is refused, naming the message, before any answer is
-    stored; the history a client re-sends with a resume is no new message."""
+    stored -- also one with the same words as the first (tester 70: told apart by its id);
+    the history a client re-sends with a resume is no new message."""
     thread_id = thread()
-    [interrupt] = to_approval(client, thread_id).interrupts
-    history = [user(REFUND), {"id": "a-1", "role": "assistant", "content": "Let me check."}]
+    asked = user(REFUND)
+    [interrupt] = client.post("/support", run_input(thread_id, [asked])).interrupts
+    history = [asked, {"id": "a-1", "role": "assistant", "content": "Let me check."}]
     approve = resolved(interrupt.id, {"accepted": True})
-    typed = user("Actually, make it 20 dollars")
 
-    for stream in (
-        client.post("/support", run_input(thread_id, [*history, typed], resume=approve)),
-        client.resume_forwarded("/support", thread_id, approve, messages=[*history, typed]),
-    ):
-        assert stream.error_code == "message_in_resume", stream.describe()
-        assert "Actually, make it 20 dollars" in stream.last.message
-        assert [e.type for e in stream.events] == [EventType.RUN_STARTED, EventType.RUN_ERROR]
+    for typed in (user("Actually, make it 20 dollars"), user(REFUND)):
+        for stream in (
+            client.post("/support", run_input(thread_id, [*history, typed], resume=approve)),
+            client.resume_forwarded("/support", thread_id, approve, messages=[*history, typed]),
+        ):
+            assert stream.error_code == "message_in_resume", stream.describe()
+            assert typed["content"] in stream.last.message
+            assert [e.type for e in stream.events] == [
+                EventType.RUN_STARTED,
+                EventType.RUN_ERROR,
+            ]
     assert ledger_lines(shared, thread_id) == []
 
     stream = client.post("/support", run_input(thread_id, history, resume=approve))
     assert "submitted" in stream.results()[interrupt.tool_call_id]
     assert_success(stream)
     assert len(ledger_lines(shared, thread_id)) == 1
+
+
+def test_an_answer_shown_as_a_message_in_the_history_is_no_new_message(client: Client) -> None:
+    """A client shows the person's answer to a question as a user message, and re-sends it
+    with the history: it was refused as a new message (tester 70)."""
+    thread_id = thread()
+    asked = user(REFUND)
+    [interrupt] = client.post("/support", run_input(thread_id, [asked])).interrupts
+    reply = {"id": "a-1", "role": "assistant", "content": "I'll hand you over."}
+    rejected = client.post(
+        "/support",
+        run_input(thread_id, [asked, reply], resume=resolved(interrupt.id, {"accepted": False})),
+    )
+    [question] = rejected.interrupts
+    answer = user("No, thanks")
+    history = [asked, reply, answer]  # the answer, shown as it is given
+    stream = client.post(
+        "/support", run_input(thread_id, history, resume=resolved(question.id, "No, thanks"))
+    )
+    assert_success(stream)
+    assert "case complete." in stream.text()
+    # and once more, with the history as it stands after it: a repeat, reported
+    again = client.post(
+        "/support", run_input(thread_id, history, resume=resolved(question.id, "No, thanks"))
+    )
+    assert_success(again)
 
 
 # --- 7. security: token, public bind, CORS ------------------------------------------------------
