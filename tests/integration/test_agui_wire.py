@@ -319,13 +319,14 @@ def test_a_repeated_resume_sends_nothing_again(client: Client) -> None:
 
 def test_a_resume_in_forwarded_props_approves(client: Client, server: Server) -> None:
     thread_id = thread()
-    _, interrupt = to_approval(client, thread_id)
-    # CopilotKit sends the thread's messages again with the resume
+    asked = user(REFUND)
+    [interrupt] = client.post("/support", run_input(thread_id, [asked])).interrupts
+    # CopilotKit sends the thread's messages again with the resume (the same ids)
     stream = client.resume_forwarded(
         "/support",
         thread_id,
         resolved(interrupt.id, {"accepted": True}),
-        messages=[user(REFUND)],
+        messages=[asked],
     )
     name, _, result = replayed_call(stream, interrupt.tool_call_id)
     assert name == "submit_refund" and "submitted" in result
