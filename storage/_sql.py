@@ -86,6 +86,11 @@ SQL_COMMIT_RUN_RELEASE = (  # the same, and the lease ends (lease_expires_at is 
 # ``status = ?`` (the last parameter) checks that it did not change. A commit that ends the lease
 # writes the status in full: it rests the run, which its last commit under the lease did not.
 SQL_COMMIT_RUN_KEEP_STATUS = SQL_COMMIT_RUN.replace("status = ?, ", "", 1) + " AND status = ?"
+# the same, saying whether a cancel was requested meanwhile: no statement of its own to read it
+SQL_COMMIT_RUN_SAYING_CANCEL = SQL_COMMIT_RUN + " RETURNING cancel_requested"
+SQL_COMMIT_RUN_KEEP_STATUS_SAYING_CANCEL = (
+    SQL_COMMIT_RUN_KEEP_STATUS + " RETURNING cancel_requested"
+)
 SQL_SET_STATUS = (
     "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ? "
     "WHERE run_id = ? AND version = ? AND owner = ?"

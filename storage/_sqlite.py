@@ -122,9 +122,9 @@ from ._sql import (
     SQL_CANCEL_FLAG,
     SQL_CHAIN,
     SQL_CHECKPOINT_PLACE,
-    SQL_COMMIT_RUN,
-    SQL_COMMIT_RUN_KEEP_STATUS,
+    SQL_COMMIT_RUN_KEEP_STATUS_SAYING_CANCEL,
     SQL_COMMIT_RUN_RELEASE,
+    SQL_COMMIT_RUN_SAYING_CANCEL,
     SQL_DOOMED_RUN_NOS,
     SQL_DROP_BEFORE,
     SQL_DROP_RUN_CHECKPOINTS,
@@ -1458,22 +1458,31 @@ class SqliteStore:
             # it. Stored whole instead, the checkpoint is where restores start from now.
             body = checkpoint_row(checkpoint, run[5], snapshot=True)
             run = (*run[:6], 0, *run[7:])
-        cancel = bool(conn.execute(SQL_CANCEL_FLAG, (run_id,)).fetchone()[0])
-        if cancel and checkpoint.status is WorkflowRunState.CANCELLED:
-            conn.execute(SQL_CANCEL_DONE, (run_id,))
-            cancel = False
-        # a cancel requested while this superstep ran: the lease is kept even if the run would
-        # rest now, so that its holder honours the cancel at this boundary
-        release = release and not cancel
+        cancelled = checkpoint.status is WorkflowRunState.CANCELLED
+        cancel = False
         if release:
-            text, updated = SQL_COMMIT_RUN_RELEASE, False
-            run = (*run[:7], None, *run[8:])
-        else:
-            text = SQL_COMMIT_RUN
-            # the status as the row holds it (the update checks that): leave it out
-            kept = (run[0], *run[2:], run[1])
-            updated = same_status and conn.execute(SQL_COMMIT_RUN_KEEP_STATUS, kept).rowcount == 1
-        if not updated and conn.execute(text, run).rowcount != 1:
+            cancel = bool(conn.execute(SQL_CANCEL_FLAG, (run_id,)).fetchone()[0])
+            if cancel and cancelled:
+                conn.execute(SQL_CANCEL_DONE, (run_id,))
+                cancel = False
+            # a cancel requested while this superstep ran: the lease is kept even if the run
+            # would rest now, so that its holder honours the cancel at this boundary
+            release = not cancel
+        if release:
+            updated = conn.execute(SQL_COMMIT_RUN_RELEASE, (*run[:7], None, *run[8:])).rowcount
+        else:  # (most supersteps: the update says whether a cancel was requested meanwhile)
+            said = None
+            if same_status:  # the status as the row holds it (the update checks it): left out
+                kept = (run[0], *run[2:], run[1])
+                said = conn.execute(SQL_COMMIT_RUN_KEEP_STATUS_SAYING_CANCEL, kept).fetchall()
+            if not said:
+                said = conn.execute(SQL_COMMIT_RUN_SAYING_CANCEL, run).fetchall()
+            updated = len(said)
+            if said and said[0][0]:
+                cancel = not cancelled
+                if cancelled:
+                    conn.execute(SQL_CANCEL_DONE, (run_id,))
+        if updated != 1:
             # refused: say why (lease lost, or history moved)
             latest, _ = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
             raise CheckpointNotLatestError(
