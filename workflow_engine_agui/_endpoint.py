@@ -870,19 +870,24 @@ class AGUIService:
     async def _unseen_message(
         self, workflow: Workflow, run_ids: list[str], messages: Sequence[Any], given: list[Any]
     ) -> str | None:
-        """The text of the client's last user message when none of runs ``run_ids`` received
-        it; None when one did, or when that cannot be told.
+        """The text of a user message in the client's ``messages`` that none of runs
+        ``run_ids`` received; None when one run received them all, or when that cannot be told.
 
-        A client re-sends the thread's history with a resume: its last user message is the one
-        that started the run (the same ``id``, when the run recorded one; else the same text),
-        or the person's answer to a question of the run, shown as a message (the text of an
-        answer given to it, now or before)."""
-        last = _last_user_message(messages)
-        if last is None:
+        A client re-sends the thread's history with a resume. The message that started the run
+        is found in it by its ``id`` (when the run recorded one; else by its text) and must say
+        what it said then (tester 71: an edited one went unread); every user message after it
+        is the person's answer to a question of the run, shown as a message (the text of an
+        answer given to it, now or before); and in the thread's first run, none comes before it
+        but those the run started with. Without the start in it, the last user message must be
+        the start's words or an answer."""
+        users = [
+            (getattr(m, "id", None), chat.text)
+            for m in messages
+            if (chat := _to_chat_message(m)) is not None and chat.role == "user"
+        ]
+        if not users:
             return None
-        message, text = last
-        message_id = getattr(message, "id", None)
-        answers = _texts_in(given)
+        first_unseen: str | None = None
         for run_id in run_ids:
             history = await self.store.history(run_id)
             if not history or history[0].seq != 0:  # its start was pruned: cannot tell
@@ -891,18 +896,19 @@ class AGUIService:
             started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
             if len(started) != 1:
                 return None
-            stored_id = first.shared_state.get(CLIENT_MESSAGE_KEY)
-            if isinstance(stored_id, str) and isinstance(message_id, str):
-                if ids_equal(stored_id, message_id):
-                    return None
-            else:
-                seen = _user_texts(workflow.codec.decode(started[0]))
-                if not seen or text == seen[-1]:
-                    return None
-            answers |= _texts_in(
+            seen = _user_texts(workflow.codec.decode(started[0]))
+            if not seen:
+                return None
+            answers = _texts_in(given) | _texts_in(
                 [r.answer for r in await self.store.list_requests(run_id, status=None)]
             )
-        return None if text.strip() in answers else text
+            unseen = _unseen_in(
+                users, seen, first.shared_state.get(CLIENT_MESSAGE_KEY), answers, run_id
+            )
+            if unseen is None:
+                return None
+            first_unseen = first_unseen or unseen
+        return first_unseen
 
     async def _replayed(
         self, runtime: Runtime, workflow: Workflow, run_input: RunAgentInput, turn: Turn
@@ -1114,6 +1120,50 @@ def _accepts_kwargs(workflow: Workflow) -> bool:
     return False
 
 
+def _unseen_in(
+    users: list[tuple[Any, str]],
+    seen: list[str],
+    start_id: Any,
+    answers: set[str],
+    run_id: str,
+) -> str | None:
+    """The first of ``users`` (id, text) that a run started with ``seen`` (its user texts; the
+    last is the one that started it), with client message id ``start_id``, and answered
+    ``answers``, did not receive (see ``_unseen_message``). Texts are compared by their words:
+    a client may re-send text parts joined otherwise."""
+    started = _words(seen[-1])
+    earlier = {_words(text) for text in seen[:-1]}
+    answered = {_words(text) for text in answers}
+    by_id = isinstance(start_id, str)
+    at = None
+    for i in range(len(users) - 1, -1, -1):
+        message_id, text = users[i]
+        if (
+            ids_equal(start_id, message_id)
+            if by_id and isinstance(message_id, str)
+            else _words(text) == started
+        ):
+            at = i
+            break
+    if at is None:  # (a client sending part of the history): its last must be known
+        text = users[-1][1]
+        return None if _words(text) in (started, *answered) else text
+    if _words(users[at][1]) != started:  # the start, edited
+        return users[at][1]
+    for _, text in users[at + 1 :]:
+        if _words(text) not in answered:
+            return text
+    if run_id.endswith("/0"):  # the thread's first run: nothing of its own came before
+        for _, text in users[:at]:
+            if _words(text) not in earlier | answered:
+                return text
+    return None
+
+
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
 def _last_user_message(messages: Sequence[Any]) -> tuple[Any, str] | None:
     """The client's last user message with text, and its text."""
     for message in reversed(messages):
@@ -1124,14 +1174,14 @@ def _last_user_message(messages: Sequence[Any]) -> tuple[Any, str] | None:
 
 
 def _texts_in(values: Any) -> set[str]:
-    """Every string in ``values`` (JSON data, stored or as a client sent it), stripped; the
-    codec's markers (``$type`` and its names) are not text anyone typed."""
+    """Every string in ``values`` (JSON data, stored or as a client sent it); the codec's
+    markers (``$type`` and its names) are not text anyone typed."""
     found: set[str] = set()
     stack = [values]
     while stack:
         value = stack.pop()
         if isinstance(value, str):
-            found.add(value.strip())
+            found.add(value)
         elif isinstance(value, list | tuple):
             stack.extend(value)
         elif isinstance(value, dict):

@@ -543,21 +543,29 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
 ) -> None:
     """A resume continues a run; a message the person typed alongside it was dropped without
     a word (outside tester 68). It is refused, naming the message, before any answer is
-    stored -- also one with the same words as the first (tester 70: told apart by its id);
-    the history a client re-sends with a resume is no new message."""
+    stored -- also one with the same words as the first (tester 70: told apart by its id),
+    one put before the history, and the first message edited (tester 71); the history a
+    client re-sends with a resume is no new message."""
     thread_id = thread()
     asked = user(REFUND)
     [interrupt] = client.post("/support", run_input(thread_id, [asked])).interrupts
     history = [asked, {"id": "a-1", "role": "assistant", "content": "Let me check."}]
     approve = resolved(interrupt.id, {"accepted": True})
 
-    for typed in (user("Actually, make it 20 dollars"), user(REFUND)):
+    typed = user("Actually, make it 20 dollars")
+    edited = {**asked, "content": "No wait, refund order 99999 instead"}
+    for sent, said in (
+        ([*history, typed], typed["content"]),
+        ([*history, user(REFUND)], REFUND),  # the same words again (tester 70)
+        ([typed, *history], typed["content"]),  # before the history (tester 71)
+        ([edited, history[1]], edited["content"]),  # the first message, edited (tester 71)
+    ):
         for stream in (
-            client.post("/support", run_input(thread_id, [*history, typed], resume=approve)),
-            client.resume_forwarded("/support", thread_id, approve, messages=[*history, typed]),
+            client.post("/support", run_input(thread_id, sent, resume=approve)),
+            client.resume_forwarded("/support", thread_id, approve, messages=sent),
         ):
             assert stream.error_code == "message_in_resume", stream.describe()
-            assert typed["content"] in stream.last.message
+            assert said in stream.last.message
             assert [e.type for e in stream.events] == [
                 EventType.RUN_STARTED,
                 EventType.RUN_ERROR,
