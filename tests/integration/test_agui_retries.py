@@ -249,7 +249,12 @@ def test_messages_sent_at_once_on_one_thread_start_one_run(tmp_path: Path) -> No
         senders = [threading.Thread(target=send, args=(n,)) for n in range(6)]
         for sender in senders:
             sender.start()
-        time.sleep(0.5)  # the first run is under way, held at its gate
+        # the first run is under way, held at its gate, until every other message has had its
+        # answer (a fixed half second was not enough under load: a message arriving after the
+        # run paused is rightly interrupts_pending)
+        deadline = time.monotonic() + 30
+        while len(answers) < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)
         gate.set()
         for sender in senders:
             sender.join(timeout=30)
