@@ -30,6 +30,8 @@ endpoint it is sent to.
 from __future__ import annotations
 
 import asyncio
+import collections
+import hashlib
 import json
 import logging
 import math
@@ -117,7 +119,7 @@ from ._http import (
     wire_value,
 )
 from ._interrupts import (
-    CLIENT_MESSAGE_KEY,
+    CLIENT_MESSAGES_KEY,
     CLIENT_RUN_KEY,
     INTERRUPT_KEY,
     HeldCall,
@@ -707,9 +709,9 @@ class AGUIService:
             INTERRUPT_KEY: key,
             CLIENT_RUN_KEY: run_input.run_id,
         }
-        started_by = _last_user_message(run_input.messages)
-        if started_by is not None and isinstance(getattr(started_by[0], "id", None), str):
-            shared[CLIENT_MESSAGE_KEY] = started_by[0].id
+        shared[CLIENT_MESSAGES_KEY] = [
+            [message_id, _digest(text)] for message_id, text in _user_messages(run_input.messages)
+        ]
         props = normalize_forwarded_props(run_input.forwarded_props)
         if props and _accepts_kwargs(workflow):
             shared[INVOCATION_KWARGS_KEY] = props
@@ -757,7 +759,7 @@ class AGUIService:
         target = current if fresh or not repeats else repeats[0][1].run_id
         if target is not None and messages:
             runs = [target] if current in (None, target) else [target, current]
-            given = [a.payload for a in resume]
+            given = [a.payload for a in fresh]  # (a repeat's answer is stored already)
             unseen = await self._unseen_message(workflow, runs, messages, given)
             if unseen is not None:
                 shown = unseen if len(unseen) <= 60 else unseen[:57] + "..."
@@ -871,44 +873,29 @@ class AGUIService:
         self, workflow: Workflow, run_ids: list[str], messages: Sequence[Any], given: list[Any]
     ) -> str | None:
         """The text of a user message in the client's ``messages`` that none of runs
-        ``run_ids`` received; None when one run received them all, or when that cannot be told.
+        ``run_ids`` received (the last run's, when none did); None when one run received them
+        all, or when that cannot be told (a run started before runs recorded their messages).
 
-        A client re-sends the thread's history with a resume. The message that started the run
-        is found in it by its ``id`` (when the run recorded one; else by its text) and must say
-        what it said then (tester 71: an edited one went unread); every user message after it
-        is the person's answer to a question of the run, shown as a message (the text of an
-        answer given to it, now or before); and in the thread's first run, none comes before it
-        but those the run started with. Without the start in it, the last user message must be
-        the start's words or an answer."""
-        users = [
-            (getattr(m, "id", None), chat.text)
-            for m in messages
-            if (chat := _to_chat_message(m)) is not None and chat.role == "user"
-        ]
+        A client re-sends the thread's history with a resume. Each user message in it is one
+        the request that started the run carried (the same ``id``, saying the same words: an
+        edited one is new, tester 71), or the person's answer to a question of the run shown as
+        a message: the words of an answer given to it, now (``given``) or before, each answer
+        standing for one message (tester 72: one answer covered any number)."""
+        users = _user_messages(messages)
         if not users:
             return None
-        first_unseen: str | None = None
+        unseen: str | None = None
         for run_id in run_ids:
-            history = await self.store.history(run_id)
-            if not history or history[0].seq != 0:  # its start was pruned: cannot tell
+            _, latest = await self.store.get_run_and_latest(run_id)
+            stored = latest.shared_state.get(CLIENT_MESSAGES_KEY) if latest else None
+            if stored is None:
                 return None
-            first = await self.store.load(history[0].checkpoint_id)
-            started = [m.data for m in first.messages if m.source_id == INPUT_SOURCE]
-            if len(started) != 1:
-                return None
-            seen = _user_texts(workflow.codec.decode(started[0]))
-            if not seen:
-                return None
-            answers = _texts_in(given) | _texts_in(
-                [r.answer for r in await self.store.list_requests(run_id, status=None)]
-            )
-            unseen = _unseen_in(
-                users, seen, first.shared_state.get(CLIENT_MESSAGE_KEY), answers, run_id
-            )
+            carried = workflow.codec.decode(stored)
+            answered = [r.answer for r in await self.store.list_requests(run_id, status=None)]
+            unseen = _not_received(users, carried, [*answered, *given])
             if unseen is None:
                 return None
-            first_unseen = first_unseen or unseen
-        return first_unseen
+        return unseen
 
     async def _replayed(
         self, runtime: Runtime, workflow: Workflow, run_input: RunAgentInput, turn: Turn
@@ -1120,84 +1107,63 @@ def _accepts_kwargs(workflow: Workflow) -> bool:
     return False
 
 
-def _unseen_in(
-    users: list[tuple[Any, str]],
-    seen: list[str],
-    start_id: Any,
-    answers: set[str],
-    run_id: str,
+def _not_received(
+    users: list[tuple[str | None, str]], carried: list[list[Any]], answers: list[Any]
 ) -> str | None:
-    """The first of ``users`` (id, text) that a run started with ``seen`` (its user texts; the
-    last is the one that started it), with client message id ``start_id``, and answered
-    ``answers``, did not receive (see ``_unseen_message``). Texts are compared by their words:
-    a client may re-send text parts joined otherwise."""
-    started = _words(seen[-1])
-    earlier = {_words(text) for text in seen[:-1]}
-    answered = {_words(text) for text in answers}
-    by_id = isinstance(start_id, str)
-    at = None
-    for i in range(len(users) - 1, -1, -1):
-        message_id, text = users[i]
-        if (
-            ids_equal(start_id, message_id)
-            if by_id and isinstance(message_id, str)
-            else _words(text) == started
-        ):
-            at = i
-            break
-    if at is None:  # (a client sending part of the history): its last must be known
-        text = users[-1][1]
-        return None if _words(text) in (started, *answered) else text
-    if _words(users[at][1]) != started:  # the start, edited
-        return users[at][1]
-    for _, text in users[at + 1 :]:
-        if _words(text) not in answered:
-            return text
-    if run_id.endswith("/0"):  # the thread's first run: nothing of its own came before
-        for _, text in users[:at]:
-            if _words(text) not in earlier | answered:
-                return text
+    """The first of ``users`` (id, text) that is neither one of the ``carried`` messages
+    (``[id, digest]``: by id, with the same words; by words, for one that had no id) nor the
+    words of one of ``answers`` (JSON data, stored or as given), each answer taken once."""
+    by_id = {m[0]: m[1] for m in carried if m[0]}
+    without_id = {m[1] for m in carried if not m[0]}
+    left = collections.Counter(_digest(text) for text in _texts_in(answers))
+    for message_id, text in users:
+        digest = _digest(text)
+        if message_id and message_id in by_id:
+            if by_id[message_id] != digest:
+                return text  # the same message, edited: not what the run received
+            continue
+        if not message_id and digest in without_id:
+            continue
+        if left[digest] > 0:
+            left[digest] -= 1
+            continue
+        return text
     return None
 
 
-def _words(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _last_user_message(messages: Sequence[Any]) -> tuple[Any, str] | None:
-    """The client's last user message with text, and its text."""
-    for message in reversed(messages):
+def _user_messages(messages: Sequence[Any]) -> list[tuple[str | None, str]]:
+    """The client's user messages with text, as (id, text); an empty id counts as none."""
+    out: list[tuple[str | None, str]] = []
+    for message in messages:
         chat = _to_chat_message(message)
         if chat is not None and chat.role == "user":
-            return message, chat.text
-    return None
+            given = getattr(message, "id", None)
+            out.append((given if isinstance(given, str) and given else None, chat.text))
+    return out
 
 
-def _texts_in(values: Any) -> set[str]:
+def _digest(text: str) -> str:
+    """What a message says, whitespace aside (a client may join or split its text parts
+    otherwise when it sends it again: "Thank" + "s!"), as 16 hex digits."""
+    words = "".join(text.split()).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(words).hexdigest()[:16]
+
+
+def _texts_in(values: Any) -> list[str]:
     """Every string in ``values`` (JSON data, stored or as a client sent it); the codec's
-    markers (``$type`` and its names) are not text anyone typed."""
-    found: set[str] = set()
+    markers (``$type`` and its names) and a content's ``type`` tag are not text anyone
+    typed."""
+    found: list[str] = []
     stack = [values]
     while stack:
         value = stack.pop()
         if isinstance(value, str):
-            found.add(value)
+            found.append(value)
         elif isinstance(value, list | tuple):
             stack.extend(value)
         elif isinstance(value, dict):
-            stack.extend(v for k, v in value.items() if not str(k).startswith("$type"))
+            stack.extend(v for k, v in value.items() if k not in ("$type", "type"))
     return found
-
-
-def _user_texts(start: Any) -> list[str]:
-    """The user's words in what a run started with (as ``_start_message`` made it)."""
-    if isinstance(start, str):
-        return [start]
-    if isinstance(start, ChatMessage):
-        return [start.text]
-    if isinstance(start, list):
-        return [m.text for m in start if isinstance(m, ChatMessage) and m.role == "user"]
-    return []
 
 
 def _to_chat_message(message: Any) -> ChatMessage | None:

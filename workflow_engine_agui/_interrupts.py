@@ -61,9 +61,10 @@ INTERRUPT_KEY = "agui.interrupt_key"
 CLIENT_RUN_KEY = "agui.client_run_id"
 """Shared state of a run an AG-UI request started: that request's ``runId`` (a request sent
 again, with the same ``runId`` and message, reports the run instead of starting another)."""
-CLIENT_MESSAGE_KEY = "agui.client_message_id"
-"""Shared state of a run an AG-UI request started: the ``id`` of the user message it started
-with (a resume re-sending the history is told from one carrying a new message by it)."""
+CLIENT_MESSAGES_KEY = "agui.client_messages"
+"""Shared state of a run an AG-UI request started: the user messages that request carried (the
+thread's history then, and the one that started the run), each as ``[id, digest of its
+words]``; a resume re-sending the history is told from one carrying a new message by them."""
 """Shared-state key of a run's random 128-bit key (hex), set when the server admits the run."""
 APPROVAL_SCHEMA = {
     "type": "object",

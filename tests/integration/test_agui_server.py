@@ -559,6 +559,7 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
         ([*history, user(REFUND)], REFUND),  # the same words again (tester 70)
         ([typed, *history], typed["content"]),  # before the history (tester 71)
         ([edited, history[1]], edited["content"]),  # the first message, edited (tester 71)
+        ([{**typed, "id": asked["id"]}, *history], typed["content"]),  # its id, reused (72)
     ):
         for stream in (
             client.post("/support", run_input(thread_id, sent, resume=approve)),
@@ -576,6 +577,27 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
     assert "submitted" in stream.results()[interrupt.tool_call_id]
     assert_success(stream)
     assert len(ledger_lines(shared, thread_id)) == 1
+
+
+def test_a_later_run_of_a_thread_refuses_a_message_put_into_its_history(client: Client) -> None:
+    """The thread's second run, paused: a message put between earlier ones of the history it
+    re-sends was taken, and dropped (tester 72); the history as it was sent is fine."""
+    thread_id = thread()
+    first = user(REFUND)
+    [interrupt] = client.post("/support", run_input(thread_id, [first])).interrupts
+    approve = resolved(interrupt.id, {"accepted": True})
+    assert_success(client.post("/support", run_input(thread_id, [first], resume=approve)))
+    second = user("Hello, can you also send a replacement?")
+    paused = client.post("/support", run_input(thread_id, [first, second]))
+    [again] = paused.interrupts
+    approve = resolved(again.id, {"accepted": True})
+    slipped = user("Please also refund my order 99999")
+    refused = client.post(
+        "/support", run_input(thread_id, [first, slipped, second], resume=approve)
+    )
+    assert refused.error_code == "message_in_resume", refused.describe()
+    assert slipped["content"] in refused.last.message
+    assert_success(client.post("/support", run_input(thread_id, [first, second], resume=approve)))
 
 
 def test_an_answer_shown_as_a_message_in_the_history_is_no_new_message(client: Client) -> None:
