@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -102,7 +103,12 @@ from workflow_engine._codec import strictly_equal
 from workflow_engine._identity import INPUT_SOURCE
 from workflow_engine._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
 from workflow_engine._store import default_owner, forget_ended_owner, holder_of, owner_ended
-from workflow_engine.executors import Agent, AgentRunUpdateEvent, ChatMessage
+from workflow_engine.executors import (
+    Agent,
+    AgentRunUpdateEvent,
+    ChatMessage,
+    ToolApprovalResponseContent,
+)
 from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
 
 from ._http import (
@@ -758,9 +764,14 @@ class AGUIService:
         # continues a run; it starts nothing): refused before anything is stored
         target = current if fresh or not repeats else repeats[0][1].run_id
         if target is not None and messages:
-            runs = [target] if current in (None, target) else [target, current]
-            given = [a.payload for a in fresh]  # (a repeat's answer is stored already)
-            unseen = await self._unseen_message(workflow, runs, messages, given)
+            # what the person typed now (a repeat's answer is stored already; a cancel and a
+            # tool call's approval are no words of theirs, tester 73)
+            given = [
+                a.payload
+                for a in fresh
+                if a.status != "cancelled" and _typed(pending[a.interrupt_id].response_type)
+            ]
+            unseen = await self._unseen_message(workflow, thread_id, messages, given)
             if unseen is not None:
                 shown = unseen if len(unseen) <= 60 else unseen[:57] + "..."
                 raise AGUIError(
@@ -870,32 +881,38 @@ class AGUIService:
         return len(started) == 1 and strictly_equal(started[0], workflow.codec.encode(message))
 
     async def _unseen_message(
-        self, workflow: Workflow, run_ids: list[str], messages: Sequence[Any], given: list[Any]
+        self, workflow: Workflow, thread_id: str, messages: Sequence[Any], given: list[Any]
     ) -> str | None:
-        """The text of a user message in the client's ``messages`` that none of runs
-        ``run_ids`` received (the last run's, when none did); None when one run received them
-        all, or when that cannot be told (a run started before runs recorded their messages).
+        """The text of a user message in the client's ``messages`` that no run of the thread
+        received; None when they all were, or when that cannot be told (runs started before
+        runs recorded their messages).
 
         A client re-sends the thread's history with a resume. Each user message in it is one
-        the request that started the run carried (the same ``id``, saying the same words: an
-        edited one is new, tester 71), or the person's answer to a question of the run shown as
-        a message: the words of an answer given to it, now (``given``) or before, each answer
-        standing for one message (tester 72: one answer covered any number)."""
+        a request that started a run of the thread carried (the same ``id``, saying the same
+        words: an edited one is new, tester 71), or the person's answer to a question shown as
+        a message: the words of an answer given, now (``given``) or before, each answer
+        standing for one message (tester 72: one answer covered any number). Every run of the
+        thread counts: a client may start a run with its new message alone, and re-send the
+        whole history later (tester 73)."""
         users = _user_messages(messages)
         if not users:
             return None
-        unseen: str | None = None
-        for run_id in run_ids:
-            _, latest = await self.store.get_run_and_latest(run_id)
+        carried: list[list[Any]] = []
+        answers: list[Any] = list(given)
+        recorded = False
+        key = self.thread_key(thread_id)
+        for index in itertools.count():
+            try:
+                _, latest = await self.store.get_run_and_latest(f"{key}/{index}")
+            except RunNotFoundError:
+                break
             stored = latest.shared_state.get(CLIENT_MESSAGES_KEY) if latest else None
-            if stored is None:
-                return None
-            carried = workflow.codec.decode(stored)
-            answered = [r.answer for r in await self.store.list_requests(run_id, status=None)]
-            unseen = _not_received(users, carried, [*answered, *given])
-            if unseen is None:
-                return None
-        return unseen
+            if stored is not None:
+                recorded = True
+                carried.extend(workflow.codec.decode(stored))
+            requests = await self.store.list_requests(f"{key}/{index}", status=None)
+            answers.extend(r.answer for r in requests if _typed(r.response_type))
+        return _not_received(users, carried, answers) if recorded else None
 
     async def _replayed(
         self, runtime: Runtime, workflow: Workflow, run_input: RunAgentInput, turn: Turn
@@ -1131,12 +1148,20 @@ def _not_received(
     return None
 
 
+def _typed(response_type: Any) -> bool:
+    """Whether an answer of this type is words a person typed (a tool call's approval is not:
+    its arguments are the call's)."""
+    approval = ToolApprovalResponseContent
+    return response_type is not approval and response_type != approval.__qualname__
+
+
 def _user_messages(messages: Sequence[Any]) -> list[tuple[str | None, str]]:
-    """The client's user messages with text, as (id, text); an empty id counts as none."""
+    """The client's user messages with text, as (id, text); an empty id counts as none, and
+    a message with no words (an image with an empty text part) as no text (tester 73)."""
     out: list[tuple[str | None, str]] = []
     for message in messages:
         chat = _to_chat_message(message)
-        if chat is not None and chat.role == "user":
+        if chat is not None and chat.role == "user" and chat.text.strip():
             given = getattr(message, "id", None)
             out.append((given if isinstance(given, str) and given else None, chat.text))
     return out

@@ -571,9 +571,27 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
                 EventType.RUN_STARTED,
                 EventType.RUN_ERROR,
             ]
+    # the call's own arguments sent back with the approval are no words the person typed
+    # (tester 73: "customer request" then passed as an answer shown as a message)
+    echoed = resolved(interrupt.id, {"accepted": True, "arguments": REFUND_ARGUMENTS})
+    said = user("customer request")
+    refused = client.post("/support", run_input(thread_id, [*history, said], resume=echoed))
+    assert refused.error_code == "message_in_resume", refused.describe()
     assert ledger_lines(shared, thread_id) == []
 
-    stream = client.post("/support", run_input(thread_id, history, resume=approve))
+    # a picture with an empty text part says nothing: not read (tester 73: refused as new)
+    picture = {
+        "id": "p-1",
+        "role": "user",
+        "content": [
+            {"type": "text", "text": ""},
+            {
+                "type": "image",
+                "source": {"type": "data", "value": "iVBORw0KGgo=", "mimeType": "image/png"},
+            },
+        ],
+    }
+    stream = client.post("/support", run_input(thread_id, [*history, picture], resume=approve))
     assert "submitted" in stream.results()[interrupt.tool_call_id]
     assert_success(stream)
     assert len(ledger_lines(shared, thread_id)) == 1
@@ -581,14 +599,15 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
 
 def test_a_later_run_of_a_thread_refuses_a_message_put_into_its_history(client: Client) -> None:
     """The thread's second run, paused: a message put between earlier ones of the history it
-    re-sends was taken, and dropped (tester 72); the history as it was sent is fine."""
+    re-sends was taken, and dropped (tester 72); the thread's history is fine, also when the
+    run was started with its new message alone (tester 73: refused)."""
     thread_id = thread()
     first = user(REFUND)
     [interrupt] = client.post("/support", run_input(thread_id, [first])).interrupts
     approve = resolved(interrupt.id, {"accepted": True})
     assert_success(client.post("/support", run_input(thread_id, [first], resume=approve)))
-    second = user("Hello, can you also send a replacement?")
-    paused = client.post("/support", run_input(thread_id, [first, second]))
+    second = user("Please send a replacement for order 12345")
+    paused = client.post("/support", run_input(thread_id, [second]))
     [again] = paused.interrupts
     approve = resolved(again.id, {"accepted": True})
     slipped = user("Please also refund my order 99999")
