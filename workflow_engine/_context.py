@@ -408,7 +408,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                     value, stopped = await run_to_its_end(func)
             except Exception as exc:
                 # it failed cleanly (no crash): nothing is in doubt, a retry may run it again
-                late = await _forget(journal, run, name) if not idempotent else None
+                if not idempotent:
+                    await _forget(journal, run, name)
                 if isinstance(exc, EffectStopped):
                     raise exc.cancellation from exc.__cause__
                 raise
@@ -732,14 +733,14 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
     return effect.result(), stopped
 
 
-async def _forget(journal: JournalStore, run: str, name: str) -> BaseException | None:
+async def _forget(journal: JournalStore, run: str, name: str) -> None:
     """Clear the intent of a step whose effect did not happen (or failed cleanly), to its end
     even while the caller is being cancelled: left behind, it has a person asked about an
     effect that never started. (A shield does not hold off asyncio's own cancellation, which
     an ``asyncio.gather`` passes on from its host task: ``Runtime.close()`` during eight
-    gathered steps left six that never started in doubt, tester 70.) Returns the
-    cancellation that arrived meanwhile, if one did."""
-    return (await run_to_its_end(lambda: journal.journal_clear(run, name)))[1]
+    gathered steps left six that never started in doubt, tester 70.) The caller raises what
+    it was raising; a cancellation that arrived meanwhile is not raised instead."""
+    await run_to_its_end(lambda: journal.journal_clear(run, name))
 
 
 def _delivered_again(first: BaseException, then: BaseException) -> bool:

@@ -58,6 +58,7 @@ from workflow_engine.executors._host import read_message
 from ._http import AGUIError, type_label, wire_value
 
 INTERRUPT_KEY = "agui.interrupt_key"
+"""Shared-state key of a run's random 128-bit key (hex), set when the server admits the run."""
 CLIENT_RUN_KEY = "agui.client_run_id"
 """Shared state of a run an AG-UI request started: that request's ``runId`` (a request sent
 again, with the same ``runId`` and message, reports the run instead of starting another)."""
@@ -65,7 +66,6 @@ CLIENT_MESSAGES_KEY = "agui.client_messages"
 """Shared state of a run an AG-UI request started: the user messages that request carried (the
 thread's history then, and the one that started the run), each as ``[id, digest of its
 words]``; a resume re-sending the history is told from one carrying a new message by them."""
-"""Shared-state key of a run's random 128-bit key (hex), set when the server admits the run."""
 APPROVAL_SCHEMA = {
     "type": "object",
     "properties": {
