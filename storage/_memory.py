@@ -34,13 +34,10 @@ from workflow_engine import (
     WorkflowRunState,
     owner_is_dead,
 )
+from workflow_engine._checkpoint import canonical_answer
 from workflow_engine._store import Acquired, RequestStatus, check_prune, holder_of
 
 _TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _copy(value: Any) -> Any:
@@ -376,7 +373,7 @@ class InMemoryRunStore:
                     f"run {request.run_id!r}: request {request_id!r} was cancelled"
                 )
             if request.status in ("answered", "applied"):
-                if _canonical(request.answer) == _canonical(answer):
+                if canonical_answer(request.answer) == canonical_answer(answer):
                     return AnswerOutcome.DUPLICATE
                 raise RequestAlreadyAnsweredError(
                     f"run {request.run_id!r}: request {request_id!r} was already answered with "

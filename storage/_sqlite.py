@@ -69,6 +69,7 @@ from workflow_engine._checkpoint import (
     CheckpointSpan,
     apply_deltas,
     apply_span,
+    canonical_answer,
     span_of,
 )
 from workflow_engine._errors import (
@@ -190,11 +191,6 @@ def default_db_path() -> Path:
         return Path(env)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "workflow-engine" / "runs.db"
-
-
-def canonical_json(value: Any) -> str:
-    """``value`` as JSON with its keys sorted: two values that are equal give the same text."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def stored_json(value: Any) -> str:
@@ -1962,9 +1958,10 @@ def _not_text(exc: UnicodeEncodeError) -> UsageError:
 
 
 def _same_json(stored: str, text: str) -> bool:
-    """Whether a stored answer and a new one are the same value (keys in any order)."""
+    """Whether a stored answer and a new one are the same value (keys in any order, ``10`` and
+    ``10.0`` alike: see ``canonical_answer``)."""
     try:
-        return canonical_json(json.loads(stored)) == canonical_json(json.loads(text))
+        return canonical_answer(json.loads(stored)) == canonical_answer(json.loads(text))
     except ValueError:  # a damaged stored answer is no duplicate of anything
         return False
 

@@ -541,9 +541,37 @@ _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"))
 call (a fold digests every answer its deltas hold)."""
 
 
+def canonical_answer(encoded: Any) -> str:
+    """An encoded answer as canonical JSON: keys sorted, and a float with no fraction written as
+    an integer. JSON does not tell ``10`` from ``10.0`` (a browser sends ``10.0`` as ``10``), so
+    an answer sent again through another client is the same answer, not a conflicting one."""
+    return _CANONICAL.encode(_integral(encoded))
+
+
+def _integral(value: Any) -> Any:
+    kind = type(value)
+    if kind is float:
+        return int(value) if value.is_integer() else value
+    if kind is dict:
+        return {key: _integral(item) for key, item in value.items()}
+    if kind is list:
+        return [_integral(item) for item in value]
+    return value
+
+
 def answer_digest(encoded: Any) -> str:
-    """A digest of an encoded answer: equal for equal answers (canonical JSON), 128 bits."""
-    return hashlib.sha256(_CANONICAL.encode(encoded).encode()).hexdigest()[:32]
+    """A digest of an encoded answer: equal for equal answers (``canonical_answer``), 128 bits."""
+    return hashlib.sha256(canonical_answer(encoded).encode()).hexdigest()[:32]
+
+
+def answer_has_digest(encoded: Any, digest: str) -> bool:
+    """Whether an encoded answer is the one a checkpoint digested: by ``answer_digest``, or as
+    digested before integral floats were written as integers (``10.0`` as written): a run that
+    paused before then keeps such digests."""
+    if answer_digest(encoded) == digest:
+        return True
+    written = hashlib.sha256(_CANONICAL.encode(encoded).encode()).hexdigest()[:32]
+    return written == digest
 
 
 def settle_answers(

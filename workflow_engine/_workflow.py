@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from ._answers import is_json_data, unknown_keys
-from ._checkpoint import Checkpoint, CheckpointChanges, CheckpointStore, answer_digest
+from ._checkpoint import (
+    Checkpoint,
+    CheckpointChanges,
+    CheckpointStore,
+    answer_has_digest,
+    canonical_answer,
+)
 from ._codec import (
     MAX_DEPTH,
     JsonCodec,
@@ -705,7 +711,7 @@ class Workflow:
         the checkpoint, or as a digest); ``ResponseTypeError`` if it is not even of its type."""
         if accepted is not None:
             value = self.coerce_response(state.run_id, request_id, accepted[1].response_type, data)
-            return _canonical(self.codec.encode(value)) == _canonical(
+            return canonical_answer(self.codec.encode(value)) == canonical_answer(
                 self.codec.encode(accepted[2])
             )
         record = state.answered.get(request_id)
@@ -714,10 +720,10 @@ class Workflow:
             value = self.coerce_response(state.run_id, request_id, expected, data)
             # re-encoded: an answer stored by an older codec version compares equal
             previous = self.codec.encode(self.codec.decode(record["data"]))
-            return _canonical(self.codec.encode(value)) == _canonical(previous)
+            return canonical_answer(self.codec.encode(value)) == canonical_answer(previous)
         digest, _, type_name = state.answered_digests[request_id].partition(" ")
         value = self.coerce_response(state.run_id, request_id, self.resolve_type(type_name), data)
-        return answer_digest(self.codec.encode(value)) == digest
+        return answer_has_digest(self.codec.encode(value), digest)
 
     def check_answer(
         self,
@@ -892,10 +898,6 @@ def encode_checked(workflow: Workflow, value: Any) -> Any:
     encoded = workflow.codec.encode(value)
     workflow.codec.decode(encoded)
     return encoded
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def _distinct(annotations: list[Any]) -> list[Any]:

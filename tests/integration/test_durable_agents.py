@@ -197,3 +197,80 @@ async def test_a_tool_call_cut_off_asks_with_the_arguments_it_ran_with_and_its_k
     assert asked.data.idempotency_key == ran[0][1]
     assert ran == [(42.0, ran[0][1])]  # never a blind repeat
     await again.close()
+
+
+EDIT = {"from_account": "123456", "to_account": "654321"}
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory"])
+async def test_an_edit_sent_again_as_10_or_10_0_is_the_same_answer(
+    tmp_path: Path, where: str
+) -> None:
+    """JSON does not tell ``10`` from ``10.0`` (a browser sends ``10.0`` as ``10``): an
+    approval sent again through another client was refused as a different answer."""
+    from workflow_engine import AnswerOutcome, RequestAlreadyAnsweredError
+    from workflow_engine.storage import InMemoryRunStore
+
+    bank_transfer.LEDGER.clear()
+    rt = Runtime(SqliteStore(tmp_path / "runs.db") if where == "sqlite" else InMemoryRunStore())
+    rt.register(bank_transfer.build_request_port_workflow)
+    paused = await rt.run("bank_transfer", MESSAGE)
+    (pending,) = paused.pending_requests
+    rid = pending.request_id
+
+    def edit(amount: Any) -> dict[str, Any]:
+        return {"approved": True, "arguments": {**EDIT, "amount": amount}}
+
+    assert await rt.respond(rid, edit(10)) is AnswerOutcome.STORED
+    assert await rt.respond(rid, edit(10.0)) is AnswerOutcome.DUPLICATE  # waiting in the inbox
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await rt.respond(rid, edit(10.5))
+    done = await rt.resume(paused.run_id)
+    assert done.status is WorkflowRunState.IDLE
+    assert await rt.respond(rid, edit(10.0)) is AnswerOutcome.DUPLICATE  # applied
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await rt.respond(rid, edit(11))
+    assert [entry["amount"] for entry in bank_transfer.LEDGER] == [10.0]
+    await rt.close()
+
+
+async def test_a_checkpoint_takes_an_answer_again_as_10_or_10_0() -> None:
+    """Without a store, a checkpoint keeps an applied answer whole, then as a digest; either
+    way the same answer in the other form is a repeat (a no-op), a different one a conflict.
+    A digest taken before integral floats were written as integers still matches its answer."""
+    import hashlib
+    import json
+
+    from workflow_engine import RequestAlreadyAnsweredError
+
+    bank_transfer.LEDGER.clear()
+    workflow = bank_transfer.build_request_port_workflow()
+    paused = await workflow.run(MESSAGE)
+    (pending,) = paused.pending_requests
+    rid = pending.request_id
+    answer = {"approved": True, "arguments": {**EDIT, "amount": 10.0}}
+    done = await workflow.run(checkpoint=paused.checkpoint, responses={rid: answer})
+    assert done.status is WorkflowRunState.IDLE and len(bank_transfer.LEDGER) == 1
+    checkpoint = done.checkpoint
+    assert checkpoint is not None and rid in checkpoint.answered_digests
+    again = {"approved": True, "arguments": {**EDIT, "amount": 10}}
+    repeat = await workflow.run(checkpoint=checkpoint, responses={rid: again})
+    assert repeat.status is WorkflowRunState.IDLE and len(bank_transfer.LEDGER) == 1
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await workflow.run(checkpoint=checkpoint, responses={rid: {"approved": False}})
+
+    # the digest as taken before: ``10.0`` written as such
+    _, _, type_name = checkpoint.answered_digests[rid].partition(" ")
+    encoded = workflow.codec.encode(
+        workflow.coerce_response("r", rid, workflow.resolve_type(type_name), answer)
+    )
+    text = json.dumps(encoded, sort_keys=True, separators=(",", ":"))
+    assert "10.0" in text
+    old = hashlib.sha256(text.encode()).hexdigest()[:32]
+    older = checkpoint.model_copy(
+        update={"answered_digests": {**checkpoint.answered_digests, rid: f"{old} {type_name}"}}
+    )
+    repeat = await workflow.run(checkpoint=older, responses={rid: answer})
+    assert repeat.status is WorkflowRunState.IDLE and len(bank_transfer.LEDGER) == 1
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await workflow.run(checkpoint=older, responses={rid: {"approved": False}})

@@ -669,3 +669,51 @@ async def test_interrupt_fixture_covers_state_fan_in_and_ports() -> None:
         )
     split = await drive(spec, seed=9, stops=whole.busy)
     assert with_ids_numbered(split.events) == with_ids_numbered(whole.events)
+
+
+# --- (d) answers compared as JSON compares them -------------------------------------------------
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=5),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=3), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+def as_browsers_write(value: Any, swap: random.Random) -> Any:
+    """``value`` as another client may send it again: keys in another order, and each integral
+    number written as ``10`` or ``10.0`` at random (JSON does not tell them apart)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int) and abs(value) < 2**53:
+        return float(value) if swap.random() < 0.5 else value
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return int(value) if swap.random() < 0.5 else value
+    if isinstance(value, list):
+        return [as_browsers_write(item, swap) for item in value]
+    if isinstance(value, dict):
+        items = list(value.items())
+        swap.shuffle(items)
+        return {key: as_browsers_write(item, swap) for key, item in items}
+    return value
+
+
+@examples(300)
+@given(value=json_values, other=json_values, seed=st.integers(0, 2**32))
+def test_an_answer_written_again_another_way_has_the_same_digest(
+    value: Any, other: Any, seed: int
+) -> None:
+    from workflow_engine._checkpoint import answer_digest, answer_has_digest, canonical_answer
+
+    again = as_browsers_write(value, random.Random(seed))
+    assert answer_digest(again) == answer_digest(value)
+    assert answer_has_digest(again, answer_digest(value))
+    # and a different value is a different answer (``==`` as Python and JSON agree on it)
+    if json.loads(canonical_answer(other)) != json.loads(canonical_answer(value)):
+        assert answer_digest(other) != answer_digest(value)
