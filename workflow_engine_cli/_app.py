@@ -946,11 +946,19 @@ def _live_worker(record: Any) -> str | None:
     return record.live_owner(datetime.now(UTC).timestamp())
 
 
+def _not_started(record: Any) -> bool:
+    """Whether the run was admitted (``Runtime.start``, ``fork``) and no worker ever took it:
+    its lease version is still the admission's."""
+    return record.version == 0 and str(record.status.value) == "in_progress"
+
+
 def _shown_status(record: Any) -> str:
     """The run's status as a person reads it: ``interrupted`` for one in progress that no
-    live process executes."""
+    live process executes, ``not_started`` for one no process ever executed (a fork)."""
     status = str(record.status.value)
-    shown = "interrupted" if status == "in_progress" and not _live_worker(record) else status
+    shown = status
+    if status == "in_progress" and not _live_worker(record):
+        shown = "not_started" if _not_started(record) else "interrupted"
     # a stored cancel its worker has not honoured yet
     return f"{shown}, cancelling" if record.cancel_requested else shown
 
@@ -959,7 +967,10 @@ def _shown_status(record: Any) -> str:
 def runs_list(
     status: Annotated[
         str | None,
-        typer.Option(help="e.g. idle_with_pending_requests, or interrupted (as the list shows)"),
+        typer.Option(
+            help="e.g. idle_with_pending_requests, or interrupted or not_started (as the list "
+            "shows)"
+        ),
     ] = None,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
     db: DbOption = None,
@@ -968,20 +979,21 @@ def runs_list(
     """List runs, oldest first."""
     from workflow_engine import WorkflowRunState
 
-    # ``interrupted`` is how the list shows an in-progress run no live process executes
-    interrupted = status == "interrupted"
+    # ``interrupted`` and ``not_started`` are how the list shows an in-progress run no live
+    # process executes (``_shown_status``)
+    shown_only = status if status in ("interrupted", "not_started") else None
     try:
-        state = WorkflowRunState("in_progress" if interrupted else status) if status else None
+        state = WorkflowRunState("in_progress" if shown_only else status) if status else None
     except ValueError:
-        known = [s.value for s in WorkflowRunState] + ["interrupted"]
+        known = [s.value for s in WorkflowRunState] + ["interrupted", "not_started"]
         print_error(f"unknown status {status!r} (one of: {', '.join(known)})")
         raise typer.Exit(EXIT_USAGE) from None
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             runs = await runtime.list_runs(status=state, workflow=workflow)
-            if interrupted:
-                runs = [r for r in runs if not _live_worker(r)]
+            if shown_only:
+                runs = [r for r in runs if _shown_status(r).split(",")[0] == shown_only]
             if json_mode:
                 print(
                     json.dumps(
@@ -1057,6 +1069,8 @@ def runs_show(
                             "worker": _live_worker(record),
                             "cancel_requested": info.cancel_requested,
                             "superstep": info.superstep,
+                            "parent_run_id": record.parent_run_id,
+                            "started": not _not_started(record),
                             "outputs": [describe_output(o) for o in info.outputs],
                             "pending_requests": [r.request_id for r in info.pending_requests],
                             "decoded": info.decoded,
@@ -1084,6 +1098,19 @@ def runs_show(
                 for h in history
             ]
             _print_table(["#", "SUPERSTEP", "STATUS", "KIND", "AT (UTC)"], rows, wrap=["AT (UTC)"])
+            if record.parent_run_id is not None:
+                first = f" at superstep {history[0].superstep}" if history else ""
+                term.line(("forked from: ", "dim"), f"{visible(record.parent_run_id)}{first}")
+            shown = _shown_status(record).split(",")[0]
+            if shown in ("not_started", "interrupted") and not info.effects_in_doubt:
+                does = "runs it" if shown == "not_started" else "continues it"
+                how = (
+                    f"`workflow-engine resume {clean(full)}{Hints.db}` {does}"
+                    if info.decoded
+                    else f"the application that built {info.workflow_name!r} {does} "
+                    "(`Runtime.resume`)"
+                )
+                term.line((f"{shown.replace('_', ' ')}: ", "yellow"), how)
             if not info.decoded and (info.outputs or info.pending_requests):
                 term.line(
                     ("note: ", "dim"),
@@ -1148,8 +1175,10 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
                     row.update(port_id=r.port_id, data=r.data)
                 print(json.dumps(rows))
                 return EXIT_DONE
+            in_doubt = await _runs_in_doubt(runtime)
             if not rows:
                 print("No pending requests.")
+                _say_in_doubt(in_doubt)
                 return EXIT_DONE
             short_request = short_ids(await runtime.store.request_ids())
             short_run = short_ids(await runtime.store.run_ids())
@@ -1164,11 +1193,44 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
             ]
             headers = ["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"]
             _print_table(headers, table, wrap=["WAITING FOR"])
+            _say_in_doubt(in_doubt)
             return EXIT_DONE
 
         return await _with_runtime(db, go)
 
     run_async(body)
+
+
+async def _runs_in_doubt(runtime: Runtime) -> list[Any]:
+    """Interrupted runs with a step in doubt: no request asks about it until a resume does,
+    but a person looking at the inbox should know a question is coming (tester 69)."""
+    from workflow_engine import WorkflowRunState
+
+    found = []
+    for record in await runtime.list_runs(status=WorkflowRunState.IN_PROGRESS):
+        if _live_worker(record) is None and not record.cancel_requested:
+            info = await runtime.get_run(record.run_id)
+            if info.effects_in_doubt:
+                found.append(info)
+    return found
+
+
+def _say_in_doubt(runs: list[Any]) -> None:
+    """After the inbox: each interrupted run's steps in doubt, and how to be asked about them."""
+    if not runs:
+        return
+    from ._console import RESUME_ASKS, show_in_doubt
+    from ._term import Terminal
+
+    term = Terminal()
+    for info in runs:
+        term.line(
+            ("interrupted: ", "yellow"),
+            f"run {visible(info.run_id)} ({info.workflow_name}) · "
+            f"`workflow-engine resume {clean(info.run_id)}{Hints.db}`",
+        )
+        for effect in info.effects_in_doubt:
+            show_in_doubt(term, effect, then=RESUME_ASKS)
 
 
 MAX_SHOWN_CHARACTERS = 600

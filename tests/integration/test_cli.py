@@ -1157,3 +1157,41 @@ def test_a_store_that_refuses_a_write_says_once_how_to_continue(cli: Cli) -> Non
     done = cli.expect(0, "resume", run_id)
     assert "finished." in done.out
     assert len(cli.ledger()) == 1
+
+
+async def _fork(db: Path, run_id: str, superstep: int) -> str:
+    from workflow_engine_cli._registry import open_runtime
+
+    runtime = open_runtime(db, workflows=["support"])
+    try:
+        return await runtime.fork(run_id, superstep)
+    finally:
+        await runtime.close()
+
+
+def test_a_fork_no_one_ran_yet_is_shown_as_not_started(cli: Cli) -> None:
+    """A fresh fork is in progress with no worker: it was listed as ``interrupted``, as if a
+    process had stopped in it (outside tester). It is ``not_started``, says what it was forked
+    from, and ``resume`` runs it."""
+    run_id, _ = cli.start_paused()
+    fork = anyio.run(_fork, cli.db, run_id, 0)
+    listed = {r["run_id"]: r for r in cli.json("runs", "list")}
+    assert listed[fork]["status"] == "in_progress" and listed[fork]["worker"] is None
+    table = cli.expect(0, "runs", "list").out
+    assert [line.split()[2] for line in table.splitlines()[1:]] == [
+        "idle_with_pending_requests",
+        "not_started",
+    ], table
+    assert [r["run_id"] for r in cli.json("runs", "list", "--status", "not_started")] == [fork]
+    assert cli.json("runs", "list", "--status", "interrupted") == []
+    shown = cli.json("runs", "show", fork)
+    assert shown["parent_run_id"] == run_id and shown["started"] is False
+    said = flat(cli.expect(0, "runs", "show", fork).out)
+    assert f"Run {fork} · support · not_started · superstep 0" in said
+    assert f"forked from: {run_id} at superstep 0" in said
+    assert f"not started: `workflow-engine resume {fork} --db {cli.db}` runs it" in said, said
+    assert cli.json("runs", "show", run_id)["started"] is True
+    cli.expect(3, "resume", fork, "--no-interactive")  # it runs, to the same approval
+    shown = cli.json("runs", "show", fork)
+    assert shown["status"] == "idle_with_pending_requests" and shown["started"] is True
+    assert "not started" not in flat(cli.expect(0, "runs", "show", fork).out)

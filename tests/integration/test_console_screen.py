@@ -613,6 +613,14 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     shown = flat(cli.expect(0, "runs", "show", run["run_id"]).out)
     assert "⚠ in doubt: refund_agent's call submit_refund(" in shown, shown
     assert "`resume` asks whether it happened" in shown
+    # the inbox has no request yet, but says that a question is coming (it said "No pending
+    # requests." alone, tester 69)
+    inbox = flat(cli.expect(0, "requests", "list").out)
+    assert "No pending requests." in inbox
+    assert f"interrupted: run {run['run_id']} (support)" in inbox, inbox
+    assert "⚠ in doubt: refund_agent's call submit_refund(" in inbox, inbox
+    assert "`resume` asks whether it happened" in inbox
+    assert cli.json("requests", "list") == []  # (--json lists requests alone)
     os.unlink(cli.ledger_path)
     asked = cli.expect(3, "resume", run["run_id"])
     assert_in_doubt_asked(asked.out)
