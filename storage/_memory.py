@@ -168,10 +168,16 @@ class InMemoryRunStore:
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None = None,
     ) -> tuple[AnswerOutcome, Acquired | None]:
-        request = await self.get_request(request_id)
-        if check is not None:  # refused: nothing written, the answer neither
-            check(self._run(request.run_id))
-        outcome = await self.answer(request_id, answer)
+        # as one transaction would: the answer is judged first (a conflict is said as such),
+        # then the run checked; refused, nothing is written, the answer neither
+        async with self._lock:
+            request = await self.get_request(request_id)
+            repeat = self._answered(request, answer)
+            if check is not None:
+                check(self._run(request.run_id))
+            if not repeat:
+                self._store_answer(request, answer)
+        outcome = AnswerOutcome.DUPLICATE if repeat else AnswerOutcome.STORED
         try:
             return outcome, await self.acquire_latest(request.run_id, owner, lease_seconds)
         except RunBusyError:
@@ -368,24 +374,31 @@ class InMemoryRunStore:
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
         async with self._lock:
             request = await self.get_request(request_id)
-            if request.status == "cancelled":
-                raise RequestCancelledError(
-                    f"run {request.run_id!r}: request {request_id!r} was cancelled"
-                )
-            if request.status in ("answered", "applied"):
-                if canonical_answer(request.answer) == canonical_answer(answer):
-                    return AnswerOutcome.DUPLICATE
-                raise RequestAlreadyAnsweredError(
-                    f"run {request.run_id!r}: request {request_id!r} was already answered with "
-                    "a different value; an answer cannot be changed"
-                )
-            self._requests[request_id] = replace(
-                request,
-                status="answered",
-                answer=_copy(answer),
-                answered_at=self.clock(),
-            )
+            if self._answered(request, answer):
+                return AnswerOutcome.DUPLICATE
+            self._store_answer(request, answer)
             return AnswerOutcome.STORED
+
+    def _answered(self, request: StoredRequest, answer: Any) -> bool:
+        """Whether ``request`` already has ``answer`` (True: a repeat); raises if it cannot take
+        it (cancelled, or answered otherwise). False: it is pending."""
+        if request.status == "cancelled":
+            raise RequestCancelledError(
+                f"run {request.run_id!r}: request {request.request_id!r} was cancelled"
+            )
+        if request.status in ("answered", "applied"):
+            if canonical_answer(request.answer) == canonical_answer(answer):
+                return True
+            raise RequestAlreadyAnsweredError(
+                f"run {request.run_id!r}: request {request.request_id!r} was already answered "
+                "with a different value; an answer cannot be changed"
+            )
+        return False
+
+    def _store_answer(self, request: StoredRequest, answer: Any) -> None:
+        self._requests[request.request_id] = replace(
+            request, status="answered", answer=_copy(answer), answered_at=self.clock()
+        )
 
     async def journal_get(self, run_id: str, key: str) -> Any | None:
         found = self._journal.get((run_id, key))

@@ -545,17 +545,19 @@ def canonical_answer(encoded: Any) -> str:
     """An encoded answer as canonical JSON: keys sorted, and a float with no fraction written as
     an integer. JSON does not tell ``10`` from ``10.0`` (a browser sends ``10.0`` as ``10``), so
     an answer sent again through another client is the same answer, not a conflicting one."""
-    return _CANONICAL.encode(_integral(encoded))
+    return _CANONICAL.encode(integral_numbers(encoded))
 
 
-def _integral(value: Any) -> Any:
+def integral_numbers(value: Any) -> Any:
+    """``value`` with each float that has no fraction as an integer, inside dicts and lists
+    too (``10.0`` as ``10``): a JSON value as a browser would write it."""
     kind = type(value)
     if kind is float:
         return int(value) if value.is_integer() else value
     if kind is dict:
-        return {key: _integral(item) for key, item in value.items()}
+        return {key: integral_numbers(item) for key, item in value.items()}
     if kind is list:
-        return [_integral(item) for item in value]
+        return [integral_numbers(item) for item in value]
     return value
 
 

@@ -791,15 +791,22 @@ class Runtime:
         taking the run's lease in one transaction.
 
         If another worker is executing the run, the answer is stored all the same (that worker
-        applies it) and ``RunBusyError`` says so. An identical repeat of an answer resumes too.
+        applies it) and ``RunBusyError`` says so. An identical repeat of an answer resumes too;
+        one to a run that has ended since (a retry after a lost reply) runs nothing and returns
+        the run as it ended, as ``workflow.run(checkpoint=..., responses=...)`` does.
         """
         run_id, encoded = await self._checked_answer(request_id, data)
         chosen, check = self._resumable(run_id)
         owner = self._lease_owner()
-        with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
-            _, taken = await self.store.answer_and_acquire(
-                request_id, encoded, owner, self.lease_seconds, check
-            )
+        try:
+            with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
+                _, taken = await self.store.answer_and_acquire(
+                    request_id, encoded, owner, self.lease_seconds, check
+                )
+        except RunNotResumableError:
+            # the store judged the answer first: a different one was refused as such, so this
+            # is a repeat of the one the run applied before it ended
+            return await self._as_it_ended(run_id)
         if taken is None:
             holder = (await self.store.get_run(run_id)).owner
             who = holder_of(holder) if holder else "another worker"
@@ -818,6 +825,11 @@ class Runtime:
 
         result = await self._executing_then_released(sink, execute)
         return await self._go_on(result, sink, max_supersteps)
+
+    async def _as_it_ended(self, run_id: str) -> WorkflowRunResult:
+        """A finished run's result when nothing ran now: its status and latest checkpoint."""
+        run, checkpoint = await self.store.get_run_and_latest(run_id)
+        return WorkflowRunResult(run_id=run_id, status=run.status, checkpoint=checkpoint)
 
     async def _checked_answer(self, request_id: str, data: Any) -> tuple[str, Any]:
         """The request's run id and ``data`` validated against the request's response type,
@@ -849,12 +861,15 @@ class Runtime:
                 raise RequestCancelledError(
                     f"run {run.run_id!r}: request {request_id!r} was cancelled"
                 ) from None
-            if request.status != "pending":
+            if request.status == "pending":
+                raise
+            try:  # as JSON sees it (``10.0`` for the ``10`` an ``int`` took): maybe a repeat
+                value = wf.coerce_repeat(run.run_id, request_id, expected, data)
+            except ResponseTypeError:
                 raise RequestAlreadyAnsweredError(
                     f"run {run.run_id!r}: request {request_id!r} was already answered with a "
                     "different value; an answer cannot be changed"
                 ) from None
-            raise
         return run.run_id, wf.codec.encode(value)
 
     # --- queries --------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from ._checkpoint import (
     CheckpointStore,
     answer_has_digest,
     canonical_answer,
+    integral_numbers,
 )
 from ._codec import (
     MAX_DEPTH,
@@ -710,20 +711,29 @@ class Workflow:
         """Whether ``data`` is the answer ``request_id`` already has (in this call, kept whole in
         the checkpoint, or as a digest); ``ResponseTypeError`` if it is not even of its type."""
         if accepted is not None:
-            value = self.coerce_response(state.run_id, request_id, accepted[1].response_type, data)
+            value = self.coerce_repeat(state.run_id, request_id, accepted[1].response_type, data)
             return canonical_answer(self.codec.encode(value)) == canonical_answer(
                 self.codec.encode(accepted[2])
             )
         record = state.answered.get(request_id)
         if record is not None:
             expected = self.resolve_type(record["response_type"])
-            value = self.coerce_response(state.run_id, request_id, expected, data)
+            value = self.coerce_repeat(state.run_id, request_id, expected, data)
             # re-encoded: an answer stored by an older codec version compares equal
             previous = self.codec.encode(self.codec.decode(record["data"]))
             return canonical_answer(self.codec.encode(value)) == canonical_answer(previous)
         digest, _, type_name = state.answered_digests[request_id].partition(" ")
-        value = self.coerce_response(state.run_id, request_id, self.resolve_type(type_name), data)
+        value = self.coerce_repeat(state.run_id, request_id, self.resolve_type(type_name), data)
         return answer_has_digest(self.codec.encode(value), digest)
+
+    def coerce_repeat(self, run_id: str, request_id: str, expected: Any, data: Any) -> Any:
+        """``coerce_response`` for an answer given again: as JSON sees it, so ``10.0`` is the
+        ``10`` an ``int`` answer took (a first answer of ``10.0`` is refused as not an int;
+        given again, it is the same answer, not a conflicting one)."""
+        try:
+            return self.coerce_response(run_id, request_id, expected, data)
+        except ResponseTypeError:
+            return self.coerce_response(run_id, request_id, expected, integral_numbers(data))
 
     def check_answer(
         self,

@@ -64,6 +64,7 @@ from ._registry import (
     start_run,
     takes_model,
     workflow_factories,
+    workflow_names,
 )
 from ._term import clean, visible
 
@@ -841,6 +842,11 @@ def respond(
             _, run = await runtime.store.get_request_and_run(full)
             register(runtime, [run.workflow_name])
             outcome = await runtime.respond(full, answer)
+            if outcome.value == "duplicate":
+                now = (await runtime.store.get_run(run.run_id)).status.value
+                if now in ("idle", "cancelled"):  # `resume` would refuse it (tester 74)
+                    print(f"already had this answer; run {clean(run.run_id)} has ended ({now})")
+                    return EXIT_DONE
             note = "already had this answer" if outcome.value == "duplicate" else "answer stored"
             print(f"{note}; continue with `workflow-engine resume {clean(run.run_id)}{Hints.db}`")
             return EXIT_DONE
@@ -952,15 +958,23 @@ def _not_started(record: Any) -> bool:
     return record.version == 0 and str(record.status.value) == "in_progress"
 
 
-def _shown_status(record: Any) -> str:
+def _shown_status(record: Any, answered: bool = False) -> str:
     """The run's status as a person reads it: ``interrupted`` for one in progress that no
-    live process executes, ``not_started`` for one no process ever executed (a fork)."""
+    live process executes, ``not_started`` for one no process ever executed (a fork);
+    ``answered``: answers are stored that the run has not applied yet."""
     status = str(record.status.value)
     shown = status
     if status == "in_progress" and not _live_worker(record):
         shown = "not_started" if _not_started(record) else "interrupted"
+    if answered and status == "idle_with_pending_requests":
+        shown += ", answered"  # it looked stuck, resting (tester 74): `resume` applies them
     # a stored cancel its worker has not honoured yet
     return f"{shown}, cancelling" if record.cancel_requested else shown
+
+
+async def _answered_runs(runtime: Runtime) -> set[str]:
+    """The runs with answers stored and not applied yet (one read for all)."""
+    return {r.run_id for r in await runtime.store.list_requests(status="answered")}
 
 
 @runs_app.command("list")
@@ -1022,11 +1036,12 @@ def runs_list(
                 else await runtime.store.run_ids()
             )
             short = short_ids(every)
+            answered = await _answered_runs(runtime)
             rows = [
                 [
                     short[r.run_id],
                     r.workflow_name,
-                    _shown_status(r),
+                    _shown_status(r, r.run_id in answered),
                     str(r.superstep),
                     _when(r.updated_at),
                 ]
@@ -1059,6 +1074,12 @@ def runs_show(
             full = record.run_id
             info = await runtime.get_run(full)
             history = await runtime.history(full)
+            # stored, not applied yet: the run goes on only when resumed (tester 74)
+            answered = (
+                []
+                if info.status.is_terminal
+                else await runtime.store.list_requests(run_id=full, status="answered")
+            )
             if json_mode:
                 print(
                     json.dumps(
@@ -1073,6 +1094,7 @@ def runs_show(
                             "started": not _not_started(record),
                             "outputs": [describe_output(o) for o in info.outputs],
                             "pending_requests": [r.request_id for r in info.pending_requests],
+                            "answered_requests": [r.request_id for r in answered],
                             "decoded": info.decoded,
                             "error": info.error,
                             "effects_in_doubt": [
@@ -1091,7 +1113,8 @@ def runs_show(
             term = Terminal()
             term.line(
                 (f"Run {visible(info.run_id)}", "bold"),
-                f" · {info.workflow_name} · {_shown_status(record)} · superstep {info.superstep}",
+                f" · {info.workflow_name} · {_shown_status(record, bool(answered))} · "
+                f"superstep {info.superstep}",
             )
             rows = [
                 [str(h.seq), str(h.superstep), h.status.value, h.kind, _when(h.created_at)]
@@ -1127,6 +1150,17 @@ def runs_show(
                     from ._console import show_in_doubt
 
                     show_in_doubt(term, request.data)
+            for request in answered:
+                term.line(("answered: ", "green"), f"{request.request_id} (not applied yet)")
+            if answered and not _live_worker(record):
+                how = (
+                    f"`workflow-engine resume {clean(full)}{Hints.db}` applies "
+                    + ("it" if len(answered) == 1 else "them")
+                    if info.decoded
+                    else f"the application that built {info.workflow_name!r} applies it "
+                    "(`Runtime.resume`)"
+                )
+                term.line(("then: ", "dim"), how)
             if info.error is not None:
                 message = info.error.get("message") if isinstance(info.error, dict) else None
                 if not isinstance(message, str):  # a store that does not check what it reads
@@ -1176,9 +1210,11 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
                 print(json.dumps(rows))
                 return EXIT_DONE
             in_doubt = await _runs_in_doubt(runtime)
+            waiting = await _runs_answered(runtime)
             if not rows:
                 print("No pending requests.")
                 _say_in_doubt(in_doubt)
+                _say_answered(waiting)
                 return EXIT_DONE
             short_request = short_ids(await runtime.store.request_ids())
             short_run = short_ids(await runtime.store.run_ids())
@@ -1194,6 +1230,7 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
             headers = ["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"]
             _print_table(headers, table, wrap=["WAITING FOR"])
             _say_in_doubt(in_doubt)
+            _say_answered(waiting)
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -1227,10 +1264,45 @@ def _say_in_doubt(runs: list[Any]) -> None:
         term.line(
             ("interrupted: ", "yellow"),
             f"run {visible(info.run_id)} ({info.workflow_name}) · "
-            f"`workflow-engine resume {clean(info.run_id)}{Hints.db}`",
+            + _resume_hint(info.run_id, info.workflow_name),
         )
         for effect in info.effects_in_doubt:
             show_in_doubt(term, effect, then=RESUME_ASKS)
+
+
+async def _runs_answered(runtime: Runtime) -> list[tuple[Any, int]]:
+    """Resting runs with answers stored and not applied (no live worker applies them): they
+    wait for ``resume``, with no request left pending to say so (tester 74). (run, answers)"""
+    counts: dict[str, int] = {}
+    for request in await runtime.store.list_requests(status="answered"):
+        counts[request.run_id] = counts.get(request.run_id, 0) + 1
+    found = []
+    for run_id, count in counts.items():
+        record = await runtime.store.get_run(run_id)
+        if not record.status.is_terminal and _live_worker(record) is None:
+            found.append((record, count))
+    return found
+
+
+def _say_answered(runs: list[tuple[Any, int]]) -> None:
+    from ._term import Terminal
+
+    term = Terminal()
+    for record, count in runs:
+        answers = "an answer" if count == 1 else f"{count} answers"
+        term.line(
+            ("answered: ", "green"),
+            f"run {visible(record.run_id)} ({record.workflow_name}) has {answers} to apply · "
+            + _resume_hint(record.run_id, record.workflow_name),
+        )
+
+
+def _resume_hint(run_id: str, workflow_name: str) -> str:
+    """How to go on with a run: the command, or (a workflow this command line does not build)
+    its application."""
+    if workflow_name in workflow_names():
+        return f"`workflow-engine resume {clean(run_id)}{Hints.db}`"
+    return "its application resumes it (`Runtime.resume`), not this command line"
 
 
 MAX_SHOWN_CHARACTERS = 600

@@ -616,14 +616,16 @@ def _worth_retrying(exc: StorageError) -> bool:
     return type(exc) is StorageError or isinstance(exc, StoreLockedError | StoreUnavailableError)
 
 
-_ANSWER_FLAGS = {
-    "ToolApprovalRequestContent": "--approve|--reject",
-    "HandoffUserInputRequest": "--message TEXT|--end",
-    "UserTurnRequest": "--data '\"TEXT\"'",
+_ANSWER_FLAGS: dict[str, tuple[str, ...]] = {
+    # one command per choice: ``--approve|--reject`` pasted as printed approved the call, the
+    # shell reading ``|`` as a pipe (tester 74)
+    "ToolApprovalRequestContent": ("--approve", "--reject"),
+    "HandoffUserInputRequest": ("--message TEXT", "--end"),
+    "UserTurnRequest": ("--data '\"TEXT\"'",),
     # a person says whether the effect happened (it was offered --approve, which is refused)
-    "InDoubtEffect": "--data '{\"happened\": true|false}'",
+    "InDoubtEffect": ("--data '{\"happened\": true}'", "--data '{\"happened\": false}'"),
 }
-_ANY_ANSWER = "--data JSON"  # an application's request: its answer type, as JSON
+_ANY_ANSWER = ("--data JSON",)  # an application's request: its answer type, as JSON
 
 
 CANCELLED_WITHOUT_ASKING = "the run was cancelled without asking whether it happened"
@@ -661,20 +663,15 @@ def print_paused(
         if isinstance(request.data, InDoubtEffect):  # what is asked, and what to look it up by
             show_in_doubt(term, request.data)
     request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"
-    # the flags that answer these requests: a reply to the customer is not approved
-    choices = "|".join(
-        dict.fromkeys(_ANSWER_FLAGS.get(type(r.data).__name__, _ANY_ANSWER) for r in pending)
+    # the flags that answer these requests (a reply to the customer is not approved), each
+    # choice a command that runs as pasted (tester 69), whole on a line of its own: wrapped
+    # between its words, a pasted command ran as two (tester 67: a newline after `--db`)
+    choices = dict.fromkeys(
+        flags for r in pending for flags in _ANSWER_FLAGS.get(type(r.data).__name__, _ANY_ANSWER)
     )
-    # each command whole on a line of its own: wrapped between its words, a pasted command
-    # ran as two (tester 67: a newline after `--db`)
-    term.line("Answer with:")
-    in_doubt = _ANSWER_FLAGS["InDoubtEffect"]
-    if choices == in_doubt:  # each answer a command that runs as pasted (tester 69)
-        for happened in ("true", "false"):
-            said = f"--data '{{\"happened\": {happened}}}'"
-            term.whole(f"  workflow-engine respond {request_id} {said}{Hints.db}")
-    else:
-        term.whole(f"  workflow-engine respond {request_id} {choices}{Hints.db}")
+    term.line("Answer with one of:" if len(choices) > 1 else "Answer with:")
+    for flags in choices:
+        term.whole(f"  workflow-engine respond {request_id} {flags}{Hints.db}")
     term.line("then continue with:")
     term.whole(f"  workflow-engine resume {visible(run_id)}{Hints.db}")
 

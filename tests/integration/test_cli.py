@@ -216,7 +216,13 @@ def test_a_reply_to_the_customer_is_not_approved(cli: Cli) -> None:
     """``respond --approve`` on the customer's turn was stored as an empty reply and ended the
     conversation; the pause even offered --approve|--reject (outside tester)."""
     paused = cli.expect(3, "demo", "handoff", "-m", "hello", "--detach")
-    assert "--message TEXT|--end" in paused.out and "--approve" not in paused.out, paused.out
+    offered = [
+        line.split()[3:-2]  # after `workflow-engine respond ID`, before `--db PATH`
+        for line in paused.out.splitlines()
+        if line.startswith("  workflow-engine respond ")
+    ]
+    assert offered == [["--message", "TEXT"], ["--end"]], paused.out  # one command each
+    assert "--approve" not in paused.out, paused.out
     [pending] = cli.json("requests", "list")
     for flag in ("--approve", "--reject"):
         refused = cli.expect(2, "respond", pending["request_id"], flag)
@@ -290,11 +296,32 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     assert "already had this answer" in cli.expect(0, "respond", request_id, *edited).out
     conflict = cli.expect(5, "respond", request_id, "--reject")
     assert "already answered with a different value" in conflict.error_line()
+    # answered, not applied: no view said that the run waits for `resume` (tester 74)
+    [listed] = cli.expect(0, "runs", "list").out.splitlines()[1:]
+    assert "idle_with_pending_requests, answered" in listed, listed
+    shown = cli.json("runs", "show", run_id)
+    assert shown["pending_requests"] == [] and shown["answered_requests"] == [request_id]
+    said = flat(cli.expect(0, "runs", "show", run_id).out)
+    assert f"answered: {request_id} (not applied yet)" in said, said
+    assert f"then: `workflow-engine resume {run_id} --db {cli.db}` applies it" in said, said
+    inbox = flat(cli.expect(0, "requests", "list").out)
+    assert inbox.startswith("No pending requests."), inbox
+    assert (
+        f"answered: run {run_id} (support) has an answer to apply · `workflow-engine resume "
+        f"{run_id} --db {cli.db}`"
+    ) in inbox, inbox
 
     done = cli.expect(0, "resume", run_id)
     assert "Refund of 50.00 for order 12345 submitted." in done.out
     [refund] = cli.ledger()
     assert refund["amount"] == 50.0  # the edited arguments, not the agent's 89.99
+    # the same answer again (`50.0` is `50`, as JSON sees it): no `resume` to run any more (it
+    # said "continue with `workflow-engine resume ...`", which refused, tester 74)
+    again = ["--approve", "--arguments", '{"amount": 50.0}']
+    said = cli.expect(0, "respond", request_id, *again).out
+    assert said == f"already had this answer; run {run_id} has ended (idle)\n", said
+    assert "answered" not in flat(cli.expect(0, "requests", "list").out)
+    assert cli.json("runs", "show", run_id)["answered_requests"] == []
 
 
 # --- 3. bad input: one clear error line, the documented exit code, no traceback -----------------

@@ -7,7 +7,17 @@ from typing import Any
 
 import pytest
 
-from workflow_engine import ResponseTypeError, Runtime, WorkflowRunState
+from workflow_engine import (
+    Executor,
+    ResponseTypeError,
+    Runtime,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+    response_handler,
+)
 from workflow_engine.storage import SqliteStore
 from workflow_engine_cli.demos import bank_transfer
 
@@ -274,3 +284,68 @@ async def test_a_checkpoint_takes_an_answer_again_as_10_or_10_0() -> None:
     assert repeat.status is WorkflowRunState.IDLE and len(bank_transfer.LEDGER) == 1
     with pytest.raises(RequestAlreadyAnsweredError, match=rid):
         await workflow.run(checkpoint=older, responses={rid: {"approved": False}})
+
+
+class HowMany(Executor):
+    """Asks for a count (an ``int`` answer), then yields it."""
+
+    @handler
+    async def ask(self, question: str, ctx: WorkflowContext[None, int]) -> None:
+        await ctx.request_info(question, int)
+
+    @response_handler
+    async def counted(self, question: str, count: int, ctx: WorkflowContext[None, int]) -> None:
+        await ctx.yield_output(count)
+
+
+def count_workflow() -> Workflow:
+    return WorkflowBuilder(name="count", start=HowMany("how_many")).build()
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory"])
+async def test_an_int_answer_given_again_as_10_0_is_the_same_answer(
+    tmp_path: Path, where: str
+) -> None:
+    """``10.0`` is no ``int`` as a first answer; given again after ``10`` it is that answer (it
+    was refused as a different value, tester 74). And ``respond_and_resume`` given an answer
+    again after the run ended returns the run as it ended (it raised "nothing to resume"; the
+    in-memory store raised that even for a different answer, hiding the conflict)."""
+    from workflow_engine import AnswerOutcome, RequestAlreadyAnsweredError
+    from workflow_engine.storage import InMemoryRunStore
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db") if where == "sqlite" else InMemoryRunStore())
+    rt.register(count_workflow)
+    paused = await rt.run("count", "how many?")
+    (pending,) = paused.pending_requests
+    rid = pending.request_id
+    with pytest.raises(ResponseTypeError, match="valid integer"):
+        await rt.respond(rid, 10.5)
+    with pytest.raises(ResponseTypeError, match="valid integer"):
+        await rt.respond(rid, 10.0)
+    assert await rt.respond(rid, 10) is AnswerOutcome.STORED
+    assert await rt.respond(rid, 10.0) is AnswerOutcome.DUPLICATE
+    for different in (11, 11.0, 10.5, True, "10"):
+        with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+            await rt.respond(rid, different)
+    done = await rt.respond_and_resume(rid, 10.0)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [10]
+    again = await rt.respond_and_resume(rid, 10.0)  # a retry after a lost reply
+    assert again.status is WorkflowRunState.IDLE and again.outputs == []
+    assert again.checkpoint is not None and again.checkpoint == done.checkpoint
+    assert await rt.respond(rid, 10) is AnswerOutcome.DUPLICATE
+    for different in (11, True):
+        with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+            await rt.respond_and_resume(rid, different)
+    assert (await rt.get_run(paused.run_id)).outputs == [10]
+    await rt.close()
+
+    # without a store, the checkpoint's record of the answer decides the same way
+    workflow = count_workflow()
+    paused_here = await workflow.run("how many?")
+    (asked,) = paused_here.pending_requests
+    ended = await workflow.run(checkpoint=paused_here.checkpoint, responses={asked.request_id: 10})
+    assert ended.outputs == [10]
+    repeat = await workflow.run(checkpoint=ended.checkpoint, responses={asked.request_id: 10.0})
+    assert repeat.status is WorkflowRunState.IDLE and repeat.outputs == []
+    with pytest.raises(RequestAlreadyAnsweredError):
+        await workflow.run(checkpoint=ended.checkpoint, responses={asked.request_id: 11.0})

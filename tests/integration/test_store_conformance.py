@@ -351,8 +351,13 @@ async def test_respond_and_resume_finishes_the_run(store: RunStore) -> None:
     done = await rt.respond_and_resume(request_id, Answer(approved=True))
     assert done.status is WorkflowRunState.IDLE and done.run_id == paused.run_id
     assert (await store.get_run(paused.run_id)).owner is None  # the lease ended with the run
-    with pytest.raises(RunNotResumableError):  # the identical answer again: nothing to resume
-        await rt.respond_and_resume(request_id, Answer(approved=True))
+    # the identical answer again (a retry after a lost reply): nothing runs, the run as it ended
+    # (it raised RunNotResumableError, tester 74)
+    repeat = await rt.respond_and_resume(request_id, Answer(approved=True))
+    assert repeat.status is WorkflowRunState.IDLE and repeat.outputs == []
+    assert repeat.checkpoint == done.checkpoint
+    with pytest.raises(RequestAlreadyAnsweredError, match=request_id):  # a different one
+        await rt.respond_and_resume(request_id, Answer(approved=False))
 
     again = await rt.run("stepper", 1)
     holder = await store.acquire(again.run_id, "host-b:2:y", 30)

@@ -320,8 +320,8 @@ def test_a_terminal_that_reports_no_size_is_80_columns(monkeypatch: pytest.Monke
     [
         ("InDoubtEffect", "--data '{\"happened\": false}'"),
         ("UserTurnRequest", "--data '\"TEXT\"'"),
-        ("ToolApprovalRequestContent", "--approve|--reject"),
-        ("HandoffUserInputRequest", "--message TEXT|--end"),
+        ("ToolApprovalRequestContent", "--reject"),
+        ("HandoffUserInputRequest", "--end"),
         ("an application's", "--data JSON"),
     ],
 )
@@ -354,6 +354,11 @@ def test_a_pause_offers_the_flags_that_answer_its_request(data: str, offered: st
     assert "  workflow-engine resume r1" in lines, out.getvalue()
     if data == "InDoubtEffect":  # each answer a command that runs as pasted (tester 69)
         assert "  workflow-engine respond q1 --data '{\"happened\": true}'" in lines
+    if data == "ToolApprovalRequestContent":  # (tester 74: `--approve|--reject` pasted is a
+        assert "  workflow-engine respond q1 --approve" in lines  # pipe that approves)
+    if data == "HandoffUserInputRequest":
+        assert "  workflow-engine respond q1 --message TEXT" in lines
+    assert not any("|" in line for line in lines), out.getvalue()
     # an application's request also says which type answers it (its --data JSON's shape)
     named = "; answer: EffectResolution)" in out.getvalue()
     assert named is (offered == "--data JSON"), out.getvalue()
