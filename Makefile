@@ -19,12 +19,12 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 # The inner loop (under a minute): everything but the tests marked slow (crash sweeps, real
 # SIGKILLs, CLI and server subprocesses), with 100 simulation seeds instead of 1,000 and half
 # the examples of the slowest properties (tests/unit/test_properties.py), on two processes
-# (pytest-xdist; CI's machine has two cores). `make test` runs in one, as CI does.
+# (pytest-xdist; CI's machine has two cores), as `make test` and CI do.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
