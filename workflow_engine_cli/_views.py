@@ -112,7 +112,8 @@ def in_doubt_said(effect: Any) -> str:
     who = f"{effect.executor_id}'s " if effect.executor_id else ""
     return (
         f"{who}{describe_effect(effect)} started before the run stopped (a crash, a kill, an "
-        "interruption) and recorded no result"
+        "interruption; a process frozen past its lease, which may still complete it) and "
+        "recorded no result"
     )
 
 

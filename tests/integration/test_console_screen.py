@@ -620,6 +620,8 @@ def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     assert f"interrupted: run {run['run_id']} (support)" in inbox, inbox
     assert "⚠ in doubt: refund_agent's call submit_refund(" in inbox, inbox
     assert "`resume` asks whether it happened" in inbox
+    # (its worker may only be frozen past its lease: then the call may still complete, tester 74)
+    assert "a process frozen past its lease, which may still complete it" in inbox, inbox
     assert cli.json("requests", "list") == []  # (--json lists requests alone)
     os.unlink(cli.ledger_path)
     asked = cli.expect(3, "resume", run["run_id"])
