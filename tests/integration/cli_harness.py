@@ -54,7 +54,7 @@ def assert_in_doubt_asked(out: str) -> None:
     """``out`` asks whether the demo's approved refund, cut off, happened (and gives its key)."""
     said = flat(out)
     assert "refund_agent's call submit_refund(" in said, out
-    assert "started before the run stopped (a crash, a kill, an interruption)" in said, out
+    assert "started before the run stopped (a crash, a kill, an interruption; " in said, out
     assert "by its idempotency key: " in said, out
     assert "(InDoubtEffect)" in said, out
 
