@@ -81,6 +81,21 @@ SQL_COMMIT_RUN_RELEASE = (  # the same, and the lease ends (lease_expires_at is 
     "error = NULL, owner = NULL WHERE run_id = ? AND version = ? AND owner = ? "
     "AND (? IS NULL OR latest_checkpoint_id = ?)"
 )
+# The same for a run that ends cancelled: a cancel requested meanwhile is done with.
+SQL_COMMIT_RUN_RELEASE_CANCEL_DONE = SQL_COMMIT_RUN_RELEASE.replace(
+    "owner = NULL", "owner = NULL, cancel_requested = 0", 1
+)
+# SQL_COMMIT_RUN_RELEASE, but for a cancel requested while the superstep ran: then the lease is
+# kept (``lease_expires_at`` is given, as SQL_COMMIT_RUN renews it), so that its holder honours
+# the cancel at this boundary -- saying whether it was, with no statement of its own to read it.
+# (SET reads the row as it was; RETURNING, as it is: the flag is not changed here.)
+SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL = (
+    "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "
+    "latest_checkpoint_id = ?, checkpoint_seq = ?, since_snapshot = ?, "
+    "lease_expires_at = CASE WHEN cancel_requested THEN ? END, error = NULL, "
+    "owner = CASE WHEN cancel_requested THEN owner END WHERE run_id = ? AND version = ? "
+    "AND owner = ? AND (? IS NULL OR latest_checkpoint_id = ?) RETURNING cancel_requested"
+)
 # SQL_COMMIT_RUN for a run whose status did not change since its last commit (most supersteps):
 # leaving it out of SET, the ``status`` index is not rewritten -- one page fewer per commit.
 # ``status = ?`` (the last parameter) checks that it did not change. A commit that ends the lease
@@ -145,9 +160,9 @@ SQL_ANSWERED = (
 SQL_ANSWER_WAITING = "SELECT 1 FROM requests WHERE run_id = ? AND status = 'answered' LIMIT 1"
 SQL_ANSWER_STATE = "SELECT status, answer, run_id FROM requests WHERE request_id = ?"
 SQL_REQUEST_DATA_SIZE = "SELECT length(CAST(data AS BLOB)) FROM requests WHERE request_id = ?"
-SQL_STORE_ANSWER = (
+SQL_STORE_ANSWER = (  # the run it answers: no statement of its own to read it
     "UPDATE requests SET status = 'answered', answer = ?, answered_at = ? "
-    "WHERE request_id = ? AND status = 'pending'"
+    "WHERE request_id = ? AND status = 'pending' RETURNING run_id"
 )
 SQL_JOURNAL_GET = "SELECT value FROM journal WHERE run_id = ? AND key = ?"
 SQL_JOURNAL_PUT = (
@@ -159,7 +174,6 @@ SQL_JOURNAL_AFTER = (
     "SELECT key, value FROM journal WHERE run_id = ? AND superstep > ? ORDER BY created_at, key"
 )
 SQL_JOURNAL_COMPACT = "DELETE FROM journal WHERE run_id = ? AND superstep <= ?"
-SQL_CANCEL_FLAG = "SELECT cancel_requested FROM runs WHERE run_id = ?"
 SQL_FENCE = (
     "SELECT owner, version, latest_checkpoint_id, cancel_requested FROM runs WHERE run_id = ?"
 )

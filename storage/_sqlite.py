@@ -120,11 +120,11 @@ from ._sql import (
     SQL_ANSWER_WAITING,
     SQL_ANSWERED,
     SQL_CANCEL_DONE,
-    SQL_CANCEL_FLAG,
     SQL_CHAIN,
     SQL_CHECKPOINT_PLACE,
     SQL_COMMIT_RUN_KEEP_STATUS_SAYING_CANCEL,
-    SQL_COMMIT_RUN_RELEASE,
+    SQL_COMMIT_RUN_RELEASE_CANCEL_DONE,
+    SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL,
     SQL_COMMIT_RUN_SAYING_CANCEL,
     SQL_DOOMED_RUN_NOS,
     SQL_DROP_BEFORE,
@@ -1174,8 +1174,7 @@ class SqliteStore:
         lease_seconds: float,
         check: Callable[[RunRecord], None] | None,
     ) -> tuple[AnswerOutcome, tuple | None]:
-        outcome = self._answer(conn, request_id, text)
-        run_id = conn.execute(SQL_ANSWER_STATE, (request_id,)).fetchone()[2]
+        outcome, run_id = self._answer(conn, request_id, text)
         try:
             taken = self._acquire_with_rows(conn, run_id, owner, lease_seconds, check)
         except RunBusyError:  # nothing of the acquiring was written: the answer stays
@@ -1456,16 +1455,16 @@ class SqliteStore:
             run = (*run[:6], 0, *run[7:])
         cancelled = checkpoint.status is WorkflowRunState.CANCELLED
         cancel = False
-        if release:
-            cancel = bool(conn.execute(SQL_CANCEL_FLAG, (run_id,)).fetchone()[0])
-            if cancel and cancelled:
-                conn.execute(SQL_CANCEL_DONE, (run_id,))
-                cancel = False
+        if release and cancelled:  # (a cancel requested meanwhile is done with)
+            released = (*run[:7], None, *run[8:])
+            updated = conn.execute(SQL_COMMIT_RUN_RELEASE_CANCEL_DONE, released).rowcount
+        elif release:
             # a cancel requested while this superstep ran: the lease is kept even if the run
             # would rest now, so that its holder honours the cancel at this boundary
+            said = conn.execute(SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL, run).fetchall()
+            updated = len(said)
+            cancel = bool(said) and bool(said[0][0])
             release = not cancel
-        if release:
-            updated = conn.execute(SQL_COMMIT_RUN_RELEASE, (*run[:7], None, *run[8:])).rowcount
         else:  # (most supersteps: the update says whether a cancel was requested meanwhile)
             said = None
             if same_status:  # the status as the row holds it (the update checks it): left out
@@ -1752,21 +1751,22 @@ class SqliteStore:
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
         text = stored_json(answer)
         self._fault("answer:before")
-        outcome = await self._in_write(self._answer, request_id, text)
+        outcome, _ = await self._in_write(self._answer, request_id, text)
         if outcome is AnswerOutcome.STORED:
             self._fault("answer:after")
         return outcome
 
-    def _answer(self, conn: Conn, request_id: str, text: str) -> AnswerOutcome:
+    def _answer(self, conn: Conn, request_id: str, text: str) -> tuple[AnswerOutcome, str]:
+        """Store ``text`` as the answer of ``request_id``: (the outcome, the request's run)."""
         def beside() -> str:  # (asked only if the row is too big)
             data = conn.execute(SQL_REQUEST_DATA_SIZE, (request_id,)).fetchone()
             return f"the request's data ({data[0]:,} bytes) and " if data else ""
 
         with _sized(conn, f"request {request_id!r}: the answer", text, beside):
-            stored = conn.execute(SQL_STORE_ANSWER, (text, self.clock(), request_id)).rowcount
-        if stored == 1:
+            stored = conn.execute(SQL_STORE_ANSWER, (text, self.clock(), request_id)).fetchall()
+        if stored:
             self._fault("answer:inside")  # it was pending: stored
-            return AnswerOutcome.STORED
+            return AnswerOutcome.STORED, stored[0][0]
         row = conn.execute(SQL_ANSWER_STATE, (request_id,)).fetchone()
         if row is None:
             raise UnknownRequestError(f"no request {request_id!r} in {self.path}")
@@ -1775,7 +1775,7 @@ class SqliteStore:
             raise RequestCancelledError(f"run {run_id!r}: request {request_id!r} was cancelled")
         if status in ("answered", "applied"):
             if previous == text or _same_json(previous, text):
-                return AnswerOutcome.DUPLICATE
+                return AnswerOutcome.DUPLICATE, run_id
             raise RequestAlreadyAnsweredError(
                 f"run {run_id!r}: request {request_id!r} was already answered with a "
                 "different value; an answer cannot be changed"
