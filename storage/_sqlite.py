@@ -1758,6 +1758,7 @@ class SqliteStore:
 
     def _answer(self, conn: Conn, request_id: str, text: str) -> tuple[AnswerOutcome, str]:
         """Store ``text`` as the answer of ``request_id``: (the outcome, the request's run)."""
+
         def beside() -> str:  # (asked only if the row is too big)
             data = conn.execute(SQL_REQUEST_DATA_SIZE, (request_id,)).fetchone()
             return f"the request's data ({data[0]:,} bytes) and " if data else ""

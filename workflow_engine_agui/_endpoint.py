@@ -671,7 +671,16 @@ class AGUIService:
                 return Turn(None, key, cancelled=current)
             held: dict[str, HeldCall] = {}
             if run_id == current and checkpoint is not None:
-                held = held_calls(workflow, checkpoint, pending.values(), answers)
+                # the answers the run applies now, whoever stored them: an edit stored by the
+                # command line, resent by this client, was streamed as the model's arguments
+                # (tester 76)
+                stored, stored_answers = await self._answered(workflow, run_id)
+                held = held_calls(
+                    workflow,
+                    checkpoint,
+                    [*pending.values(), *stored],
+                    {**answers, **stored_answers},
+                )
                 if not pending:  # a run cut off, continued: the calls it was making
                     held = {**calls_in_flight(workflow, checkpoint), **held}
             return Turn(run_id, key, held)
@@ -1082,6 +1091,19 @@ class AGUIService:
                 "that no longer waits for it",
             )
         return stored
+
+    async def _answered(
+        self, workflow: Workflow, run_id: str
+    ) -> tuple[list[ExternalRequest], dict[str, Any]]:
+        """The run's requests answered and not applied yet, and their answers as stored."""
+        requests: list[ExternalRequest] = []
+        answers: dict[str, Any] = {}
+        for stored in await self.store.list_requests(run_id=run_id, status="answered"):
+            requests.append(self._decode_request(workflow, stored))
+            answers[stored.request_id] = workflow.decode_stored(
+                stored.answer, run_id, f"the answer to request {stored.request_id}"
+            )
+        return requests, answers
 
     @staticmethod
     def _decode_request(workflow: Workflow, stored: StoredRequest) -> ExternalRequest:

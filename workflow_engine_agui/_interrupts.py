@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from workflow_engine import (
     TypeRegistry,
     Workflow,
 )
+from workflow_engine._checkpoint import canonical_answer
 from workflow_engine.executors import (
     ChatMessage,
     FunctionCallContent,
@@ -260,13 +260,14 @@ def _parse_resume(raw: Any) -> tuple[list[Any], list[ResumeAnswer]]:
 
 
 def _meaning(answers: list[ResumeAnswer]) -> dict[str, tuple[str, str]]:
-    """What answers say, whichever form they were written in: ``approved`` is ``accepted``."""
+    """What answers say, whichever form they were written in: ``approved`` is ``accepted``,
+    and numbers are compared as JSON compares them (``10`` is ``10.0``, tester 76)."""
 
     def canonical(payload: Any) -> str:
         if isinstance(payload, dict) and "approved" in payload and "accepted" not in payload:
             payload = {**payload, "accepted": payload["approved"]}
             del payload["approved"]
-        return json.dumps(payload, sort_keys=True, default=str)
+        return canonical_answer(payload)
 
     return {a.interrupt_id: (a.status, canonical(a.payload)) for a in answers}
 
@@ -363,11 +364,11 @@ def held_calls(
             held[call.call_id] = HeldCall(call.name, dict(call.arguments))
     for request in approvals:
         guarded: FunctionCallContent = request.data.function_call
-        answer = answers.get(request.request_id)
+        answer = answers.get(request.request_id)  # as the client sent it, or as stored
+        if isinstance(answer, dict) and answer.get("approved") is True:
+            answer = ToolApprovalResponseContent.model_validate(answer)
         decision = (
-            ToolApprovalResponseContent.model_validate(answer)
-            if isinstance(answer, dict) and answer.get("approved") is True
-            else None
+            answer if isinstance(answer, ToolApprovalResponseContent) and answer.approved else None
         )
         held[guarded.call_id] = HeldCall(guarded.name, edited_arguments(guarded, decision))
     return held

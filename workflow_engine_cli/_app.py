@@ -50,7 +50,7 @@ from ._exits import (
     Exit,
     exit_code_for,
 )
-from ._hints import Hints
+from ._hints import REPLY_PLACEHOLDER, Hints
 from ._ids import AmbiguousIdError, match, short_ids
 from ._registry import (
     DEMO_ALIASES,
@@ -835,6 +835,9 @@ def respond(
     except InputError as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
+    if REPLY_PLACEHOLDER in (message, answer):  # a printed command, pasted as it was
+        print_error(f"replace {REPLY_PLACEHOLDER} with what to say; nothing was stored")
+        raise typer.Exit(EXIT_USAGE)
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
@@ -1009,6 +1012,7 @@ def runs_list(
             if shown_only:
                 runs = [r for r in runs if _shown_status(r).split(",")[0] == shown_only]
             if json_mode:
+                answered = await _answered_runs(runtime)
                 print(
                     json.dumps(
                         [
@@ -1017,6 +1021,8 @@ def runs_list(
                                 "workflow": r.workflow_name,
                                 "status": r.status.value,
                                 "worker": _live_worker(r),
+                                "started": not _not_started(r),
+                                "answers_waiting": r.run_id in answered,
                                 "cancel_requested": r.cancel_requested,
                                 "superstep": r.superstep,
                                 "created_at": r.created_at,
@@ -1126,14 +1132,9 @@ def runs_show(
                 term.line(("forked from: ", "dim"), f"{visible(record.parent_run_id)}{first}")
             shown = _shown_status(record).split(",")[0]
             if shown in ("not_started", "interrupted") and not info.effects_in_doubt:
-                does = "runs it" if shown == "not_started" else "continues it"
-                how = (
-                    f"`workflow-engine resume {clean(full)}{Hints.db}` {does}"
-                    if info.decoded
-                    else f"the application that built {info.workflow_name!r} {does} "
-                    "(`Runtime.resume`)"
-                )
-                term.line((f"{shown.replace('_', ' ')}: ", "yellow"), how)
+                does = "run it" if shown == "not_started" else "continue it"
+                said = (f"{shown.replace('_', ' ')}: ", "yellow")
+                _say_resume(term, said, does, full, info.workflow_name)
             if not info.decoded and (info.outputs or info.pending_requests):
                 term.line(
                     ("note: ", "dim"),
@@ -1153,14 +1154,8 @@ def runs_show(
             for request in answered:
                 term.line(("answered: ", "green"), f"{request.request_id} (not applied yet)")
             if answered and not _live_worker(record):
-                how = (
-                    f"`workflow-engine resume {clean(full)}{Hints.db}` applies "
-                    + ("it" if len(answered) == 1 else "them")
-                    if info.decoded
-                    else f"the application that built {info.workflow_name!r} applies it "
-                    "(`Runtime.resume`)"
-                )
-                term.line(("then: ", "dim"), how)
+                does = "apply it" if len(answered) == 1 else "apply them"
+                _say_resume(term, ("then: ", "dim"), does, full, info.workflow_name)
             if info.error is not None:
                 message = info.error.get("message") if isinstance(info.error, dict) else None
                 if not isinstance(message, str):  # a store that does not check what it reads
@@ -1261,11 +1256,8 @@ def _say_in_doubt(runs: list[Any]) -> None:
 
     term = Terminal()
     for info in runs:
-        term.line(
-            ("interrupted: ", "yellow"),
-            f"run {visible(info.run_id)} ({info.workflow_name}) · "
-            + _resume_hint(info.run_id, info.workflow_name),
-        )
+        said = ("interrupted: ", "yellow"), f"run {visible(info.run_id)} ({info.workflow_name});"
+        _say_resume(term, said, "continue it", info.run_id, info.workflow_name)
         for effect in info.effects_in_doubt:
             show_in_doubt(term, effect, then=RESUME_ASKS)
 
@@ -1290,19 +1282,26 @@ def _say_answered(runs: list[tuple[Any, int]]) -> None:
     term = Terminal()
     for record, count in runs:
         answers = "an answer" if count == 1 else f"{count} answers"
-        term.line(
+        said = (
             ("answered: ", "green"),
-            f"run {visible(record.run_id)} ({record.workflow_name}) has {answers} to apply · "
-            + _resume_hint(record.run_id, record.workflow_name),
+            f"run {visible(record.run_id)} ({record.workflow_name}) has {answers} to apply;",
         )
+        does = "apply it" if count == 1 else "apply them"
+        _say_resume(term, said, does, record.run_id, record.workflow_name)
 
 
-def _resume_hint(run_id: str, workflow_name: str) -> str:
-    """How to go on with a run: the command, or (a workflow this command line does not build)
-    its application."""
-    if workflow_name in workflow_names():
-        return f"`workflow-engine resume {clean(run_id)}{Hints.db}`"
-    return "its application resumes it (`Runtime.resume`), not this command line"
+def _say_resume(term: Any, said: Any, does: str, run_id: str, workflow_name: str) -> None:
+    """``said`` (a styled label, or the label and its text), then how to ``does`` (continue
+    the run, apply its answers): the command whole on a line of its own, to paste (a wrapped
+    one ran as two, tester 76) -- or, for a workflow this command line does not build, its
+    application."""
+    label, text = said if isinstance(said[0], tuple) else (said, "")
+    text = f"{text} " if text else ""
+    if workflow_name not in workflow_names():
+        term.line(label, f"{text}its application can {does} (`Runtime.resume`)")
+        return
+    term.line(label, f"{text}{does} with:")
+    term.whole(f"  workflow-engine resume {clean(run_id)}{Hints.db}")
 
 
 MAX_SHOWN_CHARACTERS = 600

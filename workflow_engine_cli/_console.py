@@ -54,7 +54,7 @@ from workflow_engine.executors import (
 )
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
-from ._hints import Hints
+from ._hints import REPLY_PLACEHOLDER, Hints
 from ._term import Part, Terminal, visible
 from ._views import (
     compact,
@@ -620,12 +620,14 @@ _ANSWER_FLAGS: dict[str, tuple[str, ...]] = {
     # one command per choice: ``--approve|--reject`` pasted as printed approved the call, the
     # shell reading ``|`` as a pipe (tester 74)
     "ToolApprovalRequestContent": ("--approve", "--reject"),
-    "HandoffUserInputRequest": ("--message TEXT", "--end"),
-    "UserTurnRequest": ("--data '\"TEXT\"'",),
+    # a placeholder pasted as printed is refused, not stored (``--message TEXT`` stored "TEXT"
+    # as the customer's words for good, tester 76)
+    "HandoffUserInputRequest": (f"--message '{REPLY_PLACEHOLDER}'", "--end"),
+    "UserTurnRequest": (f"--data '\"{REPLY_PLACEHOLDER}\"'",),
     # a person says whether the effect happened (it was offered --approve, which is refused)
     "InDoubtEffect": ("--data '{\"happened\": true}'", "--data '{\"happened\": false}'"),
 }
-_ANY_ANSWER = ("--data JSON",)  # an application's request: its answer type, as JSON
+_ANY_ANSWER = ("--data '<JSON>'",)  # an application's request: its answer type, as JSON
 
 
 CANCELLED_WITHOUT_ASKING = "the run was cancelled without asking whether it happened"
@@ -656,10 +658,14 @@ def print_paused(
     term.line((f"Run {visible(run_id)} is paused, waiting for input.", "bold"))
     for request in pending:
         asked = type(request.data).__name__
+        schema = None
         if asked not in _ANSWER_FLAGS:  # an application's request: say what answers it
             expected = request.response_type
             asked += f"; answer: {getattr(expected, '__name__', None) or expected}"
+            schema = _schema(expected)
         term.line(f"  request {request.request_id} ({asked})")
+        if schema:  # its JSON's shape: a guess did it before (tester 76)
+            term.line(("  answer as JSON: ", "dim"), shape(schema), indent=4)
         if isinstance(request.data, InDoubtEffect):  # what is asked, and what to look it up by
             show_in_doubt(term, request.data)
     request_id = pending[0].request_id if len(pending) == 1 else "REQUEST_ID"

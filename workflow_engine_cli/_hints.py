@@ -5,6 +5,10 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+REPLY_PLACEHOLDER = "<your reply>"
+"""What a printed ``respond`` command holds where the person's words go; ``respond`` refuses it
+as an answer (pasted as printed, a placeholder was stored for good)."""
+
 
 class Hints:
     """`` --db PATH`` when the command was given a database, so that a printed
@@ -14,4 +18,6 @@ class Hints:
 
     @classmethod
     def given(cls, db: Path | None) -> None:
-        cls.db = f" --db {shlex.quote(str(db))}" if db is not None else ""
+        # absolute: a command printed to continue "from another terminal" runs from any
+        # directory (a relative path was not found from another one, tester 76)
+        cls.db = f" --db {shlex.quote(str(Path(db).absolute()))}" if db is not None else ""

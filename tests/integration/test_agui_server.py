@@ -752,3 +752,40 @@ def test_forwarded_props_are_accepted_and_not_passed_to_the_model(client: Client
         assert "checking:" in stream.text()
         wire = " ".join(e.model_dump_json() for e in stream.events)
         assert "acme" not in wire and "tenant" not in wire
+
+
+def test_an_edit_stored_elsewhere_then_resent_streams_the_edited_arguments(
+    client: Client, shared: Server
+) -> None:
+    """The command line stored an approval with edited arguments; the client resent the same
+    answer (``5`` for ``5.0``): the run refunded 5.00, but the stream's ``TOOL_CALL_ARGS`` said
+    the model's 89.99 (tester 76). It says the arguments the call runs with."""
+    thread_id = thread()
+    [interrupt] = to_approval(client, thread_id).interrupts
+    engine = [*cli(), "--db", str(shared.db)]
+    edited = {**REFUND_ARGUMENTS, "amount": 5.0}
+    listed = subprocess.run(
+        [*engine, "requests", "list", "--json"], capture_output=True, text=True, check=True
+    )
+    [request_id] = [
+        r["request_id"]
+        for r in json.loads(listed.stdout)
+        if interrupt.id.startswith(r["request_id"])
+    ]
+    stored = subprocess.run(
+        [*engine, "respond", request_id, "--approve", "--arguments", json.dumps(edited)],
+        capture_output=True,
+        text=True,
+    )
+    assert stored.returncode == 0 and "answer stored" in stored.stdout, stored
+    again = {"accepted": True, "arguments": {**REFUND_ARGUMENTS, "amount": 5}}
+    stream = client.resume("/support", thread_id, resolved(interrupt.id, again))
+    assert "Refund of 5.00 for order 12345 submitted." in stream.results()[interrupt.tool_call_id]
+    sent = "".join(
+        e.delta
+        for e in stream.of(EventType.TOOL_CALL_ARGS)
+        if e.tool_call_id == interrupt.tool_call_id
+    )
+    assert json.loads(sent) == edited, stream.describe()
+    assert_success(stream)
+    assert [line["amount"] for line in ledger_lines(shared, thread_id)] == [5.0]

@@ -410,6 +410,17 @@ def test_the_same_answers_in_both_places_may_be_written_in_either_form() -> None
     no = {"interrupts": [{"id": "i1", "value": {"accepted": False}}]}
     with pytest.raises(AGUIError, match="differ"):
         normalize_resume({"resume": listed, "forwardedProps": {"command": {"resume": no}}})
+    # numbers as JSON compares them: ``10`` in one place is ``10.0`` in the other (tester 76)
+    edits = [{"interruptId": "i1", "status": "resolved", "payload": {"accepted": True}}]
+    for amount, other, same in ((10, 10.0, True), (10.0, 10, True), (10, 10.5, False)):
+        top = [{**edits[0], "payload": {"accepted": True, "arguments": {"amount": amount}}}]
+        nested = [{**edits[0], "payload": {"approved": True, "arguments": {"amount": other}}}]
+        body = {"resume": top, "forwardedProps": {"command": {"resume": nested}}}
+        if same:
+            assert normalize_resume(body) is not None
+        else:
+            with pytest.raises(AGUIError, match="differ"):
+                normalize_resume(body)
 
 
 # --- 4. the pieces, on plain data ---------------------------------------------------------------

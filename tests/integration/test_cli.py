@@ -15,6 +15,7 @@ import json
 import os
 import queue
 import re
+import shlex
 import signal
 import socket
 import sqlite3
@@ -216,14 +217,29 @@ def test_a_reply_to_the_customer_is_not_approved(cli: Cli) -> None:
     """``respond --approve`` on the customer's turn was stored as an empty reply and ended the
     conversation; the pause even offered --approve|--reject (outside tester)."""
     paused = cli.expect(3, "demo", "handoff", "-m", "hello", "--detach")
+    [pending] = cli.json("requests", "list")
     offered = [
-        line.split()[3:-2]  # after `workflow-engine respond ID`, before `--db PATH`
+        line.strip()
         for line in paused.out.splitlines()
         if line.startswith("  workflow-engine respond ")
     ]
-    assert offered == [["--message", "TEXT"], ["--end"]], paused.out  # one command each
+    first = f"workflow-engine respond {pending['request_id']}"
+    assert offered == [  # one command each
+        f"{first} --message '<your reply>' --db {cli.db}",
+        f"{first} --end --db {cli.db}",
+    ], paused.out
     assert "--approve" not in paused.out, paused.out
-    [pending] = cli.json("requests", "list")
+    # pasted as printed, the placeholder is refused: it was stored as the customer's words,
+    # for good (tester 76)
+    pasted = subprocess.run(
+        ["bash", "-c", offered[0].replace("workflow-engine", shlex.quote(str(ENGINE)), 1)],
+        capture_output=True,
+        text=True,
+        env=cli.env,
+    )
+    assert pasted.returncode == 2, pasted
+    assert "replace <your reply> with what to say; nothing was stored" in pasted.stderr
+    assert cli.json("requests", "list") == [pending]
     for flag in ("--approve", "--reject"):
         refused = cli.expect(2, "respond", pending["request_id"], flag)
         assert "expected HandoffUserResponse" in refused.error_line(), str(refused)
@@ -299,17 +315,20 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     # answered, not applied: no view said that the run waits for `resume` (tester 74)
     [listed] = cli.expect(0, "runs", "list").out.splitlines()[1:]
     assert "idle_with_pending_requests, answered" in listed, listed
+    [record] = cli.json("runs", "list")
+    assert record["answers_waiting"] is True and record["status"] == "idle_with_pending_requests"
     shown = cli.json("runs", "show", run_id)
     assert shown["pending_requests"] == [] and shown["answered_requests"] == [request_id]
-    said = flat(cli.expect(0, "runs", "show", run_id).out)
+    said = cli.expect(0, "runs", "show", run_id).out.splitlines()
     assert f"answered: {request_id} (not applied yet)" in said, said
-    assert f"then: `workflow-engine resume {run_id} --db {cli.db}` applies it" in said, said
-    inbox = flat(cli.expect(0, "requests", "list").out)
-    assert inbox.startswith("No pending requests."), inbox
-    assert (
-        f"answered: run {run_id} (support) has an answer to apply · `workflow-engine resume "
-        f"{run_id} --db {cli.db}`"
-    ) in inbox, inbox
+    i = said.index("then: apply it with:")
+    assert said[i + 1] == f"  workflow-engine resume {run_id} --db {cli.db}", said
+    inbox = cli.expect(0, "requests", "list").out.splitlines()
+    assert inbox[0] == "No pending requests.", inbox
+    assert inbox[1:] == [
+        f"answered: run {run_id} (support) has an answer to apply; apply it with:",
+        f"  workflow-engine resume {run_id} --db {cli.db}",
+    ], inbox
 
     done = cli.expect(0, "resume", run_id)
     assert "Refund of 50.00 for order 12345 submitted." in done.out
@@ -321,6 +340,7 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     said = cli.expect(0, "respond", request_id, *again).out
     assert said == f"already had this answer; run {run_id} has ended (idle)\n", said
     assert "answered" not in flat(cli.expect(0, "requests", "list").out)
+    assert cli.json("runs", "list")[0]["answers_waiting"] is False
     assert cli.json("runs", "show", run_id)["answered_requests"] == []
 
 
@@ -1204,6 +1224,7 @@ def test_a_fork_no_one_ran_yet_is_shown_as_not_started(cli: Cli) -> None:
     fork = anyio.run(_fork, cli.db, run_id, 0)
     listed = {r["run_id"]: r for r in cli.json("runs", "list")}
     assert listed[fork]["status"] == "in_progress" and listed[fork]["worker"] is None
+    assert listed[fork]["started"] is False and listed[run_id]["started"] is True
     table = cli.expect(0, "runs", "list").out
     assert [line.split()[2] for line in table.splitlines()[1:]] == [
         "idle_with_pending_requests",
@@ -1216,9 +1237,30 @@ def test_a_fork_no_one_ran_yet_is_shown_as_not_started(cli: Cli) -> None:
     said = flat(cli.expect(0, "runs", "show", fork).out)
     assert f"Run {fork} · support · not_started · superstep 0" in said
     assert f"forked from: {run_id} at superstep 0" in said
-    assert f"not started: `workflow-engine resume {fork} --db {cli.db}` runs it" in said, said
+    shown_lines = cli.expect(0, "runs", "show", fork).out.splitlines()
+    assert "not started: run it with:" in shown_lines, shown_lines
+    assert f"  workflow-engine resume {fork} --db {cli.db}" in shown_lines  # whole, to paste
     assert cli.json("runs", "show", run_id)["started"] is True
     cli.expect(3, "resume", fork, "--no-interactive")  # it runs, to the same approval
     shown = cli.json("runs", "show", fork)
     assert shown["status"] == "idle_with_pending_requests" and shown["started"] is True
     assert "not started" not in flat(cli.expect(0, "runs", "show", fork).out)
+
+
+def test_printed_commands_name_the_database_by_its_absolute_path(cli: Cli, tmp_path: Path) -> None:
+    """``--db runs.db`` was printed as given: pasted from another directory ("from another
+    terminal", as the README says), the command found no database there (tester 76)."""
+    paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--detach", "--db", "rel.db", db=False)
+    printed = [line.strip() for line in paused.out.splitlines() if "workflow-engine" in line]
+    assert printed and all(line.endswith(f"--db {cli.cwd / 'rel.db'}") for line in printed)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    respond = next(line for line in printed if " --approve " in line)
+    pasted = subprocess.run(
+        ["bash", "-c", respond.replace("workflow-engine", shlex.quote(str(ENGINE)), 1)],
+        capture_output=True,
+        text=True,
+        env=cli.env,
+        cwd=elsewhere,
+    )
+    assert pasted.returncode == 0 and "answer stored" in pasted.stdout, pasted

@@ -319,10 +319,10 @@ def test_a_terminal_that_reports_no_size_is_80_columns(monkeypatch: pytest.Monke
     ("data", "offered"),
     [
         ("InDoubtEffect", "--data '{\"happened\": false}'"),
-        ("UserTurnRequest", "--data '\"TEXT\"'"),
+        ("UserTurnRequest", "--data '\"<your reply>\"'"),
         ("ToolApprovalRequestContent", "--reject"),
         ("HandoffUserInputRequest", "--end"),
-        ("an application's", "--data JSON"),
+        ("an application's", "--data '<JSON>'"),
     ],
 )
 def test_a_pause_offers_the_flags_that_answer_its_request(data: str, offered: str) -> None:
@@ -357,11 +357,15 @@ def test_a_pause_offers_the_flags_that_answer_its_request(data: str, offered: st
     if data == "ToolApprovalRequestContent":  # (tester 74: `--approve|--reject` pasted is a
         assert "  workflow-engine respond q1 --approve" in lines  # pipe that approves)
     if data == "HandoffUserInputRequest":
-        assert "  workflow-engine respond q1 --message TEXT" in lines
-    assert not any("|" in line for line in lines), out.getvalue()
+        assert "  workflow-engine respond q1 --message '<your reply>'" in lines
+    commands = [line for line in lines if "workflow-engine" in line]
+    assert not any("|" in line for line in commands), out.getvalue()
     # an application's request also says which type answers it (its --data JSON's shape)
     named = "; answer: EffectResolution)" in out.getvalue()
-    assert named is (offered == "--data JSON"), out.getvalue()
+    assert named is (offered == "--data '<JSON>'"), out.getvalue()
+    # and the shape of that JSON (tester 76: a guess found it)
+    shaped = '  answer as JSON: {"happened": true|false, "result"?: ' in out.getvalue()
+    assert shaped is named, out.getvalue()
 
 
 def test_a_lost_lease_is_said_once_by_the_commands_error_line() -> None:
