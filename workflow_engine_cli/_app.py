@@ -127,7 +127,10 @@ def _db_before(db: Path | None) -> Path | None:
 
 def _db_or_before(db: Path | None) -> Path | None:
     chosen = db if db is not None else _Before.db
-    Hints.given(chosen)
+    # one from $WORKFLOW_ENGINE_DB is named too: a printed command pasted in a terminal
+    # without the variable (or elsewhere, for a relative path) read another database (tester 77)
+    named = os.environ.get("WORKFLOW_ENGINE_DB") or None
+    Hints.given(chosen if chosen is not None else Path(named) if named else None)
     return chosen
 
 

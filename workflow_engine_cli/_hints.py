@@ -20,4 +20,21 @@ class Hints:
     def given(cls, db: Path | None) -> None:
         # absolute: a command printed to continue "from another terminal" runs from any
         # directory (a relative path was not found from another one, tester 76)
-        cls.db = f" --db {shlex.quote(str(Path(db).absolute()))}" if db is not None else ""
+        cls.db = f" --db {shell_quoted(str(Path(db).absolute()))}" if db is not None else ""
+
+
+def shell_quoted(text: str) -> str:
+    """``text`` as one shell word that survives being printed: ``shlex.quote``, or, for text
+    with control characters (a tab, a newline), bash's ``$'...'`` with them escaped -- printed
+    raw, a tab became spaces and a newline split the command (tester 77)."""
+    if not any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return shlex.quote(text)
+    escaped = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+    return (
+        "$'"
+        + "".join(
+            escaped.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
+            for c in text
+        )
+        + "'"
+    )

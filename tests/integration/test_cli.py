@@ -1264,3 +1264,22 @@ def test_printed_commands_name_the_database_by_its_absolute_path(cli: Cli, tmp_p
         cwd=elsewhere,
     )
     assert pasted.returncode == 0 and "answer stored" in pasted.stdout, pasted
+
+    # named by $WORKFLOW_ENGINE_DB (a relative path), the database was left out of them:
+    # pasted elsewhere, or without the variable, they read another one (tester 77)
+    env = {**cli.env, "WORKFLOW_ENGINE_DB": "from env.db"}
+    argv = [str(ENGINE), "demo", "handoff", "-m", REFUND, "--detach"]
+    paused = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=cli.cwd)
+    assert paused.returncode == 3, paused
+    printed = [line.strip() for line in paused.stdout.splitlines() if "workflow-engine" in line]
+    named = f"--db '{cli.cwd / 'from env.db'}'"
+    assert printed and all(line.endswith(named) for line in printed), paused.stdout
+    respond = next(line for line in printed if " --approve " in line)
+    pasted = subprocess.run(
+        ["bash", "-c", respond.replace("workflow-engine", shlex.quote(str(ENGINE)), 1)],
+        capture_output=True,
+        text=True,
+        env=cli.env,  # (a terminal without the variable)
+        cwd=elsewhere,
+    )
+    assert pasted.returncode == 0 and "answer stored" in pasted.stdout, pasted

@@ -389,3 +389,22 @@ def test_an_output_that_is_a_dict_or_list_is_shown_as_json() -> None:
 
     assert describe_output({"k": "x", "n": [1, None, True]}) == '{"k": "x", "n": [1, null, true]}'
     assert describe_output(["é"]) == '["é"]' and describe_output("text") == "text"
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=12))
+def test_a_printed_path_is_one_shell_word_that_bash_reads_back(text: str) -> None:
+    """A database path with a tab was printed with spaces, and one with a newline split the
+    command (tester 77): the word printed is the path, to bash, whatever it holds."""
+    import subprocess
+
+    from workflow_engine_cli._hints import shell_quoted
+
+    quoted = shell_quoted(text)
+    assert not any(ord(c) < 32 or ord(c) == 127 for c in quoted)  # printed as it is
+    if "\x00" in text:  # (no argument holds a NUL)
+        return
+    said = subprocess.run(
+        ["bash", "-c", f"printf %s {quoted}"], capture_output=True, check=True
+    ).stdout
+    assert said == text.encode("utf-8")
