@@ -40,6 +40,7 @@ from workflow_engine import (
     handler,
     response_handler,
 )
+from workflow_engine._checkpoint import canonical_answer
 from workflow_engine._errors import UsageError
 
 from ._events import AgentRunUpdateEvent
@@ -244,20 +245,27 @@ class AgentHostExecutor(Executor):
             result=result if result is not None else "done (a person confirmed it happened)",
         )
 
-    def validate_response(self, request: Any, response: Any) -> None:
+    def validate_response(self, request: Any, response: Any) -> Any:
         """Refuse an approval before it is stored: wrong call, or edited arguments that fail
-        the tool's schema (``ValueError``; the runtime reports it as a ResponseTypeError)."""
+        the tool's schema (``ValueError``; the runtime reports it as a ResponseTypeError).
+        An approval whose "edits" leave the call as proposed (a client echoing the arguments it
+        showed) is kept without them: the same answer as a bare approval (tester 77)."""
         if not isinstance(request, ToolApprovalRequestContent):
-            return
+            return None
         if response.id is not None and response.id != request.id:
             raise UsageError(
                 f"this approval names call {response.id!r}, but the request is for "
                 f"{request.id!r} ({request.function_call.name})"
             )
         if response.approved and response.arguments is not None:
-            t = self.agent.tools.get(request.function_call.name)
+            call = request.function_call
+            edited = edited_arguments(call, response)
+            t = self.agent.tools.get(call.name)
             if t is not None:
-                t.validate(edited_arguments(request.function_call, response))
+                t.validate(edited)
+            if canonical_answer(edited) == canonical_answer(dict(call.arguments)):
+                return response.model_copy(update={"arguments": None})
+        return None
 
     # --- the turn -------------------------------------------------------------------------------
 

@@ -711,7 +711,9 @@ class Workflow:
         """Whether ``data`` is the answer ``request_id`` already has (in this call, kept whole in
         the checkpoint, or as a digest); ``ResponseTypeError`` if it is not even of its type."""
         if accepted is not None:
-            value = self.coerce_repeat(state.run_id, request_id, accepted[1].response_type, data)
+            request = accepted[1]
+            value = self.coerce_repeat(state.run_id, request_id, request.response_type, data)
+            value = self._as_kept(request.port_id, request.data, value)
             return canonical_answer(self.codec.encode(value)) == canonical_answer(
                 self.codec.encode(accepted[2])
             )
@@ -719,12 +721,28 @@ class Workflow:
         if record is not None:
             expected = self.resolve_type(record["response_type"])
             value = self.coerce_repeat(state.run_id, request_id, expected, data)
+            asked = record.get("request")
+            if isinstance(asked, dict) and isinstance(asked.get("port_id"), str):
+                question = self.codec.decode(asked.get("data"))
+                value = self._as_kept(asked["port_id"], question, value)
             # re-encoded: an answer stored by an older codec version compares equal
             previous = self.codec.encode(self.codec.decode(record["data"]))
             return canonical_answer(self.codec.encode(value)) == canonical_answer(previous)
         digest, _, type_name = state.answered_digests[request_id].partition(" ")
         value = self.coerce_repeat(state.run_id, request_id, self.resolve_type(type_name), data)
         return answer_has_digest(self.codec.encode(value), digest)
+
+    def _as_kept(self, port_id: str, request_data: Any, value: Any) -> Any:
+        """``value`` as the answering node keeps it (see ``check_answer``); as it is if the node
+        refuses it (then it is no repeat of an answer it took)."""
+        hook = getattr(self.graph.nodes.get(port_id), "validate_response", None)
+        if hook is None:
+            return value
+        try:
+            kept = hook(request_data, value)
+        except (ResponseError, ValueError, TypeError):
+            return value
+        return value if kept is None else kept
 
     def coerce_repeat(self, run_id: str, request_id: str, expected: Any, data: Any) -> Any:
         """``coerce_response`` for an answer given again: as JSON sees it, so ``10.0`` is the
@@ -748,13 +766,17 @@ class Workflow:
 
         An executor that answers requests (``ctx.request_info``) may define
         ``validate_response(request_data, response)`` and raise ``ValueError`` to refuse an
-        answer its type allows (e.g. edited tool arguments that fail the tool's schema).
+        answer its type allows (e.g. edited tool arguments that fail the tool's schema). It may
+        return the answer as it is to be kept instead (the same decision said one way: edits
+        that change nothing left out), so that the same answer written two ways is one.
         """
         value = self.coerce_response(run_id, request_id, expected, data)
         hook = getattr(self.graph.nodes.get(port_id), "validate_response", None)
         if hook is not None:
             try:
-                hook(request_data, value)
+                kept = hook(request_data, value)
+                if kept is not None:
+                    value = kept
             except ResponseError:
                 raise
             except (ValueError, TypeError) as exc:

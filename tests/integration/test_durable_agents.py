@@ -9,6 +9,7 @@ import pytest
 
 from workflow_engine import (
     Executor,
+    ExternalResponse,
     ResponseTypeError,
     Runtime,
     Workflow,
@@ -349,3 +350,52 @@ async def test_an_int_answer_given_again_as_10_0_is_the_same_answer(
     assert repeat.status is WorkflowRunState.IDLE and repeat.outputs == []
     with pytest.raises(RequestAlreadyAnsweredError):
         await workflow.run(checkpoint=ended.checkpoint, responses={asked.request_id: 11.0})
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory", "no store"])
+@pytest.mark.parametrize("echoed_first", [False, True])
+async def test_an_approval_echoing_the_proposed_arguments_is_a_bare_approval(
+    tmp_path: Path, where: str, echoed_first: bool
+) -> None:
+    """Approved from the command line, then again by a web client that echoes the arguments it
+    showed (or the other way round): the same decision, refused as a conflict (tester 77)."""
+    from workflow_engine import AnswerOutcome, RequestAlreadyAnsweredError
+    from workflow_engine.storage import InMemoryRunStore
+
+    bank_transfer.LEDGER.clear()
+    workflow = bank_transfer.build_request_port_workflow()
+    if where == "no store":
+        paused = await workflow.run(MESSAGE)
+    else:
+        store: Any = SqliteStore(tmp_path / "r.db") if where == "sqlite" else InMemoryRunStore()
+        rt = Runtime(store)
+        rt.register(bank_transfer.build_request_port_workflow)
+        paused = await rt.run("bank_transfer", MESSAGE)
+    (pending,) = paused.pending_requests
+    rid = pending.request_id
+    proposed = dict(pending.data.function_call.arguments)
+    bare = {"approved": True}
+    echoed = {"approved": True, "arguments": proposed}
+    first, then = (echoed, bare) if echoed_first else (bare, echoed)
+    changed = {"approved": True, "arguments": {**proposed, "amount": 5}}
+    if where == "no store":  # both in one call (a settled answer keeps only its digest)
+        with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+            await workflow.run(
+                checkpoint=paused.checkpoint,
+                responses=[ExternalResponse(rid, first), ExternalResponse(rid, changed)],
+            )
+        done = await workflow.run(
+            checkpoint=paused.checkpoint,
+            responses=[ExternalResponse(rid, first), ExternalResponse(rid, then)],
+        )
+        assert done.status is WorkflowRunState.IDLE
+    else:
+        assert await rt.respond(rid, first) is AnswerOutcome.STORED
+        assert await rt.respond(rid, then) is AnswerOutcome.DUPLICATE  # waiting
+        with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+            await rt.respond(rid, changed)
+        done = await rt.resume(paused.run_id)
+        assert done.status is WorkflowRunState.IDLE
+        assert await rt.respond(rid, then) is AnswerOutcome.DUPLICATE  # applied
+        await rt.close()
+    assert [entry["amount"] for entry in bank_transfer.LEDGER] == [1000.0]
