@@ -848,8 +848,8 @@ def respond(
             _, run = await runtime.store.get_request_and_run(full)
             register(runtime, [run.workflow_name])
             outcome = await runtime.respond(full, answer)
-            if outcome.value == "duplicate":
-                now = (await runtime.store.get_run(run.run_id)).status.value
+            if outcome.value == "duplicate":  # (a repeat leaves the run as read above)
+                now = run.status.value
                 if now in ("idle", "cancelled"):  # `resume` would refuse it (tester 74)
                     print(f"already had this answer; run {clean(run.run_id)} has ended ({now})")
                     return EXIT_DONE
@@ -964,23 +964,30 @@ def _not_started(record: Any) -> bool:
     return record.version == 0 and str(record.status.value) == "in_progress"
 
 
-def _shown_status(record: Any, answered: bool = False) -> str:
+def _person_status(record: Any) -> str:
     """The run's status as a person reads it: ``interrupted`` for one in progress that no
-    live process executes, ``not_started`` for one no process ever executed (a fork);
-    ``answered``: answers are stored that the run has not applied yet."""
+    live process executes, ``not_started`` for one no process ever executed (a fork)."""
     status = str(record.status.value)
-    shown = status
     if status == "in_progress" and not _live_worker(record):
-        shown = "not_started" if _not_started(record) else "interrupted"
-    if answered and status == "idle_with_pending_requests":
+        return "not_started" if _not_started(record) else "interrupted"
+    return status
+
+
+def _shown_status(record: Any, answered: bool = False) -> str:
+    """``_person_status``, and what is under way: ``answered`` (answers are stored that the
+    run has not applied yet), ``cancelling`` (a stored cancel its worker has not honoured)."""
+    shown = _person_status(record)
+    if answered and shown == "idle_with_pending_requests":
         shown += ", answered"  # it looked stuck, resting (tester 74): `resume` applies them
-    # a stored cancel its worker has not honoured yet
     return f"{shown}, cancelling" if record.cancel_requested else shown
 
 
-async def _answered_runs(runtime: Runtime) -> set[str]:
-    """The runs with answers stored and not applied yet (one read for all)."""
-    return {r.run_id for r in await runtime.store.list_requests(status="answered")}
+async def _answers_waiting(runtime: Runtime) -> dict[str, int]:
+    """Run id → how many of its answers are stored and not applied yet (one read for all)."""
+    counts: dict[str, int] = {}
+    for request in await runtime.store.list_requests(status="answered"):
+        counts[request.run_id] = counts.get(request.run_id, 0) + 1
+    return counts
 
 
 @runs_app.command("list")
@@ -1013,9 +1020,9 @@ def runs_list(
         async def go(runtime: Runtime) -> int:
             runs = await runtime.list_runs(status=state, workflow=workflow)
             if shown_only:
-                runs = [r for r in runs if _shown_status(r).split(",")[0] == shown_only]
+                runs = [r for r in runs if _person_status(r) == shown_only]
+            answered = await _answers_waiting(runtime)
             if json_mode:
-                answered = await _answered_runs(runtime)
                 print(
                     json.dumps(
                         [
@@ -1045,7 +1052,6 @@ def runs_list(
                 else await runtime.store.run_ids()
             )
             short = short_ids(every)
-            answered = await _answered_runs(runtime)
             rows = [
                 [
                     short[r.run_id],
@@ -1133,11 +1139,11 @@ def runs_show(
             if record.parent_run_id is not None:
                 first = f" at superstep {history[0].superstep}" if history else ""
                 term.line(("forked from: ", "dim"), f"{visible(record.parent_run_id)}{first}")
-            shown = _shown_status(record).split(",")[0]
+            shown = _person_status(record)
             if shown in ("not_started", "interrupted") and not info.effects_in_doubt:
                 does = "run it" if shown == "not_started" else "continue it"
-                said = (f"{shown.replace('_', ' ')}: ", "yellow")
-                _say_resume(term, said, does, full, info.workflow_name)
+                label = (f"{shown.replace('_', ' ')}: ", "yellow")
+                _say_resume(term, label, "", does, full, info.workflow_name)
             if not info.decoded and (info.outputs or info.pending_requests):
                 term.line(
                     ("note: ", "dim"),
@@ -1158,7 +1164,7 @@ def runs_show(
                 term.line(("answered: ", "green"), f"{request.request_id} (not applied yet)")
             if answered and not _live_worker(record):
                 does = "apply it" if len(answered) == 1 else "apply them"
-                _say_resume(term, ("then: ", "dim"), does, full, info.workflow_name)
+                _say_resume(term, ("then: ", "dim"), "", does, full, info.workflow_name)
             if info.error is not None:
                 message = info.error.get("message") if isinstance(info.error, dict) else None
                 if not isinstance(message, str):  # a store that does not check what it reads
@@ -1259,8 +1265,9 @@ def _say_in_doubt(runs: list[Any]) -> None:
 
     term = Terminal()
     for info in runs:
-        said = ("interrupted: ", "yellow"), f"run {visible(info.run_id)} ({info.workflow_name});"
-        _say_resume(term, said, "continue it", info.run_id, info.workflow_name)
+        label = ("interrupted: ", "yellow")
+        said = f"run {visible(info.run_id)} ({info.workflow_name});"
+        _say_resume(term, label, said, "continue it", info.run_id, info.workflow_name)
         for effect in info.effects_in_doubt:
             show_in_doubt(term, effect, then=RESUME_ASKS)
 
@@ -1268,11 +1275,8 @@ def _say_in_doubt(runs: list[Any]) -> None:
 async def _runs_answered(runtime: Runtime) -> list[tuple[Any, int]]:
     """Resting runs with answers stored and not applied (no live worker applies them): they
     wait for ``resume``, with no request left pending to say so (tester 74). (run, answers)"""
-    counts: dict[str, int] = {}
-    for request in await runtime.store.list_requests(status="answered"):
-        counts[request.run_id] = counts.get(request.run_id, 0) + 1
     found = []
-    for run_id, count in counts.items():
+    for run_id, count in (await _answers_waiting(runtime)).items():
         record = await runtime.store.get_run(run_id)
         if not record.status.is_terminal and _live_worker(record) is None:
             found.append((record, count))
@@ -1285,21 +1289,18 @@ def _say_answered(runs: list[tuple[Any, int]]) -> None:
     term = Terminal()
     for record, count in runs:
         answers = "an answer" if count == 1 else f"{count} answers"
-        said = (
-            ("answered: ", "green"),
-            f"run {visible(record.run_id)} ({record.workflow_name}) has {answers} to apply;",
-        )
+        said = f"run {visible(record.run_id)} ({record.workflow_name}) has {answers} to apply;"
         does = "apply it" if count == 1 else "apply them"
-        _say_resume(term, said, does, record.run_id, record.workflow_name)
+        _say_resume(term, ("answered: ", "green"), said, does, record.run_id, record.workflow_name)
 
 
-def _say_resume(term: Any, said: Any, does: str, run_id: str, workflow_name: str) -> None:
-    """``said`` (a styled label, or the label and its text), then how to ``does`` (continue
-    the run, apply its answers): the command whole on a line of its own, to paste (a wrapped
-    one ran as two, tester 76) -- or, for a workflow this command line does not build, its
-    application."""
-    label, text = said if isinstance(said[0], tuple) else (said, "")
-    text = f"{text} " if text else ""
+def _say_resume(
+    term: Any, label: tuple[str, str], said: str, does: str, run_id: str, workflow_name: str
+) -> None:
+    """``label`` (styled) and ``said``, then how to ``does`` (continue the run, apply its
+    answers): the command whole on a line of its own, to paste (a wrapped one ran as two,
+    tester 76) -- or, for a workflow this command line does not build, its application."""
+    text = f"{said} " if said else ""
     if workflow_name not in workflow_names():
         term.line(label, f"{text}its application can {does} (`Runtime.resume`)")
         return

@@ -27,14 +27,15 @@ def shell_quoted(text: str) -> str:
     """``text`` as one shell word that survives being printed: ``shlex.quote``, or, for text
     with control characters (a tab, a newline), bash's ``$'...'`` with them escaped -- printed
     raw, a tab became spaces and a newline split the command (tester 77)."""
-    if not any(ord(c) < 32 or ord(c) == 127 for c in text):
+    if not any(map(_is_control, text)):
         return shlex.quote(text)
     escaped = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
     return (
         "$'"
-        + "".join(
-            escaped.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
-            for c in text
-        )
+        + "".join(escaped.get(c) or (f"\\x{ord(c):02x}" if _is_control(c) else c) for c in text)
         + "'"
     )
+
+
+def _is_control(c: str) -> bool:
+    return ord(c) < 32 or ord(c) == 127
