@@ -6,7 +6,9 @@ completion with ``respond_and_resume`` (the answer stored and the lease taken in
 transaction), or with ``--separate`` by ``respond`` then ``resume`` (one transaction each).
 Both phases are timed, sequentially (one run after another) and concurrently (one anyio task
 per run in a task group, at most ``--concurrency`` at a time), one process, one ``Runtime``, a
-fresh SQLite file (WAL, ``synchronous=NORMAL``) per mode.
+fresh SQLite file (WAL, ``synchronous=NORMAL``) per mode. Each mode is also run once over an
+``InMemoryRunStore`` (the same ``Runtime``, no SQLite): what the kernel and runtime alone cost,
+so a figure's store share is the difference.
 Figures are runs per second, median over ``--repeats`` rounds (fewer if a mode's rounds have
 already taken ``--budget`` seconds, so the script stays under a minute on a slow store).
 ``--gc-threshold 10000`` shows what collecting garbage less often gives: with thousands of
@@ -31,6 +33,7 @@ from bench_floor import describe, measure_floor
 from bench_w4_pause_resume import ANSWER, START_MESSAGE, build_review
 
 from workflow_engine import Runtime, WorkflowRunState
+from workflow_engine.storage import InMemoryRunStore
 
 Phase = Callable[[], Awaitable[None]]
 
@@ -69,11 +72,11 @@ async def harness_seconds(count: int, concurrency: int, repeats: int = 5) -> flo
 
 
 async def one_round(
-    path: Path, runs: int, concurrency: int, separate: bool = False
+    path: Path | None, runs: int, concurrency: int, separate: bool = False
 ) -> tuple[float, float]:
-    """Seconds to pause ``runs`` runs, then seconds to answer and finish all of them."""
-    store = await open_store(path)
-    runtime = Runtime(store)
+    """Seconds to pause ``runs`` runs, then seconds to answer and finish all of them (``path``
+    None: over an ``InMemoryRunStore``)."""
+    runtime = Runtime(InMemoryRunStore() if path is None else await open_store(path))
     name = runtime.register(build_review())
     paused: list[tuple[str, str]] = []
 
@@ -134,13 +137,17 @@ async def main(
             med = statistics.median
             pause, resume = med(pauses), med(resumes)
             harness = await harness_seconds(count, limit)
+            memory_pause_s, memory_resume_s = await one_round(None, count, limit, separate)
             print(
                 f"W5 {count} runs, {label}: start→paused {pause:,.0f} runs/s "
                 f"({pause / floor.runs_per_s:.0%} of the floor), {answering}→done "
                 f"{resume:,.0f} runs/s ({resume / floor.runs_per_s:.0%} of the floor), whole "
                 f"lifecycle {med(totals):,.0f} runs/s (median of {len(totals)} rounds); "
                 f"the harness alone (its tasks and limiter, empty jobs): {harness * 1e6:.1f} µs "
-                f"per run, {harness * floor.runs_per_s:.0%} of the floor's time per run"
+                f"per run, {harness * floor.runs_per_s:.0%} of the floor's time per run; "
+                f"same Runtime over InMemoryRunStore (one round): start→paused "
+                f"{count / memory_pause_s:,.0f} runs/s, {answering}→done "
+                f"{count / memory_resume_s:,.0f} runs/s"
             )
     print("  targets: ≥ 25% of the floor's runs/s in both directions; ≥ 2,000 runs/s")
 

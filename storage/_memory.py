@@ -54,9 +54,14 @@ class InMemoryRunStore:
         self._runs: dict[str, RunRecord] = {}
         self._checkpoints: dict[str, list[Checkpoint]] = {}
         self._requests: dict[str, StoredRequest] = {}
+        # each run's request ids, in the order it asked them: a run's commit, resume or listing
+        # reads its own requests, not every run's (which made each one slower as runs piled up)
+        self._requests_of: dict[str, dict[str, None]] = {}
         self._lease_seconds: dict[str, float] = {}
         self._seq_offset: dict[str, int] = {}  # checkpoints pruned from the front
-        self._journal: dict[tuple[str, str], tuple[int, Any]] = {}  # -> (superstep, entry)
+        # run_id -> key -> (superstep, entry)
+        self._journal: dict[str, dict[str, tuple[int, Any]]] = {}
+        self._checkpoint_by_id: dict[str, Checkpoint] = {}
         self._cancel_requested: set[str] = set()
         # uncontended (every call on one event loop, most of the time): taken without a trip
         # through the event loop, which cost more than the store's own work per commit
@@ -81,6 +86,7 @@ class InMemoryRunStore:
         for rid in ids:
             record = checkpoint.pending_requests.get(rid)
             if record is not None:
+                self._requests_of.setdefault(checkpoint.run_id, {})[rid] = None
                 self._requests[rid] = StoredRequest(
                     rid,
                     checkpoint.run_id,
@@ -113,6 +119,7 @@ class InMemoryRunStore:
                 parent_run_id=parent_run_id,
             )
             self._checkpoints[checkpoint.run_id] = [checkpoint]
+            self._checkpoint_by_id[checkpoint.checkpoint_id] = checkpoint
             self._add_requests(checkpoint, list(checkpoint.pending_requests), now)
 
     async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
@@ -250,6 +257,7 @@ class InMemoryRunStore:
             expires = now + self._lease_seconds.get(lease.run_id, 30.0)
             changes = checkpoint.changes
             self._checkpoints[lease.run_id].append(checkpoint)
+            self._checkpoint_by_id[checkpoint.checkpoint_id] = checkpoint
             self._add_requests(checkpoint, changes.requests_added, now)
             for rid in changes.requests_answered:
                 if rid in self._requests:
@@ -267,17 +275,16 @@ class InMemoryRunStore:
                 lease_expires_at=expires,
                 error=None,
             )
-            for key in [
-                k
-                for k, (step, _) in self._journal.items()
-                if k[0] == lease.run_id and step <= checkpoint.superstep
-            ]:
-                del self._journal[key]
+            journal = self._journal.get(lease.run_id)
+            if journal:
+                for key in [k for k, (step, _) in journal.items() if step <= checkpoint.superstep]:
+                    del journal[key]
             if checkpoint.status is WorkflowRunState.CANCELLED:
                 self._cancel_requested.discard(lease.run_id)
             cancel = lease.run_id in self._cancel_requested
             waiting = checkpoint.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and any(
-                r.run_id == lease.run_id and r.status == "answered" for r in self._requests.values()
+                self._requests[rid].status == "answered"
+                for rid in self._requests_of.get(lease.run_id, ())
             )
             return Lease(lease.run_id, lease.owner, run.version + 1, expires, cancel, waiting)
 
@@ -321,11 +328,10 @@ class InMemoryRunStore:
         return items[-1] if items else None
 
     async def load(self, checkpoint_id: str) -> Checkpoint:
-        for items in self._checkpoints.values():
-            for cp in items:
-                if cp.checkpoint_id == checkpoint_id:
-                    return cp
-        raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r}")
+        try:
+            return self._checkpoint_by_id[checkpoint_id]
+        except KeyError:
+            raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r}") from None
 
     async def list(self, run_id: str) -> Sequence[Checkpoint]:
         return list(self._checkpoints.get(run_id, []))
@@ -358,12 +364,12 @@ class InMemoryRunStore:
     async def list_requests(
         self, run_id: str | None = None, status: RequestStatus | None = "pending"
     ) -> Sequence[StoredRequest]:
+        if run_id is None:
+            requests: Any = self._requests.values()
+        else:
+            requests = (self._requests[rid] for rid in self._requests_of.get(run_id, ()))
         return sorted(
-            (
-                r
-                for r in self._requests.values()
-                if (run_id is None or r.run_id == run_id) and (status is None or r.status == status)
-            ),
+            (r for r in requests if status is None or r.status == status),
             key=lambda r: r.created_at,  # stable: the order the run asked them in
         )
 
@@ -403,15 +409,15 @@ class InMemoryRunStore:
         )
 
     async def journal_get(self, run_id: str, key: str) -> Any | None:
-        found = self._journal.get((run_id, key))
+        found = self._journal.get(run_id, {}).get(key)
         return None if found is None else _copy(found[1])
 
     async def journal_after(self, run_id: str, superstep: int) -> Sequence[tuple[str, Any]]:
         """The entries ``(key, entry)`` of supersteps after ``superstep``, oldest first."""
         return [
-            (k[1], _copy(entry))
-            for k, (step, entry) in self._journal.items()
-            if k[0] == run_id and step > superstep
+            (key, _copy(entry))
+            for key, (step, entry) in self._journal.get(run_id, {}).items()
+            if step > superstep
         ]
 
     async def journal_intent(
@@ -420,7 +426,7 @@ class InMemoryRunStore:
         async with self._lock:
             if lease is not None:
                 self._fenced(lease)
-            self._journal.setdefault((run_id, key), (superstep, _copy(entry)))
+            self._journal.setdefault(run_id, {}).setdefault(key, (superstep, _copy(entry)))
 
     async def journal_put(
         self, run_id: str, key: str, value: Any, superstep: int, *, lease: Lease | None = None
@@ -428,17 +434,18 @@ class InMemoryRunStore:
         async with self._lock:
             if lease is not None:
                 self._fenced(lease)
-            found = self._journal.get((run_id, key))
+            journal = self._journal.setdefault(run_id, {})
+            found = journal.get(key)
             if found is not None and "value" in found[1]:
                 return _copy(found[1])
-            self._journal[(run_id, key)] = (superstep, _copy(value))
+            journal[key] = (superstep, _copy(value))
             return _copy(value)
 
     async def journal_clear(self, run_id: str, key: str, *, lease: Lease | None = None) -> None:
         async with self._lock:
             if lease is not None:
                 self._fenced(lease)
-            self._journal.pop((run_id, key), None)
+            self._journal.get(run_id, {}).pop(key, None)
 
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
@@ -451,17 +458,21 @@ class InMemoryRunStore:
                 for run_id, run in list(self._runs.items()):
                     leased = run.owner is not None and (run.lease_expires_at or 0) > now
                     if run.status in _TERMINAL and run.updated_at < finished_before and not leased:
-                        deleted += len(self._checkpoints.pop(run_id, []))
+                        dropped_checkpoints = self._checkpoints.pop(run_id, [])
+                        deleted += len(dropped_checkpoints)
+                        for cp in dropped_checkpoints:
+                            del self._checkpoint_by_id[cp.checkpoint_id]
                         del self._runs[run_id]
-                        for rid in [r for r, v in self._requests.items() if v.run_id == run_id]:
+                        for rid in self._requests_of.pop(run_id, ()):
                             del self._requests[rid]
-                        for key in [k for k in self._journal if k[0] == run_id]:
-                            del self._journal[key]
+                        self._journal.pop(run_id, None)
             if keep_last is not None:
                 for run_id, items in self._checkpoints.items():
                     if len(items) > keep_last:
                         dropped = len(items) - keep_last
                         deleted += dropped
                         self._seq_offset[run_id] = self._seq_offset.get(run_id, 0) + dropped
+                        for cp in items[:dropped]:
+                            del self._checkpoint_by_id[cp.checkpoint_id]
                         self._checkpoints[run_id] = items[dropped:]
         return deleted

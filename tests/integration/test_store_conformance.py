@@ -461,3 +461,46 @@ async def test_prune_removes_a_runs_journal_with_it(store: RunStore) -> None:
     await rt.cancel(run_id)
     await store.prune(finished_before=time.time() + 60)
     assert await store.journal_get(run_id, "99/a/d/x") is None
+
+
+async def test_each_runs_requests_and_checkpoints_stay_its_own_through_prune(
+    store: RunStore,
+) -> None:
+    """Reads by run and by id among many runs, and what a prune takes with a run: its requests,
+    its journal and its checkpoints, no other run's (the in-memory store keeps them indexed by
+    run and id, where it scanned every run's)."""
+    from workflow_engine import CheckpointNotFoundError
+
+    rt = runtime(store)
+    paused = [await rt.run("stepper", 1) for _ in range(4)]
+    for result in paused:
+        (mine,) = await store.list_requests(result.run_id)
+        assert mine.request_id == result.pending_requests[0].request_id
+        assert mine.run_id == result.run_id
+        for info in await store.history(result.run_id):
+            assert (await store.load(info.checkpoint_id)).run_id == result.run_id
+    gone, kept = paused[0], paused[1:]
+    gone_checkpoints = [i.checkpoint_id for i in await store.history(gone.run_id)]
+    lease = await store.acquire(gone.run_id, "host-a:1:x", 30)
+    await store.journal_put(gone.run_id, "99/a/d/x", {"value": 1}, 99, lease=lease)
+    await store.release(lease)
+    await rt.cancel(gone.run_id)
+    await store.prune(finished_before=time.time() + 60)
+    with pytest.raises(UnknownRequestError):
+        await store.get_request(gone.pending_requests[0].request_id)
+    assert list(await store.list_requests(gone.run_id, status=None)) == []
+    for checkpoint_id in gone_checkpoints:
+        with pytest.raises(CheckpointNotFoundError):
+            await store.load(checkpoint_id)
+    assert {r.run_id for r in await store.list_requests()} == {r.run_id for r in kept}
+    # keep_last drops a run's older checkpoints from loads by id, not its latest
+    older = [i.checkpoint_id for i in await store.history(kept[0].run_id)][:-1]
+    assert older
+    await store.prune(keep_last=1)
+    for checkpoint_id in older:
+        with pytest.raises(CheckpointNotFoundError):
+            await store.load(checkpoint_id)
+    latest = await store.latest(kept[0].run_id)
+    assert (await store.load(latest.checkpoint_id)) == latest
+    await rt.respond(kept[0].pending_requests[0].request_id, {"approved": True})
+    assert (await rt.resume(kept[0].run_id)).status is WorkflowRunState.IDLE

@@ -757,8 +757,12 @@ class Driver:
     def _journal_left(self) -> list[tuple[str, int, str]]:
         """(run id, superstep, key) of every journal entry the store still keeps."""
         if self.memory is not None:
-            entries = getattr(self.memory, "_journal", {})
-            return [(run, step, key) for (run, key), (step, _) in entries.items()]
+            journals = self.memory._journal  # run id -> key -> (superstep, entry)
+            return [
+                (run, step, key)
+                for run, entries in journals.items()
+                for key, (step, _) in entries.items()
+            ]
         assert self.db is not None
         with contextlib.closing(sqlite3.connect(self.db)) as conn:
             return list(conn.execute("SELECT run_id, superstep, key FROM journal"))
