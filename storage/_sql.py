@@ -101,11 +101,16 @@ SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL = (
 # ``status = ?`` (the last parameter) checks that it did not change. A commit that ends the lease
 # writes the status in full: it rests the run, which its last commit under the lease did not.
 SQL_COMMIT_RUN_KEEP_STATUS = SQL_COMMIT_RUN.replace("status = ?, ", "", 1) + " AND status = ?"
-# the same, saying whether a cancel was requested meanwhile: no statement of its own to read it
+# The usual commit: these, only while no cancel was requested -- one updated row says both that
+# the lease and history held and that no cancel waits, with no statement of its own to read the
+# flag (measured: 13.8 µs for the three statements of a transaction, against 15.5 with a SELECT
+# of the flag and 16.5 with RETURNING). No row: the statement saying the flag tells which it was.
+_NO_CANCEL = " AND cancel_requested = 0"
+SQL_COMMIT_RUN_NO_CANCEL = SQL_COMMIT_RUN + _NO_CANCEL
+SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL = SQL_COMMIT_RUN_KEEP_STATUS + _NO_CANCEL
+SQL_COMMIT_RUN_RELEASE_NO_CANCEL = SQL_COMMIT_RUN_RELEASE + _NO_CANCEL
+# SQL_COMMIT_RUN, saying whether a cancel was requested meanwhile
 SQL_COMMIT_RUN_SAYING_CANCEL = SQL_COMMIT_RUN + " RETURNING cancel_requested"
-SQL_COMMIT_RUN_KEEP_STATUS_SAYING_CANCEL = (
-    SQL_COMMIT_RUN_KEEP_STATUS + " RETURNING cancel_requested"
-)
 SQL_SET_STATUS = (
     "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ? "
     "WHERE run_id = ? AND version = ? AND owner = ?"

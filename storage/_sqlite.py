@@ -46,7 +46,7 @@ import sqlite3
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -122,8 +122,10 @@ from ._sql import (
     SQL_CANCEL_DONE,
     SQL_CHAIN,
     SQL_CHECKPOINT_PLACE,
-    SQL_COMMIT_RUN_KEEP_STATUS_SAYING_CANCEL,
+    SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL,
+    SQL_COMMIT_RUN_NO_CANCEL,
     SQL_COMMIT_RUN_RELEASE_CANCEL_DONE,
+    SQL_COMMIT_RUN_RELEASE_NO_CANCEL,
     SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL,
     SQL_COMMIT_RUN_SAYING_CANCEL,
     SQL_DOOMED_RUN_NOS,
@@ -223,7 +225,7 @@ _WAL_SIZE_LIMIT = 64 * 1024 * 1024
 """A WAL file that grew past this (a burst) is truncated back to it when it restarts."""
 _TURN = 0.002
 """Seconds of the event loop's time after which an operation on the loop's thread lets other
-tasks run first (see ``SqliteStore._take_turn``)."""
+tasks run first (see ``SqliteStore._turn_due``)."""
 
 
 class _Busy(StorageError):
@@ -416,7 +418,7 @@ class SqliteStore:
         self._recent_bytes = 0
         self._commits = 0  # since the last WAL checkpoint
         self._turn_task = 0  # the id of the task whose operations ran last
-        self._turn_at = 0.0  # since when (see _take_turn)
+        self._turn_at = 0.0  # since when (see _turn_due)
         self._restarting: asyncio.Future[None] | None = None  # the WAL starting over (_held)
         self._closing = False  # close() is under way: no operation, no reopening
 
@@ -668,7 +670,8 @@ class SqliteStore:
         less than the hop to a thread); on the worker otherwise, or if the database is locked."""
         worker = await self._started()
         if not worker.pending and asyncio._get_running_loop() is not None:
-            await self._take_turn()
+            if self._turn_due():
+                await asyncio.sleep(0)
             if not worker.pending:  # (still: another task's write may have gone there meanwhile)
                 try:
                     return self._on_loop(fn, args)
@@ -703,9 +706,10 @@ class SqliteStore:
         worker = await self._started()
         loop = asyncio._get_running_loop()
         if loop is not None:
-            await self._held()
-            if not worker.pending:
-                await self._take_turn()
+            if self._restarting is not None:
+                await self._held()
+            if not worker.pending and self._turn_due():
+                await asyncio.sleep(0)
         write = _Write(body, args, after, abandoned)
         if loop is not None and not worker.pending:
             task = asyncio.current_task(loop)
@@ -725,21 +729,23 @@ class SqliteStore:
                 pass
         return await worker.call(self._patiently, self._write_one, (write,), abandoned=abandoned)
 
-    async def _take_turn(self) -> None:
+    def _turn_due(self) -> bool:
         """An operation on the loop's thread never suspends its caller (no lock, no thread to
         wait for): a task that reads and writes back to back -- one run after another -- held
         the loop, and no other task (a stream, a lease's renewal, a server's other requests)
         ran meanwhile, nor did their writes ever share a commit (outside tester 52). So once
         one task's operations have followed each other for ``_TURN`` (no other task's in
         between, which would mean the loop went round), the next lets the ready tasks run
-        first: one loop iteration, about what one write costs."""
+        first: one loop iteration, about what one write costs. True: the caller yields now
+        (a plain check, not a coroutine: it runs before every store operation)."""
         task = id(asyncio.current_task())  # (an id: a task that ended is not kept alive)
         now = time.monotonic()
         if task != self._turn_task:
             self._turn_task, self._turn_at = task, now
         elif now - self._turn_at >= _TURN:
             self._turn_at = now
-            await asyncio.sleep(0)
+            return True
+        return False
 
     def _flush(self) -> None:
         """Commit the writes gathered since the last one that ran alone, in one transaction."""
@@ -988,7 +994,7 @@ class SqliteStore:
             conn.execute(SQL_INSERT_RUN, run)
         except sqlite3.IntegrityError as exc:
             raise RunExistsError(f"run {run_id!r} already exists") from exc
-        with _sized(conn, f"run {run_id!r}: its first checkpoint (the start message)", body[8]):
+        with _Sized(conn, f"run {run_id!r}: its first checkpoint (the start message)", body[8]):
             conn.execute(SQL_INSERT_CHECKPOINT, body)
         if requests:
             _insert_requests(conn, requests)
@@ -1455,28 +1461,35 @@ class SqliteStore:
             run = (*run[:6], 0, *run[7:])
         cancelled = checkpoint.status is WorkflowRunState.CANCELLED
         cancel = False
+        # each update first as if no cancel were requested (the usual case, one statement); no
+        # row updated, the statement that says the flag tells a cancel from a refusal
         if release and cancelled:  # (a cancel requested meanwhile is done with)
             released = (*run[:7], None, *run[8:])
             updated = conn.execute(SQL_COMMIT_RUN_RELEASE_CANCEL_DONE, released).rowcount
         elif release:
-            # a cancel requested while this superstep ran: the lease is kept even if the run
-            # would rest now, so that its holder honours the cancel at this boundary
-            said = conn.execute(SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL, run).fetchall()
-            updated = len(said)
-            cancel = bool(said) and bool(said[0][0])
-            release = not cancel
-        else:  # (most supersteps: the update says whether a cancel was requested meanwhile)
-            said = None
+            released = (*run[:7], None, *run[8:])
+            updated = conn.execute(SQL_COMMIT_RUN_RELEASE_NO_CANCEL, released).rowcount
+            if not updated:
+                # a cancel requested while this superstep ran: the lease is kept even if the
+                # run would rest now, so that its holder honours the cancel at this boundary
+                said = conn.execute(SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL, run).fetchall()
+                updated = len(said)
+                cancel = bool(said) and bool(said[0][0])
+                release = not cancel
+        else:  # (most supersteps)
+            updated = 0
             if same_status:  # the status as the row holds it (the update checks it): left out
                 kept = (run[0], *run[2:], run[1])
-                said = conn.execute(SQL_COMMIT_RUN_KEEP_STATUS_SAYING_CANCEL, kept).fetchall()
-            if not said:
+                updated = conn.execute(SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL, kept).rowcount
+            if not updated:
+                updated = conn.execute(SQL_COMMIT_RUN_NO_CANCEL, run).rowcount
+            if not updated:
                 said = conn.execute(SQL_COMMIT_RUN_SAYING_CANCEL, run).fetchall()
-            updated = len(said)
-            if said and said[0][0]:
-                cancel = not cancelled
-                if cancelled:
-                    conn.execute(SQL_CANCEL_DONE, (run_id,))
+                updated = len(said)
+                if said and said[0][0]:
+                    cancel = not cancelled
+                    if cancelled:
+                        conn.execute(SQL_CANCEL_DONE, (run_id,))
         if updated != 1:
             # refused: say why (lease lost, or history moved)
             latest, _ = self._fence(conn, Lease(run_id, run[10], run[9], 0.0))
@@ -1485,11 +1498,14 @@ class SqliteStore:
                 f"{checkpoint.parent_id}, but the run's latest checkpoint is {latest}; continue "
                 "from the latest, or fork"
             )
-        what = (
-            f"run {run_id!r}: the checkpoint of superstep {checkpoint.superstep} (what it "
-            "changed of the run's state, outputs, messages and requests)"
-        )
-        with _sized(conn, what, body[8]):
+
+        def what() -> str:
+            return (
+                f"run {run_id!r}: the checkpoint of superstep {checkpoint.superstep} (what it "
+                "changed of the run's state, outputs, messages and requests)"
+            )
+
+        with _Sized(conn, what, body[8]):
             conn.execute(SQL_INSERT_CHECKPOINT, body)
         if request_rows:
             _insert_requests(conn, request_rows)
@@ -1763,7 +1779,7 @@ class SqliteStore:
             data = conn.execute(SQL_REQUEST_DATA_SIZE, (request_id,)).fetchone()
             return f"the request's data ({data[0]:,} bytes) and " if data else ""
 
-        with _sized(conn, f"request {request_id!r}: the answer", text, beside):
+        with _Sized(conn, f"request {request_id!r}: the answer", text, beside):
             stored = conn.execute(SQL_STORE_ANSWER, (text, self.clock(), request_id)).fetchall()
         if stored:
             self._fault("answer:inside")  # it was pending: stored
@@ -1834,7 +1850,7 @@ class SqliteStore:
         if lease is not None:
             self._fence(conn, lease)
         row = conn.execute(SQL_JOURNAL_GET, (run_id, key)).fetchone()
-        sized = _sized(conn, f"run {run_id!r}: the journal entry of step {key!r}", text)
+        sized = _Sized(conn, f"run {run_id!r}: the journal entry of step {key!r}", text)
         if row is None:
             with sized:
                 conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, self.clock(), superstep))
@@ -1896,23 +1912,38 @@ class SqliteStore:
 # --- statements and rows ------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _sized(
-    conn: Conn, what: str, text: str, beside: Callable[[], str] | None = None
-) -> Iterator[None]:
-    """Statements that store ``text`` (``what`` it is; ``beside``: what else of its row to
-    name, asked only if the row is what is too big): SQLite refusing it as larger than it
-    stores in one value or one row (``SQLITE_TOOBIG``) becomes a ``StorageError`` naming
-    ``what`` and the sizes, not SQLite's bare "string or blob too big"."""
-    try:
-        yield
-    except sqlite3.DataError as exc:
+class _Sized:
+    """Statements that store ``text`` (``what`` it is, or a function saying it: built only
+    if needed; ``beside``: what else of its row to name, asked only if the row is what is too
+    big): SQLite refusing it as larger than it stores in one value or one row
+    (``SQLITE_TOOBIG``) becomes a ``StorageError`` naming ``what`` and the sizes, not SQLite's
+    bare "string or blob too big". A class, not a generator: it guards every commit."""
+
+    __slots__ = ("beside", "conn", "text", "what")
+
+    def __init__(
+        self,
+        conn: Conn,
+        what: str | Callable[[], str],
+        text: str,
+        beside: Callable[[], str] | None = None,
+    ) -> None:
+        self.conn, self.what, self.text, self.beside = conn, what, text, beside
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, _: Any) -> None:
+        if kind is None or not issubclass(kind, sqlite3.DataError):
+            return
         if getattr(exc, "sqlite_errorname", None) != "SQLITE_TOOBIG":
-            raise
+            return
+        conn, text = self.conn, self.text
+        what = self.what if isinstance(self.what, str) else self.what()
         refused = _too_big(conn, what, text)
         if refused is None:  # each value fits, the row does not
             limit = conn.getlimit(sqlite3.SQLITE_LIMIT_LENGTH)
-            others = beside() if beside is not None else ""
+            others = self.beside() if self.beside is not None else ""
             refused = StorageError(
                 f"{what} is {_utf8_size(text):,} bytes; with {others}the rest of its row, that "
                 f"is more than SQLite stores in one row ({limit:,} bytes): keep data that large "
