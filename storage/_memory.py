@@ -106,6 +106,7 @@ class InMemoryRunStore:
         async with self._lock:
             if checkpoint.run_id in self._runs:
                 raise RunExistsError(f"run {checkpoint.run_id!r} already exists")
+            self._check_new_id(checkpoint)
             now = self.clock()
             self._runs[checkpoint.run_id] = RunRecord(
                 run_id=checkpoint.run_id,
@@ -236,10 +237,12 @@ class InMemoryRunStore:
             cancel = lease.run_id in self._cancel_requested
             return Lease(lease.run_id, lease.owner, lease.version, expires, cancel)
 
-    async def request_cancel(self, run_id: str) -> None:
+    async def request_cancel(self, run_id: str) -> bool:
         async with self._lock:
-            self._run(run_id)
+            if self._run(run_id).owner is None:
+                return False  # it rests: cancelled directly
             self._cancel_requested.add(run_id)
+            return True
 
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         async with self._lock:
@@ -253,6 +256,7 @@ class InMemoryRunStore:
                     f"{checkpoint.parent_id}, but the run's latest checkpoint is "
                     f"{run.latest_checkpoint_id}; continue from the latest or fork"
                 )
+            self._check_new_id(checkpoint)
             now = self.clock()
             expires = now + self._lease_seconds.get(lease.run_id, 30.0)
             changes = checkpoint.changes
@@ -288,6 +292,14 @@ class InMemoryRunStore:
             )
             return Lease(lease.run_id, lease.owner, run.version + 1, expires, cancel, waiting)
 
+    def _check_new_id(self, checkpoint: Checkpoint) -> None:
+        """A checkpoint id names one checkpoint (as the SQLite store's unique key keeps it)."""
+        if checkpoint.checkpoint_id in self._checkpoint_by_id:
+            raise StorageError(
+                f"run {checkpoint.run_id!r}: a checkpoint {checkpoint.checkpoint_id!r} is "
+                "already stored; checkpoint ids are unique"
+            )
+
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
     ) -> Lease:
@@ -296,6 +308,8 @@ class InMemoryRunStore:
             self._runs[lease.run_id] = replace(
                 run, version=run.version + 1, status=status, updated_at=self.clock(), error=error
             )
+            if status is WorkflowRunState.FAILED:
+                self._cancel_requested.discard(lease.run_id)
             return Lease(lease.run_id, lease.owner, run.version + 1, lease.expires_at)
 
     async def get_run(self, run_id: str) -> RunRecord:
@@ -463,6 +477,10 @@ class InMemoryRunStore:
                         for cp in dropped_checkpoints:
                             del self._checkpoint_by_id[cp.checkpoint_id]
                         del self._runs[run_id]
+                        # nothing of it stays: a run admitted again under its id starts afresh
+                        self._seq_offset.pop(run_id, None)
+                        self._cancel_requested.discard(run_id)
+                        self._lease_seconds.pop(run_id, None)
                         for rid in self._requests_of.pop(run_id, ()):
                             del self._requests[rid]
                         self._journal.pop(run_id, None)

@@ -111,8 +111,9 @@ SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL = SQL_COMMIT_RUN_KEEP_STATUS + _NO_CANCEL
 SQL_COMMIT_RUN_RELEASE_NO_CANCEL = SQL_COMMIT_RUN_RELEASE + _NO_CANCEL
 # SQL_COMMIT_RUN, saying whether a cancel was requested meanwhile
 SQL_COMMIT_RUN_SAYING_CANCEL = SQL_COMMIT_RUN + " RETURNING cancel_requested"
-SQL_SET_STATUS = (
-    "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ? "
+SQL_SET_STATUS = (  # a run that ends failed is done with a cancel requested meanwhile
+    "UPDATE runs SET version = ?, status = ?, updated_at = ?, error = ?, "
+    "cancel_requested = CASE WHEN ? THEN 0 ELSE cancel_requested END "
     "WHERE run_id = ? AND version = ? AND owner = ?"
 )
 SQL_REQUEST_STATUS = "UPDATE requests SET status = ? WHERE request_id = ?"
@@ -183,7 +184,8 @@ SQL_FENCE = (
     "SELECT owner, version, latest_checkpoint_id, cancel_requested FROM runs WHERE run_id = ?"
 )
 SQL_RENEW = "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ? AND version = ?"
-SQL_REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ?"
+# only for a run a worker holds (or held when it died): one that rests is cancelled directly
+SQL_REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ? AND owner IS NOT NULL"
 SQL_CANCEL_DONE = "UPDATE runs SET cancel_requested = 0 WHERE run_id = ?"
 SQL_DOOMED = (  # finished, old, and not leased (a failed run being retried is kept)
     f"SELECT run_id FROM runs WHERE status IN {TERMINAL_SQL} AND updated_at < ? "

@@ -1297,9 +1297,15 @@ class SqliteStore:
         conn.execute(SQL_RENEW, (expires, lease.run_id, lease.owner, lease.version))
         return Lease(lease.run_id, lease.owner, lease.version, expires, cancel)
 
-    async def request_cancel(self, run_id: str) -> None:
-        if not await self._in_write(_update_one, SQL_REQUEST_CANCEL, (run_id,)):
+    async def request_cancel(self, run_id: str) -> bool:
+        return bool(await self._in_write(self._request_cancel, run_id))
+
+    def _request_cancel(self, conn: Conn, run_id: str) -> bool:
+        if conn.execute(SQL_REQUEST_CANCEL, (run_id,)).rowcount == 1:
+            return True
+        if conn.execute(SQL_LEASE_STATE, (run_id,)).fetchone() is None:
             raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
+        return False  # no worker holds it: it rests
 
     @staticmethod
     def _fence(conn: Conn, lease: Lease) -> tuple[str | None, bool]:
@@ -1533,6 +1539,7 @@ class SqliteStore:
             status.value,
             self.clock(),
             json.dumps(error) if error else None,
+            status is WorkflowRunState.FAILED,
             lease.run_id,
             lease.version,
             lease.owner,

@@ -253,8 +253,12 @@ class RunStore(Protocol):
         The returned lease says whether a cancel was requested."""
         ...
 
-    async def request_cancel(self, run_id: str) -> None:
-        """Ask the worker executing the run to cancel it at its next superstep boundary."""
+    async def request_cancel(self, run_id: str) -> bool:
+        """Ask the worker executing the run to cancel it at its next superstep boundary (or, if
+        that worker died, the next execution of the run). False, nothing stored, if no worker
+        holds the run's lease: it rests (finished, paused, failed), so whoever asks cancels it
+        directly -- a flag stored then was never honoured, and outlived the run's end.
+        ``RunNotFoundError`` for an unknown id."""
         ...
 
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
@@ -273,7 +277,11 @@ class RunStore(Protocol):
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None
-    ) -> Lease: ...
+    ) -> Lease:
+        """Set the run's status (and error) under ``lease``. A run set FAILED is done with a
+        cancel requested meanwhile (it stopped; a retry by ``resume`` is a decision of its
+        own)."""
+        ...
 
     async def get_run(self, run_id: str) -> RunRecord:
         """``RunNotFoundError`` for an unknown id."""

@@ -12,6 +12,7 @@ import anyio
 import pytest
 from pydantic import BaseModel
 
+from tests.integration.workflows import cancel_stored_then_worker_died
 from workflow_engine import (
     CheckpointNotFoundError,
     Executor,
@@ -249,6 +250,108 @@ async def test_a_cancel_stored_during_the_superstep_that_rests_the_run_is_honour
     await worker.close()
 
 
+@pytest.mark.parametrize("then", ["ask", "finish"])
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+@pytest.mark.parametrize("knows_workflow", [True, False])
+async def test_a_cancel_that_finds_the_run_at_rest_leaves_no_request_behind(
+    tmp_path: Path, then: str, kind: str, knows_workflow: bool
+) -> None:
+    """``cancel`` found the run busy, and its worker rested the run before the cancel request
+    was stored: the request stayed on the finished run for good (``idle, cancelling``; outside
+    tester 79, 2 of 323 cancels). The store now refuses it for a run no worker holds, and
+    ``cancel`` goes on from what the run is: a paused run is cancelled here, a finished one
+    is said finished; a process without the workflow says what it said of any resting run."""
+    store: Any = SqliteStore(tmp_path / "runs.db") if kind == "sqlite" else InMemoryRunStore()
+    worker, outsider = Runtime(store), Runtime(store)
+    worker.register(build_slow_last)
+    if knows_workflow:
+        outsider.register(build_slow_last)
+    results: list[Any] = []
+    real_request_cancel = store.request_cancel
+    asked: list[bool] = []
+
+    async def late_request_cancel(run_id: str) -> bool:
+        while not results:  # the worker rests the run first: the race, made certain
+            await anyio.sleep(0.01)
+        stored = await real_request_cancel(run_id)
+        asked.append(stored)
+        return stored
+
+    store.request_cancel = late_request_cancel
+
+    async def execute() -> None:
+        results.append(await worker.run("slow-last", then, run_id="r"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute)
+        while True:
+            await anyio.sleep(0.02)
+            with contextlib.suppress(RunNotFoundError):
+                await outsider.get_run("r")
+                break
+        if then == "finish":
+            with pytest.raises(RunNotResumableError, match="'r' is already idle"):
+                await outsider.cancel("r")
+        elif knows_workflow:
+            info = await outsider.cancel("r")
+            assert info.status is WorkflowRunState.CANCELLED and info.pending_requests == []
+        else:
+            with pytest.raises(WorkflowNotRegisteredError, match="no worker is executing"):
+                await outsider.cancel("r")
+    assert asked == [False]  # refused: nothing stored for a run at rest
+    rested = (
+        WorkflowRunState.IDLE if then == "finish" else WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    )
+    assert results[0].status is rested
+    run = await store.get_run("r")
+    assert not run.cancel_requested
+    assert run.owner is None
+    await worker.close()
+    await outsider.close()
+
+
+class Fails(Executor):
+    @handler
+    async def go(self, message: str, ctx: WorkflowContext[str]) -> None:
+        await anyio.sleep(0.3)
+        raise RuntimeError("broken")
+
+
+def build_fails() -> Any:
+    return WorkflowBuilder(name="fails", start=Fails("fails")).build()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "memory"])
+async def test_a_run_that_fails_while_a_cancel_waits_keeps_no_cancel(
+    tmp_path: Path, kind: str
+) -> None:
+    """It ended ``failed, cancelling``, and the flag stayed (outside tester 79): a run set
+    FAILED is done with a cancel requested meanwhile."""
+    store: Any = SqliteStore(tmp_path / "runs.db") if kind == "sqlite" else InMemoryRunStore()
+    worker, outsider = Runtime(store), Runtime(store)
+    worker.register(build_fails)
+    outsider.register(build_fails)
+    results: list[Any] = []
+
+    async def execute() -> None:
+        results.append(await worker.run("fails", "go", run_id="f"))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute)
+        while True:
+            await anyio.sleep(0.02)
+            with contextlib.suppress(RunNotFoundError):
+                await outsider.get_run("f")
+                break
+        info = await outsider.cancel("f")  # stored: the worker is in its superstep
+        assert info.cancel_requested
+    assert results[0].status is WorkflowRunState.FAILED
+    run = await store.get_run("f")
+    assert run.status is WorkflowRunState.FAILED and not run.cancel_requested
+    await worker.close()
+    await outsider.close()
+
+
 class Counted(Executor):
     """Asks, and counts every time its answer handler runs (a side effect)."""
 
@@ -286,7 +389,7 @@ async def test_a_stored_cancel_is_honoured_before_a_resume_executes_anything(
     runtime.register(build_counted)
     paused = await runtime.run("counted", "may I?", run_id="r")
     await runtime.respond(paused.pending_requests[0].request_id, True)
-    await store.request_cancel("r")  # as a cancel from the command line while a worker ran
+    await cancel_stored_then_worker_died(store, "r")  # from the command line, as a worker ran
     assert (await runtime.get_run("r")).cancel_requested
     assert [r.cancel_requested for r in await runtime.list_runs()] == [True]
     Counted.runs = 0

@@ -23,6 +23,7 @@ from typing import Never
 import pytest
 from pydantic import BaseModel
 
+from tests.integration.workflows import cancel_stored_then_worker_died
 from workflow_engine import (
     EffectInDoubtEvent,
     Executor,
@@ -107,7 +108,7 @@ async def test_a_stored_cancel_honoured_on_resume_reports_the_step(store: RunSto
     any step runs, so the question is never asked."""
     rt = runtime(store)
     run_id = await cut_off(rt)
-    await store.request_cancel(run_id)
+    await cancel_stored_then_worker_died(store, run_id)
     ended = await rt.resume(run_id)
     assert ended.status is WorkflowRunState.CANCELLED
     assert not ended.pending_requests

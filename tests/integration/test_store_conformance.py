@@ -504,3 +504,56 @@ async def test_each_runs_requests_and_checkpoints_stay_its_own_through_prune(
     assert (await store.load(latest.checkpoint_id)) == latest
     await rt.respond(kept[0].pending_requests[0].request_id, {"approved": True})
     assert (await rt.resume(kept[0].run_id)).status is WorkflowRunState.IDLE
+
+
+async def test_a_cancel_request_is_stored_only_for_a_run_a_worker_holds(store: RunStore) -> None:
+    """For a run at rest it is refused (False): no worker would honour it, and it outlived the
+    run (``idle, cancelling`` for good; outside tester 79). A run set FAILED is done with one."""
+    await store.admit(stepper_workflow().admit(1, run_id="r"))
+    assert await store.request_cancel("r") is False  # admitted, not leased: nobody executes it
+    assert not (await store.get_run("r")).cancel_requested
+    lease = await store.acquire("r", "host-a:1:x", 30)
+    assert await store.request_cancel("r") is True
+    assert (await store.get_run("r")).cancel_requested
+    lease = await store.set_status(lease, WorkflowRunState.FAILED, {"message": "broken"})
+    assert not (await store.get_run("r")).cancel_requested
+    await store.release(lease)
+    assert await store.request_cancel("r") is False
+    with pytest.raises(RunNotFoundError):
+        await store.request_cancel("nope")
+
+
+async def test_a_run_admitted_again_under_a_pruned_runs_id_starts_afresh(store: RunStore) -> None:
+    """The in-memory store kept a pruned run's cancel request and checkpoint numbering: a run
+    started again under its id began ``cancelling``, its history numbered on (tester 79)."""
+    rt = runtime(store)
+    first = await rt.run("stepper", 5, run_id="x")
+    await store.prune(keep_last=1)
+    lease = await store.acquire("x", "host-a:1:x", 30)
+    assert await store.request_cancel("x") is True
+    await store.release(lease)
+    await store.prune(finished_before=time.time() + 60)
+    with pytest.raises(RunNotFoundError):
+        await store.get_run("x")
+    again = await rt.run("stepper", 5, run_id="x")
+    assert again.status is first.status
+    assert not (await store.get_run("x")).cancel_requested
+    assert [h.seq for h in await store.history("x")] == list(range(len(await store.history("x"))))
+
+
+async def test_a_checkpoint_id_names_one_checkpoint(store: RunStore) -> None:
+    """A commit or an admission reusing a stored checkpoint's id is refused: the in-memory
+    store took it, and ``load`` then returned the later one (tester 79)."""
+    wf = stepper_workflow()
+    first = wf.admit(1, run_id="a")
+    await store.admit(first)
+    with pytest.raises(StorageError):
+        await store.admit(
+            wf.admit(1, run_id="b").model_copy(update={"checkpoint_id": first.checkpoint_id})
+        )
+    lease = await store.acquire("a", "host-a:1:x", 30)
+    with pytest.raises(StorageError):
+        await store.commit(lease, first.model_copy(update={"parent_id": first.checkpoint_id}))
+    assert (await store.load(first.checkpoint_id)) == first
+    with pytest.raises(RunNotFoundError):
+        await store.get_run("b")

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
+
 from pydantic import BaseModel
 
 from workflow_engine import (
     Executor,
     RequestPort,
+    RunStore,
     Workflow,
     WorkflowBuilder,
     WorkflowContext,
@@ -91,3 +96,14 @@ def changed_stepper_workflow() -> Workflow:
 def exploding_workflow() -> Workflow:
     e = Exploder("exploder")
     return WorkflowBuilder(name="exploding", start=e).add_edge(e, e).build()
+
+
+async def cancel_stored_then_worker_died(store: RunStore, run_id: str) -> None:
+    """A cancel stored for a worker that executed the run and then died: its lease taken by a
+    process that has exited (so the next resume takes the run over at once), the cancel
+    requested while it held the run, and never released. A store keeps a cancel request only
+    for a run a worker holds."""
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    await store.acquire(run_id, f"{socket.gethostname()}:{gone.pid}:died", 30)
+    assert await store.request_cancel(run_id) is True
