@@ -190,6 +190,15 @@ async def test_a_runtime_without_the_workflow_cancels_a_run_another_worker_execu
     await outsider.close()
 
 
+async def admitted(runtime: Runtime, run_id: str) -> None:
+    """Wait until another runtime's run ``run_id`` is admitted (its worker now executes it)."""
+    while True:
+        await anyio.sleep(0.02)
+        with contextlib.suppress(RunNotFoundError):
+            await runtime.get_run(run_id)
+            return
+
+
 class SlowLast(Executor):
     """One slow superstep that pauses the run (``ask``) or finishes it."""
 
@@ -232,11 +241,7 @@ async def test_a_cancel_stored_during_the_superstep_that_rests_the_run_is_honour
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(execute)
-        while True:
-            await anyio.sleep(0.02)
-            with contextlib.suppress(RunNotFoundError):
-                await outsider.get_run("r")
-                break
+        await admitted(outsider, "r")
         info = await outsider.cancel("r")  # stored: the worker is in its superstep
         assert info.status is WorkflowRunState.IN_PROGRESS
     assert results[0].status is WorkflowRunState.CANCELLED, results[0]
@@ -284,11 +289,7 @@ async def test_a_cancel_that_finds_the_run_at_rest_leaves_no_request_behind(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(execute)
-        while True:
-            await anyio.sleep(0.02)
-            with contextlib.suppress(RunNotFoundError):
-                await outsider.get_run("r")
-                break
+        await admitted(outsider, "r")
         if then == "finish":
             with pytest.raises(RunNotResumableError, match="'r' is already idle"):
                 await outsider.cancel("r")
@@ -338,11 +339,7 @@ async def test_a_run_that_fails_while_a_cancel_waits_keeps_no_cancel(
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(execute)
-        while True:
-            await anyio.sleep(0.02)
-            with contextlib.suppress(RunNotFoundError):
-                await outsider.get_run("f")
-                break
+        await admitted(outsider, "f")
         info = await outsider.cancel("f")  # stored: the worker is in its superstep
         assert info.cancel_requested
     assert results[0].status is WorkflowRunState.FAILED
