@@ -292,6 +292,12 @@ class InMemoryRunStore:
             )
             return Lease(lease.run_id, lease.owner, run.version + 1, expires, cancel, waiting)
 
+    def _forget_checkpoints(self, checkpoints: list[Checkpoint]) -> int:
+        """Drop pruned checkpoints from the index by id; how many they were."""
+        for cp in checkpoints:
+            del self._checkpoint_by_id[cp.checkpoint_id]
+        return len(checkpoints)
+
     def _check_new_id(self, checkpoint: Checkpoint) -> None:
         """A checkpoint id names one checkpoint (as the SQLite store's unique key keeps it)."""
         if checkpoint.checkpoint_id in self._checkpoint_by_id:
@@ -472,10 +478,7 @@ class InMemoryRunStore:
                 for run_id, run in list(self._runs.items()):
                     leased = run.owner is not None and (run.lease_expires_at or 0) > now
                     if run.status in _TERMINAL and run.updated_at < finished_before and not leased:
-                        dropped_checkpoints = self._checkpoints.pop(run_id, [])
-                        deleted += len(dropped_checkpoints)
-                        for cp in dropped_checkpoints:
-                            del self._checkpoint_by_id[cp.checkpoint_id]
+                        deleted += self._forget_checkpoints(self._checkpoints.pop(run_id, []))
                         del self._runs[run_id]
                         # nothing of it stays: a run admitted again under its id starts afresh
                         self._seq_offset.pop(run_id, None)
@@ -488,9 +491,7 @@ class InMemoryRunStore:
                 for run_id, items in self._checkpoints.items():
                     if len(items) > keep_last:
                         dropped = len(items) - keep_last
-                        deleted += dropped
+                        deleted += self._forget_checkpoints(items[:dropped])
                         self._seq_offset[run_id] = self._seq_offset.get(run_id, 0) + dropped
-                        for cp in items[:dropped]:
-                            del self._checkpoint_by_id[cp.checkpoint_id]
                         self._checkpoints[run_id] = items[dropped:]
         return deleted

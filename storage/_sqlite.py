@@ -1469,11 +1469,11 @@ class SqliteStore:
         cancel = False
         # each update first as if no cancel were requested (the usual case, one statement); no
         # row updated, the statement that says the flag tells a cancel from a refusal
+        if release:
+            released = (*run[:7], None, *run[8:])  # (the lease ends: no expiry)
         if release and cancelled:  # (a cancel requested meanwhile is done with)
-            released = (*run[:7], None, *run[8:])
             updated = conn.execute(SQL_COMMIT_RUN_RELEASE_CANCEL_DONE, released).rowcount
         elif release:
-            released = (*run[:7], None, *run[8:])
             updated = conn.execute(SQL_COMMIT_RUN_RELEASE_NO_CANCEL, released).rowcount
             if not updated:
                 # a cancel requested while this superstep ran: the lease is kept even if the
