@@ -1713,7 +1713,7 @@ class SqliteStore:
             except CheckpointVersionError as exc:
                 if run_id in str(exc):
                     raise
-                raise CheckpointVersionError(f"run {run_id!r}: {exc}") from None
+                raise CheckpointVersionError(f"{where} {exc}") from None  # the body's own
         if snapshot is None:
             raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
         if not deltas:

@@ -7,6 +7,8 @@ outputs, requests, answers and cancellation, and checks every consecutive pair.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -146,3 +148,25 @@ async def test_parent_plus_delta_rebuilds_every_checkpoint(plan, cancel_at_pause
         )
     checkpoints = list(await store.list(result.run_id))
     assert check_chain(checkpoints) == len(checkpoints) - 1
+
+
+@pytest.mark.parametrize("version", [99, "99"])
+@pytest.mark.parametrize("model", ["checkpoint", "delta", "span"])
+def test_a_body_from_a_newer_engine_is_refused_before_its_fields_are_read(model, version) -> None:
+    """A newer layout is refused by name even when its other fields would not validate here (a
+    field renamed, one added as required): the version is checked first, not after them."""
+    from workflow_engine import CheckpointVersionError
+    from workflow_engine._checkpoint import CheckpointSpan
+
+    newer = {"schema_version": version, "checkpoint_id": "c-new", "run_id": "r-new", "x": [1]}
+    body = {"checkpoint": newer, "base_id": "b"} if model == "span" else newer
+    if model == "span":
+        body["schema_version"] = 4
+    reader = {"checkpoint": Checkpoint, "delta": CheckpointDelta, "span": CheckpointSpan}[model]
+    text = json.dumps(body)
+    with pytest.raises(CheckpointVersionError, match="schema version 99, written by a newer"):
+        reader.model_validate_json(text)
+    if model == "checkpoint":
+        with pytest.raises(CheckpointVersionError) as info:
+            Checkpoint.from_json(text)
+        assert "checkpoint 'c-new' of run 'r-new' has schema version 99" in str(info.value)
