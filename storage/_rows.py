@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from workflow_engine import Checkpoint, WorkflowRunState, delta_of
-from workflow_engine._checkpoint import CheckpointSpan
-from workflow_engine._errors import StoreCorruptError
+from workflow_engine._checkpoint import CHECKPOINT_SCHEMA_VERSION, CheckpointSpan
+from workflow_engine._errors import CheckpointVersionError, StoreCorruptError
 from workflow_engine._store import CheckpointInfo, RunRecord, StoredRequest
 
 
@@ -238,12 +238,24 @@ def lease_columns(run_id: str, row: Sequence[Any]) -> tuple[Any, ...]:
 
 def checkpoint_info(run_id: str, row: Sequence[Any]) -> CheckpointInfo:
     """A row of a run's history (``SQL_HISTORY``), checked."""
-    checkpoint_id, seq, superstep, status, created_at, kind = row
+    checkpoint_id, seq, superstep, status, created_at, kind, version = row
     what = f"checkpoint {shown(checkpoint_id)}"
     state = _STATES.get(status) if isinstance(status, str) else None
+    known = kind in ("snapshot", "delta", "span")
+    if (
+        (state is None or not known)
+        and type(version) is int
+        and version > CHECKPOINT_SCHEMA_VERSION
+    ):
+        # a kind or a status this engine does not know, from a newer one: said as reading it is
+        raise CheckpointVersionError(
+            f"run {shown(run_id, 400)}: {what} has schema version {version}, written by a newer "
+            f"workflow-engine; this version reads up to {CHECKPOINT_SCHEMA_VERSION}. Upgrade "
+            "workflow-engine to read it."
+        )
     if state is None:
         raise _corrupt(run_id, f"the status of {what}", f"{shown(status)} is not a run state")
-    if kind not in ("snapshot", "delta", "span"):
+    if not known:
         raise _corrupt(
             run_id, f"the kind of {what}", f"{shown(kind)} is not snapshot, delta or span"
         )

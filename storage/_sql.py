@@ -69,6 +69,10 @@ SQL_TAKE_LEASE_TO_APPLY = (  # the same, for a run resting with answers to apply
 SQL_RELEASE = (  # owner tokens are unique per execution, so the owner alone fences a release
     "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
 )
+SQL_RELEASE_UNUSED = (  # a lease given back before anything ran: the status it found again
+    "UPDATE runs SET owner = NULL, lease_expires_at = NULL, status = ? "
+    "WHERE run_id = ? AND owner = ?"
+)
 SQL_COMMIT_RUN = (
     "UPDATE runs SET version = ?, status = ?, superstep = ?, updated_at = ?, "
     "latest_checkpoint_id = ?, checkpoint_seq = ?, since_snapshot = ?, lease_expires_at = ?, "
@@ -143,8 +147,8 @@ SQL_SPAN_BASE = (  # what a new span of run ?1 must be relative to: its newest s
     "ORDER BY pos DESC LIMIT 1"
 )
 SQL_HISTORY = (
-    "SELECT checkpoint_id, seq, superstep, status, created_at, kind FROM checkpoints "
-    f"WHERE {_IN_RUN} ORDER BY pos"
+    "SELECT checkpoint_id, seq, superstep, status, created_at, kind, schema_version "
+    f"FROM checkpoints WHERE {_IN_RUN} ORDER BY pos"
 )
 SQL_REQUEST = f"SELECT {REQUEST_COLUMNS} FROM requests WHERE request_id = ?"
 SQL_REQUEST_AND_RUN = (

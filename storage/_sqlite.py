@@ -71,6 +71,7 @@ from workflow_engine._checkpoint import (
     apply_span,
     canonical_answer,
     span_of,
+    version_refusal,
 )
 from workflow_engine._errors import (
     CheckpointVersionError,
@@ -150,6 +151,7 @@ from ._sql import (
     SQL_MAKE_SNAPSHOT,
     SQL_PRUNE,
     SQL_RELEASE,
+    SQL_RELEASE_UNUSED,
     SQL_RENEW,
     SQL_REQUEST,
     SQL_REQUEST_AND_RUN,
@@ -1094,7 +1096,7 @@ class SqliteStore:
                 lease_seconds,
                 check,
                 after=after,
-                abandoned=lambda taken: self._give_back(taken[1]),
+                abandoned=lambda taken: self._give_back(taken[1], taken[0].status),
             )
         )
 
@@ -1109,7 +1111,7 @@ class SqliteStore:
             checkpoint = self._fold_latest(run_id, chain)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self.release(lease)
+                await self._release_unused(lease, run.status)
             raise
         return run, lease, checkpoint, answered
 
@@ -1244,20 +1246,21 @@ class SqliteStore:
             _check_chain(run_id, run.latest_checkpoint_id, chain)
         return run, lease, meta, chain, answered
 
-    def _give_back(self, lease: Lease) -> None:
+    def _give_back(self, lease: Lease, status: WorkflowRunState | None = None) -> None:
         """Release a lease taken for a caller that was cancelled while it was being written
         (``_in_write``'s ``abandoned``): no one executes the run, which would otherwise stay
-        locked until the lease runs out."""
-        task = asyncio.get_running_loop().create_task(self._release_abandoned(lease))
+        locked until the lease runs out. ``status``: what the run was before the lease (taking
+        it to apply answers set ``in_progress``), set again."""
+        task = asyncio.get_running_loop().create_task(self._release_abandoned(lease, status))
         self._giving_back.add(task)
         task.add_done_callback(self._giving_back.discard)
 
     def _give_back_taken(self, done: tuple[AnswerOutcome, tuple | None]) -> None:
         """``_give_back`` for ``answer_and_acquire``: the lease, if it took one."""
         if done[1] is not None:
-            self._give_back(done[1][1])
+            self._give_back(done[1][1], done[1][0].status)
 
-    async def _release_abandoned(self, lease: Lease) -> None:
+    async def _release_abandoned(self, lease: Lease, status: WorkflowRunState | None) -> None:
         if self._worker is None:  # closed meanwhile: releasing would open the store again
             log.info(
                 "run %r: the store closed before a cancelled caller's lease was given "
@@ -1266,7 +1269,7 @@ class SqliteStore:
             )
             return
         try:
-            await self.release(lease)
+            await (self.release(lease) if status is None else self._release_unused(lease, status))
         except Exception as exc:  # the lease runs out instead, as if this process had died
             log.warning(
                 "run %r: could not release the lease of a cancelled caller (%s); it lapses "
@@ -1286,6 +1289,23 @@ class SqliteStore:
     @staticmethod
     def _release(conn: Conn, lease: Lease) -> bool:
         return conn.execute(SQL_RELEASE, (lease.run_id, lease.owner)).rowcount == 1
+
+    async def _release_unused(self, lease: Lease, status: WorkflowRunState) -> None:
+        """``release`` a lease under which nothing ran, with the run's ``status`` as the lease
+        found it: a lease taken to apply answers marks the run ``in_progress`` (so a crash
+        while it executes shows a step in doubt), which a run nothing executed is not."""
+
+        def after(released: bool) -> None:
+            if released:
+                self._forget(lease.run_id)
+
+        self._fault("release:before")
+        await self._in_write(self._release_with_status, lease, status, after=after)
+
+    @staticmethod
+    def _release_with_status(conn: Conn, lease: Lease, status: WorkflowRunState) -> bool:
+        params = (status.value, lease.run_id, lease.owner)
+        return conn.execute(SQL_RELEASE_UNUSED, params).rowcount == 1
 
     async def renew(self, lease: Lease) -> Lease:
         """Extend the lease (same version); ``LeaseLostError`` if another worker took it."""
@@ -1677,7 +1697,12 @@ class SqliteStore:
         where = f"run {run_id!r}: no checkpoint to read"
         for checkpoint_id, row_seq, kind, body, version in rows:
             where = f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind})"
-            if type(version) is int and version > CHECKPOINT_SCHEMA_VERSION:
+            if type(version) is not int or version < 1:
+                raise StoreCorruptError(
+                    f"{where} is corrupt and cannot be read: its schema_version column holds "
+                    f"{version!r}, not a version"
+                )
+            if version > CHECKPOINT_SCHEMA_VERSION:
                 # the row says so even if its body does not: a newer layout is not guessed at
                 raise CheckpointVersionError(
                     f"{where} has schema version {version}, written by a newer "
@@ -1708,12 +1733,10 @@ class SqliteStore:
                     )
             except (ValidationError, ValueError) as exc:
                 raise StoreCorruptError(
-                    f"{where} is corrupt and cannot be read: {str(exc).splitlines()[0]}"
+                    f"{where} is corrupt and cannot be read: {_what_is_wrong(exc)}"
                 ) from exc
-            except CheckpointVersionError as exc:
-                if run_id in str(exc):
-                    raise
-                raise CheckpointVersionError(f"{where} {exc}") from None  # the body's own
+            except CheckpointVersionError as exc:  # the body's own version (the row's is above)
+                raise CheckpointVersionError(f"{where} {version_refusal(exc)}") from None
         if snapshot is None:
             raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
         if not deltas:
@@ -2012,6 +2035,18 @@ def _nothing() -> None:
 def _decode_text(data: bytes) -> str:
     """SQLite TEXT as str; bytes that are not UTF-8 become lone surrogates (see ``_connect``)."""
     return data.decode("utf-8", "surrogateescape")
+
+
+def _what_is_wrong(exc: ValueError) -> str:
+    """A body's problem in one line: for pydantic's errors, where the first one is and what it
+    is (its own first line only counts them)."""
+    if not isinstance(exc, ValidationError):
+        return str(exc).splitlines()[0]
+    errors = exc.errors(include_url=False, include_input=False)
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where + ': ' if where else ''}{first['msg']}{more}"
 
 
 def _chain_rows(conn: Conn, text: str, params: tuple) -> list[tuple]:

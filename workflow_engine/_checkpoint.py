@@ -12,7 +12,7 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
+from typing import Any, Literal, Protocol, Self, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -251,42 +251,83 @@ class CheckpointChanges(BaseModel):
     :func:`message_prefixes`; left out of the JSON when empty.)"""
 
 
-def _refuse_newer(cls: type[BaseModel], version: int) -> int:
+def _refuse_newer(cls: type[BaseModel], version: Any, handler: Any) -> int:
     """A checkpoint from a newer engine is refused by name (a newer layout read as this one
-    could drop what it does not know). A check of the field, not of the whole input: a model
-    validator that runs before the fields makes pydantic turn the JSON into Python objects
-    first and validate those, which reads a snapshot about 1.3x slower. ``schema_version`` is
-    the first field, so this runs before any other field can fail; the reader names the
-    checkpoint (:func:`newer_checkpoint_error`)."""
-    if version > CHECKPOINT_SCHEMA_VERSION:
-        raise CheckpointVersionError(
-            f"has schema version {version}, written by a newer workflow-engine; this version "
+    could drop what it does not know); a version no engine writes (below 1, or a boolean) is
+    damage. A check of the field, not of the whole input: a model validator that runs before
+    the fields makes pydantic turn JSON into Python objects first and validate those, which
+    reads a snapshot about 1.3x slower. ``schema_version`` is the first field, so this runs
+    before any other field can fail; :class:`_Versioned` names the checkpoint."""
+    if type(version) is bool:
+        raise ValueError("a boolean is not a schema version")
+    checked: int = handler(version)
+    if checked < 1:
+        raise ValueError(f"{checked} is not a schema version")
+    if checked > CHECKPOINT_SCHEMA_VERSION:
+        refusal = (
+            f"has schema version {checked}, written by a newer workflow-engine; this version "
             f"reads up to {CHECKPOINT_SCHEMA_VERSION}. Upgrade workflow-engine to resume it."
         )
-    return version
+        error = CheckpointVersionError(f"a checkpoint {refusal}")
+        error.refusal = refusal  # type: ignore[attr-defined]
+        raise error
+    return checked
 
 
-def newer_checkpoint_error(exc: CheckpointVersionError, text: str | bytes) -> Exception:
-    """``exc``, raised reading the JSON ``text``, with the checkpoint (and its run) named: the
-    field's check cannot see them, so they are read again from the text, on this error only."""
-    try:
-        data = json.loads(text)
-        inner = data.get("checkpoint") if "checkpoint_id" not in data else None  # a span
-        named = inner if isinstance(inner, dict) else data
-        checkpoint_id, run = named.get("checkpoint_id"), named.get("run_id")
-    except (ValueError, AttributeError):
-        checkpoint_id = run = None
-    return CheckpointVersionError(
-        f"checkpoint {checkpoint_id!r}{f' of run {run!r}' if run else ''} {exc}"
+def version_refusal(exc: CheckpointVersionError) -> str:
+    """What ``exc`` says of the version alone, without the checkpoint it names."""
+    return getattr(exc, "refusal", str(exc))
+
+
+def _named_refusal(exc: CheckpointVersionError, given: Any) -> CheckpointVersionError:
+    """``exc``, raised reading ``given`` (JSON text or a dict), with the checkpoint (and its
+    run) named: the field's check cannot see them, so they are read from ``given`` again, on
+    this error only."""
+    data = given
+    if isinstance(given, str | bytes | bytearray):
+        try:
+            data = json.loads(given)
+        except ValueError:
+            data = None
+    named = data if isinstance(data, dict) else {}
+    inner = named.get("checkpoint")
+    if "checkpoint_id" not in named and isinstance(inner, dict):  # a span: its checkpoint
+        named = inner
+    checkpoint_id, run = named.get("checkpoint_id"), named.get("run_id")
+    refusal = version_refusal(exc)
+    error = CheckpointVersionError(
+        f"checkpoint {checkpoint_id!r}{f' of run {run!r}' if run else ''} {refusal}"
     )
+    error.refusal = refusal  # type: ignore[attr-defined]
+    return error
 
 
-class Checkpoint(BaseModel):
+class _Versioned(BaseModel):
+    """A checkpoint model that names the checkpoint it refuses as too new when read from a
+    dict or JSON text. (Not when built from keywords: a model with its own ``__init__`` is
+    validated through it, in Python, even from JSON -- the slow path again.)"""
+
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        try:
+            return super().model_validate(obj, **options)
+        except CheckpointVersionError as exc:
+            raise _named_refusal(exc, obj) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
+        try:
+            return super().model_validate_json(json_data, **options)
+        except CheckpointVersionError as exc:
+            raise _named_refusal(exc, json_data) from None
+
+
+class Checkpoint(_Versioned):
     """A run's complete, JSON-serializable state after a superstep (or on admit/continue)."""
 
     model_config = ConfigDict(frozen=True)
 
-    _refuse_newer = field_validator("schema_version")(_refuse_newer)
+    _refuse_newer = field_validator("schema_version", mode="wrap")(_refuse_newer)
 
     schema_version: int = CHECKPOINT_SCHEMA_VERSION
     codec: str
@@ -324,10 +365,7 @@ class Checkpoint(BaseModel):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Checkpoint:
-        try:
-            return cls.model_validate_json(text)
-        except CheckpointVersionError as exc:
-            raise newer_checkpoint_error(exc, text) from None
+        return cls.model_validate_json(text)
 
 
 @runtime_checkable
@@ -390,13 +428,13 @@ class InMemoryCheckpointStore:
             self._by_run[cp.run_id].remove(checkpoint_id)
 
 
-class CheckpointDelta(BaseModel):
+class CheckpointDelta(_Versioned):
     """A checkpoint written as what changed since its parent: what a durable store persists for
     every superstep between snapshots. ``apply_delta(parent, delta_of(cp)) == cp``."""
 
     model_config = ConfigDict(frozen=True)
 
-    _refuse_newer = field_validator("schema_version")(_refuse_newer)
+    _refuse_newer = field_validator("schema_version", mode="wrap")(_refuse_newer)
 
     schema_version: int = CHECKPOINT_SCHEMA_VERSION
     checkpoint_id: str
@@ -624,7 +662,7 @@ def _tail(value: Any, kept: int | None) -> Any:
 # --- spans: a checkpoint stored relative to an earlier one, so a fold skips the deltas between ---
 
 
-class CheckpointSpan(BaseModel):
+class CheckpointSpan(_Versioned):
     """A whole checkpoint whose growing parts are stored as what they gained since ``base_id``
     (an earlier checkpoint of the run): every list in its state that extends the base's, its
     outputs, cancelled requests and answer digests. A store writes one now and then in place
@@ -634,7 +672,7 @@ class CheckpointSpan(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    _refuse_newer = field_validator("schema_version")(_refuse_newer)
+    _refuse_newer = field_validator("schema_version", mode="wrap")(_refuse_newer)
 
     schema_version: int = CHECKPOINT_SCHEMA_VERSION
     base_id: str

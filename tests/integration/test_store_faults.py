@@ -110,6 +110,140 @@ async def test_checkpoint_from_a_newer_engine_is_refused_by_name(
         assert raw.execute("SELECT count(*) FROM checkpoints").fetchone() == before
 
 
+def _newest_row(db: Path, run_id: str) -> str:
+    with sqlite3.connect(db) as raw:
+        (checkpoint_id,) = raw.execute(
+            "SELECT checkpoint_id FROM checkpoints WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+            (run_id,),
+        ).fetchone()
+    return str(checkpoint_id)
+
+
+def _set_body_version(db: Path, checkpoint_id: str, version: object) -> None:
+    with sqlite3.connect(db) as raw:
+        (body,) = raw.execute(
+            "SELECT body FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+        ).fetchone()
+        data = json.loads(body)
+        data["schema_version"] = version
+        raw.execute(
+            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+            (json.dumps(data), checkpoint_id),
+        )
+
+
+@pytest.mark.parametrize("run_id", ["resume", "4", "engine"])
+async def test_a_newer_body_is_named_whatever_the_run_is_called(
+    tmp_path: Path, run_id: str
+) -> None:
+    """A run id that happens to be a word of the refusal still gets the run and the checkpoint
+    named (tester 80: ``resume`` and ``4`` got a message naming neither)."""
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    await rt.run("stepper", 1, run_id=run_id)
+    await rt.close()
+    checkpoint_id = _newest_row(db, run_id)
+    _set_body_version(db, checkpoint_id, 99)
+    rt = runtime(db)
+    with pytest.raises(CheckpointVersionError) as info:
+        await rt.resume(run_id)
+    message = str(info.value)
+    assert message.startswith(f"run {run_id!r}: checkpoint {checkpoint_id} "), message
+    assert "schema version 99, written by a newer workflow-engine" in message, message
+    await rt.close()
+
+
+async def test_a_refused_resume_leaves_a_paused_run_with_its_answer_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """Taking the lease to apply a stored answer marks the run in progress; when its checkpoint
+    then cannot be read, nothing ran, and the run is left paused, not "interrupted" (tester 80)."""
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    paused = await rt.run("stepper", 1)
+    await rt.respond(paused.pending_requests[0].request_id, {"approved": True})
+    await rt.close()
+    checkpoint_id = _newest_row(db, paused.run_id)
+    _set_body_version(db, checkpoint_id, 99)
+    rt = runtime(db)
+    with pytest.raises(CheckpointVersionError):
+        await rt.resume(paused.run_id)
+    record = await rt.store.get_run(paused.run_id)
+    assert record.owner is None
+    assert record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    await rt.close()
+    _set_body_version(db, checkpoint_id, 4)  # fixed: it goes on with the answer it had
+    rt = runtime(db)
+    done = await rt.resume(paused.run_id)
+    assert done.status is WorkflowRunState.IDLE, (done.status, done.error)
+    await rt.close()
+
+
+@pytest.mark.parametrize("version", [99.5, "ninety", b"9", -7, 0])
+async def test_a_version_column_no_engine_writes_is_damage(tmp_path: Path, version) -> None:
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    paused = await rt.run("stepper", 1)
+    await rt.close()
+    checkpoint_id = _newest_row(db, paused.run_id)
+    with sqlite3.connect(db) as raw:
+        raw.execute(
+            "UPDATE checkpoints SET schema_version = ? WHERE checkpoint_id = ?",
+            (version, checkpoint_id),
+        )
+    rt = runtime(db)
+    with pytest.raises(StoreCorruptError) as info:
+        await rt.resume(paused.run_id)
+    message = str(info.value)
+    assert paused.run_id in message and checkpoint_id in message and "schema_version" in message
+    assert (await rt.store.get_run(paused.run_id)).owner is None
+    await rt.close()
+
+
+async def test_a_damaged_body_says_which_field_is_wrong(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    paused = await rt.run("stepper", 1)
+    await rt.close()
+    checkpoint_id = _newest_row(db, paused.run_id)
+    with sqlite3.connect(db) as raw:
+        (body,) = raw.execute(
+            "SELECT body FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
+        ).fetchone()
+        data = json.loads(body)
+        data["superstep"] = "three"
+        raw.execute(
+            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+            (json.dumps(data), checkpoint_id),
+        )
+    rt = runtime(db)
+    with pytest.raises(StoreCorruptError) as info:
+        await rt.resume(paused.run_id)
+    assert "superstep: Input should be a valid integer" in str(info.value), str(info.value)
+    await rt.close()
+
+
+async def test_history_says_a_row_of_an_unknown_kind_is_from_a_newer_engine(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    paused = await rt.run("stepper", 1)
+    await rt.close()
+    checkpoint_id = _newest_row(db, paused.run_id)
+    with sqlite3.connect(db) as raw:
+        raw.execute(
+            "UPDATE checkpoints SET kind = 'patch', schema_version = 5 WHERE checkpoint_id = ?",
+            (checkpoint_id,),
+        )
+    store = SqliteStore(db)
+    with pytest.raises(CheckpointVersionError) as info:
+        await store.history(paused.run_id)
+    message = str(info.value)
+    assert paused.run_id in message and checkpoint_id in message and "version 5" in message
+    await store.close()
+
+
 async def test_truncated_database_file_is_reported_with_its_path(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     rt = runtime(db)

@@ -166,7 +166,20 @@ def test_a_body_from_a_newer_engine_is_refused_before_its_fields_are_read(model,
     text = json.dumps(body)
     with pytest.raises(CheckpointVersionError, match="schema version 99, written by a newer"):
         reader.model_validate_json(text)
+    named = "checkpoint 'c-new' of run 'r-new' has schema version 99"
+    for read in (lambda: reader.model_validate_json(text), lambda: reader.model_validate(body)):
+        with pytest.raises(CheckpointVersionError) as info:
+            read()
+        assert named in str(info.value), str(info.value)
     if model == "checkpoint":
         with pytest.raises(CheckpointVersionError) as info:
             Checkpoint.from_json(text)
-        assert "checkpoint 'c-new' of run 'r-new' has schema version 99" in str(info.value)
+        assert named in str(info.value)
+
+
+@pytest.mark.parametrize("version", [True, False, 0, -1])
+def test_a_version_no_engine_writes_is_not_read_as_one(version) -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="schema_version"):
+        Checkpoint.model_validate_json(json.dumps({"schema_version": version}))
