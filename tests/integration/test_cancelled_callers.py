@@ -48,6 +48,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # real time: a lock held 1 s
 STEPS = 5
 LOCK_SECONDS = 1.0
 GIVE_UP_AFTER = 0.3
+PAUSED = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
 
 _HOLDER = """
 import sqlite3, sys, time
@@ -159,9 +160,26 @@ async def test_an_answer_given_up_on_while_the_lock_is_held(tmp_path: Path) -> N
     with write_lock_held(db, LOCK_SECONDS), pytest.raises(TimeoutError):
         await asyncio.wait_for(runtime.respond_and_resume(request.request_id, True), GIVE_UP_AFTER)
     await released(runtime, paused.run_id)
+    # the lease was taken to apply the answer (``in_progress``); nothing ran: paused, as it was
+    assert (await runtime.store.get_run(paused.run_id)).status is PAUSED
     done = await runtime.resume(paused.run_id)
     assert done.outputs == [3, 4, 5]
     assert (await runtime.get_run(paused.run_id)).outputs == [1, 2, 3, 4, 5]
+    await runtime.close()
+
+
+async def test_a_resume_to_apply_an_answer_given_up_leaves_the_run_paused(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(lambda: counting(ask_at=2))
+    paused = await runtime.run("counting", 1)
+    await runtime.respond(paused.pending_requests[0].request_id, True)
+    with write_lock_held(db, LOCK_SECONDS), pytest.raises(TimeoutError):
+        await asyncio.wait_for(runtime.resume(paused.run_id), GIVE_UP_AFTER)
+    await released(runtime, paused.run_id)
+    assert (await runtime.store.get_run(paused.run_id)).status is PAUSED
+    done = await runtime.resume(paused.run_id)
+    assert done.outputs == [3, 4, 5]
     await runtime.close()
 
 
