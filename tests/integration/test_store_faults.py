@@ -119,17 +119,29 @@ def _newest_row(db: Path, run_id: str) -> str:
     return str(checkpoint_id)
 
 
-def _set_body_version(db: Path, checkpoint_id: str, version: object) -> None:
+async def _paused(db: Path, run_id: str | None = None) -> tuple[str, str]:
+    """A stepper run paused in ``db``: its id, and the id of its newest checkpoint row."""
+    rt = runtime(db)
+    paused = await rt.run("stepper", 1, run_id=run_id)
+    await rt.close()
+    return paused.run_id, _newest_row(db, paused.run_id)
+
+
+def _set_in_body(db: Path, checkpoint_id: str, field: str, value: object) -> None:
     with sqlite3.connect(db) as raw:
         (body,) = raw.execute(
             "SELECT body FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
         ).fetchone()
         data = json.loads(body)
-        data["schema_version"] = version
+        data[field] = value
         raw.execute(
             "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
             (json.dumps(data), checkpoint_id),
         )
+
+
+def _set_body_version(db: Path, checkpoint_id: str, version: object) -> None:
+    _set_in_body(db, checkpoint_id, "schema_version", version)
 
 
 @pytest.mark.parametrize("run_id", ["resume", "4", "engine"])
@@ -139,10 +151,7 @@ async def test_a_newer_body_is_named_whatever_the_run_is_called(
     """A run id that happens to be a word of the refusal still gets the run and the checkpoint
     named (tester 80: ``resume`` and ``4`` got a message naming neither)."""
     db = tmp_path / "runs.db"
-    rt = runtime(db)
-    await rt.run("stepper", 1, run_id=run_id)
-    await rt.close()
-    checkpoint_id = _newest_row(db, run_id)
+    _, checkpoint_id = await _paused(db, run_id)
     _set_body_version(db, checkpoint_id, 99)
     rt = runtime(db)
     with pytest.raises(CheckpointVersionError) as info:
@@ -182,10 +191,7 @@ async def test_a_refused_resume_leaves_a_paused_run_with_its_answer_as_it_was(
 @pytest.mark.parametrize("version", [99.5, "ninety", b"9", -7, 0])
 async def test_a_version_column_no_engine_writes_is_damage(tmp_path: Path, version) -> None:
     db = tmp_path / "runs.db"
-    rt = runtime(db)
-    paused = await rt.run("stepper", 1)
-    await rt.close()
-    checkpoint_id = _newest_row(db, paused.run_id)
+    run_id, checkpoint_id = await _paused(db)
     with sqlite3.connect(db) as raw:
         raw.execute(
             "UPDATE checkpoints SET schema_version = ? WHERE checkpoint_id = ?",
@@ -193,32 +199,20 @@ async def test_a_version_column_no_engine_writes_is_damage(tmp_path: Path, versi
         )
     rt = runtime(db)
     with pytest.raises(StoreCorruptError) as info:
-        await rt.resume(paused.run_id)
+        await rt.resume(run_id)
     message = str(info.value)
-    assert paused.run_id in message and checkpoint_id in message and "schema_version" in message
-    assert (await rt.store.get_run(paused.run_id)).owner is None
+    assert run_id in message and checkpoint_id in message and "schema_version" in message
+    assert (await rt.store.get_run(run_id)).owner is None
     await rt.close()
 
 
 async def test_a_damaged_body_says_which_field_is_wrong(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    rt = runtime(db)
-    paused = await rt.run("stepper", 1)
-    await rt.close()
-    checkpoint_id = _newest_row(db, paused.run_id)
-    with sqlite3.connect(db) as raw:
-        (body,) = raw.execute(
-            "SELECT body FROM checkpoints WHERE checkpoint_id = ?", (checkpoint_id,)
-        ).fetchone()
-        data = json.loads(body)
-        data["superstep"] = "three"
-        raw.execute(
-            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
-            (json.dumps(data), checkpoint_id),
-        )
+    run_id, checkpoint_id = await _paused(db)
+    _set_in_body(db, checkpoint_id, "superstep", "three")
     rt = runtime(db)
     with pytest.raises(StoreCorruptError) as info:
-        await rt.resume(paused.run_id)
+        await rt.resume(run_id)
     assert "superstep: Input should be a valid integer" in str(info.value), str(info.value)
     await rt.close()
 
@@ -227,10 +221,7 @@ async def test_history_says_a_row_of_an_unknown_kind_is_from_a_newer_engine(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
-    rt = runtime(db)
-    paused = await rt.run("stepper", 1)
-    await rt.close()
-    checkpoint_id = _newest_row(db, paused.run_id)
+    run_id, checkpoint_id = await _paused(db)
     with sqlite3.connect(db) as raw:
         raw.execute(
             "UPDATE checkpoints SET kind = 'patch', schema_version = 5 WHERE checkpoint_id = ?",
@@ -238,9 +229,9 @@ async def test_history_says_a_row_of_an_unknown_kind_is_from_a_newer_engine(
         )
     store = SqliteStore(db)
     with pytest.raises(CheckpointVersionError) as info:
-        await store.history(paused.run_id)
+        await store.history(run_id)
     message = str(info.value)
-    assert paused.run_id in message and checkpoint_id in message and "version 5" in message
+    assert run_id in message and checkpoint_id in message and "version 5" in message
     await store.close()
 
 
