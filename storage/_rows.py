@@ -248,10 +248,10 @@ def checkpoint_info(run_id: str, row: Sequence[Any]) -> CheckpointInfo:
         and version > CHECKPOINT_SCHEMA_VERSION
     ):
         # a kind or a status this engine does not know, from a newer one: said as reading it is
-        raise CheckpointVersionError(
-            f"run {shown(run_id, 400)}: {what} has schema version {version}, written by a newer "
-            f"workflow-engine; this version reads up to {CHECKPOINT_SCHEMA_VERSION}. Upgrade "
-            "workflow-engine to read it."
+        raise CheckpointVersionError(  # worded as reading the row says it
+            f"run {shown(run_id, 400)}: checkpoint {checkpoint_id} (#{seq}, {kind}) has schema "
+            f"version {version}, written by a newer workflow-engine; this version reads up to "
+            f"{CHECKPOINT_SCHEMA_VERSION}. Upgrade workflow-engine to resume it."
         )
     if state is None:
         raise _corrupt(run_id, f"the status of {what}", f"{shown(status)} is not a run state")

@@ -258,8 +258,8 @@ def _refuse_newer(cls: type[BaseModel], version: Any, handler: Any) -> int:
     the fields makes pydantic turn JSON into Python objects first and validate those, which
     reads a snapshot about 1.3x slower. ``schema_version`` is the first field, so this runs
     before any other field can fail; :class:`_Versioned` names the checkpoint."""
-    if type(version) is bool:
-        raise ValueError("a boolean is not a schema version")
+    if type(version) is not int:  # every engine writes a JSON integer
+        raise ValueError(f"{_quoted(version)} is not a schema version")
     checked: int = handler(version)
     if checked < 1:
         raise ValueError(f"{checked} is not a schema version")
@@ -272,6 +272,12 @@ def _refuse_newer(cls: type[BaseModel], version: Any, handler: Any) -> int:
         error.refusal = refusal  # type: ignore[attr-defined]
         raise error
     return checked
+
+
+def _quoted(value: Any, limit: int = 80) -> str:
+    """``repr(value)`` as a message may quote it: no more than ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def version_refusal(exc: CheckpointVersionError) -> str:
@@ -295,9 +301,8 @@ def _named_refusal(exc: CheckpointVersionError, given: Any) -> CheckpointVersion
         named = inner
     checkpoint_id, run = named.get("checkpoint_id"), named.get("run_id")
     refusal = version_refusal(exc)
-    error = CheckpointVersionError(
-        f"checkpoint {checkpoint_id!r}{f' of run {run!r}' if run else ''} {refusal}"
-    )
+    what = f"checkpoint {_quoted(checkpoint_id)}" if checkpoint_id else "a checkpoint"
+    error = CheckpointVersionError(f"{what}{f' of run {_quoted(run)}' if run else ''} {refusal}")
     error.refusal = refusal  # type: ignore[attr-defined]
     return error
 

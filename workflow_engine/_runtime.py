@@ -556,6 +556,14 @@ class Runtime:
         inside = _EXECUTING_FOR.set(_EXECUTING_FOR.get() | {id(self)})
         try:
             try:
+                try:
+                    await anyio.lowlevel.checkpoint_if_cancelled()
+                except BaseException:
+                    # the caller gave up while the lease was being taken (shielded, so that it
+                    # reaches this ``finally``): nothing runs for it, and the run is left as
+                    # the lease found it
+                    await self._restore_status(sink)
+                    raise
                 with scope:
                     return await execute()
                 # (here only when ``close()`` cancelled it)

@@ -231,6 +231,7 @@ async def test_history_says_a_row_of_an_unknown_kind_is_from_a_newer_engine(
     with pytest.raises(CheckpointVersionError) as info:
         await store.history(run_id)
     message = str(info.value)
+    assert f"checkpoint {checkpoint_id} (#" in message and ", patch) has schema" in message
     assert run_id in message and checkpoint_id in message and "version 5" in message
     await store.close()
 
