@@ -8,7 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from workflow_engine import Checkpoint, WorkflowRunState, delta_of
-from workflow_engine._checkpoint import CHECKPOINT_SCHEMA_VERSION, CheckpointSpan
+from workflow_engine._checkpoint import (
+    CHECKPOINT_SCHEMA_VERSION,
+    CheckpointSpan,
+    newer_version_refusal,
+    shown,
+)
 from workflow_engine._errors import CheckpointVersionError, StoreCorruptError
 from workflow_engine._store import CheckpointInfo, RunRecord, StoredRequest
 
@@ -103,13 +108,6 @@ _BRACKET = re.compile(r"[\[\]{}]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 REQUEST_STATUSES = frozenset(("pending", "answered", "applied", "cancelled"))
 _STATES = {state.value: state for state in WorkflowRunState}
-
-
-def shown(value: Any, limit: int = 80) -> str:
-    """A stored value as an error message may quote it: ``repr`` (so control characters and
-    undecodable bytes appear escaped), and never more than ``limit`` characters of it."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _corrupt(run_id: Any, what: str, problem: str) -> StoreCorruptError:
@@ -248,10 +246,9 @@ def checkpoint_info(run_id: str, row: Sequence[Any]) -> CheckpointInfo:
         and version > CHECKPOINT_SCHEMA_VERSION
     ):
         # a kind or a status this engine does not know, from a newer one: said as reading it is
-        raise CheckpointVersionError(  # worded as reading the row says it
-            f"run {shown(run_id, 400)}: checkpoint {checkpoint_id} (#{seq}, {kind}) has schema "
-            f"version {version}, written by a newer workflow-engine; this version reads up to "
-            f"{CHECKPOINT_SCHEMA_VERSION}. Upgrade workflow-engine to resume it."
+        raise CheckpointVersionError(
+            f"run {shown(run_id, 400)}: checkpoint {checkpoint_id} (#{seq}, {kind}) "
+            f"{newer_version_refusal(version)}"
         )
     if state is None:
         raise _corrupt(run_id, f"the status of {what}", f"{shown(status)} is not a run state")

@@ -70,6 +70,7 @@ from workflow_engine._checkpoint import (
     apply_deltas,
     apply_span,
     canonical_answer,
+    newer_version_refusal,
     span_of,
     version_refusal,
 )
@@ -1111,7 +1112,7 @@ class SqliteStore:
             checkpoint = self._fold_latest(run_id, chain)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._release_unused(lease, run.status)
+                await self._release_as(lease, run.status)
             raise
         return run, lease, checkpoint, answered
 
@@ -1269,7 +1270,7 @@ class SqliteStore:
             )
             return
         try:
-            await (self.release(lease) if status is None else self._release_unused(lease, status))
+            await self._release_as(lease, status)
         except Exception as exc:  # the lease runs out instead, as if this process had died
             log.warning(
                 "run %r: could not release the lease of a cancelled caller (%s); it lapses "
@@ -1279,31 +1280,25 @@ class SqliteStore:
             )
 
     async def release(self, lease: Lease) -> None:
-        def after(released: bool) -> None:
-            if released:
-                self._forget(lease.run_id)
+        await self._release_as(lease, None)
 
-        self._fault("release:before")
-        await self._in_write(self._release, lease, after=after)
-
-    @staticmethod
-    def _release(conn: Conn, lease: Lease) -> bool:
-        return conn.execute(SQL_RELEASE, (lease.run_id, lease.owner)).rowcount == 1
-
-    async def _release_unused(self, lease: Lease, status: WorkflowRunState) -> None:
-        """``release`` a lease under which nothing ran, with the run's ``status`` as the lease
-        found it: a lease taken to apply answers marks the run ``in_progress`` (so a crash
-        while it executes shows a step in doubt), which a run nothing executed is not."""
+    async def _release_as(self, lease: Lease, status: WorkflowRunState | None) -> None:
+        """``release``; with ``status``, for a lease under which nothing ran, the run's status
+        as the lease found it is set again: a lease taken to apply answers marks the run
+        ``in_progress`` (so a crash while it executes shows a step in doubt), which a run
+        nothing executed is not."""
 
         def after(released: bool) -> None:
             if released:
                 self._forget(lease.run_id)
 
         self._fault("release:before")
-        await self._in_write(self._release_with_status, lease, status, after=after)
+        await self._in_write(self._release, lease, status, after=after)
 
     @staticmethod
-    def _release_with_status(conn: Conn, lease: Lease, status: WorkflowRunState) -> bool:
+    def _release(conn: Conn, lease: Lease, status: WorkflowRunState | None) -> bool:
+        if status is None:
+            return conn.execute(SQL_RELEASE, (lease.run_id, lease.owner)).rowcount == 1
         params = (status.value, lease.run_id, lease.owner)
         return conn.execute(SQL_RELEASE_UNUSED, params).rowcount == 1
 
@@ -1704,11 +1699,7 @@ class SqliteStore:
                 )
             if version > CHECKPOINT_SCHEMA_VERSION:
                 # the row says so even if its body does not: a newer layout is not guessed at
-                raise CheckpointVersionError(
-                    f"{where} has schema version {version}, written by a newer "
-                    f"workflow-engine; this version reads up to {CHECKPOINT_SCHEMA_VERSION}. "
-                    "Upgrade workflow-engine to resume it."
-                )
+                raise CheckpointVersionError(f"{where} {newer_version_refusal(version)}")
             try:
                 if not isinstance(body, str):
                     raise ValueError(f"its body is a {type(body).__name__}, not JSON text")

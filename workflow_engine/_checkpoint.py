@@ -253,29 +253,36 @@ class CheckpointChanges(BaseModel):
 
 def _refuse_newer(cls: type[BaseModel], version: Any, handler: Any) -> int:
     """A checkpoint from a newer engine is refused by name (a newer layout read as this one
-    could drop what it does not know); a version no engine writes (below 1, or a boolean) is
-    damage. A check of the field, not of the whole input: a model validator that runs before
-    the fields makes pydantic turn JSON into Python objects first and validate those, which
-    reads a snapshot about 1.3x slower. ``schema_version`` is the first field, so this runs
-    before any other field can fail; :class:`_Versioned` names the checkpoint."""
+    could drop what it does not know); a version no engine writes (not a JSON integer, or
+    below 1) is damage. A check of the field, not of the whole input: a model validator that
+    runs before the fields makes pydantic turn JSON into Python objects first and validate
+    those, which reads a snapshot about 1.3x slower. ``schema_version`` is the first field, so
+    this runs before any other field can fail; :class:`_Versioned` names the checkpoint."""
     if type(version) is not int:  # every engine writes a JSON integer
-        raise ValueError(f"{_quoted(version)} is not a schema version")
+        raise ValueError(f"{shown(version)} is not a schema version")
     checked: int = handler(version)
     if checked < 1:
         raise ValueError(f"{checked} is not a schema version")
     if checked > CHECKPOINT_SCHEMA_VERSION:
-        refusal = (
-            f"has schema version {checked}, written by a newer workflow-engine; this version "
-            f"reads up to {CHECKPOINT_SCHEMA_VERSION}. Upgrade workflow-engine to resume it."
-        )
+        refusal = newer_version_refusal(checked)
         error = CheckpointVersionError(f"a checkpoint {refusal}")
         error.refusal = refusal  # type: ignore[attr-defined]
         raise error
     return checked
 
 
-def _quoted(value: Any, limit: int = 80) -> str:
-    """``repr(value)`` as a message may quote it: no more than ``limit`` characters."""
+def newer_version_refusal(version: int) -> str:
+    """What is said of a checkpoint (or its row) whose schema ``version`` is newer than this
+    engine reads, after naming it."""
+    return (
+        f"has schema version {version}, written by a newer workflow-engine; this version reads "
+        f"up to {CHECKPOINT_SCHEMA_VERSION}. Upgrade workflow-engine to resume it."
+    )
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A stored value as an error message may quote it: ``repr`` (so control characters and
+    undecodable bytes appear escaped), and never more than ``limit`` characters of it."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -301,8 +308,8 @@ def _named_refusal(exc: CheckpointVersionError, given: Any) -> CheckpointVersion
         named = inner
     checkpoint_id, run = named.get("checkpoint_id"), named.get("run_id")
     refusal = version_refusal(exc)
-    what = f"checkpoint {_quoted(checkpoint_id)}" if checkpoint_id else "a checkpoint"
-    error = CheckpointVersionError(f"{what}{f' of run {_quoted(run)}' if run else ''} {refusal}")
+    what = f"checkpoint {shown(checkpoint_id)}" if checkpoint_id else "a checkpoint"
+    error = CheckpointVersionError(f"{what}{f' of run {shown(run)}' if run else ''} {refusal}")
     error.refusal = refusal  # type: ignore[attr-defined]
     return error
 
