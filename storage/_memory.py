@@ -153,6 +153,37 @@ class InMemoryRunStore:
         await self.admit(checkpoint, parent_run_id=parent_run_id)
         return await self.acquire(checkpoint.run_id, owner, lease_seconds)
 
+    async def admit_and_commit(
+        self,
+        admitted: Checkpoint,
+        checkpoint: Checkpoint,
+        owner: str,
+        lease_seconds: float,
+        *,
+        release: bool = False,
+    ) -> Lease:
+        # as one transaction would: what would refuse the commit is checked before the run is
+        # admitted, so a refusal writes nothing
+        if admitted.run_id in self._runs:
+            raise RunExistsError(f"run {admitted.run_id!r} already exists")
+        if checkpoint.run_id != admitted.run_id or checkpoint.parent_id != admitted.checkpoint_id:
+            raise CheckpointNotLatestError(
+                f"run {admitted.run_id!r}: checkpoint {checkpoint.checkpoint_id} follows "
+                f"{checkpoint.parent_id}, but the run's first checkpoint is "
+                f"{admitted.checkpoint_id}"
+            )
+        if checkpoint.checkpoint_id == admitted.checkpoint_id:
+            raise StorageError(
+                f"run {admitted.run_id!r}: two checkpoints with the id "
+                f"{checkpoint.checkpoint_id!r}; checkpoint ids are unique"
+            )
+        self._check_new_id(admitted)
+        self._check_new_id(checkpoint)
+        lease = await self.admit_and_acquire(admitted, owner, lease_seconds)
+        if release:
+            return await self.commit_and_release(lease, checkpoint)
+        return await self.commit(lease, checkpoint)
+
     async def acquire_latest(
         self,
         run_id: str,

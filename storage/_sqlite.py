@@ -47,6 +47,7 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +234,18 @@ tasks run first (see ``SqliteStore._turn_due``)."""
 
 class _Busy(StorageError):
     """On the event loop's thread the database was locked: retry on the worker (internal)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Admission:
+    """A run admitted in the transaction of its first commit (``admit_and_commit``): its first
+    checkpoint, that one's rows and size, the lease's length, and what to keep once committed."""
+
+    checkpoint: Checkpoint
+    rows: tuple
+    size: int
+    lease_seconds: float
+    after: Callable[[Any], None]
 
 
 class _Write:
@@ -978,6 +991,37 @@ class SqliteStore:
         self._fault("admit:after")
         return lease
 
+    async def admit_and_commit(
+        self,
+        admitted: Checkpoint,
+        checkpoint: Checkpoint,
+        owner: str,
+        lease_seconds: float,
+        *,
+        release: bool = False,
+    ) -> Lease:
+        """``admit_and_acquire`` of ``admitted`` and ``commit`` (``commit_and_release``) of
+        ``checkpoint`` in one transaction; the fault points of both, each ``after`` once the
+        transaction is committed."""
+        run_id = admitted.run_id
+        if run_id in self._meta:  # this process holds a lease on a run with this id
+            raise RunExistsError(f"run {run_id!r} already exists")
+        now = self.clock()
+        self._fault("admit:before")
+        rows = admit_rows(admitted, now, None, owner, now + lease_seconds, 1)
+        size = len(rows[1][8])
+        lease = Lease(run_id, owner, 1, now + lease_seconds)
+        admission = _Admission(
+            admitted,
+            rows,
+            size,
+            lease_seconds,
+            self._admitted(admitted, size, (lease, lease_seconds)),
+        )
+        lease = await self._commit_checkpoint(lease, checkpoint, release, admission)
+        self._fault("admit:after")
+        return lease
+
     def _admitted(
         self, checkpoint: Checkpoint, size: int, leased: tuple[Lease, float] | None = None
     ) -> Callable[[Any], None]:
@@ -1358,13 +1402,28 @@ class SqliteStore:
         return await self._commit_checkpoint(lease, checkpoint, True)
 
     async def _commit_checkpoint(
-        self, lease: Lease, checkpoint: Checkpoint, release: bool
+        self,
+        lease: Lease,
+        checkpoint: Checkpoint,
+        release: bool,
+        admission: _Admission | None = None,
     ) -> Lease:
+        """The commit of ``checkpoint`` under ``lease``; with ``admission``, of the run's first
+        superstep, in the transaction that admits the run (where the run's chain, sizes and
+        status would stand after that admission are the admission's, not read from here)."""
         now = self.clock()
         run_id = lease.run_id
-        meta = self._meta.get(run_id)
-        if meta is None:
-            raise RunBusyError(f"run {run_id!r}: commit without acquiring its lease")
+        if admission is None:
+            meta = self._meta.get(run_id)
+            if meta is None:
+                raise RunBusyError(f"run {run_id!r}: commit without acquiring its lease")
+            sizes = self._sizes.get(run_id, (0, 0))
+            lease_seconds = self._lease_seconds.get(run_id, 30.0)
+            last_status = self._status.get(run_id)
+            span_base = self._span_base.get(run_id)
+        else:
+            meta, sizes, lease_seconds = (0, 0), (0, admission.size), admission.lease_seconds
+            last_status, span_base = None, admission.checkpoint
         seq, since = meta
         seq += 1
         # Snapshot policy. A snapshot bounds how many deltas a restore folds; but a run whose
@@ -1378,13 +1437,13 @@ class SqliteStore:
             snapshot = True
         else:
             body = checkpoint_row(checkpoint, seq, snapshot=False)
-            since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
+            since_bytes, snapshot_bytes = sizes
             snapshot = since + 1 >= _MAX_CHAIN or (
                 since + 1 >= self.snapshot_every and since_bytes + len(body[8]) >= snapshot_bytes
             )
         since = 0 if snapshot else since + 1
         changes = checkpoint.changes
-        expires_at = now + self._lease_seconds.get(run_id, 30.0)  # each commit renews
+        expires_at = now + lease_seconds  # each commit renews
         self._fault("commit:before")
         status = checkpoint.status.value
         run = (
@@ -1402,29 +1461,29 @@ class SqliteStore:
             checkpoint.parent_id,
             checkpoint.parent_id,
         )
-        same_status = self._status.get(run_id) == status
+        same_status = last_status == status
         added = changes.requests_added
         request_rows = new_request_rows(checkpoint, added, now) if added else None
         status_rows = [("applied", r) for r in changes.requests_answered]
         status_rows += [("cancelled", r) for r in changes.requests_cancelled]
-        span_base: str | None = None
+        span_base_id: str | None = None
         if body is None or snapshot:
             body = checkpoint_row(checkpoint, seq, snapshot=True)
         elif self.span_every and since % self.span_every == 0:
             # now and then a span instead of a delta: a restore then folds the snapshot, the
             # spans and at most ``span_every - 1`` deltas, not every delta since the snapshot
-            base = self._span_base.get(run_id)
-            span = span_of(checkpoint, base) if base is not None else None
+            span = span_of(checkpoint, span_base) if span_base is not None else None
             if span is not None:
                 # what was written since the snapshot before it: read back after a restart
-                written = self._sizes.get(run_id, (0, 0))[0]
-                span = span.model_copy(update={"written_before": written})
+                span = span.model_copy(update={"written_before": sizes[0]})
                 body = span_row(checkpoint, seq, span)
-                span_base = span.base_id
+                span_base_id = span.base_id
 
         def after(done: tuple[bool, bool, bool, tuple]) -> tuple[bool, bool, bool, tuple]:
             # after COMMIT (even if the caller gave up waiting); ``written``: the row as stored
             # (a span may have become a snapshot, see ``_commit_rows``)
+            if admission is not None:
+                admission.after(None)
             released, written = done[2], done[3]
             whole = written[4] == "snapshot"
             if released:
@@ -1444,18 +1503,32 @@ class SqliteStore:
             self._journaled.discard(run_id)
             return done
 
-        cancel, waiting, _, _ = await self._in_write(
-            self._commit_rows,
-            checkpoint,
-            (release, same_status, span_base),
-            run,
-            body,
-            request_rows,
-            status_rows,
-            after=after,
-        )
+        args = (checkpoint, (release, same_status, span_base_id), run, body, request_rows)
+        if admission is None:
+            done = await self._in_write(self._commit_rows, *args, status_rows, after=after)
+        else:
+
+            def abandoned(done: tuple[bool, bool, bool, tuple]) -> None:
+                if not done[2]:  # (a lease the commit ended has nothing to give back)
+                    self._give_back(Lease(run_id, lease.owner, lease.version + 1, expires_at))
+
+            done = await self._in_write(
+                self._admit_then_commit_rows,
+                admission.rows,
+                *args,
+                status_rows,
+                after=after,
+                abandoned=abandoned,
+            )
+        cancel, waiting = done[0], done[1]
         self._fault("commit:after")
         return Lease(run_id, lease.owner, lease.version + 1, expires_at, cancel, waiting)
+
+    def _admit_then_commit_rows(
+        self, conn: Conn, admission_rows: tuple, *commit: Any
+    ) -> tuple[bool, bool, bool, tuple]:
+        self._admit(conn, admission_rows[0][0], *admission_rows)
+        return self._commit_rows(conn, *commit)
 
     def _commit_rows(
         self,

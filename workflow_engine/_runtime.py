@@ -190,11 +190,84 @@ class _LeasedStore:
         """The run as it was before this lease was taken (its status and error)."""
         self.committed = False
         """A checkpoint was committed under this lease."""
+        self.admission: Checkpoint | None = None
+        """The run's first checkpoint, not written yet (``Runtime.run``): the first commit
+        writes it too (``admit_and_commit``), so that a run started and executed at once
+        writes once. ``lease`` is then the one that admission takes. Anything else that needs
+        the lease first (a journaled step, a renewal, a status, a release) admits the run
+        then (``admitted``), as ``admit_and_acquire`` would have before the superstep."""
+        self._admitting: anyio.Event | None = None
+        """Set once the admission's write under way ends (its waiters go on then)."""
+
+    async def admitted(self) -> Lease:
+        """The lease, once the run is written: a pending admission is written now."""
+        if self.admission is not None:
+            await self._admit(
+                lambda admission: self.store.admit_and_acquire(
+                    admission, self.lease.owner, self.lease_seconds
+                )
+            )
+        return self.lease
+
+    async def _admit(
+        self,
+        write: Callable[[Checkpoint], Awaitable[Lease]],
+        then: Callable[[Lease], None] | None = None,
+    ) -> bool:
+        """``write(admission)``, the one write of the pending admission, then ``then(lease)``;
+        False (nothing done) if it is written already or being written by another call,
+        which this one waits for (a renewal and a journaled step may both ask).
+
+        Nothing cuts the write off half-way -- neither a cancel scope nor asyncio's own
+        ``task.cancel()`` (a renewal stopped, a ``wait_for`` timing out), which a shield does
+        not hold off: on asyncio it runs in a task of its own. So the lease it took always
+        reaches this sink, and the execution's release; a caller cancelled meanwhile only
+        stops waiting (outside tester 82: the write committed, its lease was never kept, and
+        the run was written a second time -- ``RunExistsError``)."""
+        admitting = self._admitting
+        if admitting is not None:
+            with anyio.CancelScope(shield=True):
+                await admitting.wait()
+            return False
+        admission = self.admission
+        if admission is None:
+            return False
+        done = self._admitting = anyio.Event()
+
+        async def written() -> None:
+            try:
+                lease = await write(admission)
+            finally:
+                self._admitting = None
+                done.set()
+            self.admission = None
+            self._took(lease)
+            if then is not None:
+                then(lease)
+
+        if sniffio.current_async_library() != "asyncio":
+            with anyio.CancelScope(shield=True):
+                await written()
+            return True
+        task = asyncio.ensure_future(written())
+        # (its error is its awaiter's; one cancelled meanwhile has left, so it is read here)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        await asyncio.shield(task)
+        return True
+
+    def abandon_admission(self) -> None:
+        """Nothing ran: the run is not written at all (its caller gave up first)."""
+        if self.admission is not None:
+            self.admission = None
+            self.released = True
 
     async def ensure_held(self) -> None:
         """Raise ``LeaseLostError`` unless this worker still holds the run. An expired lease
         (the process was paused past it) is renewed first -- a fenced write, so it fails if
         another worker took the run meanwhile."""
+        if self.admission is not None:
+            await self.admitted()
+            return
         if not self.lost:
             clock = getattr(self.store, "clock", time.time)
             if clock() < self.lease.expires_at or await self.renew_once():
@@ -214,7 +287,11 @@ class _LeasedStore:
         # A caller cancelled mid-commit may never learn the new lease version; releasing is
         # fenced by the owner token alone (unique per execution), so the lease still ends.
         try:
-            if self.release_on_rest and checkpoint.status in _RESTING:
+            release = self.release_on_rest and checkpoint.status in _RESTING
+            if self.admission is not None and await self._admit_with(checkpoint, release):
+                return
+            await self.admitted()
+            if release:
                 self._took(await self.store.commit_and_release(self.lease, checkpoint))
                 self.committed = True
                 self.released = not self.lease.cancel_requested  # kept to honour a cancel
@@ -224,6 +301,21 @@ class _LeasedStore:
         except RunBusyError:
             self.lost = True
             raise
+
+    async def _admit_with(self, checkpoint: Checkpoint, release: bool) -> bool:
+        """Write the pending admission with ``checkpoint`` in one transaction; False if the
+        admission was written by another operation meanwhile (then commit after it)."""
+
+        def committed(lease: Lease) -> None:
+            self.committed = True
+            self.released = release and not lease.cancel_requested
+
+        return await self._admit(
+            lambda admission: self.store.admit_and_commit(
+                admission, checkpoint, self.lease.owner, self.lease_seconds, release=release
+            ),
+            committed,
+        )
 
     async def keep_alive(self) -> None:
         """Renew the lease every third of its length until cancelled (runs beside the run)."""
@@ -237,6 +329,9 @@ class _LeasedStore:
             await anyio.sleep(self.lease_seconds / 3)
         if self.released or self.lost:
             return False
+        if self.admission is not None:
+            await self.admitted()  # (a lease taken now: nothing to renew yet)
+            return True
         lease = self.lease
         try:
             renewed = await self.store.renew(lease)
@@ -270,7 +365,8 @@ class _LeasedStore:
 
     async def journal_intent(self, run_id: str, key: str, entry: Any, superstep: int) -> None:
         if self._fenced:
-            await self.store.journal_intent(run_id, key, entry, superstep, lease=self.lease)
+            lease = await self.admitted()
+            await self.store.journal_intent(run_id, key, entry, superstep, lease=lease)
         else:
             await self._journal.journal_intent(run_id, key, entry, superstep)
 
@@ -279,6 +375,7 @@ class _LeasedStore:
         leaves the step looking in doubt (a person is asked whether it ran) -- so a write lock
         another process holds past the store's busy timeout is waited out a while longer."""
         if self._fenced:
+            await self.admitted()
             return await _patient(
                 lambda: self.store.journal_put(run_id, key, value, superstep, lease=self.lease)
             )
@@ -286,7 +383,8 @@ class _LeasedStore:
 
     async def journal_clear(self, run_id: str, key: str) -> None:
         if self._fenced:
-            await self.store.journal_clear(run_id, key, lease=self.lease)
+            lease = await self.admitted()
+            await self.store.journal_clear(run_id, key, lease=lease)
         else:
             await self._journal.journal_clear(run_id, key)
 
@@ -409,6 +507,9 @@ class Runtime:
         lock does not leave the run locked for the whole lease."""
         with anyio.CancelScope(shield=True):
             try:
+                # a run whose first superstep did not commit is written now (interrupted, to
+                # be resumed), as if it had been admitted before it
+                await sink.admitted()
                 await _patient(lambda: self.store.release(sink.lease))
             except Exception as exc:
                 # not released (a lock held past the retries, a full disk): the stored lease
@@ -502,15 +603,22 @@ class Runtime:
         run_id: str | None = None,
         max_supersteps: int | None = None,
     ) -> WorkflowRunResult:
-        """Admit and execute a run until it rests (finished, paused, failed...)."""
-        # one transaction admits the run already leased to us: nothing to read back
+        """Admit and execute a run until it rests (finished, paused, failed...).
+
+        A run whose id the runtime chooses is written with its first superstep's commit (one
+        transaction, not two); a run id you give is admitted first, so that an id in use is
+        refused (``RunExistsError``) before anything runs."""
         wf = self.workflow(name)
         checkpoint = wf.admit(message, run_id=run_id)
-        with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
-            lease = await self.store.admit_and_acquire(
-                checkpoint, self._lease_owner(), self.lease_seconds
-            )
-        sink = self._sink(wf, lease)
+        owner = self._lease_owner()
+        if run_id is None:  # a fresh uuid: no other run has it
+            sink = self._sink(wf, Lease(checkpoint.run_id, owner, 1, 0.0))
+            sink.admission = checkpoint
+        else:
+            # one transaction admits the run already leased to us: nothing to read back
+            with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
+                lease = await self.store.admit_and_acquire(checkpoint, owner, self.lease_seconds)
+            sink = self._sink(wf, lease)
         result = await self._executing_then_released(
             sink, lambda: self._drive(wf, sink, checkpoint, [], max_supersteps)
         )
@@ -561,7 +669,8 @@ class Runtime:
                 except BaseException:
                     # the caller gave up while the lease was being taken (shielded, so that it
                     # reaches this ``finally``): nothing runs for it, and the run is left as
-                    # the lease found it
+                    # the lease found it (a run not written yet is not written at all)
+                    sink.abandon_admission()
                     await self._restore_status(sink)
                     raise
                 with scope:
@@ -720,9 +829,8 @@ class Runtime:
                 # its code (storage_error) is what the caller is raised, too
                 error = ErrorDetails.from_exception(exc).as_record()
                 with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
-                    sink.lease = await self.store.set_status(
-                        sink.lease, WorkflowRunState.FAILED, error
-                    )
+                    lease = await sink.admitted()
+                    sink.lease = await self.store.set_status(lease, WorkflowRunState.FAILED, error)
             raise
 
     async def _record_outcome(self, sink: _LeasedStore, result: WorkflowRunResult) -> None:
@@ -734,7 +842,8 @@ class Runtime:
             raise _interrupted(result.run_id)
         if result.status in (WorkflowRunState.FAILED, WorkflowRunState.MAX_SUPERSTEPS_REACHED):
             error = result.error.as_record() if result.error is not None else None
-            sink.lease = await self.store.set_status(sink.lease, result.status, error)
+            lease = await sink.admitted()
+            sink.lease = await self.store.set_status(lease, result.status, error)
 
     @_while_open("run {run_id!r} was not resumed")
     async def _execute(

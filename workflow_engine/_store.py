@@ -218,6 +218,21 @@ class RunStore(Protocol):
         """``admit`` and ``acquire`` in one transaction: the run is born leased to ``owner``."""
         ...
 
+    async def admit_and_commit(
+        self,
+        admitted: Checkpoint,
+        checkpoint: Checkpoint,
+        owner: str,
+        lease_seconds: float,
+        *,
+        release: bool = False,
+    ) -> Lease:
+        """``admit_and_acquire`` of ``admitted``, then ``commit`` of ``checkpoint`` (its first
+        superstep) under that lease -- or ``commit_and_release`` with ``release`` -- in one
+        transaction: a run started and executed at once is written once, when its first
+        superstep commits. ``RunExistsError`` if the id exists; refused, nothing is written."""
+        ...
+
     async def acquire_latest(
         self,
         run_id: str,

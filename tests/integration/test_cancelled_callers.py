@@ -202,8 +202,9 @@ async def test_a_resume_to_apply_an_answer_given_up_leaves_the_run_paused(
 
 
 async def test_a_start_given_up_while_the_lock_is_held(tmp_path: Path) -> None:
-    """``run`` admits the run already leased: cut off, the run is admitted all the same (it
-    may have been, for all the caller knows) and left unleased, ready to resume."""
+    """``run`` writes a new run with its first superstep's commit (shielded): cut off while
+    that commit waits for the lock, the superstep it ran is committed all the same -- not run
+    again, not lost -- and the run is left unleased, ready to resume from there."""
     db = tmp_path / "runs.db"
     runtime = Runtime(SqliteStore(db))
     runtime.register(counting)
@@ -216,8 +217,10 @@ async def test_a_start_given_up_while_the_lock_is_held(tmp_path: Path) -> None:
         await anyio.sleep(0.05)
     (run,) = runs
     await released(runtime, run.run_id)
+    assert run.superstep == 1
     done = await runtime.resume(run.run_id)
-    assert done.outputs == [1, 2, 3, 4, 5]
+    assert done.outputs == [2, 3, 4, 5]
+    assert (await runtime.get_run(run.run_id)).outputs == [1, 2, 3, 4, 5]  # each once
     await runtime.close()
 
 

@@ -174,7 +174,8 @@ async def test_a_status_changed_behind_the_store_is_written_again(tmp_path: Path
     store = SqliteStore(db, fault_hook=hook)
     rt = Runtime(store)
     rt.register(stepper_workflow(pause_at=999, stop_at=8, name="chain"))
-    result = await rt.run("chain", 1)
+    # (a run id of our own: the run is admitted before its first commit, which then reads it)
+    result = await rt.run("chain", 1, run_id="chain-1")
     await rt.close()
     assert result.status is WorkflowRunState.IDLE
     assert seen[4] == "in_progress", seen  # the commit after the tampering wrote it again

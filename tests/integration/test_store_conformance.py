@@ -10,12 +10,15 @@ import pytest
 from tests.integration.workflows import Answer, stepper_workflow
 from workflow_engine import (
     AnswerOutcome,
+    Checkpoint,
+    CheckpointNotFoundError,
     CheckpointNotLatestError,
     Executor,
     LeaseLostError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
     RunBusyError,
+    RunExistsError,
     RunNotFoundError,
     RunNotResumableError,
     RunStore,
@@ -557,3 +560,69 @@ async def test_a_checkpoint_id_names_one_checkpoint(store: RunStore) -> None:
     assert (await store.load(first.checkpoint_id)) == first
     with pytest.raises(RunNotFoundError):
         await store.get_run("b")
+
+
+def following(checkpoint: Checkpoint, checkpoint_id: str) -> Checkpoint:
+    """A checkpoint of the next superstep after ``checkpoint``."""
+    return checkpoint.model_copy(
+        update={
+            "checkpoint_id": checkpoint_id,
+            "parent_id": checkpoint.checkpoint_id,
+            "superstep": checkpoint.superstep + 1,
+        }
+    )
+
+
+async def test_admit_and_commit_writes_a_run_with_its_first_superstep(store: RunStore) -> None:
+    wf = stepper_workflow()
+    first = wf.admit(1, run_id="r")
+    lease = await store.admit_and_commit(first, following(first, "c1"), "host-a:1:x", 30)
+    assert [i.checkpoint_id for i in await store.history("r")] == [first.checkpoint_id, "c1"]
+    run = await store.get_run("r")
+    assert (run.owner, run.latest_checkpoint_id, run.superstep) == ("host-a:1:x", "c1", 1)
+    with pytest.raises(RunBusyError):  # born leased
+        await store.acquire("r", "host-b:2:y", 30)
+    # the lease it returns is the one the next commit is fenced by
+    await store.commit_and_release(lease, following(following(first, "c1"), "c2"))
+    assert (await store.get_run("r")).owner is None
+    assert (await store.latest("r")).checkpoint_id == "c2"
+
+    second = wf.admit(1, run_id="s")
+    lease = await store.admit_and_commit(
+        second, following(second, "d1"), "host-a:1:y", 30, release=True
+    )
+    run = await store.get_run("s")
+    assert run.owner is None and run.latest_checkpoint_id == "d1"
+    assert lease.version == run.version
+    taken = await store.acquire("s", "host-b:2:y", 30)  # released: anyone may take it
+    await store.release(taken)
+
+
+async def test_admit_and_commit_refused_writes_nothing(store: RunStore) -> None:
+    wf = stepper_workflow()
+    taken = wf.admit(1, run_id="r")
+    await store.admit(taken)
+    again = wf.admit(2, run_id="r")
+    with pytest.raises(RunExistsError, match="'r' already exists"):
+        await store.admit_and_commit(again, following(again, "c1"), "host-a:1:x", 30)
+    assert await store.latest("r") == taken
+    assert len(await store.history("r")) == 1
+    with pytest.raises(CheckpointNotFoundError):
+        await store.load("c1")
+
+    fresh = wf.admit(1, run_id="s")
+    elsewhere = following(fresh, "d1").model_copy(update={"parent_id": "elsewhere"})
+    with pytest.raises(CheckpointNotLatestError):
+        await store.admit_and_commit(fresh, elsewhere, "host-a:1:x", 30)
+    with pytest.raises(RunNotFoundError):
+        await store.get_run("s")
+    stored_twice = following(fresh, taken.checkpoint_id)  # an id already stored
+    with pytest.raises(StorageError):
+        await store.admit_and_commit(fresh, stored_twice, "host-a:1:x", 30)
+    with pytest.raises(RunNotFoundError):
+        await store.get_run("s")
+    assert await store.load(taken.checkpoint_id) == taken
+    # nothing of the refusals stays behind: the same run is admitted afterwards
+    lease = await store.admit_and_commit(fresh, following(fresh, "d1"), "host-a:1:x", 30)
+    assert (await store.get_run("s")).latest_checkpoint_id == "d1"
+    await store.release(lease)

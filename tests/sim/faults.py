@@ -41,6 +41,7 @@ STORE_CALLS = frozenset(
         "admit",
         "acquire",
         "admit_and_acquire",
+        "admit_and_commit",
         "acquire_latest",
         "release",
         "renew",
@@ -73,7 +74,9 @@ STORE_CALLS = frozenset(
 """The store contract the engine calls: every one is a pair of crash points (the simulator's
 self-test checks that this covers every async method of ``RunStore``)."""
 
-_ACQUIRING = frozenset({"acquire", "admit_and_acquire", "acquire_latest", "answer_and_acquire"})
+_ACQUIRING = frozenset(
+    {"acquire", "admit_and_acquire", "admit_and_commit", "acquire_latest", "answer_and_acquire"}
+)
 
 
 class CrashingStore:
@@ -124,7 +127,7 @@ class CrashingStore:
                     world.clock.io_in_flight -= 1
                 if name == "journal_put":
                     world.ledger.settle((args, kwargs), proc.name)
-                _note_lease(world, proc, name, args, result)
+                _note_lease(world, proc, name, args, result, kwargs)
             await proc.thaw()
             proc.point(f"{name}:after")
             return result
@@ -144,9 +147,14 @@ for _name in sorted(STORE_CALLS):
     setattr(CrashingStore, _name, _crash_points(_name))
 
 
-def _note_lease(world: World, proc: SimProcess, name: str, args: Any, result: Any) -> None:
+def _note_lease(
+    world: World, proc: SimProcess, name: str, args: Any, result: Any, kwargs: dict[str, Any]
+) -> None:
     """Keep ``world.lease_holders`` as the store sees it: who was last granted each run."""
-    if name in _ACQUIRING:
+    if name == "admit_and_commit" and kwargs.get("release") and not result.cancel_requested:
+        world.leased(result.run_id, proc)  # admitted, committed and released at once
+        world.leased(result.run_id, None)
+    elif name in _ACQUIRING:
         found = result if isinstance(result, Lease) else None
         if isinstance(result, tuple) and name == "answer_and_acquire":
             result = result[1]  # (outcome, None) while another worker holds the run
