@@ -177,8 +177,7 @@ class InMemoryRunStore:
                 f"run {admitted.run_id!r}: two checkpoints with the id "
                 f"{checkpoint.checkpoint_id!r}; checkpoint ids are unique"
             )
-        self._check_new_id(admitted)
-        self._check_new_id(checkpoint)
+        self._check_new_id(checkpoint)  # (``admit`` checks the admitted one's before writing)
         lease = await self.admit_and_acquire(admitted, owner, lease_seconds)
         if release:
             return await self.commit_and_release(lease, checkpoint)

@@ -1007,10 +1007,11 @@ class SqliteStore:
         if run_id in self._meta:  # this process holds a lease on a run with this id
             raise RunExistsError(f"run {run_id!r} already exists")
         now = self.clock()
+        expires_at = now + lease_seconds
         self._fault("admit:before")
-        rows = admit_rows(admitted, now, None, owner, now + lease_seconds, 1)
+        rows = admit_rows(admitted, now, None, owner, expires_at, 1)
         size = len(rows[1][8])
-        lease = Lease(run_id, owner, 1, now + lease_seconds)
+        lease = Lease(run_id, owner, 1, expires_at)
         admission = _Admission(
             admitted,
             rows,

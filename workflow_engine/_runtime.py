@@ -198,6 +198,8 @@ class _LeasedStore:
         then (``admitted``), as ``admit_and_acquire`` would have before the superstep."""
         self._admitting: anyio.Event | None = None
         """Set once the admission's write under way ends (its waiters go on then)."""
+        self._admission_task: asyncio.Task[None] | None = None
+        """That write on asyncio (held here: the loop keeps only a weak reference to it)."""
 
     async def admitted(self) -> Lease:
         """The lease, once the run is written: a pending admission is written now."""
@@ -249,7 +251,7 @@ class _LeasedStore:
             with anyio.CancelScope(shield=True):
                 await written()
             return True
-        task = asyncio.ensure_future(written())
+        task = self._admission_task = asyncio.ensure_future(written())
         # (its error is its awaiter's; one cancelled meanwhile has left, so it is read here)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
         await asyncio.shield(task)
@@ -288,9 +290,10 @@ class _LeasedStore:
         # fenced by the owner token alone (unique per execution), so the lease still ends.
         try:
             release = self.release_on_rest and checkpoint.status in _RESTING
-            if self.admission is not None and await self._admit_with(checkpoint, release):
-                return
-            await self.admitted()
+            if self.admission is not None:
+                if await self._admit_with(checkpoint, release):
+                    return
+                await self.admitted()  # (written by another call meanwhile, or to try again)
             if release:
                 self._took(await self.store.commit_and_release(self.lease, checkpoint))
                 self.committed = True
