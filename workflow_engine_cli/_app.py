@@ -1247,9 +1247,15 @@ async def _runs_in_doubt(runtime: Runtime) -> list[Any]:
     but a person looking at the inbox should know a question is coming (tester 69)."""
     from workflow_engine import WorkflowRunState
 
+    # Only a run with journal entries after its latest checkpoint can have a step in doubt:
+    # asking for them is one indexed read, where ``get_run`` folds the run's checkpoints (a
+    # thousand runs cut off by a crash would otherwise be a thousand folds to show the inbox).
+    journaled = getattr(runtime.store, "journal_after", None)
     found = []
     for record in await runtime.list_runs(status=WorkflowRunState.IN_PROGRESS):
         if _live_worker(record) is None and not record.cancel_requested:
+            if journaled is not None and not await journaled(record.run_id, record.superstep):
+                continue
             info = await runtime.get_run(record.run_id)
             if info.effects_in_doubt:
                 found.append(info)

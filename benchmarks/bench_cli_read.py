@@ -1,0 +1,94 @@
+"""CLI start-up: read-only commands in a fresh process, against a small and a large database.
+
+Each command (``workflow-engine --version``, ``runs list``, ``requests list``) runs as a
+subprocess, timed from spawn to exit (interpreter start included: what a person waits for),
+with its bytecode cached as for an installed package. The commands run interleaved, so a busy
+minute slows all of them alike; the figure is the median of ``-r`` rounds.
+
+Two databases: one paused run with its request (the inbox of a quiet day), and the same plus
+``-n`` runs cut off before their first superstep committed (``Runtime.start`` only: as many
+runs as a crashed server leaves interrupted), which ``requests list`` checks for steps in
+doubt. The floor beside them is the bare interpreter (``python -c pass``).
+
+Target (issue 12): a read-only command in at most 300 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from _durable import temp_dir
+from bench_w4_pause_resume import ROOT, START_MESSAGE, build_review, import_env
+
+from workflow_engine import Runtime
+from workflow_engine.storage import SqliteStore
+
+COMMANDS: dict[str, list[str]] = {
+    "--version": ["--version"],
+    "runs list": ["runs", "list"],
+    "requests list": ["requests", "list"],
+}
+CLI = "import sys; from workflow_engine_cli import main; sys.argv[0] = 'workflow-engine'; main()"
+
+
+async def fill(path: Path, interrupted: int) -> None:
+    """One paused run (a pending request), and ``interrupted`` runs admitted and never run."""
+    runtime = Runtime(SqliteStore(path))
+    name = runtime.register(build_review())
+    try:
+        await runtime.run(name, START_MESSAGE)
+        for _ in range(interrupted):
+            await runtime.start(name, START_MESSAGE)
+    finally:
+        await runtime.close()
+
+
+def wall(argv: list[str], env: dict[str, str]) -> float:
+    """Seconds from spawning ``argv`` to its exit (it must succeed)."""
+    t = time.perf_counter()
+    subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True)
+    return time.perf_counter() - t
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("-n", type=int, default=1000, help="interrupted runs in the large database")
+    parser.add_argument("-r", "--repeats", type=int, default=7)
+    args = parser.parse_args()
+    with temp_dir("bench-cli") as tmp:
+        small, large = tmp / "small.db", tmp / "large.db"
+        anyio.run(fill, small, 0)
+        anyio.run(fill, large, args.n)
+        env = import_env(tmp / "pycache")
+        cases: dict[str, list[str]] = {"bare interpreter": [sys.executable, "-c", "pass"]}
+        for label, argv in COMMANDS.items():
+            if label == "--version":  # reads no database
+                cases[label] = [sys.executable, "-c", CLI, *argv]
+                continue
+            for db in (small, large):
+                cases[f"{label} @ {db.stem}"] = [sys.executable, "-c", CLI, *argv, "--db", str(db)]
+        for argv in cases.values():  # warm-up: bytecode written, files in the page cache
+            wall(argv, env)
+        samples: dict[str, list[float]] = {label: [] for label in cases}
+        for _ in range(args.repeats):
+            for label, argv in cases.items():
+                samples[label].append(wall(argv, env))
+    median = {label: statistics.median(s) * 1e3 for label, s in samples.items()}
+    print(
+        f"CLI read-only commands, fresh process, spawn to exit (median of {args.repeats}, "
+        f"interleaved; bytecode cached): small = 1 paused run, large = + {args.n:,} "
+        "interrupted runs"
+    )
+    for label, figure in median.items():
+        print(f"  {label}: {figure:.0f} ms")
+    print("  target: a read-only command ≤ 300 ms")
+
+
+if __name__ == "__main__":
+    main()
