@@ -35,7 +35,7 @@ from workflow_engine import (
     owner_is_dead,
 )
 from workflow_engine._checkpoint import canonical_answer
-from workflow_engine._store import Acquired, RequestStatus, check_prune, holder_of
+from workflow_engine._store import Acquired, RequestStatus, check_own, check_prune, holder_of
 
 _TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
 
@@ -166,7 +166,8 @@ class InMemoryRunStore:
         # admitted, so a refusal writes nothing
         if admitted.run_id in self._runs:
             raise RunExistsError(f"run {admitted.run_id!r} already exists")
-        if checkpoint.run_id != admitted.run_id or checkpoint.parent_id != admitted.checkpoint_id:
+        check_own(admitted.run_id, checkpoint)
+        if checkpoint.parent_id != admitted.checkpoint_id:
             raise CheckpointNotLatestError(
                 f"run {admitted.run_id!r}: checkpoint {checkpoint.checkpoint_id} follows "
                 f"{checkpoint.parent_id}, but the run's first checkpoint is "
@@ -275,6 +276,7 @@ class InMemoryRunStore:
             return True
 
     async def commit(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
+        check_own(lease.run_id, checkpoint)
         async with self._lock:
             run = self._fenced(lease)
             if (

@@ -96,6 +96,7 @@ from workflow_engine._store import (
     RequestStatus,
     RunRecord,
     StoredRequest,
+    check_own,
     check_prune,
     holder_of,
     owner_is_dead,
@@ -1412,8 +1413,9 @@ class SqliteStore:
         """The commit of ``checkpoint`` under ``lease``; with ``admission``, of the run's first
         superstep, in the transaction that admits the run (where the run's chain, sizes and
         status would stand after that admission are the admission's, not read from here)."""
-        now = self.clock()
         run_id = lease.run_id
+        check_own(run_id, checkpoint)
+        now = self.clock()
         if admission is None:
             meta = self._meta.get(run_id)
             if meta is None:

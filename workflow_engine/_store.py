@@ -51,6 +51,17 @@ def forget_ended_owner(owner: str) -> None:
     _ENDED_OWNERS.discard(owner)
 
 
+def check_own(run_id: str, checkpoint: Checkpoint) -> None:
+    """``UsageError`` for a checkpoint of another run committed under ``run_id``'s lease
+    (before a store writes anything): stored, it would sit in the other run's history as this
+    run's latest."""
+    if checkpoint.run_id != run_id:
+        raise UsageError(
+            f"run {run_id!r}: checkpoint {checkpoint.checkpoint_id!r} is of run "
+            f"{checkpoint.run_id!r}; a run's lease commits only that run's checkpoints"
+        )
+
+
 def check_prune(finished_before: float | None, keep_last: int | None) -> None:
     """``UsageError`` for arguments ``prune`` cannot take -- raised before a store deletes
     anything (a refused call must change nothing)."""

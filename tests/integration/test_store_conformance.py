@@ -626,3 +626,30 @@ async def test_admit_and_commit_refused_writes_nothing(store: RunStore) -> None:
     lease = await store.admit_and_commit(fresh, following(fresh, "d1"), "host-a:1:x", 30)
     assert (await store.get_run("s")).latest_checkpoint_id == "d1"
     await store.release(lease)
+
+
+async def test_a_checkpoint_of_another_run_is_refused(store: RunStore) -> None:
+    """A run's lease commits only that run's checkpoints: one naming another run (a caller of
+    the store's own API mixing up runs) is refused, whichever run it names, and writes nothing
+    -- stored, it would sit in the other run's history as the first run's latest."""
+    wf = stepper_workflow()
+    first, other = wf.admit(1, run_id="r"), wf.admit(1, run_id="s")
+    await store.admit(other)
+    lease = await store.admit_and_acquire(first, "host-a:1:x", 30)
+    for named in ("s", "nobody"):
+        foreign = following(first, f"x-{named}").model_copy(update={"run_id": named})
+        for commit in (store.commit, store.commit_and_release):
+            with pytest.raises(UsageError, match=f"checkpoint 'x-{named}' is of run '{named}'"):
+                await commit(lease, foreign)
+    assert [i.checkpoint_id for i in await store.history("r")] == [first.checkpoint_id]
+    assert [i.checkpoint_id for i in await store.history("s")] == [other.checkpoint_id]
+    lease = await store.commit(lease, following(first, "c1"))  # the lease still holds
+    await store.release(lease)
+
+    fresh = wf.admit(1, run_id="t")
+    foreign = following(fresh, "x-t").model_copy(update={"run_id": "s"})
+    with pytest.raises(UsageError, match="checkpoint 'x-t' is of run 's'"):
+        await store.admit_and_commit(fresh, foreign, "host-a:1:x", 30)
+    with pytest.raises(RunNotFoundError):
+        await store.get_run("t")
+    assert [i.checkpoint_id for i in await store.history("s")] == [other.checkpoint_id]
