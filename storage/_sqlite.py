@@ -188,6 +188,13 @@ _RECENT_RUNS = 1024
 _RECENT_BYTES = 32 * 1024 * 1024
 Conn = sqlite3.Connection
 
+_SEEN_BUSY_RUNS = 4096
+"""How many runs found leased by others a store remembers (``_refuse_while_held``)."""
+
+_Committed = tuple[bool, bool, bool, tuple, float]
+"""What a commit's transaction did: (a cancel was requested, answers are waiting, the lease was
+released, the checkpoint row as written, the lease's expiry as written)."""
+
 # --- SQL (constant text: prepared once per connection by sqlite3's statement cache) -------------
 
 
@@ -428,6 +435,8 @@ class SqliteStore:
         self._sizes: dict[str, tuple[int, int]] = {}  # run_id -> (delta bytes since, snapshot)
         self._span_base: dict[str, Checkpoint] = {}  # run_id -> its last snapshot or span
         self._journaled: set[str] = set()  # runs whose journal may hold entries to compact
+        # runs another live worker held when this store last tried to lease them: until when
+        self._seen_busy: dict[str, float] = {}
         self._giving_back: set[asyncio.Task[None]] = set()  # releases of abandoned leases
         # run_id -> the latest checkpoint this store wrote or read, kept (on the store's thread
         # only) so that resuming a run this process paused skips reading and parsing it again
@@ -977,20 +986,20 @@ class SqliteStore:
     ) -> Lease:
         """``admit`` and ``acquire`` in one transaction (the run is born leased to ``owner``);
         the same fault points as ``admit``."""
-        now = self.clock()
-        expires_at = now + lease_seconds
         self._fault("admit:before")
-        rows = admit_rows(checkpoint, now, parent_run_id, owner, expires_at, 1)
-        lease = Lease(checkpoint.run_id, owner, 1, expires_at)
-        await self._in_write(
+        rows = admit_rows(checkpoint, self.clock(), parent_run_id, owner, None, 1)
+        expires_at = await self._in_write(
             self._admit,
             checkpoint.run_id,
             *rows,
-            after=self._admitted(checkpoint, len(rows[1][8]), (lease, lease_seconds)),
-            abandoned=lambda _: self._give_back(lease),
+            lease_seconds,
+            after=self._admitted(checkpoint, len(rows[1][8]), lease_seconds),
+            abandoned=lambda expires: self._give_back(
+                Lease(checkpoint.run_id, owner, 1, expires)
+            ),
         )
         self._fault("admit:after")
-        return lease
+        return Lease(checkpoint.run_id, owner, 1, expires_at)
 
     async def admit_and_commit(
         self,
@@ -1007,38 +1016,48 @@ class SqliteStore:
         run_id = admitted.run_id
         if run_id in self._meta:  # this process holds a lease on a run with this id
             raise RunExistsError(f"run {run_id!r} already exists")
-        now = self.clock()
-        expires_at = now + lease_seconds
         self._fault("admit:before")
-        rows = admit_rows(admitted, now, None, owner, expires_at, 1)
+        # (the lease's expiry is the commit's, set when written)
+        rows = admit_rows(admitted, self.clock(), None, owner, None, 1)
         size = len(rows[1][8])
-        lease = Lease(run_id, owner, 1, expires_at)
         admission = _Admission(
-            admitted,
-            rows,
-            size,
-            lease_seconds,
-            self._admitted(admitted, size, (lease, lease_seconds)),
+            admitted, rows, size, lease_seconds, self._admitted(admitted, size, lease_seconds)
         )
+        lease = Lease(run_id, owner, 1, 0.0)
         lease = await self._commit_checkpoint(lease, checkpoint, release, admission)
         self._fault("admit:after")
         return lease
 
     def _admitted(
-        self, checkpoint: Checkpoint, size: int, leased: tuple[Lease, float] | None = None
-    ) -> Callable[[Any], None]:
-        def after(_: Any) -> None:
-            if leased is not None:  # after COMMIT, like every lease we take
-                self._leased(leased[0], (0, 0), leased[1], new=True)
+        self, checkpoint: Checkpoint, size: int, lease_seconds: float | None = None
+    ) -> Callable[[Any], Any]:
+        """After the COMMIT that admitted ``checkpoint``'s run (leased, with ``lease_seconds``):
+        what this store keeps of it. Passes the write's result on."""
+
+        def after(written: Any) -> Any:
+            if lease_seconds is not None:  # after COMMIT, like every lease we take
+                self._leased(checkpoint.run_id, (0, 0), lease_seconds, new=True)
             self._remember(checkpoint, size)
             self._sizes[checkpoint.run_id] = (0, size)
             self._span_base[checkpoint.run_id] = checkpoint  # its first row is a snapshot
+            return written
 
         return after
 
     def _admit(
-        self, conn: Conn, run_id: str, run: tuple, body: tuple, requests: list[tuple]
-    ) -> None:
+        self,
+        conn: Conn,
+        run_id: str,
+        run: tuple,
+        body: tuple,
+        requests: list[tuple],
+        lease_seconds: float | None = None,
+    ) -> float | None:
+        """The admission's rows; with ``lease_seconds``, the run leased from now (not from
+        when the write was asked for: a wait for the lock is not taken out of the lease). The
+        lease's expiry."""
+        if lease_seconds is not None:
+            run = (*run[:8], self.clock() + lease_seconds, *run[9:])
         try:
             conn.execute(SQL_INSERT_RUN, run)
         except sqlite3.IntegrityError as exc:
@@ -1048,10 +1067,13 @@ class SqliteStore:
         if requests:
             _insert_requests(conn, requests)
         self._fault("admit:inside")
+        return run[8]
 
     async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
+        await self._refuse_while_held(run_id, owner)
+
         def after(taken: tuple[Lease, tuple[int, int]]) -> Lease:
-            self._leased(taken[0], taken[1], lease_seconds)
+            self._leased(taken[0].run_id, taken[1], lease_seconds)
             return taken[0]
 
         return await self._in_write(self._acquire_rows, run_id, owner, lease_seconds, after=after)
@@ -1068,15 +1090,15 @@ class SqliteStore:
         )
 
     def _leased(
-        self, lease: Lease, meta: tuple[int, int], lease_seconds: float, *, new: bool = False
+        self, run_id: str, meta: tuple[int, int], lease_seconds: float, *, new: bool = False
     ) -> None:
         """After the COMMIT that took ``lease``: where the run's checkpoint chain stands.
         ``new``: the run was admitted in that transaction (no journal entries to compact)."""
-        self._meta[lease.run_id] = meta
-        self._status.pop(lease.run_id, None)  # as the lease was taken (maybe 'in_progress')
+        self._meta[run_id] = meta
+        self._status.pop(run_id, None)  # as the lease was taken (maybe 'in_progress')
         if not new:
-            self._journaled.add(lease.run_id)  # a crashed holder may have left entries
-        self._lease_seconds[lease.run_id] = lease_seconds
+            self._journaled.add(run_id)  # a crashed holder may have left entries
+        self._lease_seconds[run_id] = lease_seconds
 
     def _take_lease(
         self,
@@ -1097,23 +1119,50 @@ class SqliteStore:
         """Take the run's lease (``RunBusyError`` if a live owner holds it). ``applying``: the
         run rests with answers waiting, so it runs from now on -- its status says so until the
         commit that applies them (which answering does not write)."""
+        self._refuse_if_held(run_id, owner, holder, expires, now)
+        expires_at = now + lease_seconds
+        take = SQL_TAKE_LEASE_TO_APPLY if applying else SQL_TAKE_LEASE
+        conn.execute(take, (owner, expires_at, version + 1, run_id, version))
+        lease = Lease(run_id, owner, version + 1, expires_at, bool(cancel_requested))
+        return lease, (seq, since)
+
+    def _refuse_if_held(
+        self, run_id: str, owner: str, holder: str | None, expires: float | None, now: float
+    ) -> None:
+        """``RunBusyError`` while another live worker holds the run's lease (remembered, for
+        ``_refuse_while_held``)."""
         if (
             holder is not None
             and holder != owner
             and (expires or 0) > now
             and not owner_is_dead(holder)
         ):
+            if len(self._seen_busy) >= _SEEN_BUSY_RUNS:
+                self._seen_busy.clear()
+            self._seen_busy[run_id] = expires or 0
             left = (expires or 0) - now
             raise RunBusyError(
                 f"run {run_id!r} is being executed by {holder_of(holder)}, which renews its "
                 f"lease while it works (if it has stopped without releasing it, the lease "
                 f"lapses in {left:.0f} s)"
             )
-        expires_at = now + lease_seconds
-        take = SQL_TAKE_LEASE_TO_APPLY if applying else SQL_TAKE_LEASE
-        conn.execute(take, (owner, expires_at, version + 1, run_id, version))
-        lease = Lease(run_id, owner, version + 1, expires_at, bool(cancel_requested))
-        return lease, (seq, since)
+
+    async def _refuse_while_held(self, run_id: str, owner: str) -> None:
+        """Before taking the write lock to lease a run this store was refused last time: read
+        its lease first, and refuse again while the other worker still holds it. Processes that
+        poll runs others execute (``resume`` until it succeeds) would otherwise take the write
+        lock at every attempt, and their holders -- whose renewals and commits wait for that
+        lock -- could not keep their leases (outside tester 84: a 0.2 s lease lapsed so, and a
+        poller took over a run its owner was executing)."""
+        until = self._seen_busy.get(run_id)
+        if until is None:
+            return
+        now = self.clock()
+        if now < until:
+            row = await self._query(_fetch_one, SQL_LEASE_STATE, (run_id,))
+            if row is not None:
+                self._refuse_if_held(run_id, owner, row[0], row[1], now)
+        self._seen_busy.pop(run_id, None)  # (free now: the write decides)
 
     async def acquire_latest(
         self,
@@ -1132,9 +1181,10 @@ class SqliteStore:
 
         def after(rows: tuple) -> tuple:
             run, lease, meta, chain, answered = rows
-            self._leased(lease, meta, lease_seconds)
+            self._leased(lease.run_id, meta, lease_seconds)
             return run, lease, chain, answered
 
+        await self._refuse_while_held(run_id, owner)
         return await self._leased_latest(
             await self._in_write(
                 self._acquire_with_rows,
@@ -1200,7 +1250,7 @@ class SqliteStore:
             outcome, taken = rows
             if taken is not None:
                 run, lease, meta, chain, answered = taken
-                self._leased(lease, meta, lease_seconds)
+                self._leased(lease.run_id, meta, lease_seconds)
                 taken = (run, lease, chain, answered)
             return outcome, taken
 
@@ -1350,11 +1400,12 @@ class SqliteStore:
 
     async def renew(self, lease: Lease) -> Lease:
         """Extend the lease (same version); ``LeaseLostError`` if another worker took it."""
-        expires = self.clock() + self._lease_seconds.get(lease.run_id, 30.0)
-        return await self._in_write(self._renew, lease, expires)
+        seconds = self._lease_seconds.get(lease.run_id, 30.0)
+        return await self._in_write(self._renew, lease, seconds)
 
-    def _renew(self, conn: Conn, lease: Lease, expires: float) -> Lease:
+    def _renew(self, conn: Conn, lease: Lease, seconds: float) -> Lease:
         cancel = self._fence(conn, lease)[1]
+        expires = self.clock() + seconds  # from now, not from before a wait for the lock
         conn.execute(SQL_RENEW, (expires, lease.run_id, lease.owner, lease.version))
         return Lease(lease.run_id, lease.owner, lease.version, expires, cancel)
 
@@ -1446,18 +1497,17 @@ class SqliteStore:
             )
         since = 0 if snapshot else since + 1
         changes = checkpoint.changes
-        expires_at = now + lease_seconds  # each commit renews
         self._fault("commit:before")
         status = checkpoint.status.value
         run = (
             lease.version + 1,
             status,
             checkpoint.superstep,
-            now,
+            now,  # (updated_at and ...)
             checkpoint.checkpoint_id,
             seq,
             since,
-            expires_at,  # None where the lease ends (``_commit_rows``)
+            None,  # (... the lease's expiry: each commit renews it; set when written)
             run_id,
             lease.version,
             lease.owner,
@@ -1482,7 +1532,7 @@ class SqliteStore:
                 body = span_row(checkpoint, seq, span)
                 span_base_id = span.base_id
 
-        def after(done: tuple[bool, bool, bool, tuple]) -> tuple[bool, bool, bool, tuple]:
+        def after(done: _Committed) -> _Committed:
             # after COMMIT (even if the caller gave up waiting); ``written``: the row as stored
             # (a span may have become a snapshot, see ``_commit_rows``)
             if admission is not None:
@@ -1506,14 +1556,15 @@ class SqliteStore:
             self._journaled.discard(run_id)
             return done
 
-        args = (checkpoint, (release, same_status, span_base_id), run, body, request_rows)
+        how = (release, same_status, span_base_id, lease_seconds)
+        args = (checkpoint, how, run, body, request_rows)
         if admission is None:
             done = await self._in_write(self._commit_rows, *args, status_rows, after=after)
         else:
 
-            def abandoned(done: tuple[bool, bool, bool, tuple]) -> None:
+            def abandoned(done: _Committed) -> None:
                 if not done[2]:  # (a lease the commit ended has nothing to give back)
-                    self._give_back(Lease(run_id, lease.owner, lease.version + 1, expires_at))
+                    self._give_back(Lease(run_id, lease.owner, lease.version + 1, done[4]))
 
             done = await self._in_write(
                 self._admit_then_commit_rows,
@@ -1523,13 +1574,13 @@ class SqliteStore:
                 after=after,
                 abandoned=abandoned,
             )
-        cancel, waiting = done[0], done[1]
+        cancel, waiting, expires_at = done[0], done[1], done[4]
         self._fault("commit:after")
         return Lease(run_id, lease.owner, lease.version + 1, expires_at, cancel, waiting)
 
     def _admit_then_commit_rows(
         self, conn: Conn, admission_rows: tuple, *commit: Any
-    ) -> tuple[bool, bool, bool, tuple]:
+    ) -> _Committed:
         self._admit(conn, admission_rows[0][0], *admission_rows)
         return self._commit_rows(conn, *commit)
 
@@ -1537,17 +1588,20 @@ class SqliteStore:
         self,
         conn: Conn,
         checkpoint: Checkpoint,
-        how: tuple[bool, bool, str | None],
+        how: tuple[bool, bool, str | None, float],
         run: tuple,
         body: tuple,
         request_rows: list[tuple] | None,
         status_rows: list[tuple[str, str]],
-    ) -> tuple[bool, bool, bool, tuple]:
-        """The commit's rows: (cancel requested, answers waiting, lease released, the checkpoint
-        row written). ``how``: (release the lease, the status is what our last commit wrote,
-        the checkpoint a span ``body`` is relative to)."""
+    ) -> _Committed:
+        """The commit's rows (see ``_Committed``). ``how``: (release the lease, the status is
+        what our last commit wrote, the checkpoint a span ``body`` is relative to, the lease's
+        length). The lease runs from now, when it is written: a wait for the lock (another
+        process writing) is not taken out of it."""
         run_id = run[8]
-        release, same_status, span_base = how
+        release, same_status, span_base, lease_seconds = how
+        now = self.clock()
+        run = (*run[:3], now, *run[4:7], now + lease_seconds, *run[8:])
         if span_base is not None and conn.execute(SQL_SPAN_BASE, (run_id,)).fetchone() != (
             span_base,
         ):
@@ -1619,7 +1673,7 @@ class SqliteStore:
             and conn.execute(SQL_ANSWER_WAITING, (run_id,)).fetchone() is not None
         )
         self._fault("commit:inside")
-        return cancel, waiting, release, body
+        return cancel, waiting, release, body, run[7]
 
     async def set_status(
         self, lease: Lease, status: WorkflowRunState, error: dict[str, Any] | None = None

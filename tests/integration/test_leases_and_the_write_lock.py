@@ -1,0 +1,155 @@
+"""Leases and SQLite's one write lock (outside tester 84).
+
+A lease runs from when it is written, not from when its write was asked for: a write that meets
+another process's write lock waits for it (up to ``busy_timeout``), and the lease it writes -- a
+commit's, a renewal's, an admission's -- must still last its full length from the moment it is
+stored. Counted from before the wait, it ran out early, and another process took over a run
+whose owner was alive and executing it (a lock held 1.5 s of a 2 s lease).
+
+And a process polling a run that another live worker holds does not take the write lock for
+each attempt: it reads the lease first, so the holder's own writes (its renewals) are not kept
+waiting by the pollers.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import Checkpoint, Lease, RunBusyError
+from workflow_engine.storage import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+LEASE = 30.0
+HOLD = 0.6
+"""How long the other process keeps the write lock (well within ``busy_timeout``)."""
+
+LOCKER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print(time.time(), flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+"""
+
+
+@contextmanager
+def locked_by_another_process(db: Path) -> Iterator[float]:
+    """Another process holds the database's write lock for ``HOLD`` seconds from the time
+    yielded (its ``time.time()`` once it had the lock)."""
+    locker = subprocess.Popen(
+        [sys.executable, "-c", LOCKER, str(db), str(HOLD)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert locker.stdout is not None
+        yield float(locker.stdout.readline())
+    finally:
+        locker.wait(timeout=30)
+        if locker.stdout is not None:
+            locker.stdout.close()
+
+
+def stored_expiry(db: Path, run_id: str) -> float:
+    with sqlite3.connect(db) as conn:
+        (expires,) = conn.execute(
+            "SELECT lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+    return float(expires)
+
+
+def following(checkpoint: Checkpoint, checkpoint_id: str) -> Checkpoint:
+    return checkpoint.model_copy(
+        update={
+            "checkpoint_id": checkpoint_id,
+            "parent_id": checkpoint.checkpoint_id,
+            "superstep": checkpoint.superstep + 1,
+        }
+    )
+
+
+Operation = Callable[[SqliteStore, Checkpoint], Awaitable[tuple[float, Lease]]]
+"""Writes a lease while another process holds the lock: (when it took the lock, the lease)."""
+
+
+async def _commit(store: SqliteStore, first: Checkpoint) -> tuple[float, Lease]:
+    lease = await store.admit_and_acquire(first, "host-a:1:x", LEASE)
+    with locked_by_another_process(store.path) as locked_at:
+        return locked_at, await store.commit(lease, following(first, "c1"))
+
+
+async def _renew(store: SqliteStore, first: Checkpoint) -> tuple[float, Lease]:
+    lease = await store.admit_and_acquire(first, "host-a:1:x", LEASE)
+    with locked_by_another_process(store.path) as locked_at:
+        return locked_at, await store.renew(lease)
+
+
+async def _admit_and_acquire(store: SqliteStore, first: Checkpoint) -> tuple[float, Lease]:
+    with locked_by_another_process(store.path) as locked_at:
+        return locked_at, await store.admit_and_acquire(first, "host-a:1:x", LEASE)
+
+
+async def _admit_and_commit(store: SqliteStore, first: Checkpoint) -> tuple[float, Lease]:
+    with locked_by_another_process(store.path) as locked_at:
+        lease = await store.admit_and_commit(first, following(first, "c1"), "host-a:1:x", LEASE)
+        return locked_at, lease
+
+
+async def _acquire(store: SqliteStore, first: Checkpoint) -> tuple[float, Lease]:
+    await store.admit(first)
+    with locked_by_another_process(store.path) as locked_at:
+        return locked_at, await store.acquire(first.run_id, "host-a:1:x", LEASE)
+
+
+@pytest.mark.parametrize(
+    "operation", [_commit, _renew, _admit_and_acquire, _admit_and_commit, _acquire]
+)
+async def test_a_lease_written_after_a_wait_for_the_lock_lasts_from_then(
+    tmp_path: Path, operation: Operation
+) -> None:
+    db = tmp_path / "runs.db"
+    store = SqliteStore(db)
+    try:
+        first = stepper_workflow().admit(1, run_id="r")
+        locked_at, lease = await operation(store, first)
+        expires = stored_expiry(db, "r")
+        # written once the other process let go of the lock, at least HOLD after it took it
+        assert expires >= locked_at + HOLD + LEASE, (expires - locked_at, HOLD + LEASE)
+        assert lease.expires_at == expires  # what the holder counts on is what is stored
+    finally:
+        await store.close()
+
+
+async def test_a_poller_refused_once_reads_the_lease_before_taking_the_lock(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    holder = SqliteStore(db)
+    poller = SqliteStore(db, busy_timeout=0.05)  # it would give up on a held lock at once
+    try:
+        first = stepper_workflow().admit(1, run_id="r")
+        lease = await holder.admit_and_acquire(first, "host-a:1:x", LEASE)
+        with pytest.raises(RunBusyError, match="being executed"):
+            await poller.acquire("r", "host-b:2:y", LEASE)
+        with locked_by_another_process(db):
+            # refused by what it reads, not by a lock it waited for (StoreLockedError)
+            for _ in range(3):
+                with pytest.raises(RunBusyError, match="being executed"):
+                    await poller.acquire("r", "host-b:2:y", LEASE)
+                with pytest.raises(RunBusyError, match="being executed"):
+                    await poller.acquire_latest("r", "host-b:2:y", LEASE)
+        # released, the run is the poller's at its next attempt: what it read is not kept
+        await holder.release(lease)
+        taken = await poller.acquire("r", "host-b:2:y", LEASE)
+        assert taken.owner == "host-b:2:y"
+    finally:
+        await holder.close()
+        await poller.close()
