@@ -994,9 +994,7 @@ class SqliteStore:
             *rows,
             lease_seconds,
             after=self._admitted(checkpoint, len(rows[1][8]), lease_seconds),
-            abandoned=lambda expires: self._give_back(
-                Lease(checkpoint.run_id, owner, 1, expires)
-            ),
+            abandoned=lambda expires: self._give_back(Lease(checkpoint.run_id, owner, 1, expires)),
         )
         self._fault("admit:after")
         return Lease(checkpoint.run_id, owner, 1, expires_at)
