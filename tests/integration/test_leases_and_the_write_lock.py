@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.workflows import stepper_workflow
+from tests.integration.workflows import following, stepper_workflow
 from workflow_engine import Checkpoint, Lease, RunBusyError
 from workflow_engine.storage import SqliteStore
 
@@ -64,16 +64,6 @@ def stored_expiry(db: Path, run_id: str) -> float:
             "SELECT lease_expires_at FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
     return float(expires)
-
-
-def following(checkpoint: Checkpoint, checkpoint_id: str) -> Checkpoint:
-    return checkpoint.model_copy(
-        update={
-            "checkpoint_id": checkpoint_id,
-            "parent_id": checkpoint.checkpoint_id,
-            "superstep": checkpoint.superstep + 1,
-        }
-    )
 
 
 Operation = Callable[[SqliteStore, Checkpoint], Awaitable[tuple[float, Lease]]]

@@ -7,10 +7,9 @@ import time
 import anyio
 import pytest
 
-from tests.integration.workflows import Answer, stepper_workflow
+from tests.integration.workflows import Answer, following, stepper_workflow
 from workflow_engine import (
     AnswerOutcome,
-    Checkpoint,
     CheckpointNotFoundError,
     CheckpointNotLatestError,
     Executor,
@@ -560,17 +559,6 @@ async def test_a_checkpoint_id_names_one_checkpoint(store: RunStore) -> None:
     assert (await store.load(first.checkpoint_id)) == first
     with pytest.raises(RunNotFoundError):
         await store.get_run("b")
-
-
-def following(checkpoint: Checkpoint, checkpoint_id: str) -> Checkpoint:
-    """A checkpoint of the next superstep after ``checkpoint``."""
-    return checkpoint.model_copy(
-        update={
-            "checkpoint_id": checkpoint_id,
-            "parent_id": checkpoint.checkpoint_id,
-            "superstep": checkpoint.superstep + 1,
-        }
-    )
 
 
 async def test_admit_and_commit_writes_a_run_with_its_first_superstep(store: RunStore) -> None:

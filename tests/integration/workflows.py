@@ -9,6 +9,7 @@ import sys
 from pydantic import BaseModel
 
 from workflow_engine import (
+    Checkpoint,
     Executor,
     RequestPort,
     RunStore,
@@ -107,3 +108,14 @@ async def cancel_stored_then_worker_died(store: RunStore, run_id: str) -> None:
     gone.wait()
     await store.acquire(run_id, f"{socket.gethostname()}:{gone.pid}:died", 30)
     assert await store.request_cancel(run_id) is True
+
+
+def following(checkpoint: Checkpoint, checkpoint_id: str) -> Checkpoint:
+    """A checkpoint of the next superstep after ``checkpoint`` (for a store's own API)."""
+    return checkpoint.model_copy(
+        update={
+            "checkpoint_id": checkpoint_id,
+            "parent_id": checkpoint.checkpoint_id,
+            "superstep": checkpoint.superstep + 1,
+        }
+    )
