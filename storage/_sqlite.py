@@ -1090,7 +1090,8 @@ class SqliteStore:
         return run[8]
 
     async def acquire(self, run_id: str, owner: str, lease_seconds: float) -> Lease:
-        await self._refuse_while_held(run_id, owner)
+        if run_id in self._seen_busy:
+            await self._refuse_while_held(run_id, owner)
 
         def after(taken: tuple[Lease, tuple[int, int]]) -> Lease:
             self._leased(taken[0].run_id, taken[1], lease_seconds)
@@ -1112,7 +1113,7 @@ class SqliteStore:
     def _leased(
         self, run_id: str, meta: tuple[int, int], lease_seconds: float, *, new: bool = False
     ) -> None:
-        """After the COMMIT that took ``lease``: where the run's checkpoint chain stands.
+        """After the COMMIT that leased ``run_id``: where the run's checkpoint chain stands.
         ``new``: the run was admitted in that transaction (no journal entries to compact)."""
         self._meta[run_id] = meta
         self._status.pop(run_id, None)  # as the lease was taken (maybe 'in_progress')
@@ -1174,14 +1175,10 @@ class SqliteStore:
         lock at every attempt, and their holders -- whose renewals and commits wait for that
         lock -- could not keep their leases (outside tester 84: a 0.2 s lease lapsed so, and a
         poller took over a run its owner was executing)."""
-        until = self._seen_busy.get(run_id)
-        if until is None:
-            return
-        now = self.clock()
-        if now < until:
+        if self.clock() < self._seen_busy.get(run_id, 0.0):
             row = await self._query(_fetch_one, SQL_LEASE_STATE, (run_id,))
             if row is not None:
-                self._refuse_if_held(run_id, owner, row[0], row[1], now)
+                self._refuse_if_held(run_id, owner, row[0], row[1], self.clock())
         self._seen_busy.pop(run_id, None)  # (free now: the write decides)
 
     async def acquire_latest(
@@ -1204,7 +1201,8 @@ class SqliteStore:
             self._leased(lease.run_id, meta, lease_seconds)
             return run, lease, chain, answered
 
-        await self._refuse_while_held(run_id, owner)
+        if run_id in self._seen_busy:
+            await self._refuse_while_held(run_id, owner)
         return await self._leased_latest(
             await self._in_write(
                 self._acquire_with_rows,
