@@ -76,6 +76,7 @@ from workflow_engine._checkpoint import (
     span_of,
     version_refusal,
 )
+from workflow_engine._detached import Detached, spawn_detached
 from workflow_engine._errors import (
     CheckpointVersionError,
     LeaseLostError,
@@ -442,7 +443,7 @@ class SqliteStore:
         self._journaled: set[str] = set()  # runs whose journal may hold entries to compact
         # runs another live worker held when this store last tried to lease them: until when
         self._seen_busy: dict[str, float] = {}
-        self._giving_back: set[asyncio.Task[None]] = set()  # releases of abandoned leases
+        self._giving_back: set[Detached] = set()  # releases of abandoned leases
         # run_id -> the latest checkpoint this store wrote or read, kept (on the store's thread
         # only) so that resuming a run this process paused skips reading and parsing it again
         self._recent: OrderedDict[str, tuple[Checkpoint, int]] = OrderedDict()
@@ -512,8 +513,8 @@ class SqliteStore:
             # let what is queued finish (a write waiting for a lock, say) and be answered: a
             # lease written for a caller that gave up meanwhile is then given back, below
             await worker.call(_nothing)
-        if self._giving_back:
-            await asyncio.wait(set(self._giving_back))
+        for giving_back in list(self._giving_back):
+            await giving_back.wait()
         if self._batch:
             self._flush()
         worker, self._worker = self._worker, None
@@ -1366,9 +1367,11 @@ class SqliteStore:
         (``_in_write``'s ``abandoned``): no one executes the run, which would otherwise stay
         locked until the lease runs out. ``status``: what the run was before the lease (taking
         it to apply answers set ``in_progress``), set again."""
-        task = asyncio.get_running_loop().create_task(self._release_abandoned(lease, status))
+        task = spawn_detached(
+            lambda: self._release_abandoned(lease, status),
+            on_done=lambda: self._giving_back.discard(task),
+        )
         self._giving_back.add(task)
-        task.add_done_callback(self._giving_back.discard)
 
     def _give_back_taken(self, done: tuple[AnswerOutcome, tuple | None]) -> None:
         """``_give_back`` for ``answer_and_acquire``: the lease, if it took one."""

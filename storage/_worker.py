@@ -4,14 +4,11 @@ off the event loop, one operation at a time, in submission order."""
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
 from typing import Any
-
-import anyio
 
 Done = Callable[[Any, BaseException | None], None]
 """Called on the submitting event loop (``submit``) with the result or the error."""
@@ -114,13 +111,55 @@ class Worker:
         operation still runs, and ``abandoned`` gets its result."""
         try:
             loop = asyncio.get_running_loop()
-        except RuntimeError:  # another backend (trio): wait for the result from a helper thread
-            result: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            self._put((fn, args, None, lambda r, e: _resolve(result, r, e)))
-            return await anyio.to_thread.run_sync(result.result)
+        except RuntimeError:  # another backend: trio
+            return await self._call_from_trio(fn, args, abandoned)
         future = loop.create_future()
         self.submit(loop, fn, args, lambda r, e: _settle(future, r, e, abandoned))
         return await given_up_on(future, abandoned)
+
+    async def _call_from_trio(
+        self, fn: Callable[..., Any], args: tuple, abandoned: Abandoned | None
+    ) -> Any:
+        """``call`` on trio: a caller cancelled before the operation is queued queues nothing;
+        one cancelled after stops waiting, and ``abandoned`` gets the result (on trio's
+        thread, as on asyncio's loop). It queued the operation and then met the cancellation
+        at the wait, which ran the operation anyway and told no one what it took (a commit
+        its runtime never learned of, a lease never given back)."""
+        import trio
+
+        await trio.lowlevel.checkpoint_if_cancelled()
+        token = trio.lowlevel.current_trio_token()
+        arrived = trio.Event()
+        outcome: list[tuple[Any, BaseException | None]] = []
+        gone = False
+
+        def settle(result: Any, error: BaseException | None) -> None:  # on trio's thread
+            if gone:
+                if error is None and abandoned is not None:
+                    abandoned(result)
+                return
+            outcome.append((result, error))
+            arrived.set()
+
+        def done(result: Any, error: BaseException | None) -> None:  # on the worker
+            with contextlib.suppress(trio.RunFinishedError):  # (nobody is left to tell)
+                token.run_sync_soon(settle, result, error)
+
+        self._put((fn, args, None, done))
+        try:
+            await arrived.wait()
+        except BaseException:
+            if outcome:  # it arrived as the caller was cancelled
+                result, error = outcome[0]
+                if error is None and abandoned is not None:
+                    abandoned(result)
+            else:
+                gone = True
+            raise
+        result, error = outcome[0]
+        if error is not None:
+            raise error
+        return result
 
     def stop(self) -> None:
         """The thread ends after what was queued; nothing queued later runs (never started:
@@ -148,12 +187,3 @@ async def given_up_on(future: asyncio.Future[Any], abandoned: Abandoned | None) 
 
 def _ignore(result: Any, error: BaseException | None) -> None:
     return None
-
-
-def _resolve(
-    future: concurrent.futures.Future[Any], result: Any, error: BaseException | None
-) -> None:
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(result)

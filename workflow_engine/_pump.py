@@ -6,17 +6,20 @@ drops the stream must stop the run at once and release what it holds -- from the
 task, never from a garbage-collection hook in another one (a cancel scope must be left in the
 task that entered it). Dropping the pump cancels the task; ``close()`` cancels it and waits; so
 does cancelling the consumer while it waits for the next event.
+
+The task is an ``asyncio.Task`` on asyncio, a system task on trio (see ``_detached``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
 import anyio
+
+from ._detached import spawn_detached
 
 T = TypeVar("T")
 
@@ -34,8 +37,7 @@ class EventPump(Generic[T]):
             async with send:
                 await produce(send.send_nowait)
 
-        self._task = asyncio.get_running_loop().create_task(run())
-        self._task.add_done_callback(_retrieve)
+        self._task = spawn_detached(run)
         self._closed = False
 
     async def next(self) -> T:
@@ -50,10 +52,11 @@ class EventPump(Generic[T]):
             with anyio.CancelScope(shield=True):
                 await self.close()
             raise
-        await asyncio.wait({self._task})
+        await self._task.wait()
         self._receive.close()
-        if not self._task.cancelled() and self._task.exception() is not None:
-            raise self._task.exception()  # type: ignore[misc]
+        error = self._task.error()
+        if error is not None:
+            raise error
         raise StopAsyncIteration
 
     @property
@@ -65,7 +68,7 @@ class EventPump(Generic[T]):
         if not self._closed:
             self._closed = True
             self._task.cancel()
-            await asyncio.wait({self._task})
+            await self._task.wait()
             self._receive.close()
 
     def __del__(self) -> None:
@@ -78,9 +81,3 @@ class EventPump(Generic[T]):
         receive = getattr(self, "_receive", None)
         if receive is not None:
             receive.close()
-
-
-def _retrieve(task: asyncio.Task[None]) -> None:
-    """Mark a producer's exception as seen: a dropped stream's error is not worth a warning."""
-    if not task.cancelled():
-        task.exception()

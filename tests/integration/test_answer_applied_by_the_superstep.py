@@ -29,7 +29,7 @@ from workflow_engine import (
 )
 from workflow_engine.storage import SqliteStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 class Start(Executor):

@@ -38,7 +38,7 @@ from workflow_engine.executors import Agent, ChatMessage, ChatResponseUpdate
 from workflow_engine.executors._clients import message_from_updates
 from workflow_engine.storage import InMemoryRunStore, SqliteStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 class Gate(Executor):

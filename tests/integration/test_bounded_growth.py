@@ -16,7 +16,8 @@ import pytest
 from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
 from workflow_engine.storage import SqliteStore
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # hundreds of supersteps each
+# hundreds of supersteps each
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.trio_too]
 
 
 class Chat(Executor):

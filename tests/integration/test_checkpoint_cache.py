@@ -19,7 +19,7 @@ from workflow_engine import (
 )
 from workflow_engine.storage import SqliteStore, _sqlite
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 class Holder(Executor):

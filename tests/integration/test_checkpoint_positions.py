@@ -16,7 +16,7 @@ from workflow_engine.storage._schema import SCHEMA_VERSION
 from workflow_engine.storage._sql import SQL_INSERT_CHECKPOINT
 from workflow_engine.storage._sqlite import _prune_finished
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 FRAME = 4096 + 24  # a WAL frame: one page and its header
 

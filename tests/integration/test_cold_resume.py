@@ -18,7 +18,7 @@ from workflow_engine._errors import StoreCorruptError
 from workflow_engine.storage import SqliteStore
 from workflow_engine.storage._sqlite import _decode_text
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 WAITING = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
 

@@ -22,7 +22,7 @@ from workflow_engine import (
 from workflow_engine.storage import SqliteStore
 from workflow_engine_cli.demos import bank_transfer
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 MESSAGE = "Please transfer 1000 from account 123456 to account 654321."
 

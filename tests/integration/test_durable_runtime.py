@@ -36,7 +36,7 @@ from workflow_engine import (
 )
 from workflow_engine.storage import SqliteStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 EXPECTED = "done: seen=[1, 2, 3, 4, 5, 6] total=21"
 

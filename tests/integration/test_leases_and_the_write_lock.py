@@ -26,7 +26,7 @@ from tests.integration.workflows import following, stepper_workflow
 from workflow_engine import Checkpoint, Lease, RunBusyError
 from workflow_engine.storage import SqliteStore
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 LEASE = 30.0
 HOLD = 0.6

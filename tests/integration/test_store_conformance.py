@@ -33,7 +33,7 @@ from workflow_engine import (
 )
 from workflow_engine._store import default_owner
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 def runtime(store: RunStore) -> Runtime:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import os
 import sqlite3
@@ -11,10 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import anyio
 import pytest
 
 from tests.integration.cli_harness import ENGINE
-from tests.integration.workflows import stepper_workflow
+from tests.integration.workflows import outcomes, stepper_workflow
 from workflow_engine import (
     CheckpointVersionError,
     Executor,
@@ -34,7 +35,7 @@ from workflow_engine import (
 from workflow_engine.storage import SqliteStore
 from workflow_engine.storage._schema import SCHEMA_VERSION
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 def runtime(path: Path, **kwargs) -> Runtime:
@@ -439,10 +440,16 @@ async def test_a_new_file_another_program_holds_locked_is_waited_for(tmp_path: P
     db = tmp_path / "runs.db"
     blocker = sqlite3.connect(db, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
-    asyncio.get_running_loop().call_later(0.4, blocker.execute, "COMMIT")
+
+    async def commit_later() -> None:
+        await anyio.sleep(0.4)
+        blocker.execute("COMMIT")
+
     rt = runtime(db, busy_timeout=5.0)
     start = time.monotonic()
-    paused = await rt.run("stepper", 1)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(commit_later)
+        paused = await rt.run("stepper", 1)
     assert 0.3 < time.monotonic() - start < 4.0
     assert paused.pending_requests
     await rt.close()
@@ -513,7 +520,7 @@ async def test_a_value_too_big_for_sqlite_fails_its_run_by_name_and_no_other(
     rt = await _limited_runtime(tmp_path / "runs.db")
     small = [await rt.start("big", ["output", 10]) for _ in range(3)]
     big = await rt.start("big", [how, 2 * LIMIT])
-    results = await asyncio.gather(*(rt.resume(r) for r in [*small, big]), return_exceptions=True)
+    results = await outcomes([functools.partial(rt.resume, r) for r in [*small, big]])
     *fine, failed = results
     assert [r.outputs for r in fine] == [["x" * 10]] * 3  # (sharing its group commit)
     if how == "journal":  # the step's own write: the step fails (the run is recorded failed)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+import anyio
 from pydantic import BaseModel
 
 from workflow_engine import (
@@ -119,3 +122,21 @@ def following(checkpoint: Checkpoint, checkpoint_id: str) -> Checkpoint:
             "superstep": checkpoint.superstep + 1,
         }
     )
+
+
+async def outcomes(jobs: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
+    """Run ``jobs`` concurrently (one task each, on any anyio backend); each one's result or
+    the exception it raised, in the order given (``asyncio.gather(..., return_exceptions=True)``
+    on trio too)."""
+    results: list[Any] = [None] * len(jobs)
+
+    async def one(index: int) -> None:
+        try:
+            results[index] = await jobs[index]()
+        except Exception as exc:
+            results[index] = exc
+
+    async with anyio.create_task_group() as tg:
+        for index in range(len(jobs)):
+            tg.start_soon(one, index)
+    return results

@@ -8,7 +8,7 @@ from workflow_engine import RequestInfoEvent, ResponseTypeError, WorkflowRunStat
 from workflow_engine.executors import AgentRunUpdateEvent, ToolApprovalRequestContent
 from workflow_engine_cli.demos import bank_transfer, banking_assistant
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 MESSAGE = "Please transfer 1000 from account 123456 to account 654321."
 

@@ -28,7 +28,7 @@ from workflow_engine import (
 )
 from workflow_engine._checkpoint import apply_deltas
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 class Op(BaseModel):

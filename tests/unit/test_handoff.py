@@ -17,7 +17,7 @@ from workflow_engine.executors import (
 )
 from workflow_engine_cli.demos.support_handoff import build_support_workflow
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 async def drive(

@@ -51,7 +51,7 @@ from workflow_engine import (
     response_handler,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 FAST_TIER = os.environ.get("PROPERTY_EXAMPLES") == "half"

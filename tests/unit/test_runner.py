@@ -36,7 +36,7 @@ from workflow_engine import (
     response_handler,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 class Approval(BaseModel):

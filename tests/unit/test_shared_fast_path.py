@@ -25,7 +25,7 @@ from workflow_engine import (
 )
 from workflow_engine._codec import TaggedJsonCodec
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 class GeneralPathCodec(TaggedJsonCodec):

@@ -20,7 +20,7 @@ from workflow_engine.executors import (
     tool,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
 
 @tool
