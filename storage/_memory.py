@@ -35,7 +35,14 @@ from workflow_engine import (
     owner_is_dead,
 )
 from workflow_engine._checkpoint import canonical_answer
-from workflow_engine._store import Acquired, RequestStatus, check_own, check_prune, holder_of
+from workflow_engine._store import (
+    Acquired,
+    RequestStatus,
+    check_own,
+    check_prune,
+    ended_lease,
+    holder_of,
+)
 
 _TERMINAL = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
 
@@ -243,13 +250,24 @@ class InMemoryRunStore:
             return replace(run, cancel_requested=True)
         return run
 
-    async def release(self, lease: Lease) -> None:
+    async def release(self, lease: Lease) -> Lease | None:
         async with self._lock:
             run = self._runs.get(lease.run_id)
             # owner tokens are unique per execution: the owner alone fences a release (so a
             # caller that lost track of its lease version mid-commit can still release)
-            if run is not None and run.owner == lease.owner:
-                self._runs[lease.run_id] = replace(run, owner=None, lease_expires_at=None)
+            if run is None or run.owner != lease.owner:
+                return None
+            self._runs[lease.run_id] = replace(run, owner=None, lease_expires_at=None)
+            return ended_lease(
+                lease,
+                run.status,
+                lease.run_id in self._cancel_requested,
+                any(
+                    r.status == "answered"
+                    for r in self._requests.values()
+                    if r.run_id == lease.run_id
+                ),
+            )
 
     def _fenced(self, lease: Lease) -> RunRecord:
         run = self._run(lease.run_id)

@@ -69,6 +69,10 @@ SQL_TAKE_LEASE_TO_APPLY = (  # the same, for a run resting with answers to apply
 SQL_RELEASE = (  # owner tokens are unique per execution, so the owner alone fences a release
     "UPDATE runs SET owner = NULL, lease_expires_at = NULL WHERE run_id = ? AND owner = ?"
 )
+SQL_RELEASED_STATE = (  # what a release found: status, a cancel, answers waiting
+    "SELECT status, cancel_requested, EXISTS (SELECT 1 FROM requests WHERE run_id = ? AND "
+    "status = 'answered') FROM runs WHERE run_id = ?"
+)
 SQL_RELEASE_UNUSED = (  # a lease given back before anything ran: the status it found again
     "UPDATE runs SET owner = NULL, lease_expires_at = NULL, status = ? "
     "WHERE run_id = ? AND owner = ?"

@@ -100,6 +100,7 @@ from workflow_engine._store import (
     StoredRequest,
     check_own,
     check_prune,
+    ended_lease,
     holder_of,
     owner_is_dead,
 )
@@ -157,6 +158,7 @@ from ._sql import (
     SQL_PRUNE,
     SQL_RELEASE,
     SQL_RELEASE_UNUSED,
+    SQL_RELEASED_STATE,
     SQL_RENEW,
     SQL_REQUEST,
     SQL_REQUEST_AND_RUN,
@@ -1396,28 +1398,36 @@ class SqliteStore:
                 exc,
             )
 
-    async def release(self, lease: Lease) -> None:
-        await self._release_as(lease, None)
+    async def release(self, lease: Lease) -> Lease | None:
+        return await self._release_as(lease, None)
 
-    async def _release_as(self, lease: Lease, status: WorkflowRunState | None) -> None:
+    async def _release_as(self, lease: Lease, status: WorkflowRunState | None) -> Lease | None:
         """``release``; with ``status``, for a lease under which nothing ran, the run's status
         as the lease found it is set again: a lease taken to apply answers marks the run
         ``in_progress`` (so a crash while it executes shows a step in doubt), which a run
         nothing executed is not."""
 
-        def after(released: bool) -> None:
-            if released:
+        def after(ended: Lease | None) -> Lease | None:
+            if ended is not None:
                 self._forget(lease.run_id)
+            return ended
 
         self._fault("release:before")
-        await self._in_write(self._release, lease, status, after=after)
+        return await self._in_write(self._release, lease, status, after=after)
 
     @staticmethod
-    def _release(conn: Conn, lease: Lease, status: WorkflowRunState | None) -> bool:
+    def _release(conn: Conn, lease: Lease, status: WorkflowRunState | None) -> Lease | None:
         if status is None:
-            return conn.execute(SQL_RELEASE, (lease.run_id, lease.owner)).rowcount == 1
-        params = (status.value, lease.run_id, lease.owner)
-        return conn.execute(SQL_RELEASE_UNUSED, params).rowcount == 1
+            released = conn.execute(SQL_RELEASE, (lease.run_id, lease.owner)).rowcount
+        else:
+            params = (status.value, lease.run_id, lease.owner)
+            released = conn.execute(SQL_RELEASE_UNUSED, params).rowcount
+        if released != 1:
+            return None
+        # what arrived while it was held that no commit took up (in this transaction: an
+        # answer or a cancel stored from now on finds the run unleased, and acts itself)
+        row = conn.execute(SQL_RELEASED_STATE, (lease.run_id, lease.run_id)).fetchone()
+        return ended_lease(lease, WorkflowRunState(row[0]), bool(row[1]), bool(row[2]))
 
     async def renew(self, lease: Lease) -> Lease:
         """Extend the lease (same version); ``LeaseLostError`` if another worker took it."""

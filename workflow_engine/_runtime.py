@@ -53,7 +53,7 @@ from ._errors import (
     WorkflowError,
     WorkflowNotRegisteredError,
 )
-from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState
+from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState, WorkflowStatusEvent
 from ._identity import derive_id, idempotency_key
 from ._journal import JournalStore, keeps_journal
 from ._pump import EventPump
@@ -186,6 +186,9 @@ class _LeasedStore:
         commit applies it: the runner may apply answers in its first superstep's commit."""
         self.cancel_requested = lease.cancel_requested
         self.answers_waiting = False
+        self.cancel_waiting = False
+        """The release found a cancel requested that no commit took up (nothing ran after it
+        was stored): the rested run is cancelled next, as its requester was promised."""
         self.before: RunRecord | None = None
         """The run as it was before this lease was taken (its status and error)."""
         self.committed = False
@@ -513,7 +516,10 @@ class Runtime:
                 # a run whose first superstep did not commit is written now (interrupted, to
                 # be resumed), as if it had been admitted before it
                 await sink.admitted()
-                await _patient(lambda: self.store.release(sink.lease))
+                ended = await _patient(lambda: self.store.release(sink.lease))
+                if ended is not None:  # (a store of the older contract says nothing)
+                    sink.answers_waiting = sink.answers_waiting or ended.answers_waiting
+                    sink.cancel_waiting = ended.cancel_requested
             except Exception as exc:
                 # not released (a lock held past the retries, a full disk): the stored lease
                 # still names this execution, which is over -- this process need not wait for
@@ -699,8 +705,11 @@ class Runtime:
     async def _go_on(
         self, result: WorkflowRunResult, sink: _LeasedStore, max_supersteps: int | None
     ) -> WorkflowRunResult:
-        """Resume again while the run rested with answers already waiting for it."""
+        """Resume again while the run rested with answers already waiting for it; cancel it
+        if a cancel was stored for it meanwhile."""
         for _ in range(_MAX_CATCH_UPS):
+            if sink.cancel_waiting and not self._closing:
+                return _joined(result, await self._cancel_stored(result.run_id))
             if not sink.answers_waiting or result.status is not _WAITING:
                 break
             if self._closing:  # its result would list requests already answered
@@ -888,6 +897,12 @@ class Runtime:
 
             result = await self._executing_then_released(sink, execute)
             holder.result = result if holder.result is None else _joined(holder.result, result)
+            if sink.cancel_waiting and not self._closing:
+                ended = await self._cancel_stored(run_id)
+                holder.result = _joined(holder.result, ended)
+                if ended.status is WorkflowRunState.CANCELLED:
+                    emit(WorkflowStatusEvent(ended.status))
+                return
             if not sink.answers_waiting or result.status is not _WAITING:
                 return
 
@@ -945,6 +960,15 @@ class Runtime:
 
         result = await self._executing_then_released(sink, execute)
         return await self._go_on(result, sink, max_supersteps)
+
+    async def _cancel_stored(self, run_id: str) -> WorkflowRunResult:
+        """Honour a cancel stored while this process held the run's lease and ran nothing that
+        took it up (a resume with nothing to run): cancel the rested run now. Cancelled or
+        finished by another process meanwhile, or taken by a worker that honours the stored
+        request itself, it is left to that; the result is the run as it stands."""
+        with contextlib.suppress(RunNotResumableError, RunBusyError):
+            await self.cancel(run_id)
+        return await self._as_it_ended(run_id)
 
     async def _as_it_ended(self, run_id: str) -> WorkflowRunResult:
         """A finished run's result when nothing ran now: its status and latest checkpoint."""

@@ -62,6 +62,22 @@ def check_own(run_id: str, checkpoint: Checkpoint) -> None:
         )
 
 
+def ended_lease(
+    lease: Lease, status: WorkflowRunState, cancel_requested: bool, answered: bool
+) -> Lease:
+    """What ``release`` returns: ``lease`` as it ended, with a cancel still to honour (the run
+    not finished) and answers waiting for a run resting paused."""
+    unfinished = status not in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED)
+    return Lease(
+        lease.run_id,
+        lease.owner,
+        lease.version,
+        lease.expires_at,
+        cancel_requested=unfinished and cancel_requested,
+        answers_waiting=answered and status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS,
+    )
+
+
 def check_prune(finished_before: float | None, keep_last: int | None) -> None:
     """``UsageError`` for arguments ``prune`` cannot take -- raised before a store deletes
     anything (a refused call must change nothing)."""
@@ -269,9 +285,14 @@ class RunStore(Protocol):
         answer, ``check(run)`` -- aborts the whole, nothing written."""
         ...
 
-    async def release(self, lease: Lease) -> None:
+    async def release(self, lease: Lease) -> Lease | None:
         """End the lease if ``lease.owner`` still holds it (owner tokens are unique per
-        execution, so a lease taken over by another worker releases nothing)."""
+        execution, so a lease taken over by another worker releases nothing: ``None``).
+
+        The lease as it ended says what arrived while it was held and no commit took up: a
+        cancel requested (``cancel_requested``, the run not finished) and answers stored for
+        a run resting paused (``answers_waiting``). Their holder said "that execution applies
+        it"; one that ends without a commit (a resume with nothing to run) must still."""
         ...
 
     async def renew(self, lease: Lease) -> Lease:

@@ -124,6 +124,29 @@ async def test_requests_flow_through_the_inbox_once(store: RunStore) -> None:
     assert await store.list_requests() == []
 
 
+async def test_a_release_says_what_arrived_while_the_lease_was_held(store: RunStore) -> None:
+    """An answer or a cancel stored while a worker holds the run, which no commit took up (a
+    resume with nothing to run): the release reports it, in its own transaction -- the
+    worker was named as the one that applies it (outside tester 86)."""
+    rt = runtime(store)
+    paused = await rt.run("stepper", 1)
+    (pending,) = await store.list_requests()
+    lease = await store.acquire(paused.run_id, "host-a:1:x", 30)
+    quiet = await store.release(lease)
+    assert quiet is not None and not quiet.answers_waiting and not quiet.cancel_requested
+    assert await store.release(lease) is None  # released already: nothing to release
+    lease = await store.acquire(paused.run_id, "host-a:1:y", 30)
+    answer = {"$type": "tests.integration.workflows.Answer", "data": {"approved": True}}
+    await store.answer(pending.request_id, answer)
+    waiting = await store.release(lease)
+    assert waiting is not None and waiting.answers_waiting and not waiting.cancel_requested
+    lease = await store.acquire(paused.run_id, "host-a:1:z", 30)
+    assert await store.request_cancel(paused.run_id) is True  # held: stored for its worker
+    cancelled = await store.release(lease)
+    assert cancelled is not None and cancelled.cancel_requested
+    assert (await store.get_run(paused.run_id)).owner is None
+
+
 async def test_request_ids_list_every_request_by_prefix(store: RunStore) -> None:
     rt = runtime(store)
     first, second = await rt.run("stepper", 1), await rt.run("stepper", 1)
