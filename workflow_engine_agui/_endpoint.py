@@ -192,6 +192,18 @@ class AGUIWorkflow:
 
 
 @dataclass
+class _Begun:
+    """A request validated, what it gives stored, its run's execution started (or what it
+    was refused with)."""
+
+    runtime: Runtime | None = None
+    workflow: Workflow | None = None
+    turn: Turn | None = None
+    execution: MemoryObjectReceiveStream[Any] | None = None
+    error: Exception | None = None
+
+
+@dataclass
 class _Ended:
     """The end of a run's execution, after its last event: its result, or what it raised."""
 
@@ -511,12 +523,50 @@ class AGUIService:
         self, run_input: RunAgentInput, resume: list[ResumeAnswer] | None
     ) -> AsyncGenerator[BaseEvent, None]:
         thread_id, client_run_id = run_input.thread_id, run_input.run_id
-        yield RunStartedEvent(thread_id=thread_id, run_id=client_run_id)
         translator = EventTranslator()
+        # what the request asks to be stored -- answers, a new run -- is stored, and its
+        # execution started, whatever the client does meanwhile: one that hangs up stops
+        # reading, not its request (outside tester 87: an approval cut off half-way was never
+        # applied, and its thread refused every message after it as busy)
+        with anyio.CancelScope(shield=True):
+            begun = await self._begin(run_input, resume, translator)
+        execution = begun.execution
         try:
-            runtime, workflow = self.runtime_for(thread_id)
+            yield RunStartedEvent(thread_id=thread_id, run_id=client_run_id)
+            async for out in self._relayed(run_input, begun, translator):
+                yield out
+        finally:
+            if execution is not None:  # (left before the relay took it: it runs on unread)
+                execution.close()
+
+    async def _begin(
+        self, run_input: RunAgentInput, resume: list[ResumeAnswer] | None, translator: Any
+    ) -> _Begun:
+        """Validate the request, store what it gives, and start the run it continues."""
+        begun = _Begun()
+        try:
+            runtime, workflow = self.runtime_for(run_input.thread_id)
             translator.registry = workflow.registry
             turn = await self._prepare(runtime, workflow, run_input, resume)
+            begun.runtime, begun.workflow, begun.turn = runtime, workflow, turn
+            if turn.run_id not in (None, NOTHING_TO_DO) and not turn.replay:
+                assert turn.run_id is not None
+                begun.execution = self._execute(runtime, turn.run_id, turn.placeholder)
+        except Exception as exc:  # said after RUN_STARTED, as every refusal is
+            begun.error = exc
+        return begun
+
+    async def _relayed(
+        self, run_input: RunAgentInput, begun: _Begun, translator: EventTranslator
+    ) -> AsyncGenerator[BaseEvent, None]:
+        """What the request's stream says after RUN_STARTED: the run's events, then how it
+        ended (or the request's refusal)."""
+        thread_id, client_run_id = run_input.thread_id, run_input.run_id
+        try:
+            if begun.error is not None:
+                raise begun.error
+            runtime, workflow, turn = begun.runtime, begun.workflow, begun.turn
+            assert runtime is not None and workflow is not None and turn is not None
             run_id = turn.run_id
             if run_id == NOTHING_TO_DO:  # a resume on a thread without a run
                 log.info("thread %r: a resume with no run to go to", thread_id)
@@ -541,7 +591,8 @@ class AGUIService:
             translator.interrupt_key = turn.key
             translator.held = turn.held
             log.debug("thread %r: running %r", thread_id, run_id)
-            execution = self._execute(runtime, run_id, turn.placeholder)
+            execution = begun.execution
+            assert execution is not None
             result = None
             relayed = False  # an event of this execution reached the client
             async with execution:
@@ -648,42 +699,79 @@ class AGUIService:
             marked = current if current is not None and current not in self._starting else None
             if marked is not None:
                 self._starting.add(marked)
+            executes = False  # this request executes ``marked`` (its execution unmarks it)
             try:
-                run_id, answers, applied = await self._resume(
-                    runtime, workflow, record, pending, resume, thread_id, run_input.messages
+                turn = await self._resumed(
+                    runtime, workflow, record, checkpoint, key, pending, resume, run_input
                 )
-            except BaseException:
-                if marked is not None:
-                    self._starting.discard(marked)
-                raise
-            if marked is not None and (applied or run_id != current):
-                self._starting.discard(marked)  # not to be executed by this request
-            if applied:
-                # the resume that took a run to where it rests, sent again (a client retrying
-                # after a lost response): report that run -- its interrupts, its result -- as
-                # a repeated start does; it used to finish with nothing to say
-                assert run_id is not None
-                if run_id != current:
-                    _, checkpoint = await self.store.get_run_and_latest(run_id)
-                    key = run_key(run_id, checkpoint)
-                return Turn(run_id, key, replay=True)
-            if run_id is None:  # the client cancelled an interrupt: the run ended cancelled
-                return Turn(None, key, cancelled=current)
-            held: dict[str, HeldCall] = {}
-            if run_id == current and checkpoint is not None:
-                # the answers the run applies now, whoever stored them: an edit stored by the
-                # command line, resent by this client, was streamed as the model's arguments
-                # (tester 76)
-                stored, stored_answers = await self._answered(workflow, run_id)
-                held = held_calls(
-                    workflow,
-                    checkpoint,
-                    [*pending.values(), *stored],
-                    {**answers, **stored_answers},
-                )
-                if not pending:  # a run cut off, continued: the calls it was making
-                    held = {**calls_in_flight(workflow, checkpoint), **held}
-            return Turn(run_id, key, held)
+                executes = turn.run_id == current and not turn.replay
+                return turn
+            finally:
+                if marked is not None and not executes:
+                    self._starting.discard(marked)  # refused, failed, or not run here
+        return await self._started_turn(
+            runtime, workflow, run_input, record, checkpoint, key, pending, next_index
+        )
+
+    async def _resumed(
+        self,
+        runtime: Runtime,
+        workflow: Workflow,
+        record: RunRecord | None,
+        checkpoint: Checkpoint | None,
+        key: str | None,
+        pending: dict[str, ExternalRequest],
+        resume: list[ResumeAnswer],
+        run_input: RunAgentInput,
+    ) -> Turn:
+        """``_prepare`` for a resume: its answers stored, what the thread's run does next."""
+        thread_id = run_input.thread_id
+        current = record.run_id if record is not None else None
+        run_id, answers, applied = await self._resume(
+            runtime, workflow, record, pending, resume, thread_id, run_input.messages
+        )
+        if applied:
+            # the resume that took a run to where it rests, sent again (a client retrying
+            # after a lost response): report that run -- its interrupts, its result -- as
+            # a repeated start does; it used to finish with nothing to say
+            assert run_id is not None
+            if run_id != current:
+                _, checkpoint = await self.store.get_run_and_latest(run_id)
+                key = run_key(run_id, checkpoint)
+            return Turn(run_id, key, replay=True)
+        if run_id is None:  # the client cancelled an interrupt: the run ended cancelled
+            return Turn(None, key, cancelled=current)
+        held: dict[str, HeldCall] = {}
+        if run_id == current and checkpoint is not None:
+            # the answers the run applies now, whoever stored them: an edit stored by the
+            # command line, resent by this client, was streamed as the model's arguments
+            # (tester 76)
+            stored, stored_answers = await self._answered(workflow, run_id)
+            held = held_calls(
+                workflow,
+                checkpoint,
+                [*pending.values(), *stored],
+                {**answers, **stored_answers},
+            )
+            if not pending:  # a run cut off, continued: the calls it was making
+                held = {**calls_in_flight(workflow, checkpoint), **held}
+        return Turn(run_id, key, held)
+
+    async def _started_turn(
+        self,
+        runtime: Runtime,
+        workflow: Workflow,
+        run_input: RunAgentInput,
+        record: RunRecord | None,
+        checkpoint: Checkpoint | None,
+        key: str | None,
+        pending: dict[str, ExternalRequest],
+        next_index: int,
+    ) -> Turn:
+        """``_prepare`` for a new message: the run it starts (admitted, leased to this server),
+        or the thread's run it continues or reports."""
+        thread_id = run_input.thread_id
+        current = record.run_id if record is not None else None
         cut_off = record is not None and await self._cut_off(record)
         if not cut_off and await self._retried(workflow, record, run_input):
             # the request that started the thread's newest run, sent again (a client retrying

@@ -6,6 +6,7 @@ is done when it is not (outside tester)."""
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -352,6 +353,75 @@ def test_a_client_that_goes_away_does_not_cut_off_an_approved_call(tmp_path: Pat
         again = post(url, resume=answer)  # the same resume again: nothing left to do
         assert again[-1]["type"] == "RUN_FINISHED", again[-1]
     assert [kind for kind, _ in ledger] == ["start", "done"], ledger
+
+
+def test_a_client_that_hangs_up_while_its_approval_is_stored_still_has_it_applied(
+    tmp_path: Path,
+) -> None:
+    """The client closes its connection while the server stores its approval (before the
+    run's execution began): the approval is applied all the same, and the thread takes new
+    messages. Cut off there, the request left the answer stored and never applied, and the
+    thread answered every new message ``run_busy`` (outside tester 87: 75-100% of rounds)."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+
+    ledger: list[str] = []
+
+    @tool(approval_mode="always_require")
+    def transfer(amount: float, idempotency_key: str) -> str:
+        """Move money."""
+        ledger.append(idempotency_key)
+        return f"moved {amount}"
+
+    client = ScriptedChatClient(
+        [
+            Rule(
+                user=r"move (?P<n>\d+)",
+                reply="Approve?",
+                calls=[ToolCall("transfer", {"amount": "{n}"})],
+            ),
+            Rule(after_tool="transfer", reply="Done: {result}"),
+            Rule(user="thanks", reply="You are welcome."),
+        ]
+    )
+    stored, hung_up = threading.Event(), threading.Event()
+
+    def hang_up_once_stored(point: str) -> None:
+        if point == "answer:after" and not stored.is_set():
+            stored.set()
+            hung_up.wait(10)
+            time.sleep(0.2)  # (the server sees the connection gone once this returns)
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(
+        app, Agent("bank", "You move money.", client, [transfer]), "/bank", store=store
+    )
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/bank"
+        paused = said(url, "t", "r", "move 300")
+        (interrupt,) = paused[-1]["outcome"]["interrupts"]
+        answer = [
+            {"interruptId": interrupt["id"], "status": "resolved", "payload": {"accepted": True}}
+        ]
+        body = json.dumps({"threadId": "t", "runId": "r2", "messages": [], "resume": answer})
+        store.fault_hook = hang_up_once_stored
+        with socket.create_connection(("127.0.0.1", port)) as sock:
+            head = (
+                f"POST /bank HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            sock.sendall(head.encode() + body.encode())
+            assert stored.wait(20), "the approval was never stored"
+        hung_up.set()
+        deadline = time.monotonic() + 20
+        while status_of(tmp_path) is not WorkflowRunState.IDLE and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status_of(tmp_path) is WorkflowRunState.IDLE
+        assert len(ledger) == 1, ledger
+        after = said(url, "t", "r3", "thanks")  # the thread goes on: not run_busy
+        assert after[-1]["type"] == "RUN_FINISHED", after[-1]
+    anyio.run(store.close)
+    assert len(ledger) == 1, ledger
 
 
 def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
