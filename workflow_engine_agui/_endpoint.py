@@ -462,7 +462,8 @@ class AGUIService:
         self._starting: set[str] = set()
         """Runs this server admitted whose execution has not taken their lease yet: in that
         moment a run looks as if a server stop had cut it off."""
-        self._executing: set[asyncio.Task[None]] = set()
+        self._executing: dict[asyncio.Task[None], anyio.CancelScope] = {}
+        """The runs' executions (``_execute``), each with the scope ``interrupt`` cancels."""
         """Runs being executed (``_execute``): held here so that a task is never collected."""
 
     def thread_key(self, thread_id: str) -> str:
@@ -1051,17 +1052,23 @@ class AGUIService:
         gracefully. It used to be cancelled mid-step, its tool call left in doubt."""
         send, receive = anyio.create_memory_object_stream[WorkflowEvent | _Ended](math.inf)
 
+        # ``interrupt`` cancels this scope, not the task: a task cancelled before it began
+        # never ran its body, so its client waited for an end that never came, its run kept
+        # as starting (outside tester 87: a second Ctrl-C 10 ms after the first hung `serve`)
+        scope = anyio.CancelScope()
+
         async def execute() -> None:
             stream = runtime.resume_stream(run_id)
             ended = _Ended()
             with send, self._started(run_id, placeholder):
                 try:
-                    async with aclosing(stream):
-                        async for event in stream:
-                            self._starting.discard(run_id)  # its first event: lease taken
-                            with suppress(anyio.BrokenResourceError):  # no one reads now
-                                send.send_nowait(event)
-                    ended.result = stream.result
+                    with scope:
+                        async with aclosing(stream):
+                            async for event in stream:
+                                self._starting.discard(run_id)  # its first event: lease taken
+                                with suppress(anyio.BrokenResourceError):  # no one reads now
+                                    send.send_nowait(event)
+                        ended.result = stream.result
                 except Exception as exc:  # the relay reports it (RUN_ERROR)
                     ended.error = exc
                 if receive_closed(send):
@@ -1072,8 +1079,8 @@ class AGUIService:
                         send.send_nowait(ended)
 
         task = asyncio.get_running_loop().create_task(execute())
-        self._executing.add(task)
-        task.add_done_callback(self._executing.discard)
+        self._executing[task] = scope
+        task.add_done_callback(lambda done: self._executing.pop(done, None))
         return receive
 
     def interrupt(self) -> int:
@@ -1083,10 +1090,10 @@ class AGUIService:
         under way is asked about then if it did not finish. Each connected client gets
         ``RUN_ERROR`` (``run_interrupted``). Call it on the event loop's thread; ``drain``
         then returns once they have stopped. Returns how many runs were told to stop."""
-        tasks = [task for task in self._executing if not task.done()]
-        for task in tasks:
-            task.cancel()
-        return len(tasks)
+        scopes = [scope for task, scope in self._executing.items() if not task.done()]
+        for scope in scopes:
+            scope.cancel()
+        return len(scopes)
 
     async def drain(self) -> None:
         """Wait for every run this endpoint is executing (see ``_execute``) to end."""

@@ -424,6 +424,48 @@ def test_a_client_that_hangs_up_while_its_approval_is_stored_still_has_it_applie
     assert len(ledger) == 1, ledger
 
 
+def test_a_forced_stop_before_a_run_s_execution_began_still_ends_its_stream(
+    tmp_path: Path,
+) -> None:
+    """A forced stop (the second Ctrl-C: ``interrupt``) in the instant after a request started
+    its run's execution and before that began: the client is told (``run_interrupted``) and
+    the run is left to be continued. The execution's task was cancelled before it ran a line,
+    so its client waited for an end that never came -- and ``serve`` with it (outside tester
+    87: a second Ctrl-C 10 ms after the first hung the server in 3 of 4 rounds)."""
+    from ag_ui.core import RunAgentInput
+
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient
+
+    client = ScriptedChatClient([Rule(user="hello", reply="Hi.")])
+    store = SqliteStore(tmp_path / "runs.db")
+    service = add_agui_endpoint(FastAPI(), Agent("greeter", "Greet.", client), "/hi", store=store)
+    run_input = RunAgentInput.model_validate(
+        {
+            "threadId": "t",
+            "runId": "r",
+            "messages": [{"id": "m", "role": "user", "content": "hello"}],
+            "state": None,
+            "tools": [],
+            "context": [],
+            "forwardedProps": None,
+        }
+    )
+
+    async def main() -> list[Any]:
+        events = service.stream(run_input, None)
+        with anyio.fail_after(20):
+            first = await events.__anext__()  # the run admitted, its execution not begun
+            assert service.interrupt() == 1
+            rest = [event async for event in events]
+        await store.close()
+        return [first, *rest]
+
+    events = anyio.run(main)
+    assert events[0].type == "RUN_STARTED"
+    assert events[-1].type == "RUN_ERROR" and events[-1].code == "run_interrupted", events[-1]
+    assert status_of(tmp_path) is WorkflowRunState.IN_PROGRESS  # to be continued
+
+
 def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
     tmp_path: Path,
 ) -> None:
