@@ -266,6 +266,10 @@ def migrate(
     event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"), named=False)
     try:
         with engine.begin() as conn:
+            listed = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")
+            refused = foreign_tables_refused({row[0] for row in listed}, path)
+            if refused is not None:  # (checked again: another program may have made them)
+                raise refused
             info.create(conn, checkfirst=True)
             row = conn.execute(select(info.c.version)).first()
             current = row[0] if row else 0
@@ -284,3 +288,24 @@ def migrate(
         raise
     finally:
         engine.dispose()
+
+
+_OUR_TABLES = ("runs", "checkpoints", "requests", "journal")
+
+
+def foreign_tables_refused(tables: set[str], path: Path) -> Exception | None:
+    """The error for a database whose tables (``tables``, by name) are another program's: no
+    version table of ours, yet a table by one of our names. Creating our tables would skip
+    that one, and migrating would alter it (outside tester 86: another program's ``runs``
+    table got our columns, the file was stamped as ours, and every write then failed).
+    Checked before anything is written, WAL mode included."""
+    taken = [name for name in _OUR_TABLES if name in tables]
+    if "we_schema" in tables or not taken:
+        return None
+    from workflow_engine import StoreUnavailableError
+
+    return StoreUnavailableError(
+        f"cannot use {path} as a workflow-engine database: it holds another program's tables "
+        f"named {', '.join(taken)} (and no workflow-engine schema); nothing was written to it "
+        "-- use another file"
+    )

@@ -119,7 +119,7 @@ from ._rows import (
     span_row,
     stored_request,
 )
-from ._schema import SCHEMA_VERSION, migrate
+from ._schema import SCHEMA_VERSION, foreign_tables_refused, migrate
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
@@ -556,6 +556,10 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
         try:
+            listed = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            refused = foreign_tables_refused({row[0] for row in listed}, self.path)
+            if refused is not None:
+                raise refused
             self._enter_wal(conn, patient)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")

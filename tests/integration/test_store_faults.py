@@ -297,6 +297,39 @@ async def test_a_read_only_directory_says_why_even_reading_needs_it(tmp_path: Pa
     assert "Traceback" not in done.stderr and sorted(os.listdir(db.parent)) == ["runs.db"]
 
 
+async def test_another_program_s_tables_by_our_names_are_refused_untouched(
+    tmp_path: Path,
+) -> None:
+    """Another program's database whose tables happen to be named ``runs`` and ``requests``:
+    opening it as a store is refused by name, and the file is left exactly as it was -- its
+    tables, no table of ours, not switched to WAL. It was migrated (our columns added to its
+    ``runs``, stamped as ours) and then failed at every write (outside tester 86); ``serve``
+    listened on it."""
+    db = tmp_path / "payroll.db"
+    other = sqlite3.connect(db)
+    other.execute("CREATE TABLE runs(x)")
+    other.execute("CREATE TABLE requests(id TEXT)")
+    other.execute("INSERT INTO runs VALUES ('payroll')")
+    other.commit()
+    other.close()
+
+    def schema() -> list[tuple[str, str]]:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
+
+    before = schema()
+    with pytest.raises(StoreUnavailableError, match="another program's tables named runs"):
+        await SqliteStore(db).open()
+    serve = [str(ENGINE), "serve", "--port", "0", "--db", str(db)]
+    done = subprocess.run(serve, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 6, done
+    assert "another program's tables" in done.stderr and "Traceback" not in done.stderr
+    assert schema() == before
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        assert conn.execute("SELECT x FROM runs").fetchall() == [("payroll",)]
+
+
 async def test_lock_held_past_the_busy_timeout(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     rt = runtime(db, busy_timeout=0.2)
