@@ -115,6 +115,17 @@ def resume_of(paused: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"interruptId": interrupt["id"], "status": "resolved", "payload": {"ok": True}}]
 
 
+def transfer_script(*more: Any) -> Any:
+    """A scripted model that asks to ``transfer`` the amount a user names, then says it is
+    done (and follows ``more`` rules)."""
+    from workflow_engine.executors import Rule, ScriptedChatClient, ToolCall
+
+    asks = Rule(
+        user=r"move (?P<n>\d+)", reply="Approve?", calls=[ToolCall("transfer", {"amount": "{n}"})]
+    )
+    return ScriptedChatClient([asks, Rule(after_tool="transfer", reply="Done: {result}"), *more])
+
+
 def status_of(tmp_path: Path) -> WorkflowRunState:
     async def read() -> WorkflowRunState:
         async with SqliteStore(tmp_path / "runs.db") as store:
@@ -309,7 +320,7 @@ def test_a_client_that_goes_away_does_not_cut_off_an_approved_call(tmp_path: Pat
     """A closed tab while the approved tool runs: the run goes on without its reader -- the
     call finishes once and the run rests -- as on a graceful server stop. It used to be
     cancelled mid-call, and the same resume then asked whether the transfer had happened."""
-    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+    from workflow_engine.executors import Agent, tool
 
     gate, ledger = threading.Event(), []
 
@@ -322,17 +333,7 @@ def test_a_client_that_goes_away_does_not_cut_off_an_approved_call(tmp_path: Pat
         ledger.append(("done", idempotency_key))
         return f"moved {amount}"
 
-    client = ScriptedChatClient(
-        [
-            Rule(
-                user=r"move (?P<n>\d+)",
-                reply="Approve?",
-                calls=[ToolCall("transfer", {"amount": "{n}"})],
-            ),
-            Rule(after_tool="transfer", reply="Done: {result}"),
-        ]
-    )
-    bank = Agent("bank", "You move money.", client, [transfer])
+    bank = Agent("bank", "You move money.", transfer_script(), [transfer])
     with serving_target(tmp_path, bank, "/bank") as url:
         paused = said(url, "t", "r", "move 300")
         (interrupt,) = paused[-1]["outcome"]["interrupts"]
@@ -362,7 +363,7 @@ def test_a_client_that_hangs_up_while_its_approval_is_stored_still_has_it_applie
     run's execution began): the approval is applied all the same, and the thread takes new
     messages. Cut off there, the request left the answer stored and never applied, and the
     thread answered every new message ``run_busy`` (outside tester 87: 75-100% of rounds)."""
-    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+    from workflow_engine.executors import Agent, Rule, tool
 
     ledger: list[str] = []
 
@@ -372,17 +373,7 @@ def test_a_client_that_hangs_up_while_its_approval_is_stored_still_has_it_applie
         ledger.append(idempotency_key)
         return f"moved {amount}"
 
-    client = ScriptedChatClient(
-        [
-            Rule(
-                user=r"move (?P<n>\d+)",
-                reply="Approve?",
-                calls=[ToolCall("transfer", {"amount": "{n}"})],
-            ),
-            Rule(after_tool="transfer", reply="Done: {result}"),
-            Rule(user="thanks", reply="You are welcome."),
-        ]
-    )
+    client = transfer_script(Rule(user="thanks", reply="You are welcome."))
     stored, hung_up = threading.Event(), threading.Event()
 
     def hang_up_once_stored(point: str) -> None:

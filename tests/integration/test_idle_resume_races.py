@@ -21,6 +21,7 @@ from tests.integration.workflows import Answer, stepper_workflow
 from workflow_engine import (
     RunBusyError,
     Runtime,
+    WorkflowRunResult,
     WorkflowRunState,
     WorkflowStatusEvent,
 )
@@ -60,13 +61,18 @@ def before_the_release(
     return hook, raised
 
 
-async def test_an_answer_stored_for_a_resume_with_nothing_to_run_is_applied_by_it(
-    tmp_path: Path,
-) -> None:
+async def paused_run(tmp_path: Path) -> tuple[Path, Runtime, WorkflowRunResult]:
+    """A stepper run paused on its request, in a new database; its runtime."""
     db = tmp_path / "runs.db"
     runtime = Runtime(SqliteStore(db))
     runtime.register(stepper_workflow)
-    paused = await runtime.run("stepper", 1)
+    return db, runtime, await runtime.run("stepper", 1)
+
+
+async def test_an_answer_stored_for_a_resume_with_nothing_to_run_is_applied_by_it(
+    tmp_path: Path,
+) -> None:
+    db, runtime, paused = await paused_run(tmp_path)
     (request,) = paused.pending_requests
 
     async def answer(other: Runtime) -> None:
@@ -87,10 +93,7 @@ async def test_an_answer_stored_for_a_resume_with_nothing_to_run_is_applied_by_i
 async def test_a_cancel_stored_for_a_resume_with_nothing_to_run_cancels_the_run(
     tmp_path: Path,
 ) -> None:
-    db = tmp_path / "runs.db"
-    runtime = Runtime(SqliteStore(db))
-    runtime.register(stepper_workflow)
-    paused = await runtime.run("stepper", 1)
+    db, runtime, paused = await paused_run(tmp_path)
     (request,) = paused.pending_requests
 
     async def cancel(other: Runtime) -> None:
@@ -120,10 +123,7 @@ async def test_a_cancel_stored_for_a_resume_with_nothing_to_run_cancels_the_run(
 async def test_a_cancel_stored_for_a_plain_resume_with_nothing_to_run_cancels_the_run(
     tmp_path: Path,
 ) -> None:
-    db = tmp_path / "runs.db"
-    runtime = Runtime(SqliteStore(db))
-    runtime.register(stepper_workflow)
-    paused = await runtime.run("stepper", 1)
+    db, runtime, paused = await paused_run(tmp_path)
 
     async def cancel(other: Runtime) -> None:
         await other.cancel(paused.run_id)
