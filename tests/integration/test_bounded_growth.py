@@ -16,8 +16,7 @@ import pytest
 from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
 from workflow_engine.storage import SqliteStore
 
-# hundreds of supersteps each
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.trio_too]
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # hundreds of supersteps each
 
 
 class Chat(Executor):

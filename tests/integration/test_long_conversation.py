@@ -26,7 +26,7 @@ from workflow_engine.executors import (
 from workflow_engine.executors._host import read_message
 from workflow_engine.storage import SqliteStore
 
-pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
+pytestmark = pytest.mark.anyio
 
 HERE = Path(__file__).resolve().parent
 

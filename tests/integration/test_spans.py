@@ -26,7 +26,7 @@ from workflow_engine import (
 )
 from workflow_engine.storage import SqliteStore
 
-pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
+pytestmark = pytest.mark.anyio
 
 STEPS = 150
 

@@ -51,7 +51,7 @@ from workflow_engine import (
     response_handler,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
+pytestmark = pytest.mark.anyio
 
 
 FAST_TIER = os.environ.get("PROPERTY_EXAMPLES") == "half"
