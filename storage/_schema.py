@@ -266,7 +266,7 @@ def migrate(
     event.listen(engine, "begin", lambda conn: conn.exec_driver_sql("BEGIN IMMEDIATE"), named=False)
     try:
         with engine.begin() as conn:
-            listed = conn.exec_driver_sql("SELECT name FROM sqlite_master WHERE type = 'table'")
+            listed = conn.exec_driver_sql("SELECT name FROM sqlite_master")
             refused = foreign_tables_refused({row[0] for row in listed}, path)
             if refused is not None:  # (checked again: another program may have made them)
                 raise refused
@@ -294,18 +294,20 @@ _OUR_TABLES = ("runs", "checkpoints", "requests", "journal")
 
 
 def foreign_tables_refused(tables: set[str], path: Path) -> Exception | None:
-    """The error for a database whose tables (``tables``, by name) are another program's: no
-    version table of ours, yet a table by one of our names. Creating our tables would skip
+    """The error for a database whose tables (``tables``: the names of its tables, views,
+    indexes and triggers) are another program's: no version table of ours, yet something by
+    one of our names. Creating our tables would skip
     that one, and migrating would alter it (outside tester 86: another program's ``runs``
     table got our columns, the file was stamped as ours, and every write then failed).
     Checked before anything is written, WAL mode included."""
-    taken = [name for name in _OUR_TABLES if name in tables]
-    if "we_schema" in tables or not taken:
+    named = {name.lower() for name in tables}  # (SQLite's names ignore case: RUNS is runs)
+    taken = [name for name in _OUR_TABLES if name in named]
+    if "we_schema" in named or not taken:
         return None
     from workflow_engine import StoreUnavailableError
 
     return StoreUnavailableError(
         f"cannot use {path} as a workflow-engine database: it holds another program's tables "
-        f"named {', '.join(taken)} (and no workflow-engine schema); nothing was written to it "
-        "-- use another file"
+        f"(or views, indexes) named {', '.join(taken)} and no workflow-engine schema; nothing "
+        "was written to it -- use another file"
     )

@@ -556,7 +556,7 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
         try:
-            listed = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            listed = conn.execute("SELECT name FROM sqlite_master")
             refused = foreign_tables_refused({row[0] for row in listed}, self.path)
             if refused is not None:
                 raise refused

@@ -384,7 +384,7 @@ def _not_ours(path: Path) -> tuple[int, str] | None:
         return None
     finally:
         conn.close()
-    if "we_schema" in tables:  # (every schema of ours has it; a "runs" table alone is not ours)
+    if "we_schema" in {name.lower() for name in tables}:  # (every schema of ours has it)
         return None
     if not tables:
         why = "the SQLite file has no tables (nothing has run there yet)"

@@ -297,8 +297,18 @@ async def test_a_read_only_directory_says_why_even_reading_needs_it(tmp_path: Pa
     assert "Traceback" not in done.stderr and sorted(os.listdir(db.parent)) == ["runs.db"]
 
 
+@pytest.mark.parametrize(
+    ("schema", "table"),
+    [
+        (["CREATE TABLE runs(x)", "CREATE TABLE requests(id TEXT)"], "runs"),
+        (["CREATE TABLE RUNS(x)", "CREATE TABLE Journal(id TEXT)"], "RUNS"),  # (case ignored)
+        (["CREATE TABLE ledger(x)", "CREATE VIEW runs AS SELECT x FROM ledger"], "ledger"),
+        (["CREATE TABLE ledger(x)", "CREATE INDEX checkpoints ON ledger(x)"], "ledger"),
+    ],
+    ids=["tables", "other-case", "view", "index"],
+)
 async def test_another_program_s_tables_by_our_names_are_refused_untouched(
-    tmp_path: Path,
+    tmp_path: Path, schema: list[str], table: str
 ) -> None:
     """Another program's database whose tables happen to be named ``runs`` and ``requests``:
     opening it as a store is refused by name, and the file is left exactly as it was -- its
@@ -307,9 +317,9 @@ async def test_another_program_s_tables_by_our_names_are_refused_untouched(
     listened on it."""
     db = tmp_path / "payroll.db"
     other = sqlite3.connect(db)
-    other.execute("CREATE TABLE runs(x)")
-    other.execute("CREATE TABLE requests(id TEXT)")
-    other.execute("INSERT INTO runs VALUES ('payroll')")
+    for statement in schema:
+        other.execute(statement)
+    other.execute(f"INSERT INTO {table} VALUES ('payroll')")
     other.commit()
     other.close()
 
@@ -318,7 +328,7 @@ async def test_another_program_s_tables_by_our_names_are_refused_untouched(
             return conn.execute("SELECT name, sql FROM sqlite_master ORDER BY name").fetchall()
 
     before = schema()
-    with pytest.raises(StoreUnavailableError, match="another program's tables named runs"):
+    with pytest.raises(StoreUnavailableError, match="another program's tables"):
         await SqliteStore(db).open()
     serve = [str(ENGINE), "serve", "--port", "0", "--db", str(db)]
     done = subprocess.run(serve, capture_output=True, text=True, timeout=60, check=False)
@@ -327,7 +337,7 @@ async def test_another_program_s_tables_by_our_names_are_refused_untouched(
     assert schema() == before
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
-        assert conn.execute("SELECT x FROM runs").fetchall() == [("payroll",)]
+        assert conn.execute(f"SELECT x FROM {table}").fetchall() == [("payroll",)]
 
 
 async def test_lock_held_past_the_busy_timeout(tmp_path: Path) -> None:
