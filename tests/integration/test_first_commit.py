@@ -226,6 +226,34 @@ async def test_a_first_superstep_cut_off_leaves_the_run_interrupted(tmp_path: Pa
         assert await finished(db, run.run_id) == [True]
 
 
+@pytest.mark.slow  # real time: another process holds the lock for 2 s
+async def test_a_first_commit_waiting_for_another_process_s_lock_lets_its_caller_go(
+    tmp_path: Path,
+) -> None:
+    """The caller's deadline passes while the first commit waits for another process's write
+    lock: it stops waiting (on trio too: it waited for the lock, and past the busy timeout got
+    the store's error in an exception group -- outside tester 88), and the run is written
+    once, when the lock frees."""
+    import time
+
+    from test_cancelled_callers import write_lock_held
+
+    db = tmp_path / "runs.db"
+    runtime = runtime_on(db)
+    await runtime.store.open()
+    with write_lock_held(db, 2.0):
+        start = time.monotonic()
+        with anyio.move_on_after(0.2) as deadline:
+            await runtime.run("first-commit", "0 pass")
+        waited = time.monotonic() - start
+    assert deadline.cancelled_caught and waited < 1.5, waited
+    await runtime.close()
+    store = SqliteStore(db)
+    (run,) = await store.list_runs()
+    await store.close()
+    assert run.owner is None and run.status is PAUSED, run  # (its first superstep asks)
+
+
 async def test_a_caller_that_gives_up_before_it_starts_writes_nothing(tmp_path: Path) -> None:
     runtime = runtime_on(tmp_path / "runs.db")
     with anyio.CancelScope() as scope:
