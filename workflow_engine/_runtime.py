@@ -34,7 +34,6 @@ import anyio
 import sniffio
 
 from ._checkpoint import Checkpoint
-from ._detached import Detached, spawn_detached
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointStoreError,
@@ -204,8 +203,6 @@ class _LeasedStore:
         """Set once the admission's write under way ends (its waiters go on then)."""
         self._admission_task: asyncio.Task[None] | None = None
         """That write on asyncio (held here: the loop keeps only a weak reference to it)."""
-        self._admission_apart: Detached | None = None
-        """That write on trio."""
 
     async def admitted(self) -> Lease:
         """The lease, once the run is written: a pending admission is written now."""
@@ -254,12 +251,8 @@ class _LeasedStore:
                 then(lease)
 
         if sniffio.current_async_library() != "asyncio":
-            # (trio: a system task, which the caller may stop waiting for, as on asyncio)
-            apart = self._admission_apart = spawn_detached(written)
-            await apart.wait()
-            error = apart.error()
-            if error is not None:
-                raise error
+            with anyio.CancelScope(shield=True):
+                await written()
             return True
         task = self._admission_task = asyncio.ensure_future(written())
         # (its error is its awaiter's; one cancelled meanwhile has left, so it is read here)
@@ -455,7 +448,6 @@ class Runtime:
         self._factories: dict[str, WorkflowFactory] = {}
         self._workflows: dict[str, Workflow] = {}
         self._releasing: set[asyncio.Task[None]] = set()  # leases being given back
-        self._releasing_apart: set[Detached] = set()  # (the same, on trio)
         self._executing: set[anyio.CancelScope] = set()  # runs executing here (close stops them)
         self._calls = 0  # calls using the store now (``close()`` waits for them)
         self._calls_over: list[anyio.Event] = []  # set when they are all over
@@ -491,7 +483,7 @@ class Runtime:
             return
         under_way = sys.exc_info()[1]  # (called from a ``finally``: what is propagating)
         if sniffio.current_async_library() != "asyncio":
-            await self._release_apart(sink, under_way)
+            await self._release_now(sink)
             return
         releasing = asyncio.ensure_future(self._release_now(sink))
         self._releasing.add(releasing)
@@ -515,28 +507,6 @@ class Runtime:
         # (under another exception -- the store closed under the run, say -- that one says it)
         if stopped is not None:
             raise stopped
-
-    async def _release_apart(self, sink: _LeasedStore, under_way: BaseException | None) -> None:
-        """``_release`` on trio: in a system task of its own, which a cancelled caller waits
-        for up to ``_RELEASE_PATIENCE`` (a release takes milliseconds: the caller then finds
-        it done, as on asyncio) and then stops waiting for -- one held up by another
-        process's lock goes on (``close()`` waits for it)."""
-
-        def said_if_failed() -> None:
-            self._releasing_apart.discard(releasing)
-            if releasing.error() is not None and not told:
-                log.warning("a run's lease could not be given back: %s", releasing.error())
-
-        told = False
-        releasing = spawn_detached(lambda: self._release_now(sink), on_done=said_if_failed)
-        self._releasing_apart.add(releasing)
-        with anyio.CancelScope(shield=True), anyio.move_on_after(_RELEASE_PATIENCE):
-            await releasing.wait()
-        await releasing.wait()  # (cancelled: leaves here)
-        failure = releasing.error()
-        if failure is not None and under_way is None:
-            told = True
-            raise failure
 
     async def _release_now(self, sink: _LeasedStore) -> None:
         """A store briefly locked by another process is retried for a while, so a passing
@@ -1328,8 +1298,6 @@ class Runtime:
                 await over.wait()
             if self._releasing:
                 await asyncio.wait(set(self._releasing))
-            for releasing in list(self._releasing_apart):
-                await releasing.wait()
             await self.store.close()
             self._closed = True
         finally:
@@ -1439,8 +1407,6 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
     return out
 
 
-_RELEASE_PATIENCE = 0.5
-"""Seconds a cancelled caller waits for its lease's release on trio before it leaves."""
 _WAITING = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
 _MAX_CATCH_UPS = 100
 """How many times one call resumes again for answers that arrived while it executed."""

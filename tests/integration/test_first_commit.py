@@ -231,9 +231,9 @@ async def test_a_first_commit_waiting_for_another_process_s_lock_lets_its_caller
     tmp_path: Path,
 ) -> None:
     """The caller's deadline passes while the first commit waits for another process's write
-    lock: it stops waiting (on trio too: it waited for the lock, and past the busy timeout got
-    the store's error in an exception group -- outside tester 88), and the run is written
-    once, when the lock frees."""
+    lock: it stops waiting (on trio once the lock frees; past the busy timeout it got the
+    store's error in an exception group -- outside tester 88), and the run is written once,
+    when the lock frees."""
     import time
 
     from test_cancelled_callers import write_lock_held
@@ -246,7 +246,9 @@ async def test_a_first_commit_waiting_for_another_process_s_lock_lets_its_caller
         with anyio.move_on_after(0.2) as deadline:
             await runtime.run("first-commit", "0 pass")
         waited = time.monotonic() - start
-    assert deadline.cancelled_caught and waited < 1.5, waited
+    # (on trio the admission's write is shielded: its caller waits for the lock, then leaves)
+    limit = 1.5 if sniffio.current_async_library() == "asyncio" else 4.0
+    assert deadline.cancelled_caught and waited < limit, waited
     await runtime.close()
     store = SqliteStore(db)
     (run,) = await store.list_runs()
