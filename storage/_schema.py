@@ -296,10 +296,10 @@ _OUR_TABLES = ("runs", "checkpoints", "requests", "journal")
 def foreign_tables_refused(tables: set[str], path: Path) -> Exception | None:
     """The error for a database whose tables (``tables``: the names of its tables, views,
     indexes and triggers) are another program's: no version table of ours, yet something by
-    one of our names. Creating our tables would skip
-    that one, and migrating would alter it (outside tester 86: another program's ``runs``
-    table got our columns, the file was stamped as ours, and every write then failed).
-    Checked before anything is written, WAL mode included."""
+    one of our names. Creating our tables would skip that one, and migrating would alter it
+    (outside tester 86: another program's ``runs`` table got our columns, the file was
+    stamped as ours, and every write then failed). Checked before anything is written, WAL
+    mode included."""
     named = {name.lower() for name in tables}  # (SQLite's names ignore case: RUNS is runs)
     taken = [name for name in _OUR_TABLES if name in named]
     if "we_schema" in named or not taken:

@@ -463,8 +463,8 @@ class AGUIService:
         """Runs this server admitted whose execution has not taken their lease yet: in that
         moment a run looks as if a server stop had cut it off."""
         self._executing: dict[asyncio.Task[None], anyio.CancelScope] = {}
-        """The runs' executions (``_execute``), each with the scope ``interrupt`` cancels."""
-        """Runs being executed (``_execute``): held here so that a task is never collected."""
+        """Runs being executed (``_execute``), each with the scope ``interrupt`` cancels: held
+        here so that a task is never collected."""
 
     def thread_key(self, thread_id: str) -> str:
         """What the thread's run ids start with: ``<namespace>:<thread>``. An endpoint at
@@ -541,7 +541,10 @@ class AGUIService:
                 execution.close()
 
     async def _begin(
-        self, run_input: RunAgentInput, resume: list[ResumeAnswer] | None, translator: Any
+        self,
+        run_input: RunAgentInput,
+        resume: list[ResumeAnswer] | None,
+        translator: EventTranslator,
     ) -> _Begun:
         """Validate the request, store what it gives, and start the run it continues."""
         begun = _Begun()
