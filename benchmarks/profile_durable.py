@@ -52,7 +52,7 @@ def _op_name(fn: Any, args: tuple[Any, ...]) -> str:
     return name.lstrip("_")
 
 
-async def _counting_call(self: Any, fn: Any, *args: Any) -> Any:
+async def _counting_call(self: Any, fn: Any, *args: Any, abandoned: Any = None) -> Any:
     """One hop to the store's thread, counted, with the time the thread spends on it."""
     name = _op_name(fn, args)
     HOPS[name] += 1
@@ -64,7 +64,7 @@ async def _counting_call(self: Any, fn: Any, *args: Any) -> Any:
         finally:
             WORKER_BUSY[name] += time.perf_counter() - start
 
-    return await _original_call(self, timed, *args)
+    return await _original_call(self, timed, *args, abandoned=abandoned)
 
 
 def _counting_write_one(self: Any, write: Any) -> Any:

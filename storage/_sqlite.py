@@ -493,18 +493,22 @@ class SqliteStore:
             # an existing, current database is opened right here on the loop (a connection and
             # a few PRAGMAs: well under a ms); one that is new, older (to migrate) or locked is
             # opened on the worker thread, which may wait for the lock
-            connected = False
+            conn: Conn | None = None
             if asyncio._get_running_loop() is not None:
                 with contextlib.suppress(_Busy):
-                    connected = self._on_loop(self._connect, (False,))
-            if not connected:
+                    conn = self._on_loop(self._connect, (False,))
+            if conn is None:
                 try:
-                    await worker.call(self._connect, True)
+                    # a caller cancelled meanwhile leaves the worker to finish connecting; the
+                    # connection it made is then closed -- that one, not the store's: another
+                    # call may have opened the store by then (its connection was closed under
+                    # it, and its runs' leases were never given back: outside tester 89)
+                    conn = await worker.call(self._connect, True, abandoned=_close_quietly)
                 except BaseException:
-                    worker.post(self._disconnect)
                     worker.stop()
                     raise
             checkpointer = _Checkpointer(self.path)
+            self._conn = conn
             self._worker, self._checkpointer = worker, checkpointer
             # a store dropped without close() must not leave its threads behind
             self._finalizer = weakref.finalize(self, _stop, worker, checkpointer)
@@ -542,10 +546,11 @@ class SqliteStore:
 
     # --- on the worker thread: connection and schema ------------------------------------------
 
-    def _connect(self, patient: bool) -> bool:
-        """Open the connection; False (nothing opened) when not ``patient`` and the database
-        needs creating or migrating, which then happens patiently on the worker thread. Not
-        patient, a locked database raises ``_Busy`` at once (on the loop: ``_on_loop``)."""
+    def _connect(self, patient: bool) -> Conn | None:
+        """A new connection, checked and set up; None (nothing opened) when not ``patient``
+        and the database needs creating or migrating, which then happens patiently on the
+        worker thread. Not patient, a locked database raises ``_Busy`` at once (on the loop:
+        ``_on_loop``). The caller makes it the store's."""
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -579,7 +584,7 @@ class SqliteStore:
             if current < SCHEMA_VERSION:
                 if not patient:
                     conn.close()
-                    return False
+                    return None
                 self._migrate()
             self._check_tables(conn)
             conn.execute("PRAGMA busy_timeout=0")  # on the loop: a busy lock goes to the worker
@@ -589,8 +594,7 @@ class SqliteStore:
             if isinstance(exc, sqlite3.Error):
                 raise self._translate(exc) from exc
             raise
-        self._conn = conn
-        return True
+        return conn
 
     def _enter_wal(self, conn: Conn, patient: bool) -> None:
         """``journal_mode=WAL``. Switching a database that is not in WAL mode yet (a new file
@@ -2186,6 +2190,13 @@ def _same_json(stored: str, text: str) -> bool:
 
 def _nothing() -> None:
     return None
+
+
+def _close_quietly(conn: Conn | None) -> None:
+    """Close a connection made for a caller that stopped waiting for it."""
+    if conn is not None:
+        with contextlib.suppress(sqlite3.Error):
+            conn.close()
 
 
 def _decode_text(data: bytes) -> str:

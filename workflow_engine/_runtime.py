@@ -476,7 +476,10 @@ class Runtime:
 
         On asyncio the release runs in a task of its own, awaited to its end; a cancellation
         that arrives meanwhile is raised after it. Cancelled again, the caller stops waiting,
-        but the release goes on (it is never cut off; ``close()`` waits for it). A release
+        but the release goes on (it is never cut off; ``close()`` waits for it). A cancel
+        scope delivers its cancellation again at every turn of the loop, so a caller past its
+        deadline waits one turn at most: a release waiting for another process's lock ends
+        after the caller left. A release
         that fails while the caller's own exception (a cancellation) is under way is logged,
         and that exception goes on: the store's error replaced it (outside tester 54)."""
         if sink.released:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import gc
 import random
+import sqlite3
 import subprocess
 import sys
 import time
@@ -464,4 +465,43 @@ async def test_a_release_that_fails_under_a_cancellation_leaves_the_cancellation
         with pytest.raises(asyncio.CancelledError):
             await resuming
     assert any("could not be given back" in r.getMessage() for r in caplog.records)
+    await runtime.close()
+
+
+async def test_a_deadline_during_a_step_is_kept_and_the_lease_given_back_after(
+    tmp_path: Path,
+) -> None:
+    """A cancel scope (``move_on_after``) cancelled during a step while another process holds
+    the write lock: the caller gets control back at once, not when the lock frees; the lease
+    is given back as soon as the lock frees (not when it runs out, 30 s later), with no
+    ``close()`` needed."""
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(counting(pause=3.0))
+    run_id = await runtime.start("counting", 1)
+    scope = anyio.CancelScope()
+    left: list[float] = []
+
+    async def resuming() -> None:
+        with scope:
+            await runtime.resume(run_id)
+        left.append(time.monotonic())
+
+    def owner() -> str | None:
+        with contextlib.closing(sqlite3.connect(db)) as other:  # (a reader: the lock allows it)
+            return other.execute("SELECT owner FROM runs WHERE run_id = ?", (run_id,)).fetchone()[0]
+
+    holding = write_lock_held(db, LOCK_SECONDS)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(resuming)
+        await anyio.sleep(0.05)  # the lease taken, the step sleeps
+        await anyio.to_thread.run_sync(holding.__enter__)
+        cancelled_at = time.monotonic()
+        scope.cancel()
+    assert left[0] - cancelled_at < LOCK_SECONDS / 2, left[0] - cancelled_at
+    assert owner() is not None  # (the lock is still held)
+    await anyio.to_thread.run_sync(holding.__exit__, None, None, None)
+    while owner() is not None:
+        assert time.monotonic() - cancelled_at < LOCK_SECONDS + 2.0, "the lease was kept"
+        await anyio.sleep(0.02)
     await runtime.close()

@@ -10,6 +10,8 @@ can resume it at once instead of waiting for the lease to run out (30 s). The ca
 from __future__ import annotations
 
 import ast
+import contextlib
+import sqlite3
 import subprocess
 import sys
 import time
@@ -588,3 +590,48 @@ async def test_an_answer_taking_its_lease_when_closing_begins_leaves_the_run_as_
     assert record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, record.status
     assert (await other.get_request(request_id)).status == "answered"
     await other.close()
+
+
+async def test_callers_cut_off_while_the_store_opens_leave_no_run_leased(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new database is opened on the store's worker thread. A caller cut off meanwhile (a
+    timeout) leaves the worker to finish; the connection it made is then closed -- not the
+    one the run's next write opened in between. That one was closed under the run: its lease
+    could not be given back ("the store is closed") and stayed taken after ``close()``
+    (outside tester 89, 4 of 40 runs). Deadlines from 0.5 ms to 20 ms, each on a new file,
+    cut the run while its store opens (its first step's ``run_once`` reads the journal at
+    once), during that step, or at its first commit."""
+    leased = []
+    for n in range(40):
+        db = tmp_path / f"runs-{n}.db"
+        runtime = Runtime(SqliteStore(db))
+        runtime.register(stepping())
+        with anyio.move_on_after((n + 1) * 0.0005):
+            await runtime.run("stepping", 0.004)
+        await runtime.close()
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            rows = conn.execute("SELECT run_id, owner FROM runs").fetchall()
+        leased += [run_id for run_id, owner in rows if owner is not None]
+    assert not leased, f"{len(leased)} of 40 runs left leased after close()"
+    assert "could not be given back" not in caplog.text
+
+
+class Stepping(Executor):
+    """One journaled step that takes ``seconds``, then a pause for an answer."""
+
+    def __init__(self) -> None:
+        super().__init__("stepping")
+
+    @handler
+    async def on_seconds(self, seconds: float, ctx: WorkflowContext[float]) -> None:
+        await ctx.run_once("step", lambda: anyio.sleep(seconds))
+        await ctx.request_info("go on?", bool)
+
+    @response_handler
+    async def on_answer(self, question: str, go_on: bool, ctx: WorkflowContext[float]) -> None:
+        pass
+
+
+def stepping():  # type: ignore[no-untyped-def]
+    return WorkflowBuilder("stepping", start=Stepping()).build()
