@@ -635,3 +635,61 @@ class Stepping(Executor):
 
 def stepping():  # type: ignore[no-untyped-def]
     return WorkflowBuilder("stepping", start=Stepping()).build()
+
+
+class Charging(Executor):
+    """Charges once (a journaled step that takes a while), then counts on to ``STEPS`` without
+    ever waiting: no await of its supersteps suspends (their commits run on the loop)."""
+
+    def __init__(self, ran: list[int], started: anyio.Event) -> None:
+        super().__init__("charger")
+        self.ran = ran
+        self.started = started
+
+    @handler
+    async def on_number(self, n: int, ctx: WorkflowContext[int, int]) -> None:
+        self.ran.append(n)
+        if n == 1:
+
+            async def charge() -> str:
+                self.started.set()
+                await anyio.sleep(0.2)
+                return "charged"
+
+            await ctx.run_once("charge", charge)
+        await ctx.yield_output(n)
+        if n < STEPS:
+            await ctx.send_message(n + 1)
+
+
+async def test_closing_during_a_step_stops_a_run_whose_supersteps_never_wait(
+    tmp_path: Path,
+) -> None:
+    """Closed during a payment, a run whose next supersteps never suspend stops at the
+    superstep boundary after it: on asyncio the cancellation was never delivered (it waits for
+    the task to suspend), so the run went on to its end, and its caller got its result instead
+    of ``RunInterruptedError`` (outside tester 90, 20 of 20)."""
+    db = tmp_path / "runs.db"
+    ran: list[int] = []
+    started = anyio.Event()
+    runtime = Runtime(SqliteStore(db))
+    node = Charging(ran, started)
+    runtime.register(WorkflowBuilder("charging", start=node).add_edge(node, node).build())
+    await runtime.store.open()
+    told: list[BaseException] = []
+
+    async def execute() -> None:
+        try:
+            await runtime.run("charging", 1)
+        except RunInterruptedError as exc:
+            told.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(execute)
+        await started.wait()
+        await runtime.close()
+    assert len(told) == 1, told
+    assert ran == [1], f"supersteps started after close(): {ran[1:]}"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute("SELECT status, superstep, owner FROM runs").fetchall()
+    assert rows in ([("in_progress", 0, None)], [("in_progress", 1, None)]), rows
