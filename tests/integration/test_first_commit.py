@@ -452,3 +452,35 @@ async def test_killed_at_each_point_of_the_first_commit(tmp_path: Path) -> None:
         (run,) = runs
         assert run.status is PAUSED and run.superstep == 1, point
         assert await finished(db, run.run_id) == [True]
+
+
+@pytest.mark.slow  # real time: another process holds the lock past the busy timeout
+async def test_a_caller_cut_off_while_the_lock_outlasts_its_busy_timeout_gets_its_cancellation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run cut off during its first (journaled) step while another process holds the write
+    lock past the store's busy timeout: the run cannot be written even as interrupted. Its
+    caller gets its cancellation -- on trio it got the store's ``StoreLockedError`` instead,
+    saying a lease "could not be given back" where no run or lease was ever stored (outside
+    tester 90, 8 of 8) -- and what failed is logged, saying the run is not stored."""
+    from test_cancelled_callers import write_lock_held
+
+    async def charge() -> str:
+        await anyio.sleep(0.004)
+        return "charged"
+
+    monkeypatch.setattr(Begin, "effect", charge)
+    db = tmp_path / "runs.db"
+    runtime = runtime_on(db, store={"busy_timeout": 0.2})
+    await runtime.store.open()
+    with write_lock_held(db, 2.0), caplog.at_level("WARNING", logger="workflow_engine.runtime"):
+        with anyio.move_on_after(0.005) as deadline:
+            await runtime.run("first-commit", "journal")
+        assert deadline.cancelled_caught
+    await runtime.close()
+    said = [r.getMessage() for r in caplog.records]
+    assert all("could not be given back" not in m for m in said), said
+    assert all("is not stored: it was cut off before its first commit" in m for m in said), said
+    store = SqliteStore(db)
+    assert await store.list_runs() == []
+    await store.close()

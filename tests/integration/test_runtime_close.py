@@ -106,6 +106,7 @@ def test_closing_while_runs_execute_gives_their_leases_back_at_once(tmp_path: Pa
             # nothing to say of each lease (outside tester 55: a warning per run flooded a
             # server's log at shutdown)
             assert "could not be given back" not in stderr, stderr[-500:]
+            assert "not released" not in stderr, stderr[-500:]
             for stream in (child.stdout, child.stderr):
                 if stream is not None:
                     stream.close()
@@ -615,6 +616,7 @@ async def test_callers_cut_off_while_the_store_opens_leave_no_run_leased(
         leased += [run_id for run_id, owner in rows if owner is not None]
     assert not leased, f"{len(leased)} of 40 runs left leased after close()"
     assert "could not be given back" not in caplog.text
+    assert "not released" not in caplog.text
 
 
 class Stepping(Executor):
