@@ -374,6 +374,10 @@ class RunLoop:
                 return s.status
         if self.cancel_requested:
             return None
+        if steps and self.store is not None:
+            # (and before resting: a step that ran to its end under a cancelled caller then
+            # let the run rest on asyncio, the cancellation unseen: outside tester 91)
+            await anyio.lowlevel.checkpoint_if_cancelled()
         s.status = s.resting_status()
         self.emit(WorkflowStatusEvent(s.status))
         return s.status

@@ -428,6 +428,12 @@ def _while_open(
             runtime._calls += 1
             try:
                 return await method(*args, **kwargs)
+            except StoreLockedError:
+                # a caller that gave up while a shielded write waited out another process's
+                # lock gets its cancellation, not the lock's error (nothing was done for it:
+                # outside tester 91)
+                await _cancellation_if_any()
+                raise
             finally:
                 runtime._call_over()
 
@@ -1349,6 +1355,16 @@ def _said_if_failed(releasing: asyncio.Task[None]) -> None:
     """Log a release that failed where no caller raises it."""
     if not releasing.cancelled() and releasing.exception() is not None:
         log.warning("a run was not released after its caller left: %s", releasing.exception())
+
+
+async def _cancellation_if_any() -> None:
+    """Raise the caller's cancellation if it was cancelled meanwhile: by a cancel scope, or on
+    asyncio by ``task.cancel()`` (``asyncio.wait_for``) that a shielded wait held off."""
+    if sniffio.current_async_library() == "asyncio":
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError
+    await anyio.lowlevel.checkpoint_if_cancelled()
 
 
 def _restated(exc: StorageError, said: str) -> StorageError:

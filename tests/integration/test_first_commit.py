@@ -484,3 +484,63 @@ async def test_a_caller_cut_off_while_the_lock_outlasts_its_busy_timeout_gets_it
     store = SqliteStore(db)
     assert await store.list_runs() == []
     await store.close()
+
+
+@pytest.mark.slow  # real time: another process holds the lock past the busy timeout
+@pytest.mark.parametrize("how", ["resume", "run"])
+async def test_a_caller_cut_off_while_its_lease_waits_out_the_lock_gets_its_cancellation(
+    tmp_path: Path, how: str
+) -> None:
+    """A ``resume`` (or a ``run`` of a given id) cut off while taking its lease waits for
+    another process's lock, shielded, up to the busy timeout; the lock outlasts it. The caller
+    gets its cancellation, not the store's ``StoreLockedError`` (outside tester 91: it escaped
+    ``move_on_after``, 5 of 5), and the run is as it was."""
+    from test_cancelled_callers import write_lock_held
+
+    db = tmp_path / "runs.db"
+    runtime = runtime_on(db, store={"busy_timeout": 0.2})
+    run_id = await runtime.start("first-commit", "0 pass") if how == "resume" else "given"
+    await runtime.store.open()
+    with write_lock_held(db, 1.0):
+        with anyio.move_on_after(0.005) as deadline:
+            if how == "resume":
+                await runtime.resume(run_id)
+            else:
+                await runtime.run("first-commit", "0 pass", run_id=run_id)
+        assert deadline.cancelled_caught
+    await runtime.close()
+    store = SqliteStore(db)
+    runs = await store.list_runs()
+    await store.close()
+    assert all(r.owner is None for r in runs), runs
+    assert [r.run_id for r in runs] == ([run_id] if how == "resume" else []), runs
+
+
+async def test_a_deadline_during_the_last_superstep_s_step_is_not_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fail_after`` passes during a journaled step after which the run pauses: the step runs
+    to its end and is recorded, then the caller gets its ``TimeoutError``. On asyncio the run
+    rested without meeting the cancellation (none of its awaits suspends after the step), and
+    the caller got the paused result with its deadline long past (outside tester 91, 10 of
+    10)."""
+    effects: list[str] = []
+
+    async def charge() -> str:
+        await anyio.sleep(0.1)
+        effects.append("charged")
+        return "charged"
+
+    monkeypatch.setattr(Begin, "effect", charge)
+    db = tmp_path / "runs.db"
+    runtime = runtime_on(db)
+    await runtime.store.open()
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.02):
+            await runtime.run("first-commit", "journal")
+    assert effects == ["charged"]
+    (run,) = await runtime.store.list_runs()
+    await runtime.close()
+    assert run.owner is None, run
+    assert await finished(db, run.run_id) == [True]
+    assert effects == ["charged"]
