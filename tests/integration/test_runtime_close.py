@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,25 @@ def paying_runtime(db: Path) -> tuple[Runtime, list[str], anyio.Event]:
     return runtime, log, started
 
 
+async def closed_during(
+    runtime: Runtime, execute: Callable[[], Awaitable[Any]], started: anyio.Event
+) -> list[RunInterruptedError]:
+    """Close ``runtime`` once ``started`` is set while ``execute()`` runs; what it was told."""
+    told: list[RunInterruptedError] = []
+
+    async def executing() -> None:
+        try:
+            await execute()
+        except RunInterruptedError as exc:
+            told.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(executing)
+        await started.wait()
+        await runtime.close()
+    return told
+
+
 @pytest.mark.slow  # real time: steps that wait while closing begins
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_a_step_under_way_finishes_and_is_recorded_before_the_run_stops(
@@ -165,23 +185,16 @@ async def test_a_step_under_way_finishes_and_is_recorded_before_the_run_stops(
     db = tmp_path / "runs.db"
     runtime, log, started = paying_runtime(db)
     run_id = await runtime.start("paying", 1)
-    told: list[BaseException] = []
 
     async def execute() -> None:
-        try:
-            if streaming:
-                async with runtime.resume_stream(run_id) as stream:
-                    async for _ in stream:
-                        pass
-            else:
-                await runtime.resume(run_id)
-        except RunInterruptedError as exc:
-            told.append(exc)
+        if streaming:
+            async with runtime.resume_stream(run_id) as stream:
+                async for _ in stream:
+                    pass
+        else:
+            await runtime.resume(run_id)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(execute)
-        await started.wait()
-        await runtime.close()
+    told = await closed_during(runtime, execute, started)
     assert log == ["paid", "receipt"], log
     assert len(told) == 1 and told[0].run_id == run_id, told  # type: ignore[attr-defined]
     message = str(told[0])
@@ -678,18 +691,7 @@ async def test_closing_during_a_step_stops_a_run_whose_supersteps_never_wait(
     node = Charging(ran, started)
     runtime.register(WorkflowBuilder("charging", start=node).add_edge(node, node).build())
     await runtime.store.open()
-    told: list[BaseException] = []
-
-    async def execute() -> None:
-        try:
-            await runtime.run("charging", 1)
-        except RunInterruptedError as exc:
-            told.append(exc)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(execute)
-        await started.wait()
-        await runtime.close()
+    told = await closed_during(runtime, lambda: runtime.run("charging", 1), started)
     assert len(told) == 1, told
     assert ran == [1], f"supersteps started after close(): {ran[1:]}"
     with contextlib.closing(sqlite3.connect(db)) as conn:
