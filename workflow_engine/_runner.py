@@ -354,12 +354,6 @@ class RunLoop:
         while s.inbox and not s.in_doubt():
             if self.cancel_requested:
                 return None
-            if steps and self.store is not None:
-                # a cancelled caller (``Runtime.close()``, a deadline) stops a checkpointed run
-                # here, after a commit: on asyncio a run whose awaits never suspend (its
-                # commits run on the loop) never met the cancellation and went on to its end
-                # (outside tester 90). (Without a store nothing is lost by running on.)
-                await anyio.lowlevel.checkpoint_if_cancelled()
             if steps >= self.max_supersteps:
                 s.status = WorkflowRunState.MAX_SUPERSTEPS_REACHED
                 self.emit(WorkflowStatusEvent(s.status))
@@ -372,12 +366,15 @@ class RunLoop:
                 s.status = WorkflowRunState.FAILED
                 self.emit(WorkflowStatusEvent(s.status))
                 return s.status
+            if self.store is not None and not self.cancel_requested:
+                # a cancelled caller (``Runtime.close()``, a deadline) stops a checkpointed run
+                # here, after its commit, before the next superstep or resting: on asyncio a
+                # run whose awaits never suspend (its commits run on the loop) never met the
+                # cancellation and went on to its end (outside testers 90 and 91). (Without a
+                # store nothing is lost by running on.)
+                await anyio.lowlevel.checkpoint_if_cancelled()
         if self.cancel_requested:
             return None
-        if steps and self.store is not None:
-            # (and before resting: a step that ran to its end under a cancelled caller then
-            # let the run rest on asyncio, the cancellation unseen: outside tester 91)
-            await anyio.lowlevel.checkpoint_if_cancelled()
         s.status = s.resting_status()
         self.emit(WorkflowStatusEvent(s.status))
         return s.status

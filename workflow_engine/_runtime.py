@@ -485,9 +485,9 @@ class Runtime:
         but the release goes on (it is never cut off; ``close()`` waits for it). A cancel
         scope delivers its cancellation again at every turn of the loop, so a caller past its
         deadline waits one turn at most: a release waiting for another process's lock ends
-        after the caller left. A release
-        that fails while the caller's own exception (a cancellation) is under way is logged,
-        and that exception goes on: the store's error replaced it (outside tester 54)."""
+        after the caller left. A release that fails while the caller's own exception (a
+        cancellation) is under way is logged, and that exception goes on: the store's error
+        replaced it (outside tester 54). On trio the release is awaited, shielded."""
         if sink.released:
             return
         under_way = sys.exc_info()[1]  # (called from a ``finally``: what is propagating)
@@ -529,19 +529,12 @@ class Runtime:
         """A store briefly locked by another process is retried for a while, so a passing
         lock does not leave the run locked for the whole lease."""
         with anyio.CancelScope(shield=True):
+            stored = False
             try:
                 # a run whose first superstep did not commit is written now (interrupted, to
                 # be resumed), as if it had been admitted before it
-                try:
-                    await sink.admitted()
-                except StorageError as exc:
-                    if sink.lease.run_id in str(exc):
-                        raise
-                    raise _restated(
-                        exc,
-                        f"run {sink.lease.run_id!r} is not stored: it was cut off before its "
-                        f"first commit, and writing it as interrupted failed: {exc}",
-                    ) from exc
+                await sink.admitted()
+                stored = True
                 ended = await _patient(lambda: self.store.release(sink.lease))
                 if ended is not None:  # (a store of the older contract says nothing)
                     sink.answers_waiting = sink.answers_waiting or ended.answers_waiting
@@ -551,14 +544,20 @@ class Runtime:
                 # still names this execution, which is over -- this process need not wait for
                 # it to run out
                 owner_ended(sink.lease.owner)
-                if isinstance(exc, StorageError) and sink.lease.run_id not in str(exc):
-                    left = max(0.0, sink.lease.expires_at - time.time())
-                    raise _restated(
-                        exc,
-                        f"run {sink.lease.run_id!r}: its lease could not be given back, so other "
-                        f"processes can take the run once it runs out (in {left:.0f} s): {exc}",
-                    ) from exc
-                raise
+                if not isinstance(exc, StorageError) or sink.lease.run_id in str(exc):
+                    raise
+                run_id = sink.lease.run_id
+                left = max(0.0, sink.lease.expires_at - time.time())
+                said = (
+                    f"run {run_id!r}: its lease could not be given back, so other processes "
+                    f"can take the run once it runs out (in {left:.0f} s): {exc}"
+                    if stored
+                    else f"run {run_id!r} is not stored: it was cut off before its first "
+                    f"commit, and writing it as interrupted failed: {exc}"
+                )
+                restated = type(exc)(said)
+                restated.__dict__.update(exc.__dict__)
+                raise restated from exc
 
     def _lease_owner(self) -> str:
         """A distinct owner token per execution, so two tasks of one process cannot both hold
@@ -1365,13 +1364,6 @@ async def _cancellation_if_any() -> None:
         if task is not None and task.cancelling():
             raise asyncio.CancelledError
     await anyio.lowlevel.checkpoint_if_cancelled()
-
-
-def _restated(exc: StorageError, said: str) -> StorageError:
-    """A store's error told with what it meant for the run: same type and details."""
-    restated = type(exc)(said)
-    restated.__dict__.update(exc.__dict__)
-    return restated
 
 
 @asynccontextmanager
