@@ -1,9 +1,10 @@
 """CLI start-up: read-only commands in a fresh process, against a small and a large database.
 
-Each command (``workflow-engine --version``, ``runs list``, ``requests list``) runs as a
-subprocess, timed from spawn to exit (interpreter start included: what a person waits for),
-with its bytecode cached as for an installed package. The commands run interleaved, so a busy
-minute slows all of them alike; the figure is the median of ``-r`` rounds.
+Each command (``workflow-engine --version``, ``runs list``, ``requests list``, and ``runs show``
+of the paused run) runs as a subprocess, timed from spawn to exit (interpreter start included:
+what a person waits for), with its bytecode cached as for an installed package. The commands
+run interleaved, so a busy minute slows all of them alike; the figure is the median of ``-r``
+rounds.
 
 Two databases: one paused run with its request (the inbox of a quiet day), and the same plus
 ``-n`` runs cut off before their first superstep committed (``Runtime.start`` only: as many
@@ -37,16 +38,18 @@ COMMANDS: dict[str, list[str]] = {
 CLI = "import sys; from workflow_engine_cli import main; sys.argv[0] = 'workflow-engine'; main()"
 
 
-async def fill(path: Path, interrupted: int) -> None:
-    """One paused run (a pending request), and ``interrupted`` runs admitted and never run."""
+async def fill(path: Path, interrupted: int) -> str:
+    """One paused run (a pending request), and ``interrupted`` runs admitted and never run;
+    the paused run's id."""
     runtime = Runtime(SqliteStore(path))
     name = runtime.register(build_review())
     try:
-        await runtime.run(name, START_MESSAGE)
+        paused = (await runtime.run(name, START_MESSAGE)).run_id
         for _ in range(interrupted):
             await runtime.start(name, START_MESSAGE)
     finally:
         await runtime.close()
+    return paused
 
 
 def wall(argv: list[str], env: dict[str, str]) -> float:
@@ -63,8 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     with temp_dir("bench-cli") as tmp:
         small, large = tmp / "small.db", tmp / "large.db"
-        anyio.run(fill, small, 0)
-        anyio.run(fill, large, args.n)
+        paused = {small: anyio.run(fill, small, 0), large: anyio.run(fill, large, args.n)}
         env = import_env(tmp / "pycache")
         cases: dict[str, list[str]] = {"bare interpreter": [sys.executable, "-c", "pass"]}
         for label, argv in COMMANDS.items():
@@ -73,6 +75,9 @@ def main() -> None:
                 continue
             for db in (small, large):
                 cases[f"{label} @ {db.stem}"] = [sys.executable, "-c", CLI, *argv, "--db", str(db)]
+        for db in (small, large):  # (the paused run's timeline: the full command line)
+            show = ["runs", "show", paused[db], "--db", str(db)]
+            cases[f"runs show @ {db.stem}"] = [sys.executable, "-c", CLI, *show]
         for argv in cases.values():  # warm-up: bytecode written, files in the page cache
             wall(argv, env)
         samples: dict[str, list[float]] = {label: [] for label in cases}

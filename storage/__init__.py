@@ -8,12 +8,14 @@ process resuming runs from SQLite never loads the in-memory one.
 import typing as _typing
 
 if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``__getattr__``
+    from ._location import default_db_path
     from ._memory import InMemoryRunStore
-    from ._sqlite import SqliteStore, default_db_path
+    from ._sqlite import SqliteStore
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
+    "_location": ("default_db_path",),
     "_memory": ("InMemoryRunStore",),
-    "_sqlite": ("SqliteStore", "default_db_path"),
+    "_sqlite": ("SqliteStore",),
 }
 """Each submodule and the public names it provides."""
 

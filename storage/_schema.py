@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     MIGRATIONS: dict[int, Callable[[Connection], None]]
 
 SCHEMA_VERSION = 5
+TABLES = frozenset({"we_schema", "runs", "checkpoints", "requests", "journal"})
+"""The tables of the current schema."""
 
 _DECLARED = ("metadata", "schema_info", "runs", "checkpoints", "requests", "journal", "MIGRATIONS")
 _LOCK = threading.Lock()  # stores migrate from their own threads: declare the tables once

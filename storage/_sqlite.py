@@ -89,6 +89,7 @@ from workflow_engine._errors import (
     StoreLockedError,
     StoreUnavailableError,
     UsageError,
+    shown,
 )
 from workflow_engine._store import (
     Acquired,
@@ -105,21 +106,18 @@ from workflow_engine._store import (
     owner_is_dead,
 )
 
-from ._rows import (
-    admit_rows,
-    checkpoint_info,
-    checkpoint_row,
+from ._location import default_db_path
+from ._records import (
+    decode_text,
     lease_columns,
     load_json,
-    new_request_rows,
     request_id_of,
     run_id_of,
     run_record,
-    shown,
-    span_row,
     stored_request,
 )
-from ._schema import SCHEMA_VERSION, foreign_tables_refused, migrate
+from ._rows import admit_rows, checkpoint_info, checkpoint_row, new_request_rows, span_row
+from ._schema import SCHEMA_VERSION, TABLES, foreign_tables_refused, migrate
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
@@ -205,15 +203,6 @@ released, the checkpoint row as written, the lease's expiry as written)."""
 # --- SQL (constant text: prepared once per connection by sqlite3's statement cache) -------------
 
 
-def default_db_path() -> Path:
-    """``$WORKFLOW_ENGINE_DB``, else ``$XDG_DATA_HOME/workflow-engine/runs.db``."""
-    env = os.environ.get("WORKFLOW_ENGINE_DB")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "workflow-engine" / "runs.db"
-
-
 def stored_json(value: Any) -> str:
     """``value`` as JSON the way it is stored: compact, its keys in their order (a handler that
     walks an answer or a ``run_once`` result sees them as given, as it would without a store),
@@ -222,8 +211,6 @@ def stored_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-_TABLES = frozenset({"we_schema", "runs", "checkpoints", "requests", "journal"})
-"""The tables of the current schema (``_schema``)."""
 SQL_TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 
 _MAX_CHAIN = 1024
@@ -577,8 +564,8 @@ class SqliteStore:
             # read(2) gives an error this store names (StoreCorruptError, StorageError).
             # Text that is not UTF-8 (a damaged page, a foreign tool) arrives with its bad bytes
             # as lone surrogates instead of failing the whole query, so that the row decoders
-            # (``_rows``) can say which run and record it is: they refuse such text.
-            conn.text_factory = _decode_text
+            # (``_records``) can say which run and record it is: they refuse such text.
+            conn.text_factory = decode_text
             current = self._schema_version(conn)
             self._check_version(current)
             if current < SCHEMA_VERSION:
@@ -665,7 +652,7 @@ class SqliteStore:
         """A database at this schema version has every table of it: one that lost a table (a
         hand edit, another tool) is refused at open, not at the first write that needs it."""
         have = {row[0] for row in conn.execute(SQL_TABLE_NAMES)}
-        missing = sorted(_TABLES - have)
+        missing = sorted(TABLES - have)
         if missing:
             raise StoreCorruptError(
                 f"database {self.path} is damaged: it has no table {', '.join(missing)}"
@@ -2199,11 +2186,6 @@ def _close_quietly(conn: Conn | None) -> None:
             conn.close()
 
 
-def _decode_text(data: bytes) -> str:
-    """SQLite TEXT as str; bytes that are not UTF-8 become lone surrogates (see ``_connect``)."""
-    return data.decode("utf-8", "surrogateescape")
-
-
 def _what_is_wrong(exc: ValueError) -> str:
     """A body's problem in one line: for pydantic's errors, where the first one is and what it
     is (its own first line only counts them)."""
@@ -2218,7 +2200,7 @@ def _what_is_wrong(exc: ValueError) -> str:
 
 def _chain_rows(conn: Conn, text: str, params: tuple) -> list[tuple]:
     """A checkpoint chain's rows, their text decoded by ``sqlite3`` itself (strict UTF-8, in C):
-    the connection's ``_decode_text`` is a Python call per value, a quarter of the time to
+    the connection's ``decode_text`` is a Python call per value, a quarter of the time to
     read a long chain. Text that is not UTF-8 makes that refuse; the rows are then read again
     the tolerant way, so that ``_fold`` says which checkpoint is damaged."""
     conn.text_factory = str
@@ -2228,7 +2210,7 @@ def _chain_rows(conn: Conn, text: str, params: tuple) -> list[tuple]:
         if "decode" not in str(exc):
             raise
     finally:
-        conn.text_factory = _decode_text
+        conn.text_factory = decode_text
     return conn.execute(text, params).fetchall()
 
 

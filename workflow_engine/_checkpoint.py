@@ -22,6 +22,7 @@ from ._errors import (
     CheckpointNotLatestError,
     CheckpointVersionError,
     UsageError,
+    shown,
 )
 from ._events import WorkflowRunState
 
@@ -278,13 +279,6 @@ def newer_version_refusal(version: int) -> str:
         f"has schema version {version}, written by a newer workflow-engine; this version reads "
         f"up to {CHECKPOINT_SCHEMA_VERSION}. Upgrade workflow-engine to resume it."
     )
-
-
-def shown(value: Any, limit: int = 80) -> str:
-    """A stored value as an error message may quote it: ``repr`` (so control characters and
-    undecodable bytes appear escaped), and never more than ``limit`` characters of it."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def version_refusal(exc: CheckpointVersionError) -> str:

@@ -49,6 +49,15 @@ A paused run is not an error: it is a status.
 
 from __future__ import annotations
 
+from typing import Any
+
+
+def shown(value: Any, limit: int = 80) -> str:
+    """A stored value as an error message may quote it: ``repr`` (so control characters and
+    undecodable bytes appear escaped), and never more than ``limit`` characters of it."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
 
 class WorkflowError(Exception):
     """Root of every error raised by workflow-engine."""

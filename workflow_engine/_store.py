@@ -23,11 +23,13 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ._checkpoint import Checkpoint
 from ._errors import UsageError
 from ._events import WorkflowRunState
+
+if TYPE_CHECKING:  # (the records alone load no pydantic model: the CLI's listings read them)
+    from ._checkpoint import Checkpoint
 
 
 def default_owner() -> str:
@@ -217,7 +219,7 @@ class AnswerOutcome(StrEnum):
     DUPLICATE = "duplicate"
 
 
-Acquired = tuple[RunRecord, Lease, Checkpoint | None, Sequence[StoredRequest]]
+Acquired = tuple[RunRecord, Lease, "Checkpoint | None", Sequence[StoredRequest]]
 """What resuming a run needs, taken in one transaction: the run, its lease, its latest
 checkpoint and its answered requests (``acquire_latest``, ``answer_and_acquire``)."""
 

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 
 def main() -> None:
-    """The console script. A Ctrl-C while the command line is still loading ends it quietly
-    (exit 130), as a shell's command would; it printed a traceback from inside an import."""
+    """The console script. ``runs list`` and ``requests list`` in their common forms print
+    without loading the rest (``_quick``); everything else goes to the commands (``_app``).
+    A Ctrl-C while the command line is still loading ends it quietly (exit 130), as a shell's
+    command would; it printed a traceback from inside an import."""
+    import sys
+
     try:
+        from ._quick import quick_read
+
+        code = quick_read(sys.argv[1:])
+        if code is not None:
+            raise SystemExit(code)
         from ._app import main as run_command
     except KeyboardInterrupt:
         raise SystemExit(130) from None  # (EXIT_QUIT: _exits is not loaded yet)

@@ -31,14 +31,12 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 from ._exits import (
-    EXIT_BROKEN_PIPE,
     EXIT_CANNOT_LISTEN,
     EXIT_DONE,
     EXIT_FAILED,
@@ -51,7 +49,34 @@ from ._exits import (
     exit_code_for,
 )
 from ._hints import REPLY_PLACEHOLDER, Hints
-from ._ids import AmbiguousIdError, match, short_ids
+from ._ids import AmbiguousIdError, match
+from ._listing import (
+    MAX_SHOWN_CHARACTERS,
+    Pending,
+    answered_to_apply,
+    at_most,
+    count_by_run,
+    live_worker,
+    may_be_in_doubt,
+    not_started,
+    person_status,
+    print_requests,
+    print_requests_json,
+    print_runs,
+    print_table,
+    say_resume,
+    shown_status,
+    status_filter,
+    when,
+)
+from ._output import (
+    discard_output,
+    err_console,
+    escape,
+    flush_output,
+    output_failed,
+    print_error,
+)
 from ._registry import (
     DEMO_ALIASES,
     ModelConfigError,
@@ -70,8 +95,6 @@ from ._term import clean, visible
 
 if TYPE_CHECKING:
     import socket
-
-    from rich.console import Console
 
     from workflow_engine import Runtime
 
@@ -97,13 +120,9 @@ app.add_typer(requests_app, name="requests")
 def _print_version(value: bool) -> None:
     if not value:
         return
-    from importlib.metadata import PackageNotFoundError, version
+    from ._quick import version_line
 
-    try:
-        installed = version("workflow-engine")
-    except PackageNotFoundError:  # running from a source tree that was never installed
-        installed = "unknown"
-    print(f"workflow-engine {installed}")
+    print(version_line())
     raise typer.Exit(EXIT_DONE)
 
 
@@ -160,30 +179,6 @@ RunIdArgument = Annotated[
 T = TypeVar("T")
 
 
-def err_console() -> Console:
-    from rich.console import Console
-
-    return Console(stderr=True, soft_wrap=True)
-
-
-def escape(text: str) -> str:
-    """``text`` safe inside rich markup (rich loads only when an error is printed)."""
-    from rich.markup import escape
-
-    return escape(text)
-
-
-def print_error(message: str) -> None:
-    """The one line on stderr every failure ends with."""
-    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
-    err_console().print(f"[red]error:[/] {escape(visible(first))}", highlight=False)
-
-
-_WRITE_ERRNOS = frozenset(
-    getattr(errno, name) for name in ("ENOSPC", "EIO", "EFBIG", "EDQUOT") if hasattr(errno, name)
-)
-
-
 @contextlib.contextmanager
 def _prompt_stopped_by(signals: list[int]) -> Iterator[None]:
     """While a prompt waits, SIGTERM and SIGHUP interrupt it as Ctrl-C does (the signal is
@@ -212,7 +207,7 @@ def _silence_the_terminal() -> bool:
     was silenced."""
     on_terminal = [s for s in (sys.stdout, sys.stderr) if _is_a_terminal(s)]
     if on_terminal:
-        _discard_output(*on_terminal)
+        discard_output(*on_terminal)
     return sys.stderr in on_terminal
 
 
@@ -225,42 +220,6 @@ def _is_a_terminal(stream: Any) -> bool:
         return stat.S_ISCHR(os.fstat(stream.fileno()).st_mode)
     except (OSError, ValueError, AttributeError):
         return False
-
-
-def _discard_output(*streams: Any) -> None:
-    """Point stdout (or ``streams``) at /dev/null, so that what is still buffered, and what is
-    written from now on, goes nowhere quietly (Python flushes stdout once more at exit)."""
-    for stream in streams or (sys.stdout,):
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, stream.fileno())
-            os.close(devnull)
-
-
-def output_failed(exc: OSError) -> int | None:
-    """The exit code when ``exc`` is stdout failing (None: some other error). A reader that
-    went away (``| head``) is no error: stop quietly. A full disk is one line, exit 1."""
-    if isinstance(exc, BrokenPipeError):
-        _discard_output()
-        return EXIT_BROKEN_PIPE
-    if exc.errno in _WRITE_ERRNOS:
-        _discard_output()
-        print_error(f"cannot write the output: {exc.strerror or exc}")
-        return EXIT_FAILED
-    return None
-
-
-def flush_output(code: Any) -> Any:
-    """Flush stdout before exiting with ``code`` (Python's own flush at exit would report a
-    failure as a traceback-like message and exit 120)."""
-    try:
-        sys.stdout.flush()
-    except OSError as exc:
-        failed = output_failed(exc)
-        if failed is None:
-            raise
-        return failed
-    return code
 
 
 def run_async(func: Callable[[], Awaitable[int]]) -> None:
@@ -290,8 +249,6 @@ def _said_here(exc: Exception) -> str:
     """The error's message; for a workflow the command line does not build (an application's),
     what it builds and where to go instead of the runtime's "registered: ..." list."""
     from workflow_engine import WorkflowNotRegisteredError
-
-    from ._registry import workflow_names
 
     name = getattr(exc, "workflow_name", None)
     if isinstance(exc, WorkflowNotRegisteredError) and name not in workflow_names():
@@ -392,10 +349,6 @@ def _not_ours(path: Path) -> tuple[int, str] | None:
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         why = f"the SQLite file holds another program's tables ({shown})"
     return EXIT_NOT_FOUND, f"no workflow-engine database at {path}: {why} (check --db)"
-
-
-def _when(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 # --- ids: any unique prefix -----------------------------------------------------------------
@@ -940,56 +893,6 @@ def graph(
 # --- inspecting -------------------------------------------------------------------------------
 
 
-def _print_table(headers: list[str], rows: list[list[str]], wrap: Sequence[str] = ()) -> None:
-    """Aligned columns, ids and statuses whole; only ``wrap`` columns fold at the terminal's
-    width (none when the output is not a terminal, so pipes get one line per row)."""
-    from ._term import format_table, is_live, terminal_columns
-
-    width = terminal_columns(sys.stdout) - 1 if sys.stdout.isatty() else 0
-    for line in format_table(headers, rows, width=width, wrap=wrap, live=is_live(sys.stdout)):
-        print(line)
-
-
-def _live_worker(record: Any) -> str | None:
-    """The process holding the run's lease now, or None (a run left ``in_progress`` by a
-    process that was stopped shows as ``interrupted``: `resume` continues it). A lease whose
-    holder on this host has exited is not live, however long it still runs: ``resume`` takes
-    it over at once too."""
-    return record.live_owner(datetime.now(UTC).timestamp())
-
-
-def _not_started(record: Any) -> bool:
-    """Whether the run was admitted (``Runtime.start``, ``fork``) and no worker ever took it:
-    its lease version is still the admission's."""
-    return record.version == 0 and str(record.status.value) == "in_progress"
-
-
-def _person_status(record: Any) -> str:
-    """The run's status as a person reads it: ``interrupted`` for one in progress that no
-    live process executes, ``not_started`` for one no process ever executed (a fork)."""
-    status = str(record.status.value)
-    if status == "in_progress" and not _live_worker(record):
-        return "not_started" if _not_started(record) else "interrupted"
-    return status
-
-
-def _shown_status(record: Any, answered: bool = False) -> str:
-    """``_person_status``, and what is under way: ``answered`` (answers are stored that the
-    run has not applied yet), ``cancelling`` (a stored cancel its worker has not honoured)."""
-    shown = _person_status(record)
-    if answered and shown == "idle_with_pending_requests":
-        shown += ", answered"  # it looked stuck, resting (tester 74): `resume` applies them
-    return f"{shown}, cancelling" if record.cancel_requested else shown
-
-
-async def _answers_waiting(runtime: Runtime) -> dict[str, int]:
-    """Run id → how many of its answers are stored and not applied yet (one read for all)."""
-    counts: dict[str, int] = {}
-    for request in await runtime.store.list_requests(status="answered"):
-        counts[request.run_id] = counts.get(request.run_id, 0) + 1
-    return counts
-
-
 @runs_app.command("list")
 def runs_list(
     status: Annotated[
@@ -1004,66 +907,21 @@ def runs_list(
     json_mode: JsonOption = False,
 ) -> None:
     """List runs, oldest first."""
-    from workflow_engine import WorkflowRunState
-
-    # ``interrupted`` and ``not_started`` are how the list shows an in-progress run no live
-    # process executes (``_shown_status``)
-    shown_only = status if status in ("interrupted", "not_started") else None
     try:
-        state = WorkflowRunState("in_progress" if shown_only else status) if status else None
-    except ValueError:
-        known = [s.value for s in WorkflowRunState] + ["interrupted", "not_started"]
-        print_error(f"unknown status {status!r} (one of: {', '.join(known)})")
+        state, shown_only = status_filter(status)
+    except ValueError as exc:
+        print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             runs = await runtime.list_runs(status=state, workflow=workflow)
             if shown_only:
-                runs = [r for r in runs if _person_status(r) == shown_only]
-            answered = await _answers_waiting(runtime)
-            if json_mode:
-                print(
-                    json.dumps(
-                        [
-                            {
-                                "run_id": r.run_id,
-                                "workflow": r.workflow_name,
-                                "status": r.status.value,
-                                "worker": _live_worker(r),
-                                "started": not _not_started(r),
-                                "answers_waiting": r.run_id in answered,
-                                "cancel_requested": r.cancel_requested,
-                                "superstep": r.superstep,
-                                "created_at": r.created_at,
-                                "updated_at": r.updated_at,
-                            }
-                            for r in runs
-                        ]
-                    )
-                )
-                return EXIT_DONE
-            if not runs:
-                print("No runs." if state is None and workflow is None else "No matching runs.")
-                return EXIT_DONE
-            every = (
-                [r.run_id for r in runs]
-                if state is None and workflow is None
-                else await runtime.store.run_ids()
-            )
-            short = short_ids(every)
-            rows = [
-                [
-                    short[r.run_id],
-                    r.workflow_name,
-                    _shown_status(r, r.run_id in answered),
-                    str(r.superstep),
-                    _when(r.updated_at),
-                ]
-                for r in runs
-            ]
-            headers = ["RUN", "WORKFLOW", "STATUS", "STEP", "UPDATED (UTC)"]
-            _print_table(headers, rows, wrap=["UPDATED (UTC)"])
+                runs = [r for r in runs if person_status(r) == shown_only]
+            answered = count_by_run(await runtime.store.list_requests(status="answered"))
+            filtered = status is not None or workflow is not None
+            every = await runtime.store.run_ids() if filtered and runs and not json_mode else None
+            print_runs(runs, answered, every, filtered=filtered, json_mode=json_mode)
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -1102,11 +960,11 @@ def runs_show(
                             "run_id": info.run_id,
                             "workflow": info.workflow_name,
                             "status": info.status.value,
-                            "worker": _live_worker(record),
+                            "worker": live_worker(record),
                             "cancel_requested": info.cancel_requested,
                             "superstep": info.superstep,
                             "parent_run_id": record.parent_run_id,
-                            "started": not _not_started(record),
+                            "started": not not_started(record),
                             "outputs": [describe_output(o) for o in info.outputs],
                             "pending_requests": [r.request_id for r in info.pending_requests],
                             "answered_requests": [r.request_id for r in answered],
@@ -1128,22 +986,22 @@ def runs_show(
             term = Terminal()
             term.line(
                 (f"Run {visible(info.run_id)}", "bold"),
-                f" · {info.workflow_name} · {_shown_status(record, bool(answered))} · "
+                f" · {info.workflow_name} · {shown_status(record, bool(answered))} · "
                 f"superstep {info.superstep}",
             )
             rows = [
-                [str(h.seq), str(h.superstep), h.status.value, h.kind, _when(h.created_at)]
+                [str(h.seq), str(h.superstep), h.status.value, h.kind, when(h.created_at)]
                 for h in history
             ]
-            _print_table(["#", "SUPERSTEP", "STATUS", "KIND", "AT (UTC)"], rows, wrap=["AT (UTC)"])
+            print_table(["#", "SUPERSTEP", "STATUS", "KIND", "AT (UTC)"], rows, wrap=["AT (UTC)"])
             if record.parent_run_id is not None:
                 first = f" at superstep {history[0].superstep}" if history else ""
                 term.line(("forked from: ", "dim"), f"{visible(record.parent_run_id)}{first}")
-            shown = _person_status(record)
+            shown = person_status(record)
             if shown in ("not_started", "interrupted") and not info.effects_in_doubt:
                 does = "run it" if shown == "not_started" else "continue it"
                 label = (f"{shown.replace('_', ' ')}: ", "yellow")
-                _say_resume(term, label, "", does, full, info.workflow_name)
+                say_resume(term, label, "", does, full, info.workflow_name)
             if not info.decoded and (info.outputs or info.pending_requests):
                 term.line(
                     ("note: ", "dim"),
@@ -1151,7 +1009,7 @@ def runs_show(
                     "values are shown as stored",
                 )
             for output in info.outputs:
-                shown = _at_most(describe_output(output), MAX_SHOWN_CHARACTERS)
+                shown = at_most(describe_output(output), MAX_SHOWN_CHARACTERS)
                 term.line(("output: ", "green"), shown)
             for request in info.pending_requests:
                 asks = type(request.data).__name__ if info.decoded else f"at {request.port_id}"
@@ -1162,9 +1020,9 @@ def runs_show(
                     show_in_doubt(term, request.data)
             for request in answered:
                 term.line(("answered: ", "green"), f"{request.request_id} (not applied yet)")
-            if answered and not _live_worker(record):
+            if answered and not live_worker(record):
                 does = "apply it" if len(answered) == 1 else "apply them"
-                _say_resume(term, ("then: ", "dim"), "", does, full, info.workflow_name)
+                say_resume(term, ("then: ", "dim"), "", does, full, info.workflow_name)
             if info.error is not None:
                 message = info.error.get("message") if isinstance(info.error, dict) else None
                 if not isinstance(message, str):  # a store that does not check what it reads
@@ -1194,47 +1052,20 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
     """Pending requests across all runs (approvals show the tool and its arguments)."""
 
     async def body() -> int:
-        from ._views import describe_request
-
         async def go(runtime: Runtime) -> int:
             # No workflow is registered, so the data stays as stored; describe_request reads it.
-            pending = await runtime.pending_requests()
-            rows = [
-                {
-                    "request_id": r.request_id,
-                    "run_id": r.run_id,
-                    "workflow": r.workflow_name,
-                    "what": describe_request(r.data, r.port_id),
-                }
-                for r in pending
+            pending = [
+                Pending(r.request_id, r.run_id, r.workflow_name, r.port_id, r.data)
+                for r in await runtime.pending_requests()
             ]
-            if json_mode:  # with the request itself, as stored (a tool call's arguments too)
-                for row, r in zip(rows, pending, strict=True):
-                    row.update(port_id=r.port_id, data=r.data)
-                print(json.dumps(rows))
+            if json_mode:
+                print_requests_json(pending)
                 return EXIT_DONE
             in_doubt = await _runs_in_doubt(runtime)
             waiting = await _runs_answered(runtime)
-            if not rows:
-                print("No pending requests.")
-                _say_in_doubt(in_doubt)
-                _say_answered(waiting)
-                return EXIT_DONE
-            short_request = short_ids(await runtime.store.request_ids())
-            short_run = short_ids(await runtime.store.run_ids())
-            table = [
-                [
-                    short_request[row["request_id"]],
-                    short_run.get(row["run_id"], row["run_id"]),
-                    row["workflow"],
-                    _at_most(row["what"], MAX_SHOWN_CHARACTERS),
-                ]
-                for row in rows
-            ]
-            headers = ["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"]
-            _print_table(headers, table, wrap=["WAITING FOR"])
-            _say_in_doubt(in_doubt)
-            _say_answered(waiting)
+            request_ids = await runtime.store.request_ids() if pending else []
+            run_ids = await runtime.store.run_ids() if pending else []
+            print_requests(pending, in_doubt, waiting, request_ids, run_ids)
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -1253,7 +1084,7 @@ async def _runs_in_doubt(runtime: Runtime) -> list[Any]:
     journaled = getattr(runtime.store, "journal_after", None)
     found = []
     for record in await runtime.list_runs(status=WorkflowRunState.IN_PROGRESS):
-        if _live_worker(record) is None and not record.cancel_requested:
+        if may_be_in_doubt(record):
             if journaled is not None and not await journaled(record.run_id, record.superstep):
                 continue
             info = await runtime.get_run(record.run_id)
@@ -1262,68 +1093,16 @@ async def _runs_in_doubt(runtime: Runtime) -> list[Any]:
     return found
 
 
-def _say_in_doubt(runs: list[Any]) -> None:
-    """After the inbox: each interrupted run's steps in doubt, and how to be asked about them."""
-    if not runs:
-        return
-    from ._console import RESUME_ASKS, show_in_doubt
-    from ._term import Terminal
-
-    term = Terminal()
-    for info in runs:
-        label = ("interrupted: ", "yellow")
-        said = f"run {visible(info.run_id)} ({info.workflow_name});"
-        _say_resume(term, label, said, "continue it", info.run_id, info.workflow_name)
-        for effect in info.effects_in_doubt:
-            show_in_doubt(term, effect, then=RESUME_ASKS)
-
-
 async def _runs_answered(runtime: Runtime) -> list[tuple[Any, int]]:
     """Resting runs with answers stored and not applied (no live worker applies them): they
     wait for ``resume``, with no request left pending to say so (tester 74). (run, answers)"""
     found = []
-    for run_id, count in (await _answers_waiting(runtime)).items():
+    answered = await runtime.store.list_requests(status="answered")
+    for run_id, count in count_by_run(answered).items():
         record = await runtime.store.get_run(run_id)
-        if not record.status.is_terminal and _live_worker(record) is None:
+        if answered_to_apply(record):
             found.append((record, count))
     return found
-
-
-def _say_answered(runs: list[tuple[Any, int]]) -> None:
-    from ._term import Terminal
-
-    term = Terminal()
-    for record, count in runs:
-        answers = "an answer" if count == 1 else f"{count} answers"
-        said = f"run {visible(record.run_id)} ({record.workflow_name}) has {answers} to apply;"
-        does = "apply it" if count == 1 else "apply them"
-        _say_resume(term, ("answered: ", "green"), said, does, record.run_id, record.workflow_name)
-
-
-def _say_resume(
-    term: Any, label: tuple[str, str], said: str, does: str, run_id: str, workflow_name: str
-) -> None:
-    """``label`` (styled) and ``said``, then how to ``does`` (continue the run, apply its
-    answers): the command whole on a line of its own, to paste (a wrapped one ran as two,
-    tester 76) -- or, for a workflow this command line does not build, its application."""
-    text = f"{said} " if said else ""
-    if workflow_name not in workflow_names():
-        term.line(label, f"{text}its application can {does} (`Runtime.resume`)")
-        return
-    term.line(label, f"{text}{does} with:")
-    term.whole(f"  workflow-engine resume {clean(run_id)}{Hints.db}")
-
-
-MAX_SHOWN_CHARACTERS = 600
-"""The most of a request's or an output's text a line of ``requests list`` or ``runs show``
-shows (``--json`` has it all)."""
-
-
-def _at_most(text: str, limit: int) -> str:
-    """``text``, or its first ``limit`` characters and how many more there are."""
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}… ({len(text) - limit:,} more characters: --json shows all)"
 
 
 MAX_ANSWER_BYTES = 1_000_000
@@ -1522,7 +1301,7 @@ def serve(
             # its terminal closed: the log goes nowhere from now on, and no one is left to
             # press Ctrl-C again: runs that have not paused within the grace are stopped where
             # they are, and a tool call that hung in a thread is left after another
-            _discard_output(sys.stdout, sys.stderr)
+            discard_output(sys.stdout, sys.stderr)
             _signal_later(STOP_GRACE_SECONDS, signal.SIGTERM)
             _signal_later(2 * STOP_GRACE_SECONDS, signal.SIGTERM)
         server.should_exit = True  # (before uvicorn's own handlers are in place, or after)
@@ -1665,7 +1444,6 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def _in_use(exc: OSError) -> bool:
-    import errno
 
     return exc.errno == errno.EADDRINUSE
 

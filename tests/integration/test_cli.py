@@ -579,6 +579,8 @@ def test_version(cli: Cli) -> None:
 
 
 HEAVY = {"executors", "examples", "fastapi", "uvicorn", "openai", "rich", "networkx"}
+RUNTIME = {"typer", "click", "pydantic", "pydantic_core", "anyio", "asyncio", "sqlalchemy"}
+"""What the other commands load, and the listings and ``--version`` do without (``_quick``)."""
 PROBE = """
 import json, sys
 out, args = sys.argv[1], json.loads(sys.argv[2])
@@ -609,26 +611,34 @@ def loaded_by(cli: Cli, out: Path, argv: list[str]) -> tuple[str, set[str]]:
 
 
 CTRL_C_WHILE_LOADING = """
-import sys
+import json, sys
 
-class CtrlC:  # Ctrl-C pressed while typer loads: at its import
+module, args = sys.argv[1], json.loads(sys.argv[2])
+
+class CtrlC:  # Ctrl-C pressed while the command line loads: at the import of ``module``
     def find_spec(self, name, path=None, target=None):
-        if name == "typer":
+        if name == module:
             raise KeyboardInterrupt
         return None
 
 sys.meta_path.insert(0, CtrlC())
-sys.argv = ["workflow-engine", "--version"]
+sys.argv = ["workflow-engine", *args]
 from workflow_engine_cli import main
 main()
 """
 
 
-def test_ctrl_c_while_the_command_line_loads_is_a_quiet_exit(cli: Cli) -> None:
+@pytest.mark.parametrize(
+    ("module", "args"),
+    [("typer", ["--help"]), ("sqlite3", ["runs", "list"])],  # the commands; a quick listing
+)
+def test_ctrl_c_while_the_command_line_loads_is_a_quiet_exit(
+    cli: Cli, module: str, args: list[str]
+) -> None:
     """Pressed in the first ~50 ms it printed a traceback from inside ``import typer``
     (outside tester 61)."""
     proc = subprocess.run(
-        [sys.executable, "-c", CTRL_C_WHILE_LOADING],
+        [sys.executable, "-c", CTRL_C_WHILE_LOADING, module, json.dumps(args)],
         capture_output=True,
         text=True,
         env=cli.env,
@@ -650,6 +660,8 @@ def test_read_only_commands_do_not_load_agents_server_or_rich(cli: Cli, tmp_path
         assert loaded.isdisjoint(heavy), (args, sorted(loaded & heavy))
         if args in (["--version"], ["--help"]):
             assert "workflow_engine" not in loaded and "storage" not in loaded, args
+        if args != ["--help"]:  # the listings and the version: not even the runtime's own
+            assert loaded.isdisjoint(RUNTIME), (args, sorted(loaded & RUNTIME))
     assert "approve submit_refund(" in printed  # requests list still says what is waiting
 
 

@@ -1,0 +1,359 @@
+"""``runs list``, ``requests list`` and ``--version`` start without the runtime (``_quick``).
+
+The quick path reads a read-only snapshot of the file and prints through the same code as the
+commands proper; anything it does not serve (help, a usage error, a database that is missing,
+damaged or of another schema, a run with a step in doubt to explain) goes to the commands proper
+before a byte is printed. So the promise is: for every command line and every database, the
+installed ``workflow-engine`` prints exactly what the commands proper print, with the same exit
+code. Each case here runs both as subprocesses and compares them, and checks in-process which
+path served it (a quick path that quietly stopped serving would only be slow, not wrong: the
+check keeps it serving what it should).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any, Never
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.integration.cli_harness import ENGINE, Cli, base_env
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import RequestPort, Runtime, WorkflowBuilder, WorkflowContext, executor
+from workflow_engine.storage import SqliteStore
+from workflow_engine_cli._hints import Hints
+from workflow_engine_cli._quick import quick_read
+
+pytestmark = pytest.mark.slow  # subprocesses of the CLI
+
+PROPER = (
+    "import sys; from workflow_engine_cli._app import main; sys.argv[0] = 'workflow-engine'; main()"
+)
+EFFECT_SCRIPT = Path(__file__).with_name("effect_edges_workflow.py")
+
+
+@executor(id="ask")
+async def ask(text: str, ctx: WorkflowContext[str]) -> None:
+    await ctx.send_message(text)
+
+
+@executor(id="noted")
+async def noted(text: str, ctx: WorkflowContext[Never, str]) -> None:
+    await ctx.yield_output(text)
+
+
+def asking_workflow() -> Any:
+    """Asks a person for text: a request whose data is whatever text it was started with."""
+    port = RequestPort("note", request_type=str, response_type=str)
+    return WorkflowBuilder("asking", start=ask).add_edge(ask, port).add_edge(port, noted).build()
+
+
+async def fill(db: Path) -> dict[str, str]:
+    """Runs in every state a listing shows, of a workflow the command line does not build;
+    their ids by what they are."""
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(lambda: stepper_workflow(name="stepper"))
+    runtime.register(asking_workflow)
+    ids: dict[str, str] = {}
+    try:
+        ids["paused"] = (await runtime.run("stepper", 1)).run_id
+        answered = await runtime.run("stepper", 1)
+        await runtime.respond(answered.pending_requests[0].request_id, {"approved": True})
+        ids["answered"] = answered.run_id
+        finished = await runtime.run("stepper", 1)
+        await runtime.respond(finished.pending_requests[0].request_id, {"approved": True})
+        await runtime.resume(finished.run_id)
+        ids["finished"] = finished.run_id
+        cancelled = await runtime.run("stepper", 1)
+        await runtime.cancel(cancelled.run_id)
+        ids["cancelled"] = cancelled.run_id
+        ids["not_started"] = await runtime.start("stepper", 1)
+        ids["long"] = (await runtime.run("asking", "word " * 400)).run_id
+        ids["odd"] = (await runtime.run("asking", "tab\there, ünïcode ✓, [markup]\x1b[31m")).run_id
+    finally:
+        await runtime.close()
+    return ids
+
+
+@pytest.fixture(scope="module")
+def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Named databases: ``full`` (every state, a demo run paused at its approval, a run with a
+    step in doubt), ``empty`` (a store with no runs), and files the quick path leaves alone."""
+    root = tmp_path_factory.mktemp("quick")
+    cli = Cli(root / "full")
+    cli.start_paused()  # a workflow the command line builds: it prints how to resume
+    anyio.run(fill, cli.db)
+    paths = {"full": cli.db}
+    in_doubt = root / "in_doubt.db"
+    started = subprocess.run(
+        [sys.executable, str(EFFECT_SCRIPT), "start", str(in_doubt), str(root / "ledger.txt")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 3, started.stderr[-2000:]  # it died inside its effect
+    paths["in_doubt"] = in_doubt
+    paths["empty"] = root / "empty.db"
+    anyio.run(_open_and_close, paths["empty"])
+    paths["damaged"] = root / "damaged.db"
+    anyio.run(fill, paths["damaged"])
+    with contextlib.closing(sqlite3.connect(paths["damaged"])) as conn, conn:
+        conn.execute("UPDATE runs SET status = 'sleeping' WHERE rowid = 2")
+    paths["foreign"] = root / "foreign.db"
+    with contextlib.closing(sqlite3.connect(paths["foreign"])) as conn, conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    paths["zero_bytes"] = root / "zero.db"
+    paths["zero_bytes"].touch()
+    paths["missing"] = root / "missing.db"
+    return paths
+
+
+async def _open_and_close(db: Path) -> None:
+    runtime = Runtime(SqliteStore(db))
+    await runtime.list_runs()
+    await runtime.close()
+
+
+def env_for(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**base_env(Path(os.devnull)), **(extra or {})}
+
+
+def both(argv: Sequence[str], env: dict[str, str]) -> tuple[Any, Any]:
+    """(what the installed command printed, what the commands proper printed): each
+    ``(exit code, stdout, stderr)``."""
+    runs = []
+    for command in ([str(ENGINE)], [sys.executable, "-c", PROPER]):
+        proc = subprocess.run(
+            [*command, *argv],
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            env=env,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
+        runs.append((proc.returncode, proc.stdout, proc.stderr))
+    return runs[0], runs[1]
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    before = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+def served_quickly(argv: Sequence[str], env: dict[str, str]) -> tuple[int | None, str]:
+    """In this process: ``quick_read``'s code (None: left to the commands proper) and what it
+    printed."""
+    out = io.StringIO()
+    try:
+        with environment(env), contextlib.redirect_stdout(out):
+            code = quick_read(list(argv))
+    finally:
+        Hints.db = ""  # (set from --db, as the command line sets it: not for the next test)
+    return code, out.getvalue()
+
+
+LISTINGS = [
+    ["runs", "list"],
+    ["runs", "list", "--json"],
+    ["requests", "list"],
+    ["requests", "list", "--json"],
+    ["runs", "list", "--status", "interrupted"],
+    ["runs", "list", "--status", "not_started"],
+    ["runs", "list", "--status=idle_with_pending_requests"],
+    ["runs", "list", "--status", "idle", "--json"],
+    ["runs", "list", "--workflow", "stepper"],
+    ["runs", "list", "--workflow=nosuch"],
+    ["runs", "list", "--json", "--workflow", "asking", "--status", "idle_with_pending_requests"],
+]
+
+
+@pytest.mark.parametrize("argv", LISTINGS, ids=" ".join)
+@pytest.mark.parametrize("where", ["after", "before", "environment"])
+def test_a_listing_prints_what_the_command_proper_prints(
+    databases: dict[str, Path], argv: list[str], where: str
+) -> None:
+    db = str(databases["full"])
+    env = env_for({"WORKFLOW_ENGINE_DB": db} if where == "environment" else None)
+    given = {
+        "after": [*argv, "--db", db],
+        "before": ["--db", db, *argv],
+        "environment": argv,
+    }[where]
+    quick, proper = both(given, env)
+    assert quick == proper
+    assert quick[0] == 0, quick
+    code, printed = served_quickly(given, env)
+    assert code == 0 and printed == quick[1]
+
+
+def test_the_full_database_shows_every_state(databases: dict[str, Path]) -> None:
+    """What the comparisons above compare is the whole listing, not an empty one."""
+    env = env_for()
+    _, runs, _ = both(["runs", "list", "--db", str(databases["full"])], env)[0]
+    for shown in ("idle_with_pending_requests, answered", "not_started", "cancelled", "idle"):
+        assert shown in runs
+    _, inbox, _ = both(["requests", "list", "--db", str(databases["full"])], env)[0]
+    assert "approve submit_refund(" in inbox  # the demo's
+    assert "more characters: --json shows all" in inbox  # the long one, cut
+    assert "tab\\there" in inbox  # a control character shown escaped
+    assert "has an answer to apply" in inbox and "its application can apply it" in inbox
+
+
+@pytest.mark.parametrize(
+    ("name", "argv"),
+    [
+        ("in_doubt", ["requests", "list"]),  # explaining the step takes folding checkpoints
+        ("damaged", ["runs", "list"]),
+        ("damaged", ["requests", "list"]),
+        ("foreign", ["runs", "list"]),
+        ("zero_bytes", ["requests", "list"]),
+        ("missing", ["runs", "list"]),
+        ("full", ["runs", "list", "--status", "sleeping"]),
+        ("full", ["runs", "list", "--status="]),
+        ("full", ["runs", "list", "--json", "--json"]),
+        ("full", ["runs", "list", "--help"]),
+        ("full", ["runs", "list", "--db"]),
+        ("full", ["runs", "show", "nosuchrun"]),
+        ("full", ["requests", "list", "--status", "idle"]),
+        ("full", ["runs", "list", "--workflow", "-x"]),
+    ],
+    ids=lambda value: value if isinstance(value, str) else " ".join(value),
+)
+def test_what_the_quick_path_does_not_serve_is_left_to_the_commands(
+    databases: dict[str, Path], name: str, argv: list[str]
+) -> None:
+    given = [*argv, "--db", str(databases[name])] if argv[-1] != "--db" else argv
+    env = env_for()
+    code, printed = served_quickly(given, env)
+    assert code is None and printed == ""
+    quick, proper = both(given, env)
+    assert quick == proper
+    assert "Traceback" not in quick[1] + quick[2]
+
+
+@pytest.mark.parametrize(
+    ("name", "argv"),
+    [
+        ("in_doubt", ["runs", "list"]),  # a run in doubt lists as interrupted: no fold needed
+        ("in_doubt", ["requests", "list", "--json"]),
+        ("empty", ["runs", "list"]),
+        ("empty", ["requests", "list"]),
+        ("empty", ["runs", "list", "--status", "idle"]),
+    ],
+    ids=lambda value: value if isinstance(value, str) else " ".join(value),
+)
+def test_other_databases_are_served_and_print_the_same(
+    databases: dict[str, Path], name: str, argv: list[str]
+) -> None:
+    given = [*argv, "--db", str(databases[name])]
+    env = env_for()
+    quick, proper = both(given, env)
+    assert quick == proper and quick[0] == 0
+    code, printed = served_quickly(given, env)
+    assert code == 0 and printed == quick[1]
+
+
+def test_the_version_is_served_quickly(databases: dict[str, Path]) -> None:
+    quick, proper = both(["--version"], env_for())
+    assert quick == proper and quick[0] == 0
+    assert quick[1].startswith("workflow-engine ")
+    assert served_quickly(["--version"], env_for()) == (0, quick[1])
+
+
+def test_a_quick_listing_writes_nothing_beside_the_database(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """The snapshot is read-only: no WAL or shared-memory file is left, the file unchanged."""
+    db = tmp_path / "copy.db"
+    db.write_bytes(databases["full"].read_bytes())
+    before = db.read_bytes()
+    for argv in (["runs", "list"], ["requests", "list"]):
+        assert served_quickly([*argv, "--db", str(db)], env_for())[0] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy.db"]
+    assert db.read_bytes() == before
+
+
+async def _many_runs(db: Path, count: int) -> None:
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(lambda: stepper_workflow(name="stepper"))
+    try:
+        for _ in range(count):
+            await runtime.start("stepper", 1)
+    finally:
+        await runtime.close()
+
+
+def test_a_reader_that_goes_away_ends_a_quick_listing_quietly(tmp_path: Path) -> None:
+    """``| head -c 1``: exit 141 without a word, as the commands proper end. (1,500 runs list
+    in ~100 KB, more than a pipe holds: the write after head has gone fails.)"""
+    db = tmp_path / "many.db"
+    anyio.run(_many_runs, db, 1500)
+    for argv in (["runs", "list", "--db", str(db)], ["runs", "list", "--json", "--db", str(db)]):
+        shell = f"{ENGINE} {' '.join(argv)} | head -c 1 >/dev/null; exit ${{PIPESTATUS[0]}}"
+        proc = subprocess.run(
+            ["bash", "-c", shell], capture_output=True, text=True, env=env_for(), timeout=60
+        )
+        assert (proc.returncode, proc.stderr) == (141, ""), proc
+        assert served_quickly(argv, env_for())[0] == 0  # (it was the quick path that ended)
+
+
+WORDS = st.sampled_from(
+    [
+        "runs",
+        "requests",
+        "list",
+        "show",
+        "--json",
+        "--status",
+        "--status=idle",
+        "interrupted",
+        "--workflow",
+        "stepper",
+        "--db",
+        "DB",
+        "--db=DB",
+        "--help",
+        "--version",
+        "-x",
+        "",
+    ]
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    head=st.sampled_from([[], ["runs", "list"], ["requests", "list"], ["--db", "DB"]]),
+    tail=st.lists(WORDS, max_size=5),
+)
+def test_any_command_line_prints_what_the_commands_proper_print(
+    databases: dict[str, Path], head: list[str], tail: list[str]
+) -> None:
+    db = str(databases["full"])
+    argv = [word.replace("DB", db) for word in [*head, *tail]]
+    quick, proper = both(argv, env_for())
+    assert quick == proper, json.dumps(argv)

@@ -1,0 +1,276 @@
+"""What ``runs list`` and ``requests list`` print, and how a run's status reads to a person.
+
+The records come from either of two readers: the runtime (``_app``: the commands as typer
+parses them) or a read-only snapshot of the file (``_quick``: the same commands started
+without the runtime, the event loop or pydantic). Both print through this module, so the two
+can differ in where they read, never in what a person sees. Importing it loads nothing of the
+engine (``--help`` loads this module, and no more).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from ._hints import Hints
+from ._ids import short_ids
+from ._registry import workflow_names
+from ._term import Terminal, clean, format_table, is_live, terminal_columns, visible
+from ._views import describe_request
+
+if TYPE_CHECKING:
+    from workflow_engine import WorkflowRunState
+
+MAX_SHOWN_CHARACTERS = 600
+"""The most of a request's or an output's text a line of ``requests list`` or ``runs show``
+shows (``--json`` has it all)."""
+
+EXTRA_STATUSES = ("interrupted", "not_started")
+"""Statuses the list shows for runs in progress that no live process executes; ``--status``
+takes them as well as the stored ones."""
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A pending request as the inbox lists it: its data as stored (tagged JSON)."""
+
+    request_id: str
+    run_id: str
+    workflow_name: str
+    port_id: str
+    data: Any
+
+
+def when(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def at_most(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and how many more there are."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters: --json shows all)"
+
+
+def print_table(headers: list[str], rows: list[list[str]], wrap: Sequence[str] = ()) -> None:
+    """Aligned columns, ids and statuses whole; only ``wrap`` columns fold at the terminal's
+    width (none when the output is not a terminal, so pipes get one line per row)."""
+    width = terminal_columns(sys.stdout) - 1 if sys.stdout.isatty() else 0
+    for line in format_table(headers, rows, width=width, wrap=wrap, live=is_live(sys.stdout)):
+        print(line)
+
+
+# --- a run's status, as a person reads it ----------------------------------------------------
+
+
+def live_worker(record: Any) -> str | None:
+    """The process holding the run's lease now, or None (a run left ``in_progress`` by a
+    process that was stopped shows as ``interrupted``: `resume` continues it). A lease whose
+    holder on this host has exited is not live, however long it still runs: ``resume`` takes
+    it over at once too."""
+    return record.live_owner(datetime.now(UTC).timestamp())
+
+
+def not_started(record: Any) -> bool:
+    """Whether the run was admitted (``Runtime.start``, ``fork``) and no worker ever took it:
+    its lease version is still the admission's."""
+    return record.version == 0 and str(record.status.value) == "in_progress"
+
+
+def person_status(record: Any) -> str:
+    """The run's status as a person reads it: ``interrupted`` for one in progress that no
+    live process executes, ``not_started`` for one no process ever executed (a fork)."""
+    status = str(record.status.value)
+    if status == "in_progress" and not live_worker(record):
+        return "not_started" if not_started(record) else "interrupted"
+    return status
+
+
+def shown_status(record: Any, answered: bool = False) -> str:
+    """``person_status``, and what is under way: ``answered`` (answers are stored that the
+    run has not applied yet), ``cancelling`` (a stored cancel its worker has not honoured)."""
+    shown = person_status(record)
+    if answered and shown == "idle_with_pending_requests":
+        shown += ", answered"  # it looked stuck, resting (tester 74): `resume` applies them
+    return f"{shown}, cancelling" if record.cancel_requested else shown
+
+
+def status_filter(status: str | None) -> tuple[WorkflowRunState | None, str | None]:
+    """``--status`` as (the stored state to read, the shown status to keep of those runs: one
+    of ``EXTRA_STATUSES``, which are runs stored ``in_progress``). ``ValueError`` saying which
+    statuses there are, for one that is none of them."""
+    from workflow_engine._events import WorkflowRunState
+
+    if status is None:
+        return None, None
+    if status in EXTRA_STATUSES:
+        return WorkflowRunState.IN_PROGRESS, status
+    try:
+        return WorkflowRunState(status), None
+    except ValueError:
+        known = [s.value for s in WorkflowRunState] + list(EXTRA_STATUSES)
+        raise ValueError(f"unknown status {status!r} (one of: {', '.join(known)})") from None
+
+
+def may_be_in_doubt(record: Any) -> bool:
+    """Whether the run could have a step in doubt: in progress, no live worker executes it
+    and no cancel waits (its journal then tells; its checkpoints, folded, say for sure)."""
+    return (
+        str(record.status.value) == "in_progress"
+        and live_worker(record) is None
+        and not record.cancel_requested
+    )
+
+
+def answered_to_apply(record: Any) -> bool:
+    """Whether answers stored for the run wait for a ``resume`` (no live worker applies them
+    and the run has not finished)."""
+    return not record.status.is_terminal and live_worker(record) is None
+
+
+def count_by_run(requests: Sequence[Any]) -> dict[str, int]:
+    """Run id → how many of ``requests`` it has, in the order they come."""
+    counts: dict[str, int] = {}
+    for request in requests:
+        counts[request.run_id] = counts.get(request.run_id, 0) + 1
+    return counts
+
+
+# --- the lists ---------------------------------------------------------------------------------
+
+
+def print_runs(
+    runs: Sequence[Any],
+    answered: dict[str, int],
+    every: Sequence[str] | None,
+    *,
+    filtered: bool,
+    json_mode: bool,
+) -> None:
+    """``runs list``: ``runs`` (``RunRecord``), with ``answered`` (run → answers waiting);
+    ``every``: every run's id, for the shortest unique prefixes (None: ``runs`` are all)."""
+    if json_mode:
+        rows = [
+            {
+                "run_id": r.run_id,
+                "workflow": r.workflow_name,
+                "status": r.status.value,
+                "worker": live_worker(r),
+                "started": not not_started(r),
+                "answers_waiting": r.run_id in answered,
+                "cancel_requested": r.cancel_requested,
+                "superstep": r.superstep,
+                "created_at": r.created_at,
+                "updated_at": r.updated_at,
+            }
+            for r in runs
+        ]
+        print(json.dumps(rows))
+        return
+    if not runs:
+        print("No matching runs." if filtered else "No runs.")
+        return
+    short = short_ids(every if every is not None else [r.run_id for r in runs])
+    rows = [
+        [
+            short[r.run_id],
+            r.workflow_name,
+            shown_status(r, r.run_id in answered),
+            str(r.superstep),
+            when(r.updated_at),
+        ]
+        for r in runs
+    ]
+    headers = ["RUN", "WORKFLOW", "STATUS", "STEP", "UPDATED (UTC)"]
+    print_table(headers, rows, wrap=["UPDATED (UTC)"])
+
+
+def print_requests_json(pending: Sequence[Pending]) -> None:
+    """``requests list --json``: with each request itself, as stored (a tool call's
+    arguments too)."""
+    rows = [
+        {
+            "request_id": r.request_id,
+            "run_id": r.run_id,
+            "workflow": r.workflow_name,
+            "what": describe_request(r.data, r.port_id),
+            "port_id": r.port_id,
+            "data": r.data,
+        }
+        for r in pending
+    ]
+    print(json.dumps(rows))
+
+
+def print_requests(
+    pending: Sequence[Pending],
+    in_doubt: Sequence[Any],
+    waiting: Sequence[tuple[Any, int]],
+    request_ids: Sequence[str],
+    run_ids: Sequence[str],
+) -> None:
+    """``requests list``: the inbox; then the interrupted runs with a step in doubt
+    (``RunInfo``), and the resting runs with answers to apply (``(RunRecord, count)``).
+    ``request_ids`` and ``run_ids``: every one stored, for the shortest unique prefixes."""
+    if not pending:
+        print("No pending requests.")
+    else:
+        short_request, short_run = short_ids(request_ids), short_ids(run_ids)
+        table = [
+            [
+                short_request[r.request_id],
+                short_run.get(r.run_id, r.run_id),
+                r.workflow_name,
+                at_most(describe_request(r.data, r.port_id), MAX_SHOWN_CHARACTERS),
+            ]
+            for r in pending
+        ]
+        headers = ["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"]
+        print_table(headers, table, wrap=["WAITING FOR"])
+    say_in_doubt(in_doubt)
+    say_answered(waiting)
+
+
+def say_in_doubt(runs: Sequence[Any]) -> None:
+    """After the inbox: each interrupted run's steps in doubt, and how to be asked about them."""
+    if not runs:
+        return
+    from ._console import RESUME_ASKS, show_in_doubt
+
+    term = Terminal()
+    for info in runs:
+        label = ("interrupted: ", "yellow")
+        said = f"run {visible(info.run_id)} ({info.workflow_name});"
+        say_resume(term, label, said, "continue it", info.run_id, info.workflow_name)
+        for effect in info.effects_in_doubt:
+            show_in_doubt(term, effect, then=RESUME_ASKS)
+
+
+def say_answered(runs: Sequence[tuple[Any, int]]) -> None:
+    """After the inbox: each resting run with answers stored that a ``resume`` applies."""
+    if not runs:
+        return
+    term = Terminal()
+    for record, count in runs:
+        answers = "an answer" if count == 1 else f"{count} answers"
+        said = f"run {visible(record.run_id)} ({record.workflow_name}) has {answers} to apply;"
+        does = "apply it" if count == 1 else "apply them"
+        say_resume(term, ("answered: ", "green"), said, does, record.run_id, record.workflow_name)
+
+
+def say_resume(
+    term: Terminal, label: tuple[str, str], said: str, does: str, run_id: str, workflow_name: str
+) -> None:
+    """``label`` (styled) and ``said``, then how to ``does`` (continue the run, apply its
+    answers): the command whole on a line of its own, to paste (a wrapped one ran as two,
+    tester 76) -- or, for a workflow this command line does not build, its application."""
+    text = f"{said} " if said else ""
+    if workflow_name not in workflow_names():
+        term.line(label, f"{text}its application can {does} (`Runtime.resume`)")
+        return
+    term.line(label, f"{text}{does} with:")
+    term.whole(f"  workflow-engine resume {clean(run_id)}{Hints.db}")

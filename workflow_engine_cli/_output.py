@@ -1,0 +1,80 @@
+"""How the command line writes: the one error line on stderr, and stdout that may fail (a
+reader that went away, a full disk) ending the command quietly with the right exit code.
+
+Apart from the commands (``_app``), so that a command started without typer (``_quick``) writes
+the same way. rich loads only when an error is printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ._exits import EXIT_BROKEN_PIPE, EXIT_FAILED
+from ._term import visible
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def err_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, soft_wrap=True)
+
+
+def escape(text: str) -> str:
+    """``text`` safe inside rich markup (rich loads only when an error is printed)."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def print_error(message: str) -> None:
+    """The one line on stderr every failure ends with."""
+    first = message.strip().splitlines()[0] if message.strip() else "unknown error"
+    err_console().print(f"[red]error:[/] {escape(visible(first))}", highlight=False)
+
+
+_WRITE_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ENOSPC", "EIO", "EFBIG", "EDQUOT") if hasattr(errno, name)
+)
+
+
+def discard_output(*streams: Any) -> None:
+    """Point stdout (or ``streams``) at /dev/null, so that what is still buffered, and what is
+    written from now on, goes nowhere quietly (Python flushes stdout once more at exit)."""
+    for stream in streams or (sys.stdout,):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+
+
+def output_failed(exc: OSError) -> int | None:
+    """The exit code when ``exc`` is stdout failing (None: some other error). A reader that
+    went away (``| head``) is no error: stop quietly. A full disk is one line, exit 1."""
+    if isinstance(exc, BrokenPipeError):
+        discard_output()
+        return EXIT_BROKEN_PIPE
+    if exc.errno in _WRITE_ERRNOS:
+        discard_output()
+        print_error(f"cannot write the output: {exc.strerror or exc}")
+        return EXIT_FAILED
+    return None
+
+
+def flush_output(code: Any) -> Any:
+    """Flush stdout before exiting with ``code`` (Python's own flush at exit would report a
+    failure as a traceback-like message and exit 120)."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        failed = output_failed(exc)
+        if failed is None:
+            raise
+        return failed
+    return code

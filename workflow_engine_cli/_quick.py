@@ -1,0 +1,223 @@
+"""``runs list``, ``requests list`` and ``--version`` started in a fraction of the time: without
+typer, the runtime, the event loop or pydantic.
+
+A listing is what a person runs most, and a fresh process spent most of a second importing what
+the other commands need. This module takes the common forms of the two commands (the options
+they document, each given once), reads the file through a read-only snapshot
+(``SqliteReader``) and prints through ``_listing``, as the commands do. Anything else -- help,
+a usage error, another command, a database that is missing, damaged, of another schema version,
+or that has a run with a step in doubt to explain -- returns None before a byte is printed, and
+the command line proper (``_app``) runs the command and says what it has to say.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._exits import EXIT_DONE
+from ._output import flush_output, output_failed
+
+if TYPE_CHECKING:
+    from workflow_engine.storage._reader import SqliteReader
+
+_OPTIONS: dict[tuple[str, ...], dict[str, bool]] = {
+    # option → whether it takes a value
+    ("runs", "list"): {"--status": True, "--workflow": True, "--db": True, "--json": False},
+    ("requests", "list"): {"--db": True, "--json": False},
+}
+
+
+class _NotQuick(Exception):
+    """This listing is for the command line proper (before anything is printed)."""
+
+
+def quick_read(argv: Sequence[str]) -> int | None:
+    """Run ``argv`` (the arguments after the program's name) if it is a listing this module
+    serves, and return its exit code; None, having printed nothing, for anything else."""
+    if list(argv) == ["--version"]:
+        _configure_output()
+        return _printed(lambda: print(version_line()))
+    parsed = _parse(argv)
+    if parsed is None or not _all_text(argv):
+        return None
+    # (loaded only now: ``--version`` loads nothing of the engine)
+    import sqlite3
+
+    from workflow_engine._errors import WorkflowError
+    from workflow_engine.storage._reader import SqliteReader
+
+    command, options = parsed
+    try:
+        reader = SqliteReader.open(_database(options))
+        if reader is None:
+            return None
+        with reader:
+            show = _runs(reader, options) if command == "runs" else _requests(reader, options)
+    # what reading a database can raise (a lock, a damaged row, a file gone): the command line
+    # proper then runs the command, and says what is wrong
+    except (_NotQuick, sqlite3.Error, WorkflowError, OSError, ValueError):
+        return None
+    _configure_output()
+    return _printed(show)
+
+
+def version_line() -> str:
+    """What ``--version`` prints."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        installed = version("workflow-engine")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        installed = "unknown"
+    return f"workflow-engine {installed}"
+
+
+def _printed(show: Callable[[], None]) -> int:
+    """Run ``show`` and flush: the exit code (a reader gone or a full disk said as such)."""
+    try:
+        show()
+    except OSError as exc:
+        failed = output_failed(exc)
+        if failed is None:
+            raise
+        return failed
+    return int(flush_output(EXIT_DONE))
+
+
+def _parse(argv: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
+    """(``runs`` or ``requests``, the options given: ``before_db`` for a ``--db`` before the
+    command) for the forms served; None for any other."""
+    words = list(argv)
+    options: dict[str, Any] = {}
+    if words[:1] == ["--db"] or (words and words[0].startswith("--db=")):
+        value, words = _value("--db", words)
+        if value is None:
+            return None
+        options["before_db"] = value
+    command = tuple(words[:2])
+    known = _OPTIONS.get(command)
+    if known is None:
+        return None
+    words = words[2:]
+    while words:
+        name = words[0].partition("=")[0]
+        if name not in known or name in options:
+            return None
+        if known[name]:
+            value, words = _value(name, words)
+            if value is None:
+                return None
+            options[name] = value
+        elif words[0] != name:  # ``--json=...``: click's error to give
+            return None
+        else:
+            options[name] = True
+            words = words[1:]
+    return command[0], options
+
+
+def _value(name: str, words: list[str]) -> tuple[str | None, list[str]]:
+    """The value of option ``name`` at the head of ``words`` (``--name VALUE`` or
+    ``--name=VALUE``) and the words after it; None for a value click would read otherwise
+    or refuse (none, empty, or one that looks like an option)."""
+    head = words[0]
+    if head == name:
+        value, rest = (words[1], words[2:]) if len(words) > 1 else (None, [])
+    else:
+        value, rest = head[len(name) + 1 :], words[1:]
+    if not value or value.startswith("-"):
+        return None, rest
+    return value, rest
+
+
+def _all_text(argv: Sequence[str]) -> bool:
+    """Whether the arguments and the ``WORKFLOW_ENGINE_`` variables are plain ASCII: others
+    may not be text at all, which the command line proper refuses in its own words."""
+    values = [value for name, value in os.environ.items() if name.startswith("WORKFLOW_ENGINE_")]
+    return all(text.isascii() for text in [*argv, *values])
+
+
+def _database(options: dict[str, Any]) -> Path:
+    """The file the command reads, and the ``--db`` the commands it prints repeat (as the
+    command line proper sets them: ``_db_or_before``)."""
+    from workflow_engine.storage._location import default_db_path
+
+    from ._hints import Hints
+
+    given = options.get("--db") or options.get("before_db")
+    chosen = Path(given) if given is not None else None
+    named = os.environ.get("WORKFLOW_ENGINE_DB") or None
+    Hints.given(chosen if chosen is not None else Path(named) if named else None)
+    return chosen if chosen is not None else default_db_path()
+
+
+def _configure_output() -> None:
+    """Never die printing a character the terminal lacks (as ``_app.main``)."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
+
+
+def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
+    """``runs list``, read; returns what prints it."""
+    from ._listing import count_by_run, person_status, print_runs, status_filter
+
+    status, workflow = options.get("--status"), options.get("--workflow")
+    json_mode = bool(options.get("--json"))
+    try:
+        state, shown_only = status_filter(status)
+    except ValueError:
+        raise _NotQuick from None  # (a usage error, said by the command line proper)
+    runs = reader.list_runs(state, workflow)
+    if shown_only:
+        runs = [r for r in runs if person_status(r) == shown_only]
+    answered = count_by_run(reader.list_requests(status="answered"))
+    filtered = status is not None or workflow is not None
+    every = reader.run_ids() if filtered and runs and not json_mode else None
+    return lambda: print_runs(runs, answered, every, filtered=filtered, json_mode=json_mode)
+
+
+def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
+    """``requests list``, read; returns what prints it."""
+    from workflow_engine._events import WorkflowRunState
+
+    from ._listing import (
+        Pending,
+        answered_to_apply,
+        count_by_run,
+        may_be_in_doubt,
+        print_requests,
+        print_requests_json,
+    )
+
+    runs: dict[str, Any] = {}
+
+    def run_of(run_id: str) -> Any:
+        if run_id not in runs:
+            runs[run_id] = reader.get_run(run_id)
+        if runs[run_id] is None:  # (a request of no run: the store's error says so)
+            raise _NotQuick
+        return runs[run_id]
+
+    pending = [
+        Pending(r.request_id, r.run_id, run_of(r.run_id).workflow_name, r.port_id, r.data)
+        for r in reader.list_requests(status="pending")
+    ]
+    if options.get("--json"):
+        return lambda: print_requests_json(pending)
+    for record in reader.list_runs(WorkflowRunState.IN_PROGRESS):
+        if may_be_in_doubt(record) and reader.journaled_after(record.run_id, record.superstep):
+            raise _NotQuick  # (whether a step is in doubt takes folding its checkpoints)
+    waiting = []
+    for run_id, count in count_by_run(reader.list_requests(status="answered")).items():
+        record = run_of(run_id)
+        if answered_to_apply(record):
+            waiting.append((record, count))
+    request_ids = reader.request_ids() if pending else []
+    run_ids = reader.run_ids() if pending else []
+    return lambda: print_requests(pending, [], waiting, request_ids, run_ids)
