@@ -37,6 +37,15 @@ if TYPE_CHECKING:
 SQL_JOURNALED_AFTER = "SELECT 1 FROM journal WHERE run_id = ? AND superstep > ? LIMIT 1"
 
 
+def query_only_uri(path: Path) -> str:
+    """The URI to open ``path`` by to only read it: ``mode=rw``, so that a file deleted meanwhile
+    is not created again, and the caller sets ``PRAGMA query_only``. Not ``mode=ro``: a
+    read-only connection cannot remove the WAL and shared-memory files it makes beside a
+    database in WAL mode, so each read left two files behind; an ordinary connection that the
+    pragma keeps from writing removes them on closing, as every SQLite program does."""
+    return f"{path.resolve().as_uri()}?mode=rw"
+
+
 class SqliteReader:
     """One consistent, read-only snapshot of a SQLite store, as the store's own reads return
     it (a damaged row is the same ``StoreCorruptError``). Use it as a context manager: the
@@ -54,12 +63,10 @@ class SqliteReader:
         file = Path(path)
         if not file.is_file():
             return None
-        # Not ``mode=ro``: a read-only connection cannot remove the WAL and shared-memory files
-        # it makes beside a database in WAL mode, so each listing left two files behind. An
-        # ordinary connection that the pragma keeps from writing cleans up as the store does.
-        conn = sqlite3.connect(file, timeout=timeout, isolation_level=None)
+        uri = query_only_uri(file)
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
         try:
-            conn.execute("PRAGMA query_only = ON")
+            conn.execute("PRAGMA query_only = ON")  # (before anything is read)
             conn.text_factory = decode_text
             conn.execute("BEGIN")
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}

@@ -316,17 +316,21 @@ def _require_database(db: Path | None) -> None:
 
 def _not_ours(path: Path) -> tuple[int, str] | None:
     """The exit code and error line for a SQLite file at ``path`` that is not a workflow-engine
-    database, read without writing a byte (opening it as a store would create our tables in
-    it, and switch another program's database to WAL); ``None`` if it is one, or if that
+    database, read without writing anything to it (opening it as a store would create our
+    tables in it, and switch another program's database to WAL; a read-only connection left
+    WAL and shared-memory files beside one in WAL mode); ``None`` if it is one, or if that
     cannot be told here (opening it as a store then says what is wrong)."""
     import sqlite3
 
+    from workflow_engine.storage._reader import query_only_uri
+
     try:
         # (ours, in WAL mode, is never locked for reading: no need to wait long)
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1.0)
+        conn = sqlite3.connect(query_only_uri(path), uri=True, timeout=1.0)
     except (sqlite3.Error, ValueError):
         return None
     try:
+        conn.execute("PRAGMA query_only = ON")
         tables = {
             row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         }

@@ -357,3 +357,36 @@ def test_any_command_line_prints_what_the_commands_proper_print(
     argv = [word.replace("DB", db) for word in [*head, *tail]]
     quick, proper = both(argv, env_for())
     assert quick == proper, json.dumps(argv)
+
+
+def test_another_program_s_database_in_wal_mode_is_left_as_it_was(tmp_path: Path) -> None:
+    """Refused as not ours, with no WAL or shared-memory file left beside it: a read-only
+    connection could not remove those it made (they were left by every listing)."""
+    foreign = tmp_path / "customers.db"
+    with contextlib.closing(sqlite3.connect(foreign)) as conn, conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("CREATE TABLE customers (name TEXT)")
+        conn.execute("INSERT INTO customers VALUES ('bob')")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["customers.db"]
+    for argv in (["runs", "list"], ["requests", "list"], ["runs", "show", "abc"]):
+        quick, proper = both([*argv, "--db", str(foreign)], env_for())
+        assert quick == proper and quick[0] == 4, quick
+        assert "another program's tables (customers)" in quick[2]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["customers.db"], argv
+    with contextlib.closing(sqlite3.connect(foreign)) as conn:
+        assert conn.execute("SELECT name FROM customers").fetchall() == [("bob",)]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_the_snapshot_never_creates_a_missing_file(tmp_path: Path) -> None:
+    """The snapshot opens an existing file only: SQLite creates a missing one by default."""
+    from workflow_engine.storage._reader import SqliteReader, query_only_uri
+
+    gone = tmp_path / "gone.db"
+    gone.touch()
+    uri = query_only_uri(gone)
+    gone.unlink()
+    with pytest.raises(sqlite3.OperationalError):
+        sqlite3.connect(uri, uri=True).close()
+    assert not gone.exists()
+    assert SqliteReader.open(gone) is None and not gone.exists()

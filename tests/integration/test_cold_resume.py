@@ -16,7 +16,7 @@ from chat_workflow import NAME, build_chat, user_message
 from workflow_engine import Runtime, WorkflowRunState
 from workflow_engine._errors import StoreCorruptError
 from workflow_engine.storage import SqliteStore
-from workflow_engine.storage._sqlite import _decode_text
+from workflow_engine.storage._records import decode_text
 
 pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
@@ -109,5 +109,5 @@ async def test_a_chain_is_read_strictly_and_damaged_text_still_names_its_checkpo
     with pytest.raises(StoreCorruptError, match=rf"{checkpoint_id}.*not UTF-8"):
         await store.latest(run_id)
     # the fallback read left the connection decoding tolerantly, as every other read expects
-    assert store._conn is not None and store._conn.text_factory is _decode_text
+    assert store._conn is not None and store._conn.text_factory is decode_text
     await store.close()
