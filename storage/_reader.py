@@ -13,12 +13,21 @@ migrate, or to refuse with its reasons (``SqliteReader.open`` returns None).
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from ._records import decode_text, request_id_of, run_id_of, run_record, stored_request
+from ._records import (
+    decode_text,
+    fetch_rows,
+    request_id_of,
+    run_id_of,
+    run_record,
+    stored_request,
+)
 from ._schema import SCHEMA_VERSION, TABLES
 from ._sql import (
     REQUEST_COLUMNS,
@@ -27,6 +36,7 @@ from ._sql import (
     SQL_RUN,
     SQL_RUN_IDS,
     SQL_SCHEMA_VERSION,
+    SQL_TABLE_NAMES,
     filtered,
 )
 
@@ -46,6 +56,47 @@ def query_only_uri(path: Path) -> str:
     return f"{path.resolve().as_uri()}?mode=rw"
 
 
+_WAL_HEADER = b"\x02\x02"
+"""Bytes 18 and 19 of a SQLite file's header, the versions that write and read it: 2 for WAL."""
+
+
+def reading_uri(file: Path) -> str | None:
+    """How to open ``file`` so as to read it and leave it, and the files beside it, as they
+    were; None for one the store would not just read (so it says or does what it does then):
+    not a SQLite database in WAL mode (the store switches one to it), in a directory this
+    process cannot write (the store refuses: SQLite keeps its -wal and -shm files there), or
+    not writable by this process while others may write it.
+
+    - With a ``-wal`` file beside it (a worker has it open, or one crashed): read-only, leaving
+      those files as they are -- a crashed writer's WAL too, which an ordinary connection would
+      fold into the file on closing.
+    - Writable by no one (``chmod a-w``): immutable, which takes no lock and makes no file
+      beside it. A read-only connection would leave -shm and -wal files that no one can write
+      either, and its owner's next write, once it is writable again, would fail on them.
+    - Otherwise ``query_only_uri``: an ordinary connection that removes the files it made.
+    """
+    try:
+        info = file.stat()
+        if not stat.S_ISREG(info.st_mode):  # (a FIFO's open would wait for a writer)
+            return None
+        with file.open("rb") as f:
+            header = f.read(100)
+    except OSError:
+        return None
+    if not header.startswith(b"SQLite format 3\x00") or header[18:20] != _WAL_HEADER:
+        return None
+    if not os.access(file.parent, os.W_OK):
+        return None
+    base = file.resolve().as_uri()
+    if os.path.lexists(f"{file}-wal"):
+        return f"{base}?mode=ro"
+    if info.st_mode & 0o222 == 0:
+        return f"{base}?mode=ro&immutable=1"
+    if not os.access(file, os.W_OK):
+        return None
+    return query_only_uri(file)
+
+
 class SqliteReader:
     """One consistent, read-only snapshot of a SQLite store, as the store's own reads return
     it (a damaged row is the same ``StoreCorruptError``). Use it as a context manager: the
@@ -57,19 +108,20 @@ class SqliteReader:
     @classmethod
     def open(cls, path: str | Path, *, timeout: float = 1.0) -> SqliteReader | None:
         """A reader of the database at ``path``; None when it is not one this engine reads as
-        it is (no such file, another schema version, a table missing): ``SqliteStore`` says why.
-        ``timeout``: how long to wait for a lock (a database of ours, in WAL mode, is never
-        locked for reading). SQLite's own errors (``sqlite3.Error``) are raised."""
+        it is (see ``reading_uri``; another schema version, a table missing): ``SqliteStore``
+        says why, or makes it one. ``timeout``: how long to wait for a lock (a database of ours,
+        in WAL mode, is never locked for reading). SQLite's own errors (``sqlite3.Error``) are
+        raised."""
         file = Path(path)
-        if not file.is_file():
+        uri = reading_uri(file)
+        if uri is None:
             return None
-        uri = query_only_uri(file)
         conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
         try:
             conn.execute("PRAGMA query_only = ON")  # (before anything is read)
             conn.text_factory = decode_text
             conn.execute("BEGIN")
-            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            tables = {row[0] for row in conn.execute(SQL_TABLE_NAMES)}  # (tables: not views)
             if not tables.issuperset(TABLES):
                 conn.close()
                 return None
@@ -105,7 +157,7 @@ class SqliteReader:
             (("status", status.value if status is not None else None), ("workflow_name", workflow)),
             "created_at, run_id",
         )
-        return [run_record(row) for row in self._conn.execute(text, params)]
+        return [run_record(row) for row in fetch_rows(self._conn, text, params)]
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._conn.execute(SQL_RUN, (run_id,)).fetchone()
@@ -113,7 +165,7 @@ class SqliteReader:
 
     def run_ids(self) -> list[str]:
         """Every run's id, sorted."""
-        return [run_id_of(row) for row in self._conn.execute(SQL_RUN_IDS, (0, ""))]
+        return [run_id_of(row) for row in fetch_rows(self._conn, SQL_RUN_IDS, (0, ""))]
 
     def list_requests(
         self, run_id: str | None = None, status: RequestStatus | None = "pending"
@@ -124,11 +176,11 @@ class SqliteReader:
             (("run_id", run_id), ("status", status)),
             "created_at, rowid",
         )
-        return [stored_request(row) for row in self._conn.execute(text, params)]
+        return [stored_request(row) for row in fetch_rows(self._conn, text, params)]
 
     def request_ids(self) -> list[str]:
         """Every request's id, sorted."""
-        return [request_id_of(row) for row in self._conn.execute(SQL_REQUEST_IDS, (0, ""))]
+        return [request_id_of(row) for row in fetch_rows(self._conn, SQL_REQUEST_IDS, (0, ""))]
 
     def journaled_after(self, run_id: str, superstep: int) -> bool:
         """Whether the run has journal entries of supersteps after ``superstep``: only such a

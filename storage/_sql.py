@@ -17,6 +17,7 @@ REQUEST_COLUMNS = (
 TERMINAL_SQL = "('idle', 'cancelled', 'failed')"
 
 SQL_SCHEMA_VERSION = "SELECT version FROM we_schema WHERE id = 1"
+SQL_TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 
 # Checkpoint rows are keyed by ``pos = run_no * 2**32 + seq`` (``runs.run_no``: a number per run,
 # given at admission): the table's own b-tree orders a run's rows, so a commit inserts into two

@@ -109,6 +109,7 @@ from workflow_engine._store import (
 from ._location import default_db_path
 from ._records import (
     decode_text,
+    fetch_rows,
     lease_columns,
     load_json,
     request_id_of,
@@ -172,6 +173,7 @@ from ._sql import (
     SQL_SET_STATUS,
     SQL_SPAN_BASE,
     SQL_STORE_ANSWER,
+    SQL_TABLE_NAMES,
     SQL_TAKE_LEASE,
     SQL_TAKE_LEASE_TO_APPLY,
     filtered,
@@ -210,8 +212,6 @@ def stored_json(value: Any) -> str:
     not valid Unicode before a value gets here."""
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
-
-SQL_TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 
 _MAX_CHAIN = 1024
 """At most this many deltas follow a snapshot, however small they are."""
@@ -1803,7 +1803,7 @@ class SqliteStore:
             base = found[0] if found is not None else None
             if base is None:
                 return None
-        rows = _chain_rows(conn, SQL_LATEST_CHAIN, (base,))
+        rows = fetch_rows(conn, SQL_LATEST_CHAIN, (base,))
         if rows:
             return rows
         seq = conn.execute(SQL_LATEST_SEQ, (run_id,)).fetchone()[0]
@@ -1827,7 +1827,7 @@ class SqliteStore:
         """The rows to fold for checkpoint ``seq`` of the run whose rows start at ``base``: the
         latest snapshot at or before it, the spans after that snapshot, and the deltas after
         the last of them."""
-        rows = _chain_rows(conn, SQL_CHAIN, (base, seq))
+        rows = fetch_rows(conn, SQL_CHAIN, (base, seq))
         if not rows:
             raise StoreCorruptError(f"run {run_id!r}: no snapshot at or before checkpoint #{seq}")
         return rows
@@ -2196,22 +2196,6 @@ def _what_is_wrong(exc: ValueError) -> str:
     where = ".".join(str(part) for part in first["loc"])
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where + ': ' if where else ''}{first['msg']}{more}"
-
-
-def _chain_rows(conn: Conn, text: str, params: tuple) -> list[tuple]:
-    """A checkpoint chain's rows, their text decoded by ``sqlite3`` itself (strict UTF-8, in C):
-    the connection's ``decode_text`` is a Python call per value, a quarter of the time to
-    read a long chain. Text that is not UTF-8 makes that refuse; the rows are then read again
-    the tolerant way, so that ``_fold`` says which checkpoint is damaged."""
-    conn.text_factory = str
-    try:
-        return conn.execute(text, params).fetchall()
-    except sqlite3.OperationalError as exc:
-        if "decode" not in str(exc):
-            raise
-    finally:
-        conn.text_factory = decode_text
-    return conn.execute(text, params).fetchall()
 
 
 def _check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:

@@ -109,7 +109,7 @@ def owner_is_dead(owner: str) -> bool:
         return False
     try:
         os.kill(int(pid_text), 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # (beyond any pid: no process holds it)
         return True
     except PermissionError:
         return False

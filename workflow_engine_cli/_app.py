@@ -60,10 +60,10 @@ from ._listing import (
     may_be_in_doubt,
     not_started,
     person_status,
-    print_requests,
-    print_requests_json,
-    print_runs,
     print_table,
+    requests_json_output,
+    requests_output,
+    runs_output,
     say_resume,
     shown_status,
     status_filter,
@@ -74,6 +74,7 @@ from ._output import (
     err_console,
     escape,
     flush_output,
+    guard_closed_stdout,
     output_failed,
     print_error,
 )
@@ -925,7 +926,7 @@ def runs_list(
             answered = count_by_run(await runtime.store.list_requests(status="answered"))
             filtered = status is not None or workflow is not None
             every = await runtime.store.run_ids() if filtered and runs and not json_mode else None
-            print_runs(runs, answered, every, filtered=filtered, json_mode=json_mode)
+            runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)()
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -1063,13 +1064,13 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
                 for r in await runtime.pending_requests()
             ]
             if json_mode:
-                print_requests_json(pending)
+                requests_json_output(pending)()
                 return EXIT_DONE
             in_doubt = await _runs_in_doubt(runtime)
             waiting = await _runs_answered(runtime)
             request_ids = await runtime.store.request_ids() if pending else []
             run_ids = await runtime.store.run_ids() if pending else []
-            print_requests(pending, in_doubt, waiting, request_ids, run_ids)
+            requests_output(pending, in_doubt, waiting, request_ids, run_ids)()
             return EXIT_DONE
 
         return await _with_runtime(db, go)
@@ -1129,6 +1130,7 @@ def _refuse_non_text(texts: list[tuple[str, str]]) -> None:
 
 def main() -> None:
     """The console script: refuse what cannot be text before click parses it, then run."""
+    guard_closed_stdout()
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:  # never die printing a character the terminal lacks

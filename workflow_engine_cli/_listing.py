@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -141,16 +141,23 @@ def count_by_run(requests: Sequence[Any]) -> dict[str, int]:
 
 
 # --- the lists ---------------------------------------------------------------------------------
+#
+# Each list is worked out whole first, and printed by the call returned: whatever fails in the
+# working out (a damaged record) fails before a byte is printed, so the quick path can still
+# leave the command to the command line proper.
+
+Output = Callable[[], None]
+"""Prints a list that has been worked out."""
 
 
-def print_runs(
+def runs_output(
     runs: Sequence[Any],
     answered: dict[str, int],
     every: Sequence[str] | None,
     *,
     filtered: bool,
     json_mode: bool,
-) -> None:
+) -> Output:
     """``runs list``: ``runs`` (``RunRecord``), with ``answered`` (run → answers waiting);
     ``every``: every run's id, for the shortest unique prefixes (None: ``runs`` are all)."""
     if json_mode:
@@ -169,13 +176,11 @@ def print_runs(
             }
             for r in runs
         ]
-        print(json.dumps(rows))
-        return
+        return _printing(json.dumps(rows))
     if not runs:
-        print("No matching runs." if filtered else "No runs.")
-        return
+        return _printing("No matching runs." if filtered else "No runs.")
     short = short_ids(every if every is not None else [r.run_id for r in runs])
-    rows = [
+    table = [
         [
             short[r.run_id],
             r.workflow_name,
@@ -186,10 +191,10 @@ def print_runs(
         for r in runs
     ]
     headers = ["RUN", "WORKFLOW", "STATUS", "STEP", "UPDATED (UTC)"]
-    print_table(headers, rows, wrap=["UPDATED (UTC)"])
+    return lambda: print_table(headers, table, wrap=["UPDATED (UTC)"])
 
 
-def print_requests_json(pending: Sequence[Pending]) -> None:
+def requests_json_output(pending: Sequence[Pending]) -> Output:
     """``requests list --json``: with each request itself, as stored (a tool call's
     arguments too)."""
     rows = [
@@ -203,22 +208,21 @@ def print_requests_json(pending: Sequence[Pending]) -> None:
         }
         for r in pending
     ]
-    print(json.dumps(rows))
+    return _printing(json.dumps(rows))
 
 
-def print_requests(
+def requests_output(
     pending: Sequence[Pending],
     in_doubt: Sequence[Any],
     waiting: Sequence[tuple[Any, int]],
     request_ids: Sequence[str],
     run_ids: Sequence[str],
-) -> None:
+) -> Output:
     """``requests list``: the inbox; then the interrupted runs with a step in doubt
     (``RunInfo``), and the resting runs with answers to apply (``(RunRecord, count)``).
     ``request_ids`` and ``run_ids``: every one stored, for the shortest unique prefixes."""
-    if not pending:
-        print("No pending requests.")
-    else:
+    table: list[list[str]] = []
+    if pending:
         short_request, short_run = short_ids(request_ids), short_ids(run_ids)
         table = [
             [
@@ -229,10 +233,20 @@ def print_requests(
             ]
             for r in pending
         ]
-        headers = ["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"]
-        print_table(headers, table, wrap=["WAITING FOR"])
-    say_in_doubt(in_doubt)
-    say_answered(waiting)
+
+    def show() -> None:
+        if table:
+            print_table(["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"], table, wrap=["WAITING FOR"])
+        else:
+            print("No pending requests.")
+        say_in_doubt(in_doubt)
+        say_answered(waiting)
+
+    return show
+
+
+def _printing(text: str) -> Output:
+    return lambda: print(text)
 
 
 def say_in_doubt(runs: Sequence[Any]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import sys
 from typing import TYPE_CHECKING, Any
@@ -40,8 +41,25 @@ def print_error(message: str) -> None:
 
 
 _WRITE_ERRNOS = frozenset(
-    getattr(errno, name) for name in ("ENOSPC", "EIO", "EFBIG", "EDQUOT") if hasattr(errno, name)
+    getattr(errno, name)
+    for name in ("ENOSPC", "EIO", "EFBIG", "EDQUOT", "EBADF")
+    if hasattr(errno, name)
 )
+
+
+class ClosedOutput(io.TextIOBase):
+    """``sys.stdout`` for a command started with it closed (``>&-``). Python leaves None there,
+    on which printing failed with an AttributeError and a traceback; this fails as writing to a
+    closed descriptor does for any program (EBADF), which ``output_failed`` says in one line."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "standard output is closed")
+
+
+def guard_closed_stdout() -> None:
+    """Give a command started with stdout closed (``>&-``) a ``ClosedOutput`` to fail on."""
+    if sys.stdout is None:
+        sys.stdout = ClosedOutput()
 
 
 def discard_output(*streams: Any) -> None:

@@ -45,9 +45,6 @@ def quick_read(argv: Sequence[str]) -> int | None:
     if parsed is None or not _all_text(argv):
         return None
     # (loaded only now: ``--version`` loads nothing of the engine)
-    import sqlite3
-
-    from workflow_engine._errors import WorkflowError
     from workflow_engine.storage._reader import SqliteReader
 
     command, options = parsed
@@ -57,9 +54,10 @@ def quick_read(argv: Sequence[str]) -> int | None:
             return None
         with reader:
             show = _runs(reader, options) if command == "runs" else _requests(reader, options)
-    # what reading a database can raise (a lock, a damaged row, a file gone): the command line
-    # proper then runs the command, and says what is wrong
-    except (_NotQuick, sqlite3.Error, WorkflowError, OSError, ValueError):
+    except Exception:
+        # _NotQuick, or what reading a database can raise (a lock, a damaged row, a file gone),
+        # or a surprise in working out the list: nothing is printed yet, so the command line
+        # proper runs the command, and says what is wrong in its own words
         return None
     _configure_output()
     return _printed(show)
@@ -135,10 +133,17 @@ def _value(name: str, words: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _all_text(argv: Sequence[str]) -> bool:
-    """Whether the arguments and the ``WORKFLOW_ENGINE_`` variables are plain ASCII: others
-    may not be text at all, which the command line proper refuses in its own words."""
+    """Whether the arguments and the ``WORKFLOW_ENGINE_`` variables are all text: one that is
+    not (bytes that were not UTF-8, arriving as lone surrogates) the command line proper
+    refuses in its own words."""
     values = [value for name, value in os.environ.items() if name.startswith("WORKFLOW_ENGINE_")]
-    return all(text.isascii() for text in [*argv, *values])
+    for text in [*argv, *values]:
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+    return True
 
 
 def _database(options: dict[str, Any]) -> Path:
@@ -164,8 +169,8 @@ def _configure_output() -> None:
 
 
 def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
-    """``runs list``, read; returns what prints it."""
-    from ._listing import count_by_run, person_status, print_runs, status_filter
+    """``runs list``, read and worked out; returns what prints it."""
+    from ._listing import count_by_run, person_status, runs_output, status_filter
 
     status, workflow = options.get("--status"), options.get("--workflow")
     json_mode = bool(options.get("--json"))
@@ -179,11 +184,11 @@ def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
     answered = count_by_run(reader.list_requests(status="answered"))
     filtered = status is not None or workflow is not None
     every = reader.run_ids() if filtered and runs and not json_mode else None
-    return lambda: print_runs(runs, answered, every, filtered=filtered, json_mode=json_mode)
+    return runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)
 
 
 def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
-    """``requests list``, read; returns what prints it."""
+    """``requests list``, read and worked out; returns what prints it."""
     from workflow_engine._events import WorkflowRunState
 
     from ._listing import (
@@ -191,11 +196,15 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
         answered_to_apply,
         count_by_run,
         may_be_in_doubt,
-        print_requests,
-        print_requests_json,
+        requests_json_output,
+        requests_output,
     )
 
+    requests = reader.list_requests(status="pending")
     runs: dict[str, Any] = {}
+    if len({r.run_id for r in requests}) > 1:  # (one read for the runs waiting, as the store)
+        waiting_runs = reader.list_runs(WorkflowRunState.IDLE_WITH_PENDING_REQUESTS)
+        runs = {run.run_id: run for run in waiting_runs}
 
     def run_of(run_id: str) -> Any:
         if run_id not in runs:
@@ -206,10 +215,10 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
 
     pending = [
         Pending(r.request_id, r.run_id, run_of(r.run_id).workflow_name, r.port_id, r.data)
-        for r in reader.list_requests(status="pending")
+        for r in requests
     ]
     if options.get("--json"):
-        return lambda: print_requests_json(pending)
+        return requests_json_output(pending)
     for record in reader.list_runs(WorkflowRunState.IN_PROGRESS):
         if may_be_in_doubt(record) and reader.journaled_after(record.run_id, record.superstep):
             raise _NotQuick  # (whether a step is in doubt takes folding its checkpoints)
@@ -220,4 +229,4 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
             waiting.append((record, count))
     request_ids = reader.request_ids() if pending else []
     run_ids = reader.run_ids() if pending else []
-    return lambda: print_requests(pending, [], waiting, request_ids, run_ids)
+    return requests_output(pending, [], waiting, request_ids, run_ids)

@@ -390,3 +390,186 @@ def test_the_snapshot_never_creates_a_missing_file(tmp_path: Path) -> None:
         sqlite3.connect(uri, uri=True).close()
     assert not gone.exists()
     assert SqliteReader.open(gone) is None and not gone.exists()
+
+
+# --- files and processes around the database (outside tester 92) -------------------------------
+
+KILLED_WRITER = """
+import os, signal, sys
+import anyio
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import Runtime
+from workflow_engine.storage import SqliteStore
+
+async def main():
+    runtime = Runtime(SqliteStore(sys.argv[1]))
+    runtime.register(lambda: stepper_workflow(name="stepper"))
+    for _ in range(3):
+        await runtime.run("stepper", 1)
+    os.kill(os.getpid(), signal.SIGKILL)  # its WAL stays beside the file, not yet folded in
+
+anyio.run(main)
+"""
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def as_a_user(argv: Sequence[str], *, proper: bool = True) -> tuple[Any, Any]:
+    """``both`` (or the installed command alone), as a user without root's power over file
+    permissions (``setpriv``: the tests run as root here, for whom every file is writable)."""
+    user = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    runs: list[Any] = [None, None]
+    commands = ([str(ENGINE)], [sys.executable, "-c", PROPER])
+    for n, command in enumerate(commands if proper else commands[:1]):
+        proc = subprocess.run(
+            [*user, *command, *argv],
+            capture_output=True,
+            text=True,
+            env=env_for(),
+            timeout=60,
+            check=False,
+        )
+        runs[n] = (proc.returncode, proc.stdout, proc.stderr)
+    return runs[0], runs[1]
+
+
+def copy_of(databases: dict[str, Path], tmp_path: Path, name: str = "runs.db") -> Path:
+    db = tmp_path / name
+    db.write_bytes(databases["full"].read_bytes())
+    return db
+
+
+def test_a_killed_writer_s_wal_is_read_and_left_as_it_was(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """An ordinary connection closing last would fold the WAL into the file and remove it: the
+    listing would write to the database it promises only to read."""
+    db = copy_of(databases, tmp_path)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(db)], cwd=ROOT, timeout=60, check=False
+    )
+    assert killed.returncode == -9
+
+    def files() -> dict[str, bytes]:  # (-shm is shared memory: readers mark it as they read)
+        return {p.name: b"" if "-shm" in p.name else p.read_bytes() for p in tmp_path.iterdir()}
+
+    before = files()
+    assert sorted(before) == ["runs.db", "runs.db-shm", "runs.db-wal"]
+    assert len(before["runs.db-wal"]) > 0
+    _, listed = served_quickly(["runs", "list", "--db", str(databases["full"])], env_for())
+    code, printed = served_quickly(["runs", "list", "--db", str(db)], env_for())
+    assert code == 0
+    assert printed.count("\n") == listed.count("\n") + 3  # with the runs only the WAL holds
+    assert files() == before
+
+
+def test_a_file_no_one_may_write_is_read_without_leaving_files_beside_it(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """A read-only connection left -wal and -shm files no one could write either; once the
+    file was writable again, every write failed on them ("attempt to write a readonly
+    database") until they were deleted by hand."""
+    db = copy_of(databases, tmp_path)
+    db.chmod(0o444)
+    try:
+        for argv in (["runs", "list"], ["requests", "list"]):
+            quick, _ = as_a_user([*argv, "--db", str(db)], proper=False)
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"], argv
+            # (the command line proper, as root, who may write it: what it shows is the same)
+            assert (quick, served_quickly([*argv, "--db", str(db)], env_for())[0]) == (
+                both([*argv, "--db", str(db)], env_for())[1],
+                0,
+            )
+    finally:
+        db.chmod(0o644)
+
+
+def test_a_database_out_of_wal_mode_or_with_views_for_tables_is_left_to_the_store(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """Another program switched it to a rollback journal (the store switches it back, waiting
+    for that program's lock), or replaced a table by a view (the store says it is damaged)."""
+    journal = copy_of(databases, tmp_path, "journal.db")
+    with contextlib.closing(sqlite3.connect(journal)) as conn:
+        conn.execute("PRAGMA journal_mode=DELETE")
+    viewed = copy_of(databases, tmp_path, "viewed.db")
+    with contextlib.closing(sqlite3.connect(viewed)) as conn, conn:
+        conn.execute("ALTER TABLE requests RENAME TO requests_old")
+        conn.execute("CREATE VIEW requests AS SELECT * FROM requests_old")
+    for db in (journal, viewed):
+        argv = ["requests", "list", "--db", str(db)]
+        assert served_quickly(argv, env_for()) == (None, "")
+        quick, proper = both(argv, env_for())
+        assert quick == proper
+    assert "damaged" in quick[2] and quick[0] == 6
+
+
+def test_a_lease_held_by_an_impossible_process_lists_the_run_as_interrupted(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """A process id beyond any (damage, or another tool's writing) raised OverflowError while
+    telling whether its holder lives: a traceback from the listing, an internal error from
+    the command line proper."""
+    import socket
+
+    db = copy_of(databases, tmp_path)
+    owner = f"{socket.gethostname()}:18446744073709551617:x:y"
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(
+            "UPDATE runs SET status = 'in_progress', owner = ?, version = 3, "
+            "lease_expires_at = strftime('%s', 'now') + 3600 WHERE rowid = 1",
+            (owner,),
+        )
+    for argv in (["runs", "list"], ["runs", "list", "--status", "interrupted", "--json"]):
+        quick, proper = both([*argv, "--db", str(db)], env_for())
+        assert quick == proper and quick[0] == 0, quick
+        assert "interrupted" in quick[1] or '"worker": null' in quick[1]
+
+
+def test_a_closed_standard_output_is_one_error_line(databases: dict[str, Path]) -> None:
+    """``>&-``: Python gives no stdout at all, and printing failed with a traceback."""
+    db = str(databases["full"])
+    for argv in (["runs", "list", "--db", db], ["--version"], ["runs", "show", "x", "--db", db]):
+        for command in (str(ENGINE), f"{sys.executable} -c {PROPER!r}"):
+            proc = subprocess.run(
+                ["bash", "-c", f"{command} {' '.join(argv)} >&-"],
+                capture_output=True,
+                text=True,
+                env=env_for(),
+                timeout=60,
+                check=False,
+            )
+            if "show" in argv:  # (its error comes first: no run x)
+                assert proc.returncode == 4 and "Traceback" not in proc.stderr, proc
+                continue
+            assert proc.returncode == 1, proc
+            assert proc.stderr == "error: cannot write the output: standard output is closed\n"
+
+
+def test_a_database_in_a_folder_this_user_cannot_write_is_left_to_the_store(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """The store refuses it (SQLite keeps -wal and -shm beside a database even to read it); a
+    listing read it when those files were there (a worker had it open). Run as a user
+    without root's power over permissions (``setpriv``), as the test runs as root here."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    db = copy_of(databases, folder)
+    (folder / "runs.db-wal").write_bytes(b"")  # as beside a database a worker has open
+    folder.chmod(0o555)
+    try:
+        results = as_a_user(["runs", "list", "--db", str(db)])
+    finally:
+        folder.chmod(0o755)
+    assert results[0] == results[1]
+    assert results[0][0] == 6 and "is not writable" in results[0][2], results[0]
+
+
+def test_a_path_that_is_not_ascii_is_still_served_quickly(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    db = copy_of(databases, tmp_path, "josé ✓.db")
+    argv = ["runs", "list", "--workflow", "stepper", "--db", str(db)]
+    code, printed = served_quickly(argv, env_for())
+    assert code == 0
+    quick, proper = both(argv, env_for())
+    assert quick == proper and quick[1] == printed
