@@ -80,10 +80,7 @@ def load_json(text: Any, run_id: Any, what: str, *, max_depth: int = MAX_STORED_
     a ``StoreCorruptError`` naming the run and ``what`` the column is."""
     if not isinstance(text, str):
         raise corrupt(run_id, what, f"a {type(text).__name__}, not JSON text")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise corrupt(run_id, what, f"not UTF-8 at position {exc.start}") from None
+    _check_utf8(text, run_id, what)
     if text.count("[") + text.count("{") > max_depth and _nesting(text, max_depth) > max_depth:
         raise corrupt(run_id, what, f"JSON nested more than {max_depth} levels deep")
     try:
@@ -107,11 +104,16 @@ def checked_text(value: Any, run_id: Any, what: str, *, optional: bool = False) 
         return value
     if not isinstance(value, str):
         raise corrupt(run_id, what, f"{shown(value)} is not text")
+    _check_utf8(value, run_id, what)
+    return value
+
+
+def _check_utf8(text: str, run_id: Any, what: str) -> None:
+    """``StoreCorruptError`` for text holding lone surrogates: bytes that were not UTF-8."""
     try:
-        value.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise corrupt(run_id, what, f"not UTF-8 at position {exc.start}") from None
-    return value
 
 
 def checked_count(value: Any, run_id: Any, what: str) -> int:
