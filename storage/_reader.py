@@ -67,9 +67,11 @@ def reading_uri(file: Path) -> str | None:
     process cannot write (the store refuses: SQLite keeps its -wal and -shm files there), or
     not writable by this process while others may write it.
 
-    - With a ``-wal`` file beside it (a worker has it open, or one crashed): read-only, leaving
-      those files as they are -- a crashed writer's WAL too, which an ordinary connection would
-      fold into the file on closing.
+    - With a ``-wal`` and a ``-shm`` file beside it (a worker has it open, or one crashed):
+      read-only, leaving those files as they are -- a crashed writer's WAL too, which an
+      ordinary connection would fold into the file on closing. (A writer that opens the file
+      after this look and is killed while the snapshot is read leaves its WAL to the
+      snapshot's ordinary connection, which folds it in on closing: SQLite's own recovery.)
     - Writable by no one (``chmod a-w``): immutable, which takes no lock and makes no file
       beside it. A read-only connection would leave -shm and -wal files that no one can write
       either, and its owner's next write, once it is writable again, would fail on them.
@@ -89,7 +91,9 @@ def reading_uri(file: Path) -> str | None:
         return None
     base = file.resolve().as_uri()
     if os.path.lexists(f"{file}-wal"):
-        return f"{base}?mode=ro"
+        # (without its -shm, which reading would make and leave: a killed writer's, the -shm
+        # removed by hand; the store recovers that)
+        return f"{base}?mode=ro" if os.path.lexists(f"{file}-shm") else None
     if info.st_mode & 0o222 == 0:
         return f"{base}?mode=ro&immutable=1"
     if not os.access(file, os.W_OK):

@@ -88,10 +88,11 @@ def _printed(show: Callable[[], None]) -> int:
 
 def _parse(argv: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
     """(``runs`` or ``requests``, the options given: ``before_db`` for a ``--db`` before the
-    command) for the forms served; None for any other."""
+    command) for the forms served; None for any other. As click reads them: an option given
+    twice takes its last value."""
     words = list(argv)
     options: dict[str, Any] = {}
-    if words[:1] == ["--db"] or (words and words[0].startswith("--db=")):
+    while words and (words[0] == "--db" or words[0].startswith("--db=")):
         value, words = _value("--db", words)
         if value is None:
             return None
@@ -103,7 +104,7 @@ def _parse(argv: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
     words = words[2:]
     while words:
         name = words[0].partition("=")[0]
-        if name not in known or name in options:
+        if name not in known:
             return None
         if known[name]:
             value, words = _value(name, words)
@@ -121,13 +122,14 @@ def _parse(argv: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
 def _value(name: str, words: list[str]) -> tuple[str | None, list[str]]:
     """The value of option ``name`` at the head of ``words`` (``--name VALUE`` or
     ``--name=VALUE``) and the words after it; None for a value click would read otherwise
-    or refuse (none, empty, or one that looks like an option)."""
+    or refuse, or that names no file: none, one that looks like an option, an empty
+    ``--db``."""
     head = words[0]
     if head == name:
         value, rest = (words[1], words[2:]) if len(words) > 1 else (None, [])
     else:
         value, rest = head[len(name) + 1 :], words[1:]
-    if not value or value.startswith("-"):
+    if value is None or value.startswith("-") or (name == "--db" and not value):
         return None, rest
     return value, rest
 

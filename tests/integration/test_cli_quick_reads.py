@@ -231,7 +231,6 @@ def test_the_full_database_shows_every_state(databases: dict[str, Path]) -> None
         ("missing", ["runs", "list"]),
         ("full", ["runs", "list", "--status", "sleeping"]),
         ("full", ["runs", "list", "--status="]),
-        ("full", ["runs", "list", "--json", "--json"]),
         ("full", ["runs", "list", "--help"]),
         ("full", ["runs", "list", "--db"]),
         ("full", ["runs", "show", "nosuchrun"]),
@@ -272,6 +271,31 @@ def test_other_databases_are_served_and_print_the_same(
     assert quick == proper and quick[0] == 0
     code, printed = served_quickly(given, env)
     assert code == 0 and printed == quick[1]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["runs", "list", "--json", "--json"],
+        ["runs", "list", "--status", "idle", "--status", "idle_with_pending_requests"],
+        ["runs", "list", "--workflow="],
+        ["runs", "list", "--workflow", "nosuch", "--workflow", "stepper"],
+        ["--db", "elsewhere.db", "--db", "DB", "runs", "list", "--db", "other.db", "--db", "DB"],
+    ],
+    ids=" ".join,
+)
+def test_an_option_given_twice_or_empty_is_served_as_click_reads_it(
+    databases: dict[str, Path], argv: list[str]
+) -> None:
+    """Its last value counts; an empty one is a value (tester 93: these went to the command
+    line proper, which writes to the file as it opens it as a store)."""
+    db = str(databases["full"])
+    given = [word.replace("DB", db) for word in argv]
+    if "--db" not in given:
+        given += ["--db", db]
+    quick, proper = both(given, env_for())
+    assert quick == proper and quick[0] == 0, quick
+    assert served_quickly(given, env_for()) == (0, quick[1])
 
 
 def test_the_version_is_served_quickly(databases: dict[str, Path]) -> None:
@@ -573,3 +597,20 @@ def test_a_path_that_is_not_ascii_is_still_served_quickly(
     assert code == 0
     quick, proper = both(argv, env_for())
     assert quick == proper and quick[1] == printed
+
+
+def test_a_wal_without_its_shared_memory_file_is_left_to_the_store(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """Reading it would make a -shm file and leave it (tester 93)."""
+    db = copy_of(databases, tmp_path)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_WRITER, str(db)], cwd=ROOT, timeout=60, check=False
+    )
+    assert killed.returncode == -9
+    Path(f"{db}-shm").unlink()
+    argv = ["runs", "list", "--db", str(db)]
+    assert served_quickly(argv, env_for()) == (None, "")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db", "runs.db-wal"]
+    quick, proper = both(argv, env_for())
+    assert quick == proper and quick[0] == 0
