@@ -3,11 +3,12 @@ typer, the runtime, the event loop or pydantic.
 
 A listing is what a person runs most, and a fresh process spent most of a second importing what
 the other commands need. This module takes the common forms of the two commands (the options
-they document, each given once), reads the file through a read-only snapshot
+they document, read as click reads them), reads the file through a read-only snapshot
 (``SqliteReader``) and prints through ``_listing``, as the commands do. Anything else -- help,
-a usage error, another command, a database that is missing, damaged, of another schema version,
-or that has a run with a step in doubt to explain -- returns None before a byte is printed, and
-the command line proper (``_app``) runs the command and says what it has to say.
+a usage error, another command, a database the snapshot does not read as it is (see
+``reading_uri``), or one with a run whose step in doubt is to be explained -- returns None
+before a byte is printed, and the command line proper (``_app``) runs the command and says what
+it has to say.
 """
 
 from __future__ import annotations
