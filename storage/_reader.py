@@ -32,6 +32,7 @@ from ._schema import SCHEMA_VERSION, TABLES
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
+    SQL_JOURNALED_AFTER,
     SQL_REQUEST_IDS,
     SQL_RUN,
     SQL_RUN_IDS,
@@ -43,8 +44,6 @@ from ._sql import (
 if TYPE_CHECKING:
     from workflow_engine._events import WorkflowRunState
     from workflow_engine._store import RequestStatus, RunRecord, StoredRequest
-
-SQL_JOURNALED_AFTER = "SELECT 1 FROM journal WHERE run_id = ? AND superstep > ? LIMIT 1"
 
 
 def query_only_uri(path: Path) -> str:

@@ -188,6 +188,7 @@ SQL_JOURNAL_CLEAR = "DELETE FROM journal WHERE run_id = ? AND key = ?"
 SQL_JOURNAL_AFTER = (
     "SELECT key, value FROM journal WHERE run_id = ? AND superstep > ? ORDER BY created_at, key"
 )
+SQL_JOURNALED_AFTER = "SELECT 1 FROM journal WHERE run_id = ? AND superstep > ? LIMIT 1"
 SQL_JOURNAL_COMPACT = "DELETE FROM journal WHERE run_id = ? AND superstep <= ?"
 SQL_FENCE = (
     "SELECT owner, version, latest_checkpoint_id, cancel_requested FROM runs WHERE run_id = ?"

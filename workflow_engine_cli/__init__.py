@@ -11,10 +11,10 @@ def main() -> None:
     import sys
 
     try:
-        from ._output import guard_closed_stdout
+        from ._output import prepare_output
         from ._quick import quick_read
 
-        guard_closed_stdout()
+        prepare_output()
 
         code = quick_read(sys.argv[1:])
         if code is not None:

@@ -74,8 +74,8 @@ from ._output import (
     err_console,
     escape,
     flush_output,
-    guard_closed_stdout,
     output_failed,
+    prepare_output,
     print_error,
 )
 from ._registry import (
@@ -1130,11 +1130,7 @@ def _refuse_non_text(texts: list[tuple[str, str]]) -> None:
 
 def main() -> None:
     """The console script: refuse what cannot be text before click parses it, then run."""
-    guard_closed_stdout()
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:  # never die printing a character the terminal lacks
-            reconfigure(errors="backslashreplace")
+    prepare_output()
     reconfigure = getattr(sys.stdin, "reconfigure", None)
     if reconfigure is not None:
         # A typed line that is not UTF-8 arrives with its bad bytes as lone surrogates, which
@@ -1450,7 +1446,6 @@ def _listen(host: str, port: int) -> socket.socket:
 
 
 def _in_use(exc: OSError) -> bool:
-
     return exc.errno == errno.EADDRINUSE
 
 

@@ -56,10 +56,15 @@ class ClosedOutput(io.TextIOBase):
         raise OSError(errno.EBADF, "standard output is closed")
 
 
-def guard_closed_stdout() -> None:
-    """Give a command started with stdout closed (``>&-``) a ``ClosedOutput`` to fail on."""
+def prepare_output() -> None:
+    """Before a command prints: a ``ClosedOutput`` to fail on for a command started with stdout
+    closed (``>&-``), and never dying on a character the terminal lacks."""
     if sys.stdout is None:
         sys.stdout = ClosedOutput()
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None:
+            reconfigure(errors="backslashreplace")
 
 
 def discard_output(*streams: Any) -> None:

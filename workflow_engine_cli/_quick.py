@@ -14,7 +14,6 @@ it has to say.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +39,6 @@ def quick_read(argv: Sequence[str]) -> int | None:
     """Run ``argv`` (the arguments after the program's name) if it is a listing this module
     serves, and return its exit code; None, having printed nothing, for anything else."""
     if list(argv) == ["--version"]:
-        _configure_output()
         return _printed(lambda: print(version_line()))
     parsed = _parse(argv)
     if parsed is None or not _all_text(argv):
@@ -60,7 +58,6 @@ def quick_read(argv: Sequence[str]) -> int | None:
         # or a surprise in working out the list: nothing is printed yet, so the command line
         # proper runs the command, and says what is wrong in its own words
         return None
-    _configure_output()
     return _printed(show)
 
 
@@ -161,14 +158,6 @@ def _database(options: dict[str, Any]) -> Path:
     named = os.environ.get("WORKFLOW_ENGINE_DB") or None
     Hints.given(chosen if chosen is not None else Path(named) if named else None)
     return chosen if chosen is not None else default_db_path()
-
-
-def _configure_output() -> None:
-    """Never die printing a character the terminal lacks (as ``_app.main``)."""
-    for stream in (sys.stdout, sys.stderr):
-        reconfigure = getattr(stream, "reconfigure", None)
-        if reconfigure is not None:
-            reconfigure(errors="backslashreplace")
 
 
 def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
