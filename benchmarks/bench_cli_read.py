@@ -1,7 +1,8 @@
 """CLI start-up: read-only commands in a fresh process, against a small and a large database.
 
 Each command (``workflow-engine --version``, ``runs list``, ``requests list``, and ``runs show``
-of the paused run) runs as a subprocess, timed from spawn to exit (interpreter start included:
+of the paused run and of a demo run paused at its approval -- one the command line builds, to
+decode its values) runs as a subprocess, timed from spawn to exit (interpreter start included:
 what a person waits for), with its bytecode cached as for an installed package. The commands
 run interleaved, so a busy minute slows all of them alike; the figure is the median of ``-r``
 rounds.
@@ -52,6 +53,15 @@ async def fill(path: Path, interrupted: int) -> str:
     return paused
 
 
+def demo_run(db: Path, env: dict[str, str]) -> str:
+    """The id of a support-demo run started in ``db``, paused at its approval."""
+    argv = [sys.executable, "-c", CLI, "--db", str(db), "demo", "handoff", "--detach"]
+    out = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    paused = [line for line in out.stdout.splitlines() if line.startswith("Run ")]
+    assert out.returncode == 3 and paused, out.stdout + out.stderr
+    return paused[0].split()[1]
+
+
 def wall(argv: list[str], env: dict[str, str]) -> float:
     """Seconds from spawning ``argv`` to its exit (it must succeed)."""
     t = time.perf_counter()
@@ -75,9 +85,11 @@ def main() -> None:
                 continue
             for db in (small, large):
                 cases[f"{label} @ {db.stem}"] = [sys.executable, "-c", CLI, *argv, "--db", str(db)]
-        for db in (small, large):  # (the paused run's timeline: the full command line)
+        for db in (small, large):  # (the paused run's timeline)
             show = ["runs", "show", paused[db], "--db", str(db)]
             cases[f"runs show @ {db.stem}"] = [sys.executable, "-c", CLI, *show]
+        demo = ["runs", "show", demo_run(small, env), "--db", str(small)]
+        cases["runs show (demo run) @ small"] = [sys.executable, "-c", CLI, *demo]
         for argv in cases.values():  # warm-up: bytecode written, files in the page cache
             wall(argv, env)
         samples: dict[str, list[float]] = {label: [] for label in cases}

@@ -32,6 +32,7 @@ from ._schema import SCHEMA_VERSION, TABLES
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
+    SQL_HISTORY,
     SQL_JOURNALED_AFTER,
     SQL_REQUEST_IDS,
     SQL_RUN,
@@ -42,8 +43,9 @@ from ._sql import (
 )
 
 if TYPE_CHECKING:
+    from workflow_engine._checkpoint import Checkpoint
     from workflow_engine._events import WorkflowRunState
-    from workflow_engine._store import RequestStatus, RunRecord, StoredRequest
+    from workflow_engine._store import CheckpointInfo, RequestStatus, RunRecord, StoredRequest
 
 
 def query_only_uri(path: Path) -> str:
@@ -166,9 +168,30 @@ class SqliteReader:
         row = self._conn.execute(SQL_RUN, (run_id,)).fetchone()
         return run_record(row) if row is not None else None
 
-    def run_ids(self) -> list[str]:
-        """Every run's id, sorted."""
-        return [run_id_of(row) for row in fetch_rows(self._conn, SQL_RUN_IDS, (0, ""))]
+    def run_ids(self, prefix: str = "") -> list[str]:
+        """The ids of the runs whose id starts with ``prefix`` (all: ""), sorted."""
+        params = (len(prefix), prefix)
+        return [run_id_of(row) for row in fetch_rows(self._conn, SQL_RUN_IDS, params)]
+
+    def run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None] | None:
+        """The run and its latest checkpoint, folded from its rows as the store folds them
+        (``SqliteStore.get_run_and_latest``); None for no such run. Loads the checkpoint
+        models (pydantic), which the listings never need."""
+        from ._chain import check_chain, fold_chain, latest_chain
+
+        row = self._conn.execute(SQL_RUN, (run_id,)).fetchone()
+        if row is None:
+            return None
+        chain = latest_chain(self._conn, run_id)
+        check_chain(run_id, row[10], chain)
+        return run_record(row), fold_chain(run_id, chain)[0] if chain is not None else None
+
+    def history(self, run_id: str) -> list[CheckpointInfo]:
+        """The run's checkpoints, oldest first (``SqliteStore.history``)."""
+        from ._rows import checkpoint_info
+
+        rows = fetch_rows(self._conn, SQL_HISTORY, (run_id,))
+        return [checkpoint_info(run_id, row) for row in rows]
 
     def list_requests(
         self, run_id: str | None = None, status: RequestStatus | None = "pending"

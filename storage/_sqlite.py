@@ -53,11 +53,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from pydantic import ValidationError
 
 from workflow_engine import (
     Checkpoint,
-    CheckpointDelta,
     CheckpointNotFoundError,
     CheckpointNotLatestError,
     RequestAlreadyAnsweredError,
@@ -67,18 +65,11 @@ from workflow_engine import (
 )
 from workflow_engine import __version__ as engine_version
 from workflow_engine._checkpoint import (
-    CHECKPOINT_SCHEMA_VERSION,
-    CheckpointSpan,
-    apply_deltas,
-    apply_span,
     canonical_answer,
-    newer_version_refusal,
     span_of,
-    version_refusal,
 )
 from workflow_engine._detached import Detached, spawn_detached
 from workflow_engine._errors import (
-    CheckpointVersionError,
     LeaseLostError,
     RunBusyError,
     RunExistsError,
@@ -106,10 +97,10 @@ from workflow_engine._store import (
     owner_is_dead,
 )
 
+from ._chain import chain_to, check_chain, fold_chain, latest_chain
 from ._location import default_db_path
 from ._records import (
     decode_text,
-    fetch_rows,
     lease_columns,
     load_json,
     request_id_of,
@@ -126,7 +117,6 @@ from ._sql import (
     SQL_ANSWER_WAITING,
     SQL_ANSWERED,
     SQL_CANCEL_DONE,
-    SQL_CHAIN,
     SQL_CHECKPOINT_PLACE,
     SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL,
     SQL_COMMIT_RUN_NO_CANCEL,
@@ -149,8 +139,6 @@ from ._sql import (
     SQL_JOURNAL_GET,
     SQL_JOURNAL_PUT,
     SQL_JOURNAL_REPLACE,
-    SQL_LATEST_CHAIN,
-    SQL_LATEST_SEQ,
     SQL_LEASE_STATE,
     SQL_LONG_HISTORIES,
     SQL_MAKE_SNAPSHOT,
@@ -1354,9 +1342,9 @@ class SqliteStore:
         # before this one is answered), or the rows to read it from
         chain: list[tuple] | Checkpoint | None = self._recall(run_id, run.latest_checkpoint_id)
         if chain is None:
-            chain = self._latest_chain(conn, run_id, row[16])
+            chain = latest_chain(conn, run_id, row[16])
             # raising here rolls the lease back: nothing is written
-            _check_chain(run_id, run.latest_checkpoint_id, chain)
+            check_chain(run_id, run.latest_checkpoint_id, chain)
         return run, lease, meta, chain, answered
 
     def _give_back(self, lease: Lease, status: WorkflowRunState | None = None) -> None:
@@ -1744,8 +1732,8 @@ class SqliteStore:
         row = conn.execute(SQL_RUN, (run_id,)).fetchone()
         if row is None or self._recall(run_id, row[10]) is not None:
             return row, None
-        chain = self._latest_chain(conn, run_id)
-        _check_chain(run_id, row[10], chain)
+        chain = latest_chain(conn, run_id)
+        check_chain(run_id, row[10], chain)
         return row, chain
 
     async def list_runs(
@@ -1792,23 +1780,16 @@ class SqliteStore:
         return await self._run(self._latest, run_id)
 
     def _latest(self, run_id: str) -> Checkpoint | None:
-        chain = self._transaction("BEGIN", self._latest_chain, (run_id,))
+        chain = self._transaction("BEGIN", latest_chain, (run_id,))
         return self._fold(run_id, chain) if chain is not None else None
 
-    def _latest_chain(self, conn: Conn, run_id: str, base: int | None = None) -> list[tuple] | None:
-        """The rows to fold for the run's latest checkpoint; None if it has none. ``base``: the
-        run's first row position, if its row was read already (else it is looked up)."""
-        if base is None:
-            found = conn.execute(SQL_RUN_BASE, (run_id,)).fetchone()
-            base = found[0] if found is not None else None
-            if base is None:
-                return None
-        rows = fetch_rows(conn, SQL_LATEST_CHAIN, (base,))
-        if rows:
-            return rows
-        seq = conn.execute(SQL_LATEST_SEQ, (run_id,)).fetchone()[0]
-        # none: a run without checkpoints; else a chain without a snapshot, which raises
-        return self._chain(conn, run_id, seq, base) if seq is not None else None
+    # (the chain's rows and their fold: ``_chain``; on the store, so a benchmark can time it)
+    _fold_from = staticmethod(fold_chain)
+
+    @staticmethod
+    def _fold(run_id: str, rows: list[tuple]) -> Checkpoint:
+        """The checkpoint a chain of rows (a snapshot, spans, then deltas) reads as."""
+        return fold_chain(run_id, rows)[0]
 
     async def load(self, checkpoint_id: str) -> Checkpoint:
         return await self._run(self._load, checkpoint_id)
@@ -1821,81 +1802,7 @@ class SqliteStore:
         row = conn.execute(SQL_CHECKPOINT_PLACE, (checkpoint_id,)).fetchone()
         if row is None:
             raise CheckpointNotFoundError(f"no checkpoint {checkpoint_id!r} in {self.path}")
-        return row[0], self._chain(conn, row[0], row[1], row[2])
-
-    def _chain(self, conn: Conn, run_id: str, seq: int, base: int) -> list[tuple]:
-        """The rows to fold for checkpoint ``seq`` of the run whose rows start at ``base``: the
-        latest snapshot at or before it, the spans after that snapshot, and the deltas after
-        the last of them."""
-        rows = fetch_rows(conn, SQL_CHAIN, (base, seq))
-        if not rows:
-            raise StoreCorruptError(f"run {run_id!r}: no snapshot at or before checkpoint #{seq}")
-        return rows
-
-    @staticmethod
-    def _fold(run_id: str, rows: list[tuple]) -> Checkpoint:
-        """The checkpoint a chain of rows (a snapshot, spans, then deltas) reads as."""
-        return SqliteStore._fold_from(run_id, rows)[0]
-
-    @staticmethod
-    def _fold_from(run_id: str, rows: list[tuple]) -> tuple[Checkpoint, Checkpoint, int]:
-        """The checkpoint a chain of rows reads as, the last snapshot or span on the way (what
-        the next span is written relative to), and what the last span recorded of the rows
-        written before it since the snapshot (``CheckpointSpan.written_before``; 0: none)."""
-        snapshot: Checkpoint | None = None
-        deltas: list[CheckpointDelta] = []
-        recorded = 0
-        where = f"run {run_id!r}: no checkpoint to read"
-        for checkpoint_id, row_seq, kind, body, version in rows:
-            where = f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind})"
-            if type(version) is not int or version < 1:
-                raise StoreCorruptError(
-                    f"{where} is corrupt and cannot be read: its schema_version column holds "
-                    f"{version!r}, not a version"
-                )
-            if version > CHECKPOINT_SCHEMA_VERSION:
-                # the row says so even if its body does not: a newer layout is not guessed at
-                raise CheckpointVersionError(f"{where} {newer_version_refusal(version)}")
-            try:
-                if not isinstance(body, str):
-                    raise ValueError(f"its body is a {type(body).__name__}, not JSON text")
-                try:
-                    if not body.isascii():  # (a flag of the str: free) only then can it hold
-                        body.encode("utf-8")  # a lone surrogate, from bytes that were not UTF-8
-                except UnicodeEncodeError as exc:
-                    raise ValueError(f"its body is not UTF-8 at position {exc.start}") from None
-                if kind == "snapshot":
-                    snapshot, deltas = Checkpoint.model_validate_json(body), []
-                elif kind == "span" and snapshot is not None:
-                    # it holds everything up to it: deltas before it (none are read) are moot
-                    span = CheckpointSpan.model_validate_json(body)
-                    snapshot, deltas = apply_span(snapshot, span), []
-                    recorded = span.written_before
-                elif kind == "delta" and snapshot is not None:
-                    deltas.append(CheckpointDelta.model_validate_json(body))
-                else:
-                    first = snapshot is None and kind in ("delta", "span")
-                    raise ValueError(
-                        f"a {kind} with no snapshot before it" if first else "unknown kind"
-                    )
-            except (ValidationError, ValueError) as exc:
-                raise StoreCorruptError(
-                    f"{where} is corrupt and cannot be read: {_what_is_wrong(exc)}"
-                ) from exc
-            except CheckpointVersionError as exc:  # the body's own version (the row's is above)
-                raise CheckpointVersionError(f"{where} {version_refusal(exc)}") from None
-        if snapshot is None:
-            raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
-        if not deltas:
-            return snapshot, snapshot, recorded
-        try:
-            # one fold for the whole chain: each delta costs what it holds
-            return apply_deltas(snapshot, deltas), snapshot, recorded
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
-            raise StoreCorruptError(
-                f"run {run_id!r}: the checkpoint chain ending at {where.split(': ', 1)[1]} is "
-                f"corrupt and cannot be read: {str(exc).splitlines()[0]}"
-            ) from exc
+        return row[0], chain_to(conn, row[0], row[1], row[2])
 
     async def list(self, run_id: str) -> Sequence[Checkpoint]:
         return [await self.load(info.checkpoint_id) for info in await self.history(run_id)]
@@ -2076,10 +1983,10 @@ class SqliteStore:
             (base,) = conn.execute(SQL_RUN_BASE, (run_id,)).fetchone()
             # the oldest kept checkpoint becomes a snapshot, so nothing kept needs the rest;
             # so does the first span after it, which is relative to a row about to go
-            full = self._fold(run_id, self._chain(conn, run_id, first_kept, base))
+            full = self._fold(run_id, chain_to(conn, run_id, first_kept, base))
             (span_seq,) = conn.execute(SQL_FIRST_SPAN_AFTER, (run_id, first_kept)).fetchone()
             if span_seq is not None:
-                rebased = self._fold(run_id, self._chain(conn, run_id, span_seq, base))
+                rebased = self._fold(run_id, chain_to(conn, run_id, span_seq, base))
                 conn.execute(SQL_MAKE_SNAPSHOT, (run_id, rebased.model_dump_json(), span_seq))
             conn.execute(SQL_MAKE_SNAPSHOT, (run_id, full.model_dump_json(), first_kept))
             deleted += conn.execute(SQL_DROP_BEFORE, (run_id, first_kept)).rowcount
@@ -2184,31 +2091,6 @@ def _close_quietly(conn: Conn | None) -> None:
     if conn is not None:
         with contextlib.suppress(sqlite3.Error):
             conn.close()
-
-
-def _what_is_wrong(exc: ValueError) -> str:
-    """A body's problem in one line: for pydantic's errors, where the first one is and what it
-    is (its own first line only counts them)."""
-    if not isinstance(exc, ValidationError):
-        return str(exc).splitlines()[0]
-    errors = exc.errors(include_url=False, include_input=False)
-    first = errors[0]
-    where = ".".join(str(part) for part in first["loc"])
-    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-    return f"{where + ': ' if where else ''}{first['msg']}{more}"
-
-
-def _check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:
-    """The rows to fold must end at the run's latest checkpoint: a run whose checkpoints were
-    deleted (or whose newest one was) is damaged, not a run without history."""
-    if latest_id is None:
-        return
-    found = chain[-1][0] if chain else None
-    if found != latest_id:
-        newest = f"the newest stored is {found}" if found is not None else "none is stored"
-        raise StoreCorruptError(
-            f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is missing ({newest})"
-        )
 
 
 def _fetch_one(conn: Conn, text: str, params: Sequence[Any]) -> tuple | None:

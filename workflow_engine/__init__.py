@@ -93,7 +93,8 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``
         InDoubtEffect,
         RequestPort,
     )
-    from ._runtime import PendingRequest, RunInfo, Runtime, RuntimeRunStream
+    from ._run_info import RunInfo
+    from ._runtime import PendingRequest, Runtime, RuntimeRunStream
     from ._store import (
         AnswerOutcome,
         CheckpointInfo,
@@ -192,7 +193,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "InDoubtEffect",
         "RequestPort",
     ),
-    "_runtime": ("PendingRequest", "RunInfo", "Runtime", "RuntimeRunStream"),
+    "_run_info": ("RunInfo",),
+    "_runtime": ("PendingRequest", "Runtime", "RuntimeRunStream"),
     "_store": (
         "AnswerOutcome",
         "CheckpointInfo",

@@ -8,7 +8,6 @@ all-or-nothing, and what a checkpoint records is exactly what the next superstep
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
@@ -698,6 +697,8 @@ async def run_to_its_end(func: Callable[[], Awaitable[Any]]) -> tuple[Any, BaseE
         with anyio.CancelScope(shield=True):
             value = await func()
         return value, None
+    import asyncio  # (running on it: loaded; importing the kernel does not load it)
+
     with anyio.CancelScope(shield=True):  # (no cancel scope's cancellation: asyncio's only)
         effect = asyncio.ensure_future(func())
         stopped: BaseException | None = None

@@ -11,10 +11,13 @@ whole ``trio.run``).
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
+import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import asyncio
 
 
 class Detached(Protocol):
@@ -34,7 +37,9 @@ def spawn_detached(
 ) -> Detached:
     """Start ``body()`` apart from the calling task; ``on_done()`` runs when it has ended.
     (Called from a loop's callback too, where no task runs: asyncio is told by its loop.)"""
-    if asyncio._get_running_loop() is not None:
+    # (asyncio not loaded: none of its loops runs -- importing the kernel does not load it)
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is not None and asyncio._get_running_loop() is not None:
         return _AsyncioTask(body, on_done)
     return _TrioSystemTask(body, on_done)
 
@@ -43,6 +48,8 @@ class _AsyncioTask:
     def __init__(
         self, body: Callable[[], Awaitable[None]], on_done: Callable[[], None] | None
     ) -> None:
+        import asyncio
+
         coro: Any = body()
         self._task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         self._task.add_done_callback(_retrieve)
@@ -56,6 +63,8 @@ class _AsyncioTask:
         self._task.cancel()
 
     async def wait(self) -> None:
+        import asyncio
+
         await asyncio.wait({self._task})
 
     def error(self) -> BaseException | None:

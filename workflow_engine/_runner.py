@@ -17,7 +17,6 @@ point to retry from.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import os
 import time
@@ -181,6 +180,8 @@ async def run_concurrently(
     (handler errors are caught per executor), so the two behave the same.
     """
     if sniffio.current_async_library() == "asyncio":
+        import asyncio  # (running on it: loaded; importing the kernel does not load it)
+
         async with asyncio.TaskGroup() as group:
             for func, args in calls:
                 group.create_task(func(*args))

@@ -27,7 +27,7 @@ from collections.abc import (
     Sequence,
 )
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar
 
 import anyio
@@ -57,7 +57,8 @@ from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState, WorkflowStat
 from ._identity import derive_id, idempotency_key
 from ._journal import JournalStore, keeps_journal
 from ._pump import EventPump
-from ._requests import ExternalRequest, ExternalResponse, InDoubtEffect
+from ._requests import ExternalResponse, InDoubtEffect
+from ._run_info import RunInfo, decoding_workflow, may_have_effects_in_doubt, run_info_of
 from ._store import (
     AnswerOutcome,
     CheckpointInfo,
@@ -72,34 +73,6 @@ from ._store import (
 from ._workflow import Workflow, WorkflowRunResult
 
 WorkflowFactory = Callable[[], Workflow]
-
-
-@dataclass
-class RunInfo:
-    """A run as users see it: status, progress, outputs so far and what it waits for."""
-
-    run_id: str
-    workflow_name: str
-    status: WorkflowRunState
-    superstep: int
-    created_at: float
-    updated_at: float
-    outputs: list[Any] = field(default_factory=list)
-    pending_requests: list[ExternalRequest] = field(default_factory=list)
-    """The requests waiting for an answer (one answered, not yet applied by the run, is not)."""
-    error: dict[str, Any] | None = None
-    parent_run_id: str | None = None
-    cancel_requested: bool = False
-    """A cancel waits for the worker executing the run (see :meth:`Runtime.cancel`)."""
-    effects_in_doubt: list[InDoubtEffect] = field(default_factory=list)
-    """Of a run no worker executes: the steps that had started before it stopped (a crash, a
-    kill) and recorded no result. A run stopped mid-step asks about them when resumed; a
-    cancelled one ended before anyone was asked whether they happened: check with the outside
-    service (each names its ``idempotency_key``)."""
-    decoded: bool = True
-    """False when this runtime cannot decode the run's values -- its workflow is not registered
-    here, or its graph changed (a stranded run): ``outputs`` and each request's ``data`` are
-    then the codec's stored JSON, and ``response_type`` the stored type name."""
 
 
 @dataclass
@@ -1048,64 +1021,24 @@ class Runtime:
 
     async def _run_info(self, run_id: str) -> RunInfo:
         run, checkpoint = await self.store.get_run_and_latest(run_id)
-        outputs: list[Any] = []
-        pending: list[ExternalRequest] = []
-        wf = self._workflows.get(run.workflow_name)
-        decoded = (
-            wf is not None
-            and wf.signature == run.workflow_signature
-            and (
-                checkpoint is None
-                or all(
-                    wf.declares_type(r.response_type) for r in checkpoint.pending_requests.values()
-                )
-            )
-        )
-        if checkpoint is not None and wf is not None and decoded:
-            outputs = [
-                wf.decode_stored(o, run_id, f"output {i} of checkpoint {checkpoint.checkpoint_id}")
-                for i, o in enumerate(checkpoint.outputs)
-            ]
-            pending = list(wf.restore(checkpoint).pending.values())
-            if pending:  # an answered request waits for the run, not for a person
-                answered = await self.store.list_requests(run_id, status="answered")
-                taken = {r.request_id for r in answered}
-                pending = [r for r in pending if r.request_id not in taken]
-        elif checkpoint is not None:  # what is stored, as stored: not hidden, not guessed at
-            outputs = list(checkpoint.outputs)
-            pending = [
-                ExternalRequest(
-                    request_id=r.request_id,
-                    port_id=r.port_id,
-                    data=r.data,
-                    response_type=r.response_type,
-                    source_executor_id=r.source_executor_id,
-                    superstep=r.superstep,
-                    run_id=r.run_id,
-                    from_port=r.kind == "port",
-                )
-                for r in await self.store.list_requests(run_id, status="pending")
-            ]
+        wf = decoding_workflow(self._workflows.get(run.workflow_name), run, checkpoint)
+        answered: list[StoredRequest] = []
+        stored: Sequence[StoredRequest] = ()
+        if checkpoint is not None and wf is not None:
+            if checkpoint.pending_requests:  # an answered one waits for the run, not a person
+                answered = list(await self.store.list_requests(run_id, status="answered"))
+        elif checkpoint is not None:
+            stored = await self.store.list_requests(run_id, status="pending")
         in_doubt: list[InDoubtEffect] = []
-        # (not executed: cancelled, failed, or stopped mid-step with no live worker)
-        resting = run.status in (WorkflowRunState.CANCELLED, WorkflowRunState.FAILED)
-        stopped = run.status is WorkflowRunState.IN_PROGRESS and run.live_owner(time.time()) is None
-        if (resting or stopped) and checkpoint is not None:
+        if checkpoint is not None and may_have_effects_in_doubt(run, time.time()):
             in_doubt = await _effects_cut_off(self.store, checkpoint)
-        return RunInfo(
-            run_id=run.run_id,
-            workflow_name=run.workflow_name,
-            status=run.status,
-            superstep=run.superstep,
-            created_at=run.created_at,
-            updated_at=run.updated_at,
-            outputs=outputs,
-            pending_requests=pending,
-            error=run.error,
-            parent_run_id=run.parent_run_id,
-            cancel_requested=run.cancel_requested,
+        return run_info_of(
+            run,
+            checkpoint,
+            wf,
+            answered=[r.request_id for r in answered],
+            stored_pending=stored,
             effects_in_doubt=in_doubt,
-            decoded=decoded,
         )
 
     @_while_open("runs were not listed")

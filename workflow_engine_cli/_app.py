@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import inspect
-import json
 import os
 import sys
 import time
@@ -51,23 +50,16 @@ from ._exits import (
 from ._hints import REPLY_PLACEHOLDER, Hints
 from ._ids import AmbiguousIdError, match
 from ._listing import (
-    MAX_SHOWN_CHARACTERS,
     Pending,
     answered_to_apply,
-    at_most,
     count_by_run,
-    live_worker,
     may_be_in_doubt,
-    not_started,
     person_status,
-    print_table,
     requests_json_output,
     requests_output,
+    run_output,
     runs_output,
-    say_resume,
-    shown_status,
     status_filter,
-    when,
 )
 from ._output import (
     discard_output,
@@ -943,10 +935,6 @@ def runs_show(
     """A run's timeline (checkpoints per superstep), outputs and pending requests."""
 
     async def body() -> int:
-        from workflow_engine import InDoubtEffect
-
-        from ._views import describe_output
-
         async def go(runtime: Runtime) -> int:
             record = await _run_for(runtime, run_id)
             full = record.run_id
@@ -958,93 +946,7 @@ def runs_show(
                 if info.status.is_terminal
                 else await runtime.store.list_requests(run_id=full, status="answered")
             )
-            if json_mode:
-                print(
-                    json.dumps(
-                        {
-                            "run_id": info.run_id,
-                            "workflow": info.workflow_name,
-                            "status": info.status.value,
-                            "worker": live_worker(record),
-                            "cancel_requested": info.cancel_requested,
-                            "superstep": info.superstep,
-                            "parent_run_id": record.parent_run_id,
-                            "started": not not_started(record),
-                            "outputs": [describe_output(o) for o in info.outputs],
-                            "pending_requests": [r.request_id for r in info.pending_requests],
-                            "answered_requests": [r.request_id for r in answered],
-                            "decoded": info.decoded,
-                            "error": info.error,
-                            "effects_in_doubt": [
-                                e.model_dump(mode="json") for e in info.effects_in_doubt
-                            ],
-                            "history": [
-                                {"seq": h.seq, "superstep": h.superstep, "status": h.status.value}
-                                for h in history
-                            ],
-                        }
-                    )
-                )
-                return EXIT_DONE
-            from ._term import Terminal
-
-            term = Terminal()
-            term.line(
-                (f"Run {visible(info.run_id)}", "bold"),
-                f" · {info.workflow_name} · {shown_status(record, bool(answered))} · "
-                f"superstep {info.superstep}",
-            )
-            rows = [
-                [str(h.seq), str(h.superstep), h.status.value, h.kind, when(h.created_at)]
-                for h in history
-            ]
-            print_table(["#", "SUPERSTEP", "STATUS", "KIND", "AT (UTC)"], rows, wrap=["AT (UTC)"])
-            if record.parent_run_id is not None:
-                first = f" at superstep {history[0].superstep}" if history else ""
-                term.line(("forked from: ", "dim"), f"{visible(record.parent_run_id)}{first}")
-            shown = person_status(record)
-            if shown in ("not_started", "interrupted") and not info.effects_in_doubt:
-                does = "run it" if shown == "not_started" else "continue it"
-                label = (f"{shown.replace('_', ' ')}: ", "yellow")
-                say_resume(term, label, "", does, full, info.workflow_name)
-            if not info.decoded and (info.outputs or info.pending_requests):
-                term.line(
-                    ("note: ", "dim"),
-                    f"workflow {info.workflow_name!r} is not built here (or its graph changed): "
-                    "values are shown as stored",
-                )
-            for output in info.outputs:
-                shown = at_most(describe_output(output), MAX_SHOWN_CHARACTERS)
-                term.line(("output: ", "green"), shown)
-            for request in info.pending_requests:
-                asks = type(request.data).__name__ if info.decoded else f"at {request.port_id}"
-                term.line(("waiting: ", "yellow"), f"{request.request_id} ({asks})")
-                if isinstance(request.data, InDoubtEffect):  # what it asks (tester 67)
-                    from ._console import show_in_doubt
-
-                    show_in_doubt(term, request.data)
-            for request in answered:
-                term.line(("answered: ", "green"), f"{request.request_id} (not applied yet)")
-            if answered and not live_worker(record):
-                does = "apply it" if len(answered) == 1 else "apply them"
-                say_resume(term, ("then: ", "dim"), "", does, full, info.workflow_name)
-            if info.error is not None:
-                message = info.error.get("message") if isinstance(info.error, dict) else None
-                if not isinstance(message, str):  # a store that does not check what it reads
-                    message = "(the recorded error is damaged and cannot be shown)"
-                code = info.error.get("code") if isinstance(info.error, dict) else None
-                said = f"{message} ({code})" if isinstance(code, str) and code else message
-                # not "error:", which is how this command would say that it failed itself
-                term.line((f"{info.status.value} with: ", "red"), said)
-            if info.effects_in_doubt:
-                from ._console import CANCELLED_WITHOUT_ASKING, RESUME_ASKS, show_in_doubt
-
-                cancelled = info.status.value == "cancelled"
-                then = CANCELLED_WITHOUT_ASKING if cancelled else RESUME_ASKS
-                if info.cancel_requested:  # (tester 67: resume would not ask, but cancel)
-                    then = "a cancel waits: `resume` ends the run cancelled without asking"
-                for effect in info.effects_in_doubt:
-                    show_in_doubt(term, effect, then=then)
+            run_output(info, record, history, answered, json_mode=json_mode)()
             return EXIT_DONE
 
         return await _with_runtime(db, go)

@@ -1,4 +1,5 @@
-"""What ``runs list`` and ``requests list`` print, and how a run's status reads to a person.
+"""What ``runs list``, ``requests list`` and ``runs show`` print, and how a run's status reads
+to a person.
 
 The records come from either of two readers: the runtime (``_app``: the commands as typer
 parses them) or a read-only snapshot of the file (``_quick``: the same commands started
@@ -20,7 +21,7 @@ from ._hints import Hints
 from ._ids import short_ids
 from ._registry import workflow_names
 from ._term import Terminal, clean, format_table, is_live, terminal_columns, visible
-from ._views import describe_request
+from ._views import describe_output, describe_request
 
 if TYPE_CHECKING:
     from workflow_engine import WorkflowRunState
@@ -241,6 +242,109 @@ def requests_output(
             print("No pending requests.")
         say_in_doubt(in_doubt)
         say_answered(waiting)
+
+    return show
+
+
+def run_output(
+    info: Any, record: Any, history: Sequence[Any], answered: Sequence[Any], *, json_mode: bool
+) -> Output:
+    """``runs show``: the run as ``Runtime.get_run`` sees it (``RunInfo``), its record
+    (``RunRecord``), its checkpoints (``CheckpointInfo``) and its answers not applied yet
+    (``StoredRequest``)."""
+    from workflow_engine._requests import InDoubtEffect
+
+    if json_mode:
+        return _printing(
+            json.dumps(
+                {
+                    "run_id": info.run_id,
+                    "workflow": info.workflow_name,
+                    "status": info.status.value,
+                    "worker": live_worker(record),
+                    "cancel_requested": info.cancel_requested,
+                    "superstep": info.superstep,
+                    "parent_run_id": record.parent_run_id,
+                    "started": not not_started(record),
+                    "outputs": [describe_output(o) for o in info.outputs],
+                    "pending_requests": [r.request_id for r in info.pending_requests],
+                    "answered_requests": [r.request_id for r in answered],
+                    "decoded": info.decoded,
+                    "error": info.error,
+                    "effects_in_doubt": [e.model_dump(mode="json") for e in info.effects_in_doubt],
+                    "history": [
+                        {"seq": h.seq, "superstep": h.superstep, "status": h.status.value}
+                        for h in history
+                    ],
+                }
+            )
+        )
+    full = info.run_id
+    title = f" · {info.workflow_name} · {shown_status(record, bool(answered))} · "
+    rows = [
+        [str(h.seq), str(h.superstep), h.status.value, h.kind, when(h.created_at)] for h in history
+    ]
+    outputs = [at_most(describe_output(o), MAX_SHOWN_CHARACTERS) for o in info.outputs]
+    waiting = [
+        (
+            request.request_id,
+            type(request.data).__name__ if info.decoded else f"at {request.port_id}",
+            request.data if isinstance(request.data, InDoubtEffect) else None,  # (tester 67)
+        )
+        for request in info.pending_requests
+    ]
+    said = None
+    if info.error is not None:
+        message = info.error.get("message") if isinstance(info.error, dict) else None
+        if not isinstance(message, str):  # a store that does not check what it reads
+            message = "(the recorded error is damaged and cannot be shown)"
+        code = info.error.get("code") if isinstance(info.error, dict) else None
+        said = f"{message} ({code})" if isinstance(code, str) and code else message
+    status = person_status(record)
+    worker = live_worker(record)
+
+    def show() -> None:
+        term = Terminal()
+        term.line((f"Run {visible(full)}", "bold"), f"{title}superstep {info.superstep}")
+        print_table(["#", "SUPERSTEP", "STATUS", "KIND", "AT (UTC)"], rows, wrap=["AT (UTC)"])
+        if record.parent_run_id is not None:
+            first = f" at superstep {history[0].superstep}" if history else ""
+            term.line(("forked from: ", "dim"), f"{visible(record.parent_run_id)}{first}")
+        if status in ("not_started", "interrupted") and not info.effects_in_doubt:
+            does = "run it" if status == "not_started" else "continue it"
+            label = (f"{status.replace('_', ' ')}: ", "yellow")
+            say_resume(term, label, "", does, full, info.workflow_name)
+        if not info.decoded and (info.outputs or info.pending_requests):
+            term.line(
+                ("note: ", "dim"),
+                f"workflow {info.workflow_name!r} is not built here (or its graph changed): "
+                "values are shown as stored",
+            )
+        for output in outputs:
+            term.line(("output: ", "green"), output)
+        for request_id, asks, in_doubt in waiting:
+            term.line(("waiting: ", "yellow"), f"{request_id} ({asks})")
+            if in_doubt is not None:  # what it asks
+                from ._console import show_in_doubt
+
+                show_in_doubt(term, in_doubt)
+        for request in answered:
+            term.line(("answered: ", "green"), f"{request.request_id} (not applied yet)")
+        if answered and not worker:
+            does = "apply it" if len(answered) == 1 else "apply them"
+            say_resume(term, ("then: ", "dim"), "", does, full, info.workflow_name)
+        if said is not None:
+            # not "error:", which is how this command would say that it failed itself
+            term.line((f"{info.status.value} with: ", "red"), said)
+        if info.effects_in_doubt:
+            from ._console import CANCELLED_WITHOUT_ASKING, RESUME_ASKS, show_in_doubt
+
+            cancelled = info.status.value == "cancelled"
+            then = CANCELLED_WITHOUT_ASKING if cancelled else RESUME_ASKS
+            if info.cancel_requested:  # (tester 67: resume would not ask, but cancel)
+                then = "a cancel waits: `resume` ends the run cancelled without asking"
+            for effect in info.effects_in_doubt:
+                show_in_doubt(term, effect, then=then)
 
     return show
 

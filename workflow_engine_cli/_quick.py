@@ -1,12 +1,14 @@
-"""``runs list``, ``requests list`` and ``--version`` started in a fraction of the time: without
-typer, the runtime, the event loop or pydantic.
+"""``runs list``, ``requests list``, ``runs show`` and ``--version`` started in a fraction of the
+time: without typer, the runtime or the event loop (and the listings without pydantic).
 
 A listing is what a person runs most, and a fresh process spent most of a second importing what
-the other commands need. This module takes the common forms of the two commands (the options
+the other commands need. This module takes the common forms of these commands (the options
 they document, read as click reads them), reads the file through a read-only snapshot
-(``SqliteReader``) and prints through ``_listing``, as the commands do. Anything else -- help,
-a usage error, another command, a database the snapshot does not read as it is (see
-``reading_uri``), or one with a run whose step in doubt is to be explained -- returns None
+(``SqliteReader``) and prints through ``_listing``, as the commands do; ``runs show`` works the
+run out with the runtime's own function (``run_info_of``), building the run's workflow if the
+command line builds it, as the command does. Anything else -- help, a usage error, another
+command, a run id that names no run or several, a database the snapshot does not read as it is
+(see ``reading_uri``), or one with a run whose step in doubt is to be explained -- returns None
 before a byte is printed, and the command line proper (``_app``) runs the command and says what
 it has to say.
 """
@@ -28,7 +30,10 @@ _OPTIONS: dict[tuple[str, ...], dict[str, bool]] = {
     # option → whether it takes a value
     ("runs", "list"): {"--status": True, "--workflow": True, "--db": True, "--json": False},
     ("requests", "list"): {"--db": True, "--json": False},
+    ("runs", "show"): {"--db": True, "--json": False},
 }
+_ARGUMENTS = {("runs", "show"): 1}
+"""How many arguments a command takes (a run id), before, between or after its options."""
 
 
 class _NotQuick(Exception):
@@ -47,12 +52,13 @@ def quick_read(argv: Sequence[str]) -> int | None:
     from workflow_engine.storage._reader import SqliteReader
 
     command, options = parsed
+    work_out = {("runs", "list"): _runs, ("requests", "list"): _requests, ("runs", "show"): _show}
     try:
         reader = SqliteReader.open(_database(options))
         if reader is None:
             return None
         with reader:
-            show = _runs(reader, options) if command == "runs" else _requests(reader, options)
+            show = work_out[command](reader, options)
     except Exception:
         # _NotQuick, or what reading a database can raise (a lock, a damaged row, a file gone),
         # or a surprise in working out the list: nothing is printed yet, so the command line
@@ -84,10 +90,10 @@ def _printed(show: Callable[[], None]) -> int:
     return int(flush_output(EXIT_DONE))
 
 
-def _parse(argv: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
-    """(``runs`` or ``requests``, the options given: ``before_db`` for a ``--db`` before the
-    command) for the forms served; None for any other. As click reads them: an option given
-    twice takes its last value."""
+def _parse(argv: Sequence[str]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
+    """(the command, the options given: ``before_db`` for a ``--db`` before the command, and
+    ``arguments``) for the forms served; None for any other. As click reads them: an option
+    given twice takes its last value."""
     words = list(argv)
     options: dict[str, Any] = {}
     while words and (words[0] == "--db" or words[0].startswith("--db=")):
@@ -100,7 +106,11 @@ def _parse(argv: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
     if known is None:
         return None
     words = words[2:]
+    arguments: list[str] = []
     while words:
+        if not words[0].startswith("-"):  # (one that does: an option, or click's to refuse)
+            arguments.append(words.pop(0))
+            continue
         name = words[0].partition("=")[0]
         if name not in known:
             return None
@@ -114,7 +124,10 @@ def _parse(argv: Sequence[str]) -> tuple[str, dict[str, Any]] | None:
         else:
             options[name] = True
             words = words[1:]
-    return command[0], options
+    if len(arguments) != _ARGUMENTS.get(command, 0):
+        return None
+    options["arguments"] = arguments
+    return command, options
 
 
 def _value(name: str, words: list[str]) -> tuple[str | None, list[str]]:
@@ -222,3 +235,49 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
     request_ids = reader.request_ids() if pending else []
     run_ids = reader.run_ids() if pending else []
     return requests_output(pending, [], waiting, request_ids, run_ids)
+
+
+def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
+    """``runs show``, read and worked out; returns what prints it."""
+    import time
+
+    from workflow_engine._run_info import (
+        decoding_workflow,
+        may_have_effects_in_doubt,
+        run_info_of,
+    )
+
+    from ._listing import run_output
+    from ._registry import workflow_factory, workflow_names
+
+    (given,) = options["arguments"]
+    found = reader.run_and_latest(given) if given else None
+    if found is None:  # a unique prefix, as the command reads it (else its error says why)
+        ids = reader.run_ids(given) if given else []
+        found = reader.run_and_latest(ids[0]) if len(ids) == 1 else None
+        if found is None:
+            raise _NotQuick
+    record, checkpoint = found
+    run_id = record.run_id
+    if (
+        checkpoint is not None
+        and may_have_effects_in_doubt(record, time.time())
+        and reader.journaled_after(run_id, checkpoint.superstep)
+    ):
+        raise _NotQuick  # (which steps are in doubt: the runtime reads the journal for that)
+    workflow = None
+    if record.workflow_name in workflow_names():  # (as ``_run_for`` registers it)
+        built = workflow_factory(record.workflow_name)()
+        workflow = decoding_workflow(built, record, checkpoint)
+    answered = reader.list_requests(run_id, status="answered")
+    stored = reader.list_requests(run_id) if checkpoint is not None and workflow is None else []
+    info = run_info_of(
+        record,
+        checkpoint,
+        workflow,
+        answered=[r.request_id for r in answered],
+        stored_pending=stored,
+    )
+    history = reader.history(run_id)
+    shown = [] if record.status.is_terminal else answered
+    return run_output(info, record, history, shown, json_mode=bool(options.get("--json")))

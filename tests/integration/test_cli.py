@@ -665,6 +665,18 @@ def test_read_only_commands_do_not_load_agents_server_or_rich(cli: Cli, tmp_path
     assert "approve submit_refund(" in printed  # requests list still says what is waiting
 
 
+def test_runs_show_loads_neither_typer_nor_the_event_loop(cli: Cli, tmp_path: Path) -> None:
+    """``runs show`` works a run out without the command line's parser or the runtime's
+    event loop: the checkpoint models (pydantic) and, for a run of a demo, its workflow."""
+    run_id, request_id = cli.start_paused()
+    argv = ["runs", "show", run_id, "--db", str(cli.db)]
+    printed, modules = loaded_by(cli, tmp_path / "modules.json", argv)
+    loaded = {m.split(".")[0] for m in modules}
+    skipped = {"typer", "click", "asyncio", "sqlalchemy", "rich", "networkx", "fastapi"}
+    assert loaded.isdisjoint(skipped), sorted(loaded & skipped)
+    assert f"waiting: {request_id} (ToolApprovalRequestContent)" in printed
+
+
 class ServerProcess:
     """``workflow-engine serve --port 0`` with its stderr (the log) collected line by line."""
 

@@ -53,6 +53,15 @@ async def noted(text: str, ctx: WorkflowContext[Never, str]) -> None:
     await ctx.yield_output(text)
 
 
+@executor(id="boom")
+async def boom(text: str, ctx: WorkflowContext[Never, str]) -> None:
+    raise RuntimeError(f"cannot handle {text!r}")
+
+
+def failing_workflow() -> Any:
+    return WorkflowBuilder("failing", start=boom).build()
+
+
 def asking_workflow() -> Any:
     """Asks a person for text: a request whose data is whatever text it was started with."""
     port = RequestPort("note", request_type=str, response_type=str)
@@ -65,6 +74,7 @@ async def fill(db: Path) -> dict[str, str]:
     runtime = Runtime(SqliteStore(db))
     runtime.register(lambda: stepper_workflow(name="stepper"))
     runtime.register(asking_workflow)
+    runtime.register(failing_workflow)
     ids: dict[str, str] = {}
     try:
         ids["paused"] = (await runtime.run("stepper", 1)).run_id
@@ -81,6 +91,8 @@ async def fill(db: Path) -> dict[str, str]:
         ids["not_started"] = await runtime.start("stepper", 1)
         ids["long"] = (await runtime.run("asking", "word " * 400)).run_id
         ids["odd"] = (await runtime.run("asking", "tab\there, ünïcode ✓, [markup]\x1b[31m")).run_id
+        ids["failed"] = (await runtime.run("failing", "this")).run_id
+        ids["forked"] = await runtime.fork(finished.run_id, superstep=1)
     finally:
         await runtime.close()
     return ids
@@ -92,7 +104,8 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     step in doubt), ``empty`` (a store with no runs), and files the quick path leaves alone."""
     root = tmp_path_factory.mktemp("quick")
     cli = Cli(root / "full")
-    cli.start_paused()  # a workflow the command line builds: it prints how to resume
+    cli.expect(0, "demo", "handoff")  # a workflow the command line builds, finished (outputs)
+    cli.start_paused()  # and paused: it prints how to resume
     anyio.run(fill, cli.db)
     paths = {"full": cli.db}
     in_doubt = root / "in_doubt.db"
@@ -273,6 +286,78 @@ def test_other_databases_are_served_and_print_the_same(
     assert code == 0 and printed == quick[1]
 
 
+def run_ids(db: Path) -> list[str]:
+    """The runs stored in ``db``, oldest first."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [row[0] for row in conn.execute("SELECT run_id FROM runs ORDER BY created_at")]
+
+
+def test_runs_show_prints_what_the_command_proper_prints(databases: dict[str, Path]) -> None:
+    """Every run of the full database, by its id and by a prefix, as text and as JSON: among
+    them runs the command line builds (their values decoded) and runs it does not."""
+    db = str(databases["full"])
+    env = env_for()
+    shown = ""
+    for run_id in run_ids(databases["full"]):
+        for argv in (
+            ["runs", "show", run_id, "--db", db],
+            ["--db", db, "runs", "show", "--json", run_id[:12]],
+        ):
+            quick, proper = both(argv, env)
+            assert quick == proper, argv
+            assert quick[0] == 0, quick
+            assert served_quickly(argv, env) == (0, quick[1]), argv
+            shown += quick[1]
+    for said in (
+        "(ToolApprovalRequestContent)",  # the demo's request, decoded
+        "output: conversation completed (last agent: refund_agent)",  # the demo's output
+        "note: workflow 'stepper' is not built here",
+        "answered: ",
+        "its application can apply it",
+        "not started: ",
+        "forked from: ",
+        "failed with: ",
+        '"decoded": true',
+        '"decoded": false',
+    ):
+        assert said in shown, said
+
+
+def test_runs_show_leaves_to_the_command_what_it_does_not_work_out(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """A run with a step in doubt (telling which takes the runtime's journal reading), an id
+    that names no run or several, a run id missing, two, or a damaged run: left before a byte
+    is printed, and what the command says is the same."""
+    full = str(databases["full"])
+    many = tmp_path / "many.db"
+    anyio.run(_many_runs, many, 40)
+    first = [run_id[0] for run_id in run_ids(many)]
+    shared = next(c for c in sorted(set(first)) if first.count(c) > 1)  # (40 ids, 16 letters)
+    in_doubt = databases["in_doubt"]
+    damaged = run_ids(databases["damaged"])[1]  # (the row made unreadable)
+    some, other = run_ids(databases["full"])[:2]
+    cases = [  # (the command line, the exit code the command gives)
+        (["runs", "show", run_ids(in_doubt)[0], "--db", str(in_doubt)], 0),
+        (["runs", "show", "nosuchrun", "--db", full], 4),
+        (["runs", "show", shared, "--db", str(many)], 2),
+        (["runs", "show", "", "--db", full], 4),
+        (["runs", "show", "--db", full], 2),
+        (["runs", "show", some, other, "--db", full], 2),
+        (["runs", "show", "--", some, "--db", full], 2),
+        (["runs", "show", some, "--db", full, "--status", "idle"], 2),
+        (["runs", "show", damaged, "--db", str(databases["damaged"])], 6),
+        (["runs", "show", some, "--db", str(databases["missing"])], 4),
+    ]
+    for argv, code in cases:
+        assert served_quickly(argv, env_for()) == (None, ""), argv
+        quick, proper = both(argv, env_for())
+        assert quick == proper, argv
+        assert quick[0] == code, (argv, quick)
+        assert "Traceback" not in quick[1] + quick[2], argv
+    assert "`resume` asks whether it happened" in both(cases[0][0], env_for())[0][1]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
@@ -361,6 +446,9 @@ WORDS = st.sampled_from(
         "--version",
         "-x",
         "",
+        "RUN",
+        "RUNPREFIX",
+        "--",
     ]
 )
 
@@ -371,14 +459,19 @@ WORDS = st.sampled_from(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
-    head=st.sampled_from([[], ["runs", "list"], ["requests", "list"], ["--db", "DB"]]),
+    head=st.sampled_from(
+        [[], ["runs", "list"], ["requests", "list"], ["runs", "show"], ["--db", "DB"]]
+    ),
     tail=st.lists(WORDS, max_size=5),
 )
 def test_any_command_line_prints_what_the_commands_proper_print(
     databases: dict[str, Path], head: list[str], tail: list[str]
 ) -> None:
     db = str(databases["full"])
-    argv = [word.replace("DB", db) for word in [*head, *tail]]
+    run_id = run_ids(databases["full"])[-1]
+    names = {"DB": db, "RUN": run_id, "RUNPREFIX": run_id[:6]}
+    argv = [names.get(word, word) for word in [*head, *tail]]
+    argv = [f"--db={db}" if word == "--db=DB" else word for word in argv]
     quick, proper = both(argv, env_for())
     assert quick == proper, json.dumps(argv)
 

@@ -25,6 +25,7 @@ from workflow_engine import (
     handler,
 )
 from workflow_engine.storage import SqliteStore
+from workflow_engine.storage._chain import latest_chain
 
 pytestmark = pytest.mark.anyio
 
@@ -125,7 +126,7 @@ async def test_a_restore_folds_at_most_span_every_deltas(tmp_path: Path) -> None
     await store.close()
     store = SqliteStore(db)
     await store.open()
-    folded = await store._run(store._transaction, "BEGIN", store._latest_chain, (run_id,))
+    folded = await store._run(store._transaction, "BEGIN", latest_chain, (run_id,))
     kinds = [row[2] for row in folded]
     assert kinds[0] == "snapshot" and kinds.count("delta") < 8, kinds
     assert kinds.count("span") >= STEPS // 8 - 2, kinds

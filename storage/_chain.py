@@ -1,0 +1,154 @@
+"""A run's checkpoint from its rows: which rows to read (its *chain*) and folding them.
+
+A commit writes a delta, now and then a snapshot, and every so many deltas a span (see
+``_sqlite``). A checkpoint reads as the latest snapshot at or before it, the spans after that,
+and the deltas after the last span. The store reads chains this way, and so does the read-only
+``SqliteReader``: each is one read on a ``sqlite3`` connection, and folding needs the checkpoint
+models alone (no event loop).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from pydantic import ValidationError
+
+from workflow_engine import Checkpoint, CheckpointDelta
+from workflow_engine._checkpoint import (
+    CHECKPOINT_SCHEMA_VERSION,
+    CheckpointSpan,
+    apply_deltas,
+    apply_span,
+    newer_version_refusal,
+    version_refusal,
+)
+from workflow_engine._errors import CheckpointVersionError, StoreCorruptError, shown
+
+from ._records import fetch_rows
+from ._sql import SQL_CHAIN, SQL_LATEST_CHAIN, SQL_LATEST_SEQ, SQL_RUN_BASE
+
+
+def latest_chain(
+    conn: sqlite3.Connection, run_id: str, base: int | None = None
+) -> list[tuple] | None:
+    """The rows to fold for the run's latest checkpoint; None if it has none. ``base``: the
+    run's first row position, if its row was read already (else it is looked up)."""
+    if base is None:
+        found = conn.execute(SQL_RUN_BASE, (run_id,)).fetchone()
+        base = found[0] if found is not None else None
+        if base is None:
+            return None
+    rows = fetch_rows(conn, SQL_LATEST_CHAIN, (base,))
+    if rows:
+        return rows
+    seq = conn.execute(SQL_LATEST_SEQ, (run_id,)).fetchone()[0]
+    # none: a run without checkpoints; else a chain without a snapshot, which raises
+    return chain_to(conn, run_id, seq, base) if seq is not None else None
+
+
+def chain_to(conn: sqlite3.Connection, run_id: str, seq: int, base: int) -> list[tuple]:
+    """The rows to fold for checkpoint ``seq`` of the run whose rows start at ``base``: the
+    latest snapshot at or before it, the spans after that snapshot, and the deltas after
+    the last of them."""
+    rows = fetch_rows(conn, SQL_CHAIN, (base, seq))
+    if not rows:
+        raise StoreCorruptError(f"run {run_id!r}: no snapshot at or before checkpoint #{seq}")
+    return rows
+
+
+def check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:
+    """The rows to fold must end at the run's latest checkpoint: a run whose checkpoints were
+    deleted (or whose newest one was) is damaged, not a run without history."""
+    if latest_id is None:
+        return
+    found = chain[-1][0] if chain else None
+    if found != latest_id:
+        newest = f"the newest stored is {found}" if found is not None else "none is stored"
+        raise StoreCorruptError(
+            f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is missing ({newest})"
+        )
+
+
+def fold_chain(run_id: str, rows: list[tuple]) -> tuple[Checkpoint, Checkpoint, int]:
+    """The checkpoint a chain of rows reads as, the last snapshot or span on the way (what
+    the next span is written relative to), and what the last span recorded of the rows
+    written before it since the snapshot (``CheckpointSpan.written_before``; 0: none)."""
+    snapshot: Checkpoint | None = None
+    deltas: list[CheckpointDelta] = []
+    recorded = 0
+    where = f"run {run_id!r}: no checkpoint to read"
+    for checkpoint_id, row_seq, kind, body, version in rows:
+        where = f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind})"
+        if type(version) is not int or version < 1:
+            raise StoreCorruptError(
+                f"{where} is corrupt and cannot be read: its schema_version column holds "
+                f"{version!r}, not a version"
+            )
+        if version > CHECKPOINT_SCHEMA_VERSION:
+            # the row says so even if its body does not: a newer layout is not guessed at
+            raise CheckpointVersionError(f"{where} {newer_version_refusal(version)}")
+        try:
+            if not isinstance(body, str):
+                raise ValueError(f"its body is a {type(body).__name__}, not JSON text")
+            try:
+                if not body.isascii():  # (a flag of the str: free) only then can it hold
+                    body.encode("utf-8")  # a lone surrogate, from bytes that were not UTF-8
+            except UnicodeEncodeError as exc:
+                raise ValueError(f"its body is not UTF-8 at position {exc.start}") from None
+            if kind == "snapshot":
+                snapshot, deltas = Checkpoint.model_validate_json(body), []
+            elif kind == "span" and snapshot is not None:
+                # it holds everything up to it: deltas before it (none are read) are moot
+                span = CheckpointSpan.model_validate_json(body)
+                snapshot, deltas = apply_span(snapshot, span), []
+                recorded = span.written_before
+            elif kind == "delta" and snapshot is not None:
+                deltas.append(CheckpointDelta.model_validate_json(body))
+            else:
+                first = snapshot is None and kind in ("delta", "span")
+                raise ValueError(
+                    f"a {kind} with no snapshot before it" if first else "unknown kind"
+                )
+        except (ValidationError, ValueError) as exc:
+            raise StoreCorruptError(
+                f"{where} is corrupt and cannot be read: {what_is_wrong(exc)}"
+            ) from exc
+        except CheckpointVersionError as exc:  # the body's own version (the row's is above)
+            raise CheckpointVersionError(f"{where} {version_refusal(exc)}") from None
+    if snapshot is None:
+        raise StoreCorruptError(f"run {run_id!r}: no checkpoint to read")
+    if not deltas:
+        return snapshot, snapshot, recorded
+    try:
+        # one fold for the whole chain: each delta costs what it holds
+        return apply_deltas(snapshot, deltas), snapshot, recorded
+    except (ValueError, KeyError, TypeError, IndexError) as exc:
+        raise StoreCorruptError(
+            f"run {run_id!r}: the checkpoint chain ending at {where.split(': ', 1)[1]} is "
+            f"corrupt and cannot be read: {str(exc).splitlines()[0]}"
+        ) from exc
+
+
+def what_is_wrong(exc: ValueError) -> str:
+    """A body's problem in one line: for pydantic's errors, where the first one is and what it
+    is (its own first line only counts them)."""
+    if not isinstance(exc, ValidationError):
+        return str(exc).splitlines()[0]
+    errors = exc.errors(include_url=False, include_input=False)
+    first = errors[0]
+    where = ".".join(str(part) for part in first["loc"])
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where + ': ' if where else ''}{first['msg']}{more}"
+
+
+def _check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:
+    """The rows to fold must end at the run's latest checkpoint: a run whose checkpoints were
+    deleted (or whose newest one was) is damaged, not a run without history."""
+    if latest_id is None:
+        return
+    found = chain[-1][0] if chain else None
+    if found != latest_id:
+        newest = f"the newest stored is {found}" if found is not None else "none is stored"
+        raise StoreCorruptError(
+            f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is missing ({newest})"
+        )
