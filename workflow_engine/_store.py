@@ -18,8 +18,6 @@ The rules a store keeps:
 from __future__ import annotations
 
 import os
-import socket
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -34,7 +32,15 @@ if TYPE_CHECKING:  # (the records alone load no pydantic model: the CLI's listin
 
 def default_owner() -> str:
     """``host:pid:nonce`` -- lets a store on the same host see that an owner process died."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{_host()}:{os.getpid()}:{os.urandom(4).hex()}"
+
+
+def _host() -> str:
+    """This host's name, as owner tokens carry it. (``socket`` is loaded only now: reading the
+    records, as the command line's listings do, needs it only for a run someone holds.)"""
+    import socket
+
+    return socket.gethostname()
 
 
 _ENDED_OWNERS: set[str] = set()
@@ -105,7 +111,7 @@ def owner_is_dead(owner: str) -> bool:
         return True
     host, _, rest = owner.partition(":")
     pid_text = rest.partition(":")[0]
-    if host != socket.gethostname() or not pid_text.isdigit():
+    if host != _host() or not pid_text.isdigit():
         return False
     try:
         os.kill(int(pid_text), 0)
@@ -122,7 +128,7 @@ def holder_of(owner: str) -> str:
     """Who holds a lease, as an error names it: another worker, or (an owner token of this very
     process: two requests on one server, say) another execution in this process."""
     host, _, rest = owner.partition(":")
-    mine = host == socket.gethostname() and rest.partition(":")[0] == str(os.getpid())
+    mine = host == _host() and rest.partition(":")[0] == str(os.getpid())
     return f"{'another execution in this process' if mine else 'another worker'} ({owner})"
 
 
