@@ -139,16 +139,3 @@ def what_is_wrong(exc: ValueError) -> str:
     where = ".".join(str(part) for part in first["loc"])
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     return f"{where + ': ' if where else ''}{first['msg']}{more}"
-
-
-def _check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:
-    """The rows to fold must end at the run's latest checkpoint: a run whose checkpoints were
-    deleted (or whose newest one was) is damaged, not a run without history."""
-    if latest_id is None:
-        return
-    found = chain[-1][0] if chain else None
-    if found != latest_id:
-        newest = f"the newest stored is {found}" if found is not None else "none is stored"
-        raise StoreCorruptError(
-            f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is missing ({newest})"
-        )
