@@ -79,6 +79,9 @@ def reading_uri(file: Path) -> str | None:
     - Otherwise ``query_only_uri``: an ordinary connection that removes the files it made.
     """
     try:
+        # (the files beside the one SQLite opens, and its folder: a symlink's target's, not the
+        # link's -- looked for beside the link, a killed writer's WAL was missed, tester 94)
+        file = file.resolve()
         info = file.stat()
         if not stat.S_ISREG(info.st_mode):  # (a FIFO's open would wait for a writer)
             return None
@@ -90,7 +93,7 @@ def reading_uri(file: Path) -> str | None:
         return None
     if not os.access(file.parent, os.W_OK):
         return None
-    base = file.resolve().as_uri()
+    base = file.as_uri()
     if os.path.lexists(f"{file}-wal"):
         # (without its -shm, which reading would make and leave: a killed writer's, the -shm
         # removed by hand; the store recovers that)

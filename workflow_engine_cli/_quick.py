@@ -46,7 +46,7 @@ def quick_read(argv: Sequence[str]) -> int | None:
     if list(argv) == ["--version"]:
         return _printed(lambda: print(version_line()))
     parsed = _parse(argv)
-    if parsed is None or not _all_text(argv):
+    if parsed is None or not _all_text(argv) or not _store_settings_valid():
         return None
     # (loaded only now: ``--version`` loads nothing of the engine)
     from workflow_engine.storage._reader import SqliteReader
@@ -157,6 +157,14 @@ def _all_text(argv: Sequence[str]) -> bool:
             except UnicodeEncodeError:
                 return False
     return True
+
+
+def _store_settings_valid() -> bool:
+    """Whether the store's settings from the environment are ones it takes: the store refuses
+    any other as it opens (the command line proper says so), and a read must not hide that
+    (tester 94)."""
+    sync = os.environ.get("WORKFLOW_ENGINE_SQLITE_SYNC") or "NORMAL"
+    return sync.upper() in ("NORMAL", "FULL")
 
 
 def _database(options: dict[str, Any]) -> Path:

@@ -383,6 +383,25 @@ def test_an_option_given_twice_or_empty_is_served_as_click_reads_it(
     assert served_quickly(given, env_for()) == (0, quick[1])
 
 
+def test_a_sync_setting_the_store_refuses_is_left_to_the_commands(
+    databases: dict[str, Path],
+) -> None:
+    """The store refuses it as it opens; a read served without the store hid that (tester 94)."""
+    env = env_for({"WORKFLOW_ENGINE_SQLITE_SYNC": "bogus"})
+    for argv in (["runs", "list"], ["requests", "list"]):
+        given = [*argv, "--db", str(databases["full"])]
+        assert served_quickly(given, env) == (None, "")
+        quick, proper = both(given, env)
+        assert quick == proper and quick[0] != 0 and "NORMAL or FULL" in quick[2]
+    assert (
+        served_quickly(
+            ["runs", "list", "--db", str(databases["full"])],
+            env_for({"WORKFLOW_ENGINE_SQLITE_SYNC": "full"}),
+        )[0]
+        == 0
+    )
+
+
 def test_the_version_is_served_quickly(databases: dict[str, Path]) -> None:
     quick, proper = both(["--version"], env_for())
     assert quick == proper and quick[0] == 0
@@ -555,11 +574,13 @@ def copy_of(databases: dict[str, Path], tmp_path: Path, name: str = "runs.db") -
     return db
 
 
+@pytest.mark.parametrize("through", ["its path", "a symlink"])
 def test_a_killed_writer_s_wal_is_read_and_left_as_it_was(
-    databases: dict[str, Path], tmp_path: Path
+    databases: dict[str, Path], tmp_path: Path, through: str
 ) -> None:
     """An ordinary connection closing last would fold the WAL into the file and remove it: the
-    listing would write to the database it promises only to read."""
+    listing would write to the database it promises only to read. Through a symlink in another
+    folder too: the WAL was looked for beside the link (tester 94)."""
     db = copy_of(databases, tmp_path)
     killed = subprocess.run(
         [sys.executable, "-c", KILLED_WRITER, str(db)], cwd=ROOT, timeout=60, check=False
@@ -572,8 +593,13 @@ def test_a_killed_writer_s_wal_is_read_and_left_as_it_was(
     before = files()
     assert sorted(before) == ["runs.db", "runs.db-shm", "runs.db-wal"]
     assert len(before["runs.db-wal"]) > 0
+    named = db
+    if through == "a symlink":
+        named = tmp_path.parent / f"{tmp_path.name}-link" / "runs.db"
+        named.parent.mkdir()
+        named.symlink_to(db)
     _, listed = served_quickly(["runs", "list", "--db", str(databases["full"])], env_for())
-    code, printed = served_quickly(["runs", "list", "--db", str(db)], env_for())
+    code, printed = served_quickly(["runs", "list", "--db", str(named)], env_for())
     assert code == 0
     assert printed.count("\n") == listed.count("\n") + 3  # with the runs only the WAL holds
     assert files() == before
