@@ -374,6 +374,28 @@ def _stop(worker: Worker, checkpointer: _Checkpointer | None) -> None:
         checkpointer.worker.stop()
 
 
+def _user() -> str:
+    """This process's user, by name where the system knows it (for an error message)."""
+    return _user_name(os.geteuid())
+
+
+def _owner(path: Path) -> str:
+    """The user owning ``path``, by name where the system knows it."""
+    try:
+        return _user_name(path.stat().st_uid)
+    except OSError:
+        return "another user"
+
+
+def _user_name(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+    except KeyError:
+        return f"uid {uid}"
+
+
 class SqliteStore:
     """A :class:`~workflow_engine.RunStore` (and ``CheckpointStore``) in one SQLite file."""
 
@@ -463,6 +485,15 @@ class SqliteStore:
                     f"cannot open the database {self.path}: directory {self.path.parent} is "
                     "not writable (SQLite keeps a database's -wal and -shm files beside it, "
                     "even to read it)"
+                )
+            if self.path.exists() and not os.access(self.path, os.W_OK):
+                # SQLite would open it read-only and leave -wal and -shm files this user owns
+                # beside it, which stop its owner's next write (outside tester 94)
+                raise StoreUnavailableError(
+                    f"cannot open the database {self.path}: this user ({_user()}) may not "
+                    f"write it (it belongs to {_owner(self.path)}); opening it would leave "
+                    "-wal and -shm files that stop its owner's writes. Run the command as its "
+                    "owner, or give this user write access"
                 )
             worker = Worker(f"workflow-engine-sqlite:{self.path.name}")
             # an existing, current database is opened right here on the loop (a connection and

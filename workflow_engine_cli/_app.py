@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 from ._exits import (
+    EXIT_BROKEN_PIPE,
     EXIT_CANNOT_LISTEN,
     EXIT_DONE,
     EXIT_FAILED,
@@ -47,7 +48,7 @@ from ._exits import (
     Exit,
     exit_code_for,
 )
-from ._hints import REPLY_PLACEHOLDER, Hints
+from ._hints import REPLY_PLACEHOLDER, DirectoryGone, Hints
 from ._ids import AmbiguousIdError, match
 from ._listing import (
     Pending,
@@ -142,7 +143,14 @@ def _db_or_before(db: Path | None) -> Path | None:
     # one from $WORKFLOW_ENGINE_DB is named too: a printed command pasted in a terminal
     # without the variable (or elsewhere, for a relative path) read another database (tester 77)
     named = os.environ.get("WORKFLOW_ENGINE_DB") or None
-    Hints.given(chosen if chosen is not None else Path(named) if named else None)
+    try:
+        if chosen is not None:
+            Hints.given(chosen)
+        else:
+            Hints.given(Path(named) if named else None, "WORKFLOW_ENGINE_DB")
+    except DirectoryGone as exc:
+        print_error(str(exc))
+        raise typer.Exit(EXIT_USAGE) from None
     return chosen
 
 
@@ -317,6 +325,8 @@ def _not_ours(path: Path) -> tuple[int, str] | None:
 
     from workflow_engine.storage._reader import query_only_uri
 
+    if not os.access(path, os.W_OK):
+        return None  # (SQLite would open it read-only, and leave its -wal and -shm files)
     try:
         # (ours, in WAL mode, is never locked for reading: no need to wait long)
         conn = sqlite3.connect(query_only_uri(path), uri=True, timeout=1.0)
@@ -1055,7 +1065,14 @@ def main() -> None:
         print_error("aborted")
         code = EXIT_FAILED
     except SystemExit as done:
-        raise SystemExit(flush_output(done.code)) from None
+        code = done.code
+        cause = done.__context__
+        if code == 1 and isinstance(cause, OSError) and cause.errno == errno.EPIPE:
+            # click or rich met a closed pipe printing their own output (--help, --version)
+            # and exit 1; every other command stops quietly with 141 there (tester 94)
+            discard_output()
+            code = EXIT_BROKEN_PIPE
+        raise SystemExit(flush_output(code)) from None
     except OSError as exc:  # click's own output (--help) failing, say
         failed = output_failed(exc)
         if failed is None:

@@ -17,10 +17,28 @@ class Hints:
     db = ""
 
     @classmethod
-    def given(cls, db: Path | None) -> None:
+    def given(cls, db: Path | None, named_by: str = "--db") -> None:
+        """Remember ``db`` (named by ``named_by``: ``--db`` or the environment variable).
+        :class:`DirectoryGone` when it is relative to a current directory that was deleted."""
         # absolute: a command printed to continue "from another terminal" runs from any
         # directory (a relative path was not found from another one, tester 76)
-        cls.db = f" --db {shell_quoted(str(Path(db).absolute()))}" if db is not None else ""
+        cls.db = f" --db {shell_quoted(str(_absolute(db, named_by)))}" if db is not None else ""
+
+
+class DirectoryGone(Exception):
+    """A relative database path, in a current directory that no longer exists: there is no
+    file it names (the message says which path and where it came from)."""
+
+
+def _absolute(db: Path, named_by: str) -> Path:
+    try:
+        return Path(db).absolute()
+    except FileNotFoundError:  # (os.getcwd: the directory was deleted under the shell)
+        raise DirectoryGone(
+            f"{named_by}{' ' if named_by.startswith('-') else '='}{shell_quoted(str(db))} is "
+            "relative to the current directory, which no longer exists (deleted?): cd to a "
+            "directory that exists, or give an absolute path"
+        ) from None
 
 
 def shell_quoted(text: str) -> str:

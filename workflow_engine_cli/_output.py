@@ -56,11 +56,74 @@ class ClosedOutput(io.TextIOBase):
         raise OSError(errno.EBADF, "standard output is closed")
 
 
+class _PatientWrites(io.RawIOBase):
+    """Writes to a descriptor a parent left non-blocking (``O_NONBLOCK`` on a pipe it shares):
+    a write the full pipe would refuse waits until the reader makes room, as on a blocking
+    pipe. Python's own buffered stream drops such output without a word (the command printed
+    nothing and exited 0, tester 94); the flag itself is left alone (the parent shares it)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def isatty(self) -> bool:
+        return os.isatty(self._fd)
+
+    def write(self, data: Any) -> int:
+        import select
+
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            try:
+                done += os.write(self._fd, view[done:])
+            except BlockingIOError:
+                select.select([], [self._fd], [])  # (a reader gone: the next write says so)
+        return done
+
+    def close(self) -> None:  # the descriptor is the process's, not this stream's
+        self.flush()
+        super().close()
+
+
+def _patient(stream: Any) -> Any:
+    """``stream``, or where its descriptor is non-blocking the same stream over
+    :class:`_PatientWrites`."""
+    if isinstance(getattr(getattr(stream, "buffer", None), "raw", None), _PatientWrites):
+        return stream  # (prepared already)
+    try:
+        fd = stream.fileno()
+        if os.get_blocking(fd):
+            return stream
+    except (OSError, ValueError, AttributeError):
+        return stream
+    return io.TextIOWrapper(
+        io.BufferedWriter(_PatientWrites(fd)),
+        encoding=stream.encoding,
+        errors=stream.errors,
+        line_buffering=stream.line_buffering,
+        write_through=getattr(stream, "write_through", False),
+    )
+
+
 def prepare_output() -> None:
     """Before a command prints: a ``ClosedOutput`` to fail on for a command started with stdout
-    closed (``>&-``), and never dying on a character the terminal lacks."""
+    closed (``>&-``), output that waits for a full non-blocking pipe (``_PatientWrites``), and
+    never dying on a character the terminal lacks."""
     if sys.stdout is None:
         sys.stdout = ClosedOutput()
+    else:
+        sys.stdout.flush()
+        sys.stdout = _patient(sys.stdout)
+    if sys.stderr is not None:
+        sys.stderr.flush()
+        sys.stderr = _patient(sys.stderr)
     for stream in (sys.stdout, sys.stderr):
         reconfigure = getattr(stream, "reconfigure", None)
         if reconfigure is not None:

@@ -172,12 +172,15 @@ def _database(options: dict[str, Any]) -> Path:
     command line proper sets them: ``_db_or_before``)."""
     from workflow_engine.storage._location import default_db_path
 
-    from ._hints import Hints
+    from ._hints import DirectoryGone, Hints
 
     given = options.get("--db") or options.get("before_db")
     chosen = Path(given) if given is not None else None
     named = os.environ.get("WORKFLOW_ENGINE_DB") or None
-    Hints.given(chosen if chosen is not None else Path(named) if named else None)
+    try:
+        Hints.given(chosen if chosen is not None else Path(named) if named else None)
+    except DirectoryGone:
+        raise _NotQuick from None  # (the command line proper says so)
     return chosen if chosen is not None else default_db_path()
 
 

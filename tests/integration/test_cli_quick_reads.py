@@ -626,6 +626,30 @@ def test_a_file_no_one_may_write_is_read_without_leaving_files_beside_it(
         db.chmod(0o644)
 
 
+def test_a_file_this_user_may_not_write_is_refused_by_the_store_without_leaving_files(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """What the quick path leaves to the commands proper (an id of no run) and what writes (a
+    resume) opened the file as a store: SQLite opened it read-only and left -wal and -shm
+    files of this user's beside it, which stopped its owner's next write (tester 94). The store
+    now refuses it first, naming the user and the owner."""
+    db = copy_of(databases, tmp_path)
+    db.chmod(0o444)
+    try:
+        for argv in (["runs", "show", "nosuch"], ["resume", "nosuch"], ["requests", "list"]):
+            quick, proper = as_a_user([*argv, "--db", str(db)])
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db"], argv
+            if argv[0] == "requests":  # (served as it is, see above)
+                assert quick[0] == 0, quick
+                continue
+            assert quick == proper
+            assert quick[0] == 6, quick
+            assert "this user (root, uid 0) may not write it" in quick[2], quick
+            assert "Traceback" not in quick[2]
+    finally:
+        db.chmod(0o644)
+
+
 def test_a_database_out_of_wal_mode_or_with_views_for_tables_is_left_to_the_store(
     databases: dict[str, Path], tmp_path: Path
 ) -> None:

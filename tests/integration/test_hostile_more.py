@@ -14,11 +14,13 @@ subprocess (raw bytes on its stdin, a pipe closed under it, ``/dev/full``), and 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sqlite3
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -573,15 +575,75 @@ def test_a_closed_pipe_stops_quietly(base: tuple[Cli, str, str, str]) -> None:
         ["runs", "show", run_id],
         ["requests", "list"],
         ["graph", "handoff"],
+        ["--help"],  # (click's and rich's own output: they exited 1 there, tester 94)
+        ["runs", "--help"],
+        ["--version"],
+        ["--db", "any.db", "--version"],  # (the command line proper prints it)
     ):
         read, write = os.pipe()
         os.close(read)  # the reader is gone before anything is written
         try:
-            result = run(cli, command, stdout=write, db=command[0] != "graph")
+            result = run(
+                cli,
+                command,
+                stdout=write,
+                db=command[0] in ("runs", "requests") and "--help" not in command,
+            )
         finally:
             os.close(write)
         assert result.code == 141, str(result)
         assert result.err == "", str(result)
+
+
+def _full_non_blocking_pipe() -> tuple[int, int, int]:
+    """A pipe whose write end is non-blocking (``O_NONBLOCK``, as a parent sharing it may
+    leave it) and already full: (read end, write end, bytes in it)."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    filled = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            filled += os.write(write, b"x" * 4096)
+    return read, write, filled
+
+
+def test_output_to_a_full_non_blocking_pipe_waits_for_the_reader(
+    base: tuple[Cli, str, str, str],
+) -> None:
+    """A full pipe left non-blocking: the command waits for room, as on any pipe. Python's
+    buffered stdout dropped the output there, and the command exited 0 having printed nothing
+    (tester 94). When the reader goes away instead, the command stops quietly with 141."""
+    cli, run_id, _, _ = base
+    for command in (
+        ["runs", "list"],  # (the quick path)
+        ["runs", "show", run_id, "--json"],
+        ["runs", "show", "--json", run_id[:1]],  # (a prefix the command line proper takes)
+        ["graph", "handoff"],
+        ["--help"],
+    ):
+        expected = run(cli, command, db=command[0] not in ("graph", "--help"))
+        assert expected.code == 0 and expected.out, str(expected)
+        for reader_stays in (True, False):
+            read, write, filled = _full_non_blocking_pipe()
+            argv = [str(ENGINE), *command]
+            if command[0] not in ("graph", "--help"):
+                argv += ["--db", str(cli.db)]
+            proc = subprocess.Popen(
+                argv, stdout=write, stderr=subprocess.PIPE, env=cli.env, cwd=cli.cwd
+            )
+            os.close(write)
+            time.sleep(0.5)  # (the command meets the full pipe)
+            if reader_stays:
+                with os.fdopen(read, "rb") as reader:
+                    got = reader.read()
+                _, err = proc.communicate(timeout=TIMEOUT)
+                assert (proc.returncode, err) == (0, b""), (command, err)
+                assert got[:filled] == b"x" * filled
+                assert got[filled:].decode() == expected.out, command
+            else:
+                os.close(read)
+                _, err = proc.communicate(timeout=TIMEOUT)
+                assert (proc.returncode, err) == (141, b""), (command, err)
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
