@@ -246,6 +246,25 @@ def requests_output(
     return show
 
 
+def _stored_in_doubt(data: Any) -> Any:
+    """A stored request's question as an ``InDoubtEffect`` (the engine's own question, which
+    reads back without the workflow that asked it: an application's run showed it as
+    ``(at PORT)``, tester 94); ``data`` as it is when it is something else."""
+    from pydantic import ValidationError
+
+    from workflow_engine._requests import InDoubtEffect
+
+    from ._views import DamagedValueError, plain
+
+    tags = ("InDoubtEffect", "workflow_engine._requests.InDoubtEffect")  # (and the older tag)
+    if not isinstance(data, dict) or data.get("$type") not in tags:
+        return data
+    try:
+        return InDoubtEffect.model_validate(plain(data))
+    except (DamagedValueError, ValidationError):
+        return data
+
+
 def run_output(
     info: Any, record: Any, history: Sequence[Any], answered: Sequence[Any], *, json_mode: bool
 ) -> Output:
@@ -285,14 +304,15 @@ def run_output(
         [str(h.seq), str(h.superstep), h.status.value, h.kind, when(h.created_at)] for h in history
     ]
     outputs = [at_most(describe_output(o), MAX_SHOWN_CHARACTERS) for o in info.outputs]
-    waiting = [
-        (
-            request.request_id,
-            type(request.data).__name__ if info.decoded else f"at {request.port_id}",
-            request.data if isinstance(request.data, InDoubtEffect) else None,  # (tester 67)
-        )
-        for request in info.pending_requests
-    ]
+    waiting = []
+    for request in info.pending_requests:
+        data = request.data if info.decoded else _stored_in_doubt(request.data)
+        in_doubt = data if isinstance(data, InDoubtEffect) else None  # (tester 67)
+        if info.decoded or in_doubt is not None:
+            asks = type(data).__name__
+        else:
+            asks = f"at {request.port_id}"
+        waiting.append((request.request_id, asks, in_doubt))
     said = None
     if info.error is not None:
         message = info.error.get("message") if isinstance(info.error, dict) else None

@@ -358,6 +358,38 @@ def test_runs_show_leaves_to_the_command_what_it_does_not_work_out(
     assert "`resume` asks whether it happened" in both(cases[0][0], env_for())[0][1]
 
 
+def test_an_application_s_question_about_a_step_in_doubt_shows_as_that_question(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """Resumed by its application, the run asks whether its step happened. The command line
+    does not build that workflow, so its values show as stored; but the question is the
+    engine's own, and it showed as ``waiting: ID (at pay)`` (tester 94). Both paths now say
+    what is asked, and what to look the effect up by."""
+    db = copy_of(databases, tmp_path)
+    db.write_bytes(databases["in_doubt"].read_bytes())
+    run_id = run_ids(db)[0]
+    ledger = str(tmp_path / "ledger.txt")
+    resumed = subprocess.run(
+        [sys.executable, str(EFFECT_SCRIPT), "resume", str(db), ledger, run_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(resumed.stdout) == {
+        "status": "idle_with_pending_requests",
+        "asked": ["InDoubtEffect"],
+    }, resumed.stderr[-2000:]
+    argv = ["runs", "show", run_id, "--db", str(db)]
+    assert served_quickly(argv, env_for())[0] == 0
+    quick, proper = both(argv, env_for())
+    assert quick == proper and quick[0] == 0, quick
+    waiting = [line for line in quick[1].splitlines() if line.startswith("waiting: ")]
+    assert len(waiting) == 1 and waiting[0].endswith(" (InDoubtEffect)"), quick[1]
+    assert 'pay\'s step charge ("the charge") started before the run stopped' in quick[1]
+    assert "idempotency key" in quick[1] or "look it up" in quick[1], quick[1]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
