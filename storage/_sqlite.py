@@ -374,17 +374,46 @@ def _stop(worker: Worker, checkpointer: _Checkpointer | None) -> None:
         checkpointer.worker.stop()
 
 
-def _user() -> str:
-    """This process's user, by name where the system knows it (for an error message)."""
-    return _user_name(os.geteuid())
-
-
-def _owner(path: Path) -> str:
-    """The user owning ``path``, by name where the system knows it."""
+def _not_writable(path: Path, real: Path) -> str:
+    """Why the store refuses a database file this user may not write, and what to do."""
     try:
-        return _user_name(path.stat().st_uid)
+        owner = real.stat().st_uid
     except OSError:
-        return "another user"
+        owner = -1
+    if owner == os.geteuid():
+        return (
+            f"cannot open the database {path}: it is read-only (no write permission for its "
+            "owner, this user); make it writable (chmod u+w) to use it here. Opened read-only, "
+            "SQLite would leave -wal and -shm files beside it"
+        )
+    who = _user_name(owner) if owner >= 0 else "another user"
+    return (
+        f"cannot open the database {path}: this user ({_user_name(os.geteuid())}) may not "
+        f"write it (it belongs to {who}); opening it would leave -wal and -shm files that "
+        "stop its owner's writes. Run the command as its owner, or give this user write access"
+    )
+
+
+def _share_side_files(path: Path) -> None:
+    """Give the -wal and -shm files this process made beside ``path`` the database's group.
+    SQLite makes them with the database's permissions but this user's group: a database a
+    group shares (0660) was then locked for its owner, outside that group, by a member's files
+    (outside tester 95). (As root, SQLite hands them to the database's owner itself.)"""
+    uid = os.geteuid()
+    if uid == 0:
+        return
+    try:
+        real = os.path.realpath(path)
+        gid = os.stat(real).st_gid
+    except OSError:
+        return
+    if gid not in os.getgroups() and gid != os.getegid():
+        return  # (not ours to give: chown would be refused)
+    for side in (f"{real}-wal", f"{real}-shm"):
+        with contextlib.suppress(OSError):
+            info = os.stat(side)
+            if info.st_uid == uid and info.st_gid != gid:
+                os.chown(side, -1, gid)
 
 
 def _user_name(uid: int) -> str:
@@ -480,21 +509,18 @@ class SqliteStore:
                 raise StoreUnavailableError(
                     f"cannot open the database {self.path}: it is a directory, not a file"
                 )
-            if not os.access(self.path.parent, os.W_OK):
+            # (where SQLite keeps the -wal and -shm files: beside the file a symlink names)
+            real = Path(os.path.realpath(self.path))
+            if not os.access(real.parent, os.W_OK):
                 raise StoreUnavailableError(
-                    f"cannot open the database {self.path}: directory {self.path.parent} is "
+                    f"cannot open the database {self.path}: directory {real.parent} is "
                     "not writable (SQLite keeps a database's -wal and -shm files beside it, "
                     "even to read it)"
                 )
-            if self.path.exists() and not os.access(self.path, os.W_OK):
+            if real.exists() and not os.access(real, os.W_OK):
                 # SQLite would open it read-only and leave -wal and -shm files this user owns
                 # beside it, which stop its owner's next write (outside tester 94)
-                raise StoreUnavailableError(
-                    f"cannot open the database {self.path}: this user ({_user()}) may not "
-                    f"write it (it belongs to {_owner(self.path)}); opening it would leave "
-                    "-wal and -shm files that stop its owner's writes. Run the command as its "
-                    "owner, or give this user write access"
-                )
+                raise StoreUnavailableError(_not_writable(self.path, real))
             worker = Worker(f"workflow-engine-sqlite:{self.path.name}")
             # an existing, current database is opened right here on the loop (a connection and
             # a few PRAGMAs: well under a ms); one that is new, older (to migrate) or locked is
@@ -572,6 +598,7 @@ class SqliteStore:
             if refused is not None:
                 raise refused
             self._enter_wal(conn, patient)
+            _share_side_files(self.path)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             conn.execute("PRAGMA foreign_keys=ON")

@@ -21,10 +21,38 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def err_console() -> Console:
-    from rich.console import Console
+_ERR_CONSOLE: Any = None
 
-    return Console(stderr=True, soft_wrap=True)
+
+def err_console() -> Console:
+    """A rich console on stderr that, when stderr's reader went away, stops writing there and
+    lets the command end with 141 (``stderr_gone``). rich's own reaction pointed stdout at
+    /dev/null and exited 1 (tester 95)."""
+    global _ERR_CONSOLE
+    if _ERR_CONSOLE is None:
+        from rich.console import Console
+
+        class ErrConsole(Console):
+            def on_broken_pipe(self) -> None:
+                self.quiet = True
+                stderr_gone()
+
+        _ERR_CONSOLE = ErrConsole
+    console: Console = _ERR_CONSOLE(stderr=True, soft_wrap=True)
+    return console
+
+
+class _Gone:
+    stderr = False
+    """Set when a write to stderr found its reader gone: the command ends with 141."""
+
+
+def stderr_gone() -> None:
+    """stderr's reader went away: what is still to say there goes nowhere, quietly (as for
+    stdout), and the command's exit code becomes 141 (``flush_output``)."""
+    _Gone.stderr = True
+    if sys.stderr is not None:
+        discard_output(sys.stderr)
 
 
 def escape(text: str) -> str:
@@ -57,10 +85,11 @@ class ClosedOutput(io.TextIOBase):
 
 
 class _PatientWrites(io.RawIOBase):
-    """Writes to a descriptor a parent left non-blocking (``O_NONBLOCK`` on a pipe it shares):
-    a write the full pipe would refuse waits until the reader makes room, as on a blocking
-    pipe. Python's own buffered stream drops such output without a word (the command printed
-    nothing and exited 0, tester 94); the flag itself is left alone (the parent shares it)."""
+    """Writes to a descriptor that may be non-blocking (``O_NONBLOCK`` on a pipe shared with a
+    parent, which may set it at any time): a write the full pipe would refuse waits until the
+    reader makes room, as on a blocking pipe. Python's own buffered stream drops such output
+    without a word (the command printed nothing and exited 0, tester 94); the flag itself is
+    left alone (it is the other processes' too)."""
 
     def __init__(self, fd: int) -> None:
         super().__init__()
@@ -93,14 +122,14 @@ class _PatientWrites(io.RawIOBase):
 
 
 def _patient(stream: Any) -> Any:
-    """``stream``, or where its descriptor is non-blocking the same stream over
-    :class:`_PatientWrites`."""
+    """The same stream over :class:`_PatientWrites` (whether its descriptor is non-blocking
+    now or not: a process sharing it may set the flag later, tester 95); ``stream`` itself
+    when it has no descriptor (a test's capture)."""
     if isinstance(getattr(getattr(stream, "buffer", None), "raw", None), _PatientWrites):
         return stream  # (prepared already)
     try:
         fd = stream.fileno()
-        if os.get_blocking(fd):
-            return stream
+        os.fstat(fd)
     except (OSError, ValueError, AttributeError):
         return stream
     return io.TextIOWrapper(
@@ -154,8 +183,9 @@ def output_failed(exc: OSError) -> int | None:
 
 
 def flush_output(code: Any) -> Any:
-    """Flush stdout before exiting with ``code`` (Python's own flush at exit would report a
-    failure as a traceback-like message and exit 120)."""
+    """Flush stdout and stderr before exiting with ``code`` (Python's own flush at exit would
+    report a failure as a traceback-like message and exit 120); 141 when either one's reader
+    went away."""
     try:
         sys.stdout.flush()
     except OSError as exc:
@@ -163,4 +193,11 @@ def flush_output(code: Any) -> Any:
         if failed is None:
             raise
         return failed
-    return code
+    if sys.stderr is not None:
+        try:
+            sys.stderr.flush()
+        except BrokenPipeError:
+            stderr_gone()
+        except OSError:
+            pass  # (nowhere left to say so)
+    return EXIT_BROKEN_PIPE if _Gone.stderr else code

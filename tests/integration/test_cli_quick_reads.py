@@ -19,7 +19,10 @@ import os
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, Never
 
@@ -478,6 +481,37 @@ def test_a_reader_that_goes_away_ends_a_quick_listing_quietly(tmp_path: Path) ->
         assert served_quickly(argv, env_for())[0] == 0  # (it was the quick path that ended)
 
 
+def _drain(fd: int, into: list[bytes]) -> None:
+    """Read ``fd`` to its end, into ``into``."""
+    into.extend(iter(partial(os.read, fd, 65536), b""))
+
+
+def test_output_to_a_pipe_made_non_blocking_meanwhile_is_all_written(tmp_path: Path) -> None:
+    """A process sharing the pipe turns ``O_NONBLOCK`` on while the command writes into it (the
+    flag belongs to the pipe, not to one process): Python's buffered stdout dropped what did
+    not fit, and the command exited 0 (tester 95). 1,500 runs are about 100 KB, more than a
+    pipe holds: the command is blocked writing when the flag changes."""
+    db = tmp_path / "many.db"
+    anyio.run(_many_runs, db, 1500)
+    argv = ["runs", "list", "--json", "--db", str(db)]
+    expected = both(argv, env_for())[0]
+    assert expected[0] == 0 and len(expected[1]) > 100_000
+    for command in ([str(ENGINE)], [sys.executable, "-c", PROPER]):
+        read, write = os.pipe()  # (``write`` stays open here: the child shares its flags)
+        proc = subprocess.Popen([*command, *argv], stdout=write, env=env_for())
+        time.sleep(1.0)  # (it fills the pipe and waits in write)
+        os.set_blocking(write, False)
+        chunks: list[bytes] = []
+        reader = threading.Thread(target=_drain, args=(read, chunks))
+        reader.start()
+        code = proc.wait(timeout=60)
+        os.close(write)
+        reader.join(timeout=60)
+        os.close(read)
+        assert code == 0, command
+        assert b"".join(chunks).decode() == expected[1], command
+
+
 WORDS = st.sampled_from(
     [
         "runs",
@@ -676,10 +710,31 @@ def test_a_file_this_user_may_not_write_is_refused_by_the_store_without_leaving_
                 continue
             assert quick == proper
             assert quick[0] == 6, quick
-            assert "this user (root, uid 0) may not write it" in quick[2], quick
+            # (its owner is this user, root without its power over permissions)
+            assert "it is read-only (no write permission for its owner, this user)" in quick[2]
             assert "Traceback" not in quick[2]
     finally:
         db.chmod(0o644)
+
+
+def test_a_symlink_to_a_database_in_a_folder_this_user_cannot_write_names_that_folder(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """The store checked the folder of the link, not of the file it names, where SQLite keeps
+    the -wal and -shm files: SQLite's "attempt to write a readonly database" instead of the
+    store's line naming the folder (tester 95)."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    db = copy_of(databases, folder)
+    link = tmp_path / "link.db"
+    link.symlink_to(db)
+    folder.chmod(0o555)
+    try:
+        quick, proper = as_a_user(["runs", "show", "nosuch", "--db", str(link)])
+    finally:
+        folder.chmod(0o755)
+    assert quick == proper and quick[0] == 6, quick
+    assert f"directory {folder} is not writable" in quick[2], quick
 
 
 def test_a_database_out_of_wal_mode_or_with_views_for_tables_is_left_to_the_store(

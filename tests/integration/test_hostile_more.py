@@ -595,6 +595,45 @@ def test_a_closed_pipe_stops_quietly(base: tuple[Cli, str, str, str]) -> None:
         assert result.err == "", str(result)
 
 
+def test_errors_into_a_closed_or_abandoned_stderr_stop_quietly(
+    base: tuple[Cli, str, str, str],
+) -> None:
+    """stderr's reader gone: a usage error exited 1 (rich's own reaction to the broken pipe),
+    and an error line waiting in a full non-blocking pipe whose reader then left exited 120
+    (Python's flush at exit failed). Both are now 141, as for stdout (tester 95)."""
+    cli, _, _, _ = base
+    commands = (
+        ["--bogus"],
+        ["runs", "list", "--bogus"],
+        ["runs", "show"],
+        ["runs", "show", "nosuch", "--db", str(cli.db)],
+        ["runs", "list", "--db", str(cli.cwd / "nope.db")],
+    )
+    for command in commands:
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            proc = subprocess.run(
+                [str(ENGINE), *command],
+                stderr=write,
+                env=cli.env,
+                stdout=subprocess.DEVNULL,
+                timeout=TIMEOUT,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        assert proc.returncode == 141, command
+        read, write, _ = _full_non_blocking_pipe()
+        proc2 = subprocess.Popen(
+            [str(ENGINE), *command], stderr=write, stdout=subprocess.DEVNULL, env=cli.env
+        )
+        os.close(write)
+        time.sleep(0.5)  # (it waits for room in the pipe)
+        os.close(read)
+        assert proc2.wait(timeout=TIMEOUT) == 141, command
+
+
 def _full_non_blocking_pipe() -> tuple[int, int, int]:
     """A pipe whose write end is non-blocking (``O_NONBLOCK``, as a parent sharing it may
     leave it) and already full: (read end, write end, bytes in it)."""
