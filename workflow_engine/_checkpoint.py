@@ -22,6 +22,7 @@ from ._errors import (
     CheckpointNotLatestError,
     CheckpointVersionError,
     UsageError,
+    WorkflowError,
     shown,
 )
 from ._events import WorkflowRunState
@@ -604,10 +605,69 @@ call (a fold digests every answer its deltas hold)."""
 
 
 def canonical_answer(encoded: Any) -> str:
-    """An encoded answer as canonical JSON: keys sorted, and a float with no fraction written as
-    an integer. JSON does not tell ``10`` from ``10.0`` (a browser sends ``10.0`` as ``10``), so
-    an answer sent again through another client is the same answer, not a conflicting one."""
-    return _CANONICAL.encode(integral_numbers(encoded))
+    """An encoded answer as canonical JSON, as a JSON client sees it (``json_seen``): keys
+    sorted, a float with no fraction written as an integer, the codec's markers gone. JSON does
+    not tell ``10`` from ``10.0`` (a browser sends ``10.0`` as ``10``), nor a tuple from a list,
+    so an answer sent again through another client is the same answer, not a conflicting one."""
+    return _CANONICAL.encode(json_seen(encoded))
+
+
+_SEQUENCE_MARKERS = frozenset({"$tuple", "$set", "$frozenset"})
+_VALUE_MARKERS = frozenset({"$decimal", "$uuid", "$date", "$datetime", "$time", "$timedelta"})
+
+
+def json_seen(encoded: Any) -> Any:
+    """An encoded value (the tagged codec's JSON) as a JSON client sees it, on the wire and in
+    what it sends back: a registered class as its data, a tuple or set as a list (a set in the
+    wire's order), bytes as base64 text, a Decimal, UUID, date, time or duration as the text
+    pydantic writes for it, a non-finite float as null, a float with no fraction as an integer.
+    What is not one of the codec's markers is left as it is (and so is a marker of the wrong
+    shape, from a damaged record: it compares as written)."""
+    kind = type(encoded)
+    if kind is float:
+        return int(encoded) if encoded.is_integer() else encoded
+    if kind is list:
+        return [json_seen(item) for item in encoded]
+    if kind is not dict:
+        return encoded
+    first = next(iter(encoded), None)
+    if not (type(first) is str and first.startswith("$")):
+        return {key: json_seen(item) for key, item in encoded.items()}
+    body = encoded[first]
+    if first == "$type" and len(encoded) == 2 and "data" in encoded:
+        return json_seen(encoded["data"])
+    if len(encoded) != 1:
+        return encoded
+    if first == "$dict" and type(body) is dict:
+        return {key: json_seen(item) for key, item in body.items()}
+    if first in _SEQUENCE_MARKERS and type(body) is list:
+        items = [json_seen(item) for item in body]
+        if first != "$tuple":  # (in the order the wire sends a set in)
+            items.sort(key=lambda item: json.dumps(item, sort_keys=True))
+        return items
+    if first == "$items" and type(body) is list:
+        if not all(type(pair) is list and len(pair) == 2 for pair in body):
+            return encoded
+        out: dict[str, Any] = {}
+        for key, item in body:
+            seen = json_seen(key)
+            out[seen if type(seen) is str else json.dumps(seen)] = json_seen(item)
+        return out
+    if first == "$float":
+        return None
+    if first == "$bytes":
+        return body
+    if first in _VALUE_MARKERS:
+        from pydantic_core import to_jsonable_python
+
+        from ._codec import TaggedJsonCodec
+        from ._registry import TypeRegistry
+
+        try:  # (these markers name no class: a codec registering none decodes them)
+            return to_jsonable_python(TaggedJsonCodec(TypeRegistry()).decode(encoded))
+        except (WorkflowError, ValueError, TypeError, OverflowError):
+            return encoded  # (damaged: compared as written)
+    return encoded
 
 
 def integral_numbers(value: Any) -> Any:
@@ -630,12 +690,15 @@ def answer_digest(encoded: Any) -> str:
 
 def answer_has_digest(encoded: Any, digest: str) -> bool:
     """Whether an encoded answer is the one a checkpoint digested: by ``answer_digest``, or as
-    digested before integral floats were written as integers (``10.0`` as written): a run that
-    paused before then keeps such digests."""
+    digested by earlier versions -- with the codec's markers kept (a tuple then differed from a
+    list), or also with integral floats as written (``10.0``): a run that paused before then
+    keeps such digests."""
     if answer_digest(encoded) == digest:
         return True
-    written = hashlib.sha256(_CANONICAL.encode(encoded).encode()).hexdigest()[:32]
-    return written == digest
+    for older in (integral_numbers(encoded), encoded):
+        if hashlib.sha256(_CANONICAL.encode(older).encode()).hexdigest()[:32] == digest:
+            return True
+    return False
 
 
 def settle_answers(

@@ -944,7 +944,8 @@ class Runtime:
             who = holder_of(holder) if holder else "another worker"
             raise RunBusyError(
                 f"run {run_id!r} is being executed by {who}: the answer to {request_id!r} is "
-                "stored, and that execution applies it"
+                "stored, and that execution applies it -- unless it is cancelling the run, "
+                "which cancels the request with it"  # (the lease does not say which: tester 96)
             )
         _, lease, checkpoint, answered = taken
         wf, before = chosen

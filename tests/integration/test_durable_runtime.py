@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
-from typing import Never
+from typing import Any, Never
+from uuid import UUID
 
 import pytest
 from pydantic import BaseModel, ConfigDict
@@ -140,6 +144,74 @@ async def test_an_answer_naming_a_field_its_type_lacks_is_refused(tmp_path: Path
     )
     (answer,) = done.outputs
     assert answer == Open(approved=True, why="fine")
+
+
+class Loose(BaseModel):
+    """An answer with a free-form part: what a Python caller puts there keeps its own types."""
+
+    approved: bool
+    extra: dict[str, Any] = {}
+
+
+class LooseAsker(Executor):
+    @handler
+    async def ask(self, question: str, ctx: WorkflowContext[Never, Loose]) -> None:
+        await ctx.request_info(question, Loose)
+
+    @response_handler
+    async def answered(
+        self, question: str, answer: Loose, ctx: WorkflowContext[Never, Loose]
+    ) -> None:
+        await ctx.yield_output(answer)
+
+
+_SEEN_ALIKE = {  # what a Python caller answered, and what a JSON client sends back for it
+    "tuple, list": ((1, "a"), [1, "a"]),
+    "list, tuple": ([1, "a"], (1, "a")),
+    "set, list": ({3, 1, 2}, [1, 2, 3]),
+    "Decimal, text": (Decimal("1.10"), "1.10"),
+    "bytes, base64": (b"\x00hi", base64.b64encode(b"\x00hi").decode()),
+    "datetime, ISO text": (datetime(2024, 5, 1, 12, 30), "2024-05-01T12:30:00"),
+    "UUID, text": (UUID(int=7), str(UUID(int=7))),
+    "nested": ({"k": (1, {2})}, {"k": [1, [2]]}),
+}
+_SEEN_APART = {
+    "1, True": (1, True),
+    "tuple, reordered list": ((1, 2), [2, 1]),
+    "text, number": ("1.10", 1.1),
+    "empty tuple, null": ((), None),
+}
+
+
+@pytest.mark.parametrize("case", [*_SEEN_ALIKE, *_SEEN_APART])
+async def test_the_same_answer_as_json_sees_it_is_the_same_answer(
+    tmp_path: Path, case: str
+) -> None:
+    """A tuple answered by a Python caller and the list a JSON client sends back for it (the
+    wire shows tuples and sets as lists, Decimals and bytes as text) are one answer: the second
+    was refused as a different one (outside tester 96). Before the run applies the answer
+    (kept whole) and after (kept as a digest), in the store and in the runtime alike."""
+    first, second = _SEEN_ALIKE.get(case) or _SEEN_APART[case]
+    same = case in _SEEN_ALIKE
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(lambda: WorkflowBuilder("loose", start=LooseAsker("asker")).build())
+    try:
+        paused = await rt.run("loose", "may I?")
+        rid = paused.pending_requests[0].request_id
+        stored = await rt.respond(rid, Loose(approved=True, extra={"v": first}))
+        assert stored is AnswerOutcome.STORED
+        for when in ("stored", "applied"):
+            again = {"approved": True, "extra": {"v": second}}
+            if same:
+                assert await rt.respond(rid, again) is AnswerOutcome.DUPLICATE, when
+            else:
+                with pytest.raises(RequestAlreadyAnsweredError):
+                    await rt.respond(rid, again)
+            if when == "stored":
+                done = await rt.resume(paused.run_id)
+                assert done.outputs[0].extra["v"] == first
+    finally:
+        await rt.close()
 
 
 async def test_resume_with_nothing_answered_stays_paused(tmp_path: Path) -> None:

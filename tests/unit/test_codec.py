@@ -41,8 +41,10 @@ from workflow_engine import (
     WorkflowRunState,
     handler,
 )
+from workflow_engine._checkpoint import integral_numbers, json_seen
 from workflow_engine._codec import _MARKERS, MAX_DEPTH
 from workflow_engine._types import build_matcher, concrete_classes, depends_on_value, is_assignable
+from workflow_engine_agui._http import wire_value
 
 # --------------------------------------------------------------------------------------------
 # Types used throughout (module level, so their legacy tags are "<module>.<qualname>")
@@ -404,6 +406,16 @@ def test_exact_round_trip(value: Any) -> None:
     assert same(through_json([value, {"k": value}]), [value, {"k": value}])
     assert same(
         through_json(Bag(anything=value, things=[value])), Bag(anything=value, things=[value])
+    )
+
+
+@pytest.mark.parametrize("value", EXACT, ids=lambda v: type(v).__name__)
+def test_an_encoded_value_as_json_sees_it_is_its_wire_form(value: Any) -> None:
+    """``json_seen`` (how an answer sent again is compared with the stored one) sees a value as
+    the AG-UI wire shows it to a client -- what a client sends back -- and not as stored."""
+    seen = json_seen(CODEC.encode(value))
+    assert json.dumps(seen, sort_keys=True) == json.dumps(
+        integral_numbers(wire_value(value)), sort_keys=True
     )
 
 
