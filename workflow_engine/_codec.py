@@ -65,7 +65,9 @@ from ._errors import (
     CorruptValueError,
     SerializationError,
     StoreCorruptError,
+    StoredTypeChangedError,
     UnregisteredTypeError,
+    WorkflowError,
 )
 from ._registry import DATACLASS, ENUM, MODEL, NAMEDTUPLE, ROOT, TypeEntry, TypeRegistry
 from ._types import type_name
@@ -639,7 +641,9 @@ class TaggedJsonCodec:
             problems = "; ".join(
                 f"{'.'.join(map(str, e['loc'])) or '(value)'}: {e['msg']}" for e in exc.errors()
             )
-            raise _corrupt(f"stored {entry.tag} does not validate: {problems}") from exc
+            raise _Failure(
+                NoLongerFitsError, f"stored {entry.tag} does not validate: {problems}"
+            ) from exc
         except Exception as exc:
             reason = f"{type(exc).__name__}: {exc}"
             raise _corrupt(f"stored {entry.tag} cannot be rebuilt: {reason}") from exc
@@ -811,12 +815,33 @@ def encode_checked(codec: JsonCodec, value: Any) -> JSONValue:
 
 def decode_stored(codec: JsonCodec, data: JSONValue, run_id: str, what: str) -> Any:
     """Decode a value read back from a store. It was proven readable when written, so a
-    failure means the record is damaged: a ``StoreCorruptError`` naming the run and ``what``
-    the record is -- never a raw codec error, never a handler's failure."""
+    failure means the code changed since (``StoredTypeChangedError``: a class it names no
+    longer takes it, or is no longer registered) or the record is damaged
+    (``StoreCorruptError``), each naming the run and ``what`` the record is -- never a raw
+    codec error, never a handler's failure."""
     try:
         return codec.decode(data)
     except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise StoreCorruptError(f"run {run_id!r}: {what} does not decode: {exc}") from exc
+        raise stored_value_error(exc, f"run {run_id!r}: {what}") from exc
+
+
+def stored_value_error(exc: Exception, where: str) -> WorkflowError:
+    """The error for a stored value that does not decode (``where``: which run and record)."""
+    if isinstance(exc, NoLongerFitsError | UnregisteredTypeError):
+        # (a type's fields or its registration changed; a stored record, written whole and
+        # read back at once when it was stored, rarely damages into valid JSON of that shape)
+        return StoredTypeChangedError(
+            f"{where} does not fit the workflow's types as its code defines them now: {exc}. "
+            "The code changed since it was stored (a field added, removed or renamed, or a "
+            "class no longer registered?): continue the run with the code it started with; "
+            "else the record is damaged"
+        )
+    return StoreCorruptError(f"{where} does not decode: {exc}")
+
+
+class NoLongerFitsError(CorruptValueError):
+    """A stored value of a registered class that the class does not take (validation fails):
+    most often the class changed since the value was stored."""
 
 
 def _same_beyond_eq(back: Any, value: Any) -> bool:

@@ -221,6 +221,16 @@ class SignatureMismatchError(CheckpointError):
     code = "signature_mismatch"
 
 
+class StoredTypeChangedError(SignatureMismatchError):
+    """A stored value (a message, a state, an answer) no longer fits the type the workflow's
+    code now gives it: a field added, removed or renamed, a class no longer registered. The
+    code changed under the run, as a changed graph does, and the run is stranded in the same
+    way (continue it with the code it started with); or the record is damaged. The message says
+    which run, which record and what does not fit."""
+
+    code = "stored_type_changed"
+
+
 class CheckpointNotFoundError(CheckpointError):
     code = "checkpoint_not_found"
 

@@ -45,6 +45,7 @@ from ._errors import (
     EffectInDoubtError,
     LeaseLostError,
     StoreCorruptError,
+    StoredTypeChangedError,
     WorkflowError,
 )
 from ._events import (
@@ -448,9 +449,10 @@ class RunLoop:
             order = self.graph.order
             failures.sort(key=lambda f: order[f[0]])
             for _, exc in failures:
-                if isinstance(exc, LeaseLostError | StoreCorruptError):
-                    # another worker owns the run now, or its stored state is damaged: write
-                    # nothing (a FAILED status would hide the damage), stop, say why
+                if isinstance(exc, LeaseLostError | StoreCorruptError | StoredTypeChangedError):
+                    # another worker owns the run now, or its stored state is damaged or no
+                    # longer fits the code: write nothing (a FAILED status would hide it), stop,
+                    # say why
                     raise exc
             in_doubt = [(e, x) for e, x in failures if isinstance(x, EffectInDoubtError)]
             if in_doubt:

@@ -32,6 +32,7 @@ from ._codec import (
     TypeRegistry,
     decode_stored,
     is_text,
+    stored_value_error,
 )
 from ._errors import (
     CheckpointNotFoundError,
@@ -585,9 +586,10 @@ class Workflow:
         except (SignatureMismatchError, StoreCorruptError):
             raise
         except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
-            raise StoreCorruptError(
-                f"run {checkpoint.run_id!r}: checkpoint {checkpoint.checkpoint_id} (superstep "
-                f"{checkpoint.superstep}) holds a value that does not decode: {exc}"
+            raise stored_value_error(
+                exc,
+                f"run {checkpoint.run_id!r}: a value of checkpoint {checkpoint.checkpoint_id} "
+                f"(superstep {checkpoint.superstep})",
             ) from exc
 
     def decode_stored(self, data: Any, run_id: str, record: str) -> Any:

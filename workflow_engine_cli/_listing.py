@@ -337,7 +337,8 @@ def run_output(
         if not info.decoded and (info.outputs or info.pending_requests):
             term.line(
                 ("note: ", "dim"),
-                f"workflow {info.workflow_name!r} is not built here (or its graph changed): "
+                f"workflow {info.workflow_name!r} is not built here (or its graph or classes "
+                "changed): "
                 "values are shown as stored",
             )
         for output in outputs:

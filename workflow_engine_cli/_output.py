@@ -125,15 +125,22 @@ def _patient(stream: Any) -> Any:
     """The same stream over :class:`_PatientWrites` (whether its descriptor is non-blocking
     now or not: a process sharing it may set the flag later, tester 95); ``stream`` itself
     when it has no descriptor (a test's capture)."""
-    if isinstance(getattr(getattr(stream, "buffer", None), "raw", None), _PatientWrites):
+    buffer = getattr(stream, "buffer", None)
+    if isinstance(buffer, _PatientWrites) or isinstance(
+        getattr(buffer, "raw", None), _PatientWrites
+    ):
         return stream  # (prepared already)
     try:
         fd = stream.fileno()
         os.fstat(fd)
     except (OSError, ValueError, AttributeError):
         return stream
+    raw = _PatientWrites(fd)
+    # buffered as the stream was: stderr writes straight through (no buffer to flush, and a
+    # signal handler that logs while a write is under way meets no buffer's reentrancy check)
+    unbuffered = isinstance(getattr(stream, "buffer", None), io.RawIOBase)
     return io.TextIOWrapper(
-        io.BufferedWriter(_PatientWrites(fd)),
+        raw if unbuffered else io.BufferedWriter(raw),  # type: ignore[arg-type]
         encoding=stream.encoding,
         errors=stream.errors,
         line_buffering=stream.line_buffering,

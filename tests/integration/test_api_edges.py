@@ -576,7 +576,8 @@ async def test_a_resume_refused_before_anything_ran_leaves_the_run_as_it_was(
     run = versioned_review(tmp_path, db)
     run("1", "answer")
     refused = run("2")
-    assert refused.startswith("StoreCorruptError") and "reviewer" in refused
+    # (the answer's class changed under the same name: a code change, not damage)
+    assert refused.startswith("StoredTypeChangedError") and "reviewer" in refused
     store = SqliteStore(db)
     (record,) = await store.list_runs()
     assert record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS

@@ -1,0 +1,141 @@
+"""A workflow whose code changed under its runs without its graph changing: a message or
+answer class with a field added or renamed, under the same name. The stored values no longer
+fit the classes; that is a code change, like a changed graph, not damage to the database.
+
+It was reported as damage (``StoreCorruptError``: "does not decode"; the command line's exit 6,
+AG-UI's ``store_corrupt``), and ``get_run`` -- a read -- raised it too (outside tester 96). Now
+``resume`` raises ``StoredTypeChangedError`` (a ``SignatureMismatchError``: the run is stranded,
+exit 5 on the command line), naming the run, the record and the field; ``get_run`` shows the
+run as stored (``decoded=False``); nothing is written; and the code the run started with
+continues it.
+"""
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from workflow_engine import (
+    Executor,
+    Runtime,
+    SignatureMismatchError,
+    StoredTypeChangedError,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+    response_handler,
+)
+from workflow_engine.storage import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+
+def step_class(*, field_added: bool) -> type[BaseModel]:
+    class Step(BaseModel):  # (one name, one place: the same class to the workflow's graph)
+        __workflow_type__ = "Step"
+        n: int
+        if field_added:
+            m: int
+
+    return Step
+
+
+def answer_class(*, field_renamed: bool) -> type[BaseModel]:
+    if field_renamed:
+
+        class Answer(BaseModel):
+            __workflow_type__ = "Answer"
+            okay: bool
+
+    else:
+
+        class Answer(BaseModel):  # type: ignore[no-redef]
+            __workflow_type__ = "Answer"
+            ok: bool
+
+    return Answer
+
+
+StepV1, StepV2 = step_class(field_added=False), step_class(field_added=True)
+AnswerV1, AnswerV2 = answer_class(field_renamed=False), answer_class(field_renamed=True)
+
+
+def build(step: type[BaseModel], answer: type[BaseModel]) -> WorkflowBuilder:
+    class Looper(Executor):
+        @handler
+        async def go(self, msg: step, ctx: WorkflowContext[step, str]) -> None:  # type: ignore[valid-type]
+            n = msg.n  # type: ignore[attr-defined]
+            if n == 2:
+                await ctx.request_info(f"go on after {n}?", answer)
+            elif n < 4:
+                await ctx.send_message(step.model_construct(n=n + 1, m=0))
+            else:
+                await ctx.yield_output(f"done at {n}")
+
+        @response_handler
+        async def answered(
+            self,
+            question: str,
+            reply: answer,  # type: ignore[valid-type]
+            ctx: WorkflowContext[step, str],  # type: ignore[valid-type]
+        ) -> None:
+            await ctx.send_message(step.model_construct(n=3, m=0))
+
+    looper = Looper("looper")
+    return WorkflowBuilder("looper", start=looper).add_edge(looper, looper)
+
+
+def runtime(db: Path, step: type[BaseModel], answer: type[BaseModel]) -> Runtime:
+    rt = Runtime(SqliteStore(db))
+    rt.register(lambda: build(step, answer).build())
+    return rt
+
+
+async def test_a_class_changed_under_a_run_strands_it_and_damages_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    old = runtime(db, StepV1, AnswerV1)
+    try:
+        # one paused with its answer stored, not applied; one with a message in flight
+        answered = await old.run("looper", StepV1(n=1))
+        assert answered.pending_requests, (answered.status, answered.error)
+        (request,) = answered.pending_requests
+        await old.respond(request.request_id, AnswerV1(ok=True))
+        in_flight = await old.start("looper", StepV1(n=3))
+        signature = old.workflow("looper").signature
+    finally:
+        await old.close()
+
+    for step, answer, run_id, what in (
+        (StepV1, AnswerV2, answered.run_id, "okay"),  # the answer's field renamed
+        (StepV2, AnswerV1, in_flight, "m"),  # the message's field added
+    ):
+        new = runtime(db, step, answer)
+        try:
+            assert new.workflow("looper").signature == signature  # (the graph is the same)
+            before = await new.store.get_run(run_id)
+            with pytest.raises(StoredTypeChangedError) as raised:
+                await new.resume(run_id)
+            said = str(raised.value)
+            assert isinstance(raised.value, SignatureMismatchError)
+            assert run_id in said and what in said and "code changed" in said, said
+            after = await new.store.get_run(run_id)
+            assert (after.status, after.superstep, after.owner) == (
+                before.status,
+                before.superstep,
+                None,
+            )
+            # a read raised too; now it shows what it can: the paused run (its question reads
+            # as before), the other as stored (its message in flight does not)
+            info = await new.get_run(run_id)
+            assert info.status is before.status and info.decoded is (what == "okay")
+        finally:
+            await new.close()
+
+    old = runtime(db, StepV1, AnswerV1)
+    try:
+        for run_id in (answered.run_id, in_flight):
+            done = await old.resume(run_id)
+            assert done.status is WorkflowRunState.IDLE and done.outputs == ["done at 4"]
+    finally:
+        await old.close()
