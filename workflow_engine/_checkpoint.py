@@ -617,12 +617,16 @@ _VALUE_MARKERS = frozenset({"$decimal", "$uuid", "$date", "$datetime", "$time", 
 
 
 def json_seen(encoded: Any) -> Any:
-    """An encoded value (the tagged codec's JSON) as a JSON client sees it, on the wire and in
-    what it sends back: a registered class as its data, a tuple or set as a list (a set in the
-    wire's order), bytes as base64 text, a Decimal, UUID, date, time or duration as the text
-    pydantic writes for it, a non-finite float as null, a float with no fraction as an integer.
-    What is not one of the codec's markers is left as it is (and so is a marker of the wrong
-    shape, from a damaged record: it compares as written)."""
+    """An encoded value (the tagged codec's JSON) as a JSON client writes it back: a tuple or
+    set as a list (a set in the wire's order), bytes as base64 text, a Decimal, UUID, date,
+    time or duration as the text pydantic writes for it, a float with no fraction as an
+    integer. What the wire does not show is kept where it tells different answers apart:
+    which class a value is (``Approved`` and ``Rejected`` with the same fields; a
+    client's answer is validated into its class again) and which non-finite float (``inf``,
+    ``-inf``, ``nan``: all null on the wire), and a dict whose keys look like markers (``$dict``).
+    What is not one of the codec's markers is left as
+    it is (and so is a marker of the wrong shape, from a damaged record: it compares as
+    written)."""
     kind = type(encoded)
     if kind is float:
         return int(encoded) if encoded.is_integer() else encoded
@@ -635,11 +639,11 @@ def json_seen(encoded: Any) -> Any:
         return {key: json_seen(item) for key, item in encoded.items()}
     body = encoded[first]
     if first == "$type" and len(encoded) == 2 and "data" in encoded:
-        return json_seen(encoded["data"])
+        return {"$type": body, "data": json_seen(encoded["data"])}
     if len(encoded) != 1:
         return encoded
-    if first == "$dict" and type(body) is dict:
-        return {key: json_seen(item) for key, item in body.items()}
+    if first == "$dict" and type(body) is dict:  # (kept: its keys look like markers)
+        return {"$dict": {key: json_seen(item) for key, item in body.items()}}
     if first in _SEQUENCE_MARKERS and type(body) is list:
         items = [json_seen(item) for item in body]
         if first != "$tuple":  # (in the order the wire sends a set in)
@@ -650,11 +654,11 @@ def json_seen(encoded: Any) -> Any:
             return encoded
         out: dict[str, Any] = {}
         for key, item in body:
-            seen = json_seen(key)
+            seen = _as_key(json_seen(key))
             out[seen if type(seen) is str else json.dumps(seen)] = json_seen(item)
         return out
     if first == "$float":
-        return None
+        return encoded
     if first == "$bytes":
         return body
     if first in _VALUE_MARKERS:
@@ -670,6 +674,19 @@ def json_seen(encoded: Any) -> Any:
     return encoded
 
 
+def _as_key(seen: Any) -> Any:
+    """A key of a dict ``json_seen`` read, as the wire writes it: keys are text there, so a
+    class's value or a non-finite float is written as itself, untagged."""
+    if type(seen) is dict:
+        if len(seen) == 2 and "$type" in seen and "data" in seen:
+            return _as_key(seen["data"])
+        if "$float" in seen and len(seen) == 1:
+            return None
+    if type(seen) is list:
+        return [_as_key(item) for item in seen]
+    return seen
+
+
 def integral_numbers(value: Any) -> Any:
     """``value`` with each float that has no fraction as an integer, inside dicts and lists
     too (``10.0`` as ``10``): a JSON value as a browser would write it."""
@@ -683,16 +700,22 @@ def integral_numbers(value: Any) -> Any:
     return value
 
 
+_SEEN_DIGEST = b"json-seen\n"
+"""What ``answer_digest`` hashes before the canonical answer: its digests are apart from those
+earlier versions wrote (of the answer with the codec's markers), so an answer never matches a
+digest of another one written the other way (outside tester 97)."""
+
+
 def answer_digest(encoded: Any) -> str:
     """A digest of an encoded answer: equal for equal answers (``canonical_answer``), 128 bits."""
-    return hashlib.sha256(canonical_answer(encoded).encode()).hexdigest()[:32]
+    return hashlib.sha256(_SEEN_DIGEST + canonical_answer(encoded).encode()).hexdigest()[:32]
 
 
 def answer_has_digest(encoded: Any, digest: str) -> bool:
     """Whether an encoded answer is the one a checkpoint digested: by ``answer_digest``, or as
     digested by earlier versions -- with the codec's markers kept (a tuple then differed from a
-    list), or also with integral floats as written (``10.0``): a run that paused before then
-    keeps such digests."""
+    list), and before that with integral floats as written (``10.0``): a run that paused before
+    then keeps such digests."""
     if answer_digest(encoded) == digest:
         return True
     for older in (integral_numbers(encoded), encoded):

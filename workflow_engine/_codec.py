@@ -616,10 +616,19 @@ class TaggedJsonCodec:
         """The instance of ``entry``'s class for its decoded ``data``, validated by field name."""
         kind, cls = entry.kind, entry.cls
         try:
-            if kind in (MODEL, DATACLASS) and type(value) is not dict:
-                raise _corrupt(
-                    f"stored {entry.tag} must be an object of fields, not {_kind(value)}"
-                )
+            if kind in (MODEL, DATACLASS):
+                if type(value) is not dict:
+                    raise _corrupt(
+                        f"stored {entry.tag} must be an object of fields, not {_kind(value)}"
+                    )
+                if not entry.open and not entry.names.issuperset(value):
+                    # a field the class no longer has (removed, or renamed to one with a
+                    # default): validating would drop its value without a word (tester 97)
+                    gone = ", ".join(repr(k) for k in value if k not in entry.names)
+                    raise _Failure(
+                        NoLongerFitsError,
+                        f"stored {entry.tag} has {gone}, which the class has no field for",
+                    )
             if kind == MODEL:  # (model_validate, minus a wrapper call)
                 validator = cls.__pydantic_validator__  # type: ignore[attr-defined]
                 return validator.validate_python(value, by_alias=False, by_name=True)

@@ -129,7 +129,7 @@ def _kind_of(cls: type) -> int:
 class TypeEntry:
     """One registered class: its tag, how it is stored, and what the codec needs to do so."""
 
-    __slots__ = ("adapter", "cls", "fields", "kind", "late", "tag")
+    __slots__ = ("adapter", "cls", "fields", "kind", "late", "names", "open", "tag")
 
     def __init__(self, cls: type, tag: str, kind: int) -> None:
         self.cls = cls
@@ -138,12 +138,17 @@ class TypeEntry:
         self.adapter: TypeAdapter[Any] = adapter_for(cls)  # fails early for unusable classes
         self.fields: tuple[str, ...] = ()  # models and dataclasses: field names, in order
         self.late: frozenset[str] = frozenset()  # dataclass fields with init=False
+        self.open = True
+        """Whether a stored value may hold keys that are not fields (a model's extras)."""
         if kind == MODEL:
             self.fields = tuple(cls.model_fields)  # type: ignore[attr-defined]
+            self.open = cls.model_config.get("extra") == "allow"  # type: ignore[attr-defined]
         elif kind == DATACLASS:
             fields = dataclasses.fields(cls)
             self.fields = tuple(f.name for f in fields)
             self.late = frozenset(f.name for f in fields if not f.init)
+            self.open = False
+        self.names = frozenset(self.fields)
 
     def annotations(self) -> list[Any]:
         """The declared types of this class's fields."""

@@ -153,6 +153,14 @@ class Loose(BaseModel):
     extra: dict[str, Any] = {}
 
 
+class Approved(BaseModel):
+    note: str
+
+
+class Rejected(BaseModel):
+    note: str
+
+
 class LooseAsker(Executor):
     @handler
     async def ask(self, question: str, ctx: WorkflowContext[Never, Loose]) -> None:
@@ -180,6 +188,12 @@ _SEEN_APART = {
     "tuple, reordered list": ((1, 2), [2, 1]),
     "text, number": ("1.10", 1.1),
     "empty tuple, null": ((), None),
+    # what the wire shows alike but are different answers (outside tester 97)
+    "inf, -inf": (float("inf"), float("-inf")),
+    "inf, null": (float("inf"), None),
+    "nan, null": (float("nan"), None),
+    "a marker-like dict, a tuple": ({"$tuple": [1, 2]}, (1, 2)),
+    "two classes, the same fields": (Approved(note="x"), Rejected(note="x")),
 }
 
 
@@ -194,7 +208,13 @@ async def test_the_same_answer_as_json_sees_it_is_the_same_answer(
     first, second = _SEEN_ALIKE.get(case) or _SEEN_APART[case]
     same = case in _SEEN_ALIKE
     rt = Runtime(SqliteStore(tmp_path / "runs.db"))
-    rt.register(lambda: WorkflowBuilder("loose", start=LooseAsker("asker")).build())
+    rt.register(
+        lambda: (
+            WorkflowBuilder("loose", start=LooseAsker("asker"))
+            .register_types(Approved, Rejected)
+            .build()
+        )
+    )
     try:
         paused = await rt.run("loose", "may I?")
         rid = paused.pending_requests[0].request_id
@@ -209,7 +229,8 @@ async def test_the_same_answer_as_json_sees_it_is_the_same_answer(
                     await rt.respond(rid, again)
             if when == "stored":
                 done = await rt.resume(paused.run_id)
-                assert done.outputs[0].extra["v"] == first
+                kept = done.outputs[0].extra["v"]
+                assert kept == first or (kept != kept and first != first)  # (nan)
     finally:
         await rt.close()
 
