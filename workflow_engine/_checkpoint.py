@@ -623,7 +623,9 @@ def json_seen(encoded: Any) -> Any:
     integer. What the wire does not show is kept where it tells different answers apart:
     which class a value is (``Approved`` and ``Rejected`` with the same fields; a
     client's answer is validated into its class again) and which non-finite float (``inf``,
-    ``-inf``, ``nan``: all null on the wire), and a dict whose keys look like markers (``$dict``).
+    ``-inf``, ``nan``: all null on the wire), a dict whose keys look like markers (``$dict``),
+    and a dict's keys that are not text (``$items``: the wire writes them as text, where
+    ``inf`` and ``"inf"`` would meet).
     What is not one of the codec's markers is left as
     it is (and so is a marker of the wrong shape, from a damaged record: it compares as
     written)."""
@@ -649,14 +651,12 @@ def json_seen(encoded: Any) -> Any:
         if first != "$tuple":  # (in the order the wire sends a set in)
             items.sort(key=lambda item: json.dumps(item, sort_keys=True))
         return items
-    if first == "$items" and type(body) is list:
+    if first == "$items" and type(body) is list:  # (keys kept as they are: outside tester 98)
         if not all(type(pair) is list and len(pair) == 2 for pair in body):
             return encoded
-        out: dict[str, Any] = {}
-        for key, item in body:
-            seen = _as_key(json_seen(key))
-            out[seen if type(seen) is str else json.dumps(seen)] = json_seen(item)
-        return out
+        pairs = [[json_seen(key), json_seen(item)] for key, item in body]
+        pairs.sort(key=lambda pair: json.dumps(pair[0], sort_keys=True))
+        return {"$items": pairs}
     if first == "$float":
         return encoded
     if first == "$bytes":
@@ -672,19 +672,6 @@ def json_seen(encoded: Any) -> Any:
         except (WorkflowError, ValueError, TypeError, OverflowError):
             return encoded  # (damaged: compared as written)
     return encoded
-
-
-def _as_key(seen: Any) -> Any:
-    """A key of a dict ``json_seen`` read, as the wire writes it: keys are text there, so a
-    class's value or a non-finite float is written as itself, untagged."""
-    if type(seen) is dict:
-        if len(seen) == 2 and "$type" in seen and "data" in seen:
-            return _as_key(seen["data"])
-        if "$float" in seen and len(seen) == 1:
-            return None
-    if type(seen) is list:
-        return [_as_key(item) for item in seen]
-    return seen
 
 
 def integral_numbers(value: Any) -> Any:

@@ -126,6 +126,15 @@ def _kind_of(cls: type) -> int:
     return OTHER
 
 
+def _reads_raw_input(cls: type) -> bool:
+    """Whether a model or pydantic dataclass sees its input before its fields do (a ``before``
+    or ``wrap`` model validator): it may read keys that are no field's, e.g. to migrate old
+    records, so the codec leaves stored keys to it."""
+    decorators = getattr(cls, "__pydantic_decorators__", None)
+    validators = getattr(decorators, "model_validators", {}) if decorators else {}
+    return any(v.info.mode in ("before", "wrap") for v in validators.values())
+
+
 class TypeEntry:
     """One registered class: its tag, how it is stored, and what the codec needs to do so."""
 
@@ -142,12 +151,13 @@ class TypeEntry:
         """Whether a stored value may hold keys that are not fields (a model's extras)."""
         if kind == MODEL:
             self.fields = tuple(cls.model_fields)  # type: ignore[attr-defined]
-            self.open = cls.model_config.get("extra") == "allow"  # type: ignore[attr-defined]
+            self.open = cls.model_config.get("extra") == "allow" or _reads_raw_input(cls)  # type: ignore[attr-defined]
         elif kind == DATACLASS:
             fields = dataclasses.fields(cls)
             self.fields = tuple(f.name for f in fields)
             self.late = frozenset(f.name for f in fields if not f.init)
-            self.open = False
+            self.open = _reads_raw_input(cls)
+        # (by field name only: the codec validates by name, so an alias reads nothing stored)
         self.names = frozenset(self.fields)
 
     def annotations(self) -> list[Any]:

@@ -11,9 +11,10 @@ continues it.
 """
 
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from workflow_engine import (
     Executor,
@@ -141,10 +142,25 @@ async def test_a_class_changed_under_a_run_strands_it_and_damages_nothing(tmp_pa
         await old.close()
 
 
-def note_class(*, field_removed: bool) -> type[BaseModel]:
-    if field_removed:
+def note_class(*, field_removed: bool, renamed_reading_old: bool = False) -> type[BaseModel]:
+    if renamed_reading_old:
 
-        class Note(BaseModel):
+        class Note(BaseModel):  # type: ignore[no-redef]
+            __workflow_type__ = "Note"
+            text: str = ""
+            times: int
+
+            @model_validator(mode="before")
+            @classmethod
+            def _from_older(cls, data: Any) -> Any:  # (records from before the rename)
+                if isinstance(data, dict) and "seen" in data:
+                    data = {**data, "times": data["seen"]}
+                    del data["seen"]
+                return data
+
+    elif field_removed:
+
+        class Note(BaseModel):  # type: ignore[no-redef]
             __workflow_type__ = "Note"
             text: str = ""
 
@@ -221,3 +237,25 @@ async def test_a_field_removed_from_a_class_in_state_is_found_and_nothing_is_los
         assert done.outputs == ["read back Note(text='kept', seen=1)"]
     finally:
         await old.close()
+
+
+async def test_a_class_that_reads_its_old_field_names_continues_the_run(tmp_path: Path) -> None:
+    """A rename the class itself reads old records under (a ``before`` model validator) is a
+    migration, not a change that strands the run: the stored key the class has no field for is
+    left to it (outside tester 98)."""
+    db = tmp_path / "runs.db"
+    old = Runtime(SqliteStore(db))
+    old.register(lambda: keeper(note_class(field_removed=False)).build())
+    try:
+        paused = await old.run("keeper", "start")
+        (request,) = paused.pending_requests
+        await old.respond(request.request_id, True)
+    finally:
+        await old.close()
+    new = Runtime(SqliteStore(db))
+    new.register(lambda: keeper(note_class(field_removed=False, renamed_reading_old=True)).build())
+    try:
+        done = await new.resume(paused.run_id)
+        assert done.outputs == ["read back Note(text='kept', times=1)"]
+    finally:
+        await new.close()

@@ -194,6 +194,9 @@ _SEEN_APART = {
     "nan, null": (float("nan"), None),
     "a marker-like dict, a tuple": ({"$tuple": [1, 2]}, (1, 2)),
     "two classes, the same fields": (Approved(note="x"), Rejected(note="x")),
+    # keys the wire writes as the same text (outside tester 98)
+    "keys inf, None": ({float("inf"): 1}, {None: 1}),
+    "keys inf, 'inf'": ({float("inf"): 1}, {"inf": 1}),
 }
 
 

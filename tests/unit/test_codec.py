@@ -417,7 +417,7 @@ def test_exact_round_trip(value: Any) -> None:
 
 def _on_the_wire(seen: Any) -> Any:
     """``json_seen``'s form less what it keeps and the wire drops: class tags, which
-    non-finite float, the escape of a dict whose keys look like markers."""
+    non-finite float, the escape of a dict whose keys look like markers, keys not text."""
     if isinstance(seen, list):
         return [_on_the_wire(item) for item in seen]
     if not isinstance(seen, dict):
@@ -426,6 +426,12 @@ def _on_the_wire(seen: Any) -> Any:
         return _on_the_wire(seen["data"])
     if set(seen) == {"$float"}:
         return None
+    if set(seen) == {"$items"}:  # (keys the wire writes as text)
+        out = {}
+        for key, item in seen["$items"]:
+            key = _on_the_wire(key)
+            out[key if isinstance(key, str) else json.dumps(key)] = _on_the_wire(item)
+        return out
     if set(seen) == {"$dict"}:  # (its own keys are the dict's, not markers)
         seen = seen["$dict"]
     return {key: _on_the_wire(item) for key, item in seen.items()}
