@@ -598,10 +598,20 @@ class Workflow:
         return decode_stored(self.codec, data, run_id, record)
 
     def _restore(self, checkpoint: Checkpoint) -> RunState:
-        dec = self.codec.decode
+        decode = self.codec.decode
+        where = f"of checkpoint {checkpoint.checkpoint_id} (superstep {checkpoint.superstep})"
+
+        def dec(data: Any, at: str) -> Any:
+            """``data`` decoded; what does not decode is named (``at``), not only its
+            checkpoint (outside tester 97)."""
+            try:
+                return decode(data)
+            except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise stored_value_error(exc, f"run {checkpoint.run_id!r}: {at} {where}") from exc
+
         pending = {}
         for rid, r in checkpoint.pending_requests.items():
-            data = dec(r.data)
+            data = dec(r.data, f"the data of request {rid!r}")
             pending[rid] = ExternalRequest(
                 request_id=r.request_id,
                 port_id=r.port_id,
@@ -619,9 +629,10 @@ class Workflow:
             if m.request_id is not None:
                 request = self._answered_request(checkpoint, m.request_id)
             message_id = m.message_id or f"legacy.{checkpoint.superstep}.{index}"
-            inbox.append(
-                Envelope(m.source_id, m.target_id, dec(m.data), request, message_id, m.data)
-            )
+            sender = "the run's input" if m.source_id == INPUT_SOURCE else repr(m.source_id)
+            what = f"message {index} in flight ({sender} to {m.target_id!r})"
+            data = dec(m.data, what)
+            inbox.append(Envelope(m.source_id, m.target_id, data, request, message_id, m.data))
         return RunState(
             run_id=checkpoint.run_id,
             superstep=checkpoint.superstep,
@@ -630,7 +641,10 @@ class Workflow:
             executor_states={k: dict(v) for k, v in checkpoint.executor_states.items()},
             shared=dict(checkpoint.shared_state),
             fan_in={
-                g: {s: [dec(m) for m in msgs] for s, msgs in buf.items()}
+                g: {
+                    s: [dec(m, f"a message {s!r} sent to fan-in {g!r}") for m in msgs]
+                    for s, msgs in buf.items()
+                }
                 for g, buf in checkpoint.fan_in_buffers.items()
             },
             pending=pending,

@@ -120,6 +120,8 @@ async def test_a_class_changed_under_a_run_strands_it_and_damages_nothing(tmp_pa
             said = str(raised.value)
             assert isinstance(raised.value, SignatureMismatchError)
             assert run_id in said and what in said and "code changed" in said, said
+            if what == "m":  # (which record: the message, not only its checkpoint)
+                assert "message 0 in flight (the run's input to 'looper')" in said, said
             after = await new.store.get_run(run_id)
             assert (after.status, after.superstep, after.owner) == (
                 before.status,
