@@ -394,6 +394,24 @@ def _not_writable(path: Path, real: Path) -> str:
     )
 
 
+def _side_file_refused(path: Path) -> str:
+    """Why SQLite may have failed to open ``path``: a -wal or -shm file beside it that this user
+    may not write, left by another user's process (outside tester 97); else ""."""
+    real = os.path.realpath(path)
+    for side in (f"{real}-wal", f"{real}-shm"):
+        try:
+            owner = os.stat(side).st_uid
+        except OSError:
+            continue
+        if not os.access(side, os.R_OK | os.W_OK):
+            return (
+                f" ({side} belongs to {_user_name(owner)}, and this user may not write it: a "
+                "process of that user has the database open, or left the file behind; give "
+                "this user access to it, e.g. through the database's group)"
+            )
+    return ""
+
+
 def _share_side_files(path: Path) -> None:
     """Give the -wal and -shm files this process made beside ``path`` the database's group.
     SQLite makes them with the database's permissions but this user's group: a database a
@@ -1026,9 +1044,11 @@ class SqliteStore:
         if "not a database" in lowered or "malformed" in lowered:
             return StoreCorruptError(f"database {self.path} is damaged: {text}")
         if "unable to open" in lowered:
-            return StoreUnavailableError(f"cannot open the database {self.path}: {text}")
+            why = _side_file_refused(self.path)
+            return StoreUnavailableError(f"cannot open the database {self.path}: {text}{why}")
         if "readonly" in lowered or "disk i/o" in lowered:
-            return StoreUnavailableError(f"cannot write the database {self.path}: {text}")
+            why = _side_file_refused(self.path)
+            return StoreUnavailableError(f"cannot write the database {self.path}: {text}{why}")
         return StorageError(f"database {self.path}: {text}")
 
     # --- runs -----------------------------------------------------------------------------------

@@ -50,10 +50,10 @@ OWNER, MEMBER = _user("cloudsdk"), _user("postgres")
 GROUP = next((g for g in grp.getgrall() if MEMBER and MEMBER.pw_name in g.gr_mem), None)
 
 
-def as_user(user: pwd.struct_passwd, *args: str, wait: bool = True) -> Any:
-    """The command line as ``user`` (with the shared group among its groups)."""
+def as_user(user: pwd.struct_passwd, *args: str, wait: bool = True, shared: bool = True) -> Any:
+    """The command line as ``user`` (with the shared group among its groups, if ``shared``)."""
     assert GROUP is not None
-    groups = sorted({user.pw_gid, GROUP.gr_gid})
+    groups = sorted({user.pw_gid, GROUP.gr_gid} if shared else {user.pw_gid})
     argv = [
         "setpriv",
         f"--reuid={user.pw_uid}",
@@ -135,3 +135,11 @@ def test_a_member_s_files_beside_a_group_database_leave_its_owner_able_to_use_it
     assert listed.returncode == 0 and "support" in listed.stdout, listed.stderr
     again = as_user(OWNER, "--db", str(db), "demo", "handoff", "--detach")
     assert again.returncode == 3, again.stdout + again.stderr
+
+    # an owner outside the group the files now have is told which file stops it, and whose
+    # (SQLite's own "unable to open database file" said neither: outside tester 97)
+    refused = as_user(OWNER, "--db", str(db), "demo", "handoff", "--detach", shared=False)
+    assert refused.returncode == 6, refused.stdout + refused.stderr
+    said = refused.stderr.strip()
+    assert said.count("\n") == 0 and "Traceback" not in said, said
+    assert f"{shared}/team.db-" in said and f"belongs to {MEMBER.pw_name}" in said, said
