@@ -1,5 +1,5 @@
-"""Where the SQLite store keeps its runs when it is not told: apart from the store itself, so
-that a command that only needs the path loads nothing else."""
+"""Where the SQLite store keeps its runs when it is not told, and how it syncs them: apart from
+the store itself, so that a command that only needs these loads nothing else."""
 
 from __future__ import annotations
 
@@ -14,3 +14,10 @@ def default_db_path() -> Path:
         return Path(env)
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "workflow-engine" / "runs.db"
+
+
+def synchronous_mode(given: str | None = None) -> str | None:
+    """The store's ``synchronous`` setting: ``given``, else ``$WORKFLOW_ENGINE_SQLITE_SYNC``,
+    else ``NORMAL`` (upper-cased); None when it is not one the store takes (NORMAL, FULL)."""
+    mode = (given or os.environ.get("WORKFLOW_ENGINE_SQLITE_SYNC") or "NORMAL").upper()
+    return mode if mode in ("NORMAL", "FULL") else None

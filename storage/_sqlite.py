@@ -98,7 +98,7 @@ from workflow_engine._store import (
 )
 
 from ._chain import chain_to, check_chain, fold_chain, latest_chain
-from ._location import default_db_path
+from ._location import default_db_path, synchronous_mode
 from ._records import (
     decode_text,
     lease_columns,
@@ -460,11 +460,10 @@ class SqliteStore:
         self.clock = clock
         """Wall-clock seconds for leases and timestamps (a simulator passes its own)."""
         self.path = Path(path) if path is not None else default_db_path()
-        self.synchronous = (
-            synchronous or os.environ.get("WORKFLOW_ENGINE_SQLITE_SYNC") or "NORMAL"
-        ).upper()
-        if self.synchronous not in ("NORMAL", "FULL"):
+        mode = synchronous_mode(synchronous)
+        if mode is None:
             raise UsageError("synchronous must be NORMAL or FULL")
+        self.synchronous = mode
         self.busy_timeout = busy_timeout
         self.snapshot_every = snapshot_every
         self.span_every = span_every

@@ -8,6 +8,7 @@ says what differs from the parent checkpoint, so a store can write only that.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -16,7 +17,7 @@ from typing import Any, Literal, Protocol, Self, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ._codec import starts_with, strictly_equal
+from ._codec import TaggedJsonCodec, starts_with, strictly_equal
 from ._errors import (
     CheckpointNotFoundError,
     CheckpointNotLatestError,
@@ -621,14 +622,12 @@ def json_seen(encoded: Any) -> Any:
     set as a list (a set in the wire's order), bytes as base64 text, a Decimal, UUID, date,
     time or duration as the text pydantic writes for it, a float with no fraction as an
     integer. What the wire does not show is kept where it tells different answers apart:
-    which class a value is (``Approved`` and ``Rejected`` with the same fields; a
-    client's answer is validated into its class again) and which non-finite float (``inf``,
-    ``-inf``, ``nan``: all null on the wire), a dict whose keys look like markers (``$dict``),
-    and a dict's keys that are not text (``$items``: the wire writes them as text, where
-    ``inf`` and ``"inf"`` would meet).
-    What is not one of the codec's markers is left as
-    it is (and so is a marker of the wrong shape, from a damaged record: it compares as
-    written)."""
+    which class a value is (``Approved`` and ``Rejected`` with the same fields; a client's
+    answer is validated into its class again), which non-finite float (``inf``, ``-inf``,
+    ``nan``: all null on the wire), a dict whose keys look like markers (``$dict``), and a
+    dict's keys that are not text (``$items``: the wire writes them as text, where ``inf`` and
+    ``"inf"`` would meet). What is not one of the codec's markers is left as it is (and so is a
+    marker of the wrong shape, from a damaged record: it compares as written)."""
     kind = type(encoded)
     if kind is float:
         return int(encoded) if encoded.is_integer() else encoded
@@ -664,14 +663,20 @@ def json_seen(encoded: Any) -> Any:
     if first in _VALUE_MARKERS:
         from pydantic_core import to_jsonable_python
 
-        from ._codec import TaggedJsonCodec
-        from ._registry import TypeRegistry
-
-        try:  # (these markers name no class: a codec registering none decodes them)
-            return to_jsonable_python(TaggedJsonCodec(TypeRegistry()).decode(encoded))
+        try:
+            return to_jsonable_python(_classless_codec().decode(encoded))
         except (WorkflowError, ValueError, TypeError, OverflowError):
             return encoded  # (damaged: compared as written)
     return encoded
+
+
+@functools.cache
+def _classless_codec() -> TaggedJsonCodec:
+    """A codec registering no class: what decodes the markers that name none (a Decimal, a
+    datetime)."""
+    from ._registry import TypeRegistry
+
+    return TaggedJsonCodec(TypeRegistry())
 
 
 def integral_numbers(value: Any) -> Any:

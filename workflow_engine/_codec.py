@@ -63,6 +63,7 @@ from pydantic import ValidationError
 
 from ._errors import (
     CorruptValueError,
+    NoLongerFitsError,
     SerializationError,
     StoreCorruptError,
     StoredTypeChangedError,
@@ -846,11 +847,6 @@ def stored_value_error(exc: Exception, where: str) -> WorkflowError:
             "else the record is damaged"
         )
     return StoreCorruptError(f"{where} does not decode: {exc}")
-
-
-class NoLongerFitsError(CorruptValueError):
-    """A stored value of a registered class that the class does not take (validation fails):
-    most often the class changed since the value was stored."""
 
 
 def _same_beyond_eq(back: Any, value: Any) -> bool:

@@ -268,6 +268,12 @@ class CorruptValueError(SerializationError):
     code = "corrupt_value"
 
 
+class NoLongerFitsError(CorruptValueError):
+    """A stored value of a registered class that the class does not take (it fails validation,
+    or holds a field the class no longer has): most often the class changed since the value was
+    stored. Read back from a store it is a ``StoredTypeChangedError``."""
+
+
 # --- durable runs -----------------------------------------------------------------------------
 
 

@@ -252,11 +252,12 @@ def _stored_in_doubt(data: Any) -> Any:
     ``(at PORT)``, tester 94); ``data`` as it is when it is something else."""
     from pydantic import ValidationError
 
+    from workflow_engine._registry import default_tag, legacy_tags
     from workflow_engine._requests import InDoubtEffect
 
     from ._views import DamagedValueError, plain
 
-    tags = ("InDoubtEffect", "workflow_engine._requests.InDoubtEffect")  # (and the older tag)
+    tags = (default_tag(InDoubtEffect), *legacy_tags(InDoubtEffect))
     if not isinstance(data, dict) or data.get("$type") not in tags:
         return data
     try:

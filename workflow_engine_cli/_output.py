@@ -138,7 +138,7 @@ def _patient(stream: Any) -> Any:
     raw = _PatientWrites(fd)
     # buffered as the stream was: stderr writes straight through (no buffer to flush, and a
     # signal handler that logs while a write is under way meets no buffer's reentrancy check)
-    unbuffered = isinstance(getattr(stream, "buffer", None), io.RawIOBase)
+    unbuffered = isinstance(buffer, io.RawIOBase)
     return io.TextIOWrapper(
         raw if unbuffered else io.BufferedWriter(raw),  # type: ignore[arg-type]
         encoding=stream.encoding,

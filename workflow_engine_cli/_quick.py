@@ -163,8 +163,9 @@ def _store_settings_valid() -> bool:
     """Whether the store's settings from the environment are ones it takes: the store refuses
     any other as it opens (the command line proper says so), and a read must not hide that
     (tester 94)."""
-    sync = os.environ.get("WORKFLOW_ENGINE_SQLITE_SYNC") or "NORMAL"
-    return sync.upper() in ("NORMAL", "FULL")
+    from workflow_engine.storage._location import synchronous_mode
+
+    return synchronous_mode() is not None
 
 
 def _database(options: dict[str, Any]) -> Path:
