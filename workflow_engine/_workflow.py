@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, is_dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 
 from ._answers import is_json_data, unknown_keys
 from ._checkpoint import (
@@ -840,7 +840,7 @@ class Workflow:
         key = type_name(expected)  # module paths: two classes never share an adapter
         adapter = self._adapters.get(key)
         if adapter is None:
-            adapter = self._adapters[key] = TypeAdapter(expected)
+            adapter = self._adapters[key] = answer_adapter(expected)
         name = display_name(expected, self.registry)
         try:
             if is_json_data(data, MAX_DEPTH):  # (from the command line, a web page): strictly
@@ -940,6 +940,16 @@ class Workflow:
         await journal.journal_put(
             run, request.effect_key, {"value": encode_checked(self, result)}, superstep
         )
+
+
+def answer_adapter(expected: Any) -> TypeAdapter[Any]:
+    """How an answer of type ``expected`` is validated. Bytes given as JSON text are base64,
+    as the wire shows them (pydantic's default reads the text's UTF-8); a model's or a
+    dataclass's own fields keep what its own config says (``val_json_bytes``)."""
+    try:
+        return TypeAdapter(expected, config=ConfigDict(val_json_bytes="base64"))
+    except PydanticUserError:  # a model, a dataclass, a TypedDict: its config is its own
+        return TypeAdapter(expected)
 
 
 def encode_checked(workflow: Workflow, value: Any) -> Any:

@@ -238,6 +238,43 @@ async def test_the_same_answer_as_json_sees_it_is_the_same_answer(
         await rt.close()
 
 
+class BytesAsker(Executor):
+    @handler
+    async def ask(self, question: str, ctx: WorkflowContext[Never, list[bytes]]) -> None:
+        await ctx.request_info(question, list[bytes])
+
+    @response_handler
+    async def answered(
+        self, question: str, answer: list[bytes], ctx: WorkflowContext[Never, list[bytes]]
+    ) -> None:
+        await ctx.yield_output(answer)
+
+
+async def test_bytes_answered_as_json_text_are_the_base64_the_wire_shows(tmp_path: Path) -> None:
+    """A JSON client answers a bytes-typed request with the base64 text the wire shows bytes
+    as; that text was read as UTF-8 (pydantic's default), so the wire's own form of an answer
+    was a different answer, and raw text passed for the same one (outside tester 97)."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(lambda: WorkflowBuilder("bytes", start=BytesAsker("asker")).build())
+    try:
+        paused = await rt.run("bytes", "a file?")
+        rid = paused.pending_requests[0].request_id
+        with pytest.raises(ResponseTypeError, match=rf"request '{rid}': expected .*base64"):
+            await rt.respond(rid, ["not base64!"])
+        assert await rt.respond(rid, [b"\x00hi", b"\xff"]) is AnswerOutcome.STORED
+        shown = [base64.b64encode(b).decode() for b in (b"\x00hi", b"\xff")]
+        assert await rt.respond(rid, shown) is AnswerOutcome.DUPLICATE
+        with pytest.raises(RequestAlreadyAnsweredError):
+            await rt.respond(rid, ["AGhp", "/w=="[:2] + "8="])
+        assert (await rt.resume(paused.run_id)).outputs == [[b"\x00hi", b"\xff"]]
+        again = await rt.run("bytes", "another?")
+        rid = again.pending_requests[0].request_id
+        assert await rt.respond(rid, shown) is AnswerOutcome.STORED  # a JSON client first
+        assert (await rt.resume(again.run_id)).outputs == [[b"\x00hi", b"\xff"]]
+    finally:
+        await rt.close()
+
+
 async def test_resume_with_nothing_answered_stays_paused(tmp_path: Path) -> None:
     rt = open_runtime(tmp_path / "runs.db")
     paused = await rt.run("stepper", 1)
