@@ -8,11 +8,13 @@ from pathlib import Path
 
 
 def default_db_path() -> Path:
-    """``$WORKFLOW_ENGINE_DB``, else ``$XDG_DATA_HOME/workflow-engine/runs.db``."""
+    """``$WORKFLOW_ENGINE_DB``, else ``$XDG_DATA_HOME/workflow-engine/runs.db`` (a relative
+    ``XDG_DATA_HOME`` is ignored, as the XDG spec says: ``~/.local/share`` then)."""
     env = os.environ.get("WORKFLOW_ENGINE_DB")
     if env:
         return Path(env)
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = xdg if xdg and os.path.isabs(xdg) else str(Path.home() / ".local" / "share")
     return Path(base) / "workflow-engine" / "runs.db"
 
 

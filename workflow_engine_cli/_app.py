@@ -146,8 +146,12 @@ def _db_or_before(db: Path | None) -> Path | None:
     try:
         if chosen is not None:
             Hints.given(chosen)
+        elif named:
+            Hints.given(Path(named), "WORKFLOW_ENGINE_DB")
         else:
-            Hints.given(Path(named) if named else None, "WORKFLOW_ENGINE_DB")
+            from workflow_engine.storage._location import default_db_path
+
+            Hints.defaulted(default_db_path())
     except DirectoryGone as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None

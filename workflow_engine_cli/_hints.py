@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 
@@ -23,6 +24,14 @@ class Hints:
         # absolute: a command printed to continue "from another terminal" runs from any
         # directory (a relative path was not found from another one, tester 76)
         cls.db = f" --db {shell_quoted(str(_absolute(db, named_by)))}" if db is not None else ""
+
+    @classmethod
+    def defaulted(cls, db: Path) -> None:
+        """No database was given: ``db`` is the default one, relative only when ``$HOME`` is.
+        :class:`DirectoryGone` (naming ``HOME``) when the current directory was deleted."""
+        cls.db = ""
+        if not db.is_absolute():
+            _absolute(Path(os.environ.get("HOME", "")), "HOME")
 
 
 class DirectoryGone(Exception):

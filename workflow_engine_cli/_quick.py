@@ -179,7 +179,12 @@ def _database(options: dict[str, Any]) -> Path:
     chosen = Path(given) if given is not None else None
     named = os.environ.get("WORKFLOW_ENGINE_DB") or None
     try:
-        Hints.given(chosen if chosen is not None else Path(named) if named else None)
+        if chosen is not None:
+            Hints.given(chosen)
+        elif named:
+            Hints.given(Path(named), "WORKFLOW_ENGINE_DB")
+        else:
+            Hints.defaulted(default_db_path())
     except DirectoryGone:
         raise _NotQuick from None  # (the command line proper says so)
     return chosen if chosen is not None else default_db_path()

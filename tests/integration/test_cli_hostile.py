@@ -110,14 +110,22 @@ def test_a_database_path_that_is_not_utf8_is_refused(paused: tuple[Cli, str, str
 
 @pytest.mark.parametrize(
     "args",
-    [["runs", "list"], ["runs", "show", "abc"], ["requests", "list", "--json"], ["resume", "x"]],
+    [
+        ["runs", "list"],
+        ["runs", "show", "abc"],
+        ["requests", "list", "--json"],
+        ["resume", "x"],
+        ["demo", "handoff"],
+    ],
 )
-@pytest.mark.parametrize("named_by", ["--db", "WORKFLOW_ENGINE_DB"])
+@pytest.mark.parametrize("named_by", ["--db", "WORKFLOW_ENGINE_DB", "HOME"])
 def test_a_relative_database_in_a_deleted_directory_is_one_line_and_exit_2(
     paused: tuple[Cli, str, str], tmp_path: Path, args: list[str], named_by: str
 ) -> None:
     """The shell sits in a directory someone deleted: a relative path names no file there (it
-    printed a traceback from ``os.getcwd``). An absolute one still works from there."""
+    printed a traceback from ``os.getcwd``; for the default database under a relative
+    ``HOME``, "no database" or "cannot create", exit 4 or 6: outside tester 97). An absolute
+    one still works from there."""
     cli, _, _ = paused
     gone = tmp_path / "gone"
     gone.mkdir()
@@ -125,11 +133,14 @@ def test_a_relative_database_in_a_deleted_directory_is_one_line_and_exit_2(
     script = 'cd "$1" && rmdir "$1" && shift && exec "$@"'
     argv = ["sh", "-c", script, "sh", str(gone), str(ENGINE), *args, *db]
     env = {**cli.env, "WORKFLOW_ENGINE_DB": "runs.db" if not db else str(cli.db)}
+    if named_by == "HOME":
+        env = {k: v for k, v in env.items() if k not in ("WORKFLOW_ENGINE_DB", "XDG_DATA_HOME")}
+        env["HOME"] = "home"
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=TIMEOUT)
     result = Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
     assert result.code == 2, str(result)
     line = result.error_line()
-    said = "--db runs.db" if db else "WORKFLOW_ENGINE_DB=runs.db"
+    said = {"--db": "--db runs.db", "HOME": "HOME=home"}.get(named_by, "WORKFLOW_ENGINE_DB=runs.db")
     assert f"{said} is relative to the current directory, which no longer exists" in line
     assert result.out == ""
 
