@@ -171,9 +171,40 @@ def interruptible_input(prompt: str) -> str:
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return input(prompt)
+        return input(prompt) if not _stdin_nonblocking() else _patient_input(prompt)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _stdin_nonblocking() -> bool:
+    """stdin is a descriptor another process (one sharing it: a parent, a tool in the same
+    terminal) made non-blocking. ``input()`` then reads "nothing yet" as the end of input, and
+    the person's answer was lost: the run was left paused as at Ctrl-D (tester 95)."""
+    try:
+        return not os.get_blocking(sys.stdin.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _patient_input(prompt: str) -> str:
+    """``input(prompt)`` on a non-blocking stdin: wait until there is something to read, and
+    read up to the end of the line (what arrives in parts is put together). The flag is left
+    as it is: it belongs to every process sharing the descriptor."""
+    import select
+
+    sys.stdout.write(prompt.replace("\x01", "").replace("\x02", ""))  # (readline's markers)
+    sys.stdout.flush()
+    fd = sys.stdin.fileno()
+    line = sys.stdin.readline()  # (a line read before may wait in stdin's own buffer)
+    while not line.endswith("\n"):
+        select.select([fd], [], [])  # ("" and a part of a line: what there is now)
+        part = sys.stdin.readline()
+        if not part:  # readable, yet nothing: the end
+            if line:
+                return line  # the last line, without its newline, as input() returns it
+            raise EOFError
+        line += part
+    return line[:-1]
 
 
 def discard_typeahead() -> None:

@@ -512,6 +512,44 @@ def test_a_reply_that_is_not_utf8_is_refused_and_never_stored(
         stored.decode("utf-8")
 
 
+def test_a_non_blocking_stdin_waits_for_what_is_typed(tmp_path: Path) -> None:
+    """stdin left non-blocking by a process sharing it: ``input()`` read "nothing yet" as the
+    end of input, and the person's words were lost -- the run left paused as at Ctrl-D (tester
+    95). Now the prompt waits, puts a line that arrives in parts together, and the flag is
+    left as it was."""
+    cli = Cli(tmp_path)
+    read, write = os.pipe()
+    os.set_blocking(read, False)  # (one open file: the command shares the flag)
+    proc = subprocess.Popen(
+        [str(ENGINE), "demo", "handoff", "--interactive", "--db", str(cli.db)],
+        stdin=read,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=cli.env,
+        cwd=cli.cwd,
+    )
+    os.close(read)
+    try:
+        for part in (b"hello", b" there\n", b"my ord", b"er is late\n", b"/end\n"):
+            time.sleep(0.4)  # (the command is at the prompt, and nothing is there yet)
+            with contextlib.suppress(BrokenPipeError):  # (it stopped reading: asserted below)
+                os.write(write, part)
+    finally:
+        os.close(write)
+    out, err = proc.communicate(timeout=TIMEOUT)
+    result = Result(("demo",), proc.returncode, out.decode(), err.decode())
+    assert result.code == 0, str(result)
+    assert "Traceback" not in result.out + result.err, str(result)
+    conn = sqlite3.connect(cli.db)
+    try:
+        answers = [a for (a,) in conn.execute("SELECT answer FROM requests") if a is not None]
+        (status,) = conn.execute("SELECT status FROM runs").fetchone()
+    finally:
+        conn.close()
+    assert any("my order is late" in a for a in answers), answers
+    assert status == "idle", status  # (finished)
+
+
 def test_json_typed_at_a_prompt_is_bounded(tmp_path: Path) -> None:
     """Edited arguments go through the same bounded parser as ``--arguments``."""
     cli = Cli(tmp_path)
