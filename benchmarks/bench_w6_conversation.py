@@ -22,7 +22,9 @@ end of it -- the cost of reading all of it is reported separately). Everything g
   a second turn in that process is the warm figure; opening the store there is reported too) and
   in-process (the turns after 1,000); and where such a cold turn's time goes: ``respond``, taking
   the lease with the latest checkpoint's rows, folding them (parsing snapshot and deltas), and
-  the rest of the turn (one more subprocess per sample).
+  the rest of the turn (one more subprocess per sample); and the same cold turn answered with
+  ``respond_and_resume``, which stores the answer and takes the lease in one transaction (one
+  more subprocess per sample).
 
     .venv/bin/python benchmarks/bench_w6_conversation.py            # -n 1000 -r 7
     .venv/bin/python benchmarks/bench_w6_conversation.py --profile  # cProfile of a cold resume
@@ -341,10 +343,11 @@ class Phases:
 
 
 async def child(
-    db: str, run_id: str, request_id: str, first: int, profile: bool, phases: bool
+    db: str, run_id: str, request_id: str, first: int, profile: bool, phases: bool, joined: bool
 ) -> dict:
     """Two turns in a fresh process (cold, then warm), timed after imports and store opening
-    (timed too); or one cold turn, phase by phase (``phases``)."""
+    (timed too); or one cold turn, phase by phase (``phases``), or answered with
+    ``respond_and_resume`` (``joined``)."""
     store = SqliteStore(db)
     runtime = Runtime(store)
     runtime.register(build_chat)
@@ -355,6 +358,14 @@ async def child(
         timer = Phases(store)
         out["request_id"] = await timer.turn(runtime, run_id, request_id, first)
         out["phases"] = timer.seconds
+        await runtime.close()
+        return out
+    if joined:
+        t0 = time.perf_counter()
+        result = await runtime.respond_and_resume(request_id, user_message(first))
+        out["times"].append(time.perf_counter() - t0)
+        assert result.status is WAITING, (result.status, result.error)
+        out["request_id"] = result.pending_requests[0].request_id
         await runtime.close()
         return out
     profiler = cProfile.Profile() if profile else None
@@ -384,7 +395,13 @@ async def child(
 
 
 def run_child(
-    db: Path, run_id: str, request_id: str, first: int, profile: bool = False, phases: bool = False
+    db: Path,
+    run_id: str,
+    request_id: str,
+    first: int,
+    profile: bool = False,
+    phases: bool = False,
+    joined: bool = False,
 ) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
@@ -392,7 +409,12 @@ def run_child(
     )
     args = [sys.executable, __file__, "--child", str(db), run_id, request_id, str(first)]
     proc = subprocess.run(
-        [*args, *(["--profile"] if profile else []), *(["--phases"] if phases else [])],
+        [
+            *args,
+            *(["--profile"] if profile else []),
+            *(["--phases"] if phases else []),
+            *(["--joined"] if joined else []),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -464,7 +486,7 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
             warm.append(seconds)
         await runtime.close()
         store = None
-        cold, second, read_all, opened, messages = [], [], [], [], 0
+        cold, second, read_all, opened, joined, messages = [], [], [], [], [], 0
         split: dict[str, list[float]] = {}
         first = turns + 1 + repeats
         for _ in range(repeats):
@@ -482,6 +504,11 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
                 split.setdefault(phase, []).append(seconds)
             request_id = out["request_id"]
             first += 1
+            # the same kind of cold turn answered with respond_and_resume
+            out = run_child(db, run_id, request_id, first, joined=True)
+            joined.append(out["times"][0])
+            request_id = out["request_id"]
+            first += 1
         med = statistics.median
         print(
             f"W6 resume at turn {turns} in a new process (respond + resume to the next pause, "
@@ -492,6 +519,11 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
         print(
             "W6 that cold turn by phase (medians of as many more subprocesses): "
             + ", ".join(f"{phase} {ms(med(times))}" for phase, times in split.items())
+        )
+        print(
+            "W6 the same cold turn answered with respond_and_resume (the answer stored and the "
+            f"lease taken in one transaction; median of {repeats} more subprocesses): "
+            f"{ms(med(joined))} [{ms(min(joined))}-{ms(max(joined))}]"
         )
         print(
             f"W6 reading all {messages} stored messages there (what a client that reads "
@@ -518,10 +550,13 @@ if __name__ == "__main__":
     )
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     parser.add_argument("--phases", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--joined", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         db, run_id, request_id, first = args.child
-        out = anyio.run(child, db, run_id, request_id, int(first), args.profile, args.phases)
+        out = anyio.run(
+            child, db, run_id, request_id, int(first), args.profile, args.phases, args.joined
+        )
         print(json.dumps(out))
     else:
         anyio.run(main, args.turns, args.repeats, args.profile)
