@@ -122,7 +122,7 @@ def _print_version(value: bool) -> None:
 
 _DB_HELP = (
     "SQLite file holding the runs (default: $WORKFLOW_ENGINE_DB, else "
-    "~/.local/share/workflow-engine/runs.db)."
+    "$XDG_DATA_HOME/workflow-engine/runs.db, else ~/.local/share/workflow-engine/runs.db)."
 )
 
 
