@@ -102,6 +102,10 @@ def build_matcher(tp: Any) -> Matcher:
         )
     if origin is tuple:
         return _tuple_matcher(get_args(tp))
+    if origin in (set, frozenset):  # each item too: {"x"} is no set[bytes] (tester 99)
+        (item_tp,) = get_args(tp) or (Any,)
+        item = build_matcher(item_tp)
+        return lambda value: isinstance(value, origin) and all(item(v) for v in value)
     if origin is not None and isinstance(origin, type):
         return lambda value: isinstance(value, origin)
     if tp is int:

@@ -228,7 +228,7 @@ class Workflow:
             self._name_annotation(annotation)
         self.codec: JsonCodec = codec or TaggedJsonCodec(self.registry)
         self.signature = graph.signature()
-        self._adapters: dict[str, TypeAdapter[Any]] = {}
+        self._adapters: dict[str, AnswerAdapter] = {}
         self.fallback_journal = InMemoryJournal()
         """Journal for runs whose store is not a JournalStore (lives as long as this object)."""
 
@@ -840,17 +840,15 @@ class Workflow:
         key = type_name(expected)  # module paths: two classes never share an adapter
         adapter = self._adapters.get(key)
         if adapter is None:
-            adapter = self._adapters[key] = answer_adapter(expected)
+            adapter = self._adapters[key] = AnswerAdapter(expected)
         name = display_name(expected, self.registry)
         try:
             if is_json_data(data, MAX_DEPTH):  # (from the command line, a web page): strictly
-                value = adapter.validate_json(json.dumps(data), strict=True)
+                value = adapter.validate_json(json.dumps(data))
             else:  # it holds Python values (a model, bytes, a date): as its type's own
                 value = adapter.validate_python(data)  # model_validate would take them
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in exc.errors()
-            )
+            problems = "; ".join(f"{adapter.where(e['loc'])}: {e['msg']}" for e in exc.errors())
             raise ResponseTypeError(
                 f"run {run_id!r}, request {request_id!r}: expected {name}: {problems}"
             ) from exc
@@ -942,14 +940,50 @@ class Workflow:
         )
 
 
-def answer_adapter(expected: Any) -> TypeAdapter[Any]:
-    """How an answer of type ``expected`` is validated. Bytes given as JSON text are base64,
-    as the wire shows them (pydantic's default reads the text's UTF-8); a model's or a
-    dataclass's own fields keep what its own config says (``val_json_bytes``)."""
-    try:
-        return TypeAdapter(expected, config=ConfigDict(val_json_bytes="base64"))
-    except PydanticUserError:  # a model, a dataclass, a TypedDict: its config is its own
-        return TypeAdapter(expected)
+_BYTES_AS_BASE64 = ConfigDict(val_json_bytes="base64")
+
+
+class AnswerAdapter:
+    """How answers of one type are validated. JSON data strictly, as JSON, with bytes as the
+    base64 text the wire shows them as (pydantic's default reads the text's UTF-8) wherever
+    the type's own classes do not say otherwise: a pydantic model or dataclass keeps its own
+    ``val_json_bytes``. A plain dataclass or TypedDict has no config of its own, and pydantic
+    takes none for it at the top: it is validated as the one item of a tuple, where it takes
+    the config as it does nested (tester 99: ``DC`` read its bytes as UTF-8, ``DC | None`` as
+    base64). Data holding Python values is validated as the type's own ``model_validate``
+    would take it."""
+
+    def __init__(self, expected: Any) -> None:
+        self._skip = 0  # (the tuple's index in an error's location)
+        self._python = TypeAdapter(expected)  # (the config reads a Python str as base64 too)
+        try:
+            self._json = TypeAdapter(expected, config=_BYTES_AS_BASE64)
+        except PydanticUserError:  # a class that may carry its own config
+            if _has_own_config(expected):
+                self._json = self._python
+            else:
+                self._json = TypeAdapter(tuple[expected], config=_BYTES_AS_BASE64)
+                self._skip = 1
+
+    def validate_json(self, text: str) -> Any:
+        if self._skip:
+            return self._json.validate_json(f"[{text}]", strict=True)[0]
+        return self._json.validate_json(text, strict=True)
+
+    def validate_python(self, data: Any) -> Any:
+        return self._python.validate_python(data)
+
+    def where(self, loc: tuple[int | str, ...]) -> str:
+        """An error's location in the answer (``value``: the answer itself)."""
+        return ".".join(str(part) for part in loc[self._skip :]) or "value"
+
+
+def _has_own_config(cls: Any) -> bool:
+    """A pydantic model, or a class that names its config (a pydantic dataclass, a class
+    under ``with_config``)."""
+    return (isinstance(cls, type) and issubclass(cls, BaseModel)) or hasattr(
+        cls, "__pydantic_config__"
+    )
 
 
 def encode_checked(workflow: Workflow, value: Any) -> Any:

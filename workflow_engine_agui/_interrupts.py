@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ag_ui.core import Interrupt
-from pydantic import TypeAdapter
+from pydantic import BaseModel, TypeAdapter
 
 from workflow_engine import (
     Checkpoint,
@@ -308,9 +308,21 @@ def answer_for(request: ExternalRequest, payload: Any) -> Any:
                 raise refused(f"'arguments' is {_json_kind(payload['arguments'])}, not an object")
             answer["arguments"] = payload["arguments"]
         return answer
-    if isinstance(payload, str):
-        return {"message": payload}
+    if isinstance(payload, str) and _answered_with_a_message(request.response_type):
+        return {"message": payload}  # (a chat's next message, given as the bare text)
     return payload
+
+
+def _answered_with_a_message(response_type: Any) -> bool:
+    """The answer is a model with a ``message`` field (the handoff's user turn): a bare string
+    is that message. Any other type takes a string as itself: a ``str`` or ``bytes`` answer
+    was refused, wrapped as ``{"message": ...}``, and an ``Any`` one received the wrapper
+    (outside tester 99)."""
+    return (
+        isinstance(response_type, type)
+        and issubclass(response_type, BaseModel)
+        and "message" in response_type.model_fields
+    )
 
 
 def _json_kind(value: Any) -> str:

@@ -1,0 +1,115 @@
+"""Answers of every shape over AG-UI, to a workflow an application mounts: a resume payload is
+the answer itself, as its ``responseSchema`` describes -- a string included.
+
+A real uvicorn server in this process (``in_process``), a real HTTP client.
+"""
+
+import base64
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Never
+
+import anyio
+import pytest
+from ag_ui.core import EventType
+from fastapi import FastAPI
+
+from tests.integration.agui_harness import Client, in_process, resolved
+from workflow_engine import Executor, WorkflowBuilder, WorkflowContext, handler, response_handler
+from workflow_engine.storage import SqliteStore
+from workflow_engine_agui import add_agui_endpoint
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class Upload:
+    name: str
+    body: bytes
+
+
+ANSWER_TYPES: dict[str, Any] = {
+    "bytes": bytes,
+    "optional-bytes": bytes | None,
+    "text": str,
+    "anything": Any,
+    "upload": Upload,
+}
+
+
+def asker(answer_type: Any) -> type[Executor]:
+    class Asker(Executor):
+        @handler
+        async def ask(self, question: str, ctx: WorkflowContext[Never, Any]) -> None:
+            await ctx.request_info(question, answer_type)
+
+        @response_handler
+        async def answered(self, question: str, answer: answer_type, ctx: WorkflowContext[Never, Any]) -> None:  # type: ignore[valid-type]  # noqa: E501  # fmt: skip
+            await ctx.yield_output({"type": type(answer).__name__, "repr": repr(answer)})
+
+    return Asker
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    db = tmp_path_factory.mktemp("typed-answers") / "runs.db"
+    app = FastAPI()
+    store = SqliteStore(db)
+    for path, answer_type in ANSWER_TYPES.items():
+        workflow = WorkflowBuilder(f"ask-{path}", start=asker(answer_type)("asker")).build()
+        add_agui_endpoint(app, workflow, f"/{path}", store=store)
+    with in_process(app) as port:
+        yield Client(f"http://127.0.0.1:{port}")
+    anyio.run(store.close)
+
+
+CASES = [
+    ("bytes", "AGhp/w==", "bytes", repr(b"\x00hi\xff")),
+    ("optional-bytes", "AGhp/w==", "bytes", repr(b"\x00hi\xff")),
+    ("text", "hello", "str", repr("hello")),
+    ("anything", "hello", "str", repr("hello")),
+    ("upload", {"name": "a", "body": "AGhp/w=="}, "Upload", repr(Upload("a", b"\x00hi\xff"))),
+]
+
+
+@pytest.mark.parametrize(("path", "payload", "kind", "shown"), CASES)
+def test_a_payload_is_the_answer_itself(
+    client: Client, path: str, payload: Any, kind: str, shown: str
+) -> None:
+    """A string payload was wrapped as ``{"message": ...}`` whatever the answer's type: a
+    ``str`` or ``bytes`` answer was refused, an ``Any`` one received the wrapper (outside
+    tester 99). Bytes are the base64 the wire shows them as, in a plain dataclass too."""
+    thread_id = f"typed-{uuid.uuid4().hex[:12]}"
+    [interrupt] = client.start(f"/{path}", thread_id, "may I?").interrupts
+    done = client.resume(f"/{path}", thread_id, resolved(interrupt.id, payload))
+    assert done.last.type == EventType.RUN_FINISHED, done.describe()
+    [output] = done.last.result["outputs"]
+    assert output["data"] == {"type": kind, "repr": shown}, done.describe()
+    again = client.resume(f"/{path}", thread_id, resolved(interrupt.id, payload))
+    assert again.last.type == EventType.RUN_FINISHED, again.describe()  # the same answer
+
+
+@pytest.mark.parametrize("path", ["bytes", "upload"])
+def test_text_that_is_not_base64_is_refused_for_bytes(client: Client, path: str) -> None:
+    thread_id = f"typed-{uuid.uuid4().hex[:12]}"
+    [interrupt] = client.start(f"/{path}", thread_id, "may I?").interrupts
+    bad = "not base64!" if path == "bytes" else {"name": "a", "body": "!!"}
+    refused = client.resume(f"/{path}", thread_id, resolved(interrupt.id, bad))
+    assert refused.error_code == "invalid_resume_payload", refused.describe()
+    assert "base64" in refused.last.message
+    if path == "upload":
+        assert "body: " in refused.last.message and "0.body" not in refused.last.message
+    good = base64.b64encode(b"ok").decode()
+    payload = good if path == "bytes" else {"name": "a", "body": good}
+    done = client.resume(f"/{path}", thread_id, resolved(interrupt.id, payload))
+    assert done.last.type == EventType.RUN_FINISHED, done.describe()
+
+
+def test_the_handoff_s_user_turn_still_takes_a_bare_string(tmp_path: Path) -> None:
+    """The one answer a bare string is wrapped for: a model whose field is ``message``."""
+    from workflow_engine.executors import HandoffUserResponse
+    from workflow_engine_agui._interrupts import _answered_with_a_message
+
+    assert _answered_with_a_message(HandoffUserResponse)
+    assert not any(_answered_with_a_message(t) for t in ANSWER_TYPES.values())
