@@ -143,16 +143,18 @@ def _db_or_before(db: Path | None) -> Path | None:
     # one from $WORKFLOW_ENGINE_DB is named too: a printed command pasted in a terminal
     # without the variable (or elsewhere, for a relative path) read another database (tester 77)
     named = os.environ.get("WORKFLOW_ENGINE_DB") or None
+    from workflow_engine import UsageError
+    from workflow_engine.storage._location import default_db_path
+
     try:
         if chosen is not None:
+            chosen = Path(os.path.expanduser(chosen))  # (--db=~/x.db: no shell expands it)
             Hints.given(chosen)
         elif named:
-            Hints.given(Path(named), "WORKFLOW_ENGINE_DB")
+            Hints.given(default_db_path(), "WORKFLOW_ENGINE_DB")
         else:
-            from workflow_engine.storage._location import default_db_path
-
             Hints.defaulted(default_db_path())
-    except DirectoryGone as exc:
+    except (DirectoryGone, UsageError) as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
     return chosen

@@ -201,10 +201,20 @@ def _patient_input(prompt: str) -> str:
         part = sys.stdin.readline()
         if not part:  # readable, yet nothing: the end
             if line:
-                return line  # the last line, without its newline, as input() returns it
+                return _rejoined(line)  # the last line, without a newline, as input() reads it
             raise EOFError
         line += part
-    return line[:-1]
+    return _rejoined(line)[:-1]
+
+
+def _rejoined(text: str) -> str:
+    """``text`` read in parts, decoded again as one: a UTF-8 character split between two
+    reads arrives as two lone surrogates (stdin's ``surrogateescape``), which together are
+    the character (tester 99: "Café" in two writes was refused as not text)."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # (a surrogate no byte stands for: left as read)
+        return text
 
 
 def discard_typeahead() -> None:

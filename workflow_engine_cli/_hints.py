@@ -30,8 +30,9 @@ class Hints:
         """No database was given: ``db`` is the default one, relative only when ``$HOME`` is.
         :class:`DirectoryGone` (naming ``HOME``) when the current directory was deleted."""
         cls.db = ""
-        if not db.is_absolute():
+        if not db.is_absolute():  # (a relative $HOME: named, as elsewhere it is another file)
             _absolute(Path(os.environ.get("HOME", "")), "HOME")
+            cls.given(db, "HOME")
 
 
 class DirectoryGone(Exception):

@@ -180,14 +180,17 @@ def _database(options: dict[str, Any]) -> Path:
     named = os.environ.get("WORKFLOW_ENGINE_DB") or None
     try:
         if chosen is not None:
+            chosen = Path(os.path.expanduser(chosen))  # (--db=~/x.db: no shell expands it)
             Hints.given(chosen)
-        elif named:
-            Hints.given(Path(named), "WORKFLOW_ENGINE_DB")
+            return chosen
+        path = default_db_path()
+        if named:
+            Hints.given(path, "WORKFLOW_ENGINE_DB")
         else:
-            Hints.defaulted(default_db_path())
-    except DirectoryGone:
+            Hints.defaulted(path)
+        return path
+    except (DirectoryGone, ValueError):  # (ValueError: UsageError, no default location)
         raise _NotQuick from None  # (the command line proper says so)
-    return chosen if chosen is not None else default_db_path()
 
 
 def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:

@@ -152,6 +152,85 @@ def test_a_relative_database_in_a_deleted_directory_is_one_line_and_exit_2(
     assert proc.returncode == 0 and "support" in proc.stdout, proc.stderr
 
 
+def _default_db_run(cli: Cli, env: dict[str, str], *args: str) -> Result:
+    unset = ("WORKFLOW_ENGINE_DB", "XDG_DATA_HOME")
+    env = {k: v for k, v in {**cli.env, **env}.items() if k not in unset}
+    proc = subprocess.run(
+        [str(ENGINE), *args], capture_output=True, text=True, env=env, cwd=cli.cwd, timeout=TIMEOUT
+    )
+    return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("args", [["runs", "list"], ["runs", "show", "abc"], ["demo", "handoff"]])
+def test_a_home_that_names_no_directory_is_one_line_and_exit_2(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """``HOME=~`` printed ``RuntimeError: Could not determine home directory.`` from
+    ``Path.home()``, exit 1, at every command using the default database (outside tester 99)."""
+    cli = Cli(tmp_path)
+    result = _default_db_run(cli, {"HOME": "~"}, *args)
+    assert result.code == 2, str(result)
+    assert "$HOME is '~'; give --db PATH, or set WORKFLOW_ENGINE_DB" in result.error_line()
+    assert list(tmp_path.iterdir()) == [], "nothing is made anywhere"
+
+
+def test_a_tilde_no_shell_expanded_is_the_home_directory(tmp_path: Path) -> None:
+    """``--db=~/runs.db`` and ``WORKFLOW_ENGINE_DB='~/runs.db'`` (no shell expands those)
+    made a directory named ``~`` in the current one (outside tester 99)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    cli = Cli(work)
+    env = {**cli.env, "HOME": str(home)}
+    for args, extra in (
+        (["runs", "list", "--db=~/runs.db"], {}),
+        (["runs", "list"], {"WORKFLOW_ENGINE_DB": "~/runs.db"}),
+    ):
+        proc = subprocess.run(
+            [str(ENGINE), *args],
+            capture_output=True,
+            text=True,
+            env={**env, **extra},
+            cwd=work,
+            timeout=TIMEOUT,
+        )
+        assert proc.returncode == 4, proc
+        assert f"no database at {home}/runs.db" in proc.stderr, proc.stderr
+    started = subprocess.run(
+        [str(ENGINE), "demo", "handoff", "--offline", "-m", "refund order 12345", "--detach"],
+        capture_output=True,
+        text=True,
+        env={**env, "WORKFLOW_ENGINE_DB": "~/runs.db"},
+        cwd=work,
+        timeout=TIMEOUT,
+    )
+    assert started.returncode == 3, started
+    assert (home / "runs.db").exists() and list(work.iterdir()) == []
+
+
+def test_the_commands_printed_under_a_relative_home_name_the_database(tmp_path: Path) -> None:
+    """Under a relative ``HOME`` the printed ``respond``/``resume`` commands had no ``--db``:
+    pasted in another directory, they looked elsewhere (outside tester 99)."""
+    cli = Cli(tmp_path)
+    started = _default_db_run(
+        cli, {"HOME": "home"}, "demo", "handoff", "--offline", "-m", "refund order 12345",
+        "--detach",
+    )  # fmt: skip
+    assert started.code == 3, str(started)
+    db = tmp_path / "home" / ".local" / "share" / "workflow-engine" / "runs.db"
+    text = started.out + started.err
+    assert f"--db {db}" in text, text
+    resume = next(line for line in text.splitlines() if "workflow-engine resume" in line)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    argv = resume.split("workflow-engine", 1)[1].split()
+    proc = subprocess.run(
+        [str(ENGINE), *argv], capture_output=True, text=True, env={**cli.env, "HOME": "home"},
+        cwd=elsewhere, timeout=TIMEOUT, input="",
+    )  # fmt: skip
+    assert "no database" not in proc.stderr, proc.stderr
+
+
 # --- JSON in --data / --arguments ---------------------------------------------------------------
 
 BAD_JSON = {

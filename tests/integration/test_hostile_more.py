@@ -515,8 +515,8 @@ def test_a_reply_that_is_not_utf8_is_refused_and_never_stored(
 def test_a_non_blocking_stdin_waits_for_what_is_typed(tmp_path: Path) -> None:
     """stdin left non-blocking by a process sharing it: ``input()`` read "nothing yet" as the
     end of input, and the person's words were lost -- the run left paused as at Ctrl-D (tester
-    95). Now the prompt waits, puts a line that arrives in parts together, and the flag is
-    left as it was."""
+    95). Now the prompt waits, puts a line that arrives in parts together (a character split
+    between them included), and the flag is left as it was."""
     cli = Cli(tmp_path)
     read, write = os.pipe()
     os.set_blocking(read, False)  # (one open file: the command shares the flag)
@@ -530,7 +530,9 @@ def test_a_non_blocking_stdin_waits_for_what_is_typed(tmp_path: Path) -> None:
     )
     os.close(read)
     try:
-        for part in (b"hello", b" there\n", b"my ord", b"er is late\n", b"/end\n"):
+        # (a character split between two writes, too: tester 99 saw "Café" refused as no text)
+        parts = (b"hello", b" there\n", b"my ord", b"er is late, Caf\xc3", b"\xa9\n", b"/end\n")
+        for part in parts:
             time.sleep(0.4)  # (the command is at the prompt, and nothing is there yet)
             with contextlib.suppress(BrokenPipeError):  # (it stopped reading: asserted below)
                 os.write(write, part)
@@ -546,7 +548,8 @@ def test_a_non_blocking_stdin_waits_for_what_is_typed(tmp_path: Path) -> None:
         (status,) = conn.execute("SELECT status FROM runs").fetchone()
     finally:
         conn.close()
-    assert any("my order is late" in a for a in answers), answers
+    said = [json.loads(a)["data"]["message"] for a in answers]
+    assert "my order is late, Caf\u00e9" in said, answers
     assert status == "idle", status  # (finished)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -23,3 +24,45 @@ def test_the_default_database_follows_xdg_data_home_when_it_is_absolute(
     assert default_db_path() == tmp_path / "data" / "workflow-engine" / "runs.db"
     monkeypatch.setenv("WORKFLOW_ENGINE_DB", "mine.db")
     assert default_db_path() == Path("mine.db")
+
+
+@pytest.mark.parametrize("home", ["", None])
+def test_an_empty_or_unset_home_is_the_user_s_own(
+    monkeypatch: pytest.MonkeyPatch, home: str | None
+) -> None:
+    """An empty ``HOME`` read as ``/`` (Python's ``expanduser``): runs went to
+    ``/.local/share`` (outside tester 99). Empty or unset, it is the password database's."""
+    import pwd
+
+    from workflow_engine.storage._location import home_directory
+
+    if home is None:
+        monkeypatch.delenv("HOME", raising=False)
+    else:
+        monkeypatch.setenv("HOME", home)
+    assert home_directory() == pwd.getpwuid(os.getuid()).pw_dir
+
+
+def test_a_home_that_names_no_directory_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HOME=~`` raised a bare ``RuntimeError`` from ``Path.home()``: a traceback at every
+    command (outside tester 99)."""
+    from workflow_engine import UsageError
+    from workflow_engine.storage._location import default_db_path
+
+    monkeypatch.delenv("WORKFLOW_ENGINE_DB", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", "~")
+    with pytest.raises(UsageError, match=r"\$HOME is '~'; give --db PATH, or set WORKFLOW_ENGINE"):
+        default_db_path()
+
+
+def test_a_tilde_in_the_variable_is_the_home_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``WORKFLOW_ENGINE_DB='~/runs.db'`` (quoted: no shell expands it) made a directory named
+    ``~`` in the current one (outside tester 99)."""
+    from workflow_engine.storage._location import default_db_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("WORKFLOW_ENGINE_DB", "~/runs.db")
+    assert default_db_path() == tmp_path / "runs.db"
