@@ -12,17 +12,33 @@ def default_db_path() -> Path:
     ``XDG_DATA_HOME`` is ignored, as the XDG spec says: ``~/.local/share`` then)."""
     env = os.environ.get("WORKFLOW_ENGINE_DB")
     if env:
-        return Path(os.path.expanduser(env))  # (a shell leaves "~" in VAR=~/x.db quoted)
+        return Path(expand_home(env))  # (a shell leaves "~" in VAR='~/x.db' as it is)
     xdg = os.environ.get("XDG_DATA_HOME")
-    base = xdg if xdg and os.path.isabs(xdg) else os.path.join(home_directory(), ".local", "share")
+    if xdg and os.path.isabs(xdg):
+        base = xdg
+    else:
+        instead = "give --db PATH, or set WORKFLOW_ENGINE_DB"
+        home = home_directory("the default database is", instead)
+        base = os.path.join(home, ".local", "share")
     return Path(base) / "workflow-engine" / "runs.db"
 
 
-def home_directory() -> str:
+def expand_home(path: str) -> str:
+    """``path`` with a leading ``~`` (or ``~/``) as :func:`home_directory` says, and ``~user``
+    as the password database does (left as written for no such user, as a shell leaves it).
+    Not ``os.path.expanduser``, which takes an empty ``$HOME`` for ``/`` and a ``$HOME`` of
+    ``~`` for a directory named so in the current one (tester 100)."""
+    if path == "~" or path.startswith("~/"):
+        return home_directory(f"{path!r} is", "give a path without ~") + path[1:]
+    return os.path.expanduser(path) if path.startswith("~") else path
+
+
+def home_directory(what: str, instead: str) -> str:
     """``$HOME``; when it is unset or empty, the user's entry in the password database (an
     empty one read as ``/`` put runs at the file system's root, tester 99). ``UsageError``
     when there is none, or when it begins with ``~`` (``Path.home()`` raised a bare
-    ``RuntimeError`` for that)."""
+    ``RuntimeError`` for that), saying where ``what`` is cannot be told and what to do
+    ``instead``."""
     home = os.environ.get("HOME") or ""
     said = f"$HOME is {home!r}"
     if not home:
@@ -36,10 +52,7 @@ def home_directory() -> str:
     if not home or home.startswith("~"):
         from workflow_engine._errors import UsageError
 
-        raise UsageError(
-            f"cannot tell where the default database is: {said}; give --db PATH, or set "
-            "WORKFLOW_ENGINE_DB (or HOME)"
-        )
+        raise UsageError(f"cannot tell where {what}: {said}; {instead} (or set HOME)")
     return home
 
 

@@ -94,7 +94,9 @@ def display_name(tp: Any, registry: TypeRegistry | None = None) -> str:
     def naming(cls: type) -> str:
         return (registry.name_of(cls) if registry is not None else None) or default_tag(cls)
 
-    return type_name(tp, naming=naming)
+    # ``tuple[int, ...]``: ``type_name`` says ``Ellipsis`` there, in the signatures runs
+    # were stored with, so only the name people see is spelled as Python spells it
+    return type_name(tp, naming=naming).replace(", Ellipsis]", ", ...]")
 
 
 def legacy_tag(cls: type) -> str:

@@ -39,6 +39,7 @@ from ._errors import (
     CheckpointNotLatestError,
     DefinitionError,
     MessageNotHandledError,
+    NoLongerFitsError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
     ResponseError,
@@ -824,10 +825,29 @@ class Workflow:
             f"{display_name(type(value), self.registry)}"
         )
 
+    def _check_fields(self, run_id: str, request_id: str, expected: Any, data: Any) -> None:
+        """An answer of the expected class, checked as it will be read back: a plain
+        dataclass checks no field when it is made, so ``DC(tags={1})`` for ``tags: set[str]``
+        was stored, and every resume then failed to read it back -- a run stuck for good
+        (outside tester 100). Python values only: JSON data matched its type already."""
+        try:
+            if is_json_data(data, MAX_DEPTH):
+                return
+            self.codec.decode(self.codec.encode(data))
+        except NoLongerFitsError as exc:
+            what = str(exc).split("stored ", 1)[-1]  # ("<class> does not validate: <fields>")
+            raise ResponseTypeError(
+                f"run {run_id!r}, request {request_id!r}: expected "
+                f"{display_name(expected, self.registry)}: {what}"
+            ) from None
+        except (SerializationError, ValueError):
+            return  # (what the store's encoding says, as before)
+
     def coerce_response(self, run_id: str, request_id: str, expected: Any, data: Any) -> Any:
         """Validate an answer against the expected type; JSON-shaped data is validated strictly,
         and may name only fields its type has."""
         if build_matcher(expected)(data):
+            self._check_fields(run_id, request_id, expected, data)
             return data
         if isinstance(data, BaseModel) or (is_dataclass(data) and not isinstance(data, type)):
             # (as JSON it would be its str(): pydantic would say "Input should be an object")
@@ -842,13 +862,16 @@ class Workflow:
         if adapter is None:
             adapter = self._adapters[key] = AnswerAdapter(expected)
         name = display_name(expected, self.registry)
+        as_json = False
         try:
-            if is_json_data(data, MAX_DEPTH):  # (from the command line, a web page): strictly
+            if as_json := is_json_data(data, MAX_DEPTH):  # (a command line, a web page): strictly
                 value = adapter.validate_json(json.dumps(data))
             else:  # it holds Python values (a model, bytes, a date): as its type's own
                 value = adapter.validate_python(data)  # model_validate would take them
         except ValidationError as exc:
-            problems = "; ".join(f"{adapter.where(e['loc'])}: {e['msg']}" for e in exc.errors())
+            problems = "; ".join(
+                f"{adapter.where(e['loc'], as_json)}: {e['msg']}" for e in exc.errors()
+            )
             raise ResponseTypeError(
                 f"run {run_id!r}, request {request_id!r}: expected {name}: {problems}"
             ) from exc
@@ -973,9 +996,10 @@ class AnswerAdapter:
     def validate_python(self, data: Any) -> Any:
         return self._python.validate_python(data)
 
-    def where(self, loc: tuple[int | str, ...]) -> str:
-        """An error's location in the answer (``value``: the answer itself)."""
-        return ".".join(str(part) for part in loc[self._skip :]) or "value"
+    def where(self, loc: tuple[int | str, ...], from_json: bool) -> str:
+        """An error's location in the answer (``value``: the answer itself); ``from_json``: an
+        error of :meth:`validate_json` (whose location starts at the tuple's item)."""
+        return ".".join(str(part) for part in loc[self._skip if from_json else 0 :]) or "value"
 
 
 def _has_own_config(cls: Any) -> bool:

@@ -144,11 +144,11 @@ def _db_or_before(db: Path | None) -> Path | None:
     # without the variable (or elsewhere, for a relative path) read another database (tester 77)
     named = os.environ.get("WORKFLOW_ENGINE_DB") or None
     from workflow_engine import UsageError
-    from workflow_engine.storage._location import default_db_path
+    from workflow_engine.storage._location import default_db_path, expand_home
 
     try:
         if chosen is not None:
-            chosen = Path(os.path.expanduser(chosen))  # (--db=~/x.db: no shell expands it)
+            chosen = Path(expand_home(str(chosen)))  # (--db=~/x.db: no shell expands it)
             Hints.given(chosen)
         elif named:
             Hints.given(default_db_path(), "WORKFLOW_ENGINE_DB")

@@ -208,12 +208,14 @@ def _patient_input(prompt: str) -> str:
 
 
 def _rejoined(text: str) -> str:
-    """``text`` read in parts, decoded again as one: a UTF-8 character split between two
-    reads arrives as two lone surrogates (stdin's ``surrogateescape``), which together are
-    the character (tester 99: "Café" in two writes was refused as not text)."""
+    """``text`` read in parts, decoded again as one: a character split between two reads
+    arrives as lone surrogates (stdin's ``surrogateescape``), which together are the
+    character (tester 99: "Café" in two writes was refused as not text). In stdin's own
+    encoding, whatever it is (tester 100)."""
+    encoding = getattr(sys.stdin, "encoding", None) or "utf-8"
     try:
-        return text.encode("utf-8", "surrogateescape").decode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # (a surrogate no byte stands for: left as read)
+        return text.encode(encoding, "surrogateescape").decode(encoding, "surrogateescape")
+    except (UnicodeError, LookupError):  # (a surrogate no byte stands for: left as read)
         return text
 
 

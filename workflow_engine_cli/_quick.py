@@ -171,7 +171,7 @@ def _store_settings_valid() -> bool:
 def _database(options: dict[str, Any]) -> Path:
     """The file the command reads, and the ``--db`` the commands it prints repeat (as the
     command line proper sets them: ``_db_or_before``)."""
-    from workflow_engine.storage._location import default_db_path
+    from workflow_engine.storage._location import default_db_path, expand_home
 
     from ._hints import DirectoryGone, Hints
 
@@ -180,7 +180,7 @@ def _database(options: dict[str, Any]) -> Path:
     named = os.environ.get("WORKFLOW_ENGINE_DB") or None
     try:
         if chosen is not None:
-            chosen = Path(os.path.expanduser(chosen))  # (--db=~/x.db: no shell expands it)
+            chosen = Path(expand_home(str(chosen)))  # (--db=~/x.db: no shell expands it)
             Hints.given(chosen)
             return chosen
         path = default_db_path()

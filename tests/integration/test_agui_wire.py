@@ -477,6 +477,8 @@ def test_type_labels_are_stable_names_never_module_paths() -> None:
     assert type_label(list[Local] | None, registry).startswith("list[")
     assert "tests." not in type_label(list[Local] | None, registry)
     assert type_label(dict[str, Any], registry) == "dict[str, Any]"
+    # as Python spells it (it said "tuple[set[int], Ellipsis]": outside tester 100)
+    assert type_label(tuple[set[int], ...] | None, registry) == "tuple[set[int], ...] | None"
 
 
 def test_an_in_doubt_interrupt_says_its_question_and_the_key_to_look_the_effect_up_by() -> None:

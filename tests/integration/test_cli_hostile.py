@@ -12,6 +12,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -206,6 +207,27 @@ def test_a_tilde_no_shell_expanded_is_the_home_directory(tmp_path: Path) -> None
     )
     assert started.returncode == 3, started
     assert (home / "runs.db").exists() and list(work.iterdir()) == []
+
+
+def test_a_tilde_under_an_empty_or_tilde_home_is_the_default_s_home_or_refused(
+    tmp_path: Path,
+) -> None:
+    """Under ``HOME=`` a ``--db '~/t.db'`` made ``/t.db`` at the file system's root, and under
+    ``HOME='~'`` a directory named ``~`` in the current one (outside tester 100)."""
+    import pwd
+
+    cli = Cli(tmp_path)
+    own = pwd.getpwuid(os.getuid()).pw_dir
+    name = f"no-such-{uuid.uuid4().hex}.db"
+    empty = _default_db_run(cli, {"HOME": ""}, "runs", "list", "--db", f"~/{name}")
+    assert empty.code == 4 and f"no database at {own}/{name}" in empty.error_line(), str(empty)
+    refused = _default_db_run(
+        cli, {"HOME": "~"}, "demo", "handoff", "--offline", "-m", "hi", "--detach", "--db",
+        "~/x.db",
+    )  # fmt: skip
+    assert refused.code == 2, str(refused)
+    assert "cannot tell where '~/x.db' is: $HOME is '~'" in refused.error_line()
+    assert list(tmp_path.iterdir()) == [] and not Path("/t.db").exists()
 
 
 def test_the_commands_printed_under_a_relative_home_name_the_database(tmp_path: Path) -> None:

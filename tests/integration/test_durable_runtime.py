@@ -324,6 +324,46 @@ async def test_a_plain_dataclass_s_bytes_are_base64_as_they_are_nested(tmp_path:
         await rt.close()
 
 
+@dataclass
+class Tagged:
+    tags: set[str]
+    n: int = 0
+
+
+class TaggedAsker(Executor):
+    @handler
+    async def ask(self, question: str, ctx: WorkflowContext[Never, Tagged]) -> None:
+        await ctx.request_info(question, Tagged)
+
+    @response_handler
+    async def answered(
+        self, question: str, answer: Tagged, ctx: WorkflowContext[Never, Tagged]
+    ) -> None:
+        await ctx.yield_output(answer)
+
+
+async def test_a_plain_dataclass_answer_s_fields_are_checked_before_it_is_stored(
+    tmp_path: Path,
+) -> None:
+    """A plain dataclass checks nothing when it is made: ``Tagged(tags={1, 2})`` was stored,
+    every resume then failed to read it back (``StoredTypeChangedError``), and the right answer
+    was refused as a different one -- the run stuck for good (outside tester 100)."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(lambda: WorkflowBuilder("tagged", start=TaggedAsker("asker")).build())
+    try:
+        paused = await rt.run("tagged", "tags?")
+        rid = paused.pending_requests[0].request_id
+        said = rf"request '{rid}': expected Tagged: Tagged does not validate: tags\.0: Input"
+        with pytest.raises(ResponseTypeError, match=said):
+            await rt.respond(rid, Tagged(tags={1, 2}))  # type: ignore[arg-type]
+        with pytest.raises(ResponseTypeError, match=r"expected Tagged: n: Input should be a valid"):
+            await rt.respond(rid, {"tags": {"a"}, "n": "x"})  # (Python values: the field named)
+        assert await rt.respond(rid, Tagged(tags={"a"})) is AnswerOutcome.STORED
+        assert (await rt.resume(paused.run_id)).outputs == [Tagged(tags={"a"})]
+    finally:
+        await rt.close()
+
+
 async def test_a_set_answer_s_items_are_checked(tmp_path: Path) -> None:
     """A ``frozenset[bytes]`` answer of strings passed the fast type check (the set alone was
     checked, not its items) and reached the handler as strings (outside tester 99)."""

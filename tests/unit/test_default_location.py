@@ -40,7 +40,7 @@ def test_an_empty_or_unset_home_is_the_user_s_own(
         monkeypatch.delenv("HOME", raising=False)
     else:
         monkeypatch.setenv("HOME", home)
-    assert home_directory() == pwd.getpwuid(os.getuid()).pw_dir
+    assert home_directory("the home directory is", "set HOME") == pwd.getpwuid(os.getuid()).pw_dir
 
 
 def test_a_home_that_names_no_directory_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,3 +66,37 @@ def test_a_tilde_in_the_variable_is_the_home_directory(
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("WORKFLOW_ENGINE_DB", "~/runs.db")
     assert default_db_path() == tmp_path / "runs.db"
+
+
+@pytest.mark.parametrize("home", ["", None])
+def test_a_tilde_follows_the_same_home_as_the_default(
+    monkeypatch: pytest.MonkeyPatch, home: str | None
+) -> None:
+    """``--db '~/t.db'`` under an empty ``HOME`` made ``/t.db`` (``os.path.expanduser`` takes
+    an empty ``HOME`` for ``/``), while the default database went to the user's own home
+    (outside tester 100)."""
+    import pwd
+
+    from workflow_engine.storage._location import expand_home
+
+    if home is None:
+        monkeypatch.delenv("HOME", raising=False)
+    else:
+        monkeypatch.setenv("HOME", home)
+    own = pwd.getpwuid(os.getuid()).pw_dir
+    assert expand_home("~/t.db") == f"{own}/t.db"
+    assert expand_home("~") == own
+    assert expand_home("~root/t.db") == f"{pwd.getpwnam('root').pw_dir}/t.db"
+    assert expand_home("~no-such-user-here/t.db") == "~no-such-user-here/t.db"  # (as a shell)
+    assert expand_home("a/~/t.db") == "a/~/t.db"
+
+
+def test_a_tilde_under_a_home_of_tilde_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HOME='~'`` with ``--db '~/x.db'`` made a directory named ``~`` in the current one, a
+    trap for ``rm -rf ~`` (outside tester 100)."""
+    from workflow_engine import UsageError
+    from workflow_engine.storage._location import expand_home
+
+    monkeypatch.setenv("HOME", "~")
+    with pytest.raises(UsageError, match=r"cannot tell where '~/x.db' is: \$HOME is '~'"):
+        expand_home("~/x.db")

@@ -1,0 +1,34 @@
+"""What a prompt makes of a line read in parts from a non-blocking stdin."""
+
+from __future__ import annotations
+
+import io
+import sys
+
+import pytest
+
+from workflow_engine_cli._console import _rejoined
+
+
+def _read_in_parts(parts: list[bytes], encoding: str) -> str:
+    """The parts as stdin's text layer hands them over when each read finds only one."""
+    return "".join(part.decode(encoding, "surrogateescape") for part in parts)
+
+
+@pytest.mark.parametrize(
+    ("encoding", "parts", "line"),
+    [
+        ("utf-8", [b"Caf\xc3", b"\xa9\n"], "Café\n"),
+        ("utf-8", [b"\xf0", b"\x9f\x98\x80!\n"], "\U0001f600!\n"),
+        ("utf-8", [b"\xf0\x9f", b"\x98", b"\x80\n"], "\U0001f600\n"),
+        ("utf-8", [b"ok \xff", b" no\n"], "ok \udcff no\n"),  # (still no text: refused later)
+        ("euc-jp", [b"\xc3", b"\xa9 x\n"], "辿 x\n"),  # (stdin's own encoding, not UTF-8)
+    ],
+)
+def test_a_character_split_between_reads_is_put_together(
+    monkeypatch: pytest.MonkeyPatch, encoding: str, parts: list[bytes], line: str
+) -> None:
+    """Tester 99: "Café" in two writes was refused as not text; tester 100: in another
+    encoding than UTF-8, the rejoined bytes became another character."""
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(), encoding=encoding))
+    assert _rejoined(_read_in_parts(parts, encoding)) == line
