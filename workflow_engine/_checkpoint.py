@@ -635,14 +635,14 @@ def json_seen(encoded: Any) -> Any:
         return [json_seen(item) for item in encoded]
     if kind is not dict:
         return encoded
+    if len(encoded) == 2 and "$type" in encoded and "data" in encoded:
+        return {"$type": encoded["$type"], "data": json_seen(encoded["data"])}
     first = next(iter(encoded), None)
-    if not (type(first) is str and first.startswith("$")):
+    if len(encoded) != 1 or not (type(first) is str and first.startswith("$")):
+        # (by its keys, in whatever order they come: a dict whose first key only looked like
+        # a marker was compared as written, its ``10.0`` apart from ``10``, in one key order)
         return {key: json_seen(item) for key, item in encoded.items()}
     body = encoded[first]
-    if first == "$type" and len(encoded) == 2 and "data" in encoded:
-        return {"$type": body, "data": json_seen(encoded["data"])}
-    if len(encoded) != 1:
-        return encoded
     if first == "$dict" and type(body) is dict:  # (kept: its keys look like markers)
         return {"$dict": {key: json_seen(item) for key, item in body.items()}}
     if first in _SEQUENCE_MARKERS and type(body) is list:

@@ -706,6 +706,9 @@ def as_browsers_write(value: Any, swap: random.Random) -> Any:
 
 @examples(300)
 @given(value=json_values, other=json_values, seed=st.integers(0, 2**32))
+# a dict whose first key looks like a marker (found by CI's run of this test: its 10.0 and 10
+# were apart in one key order only)
+@example(value={"$": None, "": 0, "0": None}, other=None, seed=0)
 def test_an_answer_written_again_another_way_has_the_same_digest(
     value: Any, other: Any, seed: int
 ) -> None:
