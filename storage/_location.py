@@ -29,7 +29,8 @@ def expand_home(path: str) -> str:
     Not ``os.path.expanduser``, which takes an empty ``$HOME`` for ``/`` and a ``$HOME`` of
     ``~`` for a directory named so in the current one (tester 100)."""
     if path == "~" or path.startswith("~/"):
-        return home_directory(f"{path!r} is", "give a path without ~") + path[1:]
+        home = home_directory(f"{path!r} is", "give a path without ~")
+        return os.path.join(home, path[2:]) if path != "~" else home  # (HOME=/: not //x.db)
     return os.path.expanduser(path) if path.startswith("~") else path
 
 

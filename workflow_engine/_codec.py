@@ -797,7 +797,7 @@ def read_back(codec: JsonCodec, encoded: JSONValue, at: str = "value") -> Any:
     try:
         return codec.decode(encoded)
     except CorruptValueError as exc:
-        said = str(exc).replace("cannot decode ", "", 1).replace("stored ", "", 1)
+        said = str(exc).replace("cannot decode ", "", 1).replace(": stored ", ": ", 1)
         raise SerializationError(
             f"cannot store {at}: it would not read back ({said}); a model built with "
             "model_construct or changed after validation can hold values its fields do not "

@@ -307,7 +307,12 @@ def _require_database(db: Path | None) -> None:
     from workflow_engine.storage import default_db_path
 
     path = Path(db if db is not None else default_db_path())
-    if not path.exists():
+    try:
+        there = path.exists()
+    except OSError as exc:  # (a name longer than the file system takes: "internal error")
+        print_error(f"cannot use {path} as the database: {exc.strerror or exc}; check --db")
+        raise Exit(EXIT_USAGE) from None
+    if not there:
         print_error(f"no database at {path} (nothing has run there yet; check --db)")
         raise Exit(EXIT_NOT_FOUND)
     with contextlib.suppress(OSError):  # (unreadable: opening it says why)

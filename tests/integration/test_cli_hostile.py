@@ -230,6 +230,20 @@ def test_a_tilde_under_an_empty_or_tilde_home_is_the_default_s_home_or_refused(
     assert list(tmp_path.iterdir()) == [] and not Path("/t.db").exists()
 
 
+@pytest.mark.parametrize("args", [["runs", "list"], ["runs", "show", "x"], ["resume", "x"]])
+def test_a_database_name_too_long_for_the_file_system_is_one_line_exit_2(
+    tmp_path: Path, args: list[str]
+) -> None:
+    """A component over 255 bytes was "internal error: OSError: [Errno 36] File name too
+    long", exit 1 (outside tester 101)."""
+    cli = Cli(tmp_path)
+    db = tmp_path / ("a" * 300) / "runs.db"
+    result = _default_db_run(cli, {}, *args, "--db", str(db))
+    assert result.code == 2, str(result)
+    assert "as the database: File name too long; check --db" in result.error_line()
+    assert "internal error" not in result.err
+
+
 def test_the_commands_printed_under_a_relative_home_name_the_database(tmp_path: Path) -> None:
     """Under a relative ``HOME`` the printed ``respond``/``resume`` commands had no ``--db``:
     pasted in another directory, they looked elsewhere (outside tester 99)."""

@@ -11,7 +11,7 @@ from typing import Any, Never
 from uuid import UUID
 
 import pytest
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from tests.integration.workflows import (
     Answer,
@@ -353,13 +353,66 @@ async def test_a_plain_dataclass_answer_s_fields_are_checked_before_it_is_stored
     try:
         paused = await rt.run("tagged", "tags?")
         rid = paused.pending_requests[0].request_id
-        said = rf"request '{rid}': expected Tagged: Tagged does not validate: tags\.0: Input"
+        said = rf"request '{rid}': .*would not read back \(data: Tagged does not validate: tags\.0"
         with pytest.raises(ResponseTypeError, match=said):
             await rt.respond(rid, Tagged(tags={1, 2}))  # type: ignore[arg-type]
         with pytest.raises(ResponseTypeError, match=r"expected Tagged: n: Input should be a valid"):
             await rt.respond(rid, {"tags": {"a"}, "n": "x"})  # (Python values: the field named)
         assert await rt.respond(rid, Tagged(tags={"a"})) is AnswerOutcome.STORED
         assert (await rt.resume(paused.run_id)).outputs == [Tagged(tags={"a"})]
+    finally:
+        await rt.close()
+
+
+class MendingAsker(TaggedAsker):
+    def validate_response(self, request: Any, response: Tagged) -> Tagged:
+        """The node's own rule mends what its type would refuse (its tags as text)."""
+        return Tagged(tags={str(tag) for tag in response.tags}, n=response.n)
+
+
+class SplitTags(BaseModel):
+    """A model whose validator fails on its own stored form (a list has no ``split``)."""
+
+    tags: list[str]
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return value.split(",")
+
+
+class SplitAsker(Executor):
+    @handler
+    async def ask(self, question: str, ctx: WorkflowContext[Never, SplitTags]) -> None:
+        await ctx.request_info(question, SplitTags)
+
+    @response_handler
+    async def answered(
+        self, question: str, answer: SplitTags, ctx: WorkflowContext[Never, SplitTags]
+    ) -> None:
+        await ctx.yield_output(answer)
+
+
+async def test_what_would_not_read_back_is_refused_after_the_node_s_own_rules(
+    tmp_path: Path,
+) -> None:
+    """The read-back check runs on the answer as it is kept: a node's ``validate_response``
+    may still mend it (the check ran before the hook, and refused what the hook mended:
+    outside tester 101); a model whose validator fails on its own stored form is refused too
+    (it was stored, and every resume said the store was damaged)."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(lambda: WorkflowBuilder("mended", start=MendingAsker("asker")).build())
+    rt.register(lambda: WorkflowBuilder("split", start=SplitAsker("asker")).build())
+    try:
+        paused = await rt.run("mended", "tags?")
+        rid = paused.pending_requests[0].request_id
+        done = await rt.respond_and_resume(rid, Tagged(tags={1, 2}))  # type: ignore[arg-type]
+        assert done.outputs == [Tagged(tags={"1", "2"})]
+        paused = await rt.run("split", "tags?")
+        rid = paused.pending_requests[0].request_id
+        with pytest.raises(ResponseTypeError, match=r"not read back \(data: SplitTags cannot"):
+            await rt.respond(rid, SplitTags(tags="a,b"))  # type: ignore[arg-type]
+        assert (await rt.get_request(rid)).status == "pending"
     finally:
         await rt.close()
 

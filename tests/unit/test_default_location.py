@@ -89,6 +89,8 @@ def test_a_tilde_follows_the_same_home_as_the_default(
     assert expand_home("~root/t.db") == f"{pwd.getpwnam('root').pw_dir}/t.db"
     assert expand_home("~no-such-user-here/t.db") == "~no-such-user-here/t.db"  # (as a shell)
     assert expand_home("a/~/t.db") == "a/~/t.db"
+    monkeypatch.setenv("HOME", "/")
+    assert expand_home("~/t.db") == "/t.db"  # (it was //t.db: outside tester 101)
 
 
 def test_a_tilde_under_a_home_of_tilde_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
