@@ -13,6 +13,7 @@ from uuid import UUID
 import pytest
 from pydantic import BaseModel, ConfigDict, field_validator
 
+from tests.integration.askers import asker_workflow
 from tests.integration.workflows import (
     Answer,
     Ticket,
@@ -239,24 +240,12 @@ async def test_the_same_answer_as_json_sees_it_is_the_same_answer(
         await rt.close()
 
 
-class BytesAsker(Executor):
-    @handler
-    async def ask(self, question: str, ctx: WorkflowContext[Never, list[bytes]]) -> None:
-        await ctx.request_info(question, list[bytes])
-
-    @response_handler
-    async def answered(
-        self, question: str, answer: list[bytes], ctx: WorkflowContext[Never, list[bytes]]
-    ) -> None:
-        await ctx.yield_output(answer)
-
-
 async def test_bytes_answered_as_json_text_are_the_base64_the_wire_shows(tmp_path: Path) -> None:
     """A JSON client answers a bytes-typed request with the base64 text the wire shows bytes
     as; that text was read as UTF-8 (pydantic's default), so the wire's own form of an answer
     was a different answer, and raw text passed for the same one (outside tester 97)."""
     rt = Runtime(SqliteStore(tmp_path / "runs.db"))
-    rt.register(lambda: WorkflowBuilder("bytes", start=BytesAsker("asker")).build())
+    rt.register(lambda: asker_workflow("bytes", list[bytes]))
     try:
         paused = await rt.run("bytes", "a file?")
         rid = paused.pending_requests[0].request_id
@@ -282,35 +271,11 @@ class Upload:
     body: bytes
 
 
-class UploadAsker(Executor):
-    @handler
-    async def ask(self, question: str, ctx: WorkflowContext[Never, Upload]) -> None:
-        await ctx.request_info(question, Upload)
-
-    @response_handler
-    async def answered(
-        self, question: str, answer: Upload, ctx: WorkflowContext[Never, Upload]
-    ) -> None:
-        await ctx.yield_output(answer)
-
-
-class SetAsker(Executor):
-    @handler
-    async def ask(self, question: str, ctx: WorkflowContext[Never, frozenset[bytes]]) -> None:
-        await ctx.request_info(question, frozenset[bytes])
-
-    @response_handler
-    async def answered(
-        self, question: str, answer: frozenset[bytes], ctx: WorkflowContext[Never, Any]
-    ) -> None:
-        await ctx.yield_output(answer)
-
-
 async def test_a_plain_dataclass_s_bytes_are_base64_as_they_are_nested(tmp_path: Path) -> None:
     """A plain dataclass as the whole answer type read its bytes as UTF-8 text, though nested
     (``Upload | None``) it read them as base64, the wire's form (outside tester 99)."""
     rt = Runtime(SqliteStore(tmp_path / "runs.db"))
-    rt.register(lambda: WorkflowBuilder("upload", start=UploadAsker("asker")).build())
+    rt.register(lambda: asker_workflow("upload", Upload))
     try:
         paused = await rt.run("upload", "a file?")
         rid = paused.pending_requests[0].request_id
@@ -330,18 +295,6 @@ class Tagged:
     n: int = 0
 
 
-class TaggedAsker(Executor):
-    @handler
-    async def ask(self, question: str, ctx: WorkflowContext[Never, Tagged]) -> None:
-        await ctx.request_info(question, Tagged)
-
-    @response_handler
-    async def answered(
-        self, question: str, answer: Tagged, ctx: WorkflowContext[Never, Tagged]
-    ) -> None:
-        await ctx.yield_output(answer)
-
-
 async def test_a_plain_dataclass_answer_s_fields_are_checked_before_it_is_stored(
     tmp_path: Path,
 ) -> None:
@@ -349,7 +302,7 @@ async def test_a_plain_dataclass_answer_s_fields_are_checked_before_it_is_stored
     every resume then failed to read it back (``StoredTypeChangedError``), and the right answer
     was refused as a different one -- the run stuck for good (outside tester 100)."""
     rt = Runtime(SqliteStore(tmp_path / "runs.db"))
-    rt.register(lambda: WorkflowBuilder("tagged", start=TaggedAsker("asker")).build())
+    rt.register(lambda: asker_workflow("tagged", Tagged))
     try:
         paused = await rt.run("tagged", "tags?")
         rid = paused.pending_requests[0].request_id
@@ -364,10 +317,9 @@ async def test_a_plain_dataclass_answer_s_fields_are_checked_before_it_is_stored
         await rt.close()
 
 
-class MendingAsker(TaggedAsker):
-    def validate_response(self, request: Any, response: Tagged) -> Tagged:
-        """The node's own rule mends what its type would refuse (its tags as text)."""
-        return Tagged(tags={str(tag) for tag in response.tags}, n=response.n)
+def as_text_tags(answer: Tagged) -> Tagged:
+    """A node's own rule that mends what its type would refuse: its tags as text."""
+    return Tagged(tags={str(tag) for tag in answer.tags}, n=answer.n)
 
 
 class SplitTags(BaseModel):
@@ -381,18 +333,6 @@ class SplitTags(BaseModel):
         return value.split(",")
 
 
-class SplitAsker(Executor):
-    @handler
-    async def ask(self, question: str, ctx: WorkflowContext[Never, SplitTags]) -> None:
-        await ctx.request_info(question, SplitTags)
-
-    @response_handler
-    async def answered(
-        self, question: str, answer: SplitTags, ctx: WorkflowContext[Never, SplitTags]
-    ) -> None:
-        await ctx.yield_output(answer)
-
-
 async def test_what_would_not_read_back_is_refused_after_the_node_s_own_rules(
     tmp_path: Path,
 ) -> None:
@@ -401,8 +341,8 @@ async def test_what_would_not_read_back_is_refused_after_the_node_s_own_rules(
     outside tester 101); a model whose validator fails on its own stored form is refused too
     (it was stored, and every resume said the store was damaged)."""
     rt = Runtime(SqliteStore(tmp_path / "runs.db"))
-    rt.register(lambda: WorkflowBuilder("mended", start=MendingAsker("asker")).build())
-    rt.register(lambda: WorkflowBuilder("split", start=SplitAsker("asker")).build())
+    rt.register(lambda: asker_workflow("mended", Tagged, mend=as_text_tags))
+    rt.register(lambda: asker_workflow("split", SplitTags))
     try:
         paused = await rt.run("mended", "tags?")
         rid = paused.pending_requests[0].request_id
@@ -421,7 +361,7 @@ async def test_a_set_answer_s_items_are_checked(tmp_path: Path) -> None:
     """A ``frozenset[bytes]`` answer of strings passed the fast type check (the set alone was
     checked, not its items) and reached the handler as strings (outside tester 99)."""
     rt = Runtime(SqliteStore(tmp_path / "runs.db"))
-    rt.register(lambda: WorkflowBuilder("set", start=SetAsker("asker")).build())
+    rt.register(lambda: asker_workflow("set", frozenset[bytes]))
     try:
         paused = await rt.run("set", "files?")
         rid = paused.pending_requests[0].request_id
