@@ -949,7 +949,8 @@ class Workflow:
         )
 
 
-_BYTES_AS_BASE64 = ConfigDict(val_json_bytes="base64")
+_BYTES_AS_BASE64 = ConfigDict(val_json_bytes="base64", ser_json_bytes="base64")
+"""(Serializing: only so that the JSON schema says base64, ``json_schema``.)"""
 
 
 class AnswerAdapter:
@@ -981,6 +982,15 @@ class AnswerAdapter:
 
     def validate_python(self, data: Any) -> Any:
         return self._python.validate_python(data)
+
+    def json_schema(self) -> dict[str, Any]:
+        """The JSON schema of answers given as JSON (bytes as base64: pydantic says
+        ``format: base64url``, and reads both alphabets)."""
+        schema = self._json.json_schema()
+        if not self._skip:
+            return schema
+        item = schema["prefixItems"][0]  # (the tuple's one item)
+        return {**item, "$defs": schema["$defs"]} if "$defs" in schema else item
 
     def where(self, loc: tuple[int | str, ...], from_json: bool) -> str:
         """An error's location in the answer (``value``: the answer itself); ``from_json``: an

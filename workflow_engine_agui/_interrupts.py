@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ag_ui.core import Interrupt
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel
 
 from workflow_engine import (
     Checkpoint,
@@ -44,6 +44,7 @@ from workflow_engine import (
     Workflow,
 )
 from workflow_engine._checkpoint import canonical_answer
+from workflow_engine._workflow import AnswerAdapter
 from workflow_engine.executors import (
     ChatMessage,
     FunctionCallContent,
@@ -157,9 +158,28 @@ def interrupt_for(
         id=interrupt_id,
         reason="input_required",
         message=message if isinstance(message, str) and message else "Input required",
-        response_schema=TypeAdapter(request.response_type).json_schema(),
+        response_schema=answer_schema(request.response_type),
         metadata={"request_type": type_label(type(data), registry), "request": wire_value(data)},
     )
+
+
+def answer_schema(answer_type: Any) -> dict[str, Any]:
+    """The JSON schema of an answer, as answers are read: bytes outside a model as base64
+    (it said ``format: binary``, which tells a client nothing of base64: outside tester 100),
+    a model's own bytes fields as the model reads them."""
+    return _base64_said(AnswerAdapter(answer_type).json_schema())
+
+
+def _base64_said(schema: Any) -> Any:
+    """Pydantic names base64 bytes ``format: base64url``; the wire shows standard base64 (and
+    both are read): JSON Schema's ``contentEncoding: base64`` says so."""
+    if isinstance(schema, list):
+        return [_base64_said(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    if schema.get("format") == "base64url" and schema.get("type") == "string":
+        return {"type": "string", "contentEncoding": "base64"}
+    return {key: _base64_said(item) for key, item in schema.items()}
 
 
 # --- how answers come back ----------------------------------------------------------------------

@@ -90,6 +90,20 @@ def test_text_that_is_not_base64_is_refused_for_bytes(client: Client, path: str)
     assert done.last.type == EventType.RUN_FINISHED, done.describe()
 
 
+def test_the_response_schema_says_bytes_are_base64(client: Client) -> None:
+    """It said ``format: binary``, which tells a client nothing of base64 (tester 100)."""
+    base64_text = {"type": "string", "contentEncoding": "base64"}
+    for path in ("bytes", "optional-bytes", "upload"):
+        [interrupt] = client.start(f"/{path}", f"typed-{uuid.uuid4().hex[:12]}", "?").interrupts
+        schema = interrupt.response_schema
+        if path == "bytes":
+            assert schema == base64_text
+        elif path == "optional-bytes":
+            assert schema == {"anyOf": [base64_text, {"type": "null"}]}
+        else:
+            assert schema["$defs"]["Upload"]["properties"]["body"] == base64_text, schema
+
+
 def test_the_handoff_s_user_turn_still_takes_a_bare_string(tmp_path: Path) -> None:
     """The one answer a bare string is wrapped for: a model whose field is ``message``."""
     from workflow_engine.executors import HandoffUserResponse
