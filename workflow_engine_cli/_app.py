@@ -140,24 +140,14 @@ def _db_before(db: Path | None) -> Path | None:
 
 def _db_or_before(db: Path | None) -> Path | None:
     chosen = db if db is not None else _Before.db
-    # one from $WORKFLOW_ENGINE_DB is named too: a printed command pasted in a terminal
-    # without the variable (or elsewhere, for a relative path) read another database (tester 77)
-    named = os.environ.get("WORKFLOW_ENGINE_DB") or None
     from workflow_engine import UsageError
-    from workflow_engine.storage._location import default_db_path, expand_home
 
     try:
-        if chosen is not None:
-            chosen = Path(expand_home(str(chosen)))  # (--db=~/x.db: no shell expands it)
-            Hints.given(chosen)
-        elif named:
-            Hints.given(default_db_path(), "WORKFLOW_ENGINE_DB")
-        else:
-            Hints.defaulted(default_db_path())
+        path = Hints.database(chosen)
     except (DirectoryGone, UsageError) as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
-    return chosen
+    return path if chosen is not None else None
 
 
 @app.callback()

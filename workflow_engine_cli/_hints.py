@@ -26,6 +26,27 @@ class Hints:
         cls.db = f" --db {shell_quoted(str(_absolute(db, named_by)))}" if db is not None else ""
 
     @classmethod
+    def database(cls, given: Path | None) -> Path:
+        """The file a command uses, remembering the ``--db`` its printed commands repeat:
+        ``given`` (``--db``; a leading ``~`` expanded, as no shell expands ``--db=~/x.db``),
+        else the default one. :class:`DirectoryGone`, or ``UsageError`` when there is no
+        home directory to find the default (or ``~``) in."""
+        from workflow_engine.storage._location import default_db_path, expand_home
+
+        if given is not None:
+            path = Path(expand_home(str(given)))
+            cls.given(path)
+        elif os.environ.get("WORKFLOW_ENGINE_DB"):
+            # named too: a printed command pasted in a terminal without the variable (or
+            # elsewhere, for a relative path) read another database (tester 77)
+            path = default_db_path()
+            cls.given(path, "WORKFLOW_ENGINE_DB")
+        else:
+            path = default_db_path()
+            cls.defaulted(path)
+        return path
+
+    @classmethod
     def defaulted(cls, db: Path) -> None:
         """No database was given: ``db`` is the default one, relative only when ``$HOME`` is.
         :class:`DirectoryGone` (naming ``HOME``) when the current directory was deleted."""

@@ -171,24 +171,11 @@ def _store_settings_valid() -> bool:
 def _database(options: dict[str, Any]) -> Path:
     """The file the command reads, and the ``--db`` the commands it prints repeat (as the
     command line proper sets them: ``_db_or_before``)."""
-    from workflow_engine.storage._location import default_db_path, expand_home
-
     from ._hints import DirectoryGone, Hints
 
     given = options.get("--db") or options.get("before_db")
-    chosen = Path(given) if given is not None else None
-    named = os.environ.get("WORKFLOW_ENGINE_DB") or None
     try:
-        if chosen is not None:
-            chosen = Path(expand_home(str(chosen)))  # (--db=~/x.db: no shell expands it)
-            Hints.given(chosen)
-            return chosen
-        path = default_db_path()
-        if named:
-            Hints.given(path, "WORKFLOW_ENGINE_DB")
-        else:
-            Hints.defaulted(path)
-        return path
+        return Hints.database(Path(given) if given is not None else None)
     except (DirectoryGone, ValueError):  # (ValueError: UsageError, no default location)
         raise _NotQuick from None  # (the command line proper says so)
 
