@@ -693,11 +693,14 @@ def test_output_to_a_full_non_blocking_pipe_waits_for_the_reader(
     """A full pipe left non-blocking: the command waits for room, as on any pipe. Python's
     buffered stdout dropped the output there, and the command exited 0 having printed nothing
     (tester 94). When the reader goes away instead, the command stops quietly with 141."""
-    cli, run_id, _, _ = base
+    cli, run_id, _, other = base
+    shared = len(os.path.commonprefix([run_id, other]))
     for command in (
         ["runs", "list"],  # (the quick path)
         ["runs", "show", run_id, "--json"],
-        ["runs", "show", "--json", run_id[:1]],  # (a prefix the command line proper takes)
+        # (a prefix the command line proper takes; shortest that tells the two runs apart: a
+        # one-character prefix was ambiguous whenever both ids began alike, 1 run in 16)
+        ["runs", "show", "--json", run_id[: shared + 1]],
         ["graph", "handoff"],
         ["--help"],
     ):
