@@ -99,6 +99,7 @@ from workflow_engine import (
     WorkflowRunState,
     WorkflowStatusEvent,
 )
+from workflow_engine._checkpoint import canonical_answer
 from workflow_engine._codec import strictly_equal
 from workflow_engine._identity import INPUT_SOURCE
 from workflow_engine._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
@@ -892,31 +893,33 @@ class AGUIService:
             if answer.status == "cancelled":
                 continue  # the same cancel again: nothing to store
             request = self._decode_request(workflow, stored)
-            try:
-                value = answer_for(request, answer.payload)
-            except AGUIError as exc:
-                # a payload no request would take, to one already answered: what matters is
-                # that it is not that answer (as for the engine's respond), not its form
-                raise AGUIError(
-                    RequestAlreadyAnsweredError.code,
-                    f"interrupt {answer.interrupt_id} was already answered with a different "
-                    f"value; an answer cannot be changed ({exc})",
-                ) from exc
-            prepared.append((stored.request_id, value))
+            # (each place's payload, where the two are written differently: each must be the
+            # stored answer)
+            for payload in (answer.payload, *answer.written_also):
+                try:
+                    value = answer_for(request, payload)
+                except AGUIError as exc:
+                    # a payload no request would take, to one already answered: what matters
+                    # is that it is not that answer (as for the engine's respond), not its form
+                    raise AGUIError(
+                        RequestAlreadyAnsweredError.code,
+                        f"interrupt {answer.interrupt_id} was already answered with a "
+                        f"different value; an answer cannot be changed ({exc})",
+                    ) from exc
+                prepared.append((stored.request_id, value))
         for answer in fresh:
             request = pending[answer.interrupt_id]
             value = answer_for(request, answer.payload)
-            try:
-                workflow.check_answer(
-                    request.run_id or (current or ""),
-                    request.request_id,
-                    request.port_id,
-                    request.data,
-                    request.response_type,
-                    value,
-                )
-            except ResponseError as exc:
-                raise AGUIError("invalid_resume_payload", str(exc)) from exc
+            kept = _checked_answer(workflow, request, current, value)
+            for payload in answer.written_also:
+                # written differently in forwardedProps: the same answer once typed, or refused
+                also = _checked_answer(workflow, request, current, answer_for(request, payload))
+                if _seen_as(workflow, also) != _seen_as(workflow, kept):
+                    raise AGUIError(
+                        "invalid_resume",
+                        f"resume and forwardedProps.command.resume give interrupt "
+                        f"{answer.interrupt_id} different answers; send the answers once",
+                    )
             prepared.append((request.request_id, value))
         for request_id, value in prepared:
             try:
@@ -1266,6 +1269,28 @@ def _not_received(
             continue
         return text
     return None
+
+
+def _checked_answer(
+    workflow: Workflow, request: ExternalRequest, current: str | None, value: Any
+) -> Any:
+    """``value`` as the request's run keeps it, validated (``Workflow.check_answer``)."""
+    try:
+        return workflow.check_answer(
+            request.run_id or (current or ""),
+            request.request_id,
+            request.port_id,
+            request.data,
+            request.response_type,
+            value,
+        )
+    except ResponseError as exc:
+        raise AGUIError("invalid_resume_payload", str(exc)) from exc
+
+
+def _seen_as(workflow: Workflow, answer: Any) -> str:
+    """An answer as the store compares answers: two written alike are the same answer."""
+    return canonical_answer(workflow.codec.encode(answer))
 
 
 def _typed(response_type: Any) -> bool:

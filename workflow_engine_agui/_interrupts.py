@@ -190,6 +190,10 @@ class ResumeAnswer:
     interrupt_id: str
     status: str
     payload: Any
+    written_also: tuple[Any, ...] = ()
+    """The same interrupt's payload in the other place (``forwardedProps.command.resume``),
+    when it is written differently: the same answer or not is told once the answer's type is
+    known (a bare string and ``{"message": ...}`` for a chat turn are one answer)."""
 
 
 def _in_doubt_message(question: InDoubtEffect) -> str:
@@ -221,11 +225,8 @@ def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
         return None
     if len(parsed) == 2:
         (_, top_answers), (_, nested_answers) = parsed
-        if top_answers and nested_answers and _meaning(top_answers) != _meaning(nested_answers):
-            raise AGUIError(
-                "invalid_resume",
-                "resume and forwardedProps.command.resume differ; send the answers once",
-            )
+        if top_answers and nested_answers:
+            _written_alike(top_answers, nested_answers)
         if not top_answers:  # an empty list next to real answers: the answers count
             parsed = parsed[1:]
     entries, answers = parsed[0]
@@ -277,6 +278,24 @@ def _parse_resume(raw: Any) -> tuple[list[Any], list[ResumeAnswer]]:
             )
         answers.append(ResumeAnswer(interrupt_id, status, entry.get("payload")))
     return raw, answers
+
+
+def _written_alike(top: list[ResumeAnswer], nested: list[ResumeAnswer]) -> None:
+    """Answers in both places must answer the same interrupts the same way (resolved or
+    cancelled); a payload written differently in the other place is kept beside the answer
+    (``written_also``), to be compared once its type is known."""
+    said, also = _meaning(top), _meaning(nested)
+    if {i: status for i, (status, _) in said.items()} != {
+        i: status for i, (status, _) in also.items()
+    }:
+        raise AGUIError(
+            "invalid_resume",
+            "resume and forwardedProps.command.resume differ; send the answers once",
+        )
+    other = {a.interrupt_id: a.payload for a in nested}
+    for answer in top:
+        if said[answer.interrupt_id] != also[answer.interrupt_id]:
+            answer.written_also = (other[answer.interrupt_id],)
 
 
 def _meaning(answers: list[ResumeAnswer]) -> dict[str, tuple[str, str]]:

@@ -17,6 +17,7 @@ from fastapi import FastAPI
 
 from tests.integration.agui_harness import Client, in_process, resolved
 from tests.integration.askers import asker_workflow
+from workflow_engine.executors import HandoffUserResponse
 from workflow_engine.storage import SqliteStore
 from workflow_engine_agui import add_agui_endpoint
 
@@ -35,6 +36,7 @@ ANSWER_TYPES: dict[str, Any] = {
     "text": str,
     "anything": Any,
     "upload": Upload,
+    "user-turn": HandoffUserResponse,
 }
 
 
@@ -106,8 +108,38 @@ def test_the_response_schema_says_bytes_are_base64(client: Client) -> None:
 
 def test_the_handoff_s_user_turn_still_takes_a_bare_string(tmp_path: Path) -> None:
     """The one answer a bare string is wrapped for: a model whose field is ``message``."""
-    from workflow_engine.executors import HandoffUserResponse
     from workflow_engine_agui._interrupts import _answered_with_a_message
 
     assert _answered_with_a_message(HandoffUserResponse)
-    assert not any(_answered_with_a_message(t) for t in ANSWER_TYPES.values())
+    others = [t for path, t in ANSWER_TYPES.items() if path != "user-turn"]
+    assert not any(_answered_with_a_message(t) for t in others)
+
+
+BOTH_PLACES = [  # (endpoint, payload in resume, in forwardedProps, the same answer?)
+    ("user-turn", "hello", {"message": "hello"}, True),
+    ("user-turn", {"message": "hello", "end": False}, "hello", True),
+    ("bytes", "AGhp/w==", "AGhp_w==", True),  # (standard and URL-safe base64: both are read)
+    ("user-turn", "hello", {"message": "bye"}, False),
+    ("bytes", "AGhp/w==", "AGhp", False),
+]
+
+
+@pytest.mark.parametrize(("path", "top", "nested", "same"), BOTH_PLACES)
+def test_an_answer_in_both_places_is_compared_as_its_type_reads_it(
+    client: Client, path: str, top: Any, nested: Any, same: bool
+) -> None:
+    """``resume`` and ``forwardedProps.command.resume`` were compared as written, before the
+    answer's type was known: a chat turn as the bare text in one and ``{"message": ...}`` in
+    the other was refused as two different answers (outside tester 101). Different answers
+    still are, before anything is stored: the right one is taken afterwards."""
+    thread_id = f"typed-{uuid.uuid4().hex[:12]}"
+    [interrupt] = client.start(f"/{path}", thread_id, "may I?").interrupts
+    props = {"command": {"resume": resolved(interrupt.id, nested)}}
+    both = client.resume(f"/{path}", thread_id, resolved(interrupt.id, top), forwardedProps=props)
+    if same:
+        assert both.last.type == EventType.RUN_FINISHED, both.describe()
+        return
+    assert both.error_code == "invalid_resume", both.describe()
+    assert interrupt.id in both.last.message and "different answers" in both.last.message
+    done = client.resume(f"/{path}", thread_id, resolved(interrupt.id, nested))
+    assert done.last.type == EventType.RUN_FINISHED, done.describe()  # (nothing was stored)

@@ -379,14 +379,25 @@ def test_a_resume_in_forwarded_props_is_checked_like_any_other(
     both = run_input(
         thread_id,
         [],
-        resume=resolved(interrupt.id, False),
-        forwardedProps={"command": {"resume": resolved(interrupt.id, True)}},
+        resume=resolved(interrupt.id, {"accepted": False}),
+        forwardedProps={"command": {"resume": resolved(interrupt.id, {"approved": True})}},
     )
-    assert client.post("/support", both).body["error"] == "invalid_resume"
+    refused(client.post("/support", both), "invalid_resume")  # (told once the types are known)
+    assert store_state(server.db) == before
+    cancelled = [{"interruptId": interrupt.id, "status": "cancelled"}]
+    both = run_input(
+        thread_id,
+        [],
+        resume=resolved(interrupt.id, True),
+        forwardedProps={"command": {"resume": cancelled}},
+    )
+    assert client.post("/support", both).body["error"] == "invalid_resume"  # (422: at once)
     assert store_state(server.db) == before
 
+    # the same answer, written two ways (edits that change nothing are no edits)
     same = resolved(interrupt.id, {"accepted": True})
-    body = run_input(thread_id, [], resume=same, forwardedProps={"command": {"resume": same}})
+    alike = resolved(interrupt.id, {"approved": True, "arguments": {}})
+    body = run_input(thread_id, [], resume=same, forwardedProps={"command": {"resume": alike}})
     stream = client.post("/support", body)
     assert "submitted" in stream.results()[interrupt.tool_call_id]
     assert len(ledger(server, thread_id)) == 1
@@ -407,20 +418,26 @@ def test_the_same_answers_in_both_places_may_be_written_in_either_form() -> None
         (answer,) = normalize_resume(body) or []
         assert answer.interrupt_id == "i1" and answer.status == "resolved"
         assert body["resume"][0]["interruptId"] == "i1"  # the list form, for validation
+    # payloads written differently are kept to be compared once their type is known (the
+    # endpoint does); other interrupts, or another status, differ at once
     no = {"interrupts": [{"id": "i1", "value": {"accepted": False}}]}
-    with pytest.raises(AGUIError, match="differ"):
-        normalize_resume({"resume": listed, "forwardedProps": {"command": {"resume": no}}})
+    body = {"resume": listed, "forwardedProps": {"command": {"resume": no}}}
+    (answer,) = normalize_resume(body) or []
+    assert answer.written_also == ({"accepted": False},)
+    for nested in (
+        {"interrupts": [{"id": "i2", "value": {"accepted": True}}]},
+        [{"interruptId": "i1", "status": "cancelled"}],
+    ):
+        with pytest.raises(AGUIError, match="differ"):
+            normalize_resume({"resume": listed, "forwardedProps": {"command": {"resume": nested}}})
     # numbers as JSON compares them: ``10`` in one place is ``10.0`` in the other (tester 76)
     edits = [{"interruptId": "i1", "status": "resolved", "payload": {"accepted": True}}]
     for amount, other, same in ((10, 10.0, True), (10.0, 10, True), (10, 10.5, False)):
         top = [{**edits[0], "payload": {"accepted": True, "arguments": {"amount": amount}}}]
         nested = [{**edits[0], "payload": {"approved": True, "arguments": {"amount": other}}}]
         body = {"resume": top, "forwardedProps": {"command": {"resume": nested}}}
-        if same:
-            assert normalize_resume(body) is not None
-        else:
-            with pytest.raises(AGUIError, match="differ"):
-                normalize_resume(body)
+        (answer,) = normalize_resume(body) or []
+        assert bool(answer.written_also) is not same
 
 
 # --- 4. the pieces, on plain data ---------------------------------------------------------------

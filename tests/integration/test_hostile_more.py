@@ -694,7 +694,7 @@ def test_output_to_a_full_non_blocking_pipe_waits_for_the_reader(
     buffered stdout dropped the output there, and the command exited 0 having printed nothing
     (tester 94). When the reader goes away instead, the command stops quietly with 141."""
     cli, run_id, _, other = base
-    shared = len(os.path.commonprefix([run_id, other]))
+    shared = next(i for i, (a, b) in enumerate(zip(run_id, other, strict=True)) if a != b)
     for command in (
         ["runs", "list"],  # (the quick path)
         ["runs", "show", run_id, "--json"],
