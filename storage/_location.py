@@ -31,7 +31,18 @@ def expand_home(path: str) -> str:
     if path == "~" or path.startswith("~/"):
         home = home_directory(f"{path!r} is", "give a path without ~")
         return os.path.join(home, path[2:]) if path != "~" else home  # (HOME=/: not //x.db)
-    return os.path.expanduser(path) if path.startswith("~") else path
+    if not path.startswith("~"):
+        return path
+    expanded = os.path.expanduser(path)
+    if expanded == path:  # ``~name`` of no user: a shell leaves it, and the store then made
+        # a directory named so in the current one (outside tester 101)
+        from workflow_engine._errors import UsageError
+
+        name = path[1:].split("/", 1)[0]
+        raise UsageError(
+            f"cannot tell where {path!r} is: there is no user {name!r}; give a path without ~"
+        )
+    return expanded
 
 
 def home_directory(what: str, instead: str) -> str:
@@ -54,6 +65,15 @@ def home_directory(what: str, instead: str) -> str:
         from workflow_engine._errors import UsageError
 
         raise UsageError(f"cannot tell where {what}: {said}; {instead} (or set HOME)")
+    if os.path.isabs(home) and not os.path.isdir(home):
+        # (a relative one is the current directory's business: the command line says so)
+        from workflow_engine._errors import UsageError
+
+        which = said if said.startswith("$HOME is '") else f"{said}, and its home is {home!r}"
+        raise UsageError(
+            f"cannot tell where {what}: {which}, which is not a directory (the store makes its "
+            f"own folders, not a home); {instead} (or set HOME)"
+        )
     return home
 
 

@@ -230,6 +230,28 @@ def test_a_tilde_under_an_empty_or_tilde_home_is_the_default_s_home_or_refused(
     assert list(tmp_path.iterdir()) == [] and not Path("/t.db").exists()
 
 
+def test_no_home_nor_user_directory_is_made_for_the_database(tmp_path: Path) -> None:
+    """A ``HOME`` naming no directory was made by the demo, parents and all, and a ``--db``
+    of ``~nosuchuser/x.db`` a directory named ``~nosuchuser`` in the current one; a path with
+    a newline cut the error line there (outside tester 101)."""
+    cli = Cli(tmp_path)
+    home = tmp_path / "home" / "nobody"
+    demo = ["demo", "handoff", "--offline", "-m", "refund order 12345", "--detach"]
+    refused = _default_db_run(cli, {"HOME": str(home)}, *demo)
+    assert refused.code == 2, str(refused)
+    said = f"cannot tell where the default database is: $HOME is '{home}', which is not a dir"
+    assert said in refused.error_line()
+    nobody = _default_db_run(cli, {}, *demo, "--db", "~no-such-user-here/x.db")
+    assert nobody.code == 2, str(nobody)
+    assert "there is no user 'no-such-user-here'" in nobody.error_line()
+    assert list(tmp_path.iterdir()) == []  # (cwd is tmp_path: no ~no-such-user-here there)
+    odd = tmp_path / "home" / "a\nb"
+    odd.mkdir(parents=True)
+    listed = _default_db_run(cli, {"HOME": str(odd)}, "runs", "list")
+    assert listed.code == 4, str(listed)
+    assert f"no database at {tmp_path}/home/a\\nb/.local/share/" in listed.error_line()
+
+
 @pytest.mark.parametrize("args", [["runs", "list"], ["runs", "show", "x"], ["resume", "x"]])
 def test_a_database_name_too_long_for_the_file_system_is_one_line_exit_2(
     tmp_path: Path, args: list[str]

@@ -87,7 +87,6 @@ def test_a_tilde_follows_the_same_home_as_the_default(
     assert expand_home("~/t.db") == f"{own}/t.db"
     assert expand_home("~") == own
     assert expand_home("~root/t.db") == f"{pwd.getpwnam('root').pw_dir}/t.db"
-    assert expand_home("~no-such-user-here/t.db") == "~no-such-user-here/t.db"  # (as a shell)
     assert expand_home("a/~/t.db") == "a/~/t.db"
     monkeypatch.setenv("HOME", "/")
     assert expand_home("~/t.db") == "/t.db"  # (it was //t.db: outside tester 101)
@@ -102,3 +101,38 @@ def test_a_tilde_under_a_home_of_tilde_is_refused(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("HOME", "~")
     with pytest.raises(UsageError, match=r"cannot tell where '~/x.db' is: \$HOME is '~'"):
         expand_home("~/x.db")
+
+
+def test_a_tilde_of_no_user_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--db '~nosuchuser/x.db'`` was left as written, as a shell leaves it, and the store then
+    made a directory named ``~nosuchuser`` in the current one (outside tester 101)."""
+    from workflow_engine import UsageError
+    from workflow_engine.storage._location import expand_home
+
+    for path in ("~no-such-user-here/t.db", "~no-such-user-here"):
+        with pytest.raises(UsageError, match=r"there is no user 'no-such-user-here'; give a pa"):
+            expand_home(path)
+
+
+@pytest.mark.parametrize("kind", ["missing", "a file"])
+def test_a_home_that_is_not_a_directory_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, kind: str
+) -> None:
+    """A ``HOME`` naming no directory was made, parents and all, by the first command that
+    stored a run there (outside tester 101): the store makes its own folders, not a home."""
+    from workflow_engine import UsageError
+    from workflow_engine.storage._location import default_db_path, expand_home
+
+    home = tmp_path / "nobody"
+    if kind == "a file":
+        home.write_text("")
+    monkeypatch.delenv("WORKFLOW_ENGINE_DB", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    said = rf"\$HOME is '{home}', which is not a directory"
+    with pytest.raises(UsageError, match=rf"the default database is: {said}"):
+        default_db_path()
+    with pytest.raises(UsageError, match=rf"'~/x.db' is: {said}"):
+        expand_home("~/x.db")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))  # (not needed then)
+    assert default_db_path() == tmp_path / "workflow-engine" / "runs.db"
