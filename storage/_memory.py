@@ -262,10 +262,9 @@ class InMemoryRunStore:
                 lease,
                 run.status,
                 lease.run_id in self._cancel_requested,
-                any(
-                    r.status == "answered"
-                    for r in self._requests.values()
-                    if r.run_id == lease.run_id
+                any(  # (the run's own requests: every request of every run was scanned)
+                    self._requests[rid].status == "answered"
+                    for rid in self._requests_of.get(lease.run_id, ())
                 ),
             )
 
