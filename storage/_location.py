@@ -33,16 +33,24 @@ def expand_home(path: str) -> str:
         return os.path.join(home, path[2:]) if path != "~" else home  # (HOME=/: not //x.db)
     if not path.startswith("~"):
         return path
-    expanded = os.path.expanduser(path)
-    if expanded == path:  # ``~name`` of no user: a shell leaves it, and the store then made
-        # a directory named so in the current one (outside tester 101)
-        from workflow_engine._errors import UsageError
+    from workflow_engine._errors import UsageError
 
-        name = path[1:].split("/", 1)[0]
+    name, _, rest = path[1:].partition("/")
+    try:
+        import pwd
+
+        home = pwd.getpwnam(name).pw_dir
+    except (ImportError, KeyError):  # ``~name`` of no user: a shell leaves it, and the store
+        # then made a directory named so in the current one (outside tester 101)
         raise UsageError(
             f"cannot tell where {path!r} is: there is no user {name!r}; give a path without ~"
+        ) from None
+    if not os.path.isdir(home):  # (made by the store, as a missing $HOME was: tester 102)
+        raise UsageError(
+            f"cannot tell where {path!r} is: user {name!r} has the home {home!r}, which is "
+            "not a directory; give a path without ~"
         )
-    return expanded
+    return os.path.join(home, rest) if rest else home
 
 
 def home_directory(what: str, instead: str) -> str:
@@ -65,8 +73,8 @@ def home_directory(what: str, instead: str) -> str:
         from workflow_engine._errors import UsageError
 
         raise UsageError(f"cannot tell where {what}: {said}; {instead} (or set HOME)")
-    if os.path.isabs(home) and not os.path.isdir(home):
-        # (a relative one is the current directory's business: the command line says so)
+    if not os.path.isdir(home) and not _in_a_deleted_directory(home):
+        # (the store made it, parents and all: outside testers 101, 102)
         from workflow_engine._errors import UsageError
 
         which = said if said.startswith("$HOME is '") else f"{said}, and its home is {home!r}"
@@ -75,6 +83,18 @@ def home_directory(what: str, instead: str) -> str:
             f"own folders, not a home); {instead} (or set HOME)"
         )
     return home
+
+
+def _in_a_deleted_directory(path: str) -> bool:
+    """``path`` is relative, and the current directory was deleted: there is no telling what
+    it names (the command line says so, naming where the path came from)."""
+    if os.path.isabs(path):
+        return False
+    try:
+        os.getcwd()
+    except OSError:
+        return True
+    return False
 
 
 def synchronous_mode(given: str | None = None) -> str | None:

@@ -525,7 +525,8 @@ def demo(
             run_id = await start_run(runtime, workflow, first, chosen)
             started.append(run_id)
             if not json_mode:
-                shown = f"run {visible(run_id)} · workflow {workflow} · db {runtime.store.path}"
+                file = visible(str(runtime.store.path))  # (a newline in it broke the line)
+                shown = f"run {visible(run_id)} · workflow {workflow} · db {file}"
                 term.line((shown, "dim"))
                 if not typed:
                     term.line(("You: ", "bold green"), first, indent=5)
@@ -739,7 +740,8 @@ def resume(
             register(runtime, [run.workflow_name], chosen)
             runtime.workflow(run.workflow_name)  # an application's: refused before "resuming"
             if not json_mode and run.status not in _AT_REST and not busy:
-                where = f"run {full} · workflow {run.workflow_name} · db {runtime.store.path}"
+                file = visible(str(runtime.store.path))
+                where = f"run {full} · workflow {run.workflow_name} · db {file}"
                 term.line((f"resuming {where}", "dim"))
             return await drive(runtime, full, policy, json_mode=json_mode, detach=False, term=term)
         finally:

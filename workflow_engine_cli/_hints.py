@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 from pathlib import Path
@@ -44,6 +45,11 @@ class Hints:
         else:
             path = default_db_path()
             cls.defaulted(path)
+        from ._output import name_in_errors
+
+        name_in_errors(str(path))
+        with contextlib.suppress(OSError):  # (a relative path in a deleted directory)
+            name_in_errors(str(path.absolute()))  # (as the store may name it)
         return path
 
     @classmethod

@@ -62,8 +62,22 @@ def escape(text: str) -> str:
     return escape(text)
 
 
+_NAMED_IN_ERRORS: set[str] = set()
+"""What the user named (the database's path) that holds a line break or another control
+character: written escaped wherever a message quotes it, before the message is cut to its first
+line (a newline in a path cut the line there: outside tester 102)."""
+
+
+def name_in_errors(text: str) -> None:
+    """Have :func:`print_error` escape ``text`` where a message quotes it, when it needs to."""
+    if not text.isprintable():
+        _NAMED_IN_ERRORS.add(text)
+
+
 def print_error(message: str) -> None:
     """The one line on stderr every failure ends with."""
+    for named in _NAMED_IN_ERRORS:
+        message = message.replace(named, visible(named))
     first = message.strip().splitlines()[0] if message.strip() else "unknown error"
     err_console().print(f"[red]error:[/] {escape(visible(first))}", highlight=False)
 

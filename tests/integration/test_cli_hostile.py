@@ -245,11 +245,20 @@ def test_no_home_nor_user_directory_is_made_for_the_database(tmp_path: Path) -> 
     assert nobody.code == 2, str(nobody)
     assert "there is no user 'no-such-user-here'" in nobody.error_line()
     assert list(tmp_path.iterdir()) == []  # (cwd is tmp_path: no ~no-such-user-here there)
+    relative = _default_db_run(cli, {"HOME": "relhome"}, *demo)
+    assert relative.code == 2 and "$HOME is 'relhome', which is not a" in relative.error_line()
+    assert list(tmp_path.iterdir()) == []
     odd = tmp_path / "home" / "a\nb"
     odd.mkdir(parents=True)
     listed = _default_db_run(cli, {"HOME": str(odd)}, "runs", "list")
     assert listed.code == 4, str(listed)
     assert f"no database at {tmp_path}/home/a\\nb/.local/share/" in listed.error_line()
+    # wherever a message names the database, a line break in its path is written escaped
+    (odd / "garbage.db").write_text("garbage")
+    for args in (["runs", "list"], ["runs", "show", "zzzz"], ["resume", "zzzz"]):
+        damaged = _default_db_run(cli, {}, *args, "--db", str(odd / "garbage.db"))
+        assert damaged.code == 6, str(damaged)
+        assert f"database {tmp_path}/home/a\\nb/garbage.db is damaged" in damaged.error_line()
 
 
 @pytest.mark.parametrize("args", [["runs", "list"], ["runs", "show", "x"], ["resume", "x"]])
@@ -270,6 +279,7 @@ def test_the_commands_printed_under_a_relative_home_name_the_database(tmp_path: 
     """Under a relative ``HOME`` the printed ``respond``/``resume`` commands had no ``--db``:
     pasted in another directory, they looked elsewhere (outside tester 99)."""
     cli = Cli(tmp_path)
+    (tmp_path / "home").mkdir()  # (one that does not exist is refused, as an absolute one)
     started = _default_db_run(
         cli, {"HOME": "home"}, "demo", "handoff", "--offline", "-m", "refund order 12345",
         "--detach",

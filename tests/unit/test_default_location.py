@@ -136,3 +136,42 @@ def test_a_home_that_is_not_a_directory_is_refused(
         expand_home("~/x.db")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))  # (not needed then)
     assert default_db_path() == tmp_path / "workflow-engine" / "runs.db"
+
+
+def test_a_user_s_home_that_is_not_a_directory_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``--db '~nobody/x.db'`` made ``/nonexistent/x.db``, nobody's home and all, as a missing
+    ``$HOME`` was made (outside tester 102)."""
+    import pwd
+
+    from workflow_engine import UsageError
+    from workflow_engine.storage._location import expand_home
+
+    real = pwd.getpwnam
+    gone = str(tmp_path / "nonexistent")
+    entry = real("root")
+    fake = pwd.struct_passwd((*entry[:5], gone, *entry[6:]))
+    monkeypatch.setattr(pwd, "getpwnam", lambda name: fake if name == "nobody-here" else real(name))
+    with pytest.raises(UsageError, match=rf"user 'nobody-here' has the home '{gone}', which is no"):
+        expand_home("~nobody-here/x.db")
+    assert expand_home("~root") == real("root").pw_dir
+
+
+def test_a_relative_home_that_names_no_directory_is_refused(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A relative ``HOME`` naming no directory was made in the current one, as a home (outside
+    tester 102); one that exists there is used."""
+    from workflow_engine import UsageError
+    from workflow_engine.storage._location import default_db_path
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WORKFLOW_ENGINE_DB", raising=False)
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    monkeypatch.setenv("HOME", "relhome")
+    with pytest.raises(UsageError, match=r"\$HOME is 'relhome', which is not a directory"):
+        default_db_path()
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "relhome").mkdir()
+    assert default_db_path() == Path("relhome/.local/share/workflow-engine/runs.db")
