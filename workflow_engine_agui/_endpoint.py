@@ -883,6 +883,9 @@ class AGUIService:
                     "interrupts, so nothing was stored: resume without it, then send the "
                     "message once the run has paused or finished",
                 )
+        for answer in fresh:
+            if answer.written_also:  # (before a cancel: it refuses a batch that differs too)
+                self._one_answer(workflow, pending[answer.interrupt_id], current, answer)
         if any(a.status == "cancelled" for a in fresh):
             assert current is not None
             await runtime.cancel(current)
@@ -910,16 +913,7 @@ class AGUIService:
         for answer in fresh:
             request = pending[answer.interrupt_id]
             value = answer_for(request, answer.payload)
-            kept = _checked_answer(workflow, request, current, value)
-            for payload in answer.written_also:
-                # written differently in forwardedProps: the same answer once typed, or refused
-                also = _checked_answer(workflow, request, current, answer_for(request, payload))
-                if _seen_as(workflow, also) != _seen_as(workflow, kept):
-                    raise AGUIError(
-                        "invalid_resume",
-                        f"resume and forwardedProps.command.resume give interrupt "
-                        f"{answer.interrupt_id} different answers; send the answers once",
-                    )
+            _checked_answer(workflow, request, current, value)
             prepared.append((request.request_id, value))
         for request_id, value in prepared:
             try:
@@ -949,6 +943,22 @@ class AGUIService:
         if repeated is not None:
             return repeated, {}, True
         return NOTHING_TO_DO, {}, False
+
+    @staticmethod
+    def _one_answer(
+        workflow: Workflow, request: ExternalRequest, current: str | None, answer: ResumeAnswer
+    ) -> None:
+        """An answer written differently in ``resume`` and ``forwardedProps.command.resume``:
+        the same answer once its type reads both (each valid on its own), or refused."""
+        kept = _checked_answer(workflow, request, current, answer_for(request, answer.payload))
+        for payload in answer.written_also:
+            also = _checked_answer(workflow, request, current, answer_for(request, payload))
+            if _seen_as(workflow, also) != _seen_as(workflow, kept):
+                raise AGUIError(
+                    "invalid_resume",
+                    f"resume and forwardedProps.command.resume give interrupt "
+                    f"{answer.interrupt_id} different answers; send the answers once",
+                )
 
     async def _retried(
         self, workflow: Workflow, record: RunRecord | None, run_input: RunAgentInput

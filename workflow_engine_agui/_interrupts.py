@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ag_ui.core import Interrupt
+from ag_ui.core import Interrupt, ResumeEntry
 from pydantic import BaseModel
 
 from workflow_engine import (
@@ -43,7 +43,7 @@ from workflow_engine import (
     TypeRegistry,
     Workflow,
 )
-from workflow_engine._checkpoint import canonical_answer
+from workflow_engine._codec import strictly_equal
 from workflow_engine._workflow import AnswerAdapter
 from workflow_engine.executors import (
     ChatMessage,
@@ -216,29 +216,52 @@ def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
     """The answers a ``RunAgentInput`` body carries (None: it carries none), from ``resume`` or
     ``forwardedProps.command.resume``, either as ``[{interruptId, status, payload}]`` or as
     ``{interrupts: [{id, value}]}``. Both places are checked the same way; answers in both must
-    mean the same (either form, ``accepted`` or ``approved``), and an empty list in one place
-    defers to the other. ``body["resume"]`` is rewritten to the list form, so that
-    ``RunAgentInput`` validates whichever was sent."""
+    answer the same interrupts the same way (a payload written differently is compared once its
+    type is known: ``ResumeAnswer.written_also``), and an empty list in one place defers to the
+    other. ``body["resume"]`` is rewritten to the list form, so that ``RunAgentInput``
+    validates whichever was sent."""
     top, nested = _resume_places(body)
     parsed = [_parse_resume(raw) for raw in (top, nested) if raw is not None]
     if not parsed:
         return None
+    for _, answers in parsed:  # (in each place: one was taken, the other left unchecked)
+        _once_each(answers)
     if len(parsed) == 2:
-        (_, top_answers), (_, nested_answers) = parsed
+        (_, top_answers), (nested_entries, nested_answers) = parsed
         if top_answers and nested_answers:
+            _entries_valid(nested_entries)  # (as RunAgentInput checks the one it reads)
             _written_alike(top_answers, nested_answers)
         if not top_answers:  # an empty list next to real answers: the answers count
             parsed = parsed[1:]
     entries, answers = parsed[0]
     body["resume"] = entries
+    return answers
+
+
+def _once_each(answers: list[ResumeAnswer]) -> None:
+    """Two answers to one request in one place: which one would count?"""
     seen: set[str] = set()
     for answer in answers:
-        if answer.interrupt_id in seen:  # two answers to one request: which one would count?
+        if answer.interrupt_id in seen:
             raise AGUIError(
                 "invalid_resume", f"interrupt {answer.interrupt_id!r} is answered twice"
             )
         seen.add(answer.interrupt_id)
-    return answers
+
+
+def _entries_valid(entries: list[Any]) -> None:
+    """``forwardedProps.command.resume`` in the list form, held to what ``RunAgentInput`` asks
+    of ``resume`` (an entry with no ``status`` was taken there beside a ``resume``, and
+    refused alone: outside tester 102)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from ._http import describe_validation
+
+    try:
+        TypeAdapter(list[ResumeEntry]).validate_python(entries)
+    except ValidationError as exc:
+        said = describe_validation(exc)
+        raise AGUIError("invalid_run_input", f"forwardedProps.command.resume.{said}") from None
 
 
 def _resume_places(body: dict[str, Any]) -> tuple[Any, Any]:
@@ -283,32 +306,20 @@ def _parse_resume(raw: Any) -> tuple[list[Any], list[ResumeAnswer]]:
 def _written_alike(top: list[ResumeAnswer], nested: list[ResumeAnswer]) -> None:
     """Answers in both places must answer the same interrupts the same way (resolved or
     cancelled); a payload written differently in the other place is kept beside the answer
-    (``written_also``), to be compared once its type is known."""
-    said, also = _meaning(top), _meaning(nested)
-    if {i: status for i, (status, _) in said.items()} != {
-        i: status for i, (status, _) in also.items()
-    }:
+    (``written_also``), to be compared once its type is known. Not before: read as stored
+    data, ``{"$bytes": ...}`` matched its text, and ``approved`` read as ``accepted`` in an
+    answer that is no approval (outside tester 102)."""
+    said = {a.interrupt_id: a.status for a in top}
+    if said != {a.interrupt_id: a.status for a in nested}:
         raise AGUIError(
             "invalid_resume",
             "resume and forwardedProps.command.resume differ; send the answers once",
         )
     other = {a.interrupt_id: a.payload for a in nested}
     for answer in top:
-        if said[answer.interrupt_id] != also[answer.interrupt_id]:
-            answer.written_also = (other[answer.interrupt_id],)
-
-
-def _meaning(answers: list[ResumeAnswer]) -> dict[str, tuple[str, str]]:
-    """What answers say, whichever form they were written in: ``approved`` is ``accepted``,
-    and numbers are compared as JSON compares them (``10`` is ``10.0``, tester 76)."""
-
-    def canonical(payload: Any) -> str:
-        if isinstance(payload, dict) and "approved" in payload and "accepted" not in payload:
-            payload = {**payload, "accepted": payload["approved"]}
-            del payload["approved"]
-        return canonical_answer(payload)
-
-    return {a.interrupt_id: (a.status, canonical(a.payload)) for a in answers}
+        payload = other[answer.interrupt_id]
+        if answer.status == "resolved" and not strictly_equal(answer.payload, payload):
+            answer.written_also = (payload,)
 
 
 _APPROVAL_KEYS = frozenset(("accepted", "approved", "arguments"))

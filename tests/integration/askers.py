@@ -16,16 +16,17 @@ from workflow_engine import (
 
 
 def asker_workflow(
-    name: str, answer_type: Any, mend: Callable[[Any], Any] | None = None
+    name: str, answer_type: Any, mend: Callable[[Any], Any] | None = None, questions: int = 1
 ) -> Workflow:
     """Workflow ``name``: its start node asks its message as a question answered with
-    ``answer_type`` and yields the answer; ``mend``: the node's ``validate_response``, which
-    may return the answer as it is to be kept."""
+    ``answer_type`` (``questions`` times at once) and yields each answer; ``mend``: the node's
+    ``validate_response``, which may return the answer as it is to be kept."""
 
     class Asker(Executor):
         @handler
         async def ask(self, question: str, ctx: WorkflowContext[Never, Any]) -> None:
-            await ctx.request_info(question, answer_type)
+            for _ in range(questions):
+                await ctx.request_info(question, answer_type)
 
         @response_handler
         async def answered(

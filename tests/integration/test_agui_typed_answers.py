@@ -47,6 +47,9 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Any:
     store = SqliteStore(db)
     for path, answer_type in ANSWER_TYPES.items():
         add_agui_endpoint(app, asker_workflow(f"ask-{path}", answer_type), f"/{path}", store=store)
+    add_agui_endpoint(app, asker_workflow("ask-dict", dict[str, Any]), "/dict", store=store)
+    two = asker_workflow("ask-two", int, questions=2)
+    add_agui_endpoint(app, two, "/two", store=store)
     with in_process(app) as port:
         yield Client(f"http://127.0.0.1:{port}")
     anyio.run(store.close)
@@ -115,31 +118,99 @@ def test_the_handoff_s_user_turn_still_takes_a_bare_string(tmp_path: Path) -> No
     assert not any(_answered_with_a_message(t) for t in others)
 
 
-BOTH_PLACES = [  # (endpoint, payload in resume, in forwardedProps, the same answer?)
-    ("user-turn", "hello", {"message": "hello"}, True),
-    ("user-turn", {"message": "hello", "end": False}, "hello", True),
-    ("bytes", "AGhp/w==", "AGhp_w==", True),  # (standard and URL-safe base64: both are read)
-    ("user-turn", "hello", {"message": "bye"}, False),
-    ("bytes", "AGhp/w==", "AGhp", False),
+SAME, DIFFERENT, INVALID = None, "invalid_resume", "invalid_resume_payload"
+BOTH_PLACES = [  # (endpoint, payload in resume, in forwardedProps, what is said)
+    ("user-turn", "hello", {"message": "hello"}, SAME),
+    ("user-turn", {"message": "hello", "end": False}, "hello", SAME),
+    ("bytes", "AGhp/w==", "AGhp_w==", SAME),  # (standard and URL-safe base64: both are read)
+    ("dict", {"a": 10, "b": [1]}, {"b": [1.0], "a": 10.0}, SAME),
+    ("user-turn", "hello", {"message": "bye"}, DIFFERENT),
+    ("bytes", "AGhp/w==", "AGhp", DIFFERENT),
+    # the codec's markers and an approval's words are the answer's own here, not stored data
+    # read back: each was taken as the same answer as the one beside it (outside tester 102)
+    ("anything", [1, 2], {"$tuple": [1, 2]}, DIFFERENT),
+    ("anything", "aGk=", {"$bytes": "aGk="}, DIFFERENT),
+    ("dict", {"approved": True}, {"accepted": True}, DIFFERENT),
+    ("text", "hi", {"$bytes": "hi"}, INVALID),
+    ("user-turn", {"message": "thanks"}, {"message": {"$bytes": "thanks"}}, INVALID),
 ]
 
 
-@pytest.mark.parametrize(("path", "top", "nested", "same"), BOTH_PLACES)
+@pytest.mark.parametrize(("path", "top", "nested", "said"), BOTH_PLACES)
 def test_an_answer_in_both_places_is_compared_as_its_type_reads_it(
-    client: Client, path: str, top: Any, nested: Any, same: bool
+    client: Client, path: str, top: Any, nested: Any, said: str | None
 ) -> None:
     """``resume`` and ``forwardedProps.command.resume`` were compared as written, before the
     answer's type was known: a chat turn as the bare text in one and ``{"message": ...}`` in
-    the other was refused as two different answers (outside tester 101). Different answers
-    still are, before anything is stored: the right one is taken afterwards."""
+    the other was refused as two different answers (outside tester 101), and a payload refused
+    on its own was taken beside a valid one (tester 102). Different answers are refused before
+    anything is stored: the right one is taken afterwards."""
     thread_id = f"typed-{uuid.uuid4().hex[:12]}"
     [interrupt] = client.start(f"/{path}", thread_id, "may I?").interrupts
     props = {"command": {"resume": resolved(interrupt.id, nested)}}
     both = client.resume(f"/{path}", thread_id, resolved(interrupt.id, top), forwardedProps=props)
-    if same:
+    if said is SAME:
         assert both.last.type == EventType.RUN_FINISHED, both.describe()
         return
-    assert both.error_code == "invalid_resume", both.describe()
-    assert interrupt.id in both.last.message and "different answers" in both.last.message
-    done = client.resume(f"/{path}", thread_id, resolved(interrupt.id, nested))
+    assert both.error_code == said, both.describe()
+    if said == DIFFERENT:
+        assert interrupt.id in both.last.message and "different answers" in both.last.message
+    done = client.resume(f"/{path}", thread_id, resolved(interrupt.id, top))
     assert done.last.type == EventType.RUN_FINISHED, done.describe()  # (nothing was stored)
+    [output] = done.last.result["outputs"]
+    assert output["data"] == top or path == "user-turn", done.describe()
+
+
+def test_a_cancel_beside_answers_that_differ_is_refused_too(client: Client) -> None:
+    """A cancel in both places cancelled the run without a look at the other answers, which
+    differed (outside tester 102)."""
+    thread_id = f"typed-{uuid.uuid4().hex[:12]}"
+    first, second = client.start("/two", thread_id, "how many?").interrupts
+    cancel = {"interruptId": first.id, "status": "cancelled"}
+
+    def answers(value: Any) -> list[dict[str, Any]]:
+        return [cancel, *resolved(second.id, value)]
+
+    for nested, said in ((2, "invalid_resume"), ("not an int", "invalid_resume_payload")):
+        props = {"command": {"resume": answers(nested)}}
+        refused = client.resume("/two", thread_id, answers(1), forwardedProps=props)
+        assert refused.error_code == said, refused.describe()
+    props = {"command": {"resume": answers(1)}}
+    done = client.resume("/two", thread_id, answers(1), forwardedProps=props)
+    assert done.finished.outcome.type == "cancelled", done.describe()
+
+
+def test_each_place_is_held_to_the_same_rules(client: Client) -> None:
+    """Beside a ``resume``, a ``forwardedProps.command.resume`` answering an interrupt twice,
+    or with an entry without a ``status``, was taken; alone, each was refused (tester 102)."""
+    thread_id = f"typed-{uuid.uuid4().hex[:12]}"
+    [interrupt] = client.start("/text", thread_id, "may I?").interrupts
+    top = resolved(interrupt.id, "thanks")
+    twice = [{"interruptId": interrupt.id, "status": "cancelled"}, *top]
+    no_status = [{"interruptId": interrupt.id, "payload": "thanks"}]
+    for nested, said in ((twice, "is answered twice"), (no_status, "status")):
+        for where in ("alone", "beside"):
+            extra = {"forwardedProps": {"command": {"resume": nested}}}
+            answer = client.resume("/text", thread_id, top if where == "beside" else [], **extra)
+            assert answer.status == 422, (where, answer.body)
+            assert said in answer.body["message"], (where, answer.body)
+    done = client.resume("/text", thread_id, top)
+    assert done.last.type == EventType.RUN_FINISHED, done.describe()
+
+
+def test_an_answer_given_before_is_compared_with_each_place(client: Client) -> None:
+    """A resume sent again whose other place differs from the stored answer was taken as the
+    same, read as stored data (``{"$tuple": [1, 2]}`` for ``[1, 2]``: outside tester 102)."""
+    thread_id = f"typed-{uuid.uuid4().hex[:12]}"
+    [interrupt] = client.start("/anything", thread_id, "may I?").interrupts
+    done = client.resume("/anything", thread_id, resolved(interrupt.id, [1, 2]))
+    assert done.last.type == EventType.RUN_FINISHED, done.describe()
+    for nested, said in (({"$tuple": [1, 2]}, "request_conflict"), ([1.0, 2], None)):
+        props = {"command": {"resume": resolved(interrupt.id, nested)}}
+        again = client.resume(
+            "/anything", thread_id, resolved(interrupt.id, [1, 2]), forwardedProps=props
+        )
+        if said is None:
+            assert again.last.type == EventType.RUN_FINISHED, again.describe()
+        else:
+            assert again.error_code == said, again.describe()
