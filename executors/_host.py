@@ -249,7 +249,9 @@ class AgentHostExecutor(Executor):
         """Refuse an approval before it is stored: wrong call, or edited arguments that fail
         the tool's schema (``ValueError``; the runtime reports it as a ResponseTypeError).
         An approval whose "edits" leave the call as proposed (a client echoing the arguments it
-        showed) is kept without them: the same answer as a bare approval (tester 77)."""
+        showed) is kept without them: the same answer as a bare approval (tester 77); so is a
+        rejection with arguments, which runs nothing (the same rejection, with or without
+        them: outside tester 102)."""
         if not isinstance(request, ToolApprovalRequestContent):
             return None
         if response.id is not None and response.id != request.id:
@@ -257,6 +259,8 @@ class AgentHostExecutor(Executor):
                 f"this approval names call {response.id!r}, but the request is for "
                 f"{request.id!r} ({request.function_call.name})"
             )
+        if not response.approved and response.arguments is not None:
+            return response.model_copy(update={"arguments": None})
         if response.approved and response.arguments is not None:
             call = request.function_call
             edited = edited_arguments(call, response)

@@ -399,3 +399,33 @@ async def test_an_approval_echoing_the_proposed_arguments_is_a_bare_approval(
         assert await rt.respond(rid, then) is AnswerOutcome.DUPLICATE  # applied
         await rt.close()
     assert [entry["amount"] for entry in bank_transfer.LEDGER] == [1000.0]
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory"])
+async def test_a_rejection_is_one_answer_whatever_arguments_come_with_it(
+    tmp_path: Path, where: str
+) -> None:
+    """A rejection runs nothing: sent again with arguments (a client echoing the call it
+    showed, or edits), it was refused as a different answer (outside tester 102). An approval
+    after it still is."""
+    from workflow_engine import AnswerOutcome, RequestAlreadyAnsweredError
+    from workflow_engine.storage import InMemoryRunStore
+
+    bank_transfer.LEDGER.clear()
+    store: Any = SqliteStore(tmp_path / "r.db") if where == "sqlite" else InMemoryRunStore()
+    rt = Runtime(store)
+    rt.register(bank_transfer.build_request_port_workflow)
+    paused = await rt.run("bank_transfer", MESSAGE)
+    (pending,) = paused.pending_requests
+    rid = pending.request_id
+    proposed = dict(pending.data.function_call.arguments)
+    assert await rt.respond(rid, {"approved": False, "arguments": proposed}) is AnswerOutcome.STORED
+    assert await rt.respond(rid, {"approved": False}) is AnswerOutcome.DUPLICATE
+    assert await rt.respond(rid, {"approved": False, "arguments": {}}) is AnswerOutcome.DUPLICATE
+    with pytest.raises(RequestAlreadyAnsweredError, match=rid):
+        await rt.respond(rid, {"approved": True})
+    done = await rt.resume(paused.run_id)
+    assert done.status is WorkflowRunState.IDLE and bank_transfer.LEDGER == []
+    stored = await store.get_request(rid)
+    assert stored.answer["data"]["arguments"] is None, stored.answer  # (as a bare rejection)
+    await rt.close()
