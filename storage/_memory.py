@@ -456,6 +456,30 @@ class InMemoryRunStore:
             self._store_answer(request, answer)
             return AnswerOutcome.STORED
 
+    async def answer_all(self, answers: Sequence[tuple[str, Any]]) -> Sequence[AnswerOutcome]:
+        async with self._lock:
+            # every one checked before any is stored: one refused, none is
+            first: dict[str, Any] = {}  # request id -> the answer it has or gets
+            to_store: list[StoredRequest | None] = []
+            for request_id, answer in answers:
+                request = await self.get_request(request_id)
+                if request_id in first:  # (twice in the batch: the same answer, or refused)
+                    given = replace(request, status="answered", answer=first[request_id])
+                    self._answered(given, answer)
+                    to_store.append(None)
+                    continue
+                repeat = self._answered(request, answer)
+                first[request_id] = request.answer if repeat else answer
+                to_store.append(None if repeat else request)
+            outcomes = []
+            for (_, answer), pending in zip(answers, to_store, strict=True):
+                if pending is None:
+                    outcomes.append(AnswerOutcome.DUPLICATE)
+                else:
+                    self._store_answer(pending, answer)
+                    outcomes.append(AnswerOutcome.STORED)
+            return outcomes
+
     def _answered(self, request: StoredRequest, answer: Any) -> bool:
         """Whether ``request`` already has ``answer`` (True: a repeat); raises if it cannot take
         it (cancelled, or answered otherwise). False: it is pending."""

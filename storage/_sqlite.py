@@ -1933,6 +1933,18 @@ class SqliteStore:
             self._fault("answer:after")
         return outcome
 
+    async def answer_all(self, answers: Sequence[tuple[str, Any]]) -> Sequence[AnswerOutcome]:
+        texts = [(request_id, stored_json(answer)) for request_id, answer in answers]
+        self._fault("answer:before")
+        outcomes: Sequence[AnswerOutcome] = await self._in_write(self._answer_all, texts)
+        if AnswerOutcome.STORED in outcomes:
+            self._fault("answer:after")
+        return outcomes
+
+    def _answer_all(self, conn: Conn, texts: Sequence[tuple[str, str]]) -> Sequence[AnswerOutcome]:
+        """Each answer, in the one write (its savepoint: one refused, none is kept)."""
+        return [self._answer(conn, request_id, text)[0] for request_id, text in texts]
+
     def _answer(self, conn: Conn, request_id: str, text: str) -> tuple[AnswerOutcome, str]:
         """Store ``text`` as the answer of ``request_id``: (the outcome, the request's run)."""
 

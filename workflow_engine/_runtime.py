@@ -925,6 +925,19 @@ class Runtime:
         _, encoded = await self._checked_answer(request_id, data)
         return await self.store.answer(request_id, encoded)
 
+    @_while_open("these answers were not stored")
+    async def respond_all(self, answers: Mapping[str, Any]) -> dict[str, AnswerOutcome]:
+        """:meth:`respond` to several requests at once, all or nothing: each answer validated,
+        then all stored in one transaction -- or, one refused (a different answer to a request
+        answered before, a cancelled or unknown request), none, with that one's error. Two
+        clients answering the same questions at once each get all of theirs or none: never a
+        run holding some answers of each."""
+        encoded = {}
+        for request_id, data in answers.items():
+            encoded[request_id] = (await self._checked_answer(request_id, data))[1]
+        outcomes = await self.store.answer_all(list(encoded.items()))
+        return dict(zip(encoded, outcomes, strict=True))
+
     @_while_open("this answer to request {request_id!r} was not stored, nor its run resumed")
     async def respond_and_resume(
         self, request_id: str, data: Any, *, max_supersteps: int | None = None

@@ -384,6 +384,11 @@ class RunStore(Protocol):
 
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome: ...
 
+    async def answer_all(self, answers: Sequence[tuple[str, Any]]) -> Sequence[AnswerOutcome]:
+        """``answer`` of each ``(request id, answer)``, atomically: all of them, or -- one
+        refused (unknown, cancelled, answered otherwise) -- none. Its error is that one's."""
+        ...
+
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:

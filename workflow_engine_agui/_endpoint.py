@@ -883,43 +883,49 @@ class AGUIService:
                     "interrupts, so nothing was stored: resume without it, then send the "
                     "message once the run has paused or finished",
                 )
-        for answer in fresh:
-            if answer.written_also:  # (before a cancel: it refuses a batch that differs too)
-                self._one_answer(workflow, pending[answer.interrupt_id], current, answer)
-        if any(a.status == "cancelled" for a in fresh):
-            assert current is not None
-            await runtime.cancel(current)
-            return None, {}, False
+        # every answer checked, a cancel's batch too (it let a conflicting or invalid answer
+        # through), then stored at once: all of them or none (stored one by one, two requests
+        # at once could each leave half of theirs: outside tester 103)
         prepared: list[tuple[str, Any]] = []
-        # repeats first: a conflicting repeat must refuse the batch before anything is stored
         for answer, stored in repeats:
             if answer.status == "cancelled":
                 continue  # the same cancel again: nothing to store
             request = self._decode_request(workflow, stored)
-            # (each place's payload, where the two are written differently: each must be the
-            # stored answer)
-            for payload in (answer.payload, *answer.written_also):
-                try:
-                    value = answer_for(request, payload)
-                except AGUIError as exc:
-                    # a payload no request would take, to one already answered: what matters
-                    # is that it is not that answer (as for the engine's respond), not its form
-                    raise AGUIError(
-                        RequestAlreadyAnsweredError.code,
-                        f"interrupt {answer.interrupt_id} was already answered with a "
-                        f"different value; an answer cannot be changed ({exc})",
-                    ) from exc
-                prepared.append((stored.request_id, value))
+            try:
+                value = answer_for(request, answer.payload)
+            except AGUIError as exc:
+                # a payload no request would take, to one already answered: what matters is
+                # that it is not that answer (as for the engine's respond), not its form
+                raise AGUIError(
+                    RequestAlreadyAnsweredError.code,
+                    f"interrupt {answer.interrupt_id} was already answered with a different "
+                    f"value; an answer cannot be changed ({exc})",
+                ) from exc
+            if answer.written_also:
+                self._one_answer(workflow, request, current, answer)
+            prepared.append((stored.request_id, value))
+        given_before = len(prepared)
         for answer in fresh:
+            if answer.status == "cancelled":
+                continue
             request = pending[answer.interrupt_id]
             value = answer_for(request, answer.payload)
             _checked_answer(workflow, request, current, value)
+            if answer.written_also:
+                self._one_answer(workflow, request, current, answer)
             prepared.append((request.request_id, value))
-        for request_id, value in prepared:
+        cancelling = any(a.status == "cancelled" for a in fresh)
+        # (beside a cancel, only the repeats: each the answer stored before, or refused)
+        batch = prepared[:given_before] if cancelling else prepared
+        if batch:
             try:
-                await runtime.respond(request_id, value)
+                await runtime.respond_all(dict(batch))
             except ResponseError as exc:
                 raise AGUIError(exc.code, str(exc)) from exc
+        if cancelling:
+            assert current is not None
+            await runtime.cancel(current)
+            return None, {}, False
         if record is None:
             return NOTHING_TO_DO, {}, False
         # all of it given before: the run those answers went to, to report

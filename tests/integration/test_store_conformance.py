@@ -16,6 +16,7 @@ from workflow_engine import (
     LeaseLostError,
     RequestAlreadyAnsweredError,
     RequestCancelledError,
+    ResponseTypeError,
     RunBusyError,
     RunExistsError,
     RunNotFoundError,
@@ -244,6 +245,43 @@ async def test_cancelled_requests_refuse_answers(store: RunStore) -> None:
     with pytest.raises(RequestCancelledError):
         await store.answer(pending.request_id, {"approved": True})
     assert (await store.get_run(paused.run_id)).status is WorkflowRunState.CANCELLED
+
+
+async def test_answers_given_together_are_stored_together_or_not_at_all(store: RunStore) -> None:
+    """``answer_all``: one refused (unknown, answered otherwise, cancelled, or given twice in
+    the batch, differently), none is stored; what is stored already is a duplicate. What a
+    client answering several questions at once relies on (outside tester 103)."""
+    rt = runtime(store)
+    one, two, three = [await rt.run("stepper", 1) for _ in range(3)]
+    a, b, c = (r.pending_requests[0].request_id for r in (one, two, three))
+    yes, no = {"approved": True}, {"approved": False}
+    await rt.cancel(three.run_id)
+    for batch, error in (
+        ([(a, yes), ("nope", yes)], UnknownRequestError),
+        ([(a, yes), (b, yes), (a, no)], RequestAlreadyAnsweredError),
+        ([(a, yes), (c, yes)], RequestCancelledError),
+    ):
+        with pytest.raises(error):
+            await store.answer_all(batch)
+        assert [(await store.get_request(i)).status for i in (a, b)] == ["pending"] * 2
+    stored, duplicate = AnswerOutcome.STORED, AnswerOutcome.DUPLICATE
+    assert await store.answer_all([(a, yes), (b, no), (a, yes)]) == [stored, stored, duplicate]
+    with pytest.raises(RequestAlreadyAnsweredError):
+        await store.answer_all([(a, yes), (b, yes)])
+    assert await store.answer_all([(b, no), (a, yes)]) == [duplicate, duplicate]
+    assert [(await store.get_request(i)).answer for i in (a, b)] == [yes, no]
+
+
+async def test_respond_all_validates_every_answer_before_storing_any(store: RunStore) -> None:
+    rt = runtime(store)
+    one, two = [await rt.run("stepper", 1) for _ in range(2)]
+    a, b = (r.pending_requests[0].request_id for r in (one, two))
+    with pytest.raises(ResponseTypeError, match=b):
+        await rt.respond_all({a: Answer(approved=True), b: "not an answer"})
+    assert [(await store.get_request(i)).status for i in (a, b)] == ["pending"] * 2
+    outcomes = await rt.respond_all({a: Answer(approved=True), b: Answer(approved=False)})
+    assert outcomes == {a: AnswerOutcome.STORED, b: AnswerOutcome.STORED}
+    assert (await rt.resume(one.run_id)).status is WorkflowRunState.IDLE
 
 
 async def test_latest_reassembles_exactly_what_the_runner_checkpointed(store: RunStore) -> None:

@@ -61,6 +61,7 @@ STORE_CALLS = frozenset(
         "list_requests",
         "request_ids",
         "answer",
+        "answer_all",
         "answer_and_acquire",
         "prune",
         "close",
