@@ -281,7 +281,9 @@ def _parse_resume(raw: Any) -> tuple[list[Any], list[ResumeAnswer]]:
         raw = [
             {
                 "interruptId": i.get("id") if isinstance(i, dict) else None,
-                "status": "resolved",
+                # (a status given is kept: a cancel written so was stored as the answer null,
+                # outside tester 103; one neither resolved nor cancelled is refused below)
+                "status": i.get("status", "resolved") if isinstance(i, dict) else "resolved",
                 "payload": i.get("value") if isinstance(i, dict) else None,
             }
             for i in items

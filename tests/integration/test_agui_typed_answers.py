@@ -290,3 +290,18 @@ async def _answers_of(db: Path, interrupt_ids: list[str]) -> list[Any]:
     async with SqliteStore(db) as store:
         got = [await store.get_request(i.split(".")[0]) for i in interrupt_ids]
     return [request.answer for request in got]
+
+
+def test_a_cancel_in_the_interrupts_form_cancels(client: Client) -> None:
+    """``{interrupts: [{id, status: "cancelled"}]}`` was read as the answer ``null`` (an
+    ``int | None`` question took it: outside tester 103); a status neither resolved nor
+    cancelled is refused."""
+    thread_id = f"typed-{uuid.uuid4().hex[:12]}"
+    [interrupt] = client.start("/optional-bytes", thread_id, "may I?").interrupts
+    odd = client.resume(
+        "/optional-bytes", thread_id, {"interrupts": [{"id": interrupt.id, "status": "maybe"}]}
+    )
+    assert odd.status == 422 and odd.body["error"] == "invalid_resume", odd.body
+    cancel = {"interrupts": [{"id": interrupt.id, "status": "cancelled"}]}
+    done = client.resume("/optional-bytes", thread_id, cancel)
+    assert done.finished.outcome.type == "cancelled", done.describe()
