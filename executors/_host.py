@@ -248,10 +248,10 @@ class AgentHostExecutor(Executor):
     def validate_response(self, request: Any, response: Any) -> Any:
         """Refuse an approval before it is stored: wrong call, or edited arguments that fail
         the tool's schema (``ValueError``; the runtime reports it as a ResponseTypeError).
-        An approval whose "edits" leave the call as proposed (a client echoing the arguments it
-        showed) is kept without them: the same answer as a bare approval (tester 77); so is a
-        rejection with arguments, which runs nothing (the same rejection, with or without
-        them: outside tester 102)."""
+        Of an approval's edits only those that change the call are kept: "edits" that leave it
+        as proposed (a client echoing the arguments it showed) are a bare approval (tester
+        77), and the whole call with one field changed is that field's edit (tester 103). A
+        rejection keeps no arguments: it runs nothing (tester 102)."""
         if not isinstance(request, ToolApprovalRequestContent):
             return None
         if response.id is not None and response.id != request.id:
@@ -267,8 +267,15 @@ class AgentHostExecutor(Executor):
             t = self.agent.tools.get(call.name)
             if t is not None:
                 t.validate(edited)
-            if canonical_answer(edited) == canonical_answer(dict(call.arguments)):
-                return response.model_copy(update={"arguments": None})
+            proposed = dict(call.arguments)
+            changed = {
+                name: value
+                for name, value in response.arguments.items()
+                if name not in proposed
+                or canonical_answer(value) != canonical_answer(proposed[name])
+            }
+            if not changed or len(changed) < len(response.arguments):
+                return response.model_copy(update={"arguments": changed or None})
         return None
 
     # --- the turn -------------------------------------------------------------------------------

@@ -259,12 +259,14 @@ async def test_a_checkpoint_takes_an_answer_again_as_10_or_10_0() -> None:
     paused = await workflow.run(MESSAGE)
     (pending,) = paused.pending_requests
     rid = pending.request_id
-    answer = {"approved": True, "arguments": {**EDIT, "amount": 10.0}}
+    # (edits that change the call: a digest is compared with an answer as written, and fields
+    # sent as proposed are not kept)
+    answer = {"approved": True, "arguments": {"amount": 10.0}}
     done = await workflow.run(checkpoint=paused.checkpoint, responses={rid: answer})
     assert done.status is WorkflowRunState.IDLE and len(bank_transfer.LEDGER) == 1
     checkpoint = done.checkpoint
     assert checkpoint is not None and rid in checkpoint.answered_digests
-    again = {"approved": True, "arguments": {**EDIT, "amount": 10}}
+    again = {"approved": True, "arguments": {"amount": 10}}
     repeat = await workflow.run(checkpoint=checkpoint, responses={rid: again})
     assert repeat.status is WorkflowRunState.IDLE and len(bank_transfer.LEDGER) == 1
     with pytest.raises(RequestAlreadyAnsweredError, match=rid):
@@ -399,6 +401,34 @@ async def test_an_approval_echoing_the_proposed_arguments_is_a_bare_approval(
         assert await rt.respond(rid, then) is AnswerOutcome.DUPLICATE  # applied
         await rt.close()
     assert [entry["amount"] for entry in bank_transfer.LEDGER] == [1000.0]
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory"])
+async def test_an_edit_is_the_fields_it_changes(tmp_path: Path, where: str) -> None:
+    """The whole call with one field changed, then that field alone: the same edit, and the
+    call runs with it (the first was kept whole, and the second refused as a different
+    answer: outside tester 103)."""
+    from workflow_engine import AnswerOutcome
+    from workflow_engine.storage import InMemoryRunStore
+
+    bank_transfer.LEDGER.clear()
+    store: Any = SqliteStore(tmp_path / "r.db") if where == "sqlite" else InMemoryRunStore()
+    rt = Runtime(store)
+    rt.register(bank_transfer.build_request_port_workflow)
+    paused = await rt.run("bank_transfer", MESSAGE)
+    (pending,) = paused.pending_requests
+    rid = pending.request_id
+    proposed = dict(pending.data.function_call.arguments)
+    whole = {"approved": True, "arguments": {**proposed, "amount": 5}}
+    assert await rt.respond(rid, whole) is AnswerOutcome.STORED
+    assert await rt.respond(rid, {"approved": True, "arguments": {"amount": 5}}) is (
+        AnswerOutcome.DUPLICATE
+    )
+    assert (await store.get_request(rid)).answer["data"]["arguments"] == {"amount": 5}
+    done = await rt.resume(paused.run_id)
+    assert done.status is WorkflowRunState.IDLE
+    assert [entry["amount"] for entry in bank_transfer.LEDGER] == [5]
+    await rt.close()
 
 
 @pytest.mark.parametrize("where", ["sqlite", "memory"])
