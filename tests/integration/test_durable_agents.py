@@ -403,22 +403,28 @@ async def test_an_approval_echoing_the_proposed_arguments_is_a_bare_approval(
     assert [entry["amount"] for entry in bank_transfer.LEDGER] == [1000.0]
 
 
-@pytest.mark.parametrize("where", ["sqlite", "memory"])
-async def test_an_edit_is_the_fields_it_changes(tmp_path: Path, where: str) -> None:
-    """The whole call with one field changed, then that field alone: the same edit, and the
-    call runs with it (the first was kept whole, and the second refused as a different
-    answer: outside tester 103)."""
-    from workflow_engine import AnswerOutcome
+async def _transfer_awaiting_approval(tmp_path: Path, where: str) -> tuple[Runtime, Any, Any]:
+    """A runtime over a fresh store (``sqlite`` or ``memory``), the store, and a bank transfer
+    run paused on its approval (the ledger emptied)."""
     from workflow_engine.storage import InMemoryRunStore
 
     bank_transfer.LEDGER.clear()
     store: Any = SqliteStore(tmp_path / "r.db") if where == "sqlite" else InMemoryRunStore()
     rt = Runtime(store)
     rt.register(bank_transfer.build_request_port_workflow)
-    paused = await rt.run("bank_transfer", MESSAGE)
-    (pending,) = paused.pending_requests
-    rid = pending.request_id
-    proposed = dict(pending.data.function_call.arguments)
+    return rt, store, await rt.run("bank_transfer", MESSAGE)
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory"])
+async def test_an_edit_is_the_fields_it_changes(tmp_path: Path, where: str) -> None:
+    """The whole call with one field changed, then that field alone: the same edit, and the
+    call runs with it (the first was kept whole, and the second refused as a different
+    answer: outside tester 103)."""
+    from workflow_engine import AnswerOutcome
+
+    rt, store, paused = await _transfer_awaiting_approval(tmp_path, where)
+    rid = paused.pending_requests[0].request_id
+    proposed = dict(paused.pending_requests[0].data.function_call.arguments)
     whole = {"approved": True, "arguments": {**proposed, "amount": 5}}
     assert await rt.respond(rid, whole) is AnswerOutcome.STORED
     assert await rt.respond(rid, {"approved": True, "arguments": {"amount": 5}}) is (
@@ -439,16 +445,10 @@ async def test_a_rejection_is_one_answer_whatever_arguments_come_with_it(
     showed, or edits), it was refused as a different answer (outside tester 102). An approval
     after it still is."""
     from workflow_engine import AnswerOutcome, RequestAlreadyAnsweredError
-    from workflow_engine.storage import InMemoryRunStore
 
-    bank_transfer.LEDGER.clear()
-    store: Any = SqliteStore(tmp_path / "r.db") if where == "sqlite" else InMemoryRunStore()
-    rt = Runtime(store)
-    rt.register(bank_transfer.build_request_port_workflow)
-    paused = await rt.run("bank_transfer", MESSAGE)
-    (pending,) = paused.pending_requests
-    rid = pending.request_id
-    proposed = dict(pending.data.function_call.arguments)
+    rt, store, paused = await _transfer_awaiting_approval(tmp_path, where)
+    rid = paused.pending_requests[0].request_id
+    proposed = dict(paused.pending_requests[0].data.function_call.arguments)
     assert await rt.respond(rid, {"approved": False, "arguments": proposed}) is AnswerOutcome.STORED
     assert await rt.respond(rid, {"approved": False}) is AnswerOutcome.DUPLICATE
     assert await rt.respond(rid, {"approved": False, "arguments": {}}) is AnswerOutcome.DUPLICATE
