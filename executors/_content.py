@@ -132,6 +132,23 @@ class ChatMessage(BaseModel):
         return [c for c in self.contents if isinstance(c, ToolApprovalResponseContent)]
 
 
+def same_argument(a: Any, b: Any) -> bool:
+    """Whether two values of a call's argument are the same: numbers by value (``10`` is
+    ``10.0``, as JSON tells them apart no more than a tool does), a boolean only as a boolean,
+    lists and dicts item by item, anything else by type and ``==``. Not through the codec's
+    canonical JSON, which reads a client's ``{"$tuple": ...}`` as a tuple (outside tester
+    104)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(map(same_argument, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_argument(a[k], b[k]) for k in a)
+    return type(a) is type(b) and bool(a == b)
+
+
 def edited_arguments(
     call: FunctionCallContent, answer: ToolApprovalResponseContent | None
 ) -> dict[str, Any]:

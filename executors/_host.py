@@ -26,6 +26,7 @@ thousands of messages decodes only those the agent and its model client read.
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +41,6 @@ from workflow_engine import (
     handler,
     response_handler,
 )
-from workflow_engine._checkpoint import canonical_answer
 from workflow_engine._errors import UsageError
 
 from ._events import AgentRunUpdateEvent
@@ -55,6 +55,7 @@ from ._content import (
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
     edited_arguments,
+    same_argument,
 )
 
 INVOCATION_KWARGS_KEY = "function_invocation_kwargs"
@@ -263,16 +264,19 @@ class AgentHostExecutor(Executor):
             return response.model_copy(update={"arguments": None})
         if response.approved and response.arguments is not None:
             call = request.function_call
-            edited = edited_arguments(call, response)
+            proposed = dict(call.arguments)
+            runs_with = edited_arguments(call, response)
             t = self.agent.tools.get(call.name)
             if t is not None:
-                t.validate(edited)
-            proposed = dict(call.arguments)
+                # compared as the tool reads them: "300" proposed and 300 sent, or a default
+                # sent for a field the proposal left out, change nothing (outside tester 104)
+                runs_with = t.validate(runs_with)
+                with contextlib.suppress(ValueError):  # (a proposal its own tool refuses)
+                    proposed = t.validate(proposed)
             changed = {
                 name: value
                 for name, value in response.arguments.items()
-                if name not in proposed
-                or canonical_answer(value) != canonical_answer(proposed[name])
+                if name not in proposed or not same_argument(runs_with.get(name), proposed[name])
             }
             if not changed or len(changed) < len(response.arguments):
                 return response.model_copy(update={"arguments": changed or None})

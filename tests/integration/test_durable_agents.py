@@ -438,6 +438,35 @@ async def test_an_edit_is_the_fields_it_changes(tmp_path: Path, where: str) -> N
 
 
 @pytest.mark.parametrize("where", ["sqlite", "memory"])
+async def test_edits_are_compared_as_the_tool_reads_them(tmp_path: Path, where: str) -> None:
+    """``1000.0`` for a proposed ``"1000"``, or a ``Decimal`` from a Python caller, changes
+    nothing the tool runs with: a bare approval (the first was kept as an edit, so the bare
+    approval after it was refused, and the second refused outright as not JSON: outside tester
+    104). A ``Decimal`` that changes the amount is that edit."""
+    from decimal import Decimal
+
+    from workflow_engine import AnswerOutcome
+
+    rt, store, paused = await _transfer_awaiting_approval(tmp_path, where)
+    rid = paused.pending_requests[0].request_id
+    assert paused.pending_requests[0].data.function_call.arguments["amount"] == "1000"
+    echoed = {"approved": True, "arguments": {"amount": 1000.0, "to_account": "654321"}}
+    assert await rt.respond(rid, echoed) is AnswerOutcome.STORED
+    for same in ({"approved": True}, {"approved": True, "arguments": {"amount": Decimal(1000)}}):
+        assert await rt.respond(rid, same) is AnswerOutcome.DUPLICATE
+    assert (await store.get_request(rid)).answer["data"]["arguments"] is None
+    await rt.close()
+    rt, store, paused = await _transfer_awaiting_approval(tmp_path / "again", where)
+    rid = paused.pending_requests[0].request_id
+    five = {"approved": True, "arguments": {"amount": Decimal("5.0")}}
+    assert await rt.respond(rid, five) is AnswerOutcome.STORED
+    assert await rt.respond(rid, five) is AnswerOutcome.DUPLICATE
+    assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE
+    assert [entry["amount"] for entry in bank_transfer.LEDGER] == [5.0]
+    await rt.close()
+
+
+@pytest.mark.parametrize("where", ["sqlite", "memory"])
 async def test_a_rejection_is_one_answer_whatever_arguments_come_with_it(
     tmp_path: Path, where: str
 ) -> None:

@@ -207,3 +207,20 @@ async def test_journal_replays_model_and_tool_results() -> None:
     again = await agent.run([ChatMessage.user("go")], journal=once)
     assert first.text == again.text == "n=1"
     assert calls == [1] and client.calls == 2  # replayed: no second model call, no second tool run
+
+
+def test_an_argument_is_compared_as_a_value_not_as_stored_json() -> None:
+    """A client's dict holding ``{"$tuple": [1, 2]}`` matched the list ``[1, 2]`` through the
+    codec's canonical JSON, so that edit was dropped as changing nothing and the call ran with
+    the list (outside tester 104)."""
+    from decimal import Decimal
+
+    from workflow_engine.executors._content import same_argument
+
+    assert same_argument(10, 10.0) and same_argument({"a": [1, 2.0]}, {"a": [1.0, 2]})
+    assert not same_argument({"k": {"$tuple": [1, 2]}}, {"k": [1, 2]})
+    assert not same_argument({"$set": [1]}, [1])
+    assert not same_argument(True, 1) and not same_argument(0, False)
+    assert not same_argument("10", 10) and not same_argument([1, 2], [2, 1])
+    assert not same_argument({"a": 1}, {"a": 1, "b": None})
+    assert same_argument(Decimal("1.5"), Decimal("1.5")) and same_argument(None, None)
