@@ -126,6 +126,15 @@ class Agent:
 
         return AgentHostExecutor(self, **options)
 
+    def as_workflow(self, name: str | None = None) -> Any:
+        """A workflow of this agent alone, taking a turn on each message it is given (named as
+        the agent, unless ``name``): what an AG-UI endpoint serves for an agent, and what a
+        process continuing such a run builds to get the same graph."""
+        from workflow_engine import WorkflowBuilder
+
+        host = self.as_executor(run_on_message=True)
+        return WorkflowBuilder(name=name or self.name, start=host).build()
+
     # --- one turn -------------------------------------------------------------------------------
 
     async def run(

@@ -91,7 +91,6 @@ from workflow_engine import (
     TypeRegistry,
     UnknownRequestError,
     Workflow,
-    WorkflowBuilder,
     WorkflowError,
     WorkflowEvent,
     WorkflowFailedEvent,
@@ -183,8 +182,7 @@ class AGUIWorkflow:
         if target is None:
             return cls(workflow_factory=workflow_factory)
         if isinstance(target, Agent):
-            host = target.as_executor(run_on_message=True)
-            return cls(workflow=WorkflowBuilder(name=target.name, start=host).build())
+            return cls(workflow=target.as_workflow())
         if isinstance(target, Workflow):
             return cls(workflow=target)
         if callable(target):

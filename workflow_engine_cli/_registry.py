@@ -34,6 +34,12 @@ DEMO_ALIASES |= {"transfer": "bank_transfer", "review": "review_loop"}
 _BUILDERS = {
     "support": ("workflow_engine_cli.demos.support_handoff", "build_support_workflow", True),
     "banking": ("workflow_engine_cli.demos.banking_assistant", "build_workflow", False),
+    # (serve's /banking: the agent as served, so the command line continues its runs)
+    "banking_assistant": (
+        "workflow_engine_cli.demos.banking_assistant",
+        "build_served_workflow",
+        False,
+    ),
     "bank_transfer": (
         "workflow_engine_cli.demos.bank_transfer",
         "build_request_port_workflow",

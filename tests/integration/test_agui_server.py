@@ -741,6 +741,35 @@ def test_banking_mixed_batch_waits_for_the_guarded_call(client: Client) -> None:
     assert_success(done)
 
 
+def test_the_command_line_continues_a_banking_run_the_server_started(
+    client: Client, shared: Server
+) -> None:
+    """Runs of ``/banking`` are stored as workflow ``banking_assistant``, which the command
+    line did not build: ``respond``, ``resume`` and ``cancel`` on them exited 4, "not one the
+    command line builds" (outside tester 104)."""
+    thread_id = thread()
+    stream = client.start("/banking", thread_id, "Please transfer 300 to savings")
+    [interrupt] = stream.interrupts
+    request_id = interrupt.id.split(".")[0]  # (an interrupt id is the request's, signed)
+    db = ["--db", str(shared.db)]
+    env = {**os.environ, **server_env()}
+
+    def command(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*cli(), *args, *db], capture_output=True, text=True, env=env, timeout=60, check=False
+        )
+
+    answered = command("respond", request_id, "--approve")
+    assert answered.returncode == 0, answered
+    listed = command("runs", "list", "--json")
+    assert listed.returncode == 0, listed
+    # (a run the server started is named after its thread)
+    [run_id] = [r["run_id"] for r in json.loads(listed.stdout) if thread_id in r["run_id"]]
+    done = command("resume", run_id)
+    assert done.returncode == 0 and "finished" in done.stdout, done
+    assert "Moved 300.00 EUR from checking to savings." in done.stdout, done.stdout
+
+
 # --- 9. forwardedProps --------------------------------------------------------------------------
 
 

@@ -105,3 +105,10 @@ def banking_agent() -> Agent:
 
 def build_workflow() -> Workflow:
     return WorkflowBuilder(name="banking", start=banking_agent()).build()
+
+
+def build_served_workflow() -> Workflow:
+    """The workflow ``serve`` runs at ``/banking`` (the agent, as an AG-UI endpoint serves an
+    agent): built by the command line too, so that it continues those runs."""
+    workflow: Workflow = banking_agent().as_workflow()
+    return workflow
