@@ -1129,7 +1129,8 @@ def test_acting_on_an_application_run_says_where_to_go(cli: Cli, name: str) -> N
         line = refused.error_line()
         said = (
             f"error: workflow {name!r} is not one the command line builds (bank_transfer, "
-            "banking, banking_assistant, review_loop, support): act on its runs from the application that defines it"
+            "banking, banking_assistant, review_loop, support): act on its runs from the "
+            "application that defines it"
         )
         if command == "resume":
             assert line == said
