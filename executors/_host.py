@@ -58,6 +58,9 @@ from ._content import (
     same_argument,
 )
 
+_PLAIN = (int, float, str, bool)
+"""What a tool reads an argument as that is kept as such in an edit (JSON's own scalars)."""
+
 INVOCATION_KWARGS_KEY = "function_invocation_kwargs"
 """Shared-state key whose dict reaches tools declaring ``**kwargs`` (never the model)."""
 
@@ -274,11 +277,13 @@ class AgentHostExecutor(Executor):
                 with contextlib.suppress(ValueError):  # (a proposal its own tool refuses)
                     proposed = t.validate(proposed)
             changed = {
-                name: value
+                # a number, text or boolean kept as the tool reads it: "250" from a form and
+                # 250 from a script are one edit (outside tester 105)
+                name: runs_with[name] if type(runs_with.get(name)) in _PLAIN else value
                 for name, value in response.arguments.items()
                 if name not in proposed or not same_argument(runs_with.get(name), proposed[name])
             }
-            if not changed or len(changed) < len(response.arguments):
+            if changed != response.arguments or not changed:
                 return response.model_copy(update={"arguments": changed or None})
         return None
 

@@ -464,6 +464,20 @@ async def test_edits_are_compared_as_the_tool_reads_them(tmp_path: Path, where: 
     assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE
     assert [entry["amount"] for entry in bank_transfer.LEDGER] == [5.0]
     await rt.close()
+    # a changed field is kept as the tool reads it: "250" from a form, 250 from a script and
+    # the whole call with 250.0 are one edit (the text was kept, the rest refused: tester 105)
+    rt, store, paused = await _transfer_awaiting_approval(tmp_path / "form", where)
+    rid = paused.pending_requests[0].request_id
+    proposed = dict(paused.pending_requests[0].data.function_call.arguments)
+    assert await rt.respond(rid, {"approved": True, "arguments": {"amount": "250"}}) is (
+        AnswerOutcome.STORED
+    )
+    for same in ({"amount": 250}, {**proposed, "amount": 250.0}):
+        assert await rt.respond(rid, {"approved": True, "arguments": same}) is (
+            AnswerOutcome.DUPLICATE
+        )
+    assert (await store.get_request(rid)).answer["data"]["arguments"] == {"amount": 250.0}
+    await rt.close()
 
 
 @pytest.mark.parametrize("where", ["sqlite", "memory"])
