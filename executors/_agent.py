@@ -20,7 +20,7 @@ import json
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, overload
+from typing import TYPE_CHECKING, Any, Protocol, overload
 
 import anyio
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -41,6 +41,9 @@ from ._content import (
 )
 from ._events import AgentRunUpdateEvent
 from ._tools import Tool, ToolArgumentsError, thread_slot
+
+if TYPE_CHECKING:
+    from workflow_engine import Workflow
 
 
 class Journal(Protocol):
@@ -126,7 +129,7 @@ class Agent:
 
         return AgentHostExecutor(self, **options)
 
-    def as_workflow(self, name: str | None = None) -> Any:
+    def as_workflow(self, name: str | None = None) -> Workflow:
         """A workflow of this agent alone, taking a turn on each message it is given (named as
         the agent, unless ``name``): what an AG-UI endpoint serves for an agent, and what a
         process continuing such a run builds to get the same graph."""

@@ -297,19 +297,17 @@ def _require_database(db: Path | None) -> None:
     from workflow_engine.storage import default_db_path
 
     path = Path(db if db is not None else default_db_path())
+    said = visible(str(path))  # (a HOME or --db with a newline cut the line there)
     try:
         there = path.exists()
     except OSError as exc:  # (a name longer than the file system takes: "internal error")
-        said = visible(str(path))  # (a HOME or --db with a newline cut the line there)
         print_error(f"cannot use {said} as the database: {exc.strerror or exc}; check --db")
         raise Exit(EXIT_USAGE) from None
     if not there:
-        said = visible(str(path))
         print_error(f"no database at {said} (nothing has run there yet; check --db)")
         raise Exit(EXIT_NOT_FOUND)
     with contextlib.suppress(OSError):  # (unreadable: opening it says why)
         if path.is_file() and path.stat().st_size == 0:
-            said = visible(str(path))
             print_error(f"no database at {said}: the file is empty (nothing has run there yet)")
             raise Exit(EXIT_NOT_FOUND)
     refused = _not_ours(path)

@@ -110,5 +110,4 @@ def build_workflow() -> Workflow:
 def build_served_workflow() -> Workflow:
     """The workflow ``serve`` runs at ``/banking`` (the agent, as an AG-UI endpoint serves an
     agent): built by the command line too, so that it continues those runs."""
-    workflow: Workflow = banking_agent().as_workflow()
-    return workflow
+    return banking_agent().as_workflow()
