@@ -283,8 +283,12 @@ class AgentHostExecutor(Executor):
                 for name, value in response.arguments.items()
                 if name not in proposed or not same_argument(runs_with.get(name), proposed[name])
             }
-            if changed != response.arguments or not changed:
+            given = response.arguments
+            # (by identity: a Decimal 5.0 read as the float 5.0 is == to it, yet replaced)
+            if len(changed) < len(given) or any(changed[k] is not given[k] for k in changed):
                 return response.model_copy(update={"arguments": changed or None})
+            if not changed:  # (no edits at all: ``{}``)
+                return response.model_copy(update={"arguments": None})
         return None
 
     # --- the turn -------------------------------------------------------------------------------
