@@ -100,7 +100,8 @@ def fold_chain(run_id: str, rows: list[tuple]) -> tuple[Checkpoint, Checkpoint, 
             elif kind == "span" and snapshot is not None:
                 # it holds everything up to it: deltas before it (none are read) are moot
                 span = CheckpointSpan.model_validate_json(body)
-                snapshot, deltas = apply_span(snapshot, span), []
+                # (what it is applied to was parsed or built by this fold: extended in place)
+                snapshot, deltas = apply_span(snapshot, span, consume_base=True), []
                 recorded = span.written_before
             elif kind == "delta" and snapshot is not None:
                 deltas.append(CheckpointDelta.model_validate_json(body))

@@ -453,7 +453,7 @@ class SqliteStore:
         synchronous: str | None = None,
         busy_timeout: float = 5.0,
         snapshot_every: int = 64,
-        span_every: int = 32,
+        span_every: int = 16,
         fault_hook: FaultHook | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:

@@ -867,17 +867,29 @@ def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
     return span
 
 
-def apply_span(base: Checkpoint, span: CheckpointSpan) -> Checkpoint:
-    """The checkpoint ``span`` was taken from, given the checkpoint it is relative to."""
+def apply_span(base: Checkpoint, span: CheckpointSpan, *, consume_base: bool = False) -> Checkpoint:
+    """The checkpoint ``span`` was taken from, given the checkpoint it is relative to.
+
+    ``consume_base``: ``base`` is a fold's own intermediate, never read again, so its growing
+    lists and digests are extended in place -- a chain of spans then costs what the spans
+    hold, not a copy of the whole conversation per span."""
     if span.base_id != base.checkpoint_id:
         raise ValueError(f"a span relative to {span.base_id} applied to {base.checkpoint_id}")
+
+    def grown(old: list[Any], kept: int, new: list[Any]) -> list[Any]:
+        if not consume_base:
+            return [*old[:kept], *new]
+        del old[kept:]
+        old.extend(new)
+        return old
+
     cp = span.checkpoint
     states = {e: dict(v) for e, v in cp.executor_states.items()}
     for executor_id, kept_items in span.executor_state_kept.items():
         old_state = base.executor_states[executor_id]
         state = states[executor_id]
         for key, kept in kept_items.items():
-            state[key] = [*old_state[key][:kept], *state[key]]
+            state[key] = grown(old_state[key], kept, state[key])
     for executor_id, keys in span.executor_state_same.items():
         old_state = base.executor_states[executor_id]
         state = states[executor_id]
@@ -885,12 +897,16 @@ def apply_span(base: Checkpoint, span: CheckpointSpan) -> Checkpoint:
             state[key] = old_state[key]  # (the key is there already: its place is kept)
     shared = dict(cp.shared_state)
     for key, kept in span.shared_state_kept.items():
-        shared[key] = [*base.shared_state[key][:kept], *shared[key]]
+        shared[key] = grown(base.shared_state[key], kept, shared[key])
     for key in span.shared_state_same:
         shared[key] = base.shared_state[key]
     old_digests = base.answered_digests
     if span.digests_kept == len(old_digests):  # (usually: digests only grow)
-        digests = {**old_digests, **cp.answered_digests}
+        if consume_base:
+            old_digests.update(cp.answered_digests)
+            digests = old_digests
+        else:
+            digests = {**old_digests, **cp.answered_digests}
     else:
         digests = dict(list(old_digests.items())[: span.digests_kept])
         digests.update(cp.answered_digests)
@@ -902,11 +918,10 @@ def apply_span(base: Checkpoint, span: CheckpointSpan) -> Checkpoint:
             "messages": messages,
             "executor_states": states,
             "shared_state": shared,
-            "outputs": [*base.outputs[: span.outputs_kept], *cp.outputs],
-            "cancelled_requests": [
-                *base.cancelled_requests[: span.cancelled_kept],
-                *cp.cancelled_requests,
-            ],
+            "outputs": grown(base.outputs, span.outputs_kept, cp.outputs),
+            "cancelled_requests": grown(
+                base.cancelled_requests, span.cancelled_kept, cp.cancelled_requests
+            ),
             "answered_digests": digests,
         }
     )

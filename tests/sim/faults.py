@@ -178,7 +178,7 @@ class FaultPlan:
 
     store: str = "memory"  # or "sqlite"
     snapshot_every: int = 64
-    span_every: int = 32  # sqlite: a span every this many deltas after a snapshot (0: none)
+    span_every: int = 16  # sqlite: a span every this many deltas after a snapshot (0: none)
     crashes: tuple[int, ...] = ()  # global point ordinals at which the executing process dies
     recovery: tuple[str, ...] = ()  # per crash: wait | busy | early
     races: tuple[int, ...] = ()  # resume ordinals executed by two workers at once

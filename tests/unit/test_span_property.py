@@ -113,3 +113,7 @@ def test_a_span_rebuilds_its_checkpoint_exactly(data: st.DataObject) -> None:
     event(f"messages kept: {len(span.messages_kept)}")
     stored = CheckpointSpan.model_validate_json(span.model_dump_json())
     assert apply_span(base, stored).model_dump_json() == cp.model_dump_json()
+    # as a fold applies it: to a base of its own (parsed), extended in place
+    parsed_base = Checkpoint.model_validate_json(base.model_dump_json())
+    consumed = apply_span(parsed_base, stored, consume_base=True)
+    assert consumed.model_dump_json() == cp.model_dump_json()
