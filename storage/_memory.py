@@ -480,6 +480,18 @@ class InMemoryRunStore:
                     outcomes.append(AnswerOutcome.STORED)
             return outcomes
 
+    async def cancel_requests(self, request_ids: Sequence[str]) -> None:
+        async with self._lock:
+            requests = [await self.get_request(request_id) for request_id in request_ids]
+            for request in requests:  # every one checked before any is cancelled
+                if request.status in ("answered", "applied"):
+                    raise RequestAlreadyAnsweredError(
+                        f"run {request.run_id!r}: request {request.request_id!r} was already "
+                        "answered; an answered request cannot be cancelled"
+                    )
+            for request in requests:
+                self._requests[request.request_id] = replace(request, status="cancelled")
+
     def _answered(self, request: StoredRequest, answer: Any) -> bool:
         """Whether ``request`` already has ``answer`` (True: a repeat); raises if it cannot take
         it (cancelled, or answered otherwise). False: it is pending."""

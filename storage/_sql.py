@@ -179,6 +179,10 @@ SQL_STORE_ANSWER = (  # the run it answers: no statement of its own to read it
     "UPDATE requests SET status = 'answered', answer = ?, answered_at = ? "
     "WHERE request_id = ? AND status = 'pending' RETURNING run_id"
 )
+SQL_CANCEL_REQUEST = (  # its run: the refusal of an answered one names it
+    "UPDATE requests SET status = 'cancelled' WHERE request_id = ? AND status = 'pending' "
+    "RETURNING run_id"
+)
 SQL_JOURNAL_GET = "SELECT value FROM journal WHERE run_id = ? AND key = ?"
 SQL_JOURNAL_PUT = (
     "INSERT INTO journal (run_id, key, value, created_at, superstep) VALUES (?, ?, ?, ?, ?)"

@@ -117,6 +117,7 @@ from ._sql import (
     SQL_ANSWER_WAITING,
     SQL_ANSWERED,
     SQL_CANCEL_DONE,
+    SQL_CANCEL_REQUEST,
     SQL_CHECKPOINT_PLACE,
     SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL,
     SQL_COMMIT_RUN_NO_CANCEL,
@@ -1944,6 +1945,23 @@ class SqliteStore:
     def _answer_all(self, conn: Conn, texts: Sequence[tuple[str, str]]) -> Sequence[AnswerOutcome]:
         """Each answer, in the one write (its savepoint: one refused, none is kept)."""
         return [self._answer(conn, request_id, text)[0] for request_id, text in texts]
+
+    async def cancel_requests(self, request_ids: Sequence[str]) -> None:
+        await self._in_write(self._cancel_requests, tuple(request_ids))
+
+    def _cancel_requests(self, conn: Conn, request_ids: Sequence[str]) -> None:
+        """Each pending one cancelled, in the one write (its savepoint: one refused, none is)."""
+        for request_id in request_ids:
+            if conn.execute(SQL_CANCEL_REQUEST, (request_id,)).fetchall():
+                continue
+            row = conn.execute(SQL_ANSWER_STATE, (request_id,)).fetchone()
+            if row is None:
+                raise UnknownRequestError(f"no request {request_id!r} in {self.path}")
+            if row[0] != "cancelled":
+                raise RequestAlreadyAnsweredError(
+                    f"run {row[2]!r}: request {request_id!r} was already answered; an answered "
+                    "request cannot be cancelled"
+                )
 
     def _answer(self, conn: Conn, request_id: str, text: str) -> tuple[AnswerOutcome, str]:
         """Store ``text`` as the answer of ``request_id``: (the outcome, the request's run)."""

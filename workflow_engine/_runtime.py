@@ -1199,7 +1199,7 @@ class Runtime:
         return forked.run_id
 
     @_while_open("run {run_id!r} was not cancelled")
-    async def cancel(self, run_id: str) -> RunInfo:
+    async def cancel(self, run_id: str, *, unless_answered: Sequence[str] = ()) -> RunInfo:
         """Cancel a run: CANCELLED, its pending requests cancelled.
 
         A run another worker is executing cannot be stopped mid-superstep from here: the cancel
@@ -1207,7 +1207,23 @@ class Runtime:
         (the returned info then still shows it running). One that came to rest meanwhile (the
         store refuses the request: no worker holds it) is cancelled here after all, or said
         finished -- a request stored then outlived the run (outside tester 79).
+
+        ``unless_answered``: requests of the run (the pause a person dismissed) that must still
+        be unanswered. They are cancelled first, at once, so an answer racing this cancel either
+        came first -- ``RequestAlreadyAnsweredError``, the run left as it is -- or is refused as
+        ``RequestCancelledError``: one person's approval and another's cancel never both take
+        effect (outside tester 107: a transfer approved ran, then its run was cancelled).
         """
+        if unless_answered:
+            ids = list(dict.fromkeys(unless_answered))
+            for request_id in ids:
+                request = await self.store.get_request(request_id)
+                if request.run_id != run_id:
+                    raise UsageError(
+                        f"request {request_id!r} belongs to run {request.run_id!r}, not to run "
+                        f"{run_id!r}; nothing was cancelled"
+                    )
+            await self.store.cancel_requests(ids)
         for _ in range(_CANCEL_ATTEMPTS):
             cancelled = await self._cancel_once(run_id)
             if cancelled is not None:

@@ -389,6 +389,14 @@ class RunStore(Protocol):
         refused (unknown, cancelled, answered otherwise) -- none. Its error is that one's."""
         ...
 
+    async def cancel_requests(self, request_ids: Sequence[str]) -> None:
+        """Mark pending requests cancelled, atomically, so that no answer is taken for them from
+        now on: what cancelling a pause means when a person answering it may race the cancel.
+        One already answered (stored or applied) refuses them all (``RequestAlreadyAnsweredError``,
+        nothing changed); one cancelled already stays so; an unknown id is
+        ``UnknownRequestError``. The run is not cancelled here: ``Runtime.cancel`` does both."""
+        ...
+
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:

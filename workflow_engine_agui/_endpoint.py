@@ -913,6 +913,12 @@ class AGUIService:
                 self._one_answer(workflow, request, current, answer)
             prepared.append((request.request_id, value))
         cancelling = any(a.status == "cancelled" for a in fresh)
+        for answer, stored in repeats:
+            # a cancel sent again whose run was not cancelled: the process that cancelled its
+            # interrupt ended before it cancelled the run (its retry finishes the cancel)
+            if not cancelling and answer.status == "cancelled" and stored.run_id == current:
+                paused = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+                cancelling = (await self.store.get_run(current)).status is paused
         # (beside a cancel, only the repeats: each the answer stored before, or refused)
         batch = prepared[:given_before] if cancelling else prepared
         if batch:
@@ -922,7 +928,19 @@ class AGUIService:
                 raise AGUIError(exc.code, str(exc)) from exc
         if cancelling:
             assert current is not None
-            await runtime.cancel(current)
+            dismissed = [
+                pending[a.interrupt_id].request_id for a in fresh if a.status == "cancelled"
+            ]
+            try:
+                # only if still unanswered: an approval stored meanwhile by another client
+                # wins, and one arriving after is refused (outside tester 107)
+                await runtime.cancel(current, unless_answered=dismissed)
+            except RequestAlreadyAnsweredError as exc:
+                raise AGUIError(
+                    "interrupt_not_pending",
+                    f"thread {thread_id}: an interrupt to cancel was answered meanwhile, so "
+                    f"run {current} was not cancelled ({exc})",
+                ) from exc
             return None, {}, False
         if record is None:
             return NOTHING_TO_DO, {}, False

@@ -272,6 +272,47 @@ async def test_answers_given_together_are_stored_together_or_not_at_all(store: R
     assert [(await store.get_request(i)).answer for i in (a, b)] == [yes, no]
 
 
+async def test_requests_cancelled_together_unless_one_was_answered(store: RunStore) -> None:
+    """``cancel_requests``: pending ones cancelled at once (no answer is taken for them after);
+    one answered refuses them all, nothing changed; cancelled already is no refusal."""
+    rt = runtime(store)
+    one, two, three = [await rt.run("stepper", 1) for _ in range(3)]
+    a, b, c = (r.pending_requests[0].request_id for r in (one, two, three))
+    yes = {"approved": True}
+    await store.answer(b, yes)
+    with pytest.raises(RequestAlreadyAnsweredError, match=b):
+        await store.cancel_requests([a, b])
+    with pytest.raises(UnknownRequestError, match="nope"):
+        await store.cancel_requests([a, "nope"])
+    assert [(await store.get_request(i)).status for i in (a, b)] == ["pending", "answered"]
+    await store.cancel_requests([a, c])
+    await store.cancel_requests([a])  # again: as it was
+    assert [(await store.get_request(i)).status for i in (a, c)] == ["cancelled"] * 2
+    with pytest.raises(RequestCancelledError):
+        await store.answer(a, yes)
+    with pytest.raises(RequestCancelledError):
+        await store.answer_all([(c, yes)])
+
+
+async def test_a_cancel_unless_answered_loses_to_an_answer_given_first(store: RunStore) -> None:
+    """``Runtime.cancel(unless_answered=)``: an answer stored first wins (the run is left to
+    apply it); a cancel first refuses the answer after it (outside tester 107)."""
+    rt = runtime(store)
+    answered, dismissed = [await rt.run("stepper", 1) for _ in range(2)]
+    a = answered.pending_requests[0].request_id
+    d = dismissed.pending_requests[0].request_id
+    await rt.respond(a, Answer(approved=True))
+    with pytest.raises(RequestAlreadyAnsweredError, match=a):
+        await rt.cancel(answered.run_id, unless_answered=[a])
+    assert (await rt.resume(answered.run_id)).status is not WorkflowRunState.CANCELLED
+    with pytest.raises(UsageError, match="belongs to run"):
+        await rt.cancel(dismissed.run_id, unless_answered=[a])
+    info = await rt.cancel(dismissed.run_id, unless_answered=[d])
+    assert info.status is WorkflowRunState.CANCELLED
+    with pytest.raises(RequestCancelledError):
+        await rt.respond(d, Answer(approved=True))
+
+
 async def test_respond_all_validates_every_answer_before_storing_any(store: RunStore) -> None:
     rt = runtime(store)
     one, two = [await rt.run("stepper", 1) for _ in range(2)]

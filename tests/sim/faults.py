@@ -62,6 +62,7 @@ STORE_CALLS = frozenset(
         "request_ids",
         "answer",
         "answer_all",
+        "cancel_requests",
         "answer_and_acquire",
         "prune",
         "close",

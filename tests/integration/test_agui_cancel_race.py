@@ -1,0 +1,126 @@
+"""One client approves an interrupt while another cancels it, at the same moment: exactly one
+of them takes effect. The cancel used to read the interrupt as pending, then cancel the run
+while the approval's superstep ran -- so the approved step ran, the run came to rest, and the
+run was then marked cancelled with the canceller told it worked (outside tester 107).
+
+A real uvicorn server in this process (``in_process``), real HTTP clients in two threads.
+"""
+
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Never
+
+import anyio
+import pytest
+from ag_ui.core import EventType
+from fastapi import FastAPI
+
+from tests.integration.agui_harness import Client, Stream, in_process, resolved
+from workflow_engine import (
+    Executor,
+    Workflow,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+    response_handler,
+)
+from workflow_engine.storage import SqliteStore
+from workflow_engine_agui import add_agui_endpoint
+
+pytestmark = pytest.mark.slow
+
+
+class SlowApplier(Executor):
+    """Asks whether to go on; the approved step takes a while (a tool call would), so that a
+    cancel arriving while it runs has a window to land in."""
+
+    @handler
+    async def ask(self, question: str, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.request_info(question, str)
+
+    @response_handler
+    async def applied(self, question: str, answer: str, ctx: WorkflowContext[Never, str]) -> None:
+        await anyio.sleep(0.05)
+        await ctx.yield_output(f"done: {answer}")
+
+
+def slow_workflow() -> Workflow:
+    return WorkflowBuilder("slow-applier", start=SlowApplier("applier")).build()
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cancel-race") / "runs.db"
+
+
+@pytest.fixture(scope="module")
+def client(db: Path) -> Any:
+    app = FastAPI()
+    store = SqliteStore(db)
+    add_agui_endpoint(app, slow_workflow(), "/slow", store=store)
+    with in_process(app) as port:
+        yield Client(f"http://127.0.0.1:{port}")
+    anyio.run(store.close)
+
+
+def test_an_approval_and_a_cancel_at_once_never_both_take_effect(client: Client, db: Path) -> None:
+    outcomes = []
+    for _ in range(20):  # (without the fix, most rounds of 20 showed one)
+        thread_id = f"race-{uuid.uuid4().hex[:12]}"
+        [interrupt] = client.start("/slow", thread_id, "go on?").interrupts
+        sends = {
+            "approve": resolved(interrupt.id, "yes"),
+            "cancel": [{"interruptId": interrupt.id, "status": "cancelled"}],
+        }
+        streams: dict[str, Stream] = {}
+        gate = threading.Barrier(2)
+
+        threads = [
+            threading.Thread(target=_send, args=(client, thread_id, name, resume, streams, gate))
+            for name, resume in sends.items()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        status, request = anyio.run(_run_and_request, db, thread_id, interrupt.id)
+        approve, cancel = streams["approve"], streams["cancel"]
+        said = f"approve:\n{approve.describe()}\ncancel:\n{cancel.describe()}"
+        cancelled = cancel.last.type == EventType.RUN_FINISHED
+        if cancelled:  # the cancel won: nothing was applied, the approval was refused
+            assert status is WorkflowRunState.CANCELLED, said
+            assert request.status == "cancelled" and request.answer is None, said
+            assert approve.last.type == EventType.RUN_ERROR, said
+            assert approve.last.code in ("request_cancelled", "interrupt_not_pending"), said
+        else:  # the approval won: the run finished on it, the cancel was refused
+            assert status is WorkflowRunState.IDLE, said
+            assert request.status == "applied" and request.answer == "yes", said
+            assert cancel.last.code in ("interrupt_not_pending", "run_busy"), said
+            assert approve.last.type == EventType.RUN_FINISHED or (
+                approve.last.code == "run_busy"  # (the cancel's check held the run then)
+            ), said
+        outcomes.append("cancel" if cancelled else "approve")
+    assert "approve" in outcomes, outcomes  # (both orders are exercised in practice)
+
+
+def _send(
+    client: Client,
+    thread_id: str,
+    name: str,
+    resume: list[dict[str, Any]],
+    streams: dict[str, Stream],
+    gate: threading.Barrier,
+) -> None:
+    """Send ``resume`` once both senders are ready; what came back into ``streams``."""
+    gate.wait()
+    streams[name] = client.resume("/slow", thread_id, resume)
+
+
+async def _run_and_request(db: Path, thread_id: str, interrupt_id: str) -> tuple[Any, Any]:
+    """The status of the thread's run and the interrupt's request, read by a store of its own."""
+    async with SqliteStore(db) as store:
+        request = await store.get_request(interrupt_id.split(".")[0])
+        run = await store.get_run(request.run_id)
+    return run.status, request
