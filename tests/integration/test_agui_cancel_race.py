@@ -124,3 +124,26 @@ async def _run_and_request(db: Path, thread_id: str, interrupt_id: str) -> tuple
         request = await store.get_request(interrupt_id.split(".")[0])
         run = await store.get_run(request.run_id)
     return run.status, request
+
+
+def test_a_cancel_sent_again_finishes_one_cut_off_half_way(client: Client, db: Path) -> None:
+    """A cancel cancels the interrupt, then the run: a server that ended between the two left
+    the interrupt cancelled and its run paused. The client's retry of the same cancel (a repeat,
+    nothing to store) cancels the run."""
+    thread_id = f"race-{uuid.uuid4().hex[:12]}"
+    [interrupt] = client.start("/slow", thread_id, "go on?").interrupts
+    request_id = interrupt.id.split(".")[0]
+    anyio.run(_cancel_request_only, db, request_id)
+    status, _ = anyio.run(_run_and_request, db, thread_id, interrupt.id)
+    assert status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    again = client.resume(
+        "/slow", thread_id, [{"interruptId": interrupt.id, "status": "cancelled"}]
+    )
+    assert again.finished.outcome.type == "cancelled", again.describe()
+    status, request = anyio.run(_run_and_request, db, thread_id, interrupt.id)
+    assert status is WorkflowRunState.CANCELLED and request.status == "cancelled"
+
+
+async def _cancel_request_only(db: Path, request_id: str) -> None:
+    async with SqliteStore(db) as store:
+        await store.cancel_requests([request_id])
