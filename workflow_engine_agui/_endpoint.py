@@ -913,12 +913,6 @@ class AGUIService:
                 self._one_answer(workflow, request, current, answer)
             prepared.append((request.request_id, value))
         cancelling = any(a.status == "cancelled" for a in fresh)
-        for answer, stored in repeats:
-            # a cancel sent again whose run was not cancelled: the process that cancelled its
-            # interrupt ended before it cancelled the run (its retry finishes the cancel)
-            if not cancelling and answer.status == "cancelled" and stored.run_id == current:
-                paused = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
-                cancelling = (await self.store.get_run(current)).status is paused
         # (beside a cancel, only the repeats: each the answer stored before, or refused)
         batch = prepared[:given_before] if cancelling else prepared
         if batch:

@@ -128,8 +128,8 @@ async def _run_and_request(db: Path, thread_id: str, interrupt_id: str) -> tuple
 
 def test_a_cancel_sent_again_finishes_one_cut_off_half_way(client: Client, db: Path) -> None:
     """A cancel cancels the interrupt, then the run: a server that ended between the two left
-    the interrupt cancelled and its run paused. The client's retry of the same cancel (a repeat,
-    nothing to store) cancels the run."""
+    the interrupt cancelled and its run paused, still waiting for it. The client's retry of the
+    same cancel cancels the run."""
     thread_id = f"race-{uuid.uuid4().hex[:12]}"
     [interrupt] = client.start("/slow", thread_id, "go on?").interrupts
     request_id = interrupt.id.split(".")[0]
