@@ -15,10 +15,11 @@ import time
 from collections.abc import Sequence
 from typing import Any, Literal, Protocol, Self, TypeVar, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ._codec import TaggedJsonCodec, starts_with, strictly_equal
 from ._errors import (
+    CheckpointError,
     CheckpointNotFoundError,
     CheckpointNotLatestError,
     CheckpointVersionError,
@@ -373,7 +374,17 @@ class Checkpoint(_Versioned):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Checkpoint:
-        return cls.model_validate_json(text)
+        """The checkpoint ``to_json`` wrote. Text that is not one is ``CheckpointError`` saying
+        where it is wrong (``CheckpointVersionError`` for a newer engine's)."""
+        try:
+            return cls.model_validate_json(text)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False, include_input=False)[0]
+            where = ".".join(str(part) for part in first["loc"])
+            more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+            raise CheckpointError(
+                f"not a checkpoint: {where + ': ' if where else ''}{first['msg']}{more}"
+            ) from None
 
 
 @runtime_checkable

@@ -502,7 +502,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """Write this executor's durable state; committed with the superstep. The value is
         encoded (and checked decodable) now, so a later read is a copy."""
         step = self._step
-        _check_key(key)
+        _check_key(key, f"set_state in executor {self.executor_id!r}")
         step.state_writes[key] = encode_checked(self._scope.codec, value)
         if step.appended:
             step.appended.pop(key, None)
@@ -513,7 +513,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         Only the new items are encoded (and checked), and a durable store writes only them: a
         conversation that grows by a turn costs that turn however long it already is."""
         step = self._step
-        _check_key(key)
+        _check_key(key, f"append_state in executor {self.executor_id!r}")
         codec = self._scope.codec
         current = step.state_writes.get(key, _MISSING)
         committed = current is _MISSING  # appending to the committed list, not to a write
@@ -592,7 +592,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """Write shared state; visible to every executor after the barrier. If two executors write
         the same key in one superstep, the later one in graph order wins."""
         step = self._step
-        _check_key(key)
+        _check_key(key, f"set_shared in executor {self.executor_id!r}")
         codec = self._scope.codec
         if type(value) is list and type(codec) is TaggedJsonCodec:
             kinds = set(map(type, value))
@@ -654,9 +654,16 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         return request.request_id
 
 
-def _check_key(key: str) -> None:
-    """A state key is stored as text: it must be valid Unicode (``SerializationError``)."""
-    if type(key) is str and not key.isascii():
+def _check_key(key: str, where: str) -> None:
+    """A state key is stored as text (a JSON object's key): a ``str`` (``UsageError``; an int
+    key was committed, then read back as text -- the run unreadable after a restart: outside
+    tester 108) of valid Unicode (``SerializationError``)."""
+    if not isinstance(key, str):
+        raise UsageError(
+            f"{where}: state keys are text (str), as a checkpoint stores them; got {key!r} "
+            f"({type_name(type(key))})"
+        )
+    if not key.isascii():
         require_text((key,), f"the state key {key!r}")
 
 

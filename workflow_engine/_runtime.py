@@ -1080,6 +1080,14 @@ class Runtime:
         workflow: str | None = None,
         limit: int | None = None,
     ) -> list[RunRecord]:
+        if status is not None:
+            try:
+                status = WorkflowRunState(status)
+            except ValueError:
+                states = ", ".join(s.value for s in WorkflowRunState)
+                raise UsageError(
+                    f"no run status {status!r}; a status is one of: {states}"
+                ) from None
         return list(await self.store.list_runs(status=status, workflow=workflow, limit=limit))
 
     @_while_open("requests were not listed")
@@ -1087,6 +1095,8 @@ class Runtime:
         """The approval inbox: every pending request (of one run or all), data decoded."""
         out = []
         requests = await self.store.list_requests(run_id, status="pending")
+        if run_id is not None and not requests:
+            await self.store.get_run(run_id)  # an unknown run is RunNotFoundError, not "none"
         runs: dict[str, RunRecord] = {}
         if len({r.run_id for r in requests}) > 1:
             # one read for the runs waiting for answers, not one per run (20,000 runs: 20,000

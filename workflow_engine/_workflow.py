@@ -426,13 +426,18 @@ class Workflow:
                 raise UsageError("run() needs a message to start a run, or a checkpoint")
             if responses:
                 raise UsageError("responses can only be given when continuing from a checkpoint")
-            state = RunState(run_id=run_id or uuid.uuid4().hex, secret=new_step_secret())
+            state = RunState(run_id=_new_run_id(run_id), secret=new_step_secret())
             self._check_start(message)
             state.inbox = [self._input_envelope(state, message)]
             loop = RunLoop(self, state, emit, store, limit)
             await loop.commit()
             return loop, store
         cp = await self._load(checkpoint, checkpoint_id, store)
+        if run_id is not None and run_id != cp.run_id:  # (it was ignored: outside tester 108)
+            raise UsageError(
+                f"run_id {run_id!r} given with a checkpoint of run {cp.run_id!r}: a checkpoint "
+                "continues its own run (fork it for a new one: Workflow.fork_checkpoint)"
+            )
         if store is not None and not getattr(store, "continues_latest", False):
             # refuse before anything runs: continuing an older checkpoint would re-execute
             # journaled steps and then be refused at its first commit anyway
@@ -488,9 +493,7 @@ class Workflow:
         """The first checkpoint of a new run: ``message`` in flight to the start executor,
         ``shared_state`` (e.g. a caller's ``function_invocation_kwargs``) already set."""
         self._check_start(message)
-        if run_id is not None and not is_text(run_id):
-            raise UsageError(f"run id {run_id!r} is not valid Unicode text (a lone surrogate)")
-        state = RunState(run_id=run_id or uuid.uuid4().hex, secret=new_step_secret())
+        state = RunState(run_id=_new_run_id(run_id), secret=new_step_secret())
         state.inbox = [self._input_envelope(state, message)]
         state.shared = {k: self.codec.encode(v) for k, v in (shared_state or {}).items()}
         return RunLoop(self, state, lambda e: None, None, self.max_supersteps).make_checkpoint(
@@ -1044,3 +1047,20 @@ def _node_annotations(node: Any) -> list[Any]:
 
 
 __all__ = ["Workflow", "WorkflowRunResult", "WorkflowRunStream"]
+
+
+def _new_run_id(run_id: str | None) -> str:
+    """The id of a run being admitted: ``run_id`` if given (text, not empty), else a fresh one.
+    An empty id used to make a fresh one -- a retried start with it made a second run."""
+    if run_id is None:
+        return uuid.uuid4().hex
+    if not isinstance(run_id, str):
+        raise UsageError(
+            f"a run id is text (str), not {type_name(type(run_id))} ({run_id!r}); omit it for a "
+            "fresh one"
+        )
+    if not run_id:
+        raise UsageError("a run id cannot be empty; omit it (None) for a fresh one")
+    if not is_text(run_id):
+        raise UsageError(f"run id {run_id!r} is not valid Unicode text (a lone surrogate)")
+    return run_id

@@ -30,6 +30,7 @@ from workflow_engine import (
     WorkflowContext,
     WorkflowRunState,
     handler,
+    response_handler,
 )
 from workflow_engine.storage import SqliteStore
 
@@ -973,6 +974,41 @@ async def test_an_answer_that_is_not_valid_unicode_is_refused_and_changes_nothin
     done = await runtime.respond_and_resume(request_id, "café")
     assert done.status is WorkflowRunState.IDLE and done.outputs == ["hello café"]
     await runtime.close()
+
+
+@pytest.mark.parametrize("call", ["set_state", "append_state", "set_shared"])
+@pytest.mark.parametrize("key", [5, None, (1, 2)])
+async def test_a_state_key_that_is_not_text_fails_its_superstep(
+    tmp_path: Path, call: str, key: Any
+) -> None:
+    """A checkpoint stores state keys as JSON object keys (text): an int key was committed,
+    then read back as "5" -- and after a restart the run could not be read at all (outside
+    tester 108). Refused when written, by name; the run ends FAILED, readable."""
+
+    class Keeper(Executor):
+        @handler
+        async def go(self, message: str, ctx: WorkflowContext[Never, Any]) -> None:
+            value = ["v"] if call == "append_state" else "v"
+            await getattr(ctx, call)(key, value)
+            await ctx.request_info("more?", str)
+
+        @response_handler
+        async def more(self, question: str, answer: str, ctx: WorkflowContext[Never, Any]) -> None:
+            await ctx.yield_output(answer)
+
+    def build() -> Any:
+        return WorkflowBuilder(name="keeper", start=Keeper("keeper")).build()
+
+    runtime = open_runtime(tmp_path / "runs.db", build)
+    failed = await runtime.run("keeper", "m")
+    await runtime.close()
+    assert failed.status is WorkflowRunState.FAILED and failed.error is not None
+    assert failed.error.error_type == "UsageError"
+    assert f"{call} in executor 'keeper': state keys are text (str)" in failed.error.message
+    assert repr(key) in failed.error.message
+    fresh = open_runtime(tmp_path / "runs.db", build)
+    assert (await fresh.get_run(failed.run_id)).status is WorkflowRunState.FAILED
+    await fresh.close()
 
 
 @pytest.mark.parametrize("where", ["error message", "state key", "shared key"])

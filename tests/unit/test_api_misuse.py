@@ -1,0 +1,60 @@
+"""Misuse of the Python API gets an error of the engine's tree saying what was wrong -- not a
+raw pydantic or attribute error, not a silently different run (outside tester 108)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import (
+    Checkpoint,
+    CheckpointError,
+    RunNotFoundError,
+    Runtime,
+    UsageError,
+)
+from workflow_engine.storage import InMemoryRunStore
+
+pytestmark = pytest.mark.anyio
+
+
+def runtime() -> Runtime:
+    rt = Runtime(InMemoryRunStore())
+    rt.register(stepper_workflow)
+    return rt
+
+
+@pytest.mark.parametrize("text", ["{}", '{"schema_version": 4', "not json", "[]"])
+def test_text_that_is_not_a_checkpoint_is_a_checkpoint_error(text: str) -> None:
+    with pytest.raises(CheckpointError, match="not a checkpoint"):
+        Checkpoint.from_json(text)
+
+
+async def test_a_run_id_must_be_text_and_not_empty() -> None:
+    rt = runtime()
+    with pytest.raises(UsageError, match="cannot be empty"):
+        await rt.start("stepper", 1, run_id="")
+    with pytest.raises(UsageError, match=r"text \(str\), not int"):
+        await rt.start("stepper", 1, run_id=5)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="cannot be empty"):
+        await stepper_workflow().run(1, run_id="")
+    assert await rt.list_runs() == []  # nothing was admitted
+
+
+async def test_a_checkpoint_continues_its_own_run_only() -> None:
+    paused = await stepper_workflow().run(1)
+    assert paused.checkpoint is not None
+    with pytest.raises(UsageError, match="continues its own run"):
+        await stepper_workflow().run(checkpoint=paused.checkpoint, run_id="another")
+
+
+async def test_an_unknown_status_or_run_is_said_so() -> None:
+    rt = runtime()
+    with pytest.raises(UsageError, match="no run status 'bogus'; a status is one of: "):
+        await rt.list_runs(status="bogus")  # type: ignore[arg-type]
+    assert await rt.list_runs(status="idle") == []  # type: ignore[arg-type]
+    with pytest.raises(RunNotFoundError, match="nope"):
+        await rt.pending_requests("nope")
+    paused = await rt.run("stepper", 1)
+    assert len(await rt.pending_requests(paused.run_id)) == 1
+    await rt.close()
