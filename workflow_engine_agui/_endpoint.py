@@ -980,19 +980,29 @@ class AGUIService:
         self, workflow: Workflow, record: RunRecord | None, run_input: RunAgentInput
     ) -> bool:
         """Whether this request is the one that started ``record`` (the thread's newest run),
-        sent again, while that run rests (not executing; the caller has ruled out a run cut
-        off by a server stop)."""
-        if (
-            record is None
-            or record.run_id in self._starting
-            or record.live_owner(time.time()) is not None
-        ):
+        sent again, while that run rests (the caller has ruled out a run cut off by a server
+        stop); ``run_busy`` while it is still executing. ``record`` may be older than the
+        interrupts the caller read: a copy sent at once with the first, read as executing, then
+        found paused, was told ``interrupts_pending`` (outside tester 107). So a run read as
+        executing is read again."""
+        if record is None:
             return False
         try:
             message = self._start_message(workflow, run_input.messages)
         except AGUIError:
             return False
-        return await self._started_with(workflow, record.run_id, message, run_input.run_id)
+        if not await self._started_with(workflow, record.run_id, message, run_input.run_id):
+            return False
+        run_id = record.run_id
+        if run_id in self._starting or record.live_owner(time.time()) is not None:
+            again = await self.store.get_run(run_id)
+            if run_id in self._starting or again.live_owner(time.time()) is not None:
+                raise AGUIError(
+                    "run_busy",
+                    f"thread {run_input.thread_id}: this request started run {run_id}, which is "
+                    "still being executed; send it again once the run has paused or finished",
+                )
+        return True
 
     async def _started_with(
         self, workflow: Workflow, run_id: str, message: Any, client_run_id: str | None = None

@@ -512,6 +512,66 @@ def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
         assert send("t2", "r3", "refund 8")[-1]["code"] == "interrupts_pending"
 
 
+def test_copies_of_a_start_request_sent_at_once_each_report_its_run_or_are_busy(
+    tmp_path: Path,
+) -> None:
+    """Copies of one start request sent at the same moment (a client retrying on a timeout):
+    one runs it, each other copy reports that run's interrupt or is ``run_busy`` -- never
+    ``interrupts_pending`` (as if it were a new message) nor a second run. A copy read the run
+    as executing, then found its interrupt, and was told ``interrupts_pending`` (outside tester
+    107: 11 pairs in 20)."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+
+    @tool(approval_mode="always_require")
+    def refund(order: str) -> str:
+        """Refund an order."""
+        return f"refunded {order}"
+
+    client = ScriptedChatClient(
+        [
+            Rule(
+                user=r"refund (?P<o>\d+)",
+                reply="Approve?",
+                calls=[ToolCall("refund", {"order": "{o}"})],
+            )
+        ]
+    )
+    desk = Agent("desk", "You help.", client, [refund])
+    with serving_target(tmp_path, desk, "/desk") as url:
+        for round_ in range(15):
+            thread_id = f"copies-{round_}"
+            replies: list[list[dict[str, Any]]] = []
+            gate = threading.Barrier(3)
+
+            def send(
+                thread_id: str = thread_id,
+                gate: threading.Barrier = gate,
+                replies: list[list[dict[str, Any]]] = replies,
+            ) -> None:
+                gate.wait()
+                replies.append(said(url, thread_id, "r1", "refund 7"))
+
+            threads = [threading.Thread(target=send) for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            ends = [reply[-1] for reply in replies]
+            paused = [e["outcome"] for e in ends if e["type"] == "RUN_FINISHED"]
+            assert paused and all(o == paused[0] for o in paused), ends
+            assert paused[0]["type"] == "interrupt", ends
+            codes = [e.get("code") for e in ends if e["type"] != "RUN_FINISHED"]
+            assert set(codes) <= {"run_busy"}, ends
+            later = said(url, thread_id, "r1", "refund 7")[-1]  # and again, once it rests
+            assert later["outcome"] == paused[0], later
+
+        async def runs() -> int:
+            async with SqliteStore(tmp_path / "runs.db") as store:
+                return len(await store.list_runs())
+
+        assert anyio.run(runs) == 15  # one run per thread
+
+
 def test_the_resume_that_ended_a_run_sent_again_reports_its_result(tmp_path: Path) -> None:
     """A client retrying the resume that finished a run (its response was lost) gets the
     run's result again, and nothing runs twice. It got a ``RUN_FINISHED`` without a result:
