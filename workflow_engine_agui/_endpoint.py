@@ -661,7 +661,8 @@ class AGUIService:
             )
         except (AGUIError, WorkflowError) as exc:
             message = bounded(str(exc))
-            log.warning("thread %r: RUN_ERROR %s: %s", thread_id, exc.code, message)
+            # (the message may quote what a client sent: %r keeps its line breaks off the log)
+            log.warning("thread %r: RUN_ERROR %s: %r", thread_id, exc.code, message)
             for out in translator.close_all():
                 yield out
             yield RunErrorEvent(message=message, code=exc.code)
@@ -1115,7 +1116,8 @@ class AGUIService:
                     ended.error = exc
                 if receive_closed(send):
                     if ended.error is not None:
-                        log.warning("run %r ended, unseen by its client: %s", run_id, ended.error)
+                        said = str(ended.error)
+                        log.warning("run %r ended, unseen by its client: %r", run_id, said)
                 else:
                     with suppress(anyio.BrokenResourceError):
                         send.send_nowait(ended)
@@ -1420,6 +1422,13 @@ def add_agui_endpoint(
     @app.post(path)
     async def run_endpoint(request: Request) -> Any:
         given = request.headers.get("content-type")
+        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":  # (a body is never decompressed: a gzip bomb does nothing)
+            return refusal(
+                415,
+                "unsupported_content_encoding",
+                f"send the body uncompressed (Content-Encoding {encoding[:40]!r} is not read)",
+            )
         if not is_json_media_type(given):
             said = f"this request says {given[:80]!r}" if given else "this request names none"
             return refusal(
@@ -1434,9 +1443,9 @@ def add_agui_endpoint(
                 raise AGUIError("invalid_run_input", "the body must be a JSON object")
             resume = normalize_resume(body)
             run_input = RunAgentInput.model_validate(body)
-            check_thread_id(run_input.thread_id)
+            check_ids(run_input)
         except ClientGoneError as exc:  # no one to answer: said in the log, once
-            log.info("%s: %s", path, exc)
+            log.info("%s: %r", path, str(exc))
             return refusal(exc.status, exc.code, str(exc))
         except InputError as exc:
             extra = {"limit": max_body_bytes} if isinstance(exc, InputTooLargeError) else {}
@@ -1470,7 +1479,12 @@ def add_agui_endpoint(
                         if event is not None:
                             yield encode_event(encoder, event)
 
-        return StreamingResponse(sse(), media_type=encoder.get_content_type())
+        return StreamingResponse(
+            sse(),
+            media_type=encoder.get_content_type(),
+            # a proxy must pass each event on as it comes, not hold the stream to cache it
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
 
     _drain_at_shutdown(app, service)
     return service
@@ -1494,12 +1508,17 @@ def _drain_at_shutdown(app: FastAPI, service: AGUIService) -> None:
     app.router.lifespan_context = lifespan
 
 
-def check_thread_id(thread_id: str) -> None:
-    """A thread id becomes part of run ids: it must be non-empty and of bounded length."""
-    if not thread_id:
+def check_ids(run_input: RunAgentInput) -> None:
+    """A thread id becomes part of run ids: it must be non-empty. It, the ``runId`` (stored
+    with the run) and the messages' ids (compared, echoed) are of bounded length: a 100,000
+    character ``runId`` was taken (outside tester 107)."""
+    if not run_input.thread_id:
         raise AGUIError("invalid_run_input", "threadId must not be empty")
-    if len(thread_id) > MAX_THREAD_ID_LENGTH:
-        raise AGUIError(
-            "invalid_run_input",
-            f"threadId has {len(thread_id)} characters; the limit is {MAX_THREAD_ID_LENGTH}",
-        )
+    named = [("threadId", run_input.thread_id), ("runId", run_input.run_id)]
+    named += [(f"messages[{i}].id", m.id) for i, m in enumerate(run_input.messages)]
+    for name, value in named:
+        if isinstance(value, str) and len(value) > MAX_THREAD_ID_LENGTH:
+            raise AGUIError(
+                "invalid_run_input",
+                f"{name} has {len(value)} characters; the limit is {MAX_THREAD_ID_LENGTH}",
+            )

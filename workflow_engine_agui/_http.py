@@ -106,7 +106,8 @@ def normalize_origin(value: str) -> str | None:
 def is_loopback(host: str) -> bool:
     """``localhost`` (and ``*.localhost``, which browsers resolve to loopback themselves) or
     a loopback address."""
-    host = host.lower().rstrip(".")
+    host = host.lower()
+    host = host[:-1] if host.endswith(".") else host  # one trailing dot: the same name
     if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
@@ -116,11 +117,14 @@ def is_loopback(host: str) -> bool:
 
 
 def host_name(host_header: str) -> str | None:
-    """The name in a ``Host`` header (without the port), or None if it is malformed."""
+    """The name in a ``Host`` header (without the port), or None if it is malformed (a port
+    that is not one included: ``127.0.0.1:99999`` was taken, outside tester 107)."""
     try:
-        return urlsplit(f"//{host_header}").hostname
+        parts = urlsplit(f"//{host_header}")
+        port = parts.port  # (ValueError if out of range)
     except ValueError:
         return None
+    return parts.hostname if port is None or port > 0 else None
 
 
 class BrowserGuard:
@@ -160,7 +164,12 @@ class BrowserGuard:
                     f"this server answers only to loopback host names, not {host!r}; "
                     "serve with --token to use another name",
                 )
-        origin = headers.get("origin")
+        origins = headers.getlist("origin")
+        if len(origins) > 1:  # (only the first was checked: outside tester 107)
+            return refusal(
+                403, "origin_not_allowed", "a request names one Origin; this one names several"
+            )
+        origin = origins[0] if origins else None
         if origin is None or self.any_origin:
             return None
         normalized = normalize_origin(origin)

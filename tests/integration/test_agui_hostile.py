@@ -8,6 +8,7 @@ and after (``store_state``), which must not have changed. No server log may hold
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import time
@@ -229,6 +230,48 @@ def test_a_dns_name_rebound_to_loopback_is_refused(client: Client, server: Serve
             headers={**client.headers(), "host": host, "origin": f"http://{host}"},
         )
         assert stream.finished.outcome.type == "interrupt"
+
+
+def test_doubled_origins_bad_ports_compressed_bodies_and_long_ids_are_refused(
+    client: Client, server: Server
+) -> None:
+    """What outside tester 107 still got through: a second Origin (only the first was
+    checked), a Host with an impossible port or two trailing dots, a gzip body (said to be bad
+    UTF-8), a 100,000-character runId. Each refused by name, nothing stored; a stream tells
+    proxies not to buffer it."""
+    before = store_state(server.db)
+    body = json.dumps(run_input(thread(), [user(REFUND)])).encode()
+    own = f"http://127.0.0.1:{server.port}"
+    json_type = ("content-type", "application/json")
+    for origins in ((own, EVIL), (EVIL, own)):
+        sent = httpx.post(
+            f"{server.url}/support",
+            content=body,
+            headers=[json_type, ("origin", origins[0]), ("origin", origins[1])],
+            timeout=30,
+        )
+        refused_http(sent, 403, "origin_not_allowed")
+    for host in ("127.0.0.1:99999", "localhost..", "127.0.0.1:0"):
+        refused_http(
+            post_raw(server, body, {"host": host, "content-type": "application/json"}),
+            403,
+            "host_not_allowed",
+        )
+    gzipped = {"content-type": "application/json", "content-encoding": "gzip"}
+    refused_http(
+        post_raw(server, gzip.compress(body), gzipped), 415, "unsupported_content_encoding"
+    )
+    long_ids = run_input(thread(), [user(REFUND)])
+    for field, value in (
+        ("runId", "r" * 100_000),
+        ("messages", [{**user(REFUND), "id": "m" * 300}]),
+    ):
+        sent = client.post("/support", {**long_ids, field: value})
+        refused_http(sent, 422, "invalid_run_input")
+    assert store_state(server.db) == before
+    stream = client.start("/support", thread(), "Hello")
+    assert stream.headers["cache-control"] == "no-cache", stream.headers
+    assert stream.headers["x-accel-buffering"] == "no", stream.headers
 
 
 def test_interrupt_ids_are_unguessable_and_derived_from_stored_state(

@@ -780,3 +780,18 @@ def test_a_stranded_run_has_its_own_code(client: Client, server: Server) -> None
         assert "earlier run" not in message
     assert raw_state(server.db) == before
     assert ledger(server, thread_id) == []
+
+
+def test_a_client_s_text_cannot_forge_a_line_of_the_server_s_log(
+    client: Client, server: Server
+) -> None:
+    """A thread id or interrupt id with a line break, quoted in a RUN_ERROR's message, was
+    written to the log as it came -- a forged log line (outside tester 107)."""
+    forged = "14:00:00 INFO    uvicorn.error: FORGED LOG LINE"
+    thread_id = f"x\n{forged}"
+    stream = client.resume("/support", thread_id, resolved(f"y\n{forged}", {"accepted": True}))
+    assert stream.last.type == EventType.RUN_ERROR, stream.describe()
+    time.sleep(0.2)  # (the log is written by the server's process)
+    log = server_log_clean(server)
+    assert "RUN_ERROR" in log
+    assert not any(line.startswith("14:00:00") for line in log.splitlines()), log[-2000:]
