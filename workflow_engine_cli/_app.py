@@ -63,6 +63,7 @@ from ._listing import (
     status_filter,
 )
 from ._output import (
+    closed_output_refused,
     discard_output,
     err_console,
     escape,
@@ -483,6 +484,7 @@ def demo(
     if workflow is None:
         print_error(f"no demo named {name!r} (choose from: {', '.join(DEMO_ALIASES)})")
         raise typer.Exit(EXIT_USAGE)
+    _refuse_blank(message, reply)
     try:
         chosen = model_for_start(ModelFlags(model, base_url, api_key, offline), os.environ)
     except ModelConfigError as exc:
@@ -702,6 +704,7 @@ def resume(
     """
     from ._console import drive, make_policy, terminals
 
+    _refuse_blank(None, reply)
     approve = _approvals(approve_all, reject_all)
     term, talk = terminals(json_mode)
     policy = make_policy(approve, reply or [], end, interactive, talk)
@@ -711,6 +714,8 @@ def resume(
     except ModelConfigError as exc:
         print_error(str(exc))
         raise typer.Exit(EXIT_USAGE) from None
+    if closed_output_refused():
+        raise typer.Exit(EXIT_FAILED)
 
     resumed: list[str] = []
 
@@ -805,6 +810,8 @@ def respond(
     if REPLY_PLACEHOLDER in (message, answer):  # a printed command, pasted as it was
         print_error(f"replace {REPLY_PLACEHOLDER} with what to say; nothing was stored")
         raise typer.Exit(EXIT_USAGE)
+    if closed_output_refused():
+        raise typer.Exit(EXIT_FAILED)
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
@@ -832,6 +839,8 @@ def cancel(
     db: DbOption = None,
 ) -> None:
     """Cancel a run: it ends CANCELLED and its pending requests can no longer be answered."""
+    if closed_output_refused():
+        raise typer.Exit(EXIT_FAILED)
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
@@ -1027,6 +1036,18 @@ async def _runs_answered(runtime: Runtime) -> list[tuple[Any, int]]:
 
 
 MAX_ANSWER_BYTES = 1_000_000
+
+
+def _refuse_blank(message: str | None, replies: Sequence[str] | None) -> None:
+    """Exit 2 on a blank ``--message`` or ``--reply`` before anything starts: a blank reply
+    was refused only when the run reached the prompt it answered, leaving a run paused behind
+    an exit 2 (outside tester 106); a blank first message was taken as one."""
+    if message is not None and not message.strip():
+        print_error("--message is blank: give the words of the first message")
+        raise typer.Exit(EXIT_USAGE)
+    if any(not r.strip() for r in replies or ()):
+        print_error("a --reply is blank: give the words to say (or --end to end the conversation)")
+        raise typer.Exit(EXIT_USAGE)
 
 
 def _refuse_non_text(texts: list[tuple[str, str]]) -> None:

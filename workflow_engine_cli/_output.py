@@ -180,6 +180,16 @@ def prepare_output() -> None:
             reconfigure(errors="backslashreplace")
 
 
+def closed_output_refused() -> bool:
+    """For a command that changes a run, before it does: with stdout closed (``>&-``) it would
+    act, then fail to say so and exit 1 -- a script would retry what was done (outside tester
+    106). Said in one line (True: refused, nothing done), as ``resume`` does."""
+    if not isinstance(sys.stdout, ClosedOutput):
+        return False
+    print_error("cannot write the output: standard output is closed; nothing was done")
+    return True
+
+
 def discard_output(*streams: Any) -> None:
     """Point stdout (or ``streams``) at /dev/null, so that what is still buffered, and what is
     written from now on, goes nowhere quietly (Python flushes stdout once more at exit)."""

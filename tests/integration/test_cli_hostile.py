@@ -395,3 +395,25 @@ def test_a_request_row_with_a_malformed_value_is_one_line(
     result = cli.run("respond", request_id, "--approve")
     assert result.code == code, str(result)
     assert said in result.error_line()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "handoff", "-m", "hi", "--reply", ""],
+        ["demo", "handoff", "-m", "hi", "--reply", "ok", "--reply", "  "],
+        ["demo", "handoff", "-m", "   "],
+        ["demo", "handoff", "-m", ""],
+    ],
+)
+def test_a_blank_message_or_reply_is_refused_before_a_run_starts(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """``--reply ''`` was refused only when the run reached the prompt it answered: exit 2,
+    with a run left paused behind it (outside tester 106); a blank ``-m`` was a message."""
+    cli = Cli(tmp_path)
+    result = cli.run(*argv)
+    assert result.code == 2 and result.out == "", str(result)
+    assert result.err.startswith("error: ") and "blank" in result.err, str(result)
+    assert len(result.err.splitlines()) == 1, str(result)
+    assert not cli.db.exists()  # nothing started, nothing written

@@ -795,3 +795,32 @@ def test_a_client_s_text_cannot_forge_a_line_of_the_server_s_log(
     log = server_log_clean(server)
     assert "RUN_ERROR" in log
     assert not any(line.startswith("14:00:00") for line in log.splitlines()), log[-2000:]
+
+
+def test_a_change_asked_for_with_stdout_closed_is_refused_before_it_is_made(
+    base: tuple[Cli, str, str, str], tmp_path: Path
+) -> None:
+    """``respond ... >&-`` and ``cancel ... >&-`` stored the answer or cancelled the run, then
+    failed to say so (exit 1): a script retries what was done. Now, as ``resume`` does, they
+    refuse before acting (outside tester 106)."""
+    cli, run_id, request_id, _ = base
+    copy = copy_of(cli, tmp_path)
+    before = raw_state(copy.db)
+    for argv in (
+        ["respond", request_id, "--reject"],
+        ["cancel", run_id],
+        ["resume", run_id, "--json", "--reject"],
+    ):
+        proc = subprocess.run(
+            ["bash", "-c", f"{ENGINE} {' '.join(argv)} --db {copy.db} >&-"],
+            capture_output=True,
+            text=True,
+            env=copy.env,
+            timeout=TIMEOUT,
+            check=False,
+        )
+        assert proc.returncode == 1, proc
+        assert proc.stderr == (
+            "error: cannot write the output: standard output is closed; nothing was done\n"
+        ), proc
+    assert raw_state(copy.db) == before
