@@ -59,6 +59,7 @@ from ._term import Part, Terminal, visible
 from ._views import (
     compact,
     describe_output,
+    describe_request,
     field_notes,
     in_doubt_said,
     shape,
@@ -707,6 +708,8 @@ def print_paused(
             asked += f"; answer: {getattr(expected, '__name__', None) or expected}"
             schema = _schema(expected)
         term.line(f"  request {request.request_id} ({asked})")
+        if isinstance(request.data, ToolApprovalRequestContent):  # what would be approved
+            term.line(("  asks: ", "dim"), visible(describe_request(request.data)), indent=4)
         if schema:  # its JSON's shape: a guess did it before (tester 76)
             term.line(("  answer as JSON: ", "dim"), shape(schema), indent=4)
         if isinstance(request.data, InDoubtEffect):  # what is asked, and what to look it up by

@@ -145,6 +145,8 @@ def test_detach_respond_resume_across_processes(cli: Cli) -> None:
     assert run_id and request_id, str(paused)
     run_id, request_id = run_id[1], request_id[1]
     assert f"workflow-engine respond {request_id} --approve" in paused.out  # copy, paste
+    # what would be approved, without a `requests list` (outside tester 106)
+    assert '  asks: approve submit_refund({"order_id": "12345", "amount": 89.99' in paused.out
     assert f"workflow-engine resume {run_id}" in paused.out
     assert cli.ledger() == []
 
