@@ -372,7 +372,18 @@ async def _full_run_id(runtime: Runtime, given: str) -> str:
         return (await runtime.store.get_run(given)).run_id
     except RunNotFoundError:
         pass
-    return _matched("run", given, list(await runtime.store.run_ids(given)))
+    ids = list(await runtime.store.run_ids(given))
+    if not ids and given != given.lower():  # hex ids, typed in capitals (outside tester 106)
+        lowered = list(await runtime.store.run_ids(given.lower()))
+        given, ids = (given.lower(), lowered) if lowered else (given, ids)
+    requests = list(await runtime.store.request_ids(given.lower())) if not ids and given else []
+    if len(requests) == 1:  # (said only for a request it names, whole or by a unique prefix)
+        asked = await runtime.store.get_request(requests[0])
+        raise RunNotFoundError(
+            f"no run {given!r}: that is the id of a request of run {asked.run_id!r}; answer it "
+            "with respond, then resume that run"
+        )
+    return _matched("run", given, ids)
 
 
 async def _full_request_id(runtime: Runtime, given: str) -> str:
@@ -383,7 +394,11 @@ async def _full_request_id(runtime: Runtime, given: str) -> str:
         return (await runtime.store.get_request(given)).request_id
     except UnknownRequestError:
         pass
-    return _matched("request", given, list(await runtime.store.request_ids(given)))
+    ids = list(await runtime.store.request_ids(given))
+    if not ids and given != given.lower():  # hex ids, typed in capitals
+        lowered = list(await runtime.store.request_ids(given.lower()))
+        given, ids = (given.lower(), lowered) if lowered else (given, ids)
+    return _matched("request", given, ids)
 
 
 def _matched(kind: str, given: str, ids: list[str]) -> str:
@@ -825,7 +840,9 @@ def respond(
                     print(f"already had this answer; run {clean(run.run_id)} has ended ({now})")
                     return EXIT_DONE
             note = "already had this answer" if outcome.value == "duplicate" else "answer stored"
-            print(f"{note}; continue with `workflow-engine resume {clean(run.run_id)}{Hints.db}`")
+            # the command whole on a line of its own, as a pause prints it: quoted in
+            # backticks, the line pasted into a shell ran it as a substitution (tester 106)
+            print(f"{note}; continue with:\n  workflow-engine resume {clean(run.run_id)}{Hints.db}")
             return EXIT_DONE
 
         return await _with_runtime(db, go)

@@ -417,3 +417,32 @@ def test_a_blank_message_or_reply_is_refused_before_a_run_starts(
     assert result.err.startswith("error: ") and "blank" in result.err, str(result)
     assert len(result.err.splitlines()) == 1, str(result)
     assert not cli.db.exists()  # nothing started, nothing written
+
+
+def test_ids_typed_in_capitals_or_of_the_wrong_kind_are_found_or_explained(
+    paused: tuple[Cli, str, str],
+) -> None:
+    """``runs show A34B`` was "no run" for a run whose id starts a34b; a request's id given
+    where a run's goes said only "no run" (outside tester 106)."""
+    cli, run_id, request_id = paused
+    shown = cli.expect(0, "runs", "show", run_id[:8].upper())
+    assert shown.out.startswith(f"Run {run_id} "), str(shown)
+    before = store_state(cli.db)
+    wrong = cli.run("resume", request_id[:8].upper())
+    assert wrong.code == 4, str(wrong)
+    assert wrong.error_line() == (
+        f"error: no run {request_id[:8].upper()!r}: that is the id of a request of run "
+        f"{run_id!r}; answer it with respond, then resume that run"
+    ), str(wrong)
+    assert store_state(cli.db) == before
+
+
+def test_the_command_respond_prints_stands_on_a_line_of_its_own(tmp_path: Path) -> None:
+    """ "answer stored; continue with `workflow-engine resume ...`" pasted whole into a shell
+    ran the backticks as a command substitution (outside tester 106)."""
+    cli = Cli(tmp_path)
+    run_id, request_id = cli.start_paused()
+    said = cli.expect(0, "respond", request_id, "--reject").out
+    assert said == (
+        f"answer stored; continue with:\n  workflow-engine resume {run_id} --db {cli.db}\n"
+    ), said
