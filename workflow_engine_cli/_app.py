@@ -652,6 +652,16 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         # thread's, say) ended the command as an output failure: it was the hang-up
         if hung_up and stop.exit_code == EXIT_FAILED:
             raise typer.Exit(EXIT_PAUSED) from None
+        if stop.exit_code == EXIT_BROKEN_PIPE and run_ids:
+            # the reader of its output went away (``| head``): the run stopped where it was,
+            # which stdout can no longer say -- stderr still may (outside tester 106)
+            where = escape(f"{visible(run_ids[-1])}{Hints.db}")
+            with contextlib.suppress(OSError, ValueError):
+                err_console().print(
+                    f"Output closed: run {visible(run_ids[-1])} stopped where it was. "
+                    f"Continue with: workflow-engine resume {where}",
+                    soft_wrap=True,
+                )
         raise
     finally:
         for sig, handler in before.items():

@@ -824,3 +824,25 @@ def test_a_change_asked_for_with_stdout_closed_is_refused_before_it_is_made(
             "error: cannot write the output: standard output is closed; nothing was done\n"
         ), proc
     assert raw_state(copy.db) == before
+
+
+def test_a_run_whose_output_reader_went_away_says_how_to_continue_on_stderr(
+    tmp_path: Path,
+) -> None:
+    """``demo | head -1``: the run stopped where it was and the command ended 141 without a
+    word, though stderr was still there to tell (outside tester 106). It says how to continue,
+    and that continues it."""
+    cli = Cli(tmp_path)
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before anything is written
+    try:
+        result = run(cli, ["demo", "handoff", "-m", REFUND, "--approve"], stdout=write)
+    finally:
+        os.close(write)
+    assert result.code == 141, str(result)
+    [said] = result.err.splitlines()
+    assert said.startswith("Output closed: run ") and " stopped where it was. " in said, said
+    command = said.split("Continue with: ", 1)[1]
+    assert command.startswith("workflow-engine resume ") and command.endswith(f"--db {cli.db}")
+    resumed = cli.run(*command.split()[1:-2], "--approve")
+    assert resumed.code == 0 and "finished" in resumed.out, str(resumed)
