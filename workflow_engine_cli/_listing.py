@@ -21,7 +21,7 @@ from ._hints import Hints
 from ._ids import short_ids
 from ._registry import workflow_names
 from ._term import Terminal, clean, format_table, is_live, terminal_columns, visible
-from ._views import describe_output, describe_request
+from ._views import describe_answer, describe_output, describe_request
 
 if TYPE_CHECKING:
     from workflow_engine import WorkflowRunState
@@ -351,7 +351,8 @@ def run_output(
 
                 show_in_doubt(term, in_doubt)
         for request in answered:
-            term.line(("answered: ", "green"), f"{request.request_id} (not applied yet)")
+            given = visible(describe_answer(request))
+            term.line(("answered: ", "green"), f"{request.request_id} ({given}; not applied yet)")
         if answered and not worker:
             does = "apply it" if len(answered) == 1 else "apply them"
             say_resume(term, ("then: ", "dim"), "", does, full, info.workflow_name)

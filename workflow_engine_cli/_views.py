@@ -95,6 +95,25 @@ def describe_request(data: Any, port_id: str = "") -> str:
     return f"{port_id}: {compact(value)}" if port_id else compact(value)
 
 
+def describe_answer(request: Any) -> str:
+    """What a request answered and not applied yet asks and was given, on one line: an
+    approval says approved (with the edited arguments it runs with) or rejected. ``runs show``
+    said only the request's id, so an edit was invisible until the run applied it."""
+    asks = describe_request(request.data, request.port_id)
+    try:
+        given = plain(_jsonable(request.answer))
+    except DamagedValueError as exc:
+        return f"{asks}: damaged answer, cannot be shown ({exc})"
+    if asks.startswith("approve ") and isinstance(given, dict):
+        decided = given.get("approved", given.get("accepted"))
+        if decided is False:
+            return f"{asks}: rejected"
+        if decided is True:
+            edits = given.get("arguments")
+            return f"{asks}: approved" + (f", with {compact(edits)}" if edits else "")
+    return f"{asks}: answered {compact(given)}"
+
+
 def describe_effect(effect: Any) -> str:
     """What a step in doubt was doing (an ``InDoubtEffect``): a tool call as the call, any other
     step by its description, or its name when it has none."""

@@ -322,7 +322,10 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     shown = cli.json("runs", "show", run_id)
     assert shown["pending_requests"] == [] and shown["answered_requests"] == [request_id]
     said = cli.expect(0, "runs", "show", run_id).out.splitlines()
-    assert f"answered: {request_id} (not applied yet)" in said, said
+    # what it was answered, the edit included (it showed nothing of it before `resume`)
+    asks = 'approve submit_refund({"order_id": "12345", "amount": 89.99, "reason": "customer '
+    assert f"answered: {request_id} ({asks}" in "\n".join(said), said
+    assert 'request"}): approved, with {"amount": 50.0}; not applied yet)' in " ".join(said)
     i = said.index("then: apply it with:")
     assert said[i + 1] == f"  workflow-engine resume {run_id} --db {cli.db}", said
     inbox = cli.expect(0, "requests", "list").out.splitlines()
