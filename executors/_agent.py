@@ -27,6 +27,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from workflow_engine import InDoubtEffect, StateItems
 from workflow_engine._errors import DefinitionError, UsageError
+from workflow_engine._events import exception_text
 
 from ._clients import ChatClient, ChatResponseUpdate, message_from_updates
 from ._content import (
@@ -38,6 +39,7 @@ from ._content import (
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
     edited_arguments,
+    plain_result,
 )
 from ._events import AgentRunUpdateEvent
 from ._tools import Tool, ToolArgumentsError, thread_slot
@@ -365,14 +367,11 @@ class Agent:
         except Exception as exc:
             if self.raise_tool_errors:
                 raise
-            return FunctionResultContent(
-                call_id=call.call_id, name=call.name, error=f"{type(exc).__name__}: {exc}"
-            )
-        try:
-            value = to_jsonable_python(value)
-        except PydanticSerializationError:
-            value = str(value)
-        return FunctionResultContent(call_id=call.call_id, name=call.name, result=value)
+            said = f"{type(exc).__name__}: {exception_text(exc)}"
+            return FunctionResultContent(call_id=call.call_id, name=call.name, error=said)
+        # (the tool ran: from here nothing may fail, or a resume would run it again)
+        result = plain_result(value)
+        return FunctionResultContent(call_id=call.call_id, name=call.name, result=result)
 
 
 def tool_call_in_doubt(effect: InDoubtEffect) -> tuple[str, Any] | None:

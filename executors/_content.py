@@ -10,6 +10,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
 
 Role = Literal["system", "user", "assistant", "tool"]
 
@@ -34,6 +35,22 @@ class FunctionCallContent(_Content):
     @property
     def arguments_json(self) -> str:
         return json.dumps(self.arguments, sort_keys=True)
+
+
+def plain_result(value: Any) -> Any:
+    """What a tool returned, as the model reads it and a checkpoint stores it: its JSON form (a
+    model, a set, a ``Decimal``, a datetime as JSON), else its ``repr`` -- never an error. A
+    result JSON cannot hold (bytes that are not UTF-8, a dict that holds itself) failed the
+    turn after the tool ran, and a resume ran the tool again (outside tester 109)."""
+    try:
+        plain = to_jsonable_python(value)
+        json.dumps(plain)  # (what ``text`` does with it)
+        return plain
+    except Exception:
+        try:
+            return repr(value)
+        except Exception:
+            return f"<a {type(value).__name__} that cannot be shown>"
 
 
 class FunctionResultContent(_Content):

@@ -55,6 +55,7 @@ from ._content import (
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
     edited_arguments,
+    plain_result,
     same_argument,
 )
 
@@ -90,6 +91,9 @@ class UserTurnRequest(BaseModel):
 
     agent_name: str
     text: str = ""
+
+
+_CONFIRMED = "done (a person confirmed it happened)"
 
 
 def stored_message(message: ChatMessage) -> ChatMessage | str:
@@ -246,7 +250,9 @@ class AgentHostExecutor(Executor):
         return FunctionResultContent(
             call_id=str(described.get("call_id", "")),
             name=str(described.get("tool", "")),
-            result=result if result is not None else "done (a person confirmed it happened)",
+            # as a tool's own result is kept: a set or a Decimal from Python was stored as
+            # given, then failed every resume (outside tester 109)
+            result=plain_result(result) if result is not None else _CONFIRMED,
         )
 
     def validate_response(self, request: Any, response: Any) -> Any:

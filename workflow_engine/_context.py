@@ -8,6 +8,7 @@ all-or-nothing, and what a checkpoint records is exactly what the next superstep
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
@@ -294,12 +295,15 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     async def run_once(
         self,
         key: str,
-        func: Callable[[], Awaitable[Any]],
+        func: Callable[[], Awaitable[Any]] | Callable[[], Any],
         *,
         idempotent: bool = False,
         description: Any = None,
     ) -> Any:
         """Run ``func`` once for step ``key`` of this delivery, surviving crashes and re-runs.
+
+        ``func`` is an async function (or returns an awaitable), or a plain function: that one
+        runs on the event loop's thread, so make a slow effect async.
 
         The step's identity is (superstep, executor, the message being handled, ``key``): the
         same delivery re-executed after a crash -- in any process, whatever answers arrived
@@ -322,6 +326,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         never left looking in doubt.
         """
         name = self.step_key(key)
+        func = _awaited(func)
         locks = self._locks
         if locks is None:
             locks = self._locks = {}
@@ -652,6 +657,20 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         )
         step.requests.append(request)
         return request.request_id
+
+
+def _awaited(func: Callable[[], Any]) -> Callable[[], Awaitable[Any]]:
+    """``func`` as an async function: a plain one's effect ran, then awaiting its result failed
+    (``TypeError``) -- the step failed after its effect, and a resume ran it again (outside
+    tester 109). Its result is recorded as any other's."""
+
+    async def call() -> Any:
+        result = func()
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    return call
 
 
 def _check_key(key: str, where: str) -> None:

@@ -79,7 +79,8 @@ class ErrorDetails:
     @classmethod
     def from_exception(cls, exc: BaseException, executor_id: str | None = None) -> ErrorDetails:
         code = getattr(exc, "code", None) or "executor_failed"
-        return cls(_text(type(exc).__name__), _text(str(exc)), _text(str(code)), executor_id)
+        said = exception_text(exc)
+        return cls(_text(type(exc).__name__), _text(said), _text(str(code)), executor_id)
 
     def as_record(self) -> dict[str, Any]:
         """The error as a run record stores it (``RunRecord.error``): a message longer than
@@ -99,6 +100,19 @@ class ErrorDetails:
 
 RECORDED_MESSAGE = 100_000
 """The most of an error's message a run record keeps (characters)."""
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or what can be said of it when its ``__str__`` fails: recording such an
+    error failed in turn, leaving the run in progress with nothing recorded (outside tester
+    109)."""
+    try:
+        return str(exc)
+    except Exception as failed:
+        return (
+            f"(its message cannot be shown: {type(exc).__name__}.__str__ raised "
+            f"{type(failed).__name__})"
+        )
 
 
 def _text(value: str) -> str:

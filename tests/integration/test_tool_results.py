@@ -1,0 +1,177 @@
+"""What a tool (or a ``run_once`` step) hands back after its effect ran must never fail the
+turn: a resume would run the effect again (outside tester 109). Results JSON cannot hold, an
+exception that cannot say what it is, a result a person gives for a call in doubt, and a
+plain (not async) function as a step -- each recorded once, the run going on."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Never
+
+import pytest
+
+from workflow_engine import (
+    EffectResolution,
+    Executor,
+    InDoubtEffect,
+    Runtime,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
+)
+from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+from workflow_engine.storage import SqliteStore
+
+pytestmark = pytest.mark.anyio
+
+
+class Crash(BaseException):
+    """The process dies inside the tool (not an error the agent turns into a result)."""
+
+
+class CannotSay(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() of the tool's exception fails")
+
+
+def self_holding() -> dict[str, Any]:
+    loop: dict[str, Any] = {"id": 1}
+    loop["me"] = loop
+    return loop
+
+
+def payer(returns: Any, *, raise_tool_errors: bool = False) -> tuple[Any, list[str]]:
+    """A workflow whose agent calls ``pay`` once and says its result; the calls it made."""
+    calls: list[str] = []
+
+    @tool
+    def pay(amount: float) -> Any:
+        """Pay an amount."""
+        calls.append("pay")
+        if isinstance(returns, BaseException):
+            raise returns
+        return returns() if callable(returns) else returns
+
+    def build() -> Any:
+        model = ScriptedChatClient(
+            [
+                Rule(user="pay", calls=[ToolCall("pay", {"amount": 5})]),
+                Rule(after_tool="pay", reply="Result: {result}"),
+            ]
+        )
+        agent = Agent("payer", "You pay.", model, [pay], raise_tool_errors=raise_tool_errors)
+        return WorkflowBuilder(name="payer", start=agent).build()
+
+    return build, calls
+
+
+def said(result: Any) -> str:
+    [reply] = result.outputs
+    return str(getattr(reply, "text", reply))
+
+
+@pytest.mark.parametrize(
+    ("returns", "shown"),
+    [
+        (b"\xff\x00receipt", "b'\\xff\\x00receipt'"),  # bytes that are not UTF-8: their repr
+        (self_holding, "{'id': 1, 'me': {...}}"),  # a dict that holds itself
+        ({3, 1, 2}, "[1, 2, 3]"),  # JSON forms, as before
+        (Decimal("1.50"), "1.50"),
+    ],
+)
+async def test_a_result_json_cannot_hold_is_its_repr_and_the_tool_ran_once(
+    tmp_path: Path, returns: Any, shown: str
+) -> None:
+    build, calls = payer(returns)
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(build)
+    done = await rt.run("payer", "pay please")
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert shown in said(done)
+    assert calls == ["pay"]
+    await rt.close()
+
+
+@pytest.mark.parametrize("raise_tool_errors", [False, True])
+async def test_an_exception_that_cannot_say_what_it_is_is_recorded_all_the_same(
+    tmp_path: Path, raise_tool_errors: bool
+) -> None:
+    """Its ``__str__`` raised: the model's error result, or the run's recorded error, failed
+    in turn -- the run left in progress with no error, the tool run again by every resume."""
+    build, calls = payer(CannotSay(), raise_tool_errors=raise_tool_errors)
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(build)
+    result = await rt.run("payer", "pay please")
+    cannot = "(its message cannot be shown: CannotSay.__str__ raised RuntimeError)"
+    if raise_tool_errors:
+        assert result.status is WorkflowRunState.FAILED and result.error is not None
+        assert result.error.error_type == "CannotSay" and result.error.message == cannot
+        assert (await rt.get_run(result.run_id)).error["message"] == cannot  # type: ignore[index]
+    else:
+        assert result.status is WorkflowRunState.IDLE, result.error
+        assert f"Error: CannotSay: {cannot}" in said(result)
+    assert calls == ["pay"]
+    await rt.close()
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [
+        ({3, 1, 2}, "[1, 2, 3]"),
+        (Decimal("2.50"), "2.50"),
+        (b"ok", "ok"),
+        (dt.datetime(2026, 12, 4, 15, 0, tzinfo=dt.UTC), "2026-12-04T15:00:00Z"),
+    ],
+)
+async def test_a_result_given_for_a_call_in_doubt_is_kept_as_a_tool_s_would_be(
+    tmp_path: Path, given: Any, shown: str
+) -> None:
+    """Answered from Python with a set, a ``Decimal``, bytes or a datetime, the answer was
+    stored, then every resume failed (``not JSON serializable``) and the answer could not be
+    changed: the run was lost."""
+    build, calls = payer(Crash())
+    db = tmp_path / "runs.db"
+    first = Runtime(SqliteStore(db))
+    first.register(build)
+    with pytest.raises(Crash):
+        await first.run("payer", "pay please")
+    await first.close()
+    again = Runtime(SqliteStore(db))
+    again.register(build)
+    (run,) = await again.list_runs()
+    [asked] = (await again.resume(run.run_id)).pending_requests
+    assert isinstance(asked.data, InDoubtEffect)
+    done = await again.respond_and_resume(
+        asked.request_id, EffectResolution(happened=True, result=given)
+    )
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert f"Result: {shown}" in said(done)
+    assert calls == ["pay"]  # never run again
+    await again.close()
+
+
+async def test_a_plain_function_is_a_step_too(tmp_path: Path) -> None:
+    """``run_once`` with a plain function ran its effect, then failed awaiting its result
+    (``TypeError``); a resume ran it again. Its result is recorded as an async one's."""
+    charged: list[int] = []
+
+    class Charger(Executor):
+        @handler
+        async def charge(self, amount: int, ctx: WorkflowContext[Never, str]) -> None:
+            def effect() -> str:
+                charged.append(amount)
+                return f"charged {amount}"
+
+            receipt = await ctx.run_once("charge", effect)
+            again = await ctx.run_once("charge", effect)  # the same step: its result
+            await ctx.yield_output(f"{receipt} / {again}")
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(lambda: WorkflowBuilder(name="charger", start=Charger("charger")).build())
+    done = await rt.run("charger", 7)
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert done.outputs == ["charged 7 / charged 7"] and charged == [7]
+    await rt.close()
