@@ -124,6 +124,12 @@ class Agent:
             raise DefinitionError(
                 f"agent {self.name!r}: {t!r} is not a Tool (decorate it with @tool)"
             )
+        known = self.tools.get(t.name)
+        if known is not None and known is not t:  # (the second silently replaced the first)
+            raise DefinitionError(
+                f"agent {self.name!r} has two tools named {t.name!r}: a model calls a tool by "
+                "its name, so give one another (@tool(name=...))"
+            )
         self.tools[t.name] = t
 
     def as_executor(self, **options: Any) -> Any:
@@ -144,7 +150,7 @@ class Agent:
 
     async def run(
         self,
-        messages: Sequence[ChatMessage],
+        messages: Sequence[ChatMessage] | str,
         *,
         journal: Journal = _no_journal,
         on_update: UpdateSink | None = None,
@@ -152,11 +158,13 @@ class Agent:
         stop_after: frozenset[str] = frozenset(),
         invocation_kwargs: dict[str, Any] | None = None,
     ) -> AgentRunResponse:
-        """Run one turn over ``messages``; returns what the turn added.
+        """Run one turn over ``messages`` (or a user's text); returns what the turn added.
 
         ``stop_after``: tool names that end the turn once they ran (e.g. handoffs), instead of
         asking the model again. ``invocation_kwargs`` go to tools declaring ``**kwargs``.
         """
+        if isinstance(messages, str):  # (it failed on the text's missing attributes)
+            messages = [ChatMessage.user(messages)]
         extra = dict(invocation_kwargs or {})
         response = AgentRunResponse()
         # the stored conversation is not copied (nor decoded, if it is a lazy view): the turn's
@@ -174,7 +182,7 @@ class Agent:
             if waiting:
                 response.pending_approvals = waiting
                 return response
-            add(await self._run_batch(calls, answers, journal, on_update, extra))
+            add(await self._run_batch(calls, answers, journal, on_update, extra, stop_after))
             if any(c.name in stop_after for c in calls):
                 return response
 
@@ -193,7 +201,7 @@ class Agent:
                 add(ChatMessage(role="assistant", contents=_contents(held), author_name=self.name))
                 response.pending_approvals = held
                 return response
-            add(await self._run_batch(calls, {}, journal, on_update, extra))
+            add(await self._run_batch(calls, {}, journal, on_update, extra, stop_after))
             if any(c.name in stop_after for c in calls):
                 return response
         response.round_trip_limit_hit = True
@@ -290,11 +298,21 @@ class Agent:
         journal: Journal,
         on_update: UpdateSink | None,
         extra: dict[str, Any],
+        stop_after: frozenset[str] = frozenset(),
     ) -> ChatMessage:
         results = []
+        ended_by: str | None = None  # the call of this batch that ends the turn (a handoff)
         for call in calls:
             answer = answers.get(f"approval_{call.call_id}")
-            if answer is not None and not answer.approved:
+            if ended_by is not None and call.name in stop_after:
+                # one per turn: a second handoff was told it happened, and was not followed
+                # (outside tester 109)
+                result = FunctionResultContent(
+                    call_id=call.call_id,
+                    name=call.name,
+                    error=f"not run: this turn already ends with {ended_by} (one per turn)",
+                )
+            elif answer is not None and not answer.approved:
                 result = FunctionResultContent(
                     call_id=call.call_id,
                     name=call.name,
@@ -326,6 +344,8 @@ class Agent:
                             "agent": self.name,
                         },
                     )
+            if call.name in stop_after and result.error is None and ended_by is None:
+                ended_by = call.name
             results.append(result)
             if on_update is not None:
                 await on_update(

@@ -39,7 +39,7 @@ from workflow_engine import (
     handler,
     response_handler,
 )
-from workflow_engine._errors import UsageError
+from workflow_engine._errors import DefinitionError, UsageError
 
 from ._agent import Agent
 from ._content import ChatMessage, ToolApprovalRequestContent, ToolApprovalResponseContent
@@ -137,10 +137,24 @@ def handoff_tool(target: str, description: str) -> Tool:
     return Tool(handoff, name=f"handoff_to_{target}", description=description, idempotent=True)
 
 
+def _checked_turn_limit(limit: Any) -> int:
+    """A turn limit, given to the builder or to ``with_turn_limit``: a whole number of at
+    least 1 (the builder's took ``0``, and ``"5"`` failed with a raw ``TypeError``)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise UsageError(f"the turn limit must be a whole number of at least 1, not {limit!r}")
+    return limit
+
+
 class HandoffParticipant(AgentHostExecutor):
     """An agent host whose turns end in a handoff or a result for the coordinator."""
 
     def __init__(self, agent: Agent, routes: dict[str, str], turn_limit: int) -> None:
+        for target in routes:
+            if f"handoff_to_{target}" in agent.tools:  # (it was silently replaced, never run)
+                raise DefinitionError(
+                    f"agent {agent.name!r} has a tool of its own named 'handoff_to_{target}', "
+                    f"the name of the tool its route to {target!r} gets: rename it"
+                )
         tools = [*agent.tools.values()]
         tools += [handoff_tool(target, description) for target, description in routes.items()]
         participant = Agent(
@@ -362,7 +376,7 @@ class HandoffBuilder:
         for agent in participants:
             self.add_participant(agent)
         self.termination_condition = termination_condition or ends_with_case_complete
-        self.turn_limit = turn_limit
+        self.turn_limit = _checked_turn_limit(turn_limit)
         self._routes: dict[str, dict[str, str]] = {}
         self._start: str | None = None
 
@@ -404,9 +418,7 @@ class HandoffBuilder:
         return self
 
     def with_turn_limit(self, limit: int) -> HandoffBuilder:
-        if limit < 1:
-            raise UsageError("the turn limit must be at least 1")
-        self.turn_limit = limit
+        self.turn_limit = _checked_turn_limit(limit)
         return self
 
     def build(self) -> Workflow:

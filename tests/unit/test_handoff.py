@@ -137,3 +137,69 @@ def test_support_workflow_is_a_normal_visualisable_workflow() -> None:
         assert node in mermaid
     assert "n_refund_agent --> n_order_agent" in mermaid
     assert "n_refund_agent --> n_triage_agent" not in mermaid
+
+
+def test_turn_limits_and_tool_names_are_checked_when_declared() -> None:
+    """The builder's own ``turn_limit=`` took 0 and failed on "5" with a raw TypeError; a
+    tool named as another, or as a route's handoff tool, silently replaced it (outside tester
+    109)."""
+    from workflow_engine import DefinitionError, UsageError
+    from workflow_engine.executors import tool
+
+    ping, pong = looping_agents()
+    for limit in (0, -3, "5", True, 2.5):
+        with pytest.raises(UsageError, match=r"turn limit must be a whole number of at least 1"):
+            HandoffBuilder("x", [ping, pong], turn_limit=limit)  # type: ignore[arg-type]
+        with pytest.raises(UsageError, match=r"turn limit must be a whole number of at least 1"):
+            HandoffBuilder("x", [ping, pong]).with_turn_limit(limit)  # type: ignore[arg-type]
+
+    @tool(name="lookup")
+    def first(order: str) -> str:
+        """Look an order up."""
+        return order
+
+    @tool(name="lookup")
+    def second(order: str) -> str:
+        """Look an order up, otherwise."""
+        return order
+
+    client = ScriptedChatClient([])
+    with pytest.raises(DefinitionError, match="two tools named 'lookup'"):
+        Agent("desk", "You help.", client, [first, second])
+    Agent("desk", "You help.", client, [first, first])  # (the same tool twice: one tool)
+
+    @tool(name="handoff_to_pong")
+    def own(order: str) -> str:
+        """An application's tool that happens to bear a handoff's name."""
+        return order
+
+    clashing = Agent("ping", "You ping.", client, [own])
+    builder = HandoffBuilder("x", [clashing, pong]).add_handoff(clashing, [pong])
+    with pytest.raises(DefinitionError, match="tool of its own named 'handoff_to_pong'"):
+        builder.build()
+
+
+async def test_a_second_handoff_in_one_turn_is_not_run() -> None:
+    """Both handoffs of one model turn were told "Handed off", and only one was followed."""
+    a = Agent(
+        "a",
+        "You route.",
+        ScriptedChatClient([Rule(calls=[ToolCall("handoff_to_b"), ToolCall("handoff_to_c")])]),
+    )
+    b = Agent("b", "You are b.", ScriptedChatClient([Rule(reply="b here. case complete.")]))
+    c = Agent("c", "You are c.", ScriptedChatClient([Rule(reply="c here. case complete.")]))
+    wf = HandoffBuilder("two", [a, b, c]).add_handoff(a, [b, c]).build()
+    result = await wf.run("go")
+    (outcome,) = result.outputs
+    [handoffs] = [m.function_results for m in outcome.conversation if m.function_results]
+    assert [(r.name, r.error) for r in handoffs] == [
+        ("handoff_to_b", None),
+        ("handoff_to_c", "not run: this turn already ends with handoff_to_b (one per turn)"),
+    ]
+    assert speakers(outcome)[-1] == "b"
+
+
+async def test_an_agent_runs_on_a_user_s_text_as_well() -> None:
+    agent = Agent("echo", "You echo.", ScriptedChatClient([Rule(reply="heard you")]))
+    response = await agent.run("hello")
+    assert response.messages[-1].text == "heard you"
