@@ -936,6 +936,12 @@ class AGUIService:
                     f"thread {thread_id}: an interrupt to cancel was answered meanwhile, so "
                     f"run {current} was not cancelled ({exc})",
                 ) from exc
+            except RunNotResumableError:
+                # the same cancel, sent at once to another server (a retry through a load
+                # balancer), cancelled the run first: reported as done, as a repeat is
+                # (it was run_not_resumable, outside tester 110)
+                if (await self.store.get_run(current)).status is not WorkflowRunState.CANCELLED:
+                    raise
             return None, {}, False
         if record is None:
             return NOTHING_TO_DO, {}, False

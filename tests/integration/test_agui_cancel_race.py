@@ -147,3 +147,34 @@ def test_a_cancel_sent_again_finishes_one_cut_off_half_way(client: Client, db: P
 async def _cancel_request_only(db: Path, request_id: str) -> None:
     async with SqliteStore(db) as store:
         await store.cancel_requests([request_id])
+
+
+def test_the_same_cancel_sent_twice_at_once_reports_the_cancelled_run_to_both(
+    client: Client, db: Path
+) -> None:
+    """A cancel retried through a load balancer reaches two servers at once: the copy that
+    came second was told ``run_not_resumable`` ("already cancelled") for a cancel that worked
+    (outside tester 110: 6 rounds in 40)."""
+    ends: list[str] = []
+    for _ in range(20):
+        thread_id = f"race-{uuid.uuid4().hex[:12]}"
+        [interrupt] = client.start("/slow", thread_id, "go on?").interrupts
+        cancel = [{"interruptId": interrupt.id, "status": "cancelled"}]
+        streams: dict[str, Stream] = {}
+        gate = threading.Barrier(2)
+        threads = [
+            threading.Thread(target=_send, args=(client, thread_id, name, cancel, streams, gate))
+            for name in ("one", "two")
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for stream in streams.values():
+            last = stream.last
+            said = last.outcome.type if last.type == EventType.RUN_FINISHED else last.code
+            assert said in ("cancelled", "run_busy"), stream.describe()
+            ends.append(said)
+        status, request = anyio.run(_run_and_request, db, thread_id, interrupt.id)
+        assert status is WorkflowRunState.CANCELLED and request.status == "cancelled"
+    assert "cancelled" in ends
