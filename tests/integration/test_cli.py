@@ -480,7 +480,7 @@ def test_the_database_option_goes_before_or_after_the_command(cli: Cli, tmp_path
     lines = [line.strip() for line in paused.out.splitlines()]
     assert f"workflow-engine resume {run_id} --db {cli.db}" in lines, paused.out
     stored = cli.expect(0, "respond", cli.start_paused()[1], "--approve")
-    assert f"--db {cli.db}`" in stored.out
+    assert stored.out.endswith(f" --db {cli.db}\n"), stored.out
     assert "no database at" in cli.expect(4, "resume", "abc", "--db", elsewhere, db=False).err
     assert not Path(elsewhere).exists()
     # an empty file is no database either, and reading it leaves it empty (it used to get a
