@@ -52,6 +52,12 @@ def _copy(value: Any) -> Any:
     return json.loads(json.dumps(value, separators=(",", ":"), allow_nan=False))
 
 
+_DONE_WITH_A_CANCEL = frozenset({WorkflowRunState.CANCELLED, WorkflowRunState.IDLE})
+"""A checkpoint of these ends what a cancel requested meanwhile asked for: cancelled, or
+finished -- a finished run stays finished, as a workflow engine's completed workflow ignores a
+late cancel (it was then marked cancelled, its effects done: outside testers 110, 111)."""
+
+
 class InMemoryRunStore:
     """A RunStore in process memory. Checkpoints are immutable, so they are kept as objects."""
 
@@ -332,7 +338,7 @@ class InMemoryRunStore:
             if journal:
                 for key in [k for k, (step, _) in journal.items() if step <= checkpoint.superstep]:
                     del journal[key]
-            if checkpoint.status is WorkflowRunState.CANCELLED:
+            if checkpoint.status in _DONE_WITH_A_CANCEL:
                 self._cancel_requested.discard(lease.run_id)
             cancel = lease.run_id in self._cancel_requested
             waiting = checkpoint.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and any(

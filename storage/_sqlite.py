@@ -1702,7 +1702,10 @@ class SqliteStore:
             # it. Stored whole instead, the checkpoint is where restores start from now.
             body = checkpoint_row(checkpoint, run[5], snapshot=True)
             run = (*run[:6], 0, *run[7:])
-        cancelled = checkpoint.status is WorkflowRunState.CANCELLED
+        # (a finished run stays finished: a cancel requested meanwhile is moot, as it is for a
+        # workflow engine's completed workflow -- it was marked cancelled after its effects ran,
+        # outside testers 110 and 111)
+        cancelled = checkpoint.status in (WorkflowRunState.CANCELLED, WorkflowRunState.IDLE)
         cancel = False
         # each update first as if no cancel were requested (the usual case, one statement); no
         # row updated, the statement that says the flag tells a cancel from a refusal

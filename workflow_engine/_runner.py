@@ -89,6 +89,10 @@ class RunnableWorkflow(Protocol):
 Emit = Callable[[WorkflowEvent], None]
 
 
+_FINISHED = WorkflowRunState.IDLE
+"""A run whose commit says this is done: a cancel requested meanwhile is moot."""
+
+
 @dataclass
 class RunState:
     """A run's live state between supersteps. Executor/shared state is kept encoded (that is
@@ -324,8 +328,11 @@ class RunLoop:
         journal = self.journal
         if type(journal) is InMemoryJournal:  # durable stores compact inside their commit
             journal.compact(self.journal_run, cp.superstep)
-        if getattr(self.store, "cancel_requested", False):
-            self.cancel_requested = True  # a durable cancel request: honoured at this boundary
+        if getattr(self.store, "cancel_requested", False) and cp.status is not _FINISHED:
+            # a durable cancel request: honoured at this boundary -- unless this commit finished
+            # the run, which stays finished (it was then marked cancelled after its effects
+            # ran, the canceller told it worked: outside testers 110 and 111)
+            self.cancel_requested = True
 
     # --- the loop -------------------------------------------------------------------------------
 

@@ -325,9 +325,10 @@ class RunStore(Protocol):
 
     async def commit_and_release(self, lease: Lease, checkpoint: Checkpoint) -> Lease:
         """``commit`` and ``release`` in one transaction (the run rests after this checkpoint)
-        -- unless a cancel of the run was requested meanwhile: then the lease is kept (the
-        returned lease says ``cancel_requested``), so that its holder honours the cancel at
-        this boundary instead of leaving it unanswered on a resting run."""
+        -- unless a cancel of the run was requested meanwhile and the run does not finish with
+        it: then the lease is kept (the returned lease says ``cancel_requested``), so that its
+        holder honours the cancel at this boundary instead of leaving it unanswered on a
+        resting run. A checkpoint that finishes the run (``idle``) is done with the cancel."""
         ...
 
     async def set_status(

@@ -886,7 +886,8 @@ def cancel(
             if info.cancel_requested:  # another worker executes it: it ends it at a boundary
                 print(
                     f"Run {visible(info.run_id)} {info.status.value}, cancelling: the worker "
-                    "executing it ends it cancelled after its current step."
+                    "executing it ends it cancelled after its current step (unless that step "
+                    "finishes it: a finished run stays finished)."
                 )
             else:
                 print(f"Run {visible(info.run_id)} {info.status.value}.")

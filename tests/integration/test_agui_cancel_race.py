@@ -6,6 +6,7 @@ run was then marked cancelled with the canceller told it worked (outside tester 
 A real uvicorn server in this process (``in_process``), real HTTP clients in two threads.
 """
 
+import contextlib
 import threading
 import uuid
 from pathlib import Path
@@ -19,9 +20,12 @@ from fastapi import FastAPI
 from tests.integration.agui_harness import Client, Stream, in_process, resolved
 from workflow_engine import (
     Executor,
+    RunNotResumableError,
+    Runtime,
     Workflow,
     WorkflowBuilder,
     WorkflowContext,
+    WorkflowNotRegisteredError,
     WorkflowRunState,
     handler,
     response_handler,
@@ -111,10 +115,11 @@ def _send(
     name: str,
     resume: list[dict[str, Any]],
     streams: dict[str, Stream],
-    gate: threading.Barrier,
+    gate: threading.Barrier | None,
 ) -> None:
     """Send ``resume`` once both senders are ready; what came back into ``streams``."""
-    gate.wait()
+    if gate is not None:
+        gate.wait()
     streams[name] = client.resume("/slow", thread_id, resume)
 
 
@@ -178,3 +183,55 @@ def test_the_same_cancel_sent_twice_at_once_reports_the_cancelled_run_to_both(
         status, request = anyio.run(_run_and_request, db, thread_id, interrupt.id)
         assert status is WorkflowRunState.CANCELLED and request.status == "cancelled"
     assert "cancelled" in ends
+
+
+def test_a_run_cancel_from_elsewhere_never_relabels_a_run_its_approval_finished(
+    client: Client, db: Path
+) -> None:
+    """``workflow-engine cancel RUN`` (a run-level cancel) while an approval's superstep runs:
+    that superstep finished the run, and the cancel honoured after it relabelled the run
+    cancelled -- its effects done, its output made (outside testers 110 and 111). A finished
+    run stays finished; a cancel stored meanwhile is moot."""
+    outcomes = []
+    for _ in range(12):
+        thread_id = f"race-{uuid.uuid4().hex[:12]}"
+        [interrupt] = client.start("/slow", thread_id, "go on?").interrupts
+        run_id = f"slow:{thread_id}/0"
+        streams: dict[str, Stream] = {}
+        sender = threading.Thread(
+            target=_send,
+            args=(client, thread_id, "approve", resolved(interrupt.id, "yes"), streams, None),
+        )
+        sender.start()
+        anyio.run(_cancel_when_executing, db, run_id)
+        sender.join()
+        status, request = anyio.run(_run_and_request, db, thread_id, interrupt.id)
+        history = anyio.run(_statuses, db, run_id)
+        if request.status == "applied":  # the approval's superstep ran: it finished the run
+            assert status is WorkflowRunState.IDLE, (history, streams["approve"].describe())
+            assert WorkflowRunState.CANCELLED not in history, history
+        else:
+            assert status is WorkflowRunState.CANCELLED, history
+        outcomes.append(request.status)
+    assert "applied" in outcomes, outcomes
+
+
+async def _cancel_when_executing(db: Path, run_id: str) -> None:
+    """Cancel the run (as the command line does) once a worker holds it, or it rests."""
+    async with SqliteStore(db) as store:
+        runtime = Runtime(store)
+        for _ in range(200):
+            run = await store.get_run(run_id)
+            if (
+                run.owner is not None
+                or run.status is not WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+            ):
+                break
+            await anyio.sleep(0.005)
+        with contextlib.suppress(RunNotResumableError, WorkflowNotRegisteredError):
+            await runtime.cancel(run_id)
+
+
+async def _statuses(db: Path, run_id: str) -> list[Any]:
+    async with SqliteStore(db) as store:
+        return [i.status for i in await store.history(run_id)]
