@@ -1059,8 +1059,8 @@ def _new_run_id(run_id: str | None) -> str:
             f"a run id is text (str), not {type_name(type(run_id))} ({run_id!r}); omit it for a "
             "fresh one"
         )
-    if not run_id:
-        raise UsageError("a run id cannot be empty; omit it (None) for a fresh one")
+    if not run_id.strip():  # (blank: shown as nothing in every listing)
+        raise UsageError("a run id cannot be empty or blank; omit it (None) for a fresh one")
     if not is_text(run_id):
         raise UsageError(f"run id {run_id!r} is not valid Unicode text (a lone surrogate)")
     return run_id

@@ -1428,7 +1428,8 @@ def add_agui_endpoint(
     @app.post(path)
     async def run_endpoint(request: Request) -> Any:
         given = request.headers.get("content-type")
-        encoding = request.headers.get("content-encoding", "identity").strip().lower()
+        codings = [c.strip().lower() for c in request.headers.getlist("content-encoding")]
+        encoding = next((c for c in codings if c != "identity"), "identity")
         if encoding != "identity":  # (a body is never decompressed: a gzip bomb does nothing)
             return refusal(
                 415,
@@ -1449,7 +1450,7 @@ def add_agui_endpoint(
                 raise AGUIError("invalid_run_input", "the body must be a JSON object")
             resume = normalize_resume(body)
             run_input = RunAgentInput.model_validate(body)
-            check_ids(run_input)
+            check_ids(run_input, resume or ())
         except ClientGoneError as exc:  # no one to answer: said in the log, once
             log.info("%s: %r", path, str(exc))
             return refusal(exc.status, exc.code, str(exc))
@@ -1514,7 +1515,7 @@ def _drain_at_shutdown(app: FastAPI, service: AGUIService) -> None:
     app.router.lifespan_context = lifespan
 
 
-def check_ids(run_input: RunAgentInput) -> None:
+def check_ids(run_input: RunAgentInput, resume: Sequence[ResumeAnswer] = ()) -> None:
     """A thread id becomes part of run ids: it must be non-empty. It, the ``runId`` (stored
     with the run) and the messages' ids (compared, echoed) are of bounded length: a 100,000
     character ``runId`` was taken (outside tester 107)."""
@@ -1522,6 +1523,9 @@ def check_ids(run_input: RunAgentInput) -> None:
         raise AGUIError("invalid_run_input", "threadId must not be empty")
     named = [("threadId", run_input.thread_id), ("runId", run_input.run_id)]
     named += [(f"messages[{i}].id", m.id) for i, m in enumerate(run_input.messages)]
+    # an interrupt id is a request id, a dot and a MAC: one far longer is no interrupt id, and
+    # was echoed whole in the error that said so (outside tester 111)
+    named += [(f"resume[{i}].interruptId", a.interrupt_id) for i, a in enumerate(resume)]
     for name, value in named:
         if isinstance(value, str) and len(value) > MAX_THREAD_ID_LENGTH:
             raise AGUIError(

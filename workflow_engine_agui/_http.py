@@ -31,6 +31,7 @@ import dataclasses
 import ipaddress
 import json
 import math
+import re
 from collections.abc import Iterable
 from enum import Enum
 from typing import Any
@@ -116,9 +117,20 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+_HOST = re.compile(
+    r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*\.?)(?::[0-9]{1,5})?"
+)
+"""A ``Host`` header as RFC 9110 has it: a name of dot-separated labels (one trailing dot
+allowed) or a bracketed IPv6 address, then an optional port -- nothing a URL parser would read
+past (``evil@localhost``, ``localhost/evil``, ``a..localhost`` were taken: outside tester 111)."""
+
+
 def host_name(host_header: str) -> str | None:
     """The name in a ``Host`` header (without the port), or None if it is malformed (a port
     that is not one included: ``127.0.0.1:99999`` was taken, outside tester 107)."""
+    if not _HOST.fullmatch(host_header):
+        return None
     try:
         parts = urlsplit(f"//{host_header}")
         port = parts.port  # (ValueError if out of range)

@@ -379,9 +379,10 @@ async def _full_run_id(runtime: Runtime, given: str) -> str:
     requests = list(await runtime.store.request_ids(given.lower())) if not ids and given else []
     if len(requests) == 1:  # (said only for a request it names, whole or by a unique prefix)
         asked = await runtime.store.get_request(requests[0])
+        todo = "answer it with respond, then resume" if asked.status == "pending" else "resume"
         raise RunNotFoundError(
-            f"no run {given!r}: that is the id of a request of run {asked.run_id!r}; answer it "
-            "with respond, then resume that run"
+            f"no run {given!r}: that is the id of a request of run {asked.run_id!r}; "
+            f"{todo} that run"
         )
     return _matched("run", given, ids)
 

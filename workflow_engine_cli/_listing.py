@@ -21,7 +21,7 @@ from ._hints import Hints
 from ._ids import short_ids
 from ._registry import workflow_names
 from ._term import Terminal, clean, format_table, is_live, terminal_columns, visible
-from ._views import describe_answer, describe_output, describe_request
+from ._views import answer_data, describe_answer, describe_output, describe_request
 
 if TYPE_CHECKING:
     from workflow_engine import WorkflowRunState
@@ -289,6 +289,8 @@ def run_output(
                     "outputs": [describe_output(o) for o in info.outputs],
                     "pending_requests": [r.request_id for r in info.pending_requests],
                     "answered_requests": [r.request_id for r in answered],
+                    # what each was answered (an approval's edits too), as the text view says
+                    "answers": {r.request_id: answer_data(r) for r in answered},
                     "decoded": info.decoded,
                     "error": info.error,
                     "effects_in_doubt": [e.model_dump(mode="json") for e in info.effects_in_doubt],

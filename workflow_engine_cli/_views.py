@@ -95,6 +95,14 @@ def describe_request(data: Any, port_id: str = "") -> str:
     return f"{port_id}: {compact(value)}" if port_id else compact(value)
 
 
+def answer_data(request: Any) -> Any:
+    """A stored answer as plain JSON (None if its record is damaged)."""
+    try:
+        return plain(_jsonable(request.answer))
+    except DamagedValueError:
+        return None
+
+
 def describe_answer(request: Any) -> str:
     """What a request answered and not applied yet asks and was given, on one line: an
     approval says approved (with the edited arguments it runs with) or rejected. ``runs show``

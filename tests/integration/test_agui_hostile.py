@@ -251,7 +251,17 @@ def test_doubled_origins_bad_ports_compressed_bodies_and_long_ids_are_refused(
             timeout=30,
         )
         refused_http(sent, 403, "origin_not_allowed")
-    for host in ("127.0.0.1:99999", "localhost..", "127.0.0.1:0"):
+    for host in (
+        "127.0.0.1:99999",
+        "localhost..",
+        "127.0.0.1:0",
+        "evil.example@localhost",  # (tester 111: a URL parser read past these)
+        f"evil.example:80@127.0.0.1:{server.port}",
+        "localhost/evil.example",
+        "localhost?evil",
+        "a..localhost",
+        "-.localhost",
+    ):
         refused_http(
             post_raw(server, body, {"host": host, "content-type": "application/json"}),
             403,
@@ -261,6 +271,9 @@ def test_doubled_origins_bad_ports_compressed_bodies_and_long_ids_are_refused(
     refused_http(
         post_raw(server, gzip.compress(body), gzipped), 415, "unsupported_content_encoding"
     )
+    two = [json_type, ("content-encoding", "identity"), ("content-encoding", "gzip")]
+    sent = httpx.post(f"{server.url}/support", content=gzip.compress(body), headers=two)
+    refused_http(sent, 415, "unsupported_content_encoding")
     long_ids = run_input(thread(), [user(REFUND)])
     for field, value in (
         ("runId", "r" * 100_000),
@@ -268,6 +281,8 @@ def test_doubled_origins_bad_ports_compressed_bodies_and_long_ids_are_refused(
     ):
         sent = client.post("/support", {**long_ids, field: value})
         refused_http(sent, 422, "invalid_run_input")
+    too_long = [{"interruptId": "i" * 5_000, "status": "resolved", "payload": {}}]
+    refused_http(client.resume("/support", thread(), too_long), 422, "invalid_run_input")
     assert store_state(server.db) == before
     stream = client.start("/support", thread(), "Hello")
     assert stream.headers["cache-control"] == "no-cache", stream.headers

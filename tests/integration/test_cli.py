@@ -321,6 +321,8 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     assert record["answers_waiting"] is True and record["status"] == "idle_with_pending_requests"
     shown = cli.json("runs", "show", run_id)
     assert shown["pending_requests"] == [] and shown["answered_requests"] == [request_id]
+    stored_answer = shown["answers"][request_id]  # as stored (a ToolApprovalResponseContent)
+    assert (stored_answer["approved"], stored_answer["arguments"]) == (True, {"amount": 50.0})
     said = cli.expect(0, "runs", "show", run_id).out.splitlines()
     # what it was answered, the edit included (it showed nothing of it before `resume`)
     asks = 'approve submit_refund({"order_id": "12345", "amount": 89.99, "reason": "customer '

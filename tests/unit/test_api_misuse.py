@@ -36,6 +36,8 @@ async def test_a_run_id_must_be_text_and_not_empty() -> None:
         await rt.start("stepper", 1, run_id="")
     with pytest.raises(UsageError, match=r"text \(str\), not int"):
         await rt.start("stepper", 1, run_id=5)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="cannot be empty or blank"):
+        await rt.start("stepper", 1, run_id="  ")
     with pytest.raises(UsageError, match="cannot be empty"):
         await stepper_workflow().run(1, run_id="")
     assert await rt.list_runs() == []  # nothing was admitted
