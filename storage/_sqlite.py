@@ -1705,13 +1705,13 @@ class SqliteStore:
         # (a finished run stays finished: a cancel requested meanwhile is moot, as it is for a
         # workflow engine's completed workflow -- it was marked cancelled after its effects ran,
         # outside testers 110 and 111)
-        cancelled = checkpoint.status in (WorkflowRunState.CANCELLED, WorkflowRunState.IDLE)
+        done_with_cancel = checkpoint.status in (WorkflowRunState.CANCELLED, WorkflowRunState.IDLE)
         cancel = False
         # each update first as if no cancel were requested (the usual case, one statement); no
         # row updated, the statement that says the flag tells a cancel from a refusal
         if release:
             released = (*run[:7], None, *run[8:])  # (the lease ends: no expiry)
-        if release and cancelled:  # (a cancel requested meanwhile is done with)
+        if release and done_with_cancel:  # (a cancel requested meanwhile is done with)
             updated = conn.execute(SQL_COMMIT_RUN_RELEASE_CANCEL_DONE, released).rowcount
         elif release:
             updated = conn.execute(SQL_COMMIT_RUN_RELEASE_NO_CANCEL, released).rowcount
@@ -1733,8 +1733,8 @@ class SqliteStore:
                 said = conn.execute(SQL_COMMIT_RUN_SAYING_CANCEL, run).fetchall()
                 updated = len(said)
                 if said and said[0][0]:
-                    cancel = not cancelled
-                    if cancelled:
+                    cancel = not done_with_cancel
+                    if done_with_cancel:
                         conn.execute(SQL_CANCEL_DONE, (run_id,))
         if updated != 1:
             # refused: say why (lease lost, or history moved)
