@@ -150,7 +150,8 @@ log = logging.getLogger(__name__)
 WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
 NOTHING_TO_DO = "<nothing to do>"
-MAX_THREAD_ID_LENGTH = 256
+MAX_ID_LENGTH = 256
+"""The most characters of a thread, run, message or interrupt id a request may name."""
 
 
 @dataclass
@@ -901,7 +902,8 @@ class AGUIService:
                     f"value; an answer cannot be changed ({exc})",
                 ) from exc
             if answer.written_also:
-                self._one_answer(workflow, request, current, answer)
+                kept = _checked_answer(workflow, request, current, value)
+                self._one_answer(workflow, request, current, answer, kept)
             prepared.append((stored.request_id, value))
         given_before = len(prepared)
         for answer in fresh:
@@ -909,9 +911,9 @@ class AGUIService:
                 continue
             request = pending[answer.interrupt_id]
             value = answer_for(request, answer.payload)
-            _checked_answer(workflow, request, current, value)
+            kept = _checked_answer(workflow, request, current, value)
             if answer.written_also:
-                self._one_answer(workflow, request, current, answer)
+                self._one_answer(workflow, request, current, answer, kept)
             prepared.append((request.request_id, value))
         cancelling = any(a.status == "cancelled" for a in fresh)
         # (beside a cancel, only the repeats: each the answer stored before, or refused)
@@ -969,11 +971,15 @@ class AGUIService:
 
     @staticmethod
     def _one_answer(
-        workflow: Workflow, request: ExternalRequest, current: str | None, answer: ResumeAnswer
+        workflow: Workflow,
+        request: ExternalRequest,
+        current: str | None,
+        answer: ResumeAnswer,
+        kept: Any,
     ) -> None:
-        """An answer written differently in ``resume`` and ``forwardedProps.command.resume``:
-        the same answer once its type reads both (each valid on its own), or refused."""
-        kept = _checked_answer(workflow, request, current, answer_for(request, answer.payload))
+        """An answer written differently in ``resume`` and ``forwardedProps.command.resume``
+        (``kept``: the first place's, checked): the same answer once its type reads both (each
+        valid on its own), or refused."""
         for payload in answer.written_also:
             also = _checked_answer(workflow, request, current, answer_for(request, payload))
             if _seen_as(workflow, also) != _seen_as(workflow, kept):
@@ -1527,8 +1533,8 @@ def check_ids(run_input: RunAgentInput, resume: Sequence[ResumeAnswer] = ()) -> 
     # was echoed whole in the error that said so (outside tester 111)
     named += [(f"resume[{i}].interruptId", a.interrupt_id) for i, a in enumerate(resume)]
     for name, value in named:
-        if isinstance(value, str) and len(value) > MAX_THREAD_ID_LENGTH:
+        if isinstance(value, str) and len(value) > MAX_ID_LENGTH:
             raise AGUIError(
                 "invalid_run_input",
-                f"{name} has {len(value)} characters; the limit is {MAX_THREAD_ID_LENGTH}",
+                f"{name} has {len(value)} characters; the limit is {MAX_ID_LENGTH}",
             )

@@ -372,10 +372,7 @@ async def _full_run_id(runtime: Runtime, given: str) -> str:
         return (await runtime.store.get_run(given)).run_id
     except RunNotFoundError:
         pass
-    ids = list(await runtime.store.run_ids(given))
-    if not ids and given != given.lower():  # hex ids, typed in capitals (outside tester 106)
-        lowered = list(await runtime.store.run_ids(given.lower()))
-        given, ids = (given.lower(), lowered) if lowered else (given, ids)
+    given, ids = await _starting_with(runtime.store.run_ids, given)
     requests = list(await runtime.store.request_ids(given.lower())) if not ids and given else []
     if len(requests) == 1:  # (said only for a request it names, whole or by a unique prefix)
         asked = await runtime.store.get_request(requests[0])
@@ -395,11 +392,21 @@ async def _full_request_id(runtime: Runtime, given: str) -> str:
         return (await runtime.store.get_request(given)).request_id
     except UnknownRequestError:
         pass
-    ids = list(await runtime.store.request_ids(given))
-    if not ids and given != given.lower():  # hex ids, typed in capitals
-        lowered = list(await runtime.store.request_ids(given.lower()))
-        given, ids = (given.lower(), lowered) if lowered else (given, ids)
+    given, ids = await _starting_with(runtime.store.request_ids, given)
     return _matched("request", given, ids)
+
+
+async def _starting_with(
+    listed: Callable[[str], Awaitable[Sequence[str]]], given: str
+) -> tuple[str, list[str]]:
+    """The ids ``listed`` finds starting with ``given``, and the prefix that found them: ids
+    are hex, so one typed in capitals is looked up in lower case too (outside tester 106)."""
+    ids = list(await listed(given))
+    if not ids and given != given.lower():
+        lowered = list(await listed(given.lower()))
+        if lowered:
+            return given.lower(), lowered
+    return given, ids
 
 
 def _matched(kind: str, given: str, ids: list[str]) -> str:
