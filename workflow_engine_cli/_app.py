@@ -243,6 +243,42 @@ def run_async(func: Callable[[], Awaitable[int]]) -> None:
     raise typer.Exit(code)
 
 
+def _database_usable(db: Path | None) -> None:
+    """Exit as a command using the database would if it cannot be used: an existing one is
+    opened (and closed); for a new one, nothing is created (a person may still leave at the
+    prompt), only its nearest existing directory is checked."""
+    import anyio
+
+    from workflow_engine import StoreUnavailableError, WorkflowError
+    from workflow_engine.storage import SqliteStore
+
+    async def check() -> None:
+        store = SqliteStore(db)
+        path = store.path
+        if os.path.lexists(path):
+            try:
+                await store.open()
+            finally:
+                await store.close()
+            return
+        ancestor = path.parent
+        while not os.path.lexists(ancestor) and ancestor != ancestor.parent:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            why = f"{ancestor} is not a directory"
+        elif not os.access(ancestor, os.W_OK | os.X_OK):
+            why = f"directory {ancestor} is not writable"
+        else:
+            return
+        raise StoreUnavailableError(f"cannot create the database {path}: {why}")
+
+    try:
+        anyio.run(check)
+    except WorkflowError as exc:
+        print_error(_said_here(exc))
+        raise typer.Exit(exit_code_for(exc)) from None
+
+
 def _said_here(exc: Exception) -> str:
     """The error's message; for a workflow the command line does not build (an application's),
     what it builds and where to go instead of the runtime's "registered: ..." list."""
@@ -525,6 +561,7 @@ def demo(
         policy.end_when_out_of_replies = True
     typed = False
     if message is None and policy.interactive:
+        _database_usable(db)  # before asking: a message typed for a file it cannot use is lost
         talk.line((f"{workflow} demo · type the first message (empty: a sample one)", "dim"))
         stopped_by: list[int] = []
         try:

@@ -686,6 +686,29 @@ def test_leaving_the_demos_first_prompt(
     assert not cli.db.exists()
 
 
+@pytest.mark.parametrize("where", ["under-a-file", "a-damaged-file"])
+def test_a_database_it_cannot_use_is_said_before_the_first_message(
+    cli: Cli, sessions: list[ScreenSession], where: str
+) -> None:
+    """The demo asked for the first message, then said the database could not be used: what
+    the person typed was lost (outside tester 106). It says so before asking; a new file
+    is still not created before a message is sent (see above)."""
+    if where == "under-a-file":
+        (cli.cwd / "plain").write_text("not a directory")
+        db = cli.cwd / "plain" / "runs.db"
+        said = "/plain is not a directory"
+    else:
+        db = cli.cwd / "damaged.db"
+        db.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
+        said = "damaged.db is damaged"
+    demo = ScreenSession(["demo", "handoff", "--db", str(db)], cli.env, cli.cwd)
+    sessions.append(demo)
+    assert demo.wait() == 6, demo.screen_text()
+    screen = demo.screen_text().replace("\n", "")  # (a long path wraps)
+    assert screen.startswith("error: ") and said in screen, screen
+    assert "You:" not in screen and "Traceback" not in screen
+
+
 def test_sigterm_at_a_prompt_of_a_background_job_stops_at_once(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
