@@ -91,7 +91,7 @@ from ._term import clean, visible
 if TYPE_CHECKING:
     import socket
 
-    from workflow_engine import Runtime
+    from workflow_engine import Runtime, WorkflowError
 
 
 HELP = __doc__ or ""
@@ -1057,23 +1057,50 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             # No workflow is registered, so the data stays as stored; describe_request reads it.
+            found, damaged = await _pending_tolerantly(runtime)
             pending = [
-                Pending(r.request_id, r.run_id, r.workflow_name, r.port_id, r.data)
-                for r in await runtime.pending_requests()
+                Pending(r.request_id, r.run_id, r.workflow_name, r.port_id, r.data) for r in found
             ]
+            code = EXIT_DONE
+            for exc in damaged:  # said first: a long list would scroll them away
+                print_error(str(exc))
+                code = exit_code_for(exc)
             if json_mode:
                 requests_json_output(pending)()
-                return EXIT_DONE
+                return code
             in_doubt = await _runs_in_doubt(runtime)
             waiting = await _runs_answered(runtime)
             request_ids = await runtime.store.request_ids() if pending else []
             run_ids = await runtime.store.run_ids() if pending else []
             requests_output(pending, in_doubt, waiting, request_ids, run_ids)()
-            return EXIT_DONE
+            return code
 
         return await _with_runtime(db, go)
 
     run_async(body)
+
+
+async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[WorkflowError]]:
+    """Every pending request, and the errors of runs whose requests cannot be read: one
+    damaged request row stopped the whole inbox (outside tester 106). Only then is each run
+    read on its own, so that the others are still listed."""
+    from workflow_engine import StoreCorruptError, WorkflowRunState
+
+    try:
+        return list(await runtime.pending_requests()), []
+    except StoreCorruptError:
+        pass
+    found: list[Any] = []
+    damaged: list[WorkflowError] = []
+    ended = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED)
+    for record in await runtime.list_runs():
+        if record.status in ended:
+            continue
+        try:
+            found.extend(await runtime.pending_requests(record.run_id))
+        except StoreCorruptError as exc:
+            damaged.append(exc)
+    return found, damaged
 
 
 async def _runs_in_doubt(runtime: Runtime) -> list[Any]:

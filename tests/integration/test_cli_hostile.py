@@ -378,6 +378,27 @@ def test_a_corrupt_request_row_is_one_line_exit_6(tmp_path: Path) -> None:
         assert request_id in line and run_id in line
 
 
+@pytest.mark.parametrize("json_mode", [False, True])
+def test_one_damaged_request_leaves_the_rest_of_the_inbox_listed(
+    tmp_path: Path, json_mode: bool
+) -> None:
+    """One damaged request row stopped ``requests list`` whole (outside tester 106): every
+    other run's requests are listed, the damaged one said on stderr, exit 6."""
+    cli = Cli(tmp_path)
+    damaged_run, damaged = cli.start_paused()
+    good_run, good = cli.start_paused()
+    corrupt_request_data(cli.db, damaged, "{not json")
+    result = cli.run("requests", "list", *(["--json"] if json_mode else []))
+    assert result.code == 6, str(result)
+    line = result.error_line()
+    assert damaged in line and damaged_run in line and "damaged" in line
+    if json_mode:
+        assert [r["request_id"] for r in json.loads(result.out)] == [good]
+    else:
+        assert good[:8] in result.out and good_run[:8] in result.out
+        assert damaged[:8] not in result.out
+
+
 @pytest.mark.parametrize(
     ("value", "code", "said"),
     [
