@@ -1142,12 +1142,20 @@ def _refuse_blank(message: str | None, replies: Sequence[str] | None) -> None:
     """Exit 2 on a blank ``--message`` or ``--reply`` before anything starts: a blank reply
     was refused only when the run reached the prompt it answered, leaving a run paused behind
     an exit 2 (outside tester 106); a blank first message was taken as one."""
-    if message is not None and not message.strip():
+    if message is not None and _blank(message):
         print_error("--message is blank: give the words of the first message")
         raise typer.Exit(EXIT_USAGE)
-    if any(not r.strip() for r in replies or ()):
+    if any(_blank(r) for r in replies or ()):
         print_error("a --reply is blank: give the words to say (or --end to end the conversation)")
         raise typer.Exit(EXIT_USAGE)
+
+
+def _blank(text: str) -> bool:
+    """Nothing to see: white space and invisible format characters (a zero-width space, a
+    byte order mark) alone -- outside tester 106 started a run with ``-m $'\\u200b'``."""
+    import unicodedata
+
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
 
 
 def _refuse_non_text(texts: list[tuple[str, str]]) -> None:

@@ -425,6 +425,8 @@ def test_a_request_row_with_a_malformed_value_is_one_line(
         ["demo", "handoff", "-m", "hi", "--reply", "ok", "--reply", "  "],
         ["demo", "handoff", "-m", "   "],
         ["demo", "handoff", "-m", ""],
+        ["demo", "handoff", "-m", "\u200b\ufeff "],  # invisible: a zero-width space, a BOM
+        ["demo", "handoff", "-m", "hi", "--reply", "\u2060"],  # a word joiner
     ],
 )
 def test_a_blank_message_or_reply_is_refused_before_a_run_starts(
