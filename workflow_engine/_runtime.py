@@ -44,6 +44,7 @@ from ._errors import (
     ResponseTypeError,
     RunBusyError,
     RunInterruptedError,
+    RunNotFoundError,
     RunNotResumableError,
     SerializationError,
     SignatureMismatchError,
@@ -51,6 +52,7 @@ from ._errors import (
     StoreCorruptError,
     StoredTypeChangedError,
     StoreLockedError,
+    UnknownRequestError,
     UsageError,
     WorkflowError,
     WorkflowNotRegisteredError,
@@ -409,12 +411,35 @@ def _while_open(
                 # outside tester 91)
                 await _cancellation_if_any()
                 raise
+            except (RunNotFoundError, UnknownRequestError, StorageError, TypeError):
+                # ``get_run(5)`` said "no run 5" (a list: SQLite's binding error, or a dict's
+                # "unhashable"): an id that is not text is a misuse
+                wrong = _id_not_text(method, args, kwargs)
+                if wrong is not None:
+                    raise UsageError(wrong) from None
+                raise
             finally:
                 runtime._call_over()
 
         return call
 
     return wrap
+
+
+def _id_not_text(method: Callable[..., Any], args: Any, kwargs: Any) -> str | None:
+    """What is wrong with a call's run or request id that is not a ``str`` (None: nothing)."""
+    signature = inspect.signature(method)
+    named = signature.bind(*args, **kwargs).arguments
+    for name in ("run_id", "request_id"):
+        if name not in named:
+            continue
+        given = named[name]
+        if given is None and signature.parameters[name].default is None:
+            continue  # (of all runs)
+        if not isinstance(given, str):
+            call = method.__name__
+            return f"{call}: {name} must be text (str), not {type(given).__name__} ({given!r:.60})"
+    return None
 
 
 class Runtime:

@@ -3,6 +3,8 @@ raw pydantic or attribute error, not a silently different run (outside tester 10
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.integration.workflows import stepper_workflow
@@ -13,7 +15,7 @@ from workflow_engine import (
     Runtime,
     UsageError,
 )
-from workflow_engine.storage import InMemoryRunStore
+from workflow_engine.storage import InMemoryRunStore, SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -59,4 +61,28 @@ async def test_an_unknown_status_or_run_is_said_so() -> None:
         await rt.pending_requests("nope")
     paused = await rt.run("stepper", 1)
     assert len(await rt.pending_requests(paused.run_id)) == 1
+    await rt.close()
+
+
+@pytest.mark.parametrize("sqlite", [False, True])
+async def test_a_run_or_request_id_that_is_not_text_is_a_usage_error(
+    tmp_path: Path, sqlite: bool
+) -> None:
+    """``get_run(5)`` said "no run 5", and a list reached SQLite as a binding error."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db") if sqlite else InMemoryRunStore())
+    rt.register(stepper_workflow)
+    calls = {
+        "get_run: run_id": lambda: rt.get_run(5),  # type: ignore[arg-type]
+        "resume: run_id": lambda: rt.resume(b"r"),  # type: ignore[arg-type]
+        "cancel: run_id": lambda: rt.cancel(None),  # type: ignore[arg-type]
+        "history: run_id": lambda: rt.history(["r"]),  # type: ignore[arg-type]
+        "respond: request_id": lambda: rt.respond(7, "yes"),  # type: ignore[arg-type]
+        "get_request: request_id": lambda: rt.get_request(7.5),  # type: ignore[arg-type]
+    }
+    for said, call in calls.items():
+        with pytest.raises(UsageError, match=rf"^{said} must be text \(str\), not "):
+            await call()
+    with pytest.raises(RunNotFoundError):  # text that names no run: as before
+        await rt.get_run("nope")
+    assert await rt.pending_requests() == []  # (None: every run's)
     await rt.close()
