@@ -36,11 +36,33 @@ def default_owner() -> str:
 
 
 def _host() -> str:
-    """This host's name, as owner tokens carry it. (``socket`` is loaded only now: reading the
-    records, as the command line's listings do, needs it only for a run someone holds.)"""
+    """Where this process's id means this process, as owner tokens carry it: the host's name
+    and, on Linux, the process-id namespace (``name#inode``). Containers sharing a host name
+    and a database file (``--network host``, ``hostNetwork``) each number their processes:
+    pid 50000 in one is no process, or another one, in the next, and a live worker there was
+    taken for dead -- its run taken over, its effect made twice (outside tester 112). A token
+    of another namespace is not judged; its lease runs out instead. (``socket`` is loaded
+    only now: reading the records, as the command line's listings do, needs it only for a
+    run someone holds.)"""
     import socket
 
-    return socket.gethostname()
+    return socket.gethostname() + _pid_namespace()
+
+
+_NAMESPACE: tuple[int, str] = (-1, "")
+"""(pid, ``#inode``): the namespace as the process with that pid saw it (a fork asks again)."""
+
+
+def _pid_namespace() -> str:
+    global _NAMESPACE
+    pid = os.getpid()
+    if _NAMESPACE[0] != pid:
+        try:
+            found = f"#{os.stat('/proc/self/ns/pid').st_ino}"
+        except OSError:  # no /proc (not Linux): no namespaces to tell apart
+            found = ""
+        _NAMESPACE = (pid, found)
+    return _NAMESPACE[1]
 
 
 _ENDED_OWNERS: set[str] = set()
@@ -102,8 +124,9 @@ def check_prune(finished_before: float | None, keep_last: int | None) -> None:
 
 
 def owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` (``host:pid:...``) names a process on this host that has exited, or
-    an execution of this process that ended without releasing its lease (``owner_ended``).
+    """True when ``owner`` (``host:pid:...``) names a process on this host, in this process-id
+    namespace, that has exited, or an execution of this process that ended without releasing
+    its lease (``owner_ended``).
 
     Lets a crashed worker's lease be taken over at once instead of after it expires.
     """

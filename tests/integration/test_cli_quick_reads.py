@@ -763,10 +763,10 @@ def test_a_lease_held_by_an_impossible_process_lists_the_run_as_interrupted(
     """A process id beyond any (damage, or another tool's writing) raised OverflowError while
     telling whether its holder lives: a traceback from the listing, an internal error from
     the command line proper."""
-    import socket
+    from workflow_engine import default_owner
 
     db = copy_of(databases, tmp_path)
-    owner = f"{socket.gethostname()}:18446744073709551617:x:y"
+    owner = f"{default_owner().partition(':')[0]}:18446744073709551617:x:y"
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
         conn.execute(
             "UPDATE runs SET status = 'in_progress', owner = ?, version = 3, "

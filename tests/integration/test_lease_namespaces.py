@@ -1,0 +1,124 @@
+"""A worker's lease is taken over at once only when its process is seen to have exited -- on
+this host *and in this process-id namespace*. Containers that share a host name and a database
+file (``--network host``, Kubernetes' ``hostNetwork``) number their processes apart: a live
+worker whose pid is no process here was taken for dead, its run taken over and its effect made
+twice (outside tester 112). Reproduced with ``unshare``: the worker runs in a new pid namespace,
+under a pid that no process has in ours."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import RunBusyError, Runtime, default_owner
+from workflow_engine.storage import SqliteStore
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time, anyio
+    from workflow_engine import default_owner
+    from workflow_engine.storage import SqliteStore
+
+    async def main() -> None:
+        store = SqliteStore(sys.argv[1])
+        owner = default_owner()
+        await store.acquire(sys.argv[2], owner, 60)
+        print(owner, flush=True)
+        time.sleep(60)  # a long step: the lease is live, the worker too
+
+    anyio.run(main)
+    """
+)
+
+
+def free_pid() -> int:
+    """A pid no process has here (the worker gets it in its own namespace)."""
+    for pid in range(54321, 60000):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        except PermissionError:
+            continue
+    raise AssertionError("no free pid")
+
+
+def namespaces_work() -> bool:
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "true"], capture_output=True, check=False
+    )
+    return probe.returncode == 0
+
+
+async def test_a_live_worker_in_another_pid_namespace_keeps_its_run(tmp_path: Path) -> None:
+    if not namespaces_work():  # (CI runs as root on Linux: this is not expected to skip)
+        pytest.skip("unshare --pid cannot make a pid namespace here")
+    db = tmp_path / "runs.db"
+    rt = Runtime(SqliteStore(db))
+    rt.register(stepper_workflow)
+    paused = await rt.run("stepper", 1)
+    await rt.close()
+    pid = free_pid()
+    script = tmp_path / "holder.py"
+    script.write_text(HOLDER)
+    # (bash is the namespace's pid 1; the worker its child, given the pid after the last one)
+    inner = (
+        f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid && "
+        f"{sys.executable} {script} {db} {paused.run_id}; exit $?"  # (not exec'd by bash)
+    )
+    holder = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "bash", "-c", inner],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    try:
+        assert holder.stdout is not None
+        owner = holder.stdout.readline().strip()
+        assert owner.partition(":")[2].startswith(f"{pid}:"), owner  # its pid: none here
+        store = SqliteStore(db)
+        with pytest.raises(RunBusyError, match="another worker"):
+            await store.acquire(paused.run_id, default_owner(), 30)
+        resumer = Runtime(store)
+        resumer.register(stepper_workflow)
+        with pytest.raises(RunBusyError):
+            await resumer.resume(paused.run_id)
+        await resumer.close()
+        assert owner.partition(":")[0] != default_owner().partition(":")[0]  # (its namespace)
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+async def test_a_worker_that_exited_here_is_still_taken_over_at_once(tmp_path: Path) -> None:
+    """The same namespace: a worker seen to have exited gives its run up at once, as before."""
+    db = tmp_path / "runs.db"
+    rt = Runtime(SqliteStore(db))
+    rt.register(stepper_workflow)
+    paused = await rt.run("stepper", 1)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    host = default_owner().partition(":")[0]
+    await rt.store.acquire(paused.run_id, f"{host}:{gone}:died", 300)
+    with anyio.fail_after(10):
+        lease = await rt.store.acquire(paused.run_id, default_owner(), 30)
+    await rt.store.release(lease)
+    await rt.close()
