@@ -461,6 +461,8 @@ class SqliteStore:
         self.clock = clock
         """Wall-clock seconds for leases and timestamps (a simulator passes its own)."""
         self.path = Path(path) if path is not None else default_db_path()
+        if "\x00" in str(self.path):  # (no file has such a name: the OS refuses it)
+            raise UsageError(f"a database path cannot hold a NUL character: {str(self.path)!r}")
         mode = synchronous_mode(synchronous)
         if mode is None:
             raise UsageError("synchronous must be NORMAL or FULL")

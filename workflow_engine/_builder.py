@@ -72,8 +72,9 @@ class WorkflowBuilder:
         return self
 
     def with_max_supersteps(self, limit: int) -> WorkflowBuilder:
-        if limit < 1:
-            raise UsageError("max_supersteps must be at least 1")
+        from ._workflow import check_max_supersteps
+
+        check_max_supersteps(limit)
         self.max_supersteps = limit
         return self
 

@@ -74,7 +74,7 @@ from ._store import (
     holder_of,
     owner_ended,
 )
-from ._workflow import Workflow, WorkflowRunResult
+from ._workflow import Workflow, WorkflowRunResult, check_max_supersteps
 
 WorkflowFactory = Callable[[], Workflow]
 
@@ -448,6 +448,16 @@ class Runtime:
     def __init__(
         self, store: RunStore, *, owner: str | None = None, lease_seconds: float = 30.0
     ) -> None:
+        if (
+            isinstance(lease_seconds, bool)
+            or not isinstance(lease_seconds, int | float)
+            or not 0 < lease_seconds < float("inf")
+        ):
+            # (0 or less: every worker's lease had lapsed at once, its run taken over mid-step
+            # and the renewals spinning -- outside tester 112)
+            raise UsageError(
+                f"lease_seconds must be a positive number of seconds, not {lease_seconds!r:.40}"
+            )
         self.store = store
         self.owner = owner or default_owner()
         self.lease_seconds = lease_seconds
@@ -641,6 +651,7 @@ class Runtime:
         A run whose id the runtime chooses is written with its first superstep's commit (one
         transaction, not two); a run id you give is admitted first, so that an id in use is
         refused (``RunExistsError``) before anything runs."""
+        check_max_supersteps(max_supersteps)
         wf = self.workflow(name)
         checkpoint = wf.admit(message, run_id=run_id)
         owner = self._lease_owner()
@@ -665,6 +676,7 @@ class Runtime:
         too: a run never rests waiting for an answer it already has. A lease lost on the way
         (this worker paused past it, another took the run) raises ``LeaseLostError``, also
         while applying those."""
+        check_max_supersteps(max_supersteps)
         acquired = await self._acquire(run_id)
         result = await self._resume_leased(run_id, acquired, max_supersteps)
         return await self._go_on(result, acquired[1], max_supersteps)
@@ -759,6 +771,7 @@ class Runtime:
 
     def resume_stream(self, run_id: str, *, max_supersteps: int | None = None) -> RuntimeRunStream:
         """Like :meth:`resume`, streaming the run's events."""
+        check_max_supersteps(max_supersteps)
         return RuntimeRunStream(self, run_id, max_supersteps)
 
     async def _acquire(
@@ -957,6 +970,11 @@ class Runtime:
         answered before, a cancelled or unknown request), none, with that one's error. Two
         clients answering the same questions at once each get all of theirs or none: never a
         run holding some answers of each."""
+        if not isinstance(answers, Mapping):
+            raise UsageError(
+                "respond_all takes a mapping of request id to answer ({request_id: answer}), "
+                f"not a {type(answers).__name__}"
+            )
         encoded = {}
         for request_id, data in answers.items():
             encoded[request_id] = (await self._checked_answer(request_id, data))[1]
@@ -975,6 +993,7 @@ class Runtime:
         one to a run that has ended since (a retry after a lost reply) runs nothing and returns
         the run as it ended, as ``workflow.run(checkpoint=..., responses=...)`` does.
         """
+        check_max_supersteps(max_supersteps)
         run_id, encoded = await self._checked_answer(request_id, data)
         chosen, check = self._resumable(run_id)
         owner = self._lease_owner()
@@ -1201,6 +1220,13 @@ class Runtime:
         ``superstep``: the checkpoint that superstep's commit wrote (before any answers were
         applied on top of it); or name the exact ``checkpoint_id`` from :meth:`history`.
         """
+        if superstep is not None and (
+            isinstance(superstep, bool) or not isinstance(superstep, int)
+        ):
+            raise UsageError(
+                f"fork: superstep is a whole number (int), not {type(superstep).__name__} "
+                f"({superstep!r:.40})"
+            )
         run = await self.store.get_run(run_id)
         wf = self._workflow_for(run)
         history = await self.store.history(run_id)
@@ -1249,6 +1275,11 @@ class Runtime:
         ``RequestCancelledError``: one person's approval and another's cancel never both take
         effect (outside tester 107: a transfer approved ran, then its run was cancelled).
         """
+        if isinstance(unless_answered, str | bytes):  # (its characters were taken for ids)
+            raise UsageError(
+                f"cancel: unless_answered is a list of request ids, not one id "
+                f"({unless_answered!r:.60}): write [{unless_answered!r:.60}]"
+            )
         if unless_answered:
             ids = list(dict.fromkeys(unless_answered))
             for request_id in ids:

@@ -418,8 +418,7 @@ class Workflow:
         max_supersteps: int | None,
     ) -> tuple[RunLoop, CheckpointStore | None]:
         """Admit a new run or restore one and apply responses; checkpoint that starting point."""
-        if max_supersteps is not None and max_supersteps < 1:
-            raise UsageError(f"max_supersteps must be at least 1, not {max_supersteps}")
+        check_max_supersteps(max_supersteps)
         limit = max_supersteps or self.max_supersteps
         if checkpoint is None and checkpoint_id is None:
             if message is _NO_MESSAGE:
@@ -1049,6 +1048,21 @@ def _node_annotations(node: Any) -> list[Any]:
 __all__ = ["Workflow", "WorkflowRunResult", "WorkflowRunStream"]
 
 
+def check_max_supersteps(limit: int | None) -> None:
+    """``UsageError`` for a superstep limit that is not a whole number of at least 1 (None:
+    the workflow's own) -- checked before anything is written: a refused call changes
+    nothing (outside tester 112: the run was admitted, the answer stored, then refused)."""
+    if limit is None:
+        return
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise UsageError(
+            f"max_supersteps must be a whole number (int), not {type(limit).__name__} "
+            f"({limit!r:.40})"
+        )
+    if limit < 1:
+        raise UsageError(f"max_supersteps must be at least 1, not {limit}")
+
+
 def _new_run_id(run_id: str | None) -> str:
     """The id of a run being admitted: ``run_id`` if given (text, not empty), else a fresh one.
     An empty id used to make a fresh one -- a retried start with it made a second run."""
@@ -1063,4 +1077,15 @@ def _new_run_id(run_id: str | None) -> str:
         raise UsageError("a run id cannot be empty or blank; omit it (None) for a fresh one")
     if not is_text(run_id):
         raise UsageError(f"run id {run_id!r} is not valid Unicode text (a lone surrogate)")
+    if len(run_id) > MAX_RUN_ID_LENGTH:
+        raise UsageError(
+            f"a run id is at most {MAX_RUN_ID_LENGTH} characters, not {len(run_id):,} "
+            f"({run_id[:40]!r}...)"
+        )
     return run_id
+
+
+MAX_RUN_ID_LENGTH = 1024
+"""The longest run id a run is admitted under: every row of the run holds it (an AG-UI
+thread's run id is its workflow's name, the thread id -- at most 256 characters -- and a
+number)."""

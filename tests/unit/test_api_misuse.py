@@ -4,6 +4,7 @@ raw pydantic or attribute error, not a silently different run (outside tester 10
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -11,13 +12,24 @@ from tests.integration.workflows import stepper_workflow
 from workflow_engine import (
     Checkpoint,
     CheckpointError,
+    Executor,
     RunNotFoundError,
     Runtime,
     UsageError,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    handler,
 )
 from workflow_engine.storage import InMemoryRunStore, SqliteStore
 
 pytestmark = pytest.mark.anyio
+
+
+class Noop(Executor):
+    @handler
+    async def on(self, message: str, ctx: WorkflowContext[None]) -> None:
+        return None
 
 
 def runtime() -> Runtime:
@@ -86,3 +98,63 @@ async def test_a_run_or_request_id_that_is_not_text_is_a_usage_error(
         await rt.get_run("nope")
     assert await rt.pending_requests() == []  # (None: every run's)
     await rt.close()
+
+
+@pytest.mark.parametrize("limit", [0, -1, "5", 1.5, True])
+async def test_a_bad_superstep_limit_is_refused_before_anything_is_written(
+    tmp_path: Path, limit: object
+) -> None:
+    """``max_supersteps=0`` was refused after the run was admitted (a retry with the same run
+    id was then ``RunExistsError``, the refused run resumable) and after the answer was
+    stored (a corrected answer refused as a conflict); ``"5"`` was a raw TypeError."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(stepper_workflow)
+    bad: Any = limit
+    with pytest.raises(UsageError, match="max_supersteps must be"):
+        await rt.run("stepper", 1, run_id="order-42", max_supersteps=bad)
+    assert await rt.list_runs() == []
+    paused = await rt.run("stepper", 1, run_id="order-42")
+    (asked,) = paused.pending_requests
+    with pytest.raises(UsageError, match="max_supersteps must be"):
+        await rt.respond_and_resume(asked.request_id, {"approved": True}, max_supersteps=bad)
+    assert (await rt.get_request(asked.request_id)).status == "pending"
+    await rt.respond(asked.request_id, {"approved": True})
+    with pytest.raises(UsageError, match="max_supersteps must be"):
+        await rt.resume(paused.run_id, max_supersteps=bad)
+    with pytest.raises(UsageError, match="max_supersteps must be"):
+        rt.resume_stream(paused.run_id, max_supersteps=bad)
+    run = await rt.get_run(paused.run_id)
+    assert run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # (not interrupted)
+    with pytest.raises(UsageError, match="max_supersteps must be"):
+        await stepper_workflow().run(1, max_supersteps=bad)
+    with pytest.raises(UsageError, match="max_supersteps must be"):
+        WorkflowBuilder(name="w", start=Noop("n")).with_max_supersteps(bad)
+    assert (await rt.resume(paused.run_id)).status is WorkflowRunState.IDLE  # (the answer: applied)
+    await rt.close()
+
+
+@pytest.mark.parametrize("seconds", [0, -1, "30", True, float("nan"), float("inf")])
+def test_a_lease_that_is_not_a_positive_time_is_refused(seconds: object) -> None:
+    """``lease_seconds=0`` made every lease lapse at once: a live worker's run was taken over
+    mid-step, its renewals spinning."""
+    with pytest.raises(UsageError, match="lease_seconds must be a positive number"):
+        Runtime(InMemoryRunStore(), lease_seconds=seconds)  # type: ignore[arg-type]
+
+
+async def test_misused_arguments_name_what_was_expected(tmp_path: Path) -> None:
+    rt = runtime()
+    paused = await rt.run("stepper", 1)
+    (asked,) = paused.pending_requests
+    with pytest.raises(UsageError, match="respond_all takes a mapping"):
+        await rt.respond_all([(asked.request_id, {"approved": True})])  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"fork: superstep is a whole number \(int\), not str"):
+        await rt.fork(paused.run_id, "1")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="unless_answered is a list of request ids"):
+        await rt.cancel(paused.run_id, unless_answered=asked.request_id)
+    with pytest.raises(UsageError, match="at most 1024 characters"):
+        await rt.run("stepper", 1, run_id="r" * 1025)
+    with pytest.raises(UsageError, match="cannot hold a NUL"):
+        SqliteStore(tmp_path / "a\x00b.db")
+    run = await rt.get_run(paused.run_id)
+    assert run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    assert len(await rt.list_runs()) == 1
