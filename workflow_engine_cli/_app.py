@@ -90,6 +90,7 @@ from ._term import clean, visible
 
 if TYPE_CHECKING:
     import socket
+    import threading
 
     from workflow_engine import Runtime, WorkflowError
 
@@ -615,8 +616,10 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
     """
     import asyncio
     import signal
+    import threading
 
     hung_up = False
+    grace_over = threading.Event()  # set just before the grace's own signal is sent
     silenced = False  # stderr went to /dev/null with the terminal it wrote to
     stopped_by: int | None = None  # the SIGTERM or SIGHUP that stopped it (None: a Ctrl-C)
     asked_to_stop = False
@@ -638,13 +641,19 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
             hung_up = True
             # before a write fails on the dead terminal (tester 67: a log lost the run id)
             silenced = _silence_the_terminal()
+        if asked_to_stop and not grace_over.is_set():
+            # the same request again: a closed terminal's SIGHUP comes from the kernel and
+            # from the shell it ran, and the second was taken for a second Ctrl-C -- a step
+            # under way was cut off at once, without its grace (outside tester 113)
+            return
         first = not asked_to_stop
         if first:
             # no one is left to press Ctrl-C again: a step that does not finish within the
             # grace is stopped waiting for, as a second Ctrl-C would (it is asked about then)
             asked_to_stop = True
             stopped_by = signum
-            _signal_later(STOP_GRACE_SECONDS, signal.SIGTERM if sigint_ignored else signal.SIGINT)
+            again = signal.SIGTERM if sigint_ignored else signal.SIGINT
+            _signal_later(STOP_GRACE_SECONDS, again, grace_over)
         # (at a prompt, which takes SIGINT even in a job that ignores it: stop at once)
         if not sigint_ignored or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
             os.kill(os.getpid(), signal.SIGINT)
@@ -652,7 +661,7 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
             main_task.cancel()  # what the loop does on a first Ctrl-C: the run stops gracefully
             main_task.get_loop().call_soon_threadsafe(lambda: None)  # (wake it up)
         else:
-            raise KeyboardInterrupt  # and on the next one: stop waiting
+            raise KeyboardInterrupt  # and when the grace is over: stop waiting
 
     stopping = (signal.SIGTERM, signal.SIGHUP)
     before = {sig: signal.signal(sig, as_ctrl_c) for sig in stopping}
@@ -720,11 +729,17 @@ call) gets to finish before the command stops waiting for it as a second Ctrl-C 
 is there to press it, and a call that hung kept the process, and the run, for good."""
 
 
-def _signal_later(seconds: float, signum: int) -> None:
-    """Send this process ``signum`` in ``seconds`` (from a daemon thread: gone at exit)."""
+def _signal_later(seconds: float, signum: int, sending: threading.Event | None = None) -> None:
+    """Send this process ``signum`` in ``seconds`` (from a daemon thread: gone at exit),
+    setting ``sending`` first."""
     import threading
 
-    timer = threading.Timer(seconds, os.kill, (os.getpid(), signum))
+    def send() -> None:
+        if sending is not None:
+            sending.set()
+        os.kill(os.getpid(), signum)
+
+    timer = threading.Timer(seconds, send)
     timer.daemon = True
     timer.start()
 

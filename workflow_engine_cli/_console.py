@@ -172,6 +172,8 @@ def interruptible_input(prompt: str) -> str:
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        if sys.stdin is None:  # closed (``<&-``): nothing can be read, as at its end
+            raise EOFError
         return input(prompt) if not _stdin_nonblocking() else _patient_input(prompt)
     finally:
         signal.signal(signal.SIGINT, previous)
@@ -310,7 +312,12 @@ def enable_line_editing() -> None:
 
 
 def stdin_is_tty() -> bool:
-    return sys.stdin.isatty()
+    """stdin is a terminal (not when it is closed: ``<&-`` leaves ``sys.stdin`` None, and
+    every command that might ask failed with a traceback -- outside tester 113)."""
+    try:
+        return sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 @dataclass

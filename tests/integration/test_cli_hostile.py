@@ -473,3 +473,34 @@ def test_the_command_respond_prints_stands_on_a_line_of_its_own(tmp_path: Path) 
     assert said == (
         f"answer stored; continue with:\n  workflow-engine resume {run_id} --db {cli.db}\n"
     ), said
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["demo", "handoff"],
+        ["demo", "handoff", "--json", "--approve", "-m", "refund 12345"],
+        ["demo", "handoff", "--detach", "-m", "refund 12345"],
+        ["resume", "nosuchrun"],
+    ],
+)
+def test_a_closed_stdin_is_no_terminal_not_a_traceback(tmp_path: Path, argv: list[str]) -> None:
+    """``demo ... <&-`` (cron, a daemon's child): ``sys.stdin`` is None, and asking whether it
+    was a terminal was a traceback, exit 1 (outside tester 113). It is no terminal: the demo
+    runs as without one, and an unknown run is one line."""
+    cli = Cli(tmp_path)
+    proc = subprocess.run(
+        [str(ENGINE), *argv, "--db", str(cli.db)],
+        capture_output=True,
+        text=True,
+        env=cli.env,
+        cwd=cli.cwd,
+        timeout=TIMEOUT,
+        check=False,
+        preexec_fn=lambda: os.close(0),
+    )
+    assert "Traceback" not in proc.stderr and "Error:" not in proc.stderr, proc.stderr
+    expected = 4 if argv[0] == "resume" else 3 if "--detach" in argv else 0  # (3: paused)
+    assert proc.returncode == expected, proc.stderr
+    if argv[0] == "demo" and "--detach" not in argv:
+        assert cli.ledger() != []  # the refund: approved (no one to ask), made once

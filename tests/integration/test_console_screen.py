@@ -869,6 +869,45 @@ def test_closing_the_terminal_while_a_tool_hangs_ends_the_command(
     assert_in_doubt_asked(asked.out)
 
 
+def test_a_terminal_closed_with_two_hang_ups_still_lets_the_call_finish(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """A closed terminal's SIGHUP comes from the kernel and from the shell it ran: the second
+    was taken for a second Ctrl-C, so the approved call was cut off at once and left in doubt
+    (outside tester 113: 2 closes in 6). The call gets its grace: it finishes, is recorded,
+    and ``resume`` does not ask whether it happened."""
+    import threading
+
+    os.mkfifo(cli.ledger_path)
+    demo = ScreenSession(
+        ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
+    )
+    sessions.append(demo)
+    demo.expect_screen(APPROVE)
+    demo.send("y")
+    demo.expect_screen("is working")  # (the refund waits for the ledger's reader)
+    demo.hang_up()
+    time.sleep(0.5)  # (the first one handled)
+    demo.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    written: list[str] = []
+
+    def let_the_call_finish() -> None:  # (the refund reads the ledger, then appends to it)
+        cli.ledger_path.open("w").close()  # what it reads: nothing
+        written.append(cli.ledger_path.read_text())  # what it appends
+
+    reader = threading.Thread(target=let_the_call_finish, daemon=True)
+    reader.start()  # well within the grace
+    assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 15) == 3
+    reader.join(timeout=10)
+    assert written, "the call was cut off: it never appended to the ledger"
+    assert [json.loads(line)["kind"] for line in written[0].splitlines()] == ["refund"], written
+    os.unlink(cli.ledger_path)
+    resumed = cli.run("resume", json.loads(cli.run("runs", "list", "--json").out)[0]["run_id"])
+    assert "InDoubtEffect" not in resumed.out and "Did it happen" not in resumed.out, resumed.out
+    assert resumed.code == 0, str(resumed)
+
+
 def test_a_resume_of_a_run_another_terminal_executes_is_one_line(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
