@@ -330,6 +330,8 @@ class AnswerPolicy:
     end_when_out_of_replies: bool = False
     term: Terminal = field(default_factory=Terminal)
     read: Callable[[str], str] = field(default=interruptible_input)
+    stopped: bool = False
+    """Ctrl-C was pressed at a prompt: no further request is asked about."""
 
     async def settle(self, request: ExternalRequest, submit: Submit) -> bool:
         """Answer ``request`` through ``submit``; False leaves it unanswered (the run pauses)."""
@@ -344,6 +346,13 @@ class AnswerPolicy:
             return await self._other(request, submit)
         except EOFError:  # Ctrl-D at a prompt: no answer now, the run waits
             self.term.end()
+            return False
+        except KeyboardInterrupt:
+            # Ctrl-C at a prompt: the run is paused, nothing is under way -- say how to
+            # continue it, request by request, as Ctrl-D does (it said only "Interrupted";
+            # outside tester 113), and ask nothing more
+            self.term.end()
+            self.stopped = True
             return False
 
     def _ask(self, *prompt: Part) -> str:
@@ -623,7 +632,7 @@ async def _drive(
             async def submit(answer: Any, request_id: str = request.request_id) -> None:
                 await runtime.respond(request_id, answer)
 
-            if detach or not await policy.settle(request, submit):
+            if detach or policy.stopped or not await policy.settle(request, submit):
                 waiting.append(request)
         if waiting:
             print_paused(term, run_id, waiting, json_mode)

@@ -275,12 +275,27 @@ def test_demo_edited_arguments_are_asked_again_until_valid(
     assert refund["amount"] == 50.0
 
 
-def test_ctrl_d_at_a_prompt_leaves_the_run_paused(cli: Cli, sessions: list[ScreenSession]) -> None:
-    demo = start_demo(sessions, cli)
-    demo.send_raw(b"\x04")  # Ctrl-D on an empty line: end of input
+@pytest.mark.parametrize("key", [b"\x04", b"\x03"])  # Ctrl-D (end of input), Ctrl-C
+def test_ctrl_d_or_c_at_a_prompt_leaves_the_run_paused(
+    cli: Cli, sessions: list[ScreenSession], key: bytes
+) -> None:
+    """Both say how to continue, request by request (Ctrl-C said only "Interrupted: run ...
+    keeps its last checkpoint", of a run that was paused: outside tester 113)."""
+    # (its controlling terminal: there the line discipline makes Ctrl-C a SIGINT)
+    demo = ScreenSession(
+        ["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
+    )
+    sessions.append(demo)
+    demo.expect_screen("You:")
+    demo.send(REFUND)
+    demo.expect_screen(APPROVE)
+    demo.settle()
+    demo.send_raw(key)
     assert demo.wait() == 3, demo.screen_text()
     screen = demo.screen()
-    in_order(screen, [APPROVE, "is paused, waiting for input.", "workflow-engine resume"])
+    said = [APPROVE, "is paused, waiting for input.", "asks: approve submit_refund("]
+    in_order(screen, [*said, "--approve", "--reject", "workflow-engine resume"])
+    assert "Interrupted" not in demo.screen_text()
     assert_clean(screen)
     [pending] = cli.json("requests", "list")
     assert pending["what"].startswith("approve submit_refund(")
