@@ -84,8 +84,12 @@ class Tool:
                 continue
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[param.name] = (annotation, default)
+        # No infinity nor NaN: JSON, the format of every call a model or a person makes, has
+        # neither, yet pydantic reads the text "Infinity" as one (an approval edited to
+        # "Infinity" moved inf EUR: outside tester 113)
+        config = ConfigDict(extra="forbid", allow_inf_nan=False)
         self.arguments_model: type[BaseModel] = create_model(
-            f"{self.name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+            f"{self.name}_arguments", __config__=config, **fields
         )
 
     @property

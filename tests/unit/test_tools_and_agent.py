@@ -52,6 +52,11 @@ def test_arguments_are_validated_before_any_call() -> None:
     with pytest.raises(ToolArgumentsError, match="surprise: Extra inputs"):
         lookup.validate({"order_id": "1", "surprise": True})
     assert refund.validate({"order_id": "1", "amount": "5"}) == {"order_id": "1", "amount": 5.0}
+    # JSON has no infinity nor NaN: the text pydantic would read as one is refused (an
+    # approval edited to "Infinity" moved inf EUR)
+    for endless in ("Infinity", "-inf", "NaN", float("inf"), float("nan")):
+        with pytest.raises(ToolArgumentsError, match="amount: Input should be a finite number"):
+            refund.validate({"order_id": "1", "amount": endless})
 
 
 def test_conditional_approval_mode() -> None:
