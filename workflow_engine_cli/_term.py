@@ -365,7 +365,12 @@ class Terminal:
                 label = f"{_FRAMES[frame % len(_FRAMES)]} {self._status}"
                 if elapsed >= 2:
                     label += f" {elapsed}s"
-                label = label[: max(self.width - 1, 1)]
+                # within the terminal's real width, not the wrapping's (at least 20): in a
+                # narrower window each frame wrapped and left a line behind (tester 113)
+                room = terminal_columns(self.out) - 1
+                if room < 2:
+                    continue
+                label = _fitted(label, room)
                 self.out.write(_ERASE_LINE + styled(label, "dim", live=True))
                 self.out.flush()
                 self._spinner_drawn = True
@@ -375,6 +380,16 @@ class Terminal:
         if self._spinner_drawn:
             self.out.write(_ERASE_LINE)
             self._spinner_drawn = False
+
+
+def _fitted(text: str, cells: int) -> str:
+    """The start of ``text`` that takes at most ``cells`` columns."""
+    used = 0
+    for at, char in enumerate(text):
+        used += cell_width(char)
+        if used > cells:
+            return text[:at]
+    return text
 
 
 def format_table(

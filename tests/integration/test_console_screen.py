@@ -373,6 +373,27 @@ def test_streamed_text_stays_while_the_spinner_works(
     assert_clean(demo.screen())
 
 
+def test_the_spinner_leaves_nothing_behind_in_a_very_narrow_window(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """Under 20 columns every frame was written 19 columns wide, wrapped, and left a line
+    behind: within seconds the screen was all spinner lines (outside tester 113)."""
+    with SlowModel(think=1.5) as model:
+        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+        demo = ScreenSession(
+            ["demo", "handoff", "-m", "hi", "--model", "slow", "--base-url", url,
+             "--api-key", "k", "--db", str(cli.db)],
+            cli.env, cli.cwd, columns=15,
+        )  # fmt: skip
+        sessions.append(demo)
+        demo.expect_screen("finish):")
+        assert any(frame.encode() in demo.raw for frame in SPINNER)  # it did spin meanwhile
+        left = [row for row in demo.screen() if SPINNER & set(row)]
+        assert left == [], demo.screen_text()
+        demo.send("/end")
+        assert demo.wait() == 0, demo.screen_text()
+
+
 def test_keys_typed_while_an_agent_works_are_not_echoed_into_its_text(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
