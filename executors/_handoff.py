@@ -40,6 +40,7 @@ from workflow_engine import (
     response_handler,
 )
 from workflow_engine._errors import DefinitionError, UsageError
+from workflow_engine._input import is_blank
 
 from ._agent import Agent
 from ._content import ChatMessage, ToolApprovalRequestContent, ToolApprovalResponseContent
@@ -107,7 +108,7 @@ class HandoffUserResponse(BaseModel):
     def _one_answer(self) -> HandoffUserResponse:
         if self.end and self.message is not None:
             raise ValueError("give a message or end: true, not both")
-        if not self.end and (self.message is None or not self.message.strip()):
+        if not self.end and (self.message is None or is_blank(self.message)):
             raise ValueError("give a message (not empty) or end: true")
         return self
 
@@ -336,7 +337,7 @@ class HandoffCoordinator(Executor):
     ) -> None:
         active = await ctx.get_state("active", self.start_agent)
         turn = await ctx.get_state("turn", 0)
-        if reply.end or not (reply.message or "").strip():
+        if reply.end or is_blank(reply.message or ""):
             await ctx.yield_output(
                 HandoffOutcome(
                     status="ended_by_user",

@@ -42,6 +42,7 @@ from workflow_engine import (
     response_handler,
 )
 from workflow_engine._errors import UsageError
+from workflow_engine._input import is_blank
 
 from ._events import AgentRunUpdateEvent
 
@@ -211,7 +212,7 @@ class AgentHostExecutor(Executor):
         ctx: WorkflowContext[AgentResponse, AgentResponse],
     ) -> None:
         """The user's next message (``ask_user=True``); an empty one ends the conversation."""
-        if not reply.strip():
+        if is_blank(reply):
             conversation = await self._conversation(ctx)
             await self.deliver(
                 ctx, AgentResponse(agent_name=self.agent.name, conversation=list(conversation))

@@ -80,6 +80,15 @@ def json_depth(text: str) -> int:
     return max(0, max(accumulate(map(operator.sub, steps, repeat(1)))))
 
 
+def is_blank(text: str) -> bool:
+    """Nothing to see: white space and invisible format characters alone (a zero-width space,
+    a byte order mark, a word joiner). A message of those is no message, wherever it comes
+    from: ``str.strip()`` kept ``"\u200b"`` (outside testers 106, 113)."""
+    import unicodedata
+
+    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+
+
 def check_text(value: str, what: str) -> str:
     """``value`` if it encodes as UTF-8; ``InvalidTextError`` naming ``what`` otherwise."""
     try:

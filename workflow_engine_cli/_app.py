@@ -568,6 +568,7 @@ def demo(
         try:
             with _prompt_stopped_by(stopped_by):
                 message = talk.ask(policy.read, ("You: ", "bold green")).strip()
+                message = "" if _blank(message) else message  # (invisible: the sample one)
         except (EOFError, KeyboardInterrupt) as stop:
             talk.end()
             talk.line("Nothing started.")
@@ -864,6 +865,9 @@ def respond(
         print_error("give --message once: a reply is one message")
         raise typer.Exit(EXIT_USAGE)
     message = messages[0] if messages else None
+    if message is not None and _blank(message):
+        print_error("--message is blank: give the words to say (or --end to end the conversation)")
+        raise typer.Exit(EXIT_USAGE)
     chosen = [
         x for x in (approve_flag, reject_flag, message is not None, end, data is not None) if x
     ]
@@ -1166,11 +1170,9 @@ def _refuse_blank(message: str | None, replies: Sequence[str] | None) -> None:
 
 
 def _blank(text: str) -> bool:
-    """Nothing to see: white space and invisible format characters (a zero-width space, a
-    byte order mark) alone -- outside tester 106 started a run with ``-m $'\\u200b'``."""
-    import unicodedata
+    from workflow_engine._input import is_blank
 
-    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+    return is_blank(text)
 
 
 def _refuse_non_text(texts: list[tuple[str, str]]) -> None:

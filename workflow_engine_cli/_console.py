@@ -44,7 +44,7 @@ from workflow_engine import (
     WorkflowOutputEvent,
     WorkflowRunState,
 )
-from workflow_engine._input import InputError, MalformedJsonError, parse_json
+from workflow_engine._input import InputError, MalformedJsonError, is_blank, parse_json
 from workflow_engine.executors import (
     AgentResponse,
     AgentRunUpdateEvent,
@@ -431,7 +431,8 @@ class AnswerPolicy:
             await submit({"end": True})
             return True
         reply = self._ask(("You", "bold green"), " (empty or /end to finish): ").strip()
-        await submit({"end": True} if not reply or reply == "/end" else {"message": reply})
+        done = is_blank(reply) or reply == "/end"  # (invisible characters alone: empty)
+        await submit({"end": True} if done else {"message": reply})
         return True
 
     async def _in_doubt(self, question: InDoubtEffect, submit: Submit) -> bool:

@@ -442,6 +442,25 @@ def test_a_blank_message_or_reply_is_refused_before_a_run_starts(
     assert not cli.db.exists()  # nothing started, nothing written
 
 
+@pytest.mark.parametrize("message", ["\u200b", " \ufeff ", "   "])
+def test_a_blank_message_answer_is_refused_however_it_is_blank(
+    tmp_path: Path, message: str
+) -> None:
+    """``respond --message $'\\u200b'`` was stored as the user's message where ``'   '`` was
+    refused (outside tester 113); through the Python API it was a message too."""
+    from workflow_engine.executors import HandoffUserResponse
+
+    cli = Cli(tmp_path)
+    cli.expect(3, "demo", "handoff", "-m", "hello", "--detach")
+    [asked] = cli.json("requests", "list", "--json")
+    result = cli.run("respond", asked["request_id"], "--message", message)
+    assert result.code == 2 and "blank" in result.error_line(), str(result)
+    [still] = cli.json("requests", "list", "--json")
+    assert still["request_id"] == asked["request_id"]  # nothing stored
+    with pytest.raises(ValueError, match="not empty"):
+        HandoffUserResponse(message=message)
+
+
 def test_ids_typed_in_capitals_or_of_the_wrong_kind_are_found_or_explained(
     paused: tuple[Cli, str, str],
 ) -> None:
