@@ -430,6 +430,19 @@ async def _full_request_id(runtime: Runtime, given: str) -> str:
     except UnknownRequestError:
         pass
     given, ids = await _starting_with(runtime.store.request_ids, given)
+    runs = list(await runtime.store.run_ids(given.lower())) if not ids and given else []
+    if len(runs) == 1:  # a run's id where a request's goes (outside tester 113)
+        waiting = await runtime.store.list_requests(runs[0], status="pending")
+        which = (
+            f"its pending request is {waiting[0].request_id!r}"
+            if len(waiting) == 1
+            else f"it has {len(waiting)} pending requests (requests list shows them)"
+            if waiting
+            else "it has no pending request"
+        )
+        raise UnknownRequestError(
+            f"no request {given!r}: that is the id of run {runs[0]!r}; {which}"
+        )
     return _matched("request", given, ids)
 
 
@@ -905,7 +918,11 @@ def respond(
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             full = await _full_request_id(runtime, request_id)
-            _, run = await runtime.store.get_request_and_run(full)
+            asked, run = await runtime.store.get_request_and_run(full)
+            mismatch = _answer_of_another_kind(asked, approve, message, end)
+            if mismatch is not None:  # (said before pydantic's "approved: Field required")
+                print_error(f"request {clean(full)} {mismatch}; nothing was stored")
+                return EXIT_USAGE
             register(runtime, [run.workflow_name])
             outcome = await runtime.respond(full, answer)
             if outcome.value == "duplicate":  # (a repeat leaves the run as read above)
@@ -922,6 +939,25 @@ def respond(
         return await _with_runtime(db, go)
 
     run_async(body)
+
+
+def _answer_of_another_kind(
+    asked: Any, approve: bool | None, message: str | None, end: bool
+) -> str | None:
+    """What is wrong when the flags answer another kind of question than the request asks
+    (None: they may fit; the workflow's own validation has the last word): a message for a
+    tool call's approval said "approved: Field required" (outside tester 113)."""
+    from ._views import describe_request
+
+    said = describe_request(asked.data, asked.port_id)
+    if said.startswith("approve ") and (message is not None or end):
+        return (
+            f"asks to {said}: answer it with --approve (--arguments to edit the call) or --reject"
+        )
+    if said.startswith("reply to ") and approve is not None:
+        agent = said.removeprefix("reply to ").partition(":")[0]
+        return f"asks for your next message to {agent}: answer it with --message TEXT or --end"
+    return None
 
 
 @app.command()
@@ -1091,7 +1127,7 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
             waiting = await _runs_answered(runtime)
             request_ids = await runtime.store.request_ids() if pending else []
             run_ids = await runtime.store.run_ids() if pending else []
-            requests_output(pending, in_doubt, waiting, request_ids, run_ids)()
+            requests_output(pending, in_doubt, waiting, request_ids, run_ids, bool(damaged))()
             return code
 
         return await _with_runtime(db, go)

@@ -108,6 +108,7 @@ def status_filter(status: str | None) -> tuple[WorkflowRunState | None, str | No
 
     if status is None:
         return None, None
+    status = status.strip().lower()  # (``IDLE`` as ids are taken in capitals: tester 113)
     if status in EXTRA_STATUSES:
         return WorkflowRunState.IN_PROGRESS, status
     try:
@@ -218,10 +219,13 @@ def requests_output(
     waiting: Sequence[tuple[Any, int]],
     request_ids: Sequence[str],
     run_ids: Sequence[str],
+    damaged: bool = False,
 ) -> Output:
     """``requests list``: the inbox; then the interrupted runs with a step in doubt
     (``RunInfo``), and the resting runs with answers to apply (``(RunRecord, count)``).
-    ``request_ids`` and ``run_ids``: every one stored, for the shortest unique prefixes."""
+    ``request_ids`` and ``run_ids``: every one stored, for the shortest unique prefixes.
+    ``damaged``: some requests could not be read (said on stderr): an empty inbox is not
+    said to be empty."""
     table: list[list[str]] = []
     if pending:
         short_request, short_run = short_ids(request_ids), short_ids(run_ids)
@@ -238,7 +242,7 @@ def requests_output(
     def show() -> None:
         if table:
             print_table(["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"], table, wrap=["WAITING FOR"])
-        else:
+        elif not damaged:
             print("No pending requests.")
         say_in_doubt(in_doubt)
         say_answered(waiting)

@@ -397,6 +397,10 @@ def test_one_damaged_request_leaves_the_rest_of_the_inbox_listed(
     else:
         assert good[:8] in result.out and good_run[:8] in result.out
         assert damaged[:8] not in result.out
+        corrupt_request_data(cli.db, good, "{not json")  # nothing readable left
+        result = cli.run("requests", "list")
+        assert result.code == 6 and len(result.err.splitlines()) == 2, str(result)
+        assert "No pending requests" not in result.out, str(result)  # (it is not empty)
 
 
 @pytest.mark.parametrize(
@@ -480,6 +484,11 @@ def test_ids_typed_in_capitals_or_of_the_wrong_kind_are_found_or_explained(
         said + "answer it with respond, then resume that run",
         said + "resume that run",
     ), str(wrong)
+    # and the other way round: a run's id where a request's goes (outside tester 113)
+    swapped = cli.run("respond", run_id[:8], "--approve")
+    assert swapped.code == 4, str(swapped)
+    line = swapped.error_line()
+    assert line.startswith(f"error: no request {run_id[:8]!r}: that is the id of run {run_id!r}")
     assert store_state(cli.db) == before
 
 
@@ -523,3 +532,26 @@ def test_a_closed_stdin_is_no_terminal_not_a_traceback(tmp_path: Path, argv: lis
     assert proc.returncode == expected, proc.stderr
     if argv[0] == "demo" and "--detach" not in argv:
         assert cli.ledger() != []  # the refund: approved (no one to ask), made once
+
+
+def test_an_answer_of_another_kind_says_which_flags_answer_the_request(tmp_path: Path) -> None:
+    """``respond ID --message hi`` to a tool call's approval said "expected
+    ToolApprovalResponseContent: approved: Field required" (outside tester 113)."""
+    cli = Cli(tmp_path)
+    _, approval = cli.start_paused()
+    before = store_state(cli.db)
+    for flags in (["--message", "hi"], ["--end"]):
+        wrong = cli.run("respond", approval, *flags)
+        assert wrong.code == 2, str(wrong)
+        line = wrong.error_line()
+        assert "asks to approve submit_refund(" in line and "--approve" in line, line
+        assert "--reject; nothing was stored" in line, line
+    assert store_state(cli.db) == before
+    talk = Cli(tmp_path / "talk")
+    talk.expect(3, "demo", "handoff", "-m", "hello", "--detach")
+    [asked] = talk.json("requests", "list", "--json")
+    wrong = talk.run("respond", asked["request_id"], "--approve")
+    assert wrong.code == 2, str(wrong)
+    assert "asks for your next message to triage_agent: answer it with --message TEXT or --end" in (
+        wrong.error_line()
+    )

@@ -198,6 +198,7 @@ LISTINGS = [
     ["runs", "list", "--status", "not_started"],
     ["runs", "list", "--status=idle_with_pending_requests"],
     ["runs", "list", "--status", "idle", "--json"],
+    ["runs", "list", "--status", "Idle_With_Pending_Requests"],  # (as ids: capitals too)
     ["runs", "list", "--workflow", "stepper"],
     ["runs", "list", "--workflow=nosuch"],
     ["runs", "list", "--json", "--workflow", "asking", "--status", "idle_with_pending_requests"],
