@@ -393,6 +393,20 @@ class Workflow:
         emit(WorkflowStatusEvent(WorkflowRunState.IN_PROGRESS))
         await loop.run()
 
+    def result_at(self, checkpoint: Checkpoint, new_outputs: int = 0) -> WorkflowRunResult:
+        """What a run that rests at ``checkpoint`` came to: its status, its pending requests
+        and its last ``new_outputs`` outputs, decoded (no events: this is read back from what
+        was committed, for a caller whose execution was cut off after that commit)."""
+        state = self._restore(checkpoint)
+        stored = checkpoint.outputs[len(checkpoint.outputs) - new_outputs :] if new_outputs else []
+        return WorkflowRunResult(
+            run_id=checkpoint.run_id,
+            status=checkpoint.status,
+            outputs=[self.codec.decode(output) for output in stored],
+            pending_requests=list(state.pending.values()),
+            checkpoint=checkpoint,
+        )
+
     def _result(self, loop: RunLoop, events: list[WorkflowEvent]) -> WorkflowRunResult:
         s = loop.state
         checkpoint = loop.ensure_checkpoint()
