@@ -27,6 +27,7 @@ import contextlib
 import errno
 import inspect
 import os
+import string
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -449,10 +450,12 @@ async def _full_request_id(runtime: Runtime, given: str) -> str:
 async def _starting_with(
     listed: Callable[[str], Awaitable[Sequence[str]]], given: str
 ) -> tuple[str, list[str]]:
-    """The ids ``listed`` finds starting with ``given``, and the prefix that found them: ids
-    are hex, so one typed in capitals is looked up in lower case too (outside tester 106)."""
+    """The ids ``listed`` finds starting with ``given``, and the prefix that found them: the
+    ids the engine makes are hex, so hex typed in capitals is looked up in lower case too
+    (outside tester 106). Only hex: of runs named ``Order-1`` and ``order-1``, ``ORDER-1``
+    silently found the second (outside tester 112)."""
     ids = list(await listed(given))
-    if not ids and given != given.lower():
+    if not ids and given != given.lower() and all(c in string.hexdigits for c in given):
         lowered = list(await listed(given.lower()))
         if lowered:
             return given.lower(), lowered

@@ -555,3 +555,31 @@ def test_an_answer_of_another_kind_says_which_flags_answer_the_request(tmp_path:
     assert "asks for your next message to triage_agent: answer it with --message TEXT or --end" in (
         wrong.error_line()
     )
+
+
+def test_run_ids_of_other_cases_are_never_taken_for_one_another(tmp_path: Path) -> None:
+    """Of runs named ``Order-1`` and ``order-1``, ``runs show ORDER-1`` (and ``cancel``)
+    silently took the second: only hex -- the ids the engine makes -- is looked up in lower
+    case too (outside tester 112)."""
+    import anyio
+
+    from tests.integration.workflows import stepper_workflow
+    from workflow_engine import Runtime
+    from workflow_engine.storage import SqliteStore
+
+    cli = Cli(tmp_path)
+
+    async def make() -> None:
+        runtime = Runtime(SqliteStore(cli.db))
+        runtime.register(stepper_workflow)
+        for run_id in ("Order-1", "order-1"):
+            await runtime.run("stepper", 1, run_id=run_id)
+        await runtime.close()
+
+    anyio.run(make)
+    before = store_state(cli.db)
+    for argv in (["runs", "show", "ORDER-1"], ["cancel", "ORDER-1"]):
+        wrong = cli.run(*argv)
+        assert wrong.code == 4 and "no run 'ORDER-1'" in wrong.error_line(), str(wrong)
+    assert cli.expect(0, "runs", "show", "Order-1").out.startswith("Run Order-1 ")
+    assert store_state(cli.db) == before
