@@ -34,6 +34,7 @@ from workflow_engine import (
     ExternalRequest,
     InDoubtEffect,
     JsonCodec,
+    RequestAlreadyAnsweredError,
     ResponseTypeError,
     Runtime,
     StorageError,
@@ -633,8 +634,19 @@ async def _drive(
             async def submit(answer: Any, request_id: str = request.request_id) -> None:
                 await runtime.respond(request_id, answer)
 
-            if detach or policy.stopped or not await policy.settle(request, submit):
+            if detach or policy.stopped:
                 waiting.append(request)
+                continue
+            try:
+                if not await policy.settle(request, submit):
+                    waiting.append(request)
+            except RequestAlreadyAnsweredError:
+                # answered meanwhile from elsewhere (another terminal's ``respond``): that
+                # answer stands, and the run goes on with it -- it said only "already answered
+                # with a different value", exit 5 (outside tester 113)
+                term.line(
+                    ("  another answer to this request was stored meanwhile; it stands", "yellow")
+                )
         if waiting:
             print_paused(term, run_id, waiting, json_mode)
             return EXIT_PAUSED

@@ -176,6 +176,26 @@ def test_an_answer_the_store_refuses_says_how_to_continue(
     assert cli.ledger() == []
 
 
+def test_an_answer_given_elsewhere_meanwhile_stands_and_the_run_goes_on(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """At the approval prompt while another terminal rejected the call: the ``y`` typed here
+    ended the command with "already answered with a different value", exit 5, and nothing
+    said how to go on (outside tester 113). The other answer stands; the run goes on."""
+    demo = start_demo(sessions, cli)
+    [asked] = cli.json("requests", "list", "--json")
+    cli.expect(0, "respond", asked["request_id"], "--reject")
+    demo.send("y")
+    demo.expect_screen("You (empty or /end to finish):")
+    in_order(
+        demo.screen(),
+        [APPROVE, "another answer to this request was stored meanwhile; it stands", "rejected"],
+    )
+    demo.send("/end")
+    assert demo.wait() == 0, demo.screen_text()
+    assert cli.ledger() == []  # rejected: no refund
+
+
 def test_approval_prompt_fits_a_40_column_window(cli: Cli, sessions: list[ScreenSession]) -> None:
     """In a narrow window the prompt is the short one, whole on one screen line with the
     answer (the long one would leave its last characters alone on the next line)."""
