@@ -15,6 +15,7 @@ and asked again; Ctrl-D leaves the run paused.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -176,6 +177,13 @@ def interruptible_input(prompt: str) -> str:
         if sys.stdin is None:  # closed (``<&-``): nothing can be read, as at its end
             raise EOFError
         return input(prompt) if not _stdin_nonblocking() else _patient_input(prompt)
+    except OSError as exc:
+        if exc.errno != errno.EIO:
+            raise
+        # the terminal hung up (its window closed): nothing more will be typed, as at the end
+        # of input -- the run pauses and says how to continue, where output still goes (a
+        # ``> log`` kept nothing of it: outside tester 113)
+        raise EOFError from None
     finally:
         signal.signal(signal.SIGINT, previous)
 

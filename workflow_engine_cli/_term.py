@@ -258,9 +258,11 @@ class Terminal:
         try:
             answer = read(prompt)
         except (EOFError, KeyboardInterrupt):
-            # no Enter was echoed: the cursor is still after the prompt
-            self.out.write("\n")
-            self.out.flush()
+            # no Enter was echoed: the cursor is still after the prompt (a terminal that hung
+            # up takes nothing more: the end of input is what matters, not this newline)
+            with contextlib.suppress(OSError):
+                self.out.write("\n")
+                self.out.flush()
             raise
         finally:
             with self._lock:

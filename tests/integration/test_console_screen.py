@@ -531,6 +531,26 @@ def test_with_its_output_in_a_file_the_approval_is_still_asked_on_the_screen(
     assert "Approve?" not in written and "finished" in written
 
 
+def test_a_terminal_closed_at_a_prompt_leaves_how_to_continue_in_the_log(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``demo > log`` at the approval prompt, then the window closed: the read from the hung-up
+    terminal failed (EIO) instead of ending the input, and the log kept nothing of how to
+    continue (outside tester 113). It ends as Ctrl-D does: the log says it, request by
+    request."""
+    log = tmp_path / "transcript.txt"
+    argv = ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)]
+    demo = ScreenSession(argv, cli.env, cli.cwd, stdout=log, controlling=True)
+    sessions.append(demo)
+    demo.expect_screen("Approve?")
+    time.sleep(0.3)  # (in the line editor)
+    demo.hang_up()
+    assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 10) == 3
+    written = log.read_text()
+    said = ["is paused, waiting for input.", "asks: approve submit_refund(", "--approve"]
+    in_order(written.splitlines(), [*said, "--reject", "workflow-engine resume"])
+
+
 @pytest.mark.parametrize("presses", [1, 3, "SIGTERM"])
 def test_ctrl_c_while_an_agent_works_names_the_run_to_resume(
     cli: Cli, sessions: list[ScreenSession], presses: int | str

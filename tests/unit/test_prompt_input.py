@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import sys
 
 import pytest
 
-from workflow_engine_cli._console import _rejoined
+from workflow_engine_cli._console import _rejoined, interruptible_input
+from workflow_engine_cli._term import Terminal
 
 
 def _read_in_parts(parts: list[bytes], encoding: str) -> str:
@@ -32,3 +34,38 @@ def test_a_character_split_between_reads_is_put_together(
     encoding than UTF-8, the rejoined bytes became another character."""
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(), encoding=encoding))
     assert _rejoined(_read_in_parts(parts, encoding)) == line
+
+
+class _HungUp(io.TextIOBase):
+    """A terminal whose window closed while its prompt waited: reading it fails with EIO, and
+    so does writing to it after the prompt."""
+
+    def __init__(self) -> None:
+        self.written = 0
+
+    def readline(self, size: int | None = -1) -> str:
+        raise OSError(errno.EIO, "Input/output error")
+
+    def write(self, text: str) -> int:
+        self.written += 1
+        if self.written > 1:
+            raise OSError(errno.EIO, "Input/output error")
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+def test_a_prompt_on_a_terminal_that_hung_up_ends_as_the_input_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window closed at the approval prompt: the read failed with EIO, which ended the
+    command as a failure, and a ``> log`` kept nothing of how to continue (outside tester
+    113). It is the end of the input (as Ctrl-D), also while the prompt's newline cannot be
+    written: the run pauses and says how to continue where output still goes."""
+    monkeypatch.setattr(sys, "stdin", _HungUp())
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    with pytest.raises(EOFError):
+        interruptible_input("Approve? ")
+    with pytest.raises(EOFError):
+        Terminal(_HungUp()).ask(interruptible_input, "Approve? ")
