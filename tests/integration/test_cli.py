@@ -244,7 +244,8 @@ def test_a_reply_to_the_customer_is_not_approved(cli: Cli) -> None:
     assert cli.json("requests", "list") == [pending]
     for flag in ("--approve", "--reject"):
         refused = cli.expect(2, "respond", pending["request_id"], flag)
-        assert "expected HandoffUserResponse" in refused.error_line(), str(refused)
+        said = "asks for your next message to triage_agent: answer it with --message TEXT or --end"
+        assert said in refused.error_line(), str(refused)
     twice = cli.expect(
         2, "respond", pending["request_id"], "--message", "order 12345", "--message", "thanks"
     )
