@@ -619,12 +619,17 @@ def test_closing_the_terminal_gives_the_run_back(
     assert "Refund of 89.99 for order 12345 submitted." in done.out
 
 
-def approve_a_refund_that_hangs(sessions: list[ScreenSession], cli: Cli) -> ScreenSession:
+def approve_a_refund_that_hangs(
+    sessions: list[ScreenSession], cli: Cli, *, controlling: bool = False
+) -> ScreenSession:
     """The demo with its refund approved and blocked in its thread: the ledger is a FIFO no
     one reads (the tool first reads it; a writer opening and closing it lets that through,
-    then its append waits for a reader)."""
+    then its append waits for a reader). ``controlling``: the window is the process's
+    controlling terminal (closing it hangs the process up)."""
     os.mkfifo(cli.ledger_path)
-    demo = open_screen(sessions, cli, "demo", "handoff", "-m", REFUND)
+    argv = ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)]
+    demo = ScreenSession(argv, cli.env, cli.cwd, controlling=controlling)
+    sessions.append(demo)
     demo.expect_screen(APPROVE)
     demo.send("y")
     demo.expect_screen("is working")
@@ -928,14 +933,7 @@ def test_closing_the_terminal_while_a_tool_hangs_ends_the_command(
     """SIGHUP acted as a first Ctrl-C, which waits for the approved call; on a closed terminal
     no one can press the second, so a call that hung kept the process and its run for good
     (outside tester 64). After the grace it stops waiting, as the second Ctrl-C would."""
-    os.mkfifo(cli.ledger_path)
-    demo = ScreenSession(
-        ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
-    )
-    sessions.append(demo)
-    demo.expect_screen(APPROVE)
-    demo.send("y")
-    demo.expect_screen("is working")
+    demo = approve_a_refund_that_hangs(sessions, cli, controlling=True)
     demo.hang_up()
     assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 15) == 3
     [run] = cli.json("runs", "list", "--json")
@@ -954,14 +952,7 @@ def test_a_terminal_closed_with_two_hang_ups_still_lets_the_call_finish(
     and ``resume`` does not ask whether it happened."""
     import threading
 
-    os.mkfifo(cli.ledger_path)
-    demo = ScreenSession(
-        ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
-    )
-    sessions.append(demo)
-    demo.expect_screen(APPROVE)
-    demo.send("y")
-    demo.expect_screen("is working")  # (the refund waits for the ledger's reader)
+    demo = approve_a_refund_that_hangs(sessions, cli, controlling=True)
     demo.hang_up()
     time.sleep(0.5)  # (the first one handled)
     demo.proc.send_signal(signal.SIGHUP)

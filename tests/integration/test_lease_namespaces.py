@@ -14,7 +14,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import anyio
 import pytest
 
 from tests.integration.workflows import stepper_workflow
@@ -102,23 +101,3 @@ async def test_a_live_worker_in_another_pid_namespace_keeps_its_run(tmp_path: Pa
         holder.wait()
         if holder.stdout is not None:
             holder.stdout.close()
-
-
-async def test_a_worker_that_exited_here_is_still_taken_over_at_once(tmp_path: Path) -> None:
-    """The same namespace: a worker seen to have exited gives its run up at once, as before."""
-    db = tmp_path / "runs.db"
-    rt = Runtime(SqliteStore(db))
-    rt.register(stepper_workflow)
-    paused = await rt.run("stepper", 1)
-    gone = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    host = default_owner().partition(":")[0]
-    await rt.store.acquire(paused.run_id, f"{host}:{gone}:died", 300)
-    with anyio.fail_after(10):
-        lease = await rt.store.acquire(paused.run_id, default_owner(), 30)
-    await rt.store.release(lease)
-    await rt.close()
