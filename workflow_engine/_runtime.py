@@ -44,7 +44,6 @@ from ._errors import (
     ResponseTypeError,
     RunBusyError,
     RunInterruptedError,
-    RunNotFoundError,
     RunNotResumableError,
     SerializationError,
     SignatureMismatchError,
@@ -52,7 +51,6 @@ from ._errors import (
     StoreCorruptError,
     StoredTypeChangedError,
     StoreLockedError,
-    UnknownRequestError,
     UsageError,
     WorkflowError,
     WorkflowNotRegisteredError,
@@ -406,10 +404,18 @@ def _while_open(
     ``UsageError`` saying ``what`` -- formatted with the call's arguments -- was not done);
     ``close()`` waits for the calls under way."""
 
+    # the id the call acts on, named in ``what``: checked to be text before anything else --
+    # SQLite compares a number with text as text, so ``get_run(5)`` read run "5", and
+    # ``fork(5)`` made a new run from it (outside tester 114)
+    id_name = "run_id" if "{run_id" in what else "request_id" if "{request_id" in what else None
+
     def wrap(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
         @functools.wraps(method)
         async def call(*args: _P.args, **kwargs: _P.kwargs) -> _T:
             runtime: Runtime = args[0]  # type: ignore[assignment]
+            if id_name is not None:
+                given = kwargs[id_name] if id_name in kwargs else args[1] if len(args) > 1 else ""
+                check_id(given, id_name, method.__name__)
             if runtime._closing:
                 named = inspect.signature(method).bind(*args, **kwargs).arguments
                 raise UsageError(f"the runtime is closed: {what.format(**named)}")
@@ -422,13 +428,6 @@ def _while_open(
                 # outside tester 91)
                 await _cancellation_if_any()
                 raise
-            except (RunNotFoundError, UnknownRequestError, StorageError, TypeError):
-                # ``get_run(5)`` said "no run 5" (a list: SQLite's binding error, or a dict's
-                # "unhashable"): an id that is not text is a misuse
-                wrong = _id_not_text(method, args, kwargs)
-                if wrong is not None:
-                    raise UsageError(wrong) from None
-                raise
             finally:
                 runtime._call_over()
 
@@ -437,20 +436,12 @@ def _while_open(
     return wrap
 
 
-def _id_not_text(method: Callable[..., Any], args: Any, kwargs: Any) -> str | None:
-    """What is wrong with a call's run or request id that is not a ``str`` (None: nothing)."""
-    signature = inspect.signature(method)
-    named = signature.bind(*args, **kwargs).arguments
-    for name in ("run_id", "request_id"):
-        if name not in named:
-            continue
-        given = named[name]
-        if given is None and signature.parameters[name].default is None:
-            continue  # (of all runs)
-        if not isinstance(given, str):
-            call = method.__name__
-            return f"{call}: {name} must be text (str), not {type(given).__name__} ({given!r:.60})"
-    return None
+def check_id(given: Any, name: str, call: str) -> None:
+    """``UsageError`` for a run or request id that is not text (``get_run(5)``)."""
+    if not isinstance(given, str):
+        raise UsageError(
+            f"{call}: {name} must be text (str), not {type(given).__name__} ({given!r:.60})"
+        )
 
 
 class Runtime:
@@ -790,6 +781,7 @@ class Runtime:
 
     def resume_stream(self, run_id: str, *, max_supersteps: int | None = None) -> RuntimeRunStream:
         """Like :meth:`resume`, streaming the run's events."""
+        check_id(run_id, "run_id", "resume_stream")
         check_max_supersteps(max_supersteps)
         return RuntimeRunStream(self, run_id, max_supersteps)
 
@@ -994,6 +986,8 @@ class Runtime:
                 "respond_all takes a mapping of request id to answer ({request_id: answer}), "
                 f"not a {type(answers).__name__}"
             )
+        for request_id in answers:
+            check_id(request_id, "each request id", "respond_all")
         encoded = {}
         for request_id, data in answers.items():
             encoded[request_id] = (await self._checked_answer(request_id, data))[1]
@@ -1156,6 +1150,8 @@ class Runtime:
     @_while_open("requests were not listed")
     async def pending_requests(self, run_id: str | None = None) -> list[PendingRequest]:
         """The approval inbox: every pending request (of one run or all), data decoded."""
+        if run_id is not None:
+            check_id(run_id, "run_id", "pending_requests")
         out = []
         requests = await self.store.list_requests(run_id, status="pending")
         if run_id is not None and not requests:
@@ -1299,6 +1295,8 @@ class Runtime:
                 f"cancel: unless_answered is a list of request ids, not one id "
                 f"({unless_answered!r:.60}): write [{unless_answered!r:.60}]"
             )
+        for request_id in unless_answered:
+            check_id(request_id, "each of unless_answered", "cancel")
         if unless_answered:
             ids = list(dict.fromkeys(unless_answered))
             for request_id in ids:

@@ -1142,7 +1142,7 @@ async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[Workflo
     """Every pending request, and the errors of runs whose requests cannot be read: one
     damaged request row stopped the whole inbox (outside tester 106). Only then is each run
     read on its own, so that the others are still listed."""
-    from workflow_engine import StoreCorruptError, WorkflowRunState
+    from workflow_engine import StoreCorruptError
 
     try:
         return list(await runtime.pending_requests()), []
@@ -1150,12 +1150,14 @@ async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[Workflo
         pass
     found: list[Any] = []
     damaged: list[WorkflowError] = []
-    ended = (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED)
-    for record in await runtime.list_runs():
-        if record.status in ended:
-            continue
+    try:  # the runs with pending requests, from the requests' rows alone
+        listed = await runtime.store.list_requests(status="pending")
+        run_ids = list(dict.fromkeys(r.run_id for r in listed))
+    except StoreCorruptError:  # a request row itself: every run, by id alone
+        run_ids = list(await runtime.store.run_ids(""))
+    for run_id in run_ids:  # (a damaged run row too is said for its run alone: tester 114)
         try:
-            found.extend(await runtime.pending_requests(record.run_id))
+            found.extend(await runtime.pending_requests(run_id))
         except StoreCorruptError as exc:
             damaged.append(exc)
     return found, damaged

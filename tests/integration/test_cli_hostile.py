@@ -404,6 +404,28 @@ def test_one_damaged_request_leaves_the_rest_of_the_inbox_listed(
 
 
 @pytest.mark.parametrize(
+    ("column", "value"),
+    [("status", "zzz"), ("created_at", "x"), ("superstep", "abc"), ("lease_expires_at", "soon")],
+)
+def test_one_damaged_run_row_leaves_the_other_runs_requests_listed(
+    tmp_path: Path, column: str, value: str
+) -> None:
+    """A damaged run row (its status, a time) hid every run's requests: each run is read on
+    its own then, its damage said on stderr (outside tester 114)."""
+    cli = Cli(tmp_path)
+    damaged_run, _ = cli.start_paused()
+    good_run, good = cli.start_paused()
+    with sqlite3.connect(cli.db) as raw:
+        raw.execute(f"UPDATE runs SET {column} = ? WHERE run_id = ?", (value, damaged_run))
+    result = cli.run("requests", "list", "--json")
+    assert result.code == 6, str(result)
+    assert damaged_run in result.error_line() and "damaged" in result.error_line(), str(result)
+    assert [r["request_id"] for r in json.loads(result.out)] == [good], str(result)
+    listed = cli.run("requests", "list")
+    assert listed.code == 6 and good[:8] in listed.out and good_run[:8] in listed.out
+
+
+@pytest.mark.parametrize(
     ("value", "code", "said"),
     [
         ({"$float": "x"}, 6, "$float"),  # not a valid encoding: damage

@@ -83,20 +83,33 @@ async def test_a_run_or_request_id_that_is_not_text_is_a_usage_error(
     """``get_run(5)`` said "no run 5", and a list reached SQLite as a binding error."""
     rt = Runtime(SqliteStore(tmp_path / "runs.db") if sqlite else InMemoryRunStore())
     rt.register(stepper_workflow)
-    calls = {
-        "get_run: run_id": lambda: rt.get_run(5),  # type: ignore[arg-type]
-        "resume: run_id": lambda: rt.resume(b"r"),  # type: ignore[arg-type]
-        "cancel: run_id": lambda: rt.cancel(None),  # type: ignore[arg-type]
-        "history: run_id": lambda: rt.history(["r"]),  # type: ignore[arg-type]
-        "respond: request_id": lambda: rt.respond(7, "yes"),  # type: ignore[arg-type]
-        "get_request: request_id": lambda: rt.get_request(7.5),  # type: ignore[arg-type]
-    }
-    for said, call in calls.items():
+    # a run named "5": SQLite compares the number 5 with it as text, so get_run(5) read it and
+    # fork(5) made a new run of it (outside tester 114)
+    await rt.run("stepper", 1, run_id="5")
+    before = [(r.run_id, r.version) for r in await rt.list_runs()]
+    calls = [
+        ("get_run: run_id", lambda: rt.get_run(5)),  # type: ignore[arg-type]
+        ("resume: run_id", lambda: rt.resume(b"r")),  # type: ignore[arg-type]
+        ("cancel: run_id", lambda: rt.cancel(None)),  # type: ignore[arg-type]
+        ("history: run_id", lambda: rt.history(["r"])),  # type: ignore[arg-type]
+        ("respond: request_id", lambda: rt.respond(7, "yes")),  # type: ignore[arg-type]
+        ("get_request: request_id", lambda: rt.get_request(7.5)),  # type: ignore[arg-type]
+        ("fork: run_id", lambda: rt.fork(5)),  # type: ignore[arg-type]
+        ("resume: run_id", lambda: rt.resume(5)),  # type: ignore[arg-type]
+        ("cancel: run_id", lambda: rt.cancel(run_id=5)),  # type: ignore[arg-type]
+        ("pending_requests: run_id", lambda: rt.pending_requests(5)),  # type: ignore[arg-type]
+        ("cancel: each of unless_answered", lambda: rt.cancel("5", unless_answered=[5])),  # type: ignore[list-item]
+        ("respond_all: each request id", lambda: rt.respond_all({5: "yes"})),  # type: ignore[dict-item]
+    ]
+    for said, call in calls:
         with pytest.raises(UsageError, match=rf"^{said} must be text \(str\), not "):
             await call()
+    with pytest.raises(UsageError, match=r"^resume_stream: run_id must be text"):
+        rt.resume_stream(5)  # type: ignore[arg-type]
+    assert [(r.run_id, r.version) for r in await rt.list_runs()] == before  # nothing written
     with pytest.raises(RunNotFoundError):  # text that names no run: as before
         await rt.get_run("nope")
-    assert await rt.pending_requests() == []  # (None: every run's)
+    assert [r.run_id for r in await rt.pending_requests()] == ["5"]  # (None: every run's)
     await rt.close()
 
 
