@@ -18,6 +18,7 @@ The rules a store keeps:
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -49,20 +50,32 @@ def _host() -> str:
     return socket.gethostname() + _pid_namespace()
 
 
-_NAMESPACE: tuple[int, str] = (-1, "")
-"""(pid, ``#inode``): the namespace as the process with that pid saw it (a fork asks again)."""
+_NAMESPACE: tuple[int, str, bool] = (-1, "", False)
+"""(pid, ``#inode``, /proc is this namespace's): as the process with that pid saw it (a fork
+asks again)."""
 
 
-def _pid_namespace() -> str:
+def _namespace() -> tuple[int, str, bool]:
     global _NAMESPACE
     pid = os.getpid()
     if _NAMESPACE[0] != pid:
         try:
             found = f"#{os.stat('/proc/self/ns/pid').st_ino}"
-        except OSError:  # no /proc (not Linux): no namespaces to tell apart
-            found = ""
-        _NAMESPACE = (pid, found)
-    return _NAMESPACE[1]
+        except OSError:
+            # no /proc: on Linux a namespace that cannot be told apart from another one's
+            # (a tmpfs over /proc), so none is judged by its pid -- a name no other has; where
+            # there is no /proc at all (not Linux), no namespaces either
+            found = f"#?{os.urandom(4).hex()}" if sys.platform.startswith("linux") else ""
+        try:  # /proc of the parent namespace shows other processes under these numbers
+            ours = os.readlink("/proc/self") == str(pid)
+        except OSError:
+            ours = False
+        _NAMESPACE = (pid, found, ours)
+    return _NAMESPACE
+
+
+def _pid_namespace() -> str:
+    return _namespace()[1]
 
 
 _ENDED_OWNERS: set[str] = set()
@@ -144,7 +157,10 @@ def owner_is_dead(owner: str) -> bool:
         return False
     if int(pid_text) == os.getpid():
         return False
-    return _is_zombie(int(pid_text))
+    # (a zombie is read from /proc: only where /proc numbers processes as this process does --
+    # another namespace's /proc shows another process, and a live worker was taken for dead:
+    # outside tester 114)
+    return _namespace()[2] and _is_zombie(int(pid_text))
 
 
 def holder_of(owner: str) -> str:

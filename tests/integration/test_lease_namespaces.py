@@ -101,3 +101,71 @@ async def test_a_live_worker_in_another_pid_namespace_keeps_its_run(tmp_path: Pa
         holder.wait()
         if holder.stdout is not None:
             holder.stdout.close()
+
+
+TRY = textwrap.dedent(
+    """
+    import sys, anyio
+    from workflow_engine import RunBusyError, default_owner
+    from workflow_engine.storage import SqliteStore
+
+    async def main() -> None:
+        store = SqliteStore(sys.argv[1])
+        try:
+            await store.acquire(sys.argv[2], default_owner(), 30)
+        except RunBusyError:
+            print("busy", flush=True)
+        else:
+            print("taken", flush=True)
+        await store.close()
+
+    anyio.run(main)
+    """
+)
+
+
+async def test_namespaces_without_a_proc_of_their_own_never_judge_each_other(
+    tmp_path: Path,
+) -> None:
+    """Two containers sharing a host name, each with a /proc that is not a view of its pid
+    namespace (a tmpfs over it): the token had no namespace in it, and the second took the
+    live first's run over at once (outside tester 114). A namespace that cannot be told is
+    named by a token no other process has: its lease runs out instead."""
+    if not namespaces_work():
+        pytest.skip("unshare --pid cannot make a pid namespace here")
+    db = tmp_path / "runs.db"
+    rt = Runtime(SqliteStore(db))
+    rt.register(stepper_workflow)
+    paused = await rt.run("stepper", 1)
+    await rt.close()
+    holder_py, try_py = tmp_path / "holder.py", tmp_path / "try.py"
+    holder_py.write_text(HOLDER)
+    try_py.write_text(TRY)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    unshare = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "sh", "-c"]
+    hidden = "mount -t tmpfs none /proc && "
+    holder = subprocess.Popen(
+        [*unshare, f"{hidden}{sys.executable} {holder_py} {db} {paused.run_id}; exit $?"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert holder.stdout is not None
+        owner = holder.stdout.readline().strip()
+        # the other container's worker: a pid of its own, the same host name
+        tried = subprocess.run(
+            [*unshare, f"{hidden}true; true; {sys.executable} {try_py} {db} {paused.run_id}"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+            check=False,
+        )
+        assert tried.stdout.strip() == "busy", (tried.stdout, tried.stderr[-2000:])
+        assert "#?" in owner.partition(":")[0], owner  # a namespace no one else can match
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
