@@ -697,21 +697,28 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         from workflow_engine.executors import calls_in_threads
 
         running = calls_in_threads() > 0
-        if not silenced:  # (no terminal to tell)
+        # said on stderr; when that was the terminal that hung up, on stdout -- a file or a
+        # pipe (a script's log) keeps it (it kept nothing: outside tester 114), /dev/null if
+        # stdout was that terminal too
+        if silenced:
+            from rich.console import Console
+
+            term = Console(file=sys.stdout, soft_wrap=True)
+        else:
             term = err_console()
-            with contextlib.suppress(OSError):  # (the terminal closed after all the same)
-                if run_ids:
-                    run_id = visible(run_ids[-1])
-                    term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
-                    if running:  # (what the second Ctrl-C stopped waiting for)
-                        term.print(
-                            "A call was still running: it may yet complete. `resume` asks "
-                            "whether it did."
-                        )
-                    where = escape(f"{run_id}{Hints.db}")  # a path may hold [markup]
-                    term.print(f"Continue with: workflow-engine resume {where}")
-                else:
-                    term.print("\nInterrupted before a run started.")
+        with contextlib.suppress(OSError, ValueError):  # (it closed after all the same)
+            if run_ids:
+                run_id = visible(run_ids[-1])
+                term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
+                if running:  # (what the second Ctrl-C stopped waiting for)
+                    term.print(
+                        "A call was still running: it may yet complete. `resume` asks "
+                        "whether it did."
+                    )
+                where = escape(f"{run_id}{Hints.db}")  # a path may hold [markup]
+                term.print(f"Continue with: workflow-engine resume {where}")
+            else:
+                term.print("\nInterrupted before a run started.")
         # nothing to resume without a run: a quit, as a signal would end any program (tester
         # 67: exit 3 said "resume continues it")
         code = EXIT_PAUSED if run_ids else EXIT_QUIT if stopped_by is None else 128 + stopped_by

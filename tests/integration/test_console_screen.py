@@ -620,19 +620,28 @@ def test_closing_the_terminal_gives_the_run_back(
 
 
 def approve_a_refund_that_hangs(
-    sessions: list[ScreenSession], cli: Cli, *, controlling: bool = False
+    sessions: list[ScreenSession],
+    cli: Cli,
+    *,
+    controlling: bool = False,
+    stdout: Path | None = None,
 ) -> ScreenSession:
     """The demo with its refund approved and blocked in its thread: the ledger is a FIFO no
     one reads (the tool first reads it; a writer opening and closing it lets that through,
     then its append waits for a reader). ``controlling``: the window is the process's
-    controlling terminal (closing it hangs the process up)."""
+    controlling terminal (closing it hangs the process up); ``stdout``: a file instead of it
+    (``> log``: then the spinner is not on the screen, and a moment is waited instead)."""
     os.mkfifo(cli.ledger_path)
     argv = ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)]
-    demo = ScreenSession(argv, cli.env, cli.cwd, controlling=controlling)
+    demo = ScreenSession(argv, cli.env, cli.cwd, controlling=controlling, stdout=stdout)
     sessions.append(demo)
     demo.expect_screen(APPROVE)
     demo.send("y")
-    demo.expect_screen("is working")
+    if stdout is None:
+        demo.expect_screen("is working")
+    else:
+        demo.settle()
+        time.sleep(0.5)  # (the call under way, blocked on the FIFO)
     return demo
 
 
@@ -941,6 +950,22 @@ def test_closing_the_terminal_while_a_tool_hangs_ends_the_command(
     os.unlink(cli.ledger_path)
     asked = cli.expect(3, "resume", run["run_id"])
     assert_in_doubt_asked(asked.out)
+
+
+def test_a_terminal_closed_while_a_tool_hangs_leaves_how_to_continue_in_the_log(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``demo > log``, the window closed while the approved call hangs: the lines saying how
+    to continue went to stderr, the closed terminal, and the log kept nothing of them
+    (outside tester 114). They go to the log."""
+    log = tmp_path / "transcript.txt"
+    demo = approve_a_refund_that_hangs(sessions, cli, controlling=True, stdout=log)
+    demo.hang_up()
+    assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 15) == 3
+    written = log.read_text()
+    [run] = cli.json("runs", "list", "--json")
+    assert f"Continue with: workflow-engine resume {run['run_id']}" in flat(written), written
+    os.unlink(cli.ledger_path)
 
 
 def test_a_terminal_closed_with_two_hang_ups_still_lets_the_call_finish(
