@@ -81,12 +81,36 @@ def json_depth(text: str) -> int:
 
 
 def is_blank(text: str) -> bool:
-    """Nothing to see: white space and invisible format characters alone (a zero-width space,
-    a byte order mark, a word joiner). A message of those is no message, wherever it comes
-    from: ``str.strip()`` kept ``"\u200b"`` (outside testers 106, 113)."""
+    """Nothing to see: white space and characters that show nothing alone (a zero-width
+    space, a byte order mark, a Hangul filler, a variation selector, the blank braille
+    pattern). A message of those is no message, wherever it comes from: ``str.strip()`` kept
+    ``"\u200b"`` (outside testers 106, 113, 114)."""
     import unicodedata
 
-    return all(c.isspace() or unicodedata.category(c) == "Cf" for c in text)
+    return all(
+        c.isspace() or unicodedata.category(c) == "Cf" or _shows_nothing(ord(c)) for c in text
+    )
+
+
+_SHOWS_NOTHING = (
+    # Unicode's default-ignorable code points that are not format characters (Cf), and U+2800
+    (0x034F, 0x034F),
+    (0x115F, 0x1160),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x2800, 0x2800),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFFA0, 0xFFA0),
+    (0xFFF0, 0xFFF8),
+    (0x1BCA0, 0x1BCA3),
+    (0x1D173, 0x1D17A),
+    (0xE0000, 0xE0FFF),
+)
+
+
+def _shows_nothing(code: int) -> bool:
+    return any(low <= code <= high for low, high in _SHOWS_NOTHING)
 
 
 def check_text(value: str, what: str) -> str:

@@ -468,7 +468,9 @@ def test_a_blank_message_or_reply_is_refused_before_a_run_starts(
     assert not cli.db.exists()  # nothing started, nothing written
 
 
-@pytest.mark.parametrize("message", ["\u200b", " \ufeff ", "   "])
+@pytest.mark.parametrize(
+    "message", ["\u200b", " \ufeff ", "   ", "\u3164\u3164", "\u2800", "\ufe0f", "\u115f"]
+)
 def test_a_blank_message_answer_is_refused_however_it_is_blank(
     tmp_path: Path, message: str
 ) -> None:
