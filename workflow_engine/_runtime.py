@@ -733,12 +733,17 @@ class Runtime:
                             await self._restore_status(sink)
                         raise
                 # (here only when ``close()`` cancelled it)
-                rested, wf = sink.last_committed, sink.workflow
+                rested, outputs = sink.last_committed, sink.outputs_committed
+                if rested is None or rested.status not in _RESTING:
+                    rested = await self._rested_unseen(sink)
+                    if rested is not None:
+                        outputs += rested.changes.outputs_added
+                wf = sink.workflow
                 if rested is not None and rested.status in _RESTING and wf is not None:
                     # its last commit made it rest (finished, paused) before the cancel reached
                     # it: its caller gets that, not "interrupted" of a run that is not (outside
-                    # tester 112: 20 finished runs of 20 said so)
-                    return wf.result_at(rested, sink.outputs_committed)
+                    # testers 112 and 114: 20 finished runs of 20 said so)
+                    return wf.result_at(rested, outputs)
                 if not sink.committed:  # interrupted before anything ran: as it was
                     await self._restore_status(sink)
             finally:
@@ -747,6 +752,20 @@ class Runtime:
             _EXECUTING_FOR.reset(inside)
             self._executing.discard(scope)
         raise _interrupted(sink.lease.run_id)
+
+    async def _rested_unseen(self, sink: _LeasedStore) -> Checkpoint | None:
+        """The run's latest checkpoint if a commit under ``sink``'s lease made it rest though
+        the cancel kept this call from seeing that commit end (on trio a store call is given
+        up on while its write goes on); else None."""
+        with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
+            _, latest = await self.store.get_run_and_latest(sink.lease.run_id)
+            if latest is None or latest.status not in _RESTING:
+                return None
+            before = sink.before
+            if before is not None and latest.checkpoint_id == before.latest_checkpoint_id:
+                return None  # (nothing committed since the lease was taken)
+            return latest
+        return None
 
     async def _restore_status(self, sink: _LeasedStore) -> None:
         """Give the run back the status it had before ``sink``'s lease (nothing ran under it):

@@ -763,3 +763,49 @@ async def test_closing_during_a_step_stops_a_run_whose_supersteps_never_wait(
     with contextlib.closing(sqlite3.connect(db)) as conn:
         rows = conn.execute("SELECT status, superstep, owner FROM runs").fetchall()
     assert rows in ([("in_progress", 0, None)], [("in_progress", 1, None)]), rows
+
+
+async def answered_while_closing(runtime: Runtime, paused: list[Any], delay: float) -> dict:
+    """Answer each paused run at once (a refusal: the run ends in that superstep), close the
+    runtime ``delay`` seconds later; what each caller was told, by run."""
+    told: dict[str, Any] = {}
+
+    async def answer(run: Any) -> None:
+        (asked,) = run.pending_requests
+        try:
+            told[run.run_id] = await runtime.respond_and_resume(
+                asked.request_id, {"approved": False, "note": "no"}
+            )
+        except RunInterruptedError as exc:
+            told[run.run_id] = exc
+
+    async with anyio.create_task_group() as tg:
+        for run in paused:
+            tg.start_soon(answer, run)
+        await anyio.sleep(delay)
+        await runtime.close()
+    return told
+
+
+@pytest.mark.slow  # real time: closes a few milliseconds into the runs
+async def test_what_each_caller_is_told_is_what_its_run_became(tmp_path: Path) -> None:
+    """Paused runs answered at once, the runtime closed a few milliseconds later: each caller
+    told "interrupted" has a run that did not finish, and each caller given a result has the
+    run its result says. On trio a finished run's caller was told it was interrupted (its
+    commit's end was given up on: outside tester 114, 1 to 3 runs of 4)."""
+    from tests.integration.workflows import stepper_workflow
+
+    for delay in (0.002, 0.004, 0.006, 0.008):
+        db = tmp_path / f"runs-{delay}.db"
+        runtime = Runtime(SqliteStore(db))
+        runtime.register(stepper_workflow)
+        paused = [await runtime.run("stepper", 1) for _ in range(6)]
+        told = await answered_while_closing(runtime, paused, delay)
+        later = Runtime(SqliteStore(db))
+        for run_id, said in told.items():
+            now = (await later.get_run(run_id)).status
+            if isinstance(said, RunInterruptedError):
+                assert now is not WorkflowRunState.IDLE, (delay, run_id, now)
+            else:
+                assert said.status is now, (delay, run_id, said.status, now)
+        await later.close()
