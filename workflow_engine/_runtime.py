@@ -1164,6 +1164,10 @@ class Runtime:
                 raise UsageError(
                     f"no run status {status!r}; a status is one of: {states}"
                 ) from None
+        if workflow is not None:
+            check_id(workflow, "workflow", "list_runs")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise UsageError(f"list_runs: limit is a whole number (int), not {limit!r:.40}")
         return list(await self.store.list_runs(status=status, workflow=workflow, limit=limit))
 
     @_while_open("requests were not listed")

@@ -166,6 +166,10 @@ async def test_misused_arguments_name_what_was_expected(tmp_path: Path) -> None:
         await rt.cancel(paused.run_id, unless_answered=asked.request_id)
     with pytest.raises(UsageError, match="at most 1024 characters"):
         await rt.run("stepper", 1, run_id="r" * 1025)
+    with pytest.raises(UsageError, match="list_runs: limit is a whole number"):
+        await rt.list_runs(limit="x")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="list_runs: workflow must be text"):
+        await rt.list_runs(workflow=5)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="cannot hold a NUL"):
         SqliteStore(tmp_path / "a\x00b.db")
     run = await rt.get_run(paused.run_id)
