@@ -61,21 +61,28 @@ def namespaces_work() -> bool:
     return probe.returncode == 0
 
 
-async def test_a_live_worker_in_another_pid_namespace_keeps_its_run(tmp_path: Path) -> None:
-    if not namespaces_work():  # (CI runs as root on Linux: this is not expected to skip)
+async def paused_run(tmp_path: Path) -> tuple[Path, str]:
+    """A database with one paused run (skipped where no pid namespace can be made: CI runs
+    as root on Linux, where this is not expected)."""
+    if not namespaces_work():
         pytest.skip("unshare --pid cannot make a pid namespace here")
     db = tmp_path / "runs.db"
     rt = Runtime(SqliteStore(db))
     rt.register(stepper_workflow)
     paused = await rt.run("stepper", 1)
     await rt.close()
+    return db, paused.run_id
+
+
+async def test_a_live_worker_in_another_pid_namespace_keeps_its_run(tmp_path: Path) -> None:
+    db, run_id = await paused_run(tmp_path)
     pid = free_pid()
     script = tmp_path / "holder.py"
     script.write_text(HOLDER)
     # (bash is the namespace's pid 1; the worker its child, given the pid after the last one)
     inner = (
         f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid && "
-        f"{sys.executable} {script} {db} {paused.run_id}; exit $?"  # (not exec'd by bash)
+        f"{sys.executable} {script} {db} {run_id}; exit $?"  # (not exec'd by bash)
     )
     holder = subprocess.Popen(
         ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "bash", "-c", inner],
@@ -89,11 +96,11 @@ async def test_a_live_worker_in_another_pid_namespace_keeps_its_run(tmp_path: Pa
         assert owner.partition(":")[2].startswith(f"{pid}:"), owner  # its pid: none here
         store = SqliteStore(db)
         with pytest.raises(RunBusyError, match="another worker"):
-            await store.acquire(paused.run_id, default_owner(), 30)
+            await store.acquire(run_id, default_owner(), 30)
         resumer = Runtime(store)
         resumer.register(stepper_workflow)
         with pytest.raises(RunBusyError):
-            await resumer.resume(paused.run_id)
+            await resumer.resume(run_id)
         await resumer.close()
         assert owner.partition(":")[0] != default_owner().partition(":")[0]  # (its namespace)
     finally:
@@ -131,13 +138,7 @@ async def test_namespaces_without_a_proc_of_their_own_never_judge_each_other(
     namespace (a tmpfs over it): the token had no namespace in it, and the second took the
     live first's run over at once (outside tester 114). A namespace that cannot be told is
     named by a token no other process has: its lease runs out instead."""
-    if not namespaces_work():
-        pytest.skip("unshare --pid cannot make a pid namespace here")
-    db = tmp_path / "runs.db"
-    rt = Runtime(SqliteStore(db))
-    rt.register(stepper_workflow)
-    paused = await rt.run("stepper", 1)
-    await rt.close()
+    db, run_id = await paused_run(tmp_path)
     holder_py, try_py = tmp_path / "holder.py", tmp_path / "try.py"
     holder_py.write_text(HOLDER)
     try_py.write_text(TRY)
@@ -145,7 +146,7 @@ async def test_namespaces_without_a_proc_of_their_own_never_judge_each_other(
     unshare = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "sh", "-c"]
     hidden = "mount -t tmpfs none /proc && "
     holder = subprocess.Popen(
-        [*unshare, f"{hidden}{sys.executable} {holder_py} {db} {paused.run_id}; exit $?"],
+        [*unshare, f"{hidden}{sys.executable} {holder_py} {db} {run_id}; exit $?"],
         stdout=subprocess.PIPE,
         text=True,
         env=env,
@@ -155,7 +156,7 @@ async def test_namespaces_without_a_proc_of_their_own_never_judge_each_other(
         owner = holder.stdout.readline().strip()
         # the other container's worker: a pid of its own, the same host name
         tried = subprocess.run(
-            [*unshare, f"{hidden}true; true; {sys.executable} {try_py} {db} {paused.run_id}"],
+            [*unshare, f"{hidden}true; true; {sys.executable} {try_py} {db} {run_id}"],
             capture_output=True,
             text=True,
             env=env,
