@@ -1318,6 +1318,12 @@ class Runtime:
                 f"cancel: unless_answered is a list of request ids, not one id "
                 f"({unless_answered!r:.60}): write [{unless_answered!r:.60}]"
             )
+        try:  # (once: a generator was used up by the checks, and the run cancelled unguarded)
+            unless_answered = list(unless_answered)
+        except TypeError:
+            raise UsageError(
+                f"cancel: unless_answered is a list of request ids, not {unless_answered!r:.60}"
+            ) from None
         for request_id in unless_answered:
             check_id(request_id, "each of unless_answered", "cancel")
         if unless_answered:

@@ -13,6 +13,7 @@ from workflow_engine import (
     Checkpoint,
     CheckpointError,
     Executor,
+    RequestAlreadyAnsweredError,
     RunNotFoundError,
     Runtime,
     UsageError,
@@ -164,6 +165,13 @@ async def test_misused_arguments_name_what_was_expected(tmp_path: Path) -> None:
         await rt.fork(paused.run_id, "1")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="unless_answered is a list of request ids"):
         await rt.cancel(paused.run_id, unless_answered=asked.request_id)
+    with pytest.raises(UsageError, match="unless_answered is a list of request ids, not 5"):
+        await rt.cancel(paused.run_id, unless_answered=5)  # type: ignore[arg-type]
+    # a generator is read once: its ids still guard the cancel (it was used up by the checks,
+    # and the run was cancelled though its request had been answered: outside tester 115)
+    await rt.respond(asked.request_id, {"approved": True})
+    with pytest.raises(RequestAlreadyAnsweredError):
+        await rt.cancel(paused.run_id, unless_answered=(i for i in [asked.request_id]))
     with pytest.raises(UsageError, match="at most 1024 characters"):
         await rt.run("stepper", 1, run_id="r" * 1025)
     with pytest.raises(UsageError, match="list_runs: limit is a whole number"):
