@@ -145,6 +145,7 @@ class _LeasedStore:
         *,
         lease_seconds: float = 30.0,
         release_on_rest: bool = False,
+        workflow: Workflow | None = None,
     ) -> None:
         self.store = store
         self.lease = lease
@@ -168,7 +169,7 @@ class _LeasedStore:
         """The run as it was before this lease was taken (its status and error)."""
         self.committed = False
         """A checkpoint was committed under this lease."""
-        self.workflow: Workflow | None = None
+        self.workflow = workflow
         """The workflow whose run it is (what a result read back from a commit decodes with)."""
         self.last_committed: Checkpoint | None = None
         """The latest checkpoint committed under this lease."""
@@ -478,15 +479,14 @@ class Runtime:
         Without a stream no one can cancel the run loop, so a resting commit ends the lease."""
         store = self.store
         journal: Any = store if keeps_journal(store) else wf.fallback_journal
-        sink = _LeasedStore(
+        return _LeasedStore(
             store,
             lease,
             journal,
             lease_seconds=self.lease_seconds,
             release_on_rest=not streaming,
+            workflow=wf,
         )
-        sink.workflow = wf
-        return sink
 
     async def _release(self, sink: _LeasedStore) -> None:
         """End the lease (unless the last commit did), even when the caller is cancelled --

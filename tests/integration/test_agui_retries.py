@@ -457,15 +457,10 @@ def test_a_forced_stop_before_a_run_s_execution_began_still_ends_its_stream(
     assert status_of(tmp_path) is WorkflowRunState.IN_PROGRESS  # to be continued
 
 
-def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
-    tmp_path: Path,
-) -> None:
-    """A client retrying after a lost response sends the same ``runId`` and messages again: it
-    gets the run that request started -- its result, or its interrupts -- and no tool runs a
-    second time. It used to start a second run (outside tester)."""
+def refund_desk(calls: list[str]) -> Any:
+    """An agent that looks orders up ("where is 42": the order's number goes into ``calls``)
+    and refunds them ("refund 7": a call that needs approval, so the run pauses)."""
     from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
-
-    calls: list[str] = []
 
     @tool
     def look_up(order: str) -> str:
@@ -493,8 +488,17 @@ def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
             Rule(after_tool="look_up", reply="It says: {result}"),
         ]
     )
-    desk = Agent("desk", "You help.", client, [look_up, refund])
-    with serving_target(tmp_path, desk, "/desk") as url:
+    return Agent("desk", "You help.", client, [look_up, refund])
+
+
+def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
+    tmp_path: Path,
+) -> None:
+    """A client retrying after a lost response sends the same ``runId`` and messages again: it
+    gets the run that request started -- its result, or its interrupts -- and no tool runs a
+    second time. It used to start a second run (outside tester)."""
+    calls: list[str] = []
+    with serving_target(tmp_path, refund_desk(calls), "/desk") as url:
 
         def send(thread_id: str, run_id: str, text: str) -> list[dict[str, Any]]:
             return said(url, thread_id, run_id, text)
@@ -520,24 +524,7 @@ def test_copies_of_a_start_request_sent_at_once_each_report_its_run_or_are_busy(
     ``interrupts_pending`` (as if it were a new message) nor a second run. A copy read the run
     as executing, then found its interrupt, and was told ``interrupts_pending`` (outside tester
     107: 11 pairs in 20)."""
-    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
-
-    @tool(approval_mode="always_require")
-    def refund(order: str) -> str:
-        """Refund an order."""
-        return f"refunded {order}"
-
-    client = ScriptedChatClient(
-        [
-            Rule(
-                user=r"refund (?P<o>\d+)",
-                reply="Approve?",
-                calls=[ToolCall("refund", {"order": "{o}"})],
-            )
-        ]
-    )
-    desk = Agent("desk", "You help.", client, [refund])
-    with serving_target(tmp_path, desk, "/desk") as url:
+    with serving_target(tmp_path, refund_desk([]), "/desk") as url:
         for round_ in range(15):
             thread_id = f"copies-{round_}"
             replies: list[list[dict[str, Any]]] = []

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.workflows import asked_after_a_crash
 from workflow_engine import (
     Executor,
     ExternalResponse,
@@ -192,17 +193,7 @@ async def test_a_tool_call_cut_off_asks_with_the_arguments_it_ran_with_and_its_k
         payer = Agent("payer", "You pay.", model, [pay])
         return WorkflowBuilder(name="payer", start=payer).build()
 
-    db = tmp_path / "payer.db"
-    first = Runtime(SqliteStore(db))
-    first.register(build)
-    with pytest.raises(Crash):
-        await first.run("payer", "pay please")
-    await first.close()
-
-    again = Runtime(SqliteStore(db))
-    again.register(build)
-    (run,) = await again.list_runs()
-    [asked] = (await again.resume(run.run_id)).pending_requests
+    again, asked = await asked_after_a_crash(build, tmp_path / "payer.db", Crash)
     assert isinstance(asked.data, InDoubtEffect) and asked.response_type is EffectResolution
     assert asked.data.description["arguments"] == {"amount": 42.0}
     assert asked.data.idempotency_key == ran[0][1]

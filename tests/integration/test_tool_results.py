@@ -12,6 +12,7 @@ from typing import Any, Never
 
 import pytest
 
+from tests.integration.workflows import asked_after_a_crash
 from workflow_engine import (
     EffectResolution,
     Executor,
@@ -133,16 +134,7 @@ async def test_a_result_given_for_a_call_in_doubt_is_kept_as_a_tool_s_would_be(
     stored, then every resume failed (``not JSON serializable``) and the answer could not be
     changed: the run was lost."""
     build, calls = payer(Crash())
-    db = tmp_path / "runs.db"
-    first = Runtime(SqliteStore(db))
-    first.register(build)
-    with pytest.raises(Crash):
-        await first.run("payer", "pay please")
-    await first.close()
-    again = Runtime(SqliteStore(db))
-    again.register(build)
-    (run,) = await again.list_runs()
-    [asked] = (await again.resume(run.run_id)).pending_requests
+    again, asked = await asked_after_a_crash(build, tmp_path / "runs.db", Crash)
     assert isinstance(asked.data, InDoubtEffect)
     done = await again.respond_and_resume(
         asked.request_id, EffectResolution(happened=True, result=given)

@@ -5,22 +5,27 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from pydantic import BaseModel
 
 from workflow_engine import (
     Checkpoint,
     Executor,
+    ExternalRequest,
     RequestPort,
     RunStore,
+    Runtime,
     Workflow,
     WorkflowBuilder,
     WorkflowContext,
     default_owner,
     handler,
 )
+from workflow_engine.storage import SqliteStore
 
 
 class Ticket(BaseModel):
@@ -141,3 +146,21 @@ async def outcomes(jobs: list[Callable[[], Awaitable[Any]]]) -> list[Any]:
         for index in range(len(jobs)):
             tg.start_soon(one, index)
     return results
+
+
+async def asked_after_a_crash(
+    build: Callable[[], Workflow], db: Path, crash: type[BaseException]
+) -> tuple[Runtime, ExternalRequest]:
+    """Run ``build``'s workflow on ``db`` until ``crash`` (the process dying mid-effect) stops
+    it, then resume it in a new runtime: that runtime and the request it pauses on (the
+    question whether the effect happened)."""
+    first = Runtime(SqliteStore(db))
+    first.register(build)
+    with pytest.raises(crash):
+        await first.run(build().name, "pay please")
+    await first.close()
+    again = Runtime(SqliteStore(db))
+    again.register(build)
+    (run,) = await again.list_runs()
+    [asked] = (await again.resume(run.run_id)).pending_requests
+    return again, asked
