@@ -9,10 +9,10 @@ end of it -- the cost of reading all of it is reported separately). Everything g
 ``Runtime`` + ``SqliteStore`` (WAL, ``synchronous=NORMAL``) on a fresh temporary file. Reported:
 
 * **bytes per turn** at turn 10, 100 and 1,000: the checkpoint rows written for that turn
-  (``length(body)`` of its rows), the request rows (question + answer), the journal rows, the
-  process's write(2) volume and the database + WAL growth (the last two averaged over the ten
-  turns ending there) -- flat when only the new messages are written, growing with the turn
-  number when the conversation is copied;
+  (their bodies, and the long lists a snapshot keeps apart), the request rows (question +
+  answer), the journal rows, the process's write(2) volume and the database + WAL growth (the
+  last two averaged over the ten turns ending there) -- flat when only the new messages are
+  written, growing with the turn number when the conversation is copied;
 * **µs per turn** (``respond`` + ``resume`` to the next pause) over the turns before 10, 100 and
   1,000 (median of the last ten);
 * **reading the whole conversation** after a cold resume (what a client that reads every message
@@ -21,8 +21,10 @@ end of it -- the cost of reading all of it is reported separately). Everything g
   ``respond`` + ``resume`` to the next pause -- imports, ``Runtime`` and store opening excluded;
   a second turn in that process is the warm figure; opening the store there is reported too) and
   in-process (the turns after 1,000); and where such a cold turn's time goes: ``respond``, taking
-  the lease with the latest checkpoint's rows, folding them (parsing snapshot and deltas), and
-  the rest of the turn (one more subprocess per sample); and the same cold turn answered with
+  the lease with the latest checkpoint's rows, folding them (parsing snapshot and deltas; the
+  snapshot keeps the conversation apart, and the resume reads it only if the agent reads old
+  messages, which this one does not), and the rest of the turn (one more subprocess per
+  sample); and the same cold turn answered with
   ``respond_and_resume``, which stores the answer and takes the lease in one transaction (one
   more subprocess per sample).
 
@@ -106,6 +108,10 @@ def us(seconds: float) -> str:
 
 
 HANDOFF = "w6-handoff"
+
+
+ROW_BYTES = "length(body) + coalesce(length(list_items), 0)"
+"""A checkpoint row's bytes: its body and the long lists a snapshot keeps apart from it."""
 
 
 def build_handoff_chat() -> Workflow:
@@ -195,7 +201,7 @@ async def loop_bytes(tmp: Path, supersteps: int) -> None:
     assert done.status is WorkflowRunState.IDLE, (done.status, done.error)
     await runtime.close()
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT seq, kind, length(body) FROM checkpoints ORDER BY seq")
+        rows = conn.execute(f"SELECT seq, kind, {ROW_BYTES} FROM checkpoints ORDER BY seq")
         by_seq = {seq: (kind, size) for seq, kind, size in rows}
     marks = sorted({k for k in (10, 100) if k < supersteps} | {supersteps})
     figures = [f"superstep {k}: {by_seq[k][1]:,} B ({by_seq[k][0]})" for k in marks]
@@ -218,9 +224,9 @@ class Rows:
         self.run_id = run_id
 
     def checkpoints_after(self, seq: int) -> tuple[int, int, list[str]]:
-        """(latest seq, bytes of bodies after ``seq``, kinds of those rows)."""
+        """(latest seq, bytes of the rows after ``seq``, kinds of those rows)."""
         rows = self.conn.execute(
-            "SELECT seq, length(body), kind FROM checkpoints WHERE run_id = ? AND seq > ? "
+            f"SELECT seq, {ROW_BYTES}, kind FROM checkpoints WHERE run_id = ? AND seq > ? "
             "ORDER BY seq",
             (self.run_id, seq),
         ).fetchall()
@@ -253,7 +259,7 @@ class Rows:
         """(bytes of every checkpoint row, of the snapshot rows among them, the most deltas a
         resume folds: between a snapshot or span and the next one)."""
         rows = self.conn.execute(
-            "SELECT kind, length(body) FROM checkpoints WHERE run_id = ? ORDER BY seq",
+            f"SELECT kind, {ROW_BYTES} FROM checkpoints WHERE run_id = ? ORDER BY seq",
             (self.run_id,),
         ).fetchall()
         longest = run = 0
@@ -303,10 +309,10 @@ class Phases:
         self.fold = 0.0
         fold = store._fold_from
 
-        def timed_fold(run_id: str, rows: list[tuple]) -> Any:
+        def timed_fold(*args: Any) -> Any:
             t0 = time.perf_counter()
             try:
-                return fold(run_id, rows)
+                return fold(*args)
             finally:
                 self.fold += time.perf_counter() - t0
 

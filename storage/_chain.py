@@ -10,6 +10,7 @@ models alone (no event loop).
 from __future__ import annotations
 
 import sqlite3
+from typing import TYPE_CHECKING
 
 from pydantic import ValidationError
 
@@ -25,20 +26,31 @@ from workflow_engine._checkpoint import (
 from workflow_engine._errors import CheckpointVersionError, StoreCorruptError, shown
 
 from ._records import fetch_rows
-from ._sql import SQL_CHAIN, SQL_LATEST_CHAIN, SQL_LATEST_SEQ, SQL_RUN_BASE
+from ._sql import (
+    SQL_CHAIN,
+    SQL_LATEST_CHAIN,
+    SQL_LATEST_CHAIN_LEAN,
+    SQL_LATEST_SEQ,
+    SQL_RUN_BASE,
+)
+from ._stored_lists import put_lists_back
+
+if TYPE_CHECKING:
+    from ._stored_lists import StoredLists
 
 
 def latest_chain(
-    conn: sqlite3.Connection, run_id: str, base: int | None = None
+    conn: sqlite3.Connection, run_id: str, base: int | None = None, *, lean: bool = False
 ) -> list[tuple] | None:
     """The rows to fold for the run's latest checkpoint; None if it has none. ``base``: the
-    run's first row position, if its row was read already (else it is looked up)."""
+    run's first row position, if its row was read already (else it is looked up). ``lean``:
+    without the snapshot's long lists (``list_items`` None: to be read when needed)."""
     if base is None:
         found = conn.execute(SQL_RUN_BASE, (run_id,)).fetchone()
         base = found[0] if found is not None else None
         if base is None:
             return None
-    rows = fetch_rows(conn, SQL_LATEST_CHAIN, (base,))
+    rows = fetch_rows(conn, SQL_LATEST_CHAIN_LEAN if lean else SQL_LATEST_CHAIN, (base,))
     if rows:
         return rows
     seq = conn.execute(SQL_LATEST_SEQ, (run_id,)).fetchone()[0]
@@ -69,15 +81,20 @@ def check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -
         )
 
 
-def fold_chain(run_id: str, rows: list[tuple]) -> tuple[Checkpoint, Checkpoint, int]:
+def fold_chain(
+    run_id: str, rows: list[tuple], stored: StoredLists | None = None
+) -> tuple[Checkpoint, Checkpoint, int]:
     """The checkpoint a chain of rows reads as, the last snapshot or span on the way (what
     the next span is written relative to), and what the last span recorded of the rows
-    written before it since the snapshot (``CheckpointSpan.written_before``; 0: none)."""
+    written before it since the snapshot (``CheckpointSpan.written_before``; 0: none).
+
+    A snapshot's long lists come with its row, or -- rows read ``lean`` -- as placeholders
+    that ``stored`` reads when first needed (see ``StoredItem``)."""
     snapshot: Checkpoint | None = None
     deltas: list[CheckpointDelta] = []
     recorded = 0
     where = f"run {run_id!r}: no checkpoint to read"
-    for checkpoint_id, row_seq, kind, body, version in rows:
+    for checkpoint_id, row_seq, kind, body, version, lists, list_items in rows:
         where = f"run {run_id!r}: checkpoint {checkpoint_id} (#{row_seq}, {kind})"
         if type(version) is not int or version < 1:
             raise StoreCorruptError(
@@ -97,6 +114,9 @@ def fold_chain(run_id: str, rows: list[tuple]) -> tuple[Checkpoint, Checkpoint, 
                 raise ValueError(f"its body is not UTF-8 at position {exc.start}") from None
             if kind == "snapshot":
                 snapshot, deltas = Checkpoint.model_validate_json(body), []
+                if lists is not None:
+                    where_lists = (run_id, checkpoint_id, row_seq)
+                    put_lists_back(snapshot, where_lists, lists, list_items, stored)
             elif kind == "span" and snapshot is not None:
                 # it holds everything up to it: deltas before it (none are read) are moot
                 span = CheckpointSpan.model_validate_json(body)

@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from pydantic_core import to_json
+
 from workflow_engine import Checkpoint, delta_of
 from workflow_engine._checkpoint import (
     CHECKPOINT_SCHEMA_VERSION,
@@ -14,8 +16,13 @@ from workflow_engine._checkpoint import (
 )
 from workflow_engine._errors import CheckpointVersionError, shown
 from workflow_engine._store import CheckpointInfo
+from workflow_engine._stored_items import has_placeholders
 
 from ._records import RUN_STATES, checked_count, checked_text, checked_time, corrupt
+
+LONG_LIST = 64
+"""An executor's list state of at least this many items is kept apart from its snapshot's body
+(a conversation): a resume reads it only if it needs its items."""
 
 
 def admit_rows(
@@ -25,6 +32,7 @@ def admit_rows(
     owner: str | None,
     expires_at: float | None,
     version: int,
+    lists_apart_from: int = LONG_LIST,
 ) -> tuple[tuple, tuple, list[tuple]]:
     """The run row, the first checkpoint's row and its requests' rows."""
     run = (
@@ -42,12 +50,14 @@ def admit_rows(
         parent_run_id,
     )
     requests = new_request_rows(checkpoint, list(checkpoint.pending_requests), now)
-    return run, checkpoint_row(checkpoint, 0), requests
+    return run, checkpoint_row(checkpoint, 0, lists_apart_from=lists_apart_from), requests
 
 
-def checkpoint_row(checkpoint: Checkpoint, seq: int, *, snapshot: bool = True) -> tuple:
+def checkpoint_row(
+    checkpoint: Checkpoint, seq: int, *, snapshot: bool = True, lists_apart_from: int = LONG_LIST
+) -> tuple:
     if snapshot:
-        return _row(checkpoint, seq, "snapshot", checkpoint.model_dump_json())
+        return _row(checkpoint, seq, "snapshot", *snapshot_parts(checkpoint, lists_apart_from))
     return _row(checkpoint, seq, "delta", delta_of(checkpoint).model_dump_json())
 
 
@@ -56,7 +66,14 @@ def span_row(checkpoint: Checkpoint, seq: int, span: CheckpointSpan) -> tuple:
     return _row(checkpoint, seq, "span", span.model_dump_json())
 
 
-def _row(checkpoint: Checkpoint, seq: int, kind: str, body: str) -> tuple:
+def _row(
+    checkpoint: Checkpoint,
+    seq: int,
+    kind: str,
+    body: str,
+    lists: str | None = None,
+    list_items: str | None = None,
+) -> tuple:
     """``SQL_INSERT_CHECKPOINT``'s parameters (every kind stores the checkpoint's version)."""
     return (
         checkpoint.checkpoint_id,
@@ -69,7 +86,42 @@ def _row(checkpoint: Checkpoint, seq: int, kind: str, body: str) -> tuple:
         checkpoint.schema_version,
         body,
         checkpoint.created_at,
+        lists,
+        list_items,
     )
+
+
+def row_bytes(row: tuple) -> int:
+    """What a row made by ``checkpoint_row`` or ``span_row`` stores: its body and lists."""
+    items = row[11]
+    return len(row[8]) + (len(items) if items is not None else 0)
+
+
+def snapshot_parts(
+    checkpoint: Checkpoint, lists_apart_from: int = LONG_LIST
+) -> tuple[str, str | None, str | None]:
+    """A snapshot's body and, apart, its long lists: ``lists`` (JSON: their bytes and their
+    lengths by executor and key) and ``list_items`` (JSON: the lists by executor and key); the
+    body holds each of them as an empty list, in its place. A list that begins with items not
+    read yet (``StoredItem``, from a resume) is kept apart however short: it is read now.
+    ``lists_apart_from``: how many items make a list long (a test sets it low)."""
+    apart: dict[str, dict[str, list[Any]]] = {}
+    for executor_id, state in checkpoint.executor_states.items():
+        for key, value in state.items():
+            if type(value) is list and (len(value) >= lists_apart_from or has_placeholders(value)):
+                apart.setdefault(executor_id, {})[key] = value
+    if not apart:
+        return checkpoint.model_dump_json(), None, None
+    states = {
+        executor_id: {**state, **{key: [] for key in apart[executor_id]}}
+        if executor_id in apart
+        else state
+        for executor_id, state in checkpoint.executor_states.items()
+    }
+    body = checkpoint.model_copy(update={"executor_states": states}).model_dump_json()
+    items = to_json(apart).decode()  # (a placeholder is written as its item: see StoredItem)
+    counts = {e: {k: len(v) for k, v in lists.items()} for e, lists in apart.items()}
+    return body, json.dumps({"bytes": len(items), "counts": counts}), items
 
 
 def new_request_rows(checkpoint: Checkpoint, ids: Sequence[str], now: float) -> list[tuple]:

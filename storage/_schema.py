@@ -13,6 +13,8 @@ Every row that holds encoded data records the codec and schema version that wrot
     runs.cancel_requested (v3) a durable request to cancel the run at its next boundary
     runs.run_no   (v5) a number per run; checkpoint rows are keyed ``pos = run_no * 2**32 + seq``
                   (the table's own key orders a run's rows: no ``(run_id, seq)`` index to write)
+    checkpoints.lists, list_items (v6) a snapshot's long lists apart from its body, read only
+                  when needed
 
 The tables (and ``MIGRATIONS``) are built on first access: SQLAlchemy is needed only to create
 and migrate a database, not to import ``storage`` or to open a database that is up to date.
@@ -41,7 +43,7 @@ if TYPE_CHECKING:
     journal: Table
     MIGRATIONS: dict[int, Callable[[Connection], None]]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 TABLES = frozenset({"we_schema", "runs", "checkpoints", "requests", "journal"})
 """The tables of the current schema."""
 
@@ -127,6 +129,11 @@ def _declare() -> dict[str, Any]:
         Column("schema_version", Integer, nullable=False),
         Column("body", Text, nullable=False),
         Column("created_at", Float, nullable=False),
+        # (v6) a snapshot's long lists, kept out of its body (the body holds them empty):
+        # ``lists`` counts them, ``list_items`` holds them -- last, so that reading the row's
+        # other columns never reads these pages (a resume reads them only when it needs them)
+        Column("lists", Text),
+        Column("list_items", Text),
     )
     # A row is only ever written at its place, under an existing run. An engine before schema 5
     # that had the database open when it was upgraded leaves ``pos`` out of its INSERT, and
@@ -213,8 +220,10 @@ def _declare() -> dict[str, Any]:
         if "pos" not in present:
             conn.exec_driver_sql("ALTER TABLE checkpoints RENAME TO checkpoints_v4")
             checkpoints.create(conn)
-            columns = ", ".join(c.name for c in checkpoints.columns if c.name != "pos")
-            prefixed = ", ".join(f"c.{c.name}" for c in checkpoints.columns if c.name != "pos")
+            # (the columns a version-4 table has: the table is declared as of the newest)
+            copied = [c.name for c in checkpoints.columns if c.name not in _NOT_IN_V4]
+            columns = ", ".join(copied)
+            prefixed = ", ".join(f"c.{name}" for name in copied)
             conn.exec_driver_sql(
                 f"INSERT INTO checkpoints (pos, {columns}) "
                 f"SELECT r.run_no * {SEQ_SPAN} + c.seq, {prefixed} "
@@ -222,12 +231,21 @@ def _declare() -> dict[str, Any]:
             )
             conn.exec_driver_sql("DROP TABLE checkpoints_v4")
 
+    def _lists_apart_v6(conn: Connection) -> None:
+        """A snapshot row may keep its long lists apart from its body. A database created by
+        this code already has the columns; older rows leave them empty (NULL)."""
+        present = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(checkpoints)")}
+        for column in ("lists", "list_items"):
+            if column not in present:
+                conn.exec_driver_sql(f"ALTER TABLE checkpoints ADD COLUMN {column} TEXT")
+
     migrations: dict[int, Callable[[Connection], None]] = {
         1: _create_v1,
         2: _add_journal_v2,
         3: _step_identity_v3,
         4: _spans_v4,
         5: _checkpoints_by_position_v5,
+        6: _lists_apart_v6,
     }
     """Version N's migration upgrades a database at version N-1. Never edit one that shipped."""
 
@@ -291,6 +309,9 @@ def migrate(
     finally:
         engine.dispose()
 
+
+_NOT_IN_V4 = frozenset({"pos", "lists", "list_items"})
+"""Columns of ``checkpoints`` a version-4 table lacks."""
 
 _OUR_TABLES = ("runs", "checkpoints", "requests", "journal")
 

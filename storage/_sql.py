@@ -43,8 +43,8 @@ SQL_INSERT_RUN = (
 )
 SQL_INSERT_CHECKPOINT = (  # the run's row exists (admitted in the same transaction, or leased)
     "INSERT INTO checkpoints (pos, checkpoint_id, run_id, seq, superstep, kind, status, codec, "
-    f"schema_version, body, created_at) VALUES ({_BASE.replace('?1', '?2')} + ?3, "
-    "?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+    f"schema_version, body, created_at, lists, list_items) VALUES ({_BASE.replace('?1', '?2')} "
+    "+ ?3, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
 )
 SQL_INSERT_REQUEST = (
     "INSERT INTO requests (request_id, run_id, port_id, source_executor_id, kind, data, "
@@ -138,13 +138,19 @@ _SNAPSHOT_SEQ = (
     "ORDER BY pos DESC LIMIT 1)"
 )
 SQL_CHAIN = (
-    "SELECT checkpoint_id, seq, kind, body, schema_version FROM checkpoints "
+    "SELECT checkpoint_id, seq, kind, body, schema_version, lists, list_items FROM checkpoints "
     f"WHERE pos BETWEEN ?1 + {_SNAPSHOT_SEQ} AND ?1 + ?2 "
     "AND (kind != 'delta' OR seq > coalesce((SELECT seq FROM checkpoints "
     f"WHERE pos > ?1 + {_SNAPSHOT_SEQ} AND pos <= ?1 + ?2 AND kind = 'span' "
     "ORDER BY pos DESC LIMIT 1), -1)) ORDER BY pos"
 )
 SQL_LATEST_CHAIN = SQL_CHAIN.replace("?2", str(SEQ_SPAN - 1))  # the same, up to the newest
+SQL_LATEST_CHAIN_LEAN = SQL_LATEST_CHAIN.replace("list_items FROM", "NULL FROM")
+"""The same rows without the snapshot's long lists: a resume reads them when it needs them."""
+SQL_STORED_LISTS = (  # run ?1's first snapshot at or after seq ?2 (see ``_stored_lists``)
+    "SELECT checkpoint_id, seq, body, lists, list_items FROM checkpoints WHERE pos BETWEEN "
+    f"{_BASE} + ?2 AND {_BASE} + {SEQ_SPAN - 1} AND kind = 'snapshot' ORDER BY pos LIMIT 1"
+)
 SQL_RUN_BASE = f"SELECT run_no * {SEQ_SPAN} FROM runs WHERE run_id = ?"
 SQL_CHECKPOINT_PLACE = "SELECT run_id, seq, pos - seq FROM checkpoints WHERE checkpoint_id = ?"
 SQL_SPAN_BASE = (  # what a new span of run ?1 must be relative to: its newest snapshot or span
@@ -218,8 +224,9 @@ SQL_LONG_HISTORIES = (  # runs with more than ?1 checkpoint rows: (run, newest s
     f"(SELECT seq {_RUN_ROWS} ORDER BY pos LIMIT 1) AS oldest FROM runs r) "
     "WHERE newest - oldest + 1 > ?1"
 )  # two seeks per run: its rows' seqs are contiguous (they only ever go from the front)
-SQL_MAKE_SNAPSHOT = (  # checkpoint ?3 of run ?1 becomes a snapshot holding ?2
-    f"UPDATE checkpoints SET kind = 'snapshot', body = ?2 WHERE pos = {_BASE} + ?3"
+SQL_MAKE_SNAPSHOT = (  # checkpoint ?3 of run ?1 becomes a snapshot holding ?2 (lists apart: ?4, ?5)
+    "UPDATE checkpoints SET kind = 'snapshot', body = ?2, lists = ?4, list_items = ?5 "
+    f"WHERE pos = {_BASE} + ?3"
 )
 SQL_FIRST_SPAN_AFTER = (  # the first span after ?2 with no snapshot between: its base is before ?2
     f"SELECT min(seq) FROM checkpoints WHERE pos > {_BASE} + ?2 AND pos < {_BASE} + "

@@ -108,7 +108,16 @@ from ._records import (
     run_record,
     stored_request,
 )
-from ._rows import admit_rows, checkpoint_info, checkpoint_row, new_request_rows, span_row
+from ._rows import (
+    LONG_LIST,
+    admit_rows,
+    checkpoint_info,
+    checkpoint_row,
+    new_request_rows,
+    row_bytes,
+    snapshot_parts,
+    span_row,
+)
 from ._schema import SCHEMA_VERSION, TABLES, foreign_tables_refused, migrate
 from ._sql import (
     REQUEST_COLUMNS,
@@ -167,6 +176,7 @@ from ._sql import (
     SQL_TAKE_LEASE_TO_APPLY,
     filtered,
 )
+from ._stored_lists import StoredLists, lists_bytes
 from ._worker import Abandoned, Worker, given_up_on
 
 log = logging.getLogger("workflow_engine.storage")
@@ -468,6 +478,8 @@ class SqliteStore:
             raise UsageError("synchronous must be NORMAL or FULL")
         self.synchronous = mode
         self.busy_timeout = busy_timeout
+        self._stored_lists = StoredLists(self.path, busy_timeout)
+        self._lists_apart_from = LONG_LIST  # (how many items make a list long: tests set less)
         self.snapshot_every = snapshot_every
         self.span_every = span_every
         """Every this many deltas after a snapshot, the checkpoint is stored as a span (relative
@@ -1058,9 +1070,12 @@ class SqliteStore:
     async def admit(self, checkpoint: Checkpoint, *, parent_run_id: str | None = None) -> None:
         now = self.clock()
         self._fault("admit:before")
-        rows = admit_rows(checkpoint, now, parent_run_id, None, None, 0)
+        rows = admit_rows(checkpoint, now, parent_run_id, None, None, 0, self._lists_apart_from)
         await self._in_write(
-            self._admit, checkpoint.run_id, *rows, after=self._admitted(checkpoint, len(rows[1][8]))
+            self._admit,
+            checkpoint.run_id,
+            *rows,
+            after=self._admitted(checkpoint, row_bytes(rows[1])),
         )
         self._fault("admit:after")
 
@@ -1075,13 +1090,15 @@ class SqliteStore:
         """``admit`` and ``acquire`` in one transaction (the run is born leased to ``owner``);
         the same fault points as ``admit``."""
         self._fault("admit:before")
-        rows = admit_rows(checkpoint, self.clock(), parent_run_id, owner, None, 1)
+        rows = admit_rows(
+            checkpoint, self.clock(), parent_run_id, owner, None, 1, self._lists_apart_from
+        )
         expires_at = await self._in_write(
             self._admit,
             checkpoint.run_id,
             *rows,
             lease_seconds,
-            after=self._admitted(checkpoint, len(rows[1][8]), lease_seconds),
+            after=self._admitted(checkpoint, row_bytes(rows[1]), lease_seconds),
             abandoned=lambda expires: self._give_back(Lease(checkpoint.run_id, owner, 1, expires)),
         )
         self._fault("admit:after")
@@ -1104,8 +1121,8 @@ class SqliteStore:
             raise RunExistsError(f"run {run_id!r} already exists")
         self._fault("admit:before")
         # (the lease's expiry is the commit's, set when written)
-        rows = admit_rows(admitted, self.clock(), None, owner, None, 1)
-        size = len(rows[1][8])
+        rows = admit_rows(admitted, self.clock(), None, owner, None, 1, self._lists_apart_from)
+        size = row_bytes(rows[1])
         admission = _Admission(
             admitted, rows, size, lease_seconds, self._admitted(admitted, size, lease_seconds)
         )
@@ -1148,7 +1165,8 @@ class SqliteStore:
             conn.execute(SQL_INSERT_RUN, run)
         except sqlite3.IntegrityError as exc:
             raise RunExistsError(f"run {run_id!r} already exists") from exc
-        with _Sized(conn, f"run {run_id!r}: its first checkpoint (the start message)", body[8]):
+        what = f"run {run_id!r}: its first checkpoint (the start message)"
+        with _Sized(conn, what, _largest_value(body)):
             conn.execute(SQL_INSERT_CHECKPOINT, body)
         if requests:
             _insert_requests(conn, requests)
@@ -1301,7 +1319,7 @@ class SqliteStore:
         commits need of the chain: the snapshot policy's sizes (the snapshot's, and the bytes
         written since it) and the base of the next span. Kept without them, it would be
         committed after with no spans, and snapshots placed otherwise than without a restart."""
-        checkpoint, base, recorded = self._fold_from(run_id, chain)
+        checkpoint, base, recorded = self._fold_from(run_id, chain, self._stored_lists)
         read = sum(len(r[3]) for r in chain[1:])
         # written since the snapshot, as the commits that wrote them counted: the rows read,
         # and those before the last span (not read again: the span recorded them; a span of
@@ -1310,9 +1328,10 @@ class SqliteStore:
         since = read
         if last_span and recorded:
             since = recorded + sum(len(r[3]) for r in chain[last_span:])
-        self._sizes[run_id] = (since, len(chain[0][3]))
+        snapshot_bytes = len(chain[0][3]) + lists_bytes(chain[0][5])  # (its lists apart too)
+        self._sizes[run_id] = (since, snapshot_bytes)
         self._span_base[run_id] = base
-        self._remember(checkpoint, read + len(chain[0][3]))
+        self._remember(checkpoint, read + snapshot_bytes)
         return checkpoint
 
     async def answer_and_acquire(
@@ -1422,7 +1441,7 @@ class SqliteStore:
         # before this one is answered), or the rows to read it from
         chain: list[tuple] | Checkpoint | None = self._recall(run_id, run.latest_checkpoint_id)
         if chain is None:
-            chain = latest_chain(conn, run_id, row[16])
+            chain = latest_chain(conn, run_id, row[16], lean=True)
             # raising here rolls the lease back: nothing is written
             check_chain(run_id, run.latest_checkpoint_id, chain)
         return run, lease, meta, chain, answered
@@ -1587,7 +1606,7 @@ class SqliteStore:
             body = checkpoint_row(checkpoint, seq, snapshot=False)
             since_bytes, snapshot_bytes = sizes
             snapshot = since + 1 >= _MAX_CHAIN or (
-                since + 1 >= self.snapshot_every and since_bytes + len(body[8]) >= snapshot_bytes
+                since + 1 >= self.snapshot_every and since_bytes + row_bytes(body) >= snapshot_bytes
             )
         since = 0 if snapshot else since + 1
         changes = checkpoint.changes
@@ -1615,7 +1634,7 @@ class SqliteStore:
         status_rows += [("cancelled", r) for r in changes.requests_cancelled]
         span_base_id: str | None = None
         if body is None or snapshot:
-            body = checkpoint_row(checkpoint, seq, snapshot=True)
+            body = checkpoint_row(checkpoint, seq, lists_apart_from=self._lists_apart_from)
         elif self.span_every and since % self.span_every == 0:
             # now and then a span instead of a delta: a restore then folds the snapshot, the
             # spans and at most ``span_every - 1`` deltas, not every delta since the snapshot
@@ -1639,14 +1658,14 @@ class SqliteStore:
                 self._meta[run_id] = (seq, 0 if whole else since)
                 self._status[run_id] = status
             kept = None if whole else self._recent.get(run_id)
-            self._remember(checkpoint, len(written[8]) + (kept[1] if kept is not None else 0))
+            self._remember(checkpoint, row_bytes(written) + (kept[1] if kept is not None else 0))
             if whole or written[4] == "span":
                 self._span_base[run_id] = checkpoint
             if whole:
-                self._sizes[run_id] = (0, len(written[8]))
+                self._sizes[run_id] = (0, row_bytes(written))
             else:
                 since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
-                self._sizes[run_id] = (since_bytes + len(written[8]), snapshot_bytes)
+                self._sizes[run_id] = (since_bytes + row_bytes(written), snapshot_bytes)
             self._journaled.discard(run_id)
             return done
 
@@ -1702,7 +1721,7 @@ class SqliteStore:
             # a restore would not start from the span's base any more: ``prune(keep_last=)``
             # (any process) re-based the run's history since this store last read or wrote
             # it. Stored whole instead, the checkpoint is where restores start from now.
-            body = checkpoint_row(checkpoint, run[5], snapshot=True)
+            body = checkpoint_row(checkpoint, run[5], lists_apart_from=self._lists_apart_from)
             run = (*run[:6], 0, *run[7:])
         # (a finished run stays finished: a cancel requested meanwhile is moot, as it is for a
         # workflow engine's completed workflow -- it was marked cancelled after its effects ran,
@@ -1753,7 +1772,7 @@ class SqliteStore:
                 "changed of the run's state, outputs, messages and requests)"
             )
 
-        with _Sized(conn, what, body[8]):
+        with _Sized(conn, what, _largest_value(body)):
             conn.execute(SQL_INSERT_CHECKPOINT, body)
         if request_rows:
             _insert_requests(conn, request_rows)
@@ -1815,7 +1834,7 @@ class SqliteStore:
         row = conn.execute(SQL_RUN, (run_id,)).fetchone()
         if row is None or self._recall(run_id, row[10]) is not None:
             return row, None
-        chain = latest_chain(conn, run_id)
+        chain = latest_chain(conn, run_id, lean=True)
         check_chain(run_id, row[10], chain)
         return row, chain
 
@@ -2099,10 +2118,15 @@ class SqliteStore:
             (span_seq,) = conn.execute(SQL_FIRST_SPAN_AFTER, (run_id, first_kept)).fetchone()
             if span_seq is not None:
                 rebased = self._fold(run_id, chain_to(conn, run_id, span_seq, base))
-                conn.execute(SQL_MAKE_SNAPSHOT, (run_id, rebased.model_dump_json(), span_seq))
-            conn.execute(SQL_MAKE_SNAPSHOT, (run_id, full.model_dump_json(), first_kept))
+                conn.execute(SQL_MAKE_SNAPSHOT, (run_id, *self._snapshot_of(rebased, span_seq)))
+            conn.execute(SQL_MAKE_SNAPSHOT, (run_id, *self._snapshot_of(full, first_kept)))
             deleted += conn.execute(SQL_DROP_BEFORE, (run_id, first_kept)).rowcount
         return deleted
+
+    def _snapshot_of(self, checkpoint: Checkpoint, seq: int) -> tuple:
+        """``SQL_MAKE_SNAPSHOT``'s parameters after the run id: ``checkpoint`` as a snapshot."""
+        body, lists, list_items = snapshot_parts(checkpoint, self._lists_apart_from)
+        return body, seq, lists, list_items
 
 
 # --- statements and rows ------------------------------------------------------------------------
@@ -2146,6 +2170,13 @@ class _Sized:
                 "outside the run (a file, say) and pass its path or id"
             )
         raise refused from None
+
+
+def _largest_value(row: tuple) -> str:
+    """A checkpoint row's largest text (its body, or its lists kept apart): what may be too
+    big to store."""
+    items = row[11]
+    return items if items is not None and len(items) > len(row[8]) else row[8]
 
 
 def _too_big(conn: Conn, what: str, text: str) -> StorageError | None:

@@ -106,6 +106,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``
         default_owner,
         owner_is_dead,
     )
+    from ._stored_items import StoredItem
     from ._workflow import Workflow, WorkflowRunResult, WorkflowRunStream
 
 _EXPORTS: dict[str, tuple[str, ...]] = {
@@ -207,6 +208,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "default_owner",
         "owner_is_dead",
     ),
+    "_stored_items": ("StoredItem",),
     "_workflow": ("Workflow", "WorkflowRunResult", "WorkflowRunStream"),
 }
 """Each submodule and the public names it provides, imported on first use (PEP 562)."""
@@ -284,6 +286,7 @@ __all__ = [
     "StoreCorruptError",
     "StoreLockedError",
     "StoreUnavailableError",
+    "StoredItem",
     "StoredRequest",
     "StoredTypeChangedError",
     "SuperstepCompletedEvent",

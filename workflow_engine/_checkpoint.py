@@ -29,7 +29,7 @@ from ._errors import (
 )
 from ._events import WorkflowRunState
 
-CHECKPOINT_SCHEMA_VERSION = 4
+CHECKPOINT_SCHEMA_VERSION = 5
 """1: every answered request kept whole in ``answered_requests``. 2: only the answers applied by
 the checkpoint's own commit or still in flight are kept whole; every other answer is a digest in
 ``answered_digests`` (a 1,000-turn chat parsed 1,000 stored answers at every resume). 3: a span
@@ -38,7 +38,10 @@ leaves out a state value unchanged since its base (``executor_state_same``,
 flight whose field holds a list that extends the same field of a message before it (an agent's
 conversation passed on with its new turn) is stored as the items it gained
 (``CheckpointChanges.message_appends``, ``CheckpointSpan.messages_kept``): a loop of two agents
-wrote its whole conversation again at every superstep."""
+wrote its whole conversation again at every superstep. 5: a store may keep a snapshot's long
+lists apart from its body, which then holds them empty (``SqliteStore``'s ``list_items``): an
+engine that does not know to put them back refuses the checkpoint instead of reading them
+empty."""
 
 _M = TypeVar("_M", bound=BaseModel)
 

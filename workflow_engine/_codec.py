@@ -65,12 +65,14 @@ from ._errors import (
     CorruptValueError,
     NoLongerFitsError,
     SerializationError,
+    StorageError,
     StoreCorruptError,
     StoredTypeChangedError,
     UnregisteredTypeError,
     WorkflowError,
 )
 from ._registry import DATACLASS, ENUM, MODEL, NAMEDTUPLE, ROOT, TypeEntry, TypeRegistry
+from ._stored_items import StoredItem, resolved
 from ._types import type_name
 
 JSONValue = Any
@@ -280,7 +282,7 @@ class TaggedJsonCodec:
             return self._dec(data, 1)
         except _Failure as failure:
             raise failure.public("decode", at) from failure.__cause__
-        except SerializationError:
+        except (SerializationError, StorageError):  # (a stored item that could not be read)
             raise
         except Exception as exc:  # a shape no check foresaw: still a clear, typed error
             raise CorruptValueError(f"cannot decode {at}: {type(exc).__name__}: {exc}") from exc
@@ -528,6 +530,8 @@ class TaggedJsonCodec:
         if t is not dict:
             if t in _SCALARS:
                 return data
+            if t is StoredItem:  # an item a store reads when first needed
+                return self._dec(data.value, depth)
             raise _corrupt(f"{_kind(data)} is not JSON data")
         if depth > MAX_DEPTH:
             raise _too_deep("decode")
@@ -829,6 +833,8 @@ def decode_stored(codec: JsonCodec, data: JSONValue, run_id: str, what: str) -> 
     longer takes it, or is no longer registered) or the record is damaged
     (``StoreCorruptError``), each naming the run and ``what`` the record is -- never a raw
     codec error, never a handler's failure."""
+    if not isinstance(codec, TaggedJsonCodec):  # (which reads a store's placeholders itself)
+        data = data.value if type(data) is StoredItem else resolved(data)
     try:
         return codec.decode(data)
     except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
@@ -867,6 +873,10 @@ def strictly_equal(a: Any, b: Any) -> bool:
     if a is b:
         return True
     kind = type(a)
+    if kind is StoredItem or type(b) is StoredItem:  # (what a store reads when first needed)
+        return strictly_equal(
+            a.value if kind is StoredItem else a, b.value if type(b) is StoredItem else b
+        )
     if kind is not type(b):
         return False
     if kind is list:

@@ -69,7 +69,9 @@ async def stored_bytes(db: Path, turns: int) -> int:
     assert latest is not None
     assert len(latest.executor_states["chat"]["conversation"]) == turns
     with sqlite3.connect(db) as raw:
-        (total,) = raw.execute("SELECT sum(length(body)) FROM checkpoints").fetchone()
+        (total,) = raw.execute(
+            "SELECT sum(length(body) + coalesce(length(list_items), 0)) FROM checkpoints"
+        ).fetchone()
     return total
 
 

@@ -210,7 +210,20 @@ async def test_an_older_engine_cannot_write_a_row_out_of_place(tmp_path: Path) -
         with pytest.raises(sqlite3.IntegrityError, match="its run does not exist"):
             raw.execute(  # this version's statement, for a run that is not there
                 SQL_INSERT_CHECKPOINT,
-                ("c-none", "no-such-run", 0, 0, "snapshot", "idle", "json", 2, "{}", 0.0),
+                (
+                    "c-none",
+                    "no-such-run",
+                    0,
+                    0,
+                    "snapshot",
+                    "idle",
+                    "json",
+                    2,
+                    "{}",
+                    0.0,
+                    None,
+                    None,
+                ),
             )
         assert raw.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == before
     store = SqliteStore(db)

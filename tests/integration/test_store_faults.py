@@ -17,6 +17,7 @@ import pytest
 from tests.integration.cli_harness import ENGINE
 from tests.integration.workflows import outcomes, stepper_workflow
 from workflow_engine import (
+    CHECKPOINT_SCHEMA_VERSION,
     CheckpointVersionError,
     Executor,
     Runtime,
@@ -225,15 +226,19 @@ async def test_history_says_a_row_of_an_unknown_kind_is_from_a_newer_engine(
     run_id, checkpoint_id = await _paused(db)
     with sqlite3.connect(db) as raw:
         raw.execute(
-            "UPDATE checkpoints SET kind = 'patch', schema_version = 5 WHERE checkpoint_id = ?",
-            (checkpoint_id,),
+            "UPDATE checkpoints SET kind = 'patch', schema_version = ? WHERE checkpoint_id = ?",
+            (CHECKPOINT_SCHEMA_VERSION + 1, checkpoint_id),
         )
     store = SqliteStore(db)
     with pytest.raises(CheckpointVersionError) as info:
         await store.history(run_id)
     message = str(info.value)
     assert f"checkpoint {checkpoint_id} (#" in message and ", patch) has schema" in message
-    assert run_id in message and checkpoint_id in message and "version 5" in message
+    assert (
+        run_id in message
+        and checkpoint_id in message
+        and f"version {CHECKPOINT_SCHEMA_VERSION + 1}" in message
+    )
     await store.close()
 
 

@@ -245,6 +245,8 @@ class Driver:
                 span_every=self.plan.span_every,
                 fault_hook=self.sqlite_hook(proc) if self.sqlite_hook else None,
             )
+            if self.spec.seed % 2:  # every list kept apart from its snapshot, read when needed
+                sqlite._lists_apart_from = 1
         runtime = Runtime(CrashingStore(real, proc), lease_seconds=LEASE)  # type: ignore[arg-type]
         runtime.register(self.spec.build())
         worker = Worker(proc, runtime, sqlite)

@@ -1,0 +1,297 @@
+"""A snapshot's long lists are kept apart from its body: a run resumed in a new process reads
+them only when a handler needs them, and reads them right whenever it does -- after restarts,
+prunes by another process, and from a database an older version wrote."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workflow_engine import (
+    Executor,
+    Runtime,
+    StoreCorruptError,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunResult,
+    WorkflowRunState,
+    handler,
+    response_handler,
+)
+from workflow_engine.storage import SqliteStore
+from workflow_engine.storage._rows import LONG_LIST
+
+pytestmark = [pytest.mark.anyio]
+
+WAITING = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+
+
+class Notebook(Executor):
+    """Keeps the list state ``notes``; does what each command says, yields what it read, then
+    asks for the next command (the run pauses)."""
+
+    @handler
+    async def first(self, command: list, ctx: WorkflowContext[None, list]) -> None:
+        await self._do(command, ctx)
+
+    @response_handler
+    async def next(self, asked: str, command: list, ctx: WorkflowContext[None, list]) -> None:
+        await self._do(command, ctx)
+
+    async def _do(self, command: list, ctx: WorkflowContext[None, list]) -> None:
+        what, arg = command
+        read: Any = None
+        if what == "append":
+            await ctx.append_state("notes", arg)
+        elif what == "set":  # the whole list again: its first ``arg`` items, then a new one
+            notes = await ctx.get_state("notes", [])
+            await ctx.set_state("notes", [*notes[:arg], f"set {len(notes)}"])
+        elif what == "read":  # these items only (negative: from the end)
+            items = await ctx.get_state_items("notes")
+            read = [items[i] for i in arg if -len(items) <= i < len(items)]
+        elif what == "whole":
+            read = await ctx.get_state("notes", [])
+        await ctx.yield_output([what, read])
+        await ctx.request_info("next?", list)
+
+
+def notebook() -> Any:
+    return WorkflowBuilder("notebook", start=Notebook("notes")).build()
+
+
+def notes(start: int, n: int) -> list[str]:
+    """Notes long enough that a snapshot holding many outweighs the deltas after it (so the
+    next snapshot, which reads them, is far off)."""
+    return [f"note {i} " + "." * 100 for i in range(start, start + n)]
+
+
+class Session:
+    """A notebook run driven command by command, each in the store and runtime of the moment."""
+
+    def __init__(self, db: Path, lists_apart_from: int = LONG_LIST) -> None:
+        self.db = db
+        self.lists_apart_from = lists_apart_from
+        self.runtime = self._runtime()
+        self.run_id = ""
+        self.request_id = ""
+
+    def _runtime(self) -> Runtime:
+        store = SqliteStore(self.db, snapshot_every=2, span_every=2)
+        store._lists_apart_from = self.lists_apart_from
+        runtime = Runtime(store)
+        runtime.register(notebook)
+        return runtime
+
+    async def restart(self) -> None:
+        """What a new process does: a store that has read nothing yet."""
+        await self.runtime.close()
+        self.runtime = self._runtime()
+
+    async def do(self, command: list) -> WorkflowRunResult:
+        if not self.run_id:
+            result = await self.runtime.run("notebook", command)
+            self.run_id = result.run_id
+        else:
+            await self.runtime.respond(self.request_id, command)
+            result = await self.runtime.resume(self.run_id)
+        if result.status is WAITING:
+            self.request_id = result.pending_requests[0].request_id
+        return result
+
+    async def read(self, command: list) -> Any:
+        result = await self.do(command)
+        assert result.status is WAITING, result.error
+        return result.outputs[-1][1]
+
+
+def rows_apart(db: Path) -> list[tuple[int, str]]:
+    """(seq, lists) of the snapshot rows that keep lists apart."""
+    with sqlite3.connect(db) as raw:
+        return raw.execute(
+            "SELECT seq, lists FROM checkpoints WHERE list_items IS NOT NULL ORDER BY pos"
+        ).fetchall()
+
+
+async def test_a_resumed_run_reads_old_items_only_when_a_handler_needs_them(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    session = Session(db)
+    await session.do(["append", notes(0, 100)])
+    for n in range(4):  # (a snapshot follows, with the 100+ notes kept apart)
+        await session.do(["append", notes(100 + n, 1)])
+    assert rows_apart(db), "no snapshot kept its notes apart"
+    await session.restart()
+    with sqlite3.connect(db) as raw:  # what a resume that needs no old note never reads
+        raw.execute("UPDATE checkpoints SET list_items = '[damaged' WHERE list_items IS NOT NULL")
+
+    # a new process appends and reads the newest note: the damaged ones are never read
+    await session.do(["append", ["newest"]])
+    assert await session.read(["read", [-1]]) == ["newest"]
+    # reading an old note reads them, and says what is damaged: which run, which checkpoint
+    *_, (seq, _) = rows_apart(db)  # (the newest: the one the resume folded)
+    with pytest.raises(StoreCorruptError) as info:
+        await session.do(["read", [0]])
+    assert str(info.value).startswith(
+        f"run {session.run_id!r}: list state 'notes' of executor 'notes' in checkpoint "
+    ), info.value
+    assert f"(#{seq}) is damaged: " in str(info.value), info.value
+    await session.runtime.close()
+
+
+async def test_items_read_after_another_process_pruned_their_snapshot(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    session = Session(db)
+    await session.do(["append", notes(0, 100)])
+    for n in range(3):
+        await session.do(["append", notes(100 + n, 1)])
+    await session.restart()
+    await session.do(["append", ["after the restart"]])  # (the notes now unread placeholders)
+    first_apart = rows_apart(db)[0][0]
+
+    other = SqliteStore(db)
+    assert await other.prune(keep_last=1) > 0
+    await other.close()
+    assert all(seq > first_apart for seq, _ in rows_apart(db))  # the snapshot read is gone
+
+    whole = await session.read(["whole", None])
+    assert whole == [*notes(0, 103), "after the restart"]
+    await session.do(["append", notes(200, 70)])  # and snapshots written from them read right
+    for _ in range(3):
+        await session.do(["append", ["more"]])
+    await session.restart()
+    assert await session.read(["whole", None]) == [
+        *notes(0, 103),
+        "after the restart",
+        *notes(200, 70),
+        "more",
+        "more",
+        "more",
+    ]
+    await session.runtime.close()
+
+
+def as_version_5(db: Path) -> None:
+    """Rewrite a database as schema version 5 wrote it: every snapshot whole in its body."""
+    with sqlite3.connect(db) as raw:
+        for pos, body, list_items in raw.execute(
+            "SELECT pos, body, list_items FROM checkpoints WHERE list_items IS NOT NULL"
+        ).fetchall():
+            data = json.loads(body)
+            for executor_id, lists in json.loads(list_items).items():
+                data["executor_states"][executor_id].update(lists)
+            data["schema_version"] = 4
+            raw.execute("UPDATE checkpoints SET body = ? WHERE pos = ?", (json.dumps(data), pos))
+        raw.execute("UPDATE checkpoints SET schema_version = 4")
+        raw.execute("ALTER TABLE checkpoints DROP COLUMN list_items")
+        raw.execute("ALTER TABLE checkpoints DROP COLUMN lists")
+        raw.execute("UPDATE we_schema SET version = 5")
+
+
+async def test_a_version_5_database_goes_on_with_its_lists_apart_from_then_on(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    session = Session(db)
+    await session.do(["append", notes(0, 80)])
+    for n in range(3):
+        await session.do(["append", notes(80 + n, 1)])
+    await session.runtime.close()
+    assert rows_apart(db)
+    as_version_5(db)
+
+    session.runtime = session._runtime()
+    assert await session.read(["read", [0, -1]]) == [notes(0, 1)[0], notes(82, 1)[0]]
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT version FROM we_schema").fetchone()[0] == 6
+    for n in range(4):
+        await session.do(["append", notes(83 + n, 1)])
+    assert rows_apart(db), "a snapshot written after the upgrade keeps its notes apart"
+    await session.restart()
+    assert await session.read(["whole", None]) == notes(0, 87)
+    await session.runtime.close()
+
+
+# --- the property: whatever the commands, restarts and prunes, a run reads what it wrote ----------
+
+commands = st.lists(
+    st.one_of(
+        st.tuples(st.just("append"), st.integers(1, 40)),
+        st.tuples(st.just("set"), st.integers(0, 90)),
+        st.tuples(st.just("read"), st.lists(st.integers(-100, 100), max_size=4)),
+        st.tuples(st.just("whole"), st.none()),
+        st.tuples(st.just("restart"), st.none()),
+        st.tuples(st.just("prune"), st.integers(1, 3)),
+    ),
+    min_size=1,
+    max_size=14,
+)
+
+
+@settings(
+    max_examples=20 if os.environ.get("PROPERTY_EXAMPLES") == "half" else 40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(commands=commands, lists_apart_from=st.sampled_from([1, 5, LONG_LIST]))
+def test_a_run_reads_its_list_as_written_whatever_restarts_and_prunes_come_between(
+    tmp_path_factory: pytest.TempPathFactory, commands: list[tuple], lists_apart_from: int
+) -> None:
+    db = tmp_path_factory.mktemp("notes") / "runs.db"
+
+    async def go() -> None:
+        session = Session(db, lists_apart_from)
+        model: list[str] = []
+        written = 0
+        for what, arg in [("append", 1), *commands]:
+            if what == "restart":
+                await session.restart()
+                continue
+            if what == "prune":
+                other = SqliteStore(db)
+                await other.prune(keep_last=arg)
+                await other.close()
+                continue
+            expected: Any = None
+            if what == "append":
+                arg, model = notes(written, arg), [*model, *notes(written, arg)]
+                written += len(arg)
+            elif what == "set":
+                model = [*model[:arg], f"set {len(model)}"]
+            elif what == "read":
+                expected = [model[i] for i in arg if -len(model) <= i < len(model)]
+            else:
+                expected = list(model)
+            assert await session.read([what, arg]) == expected, (what, arg)
+        await session.restart()
+        assert await session.read(["whole", None]) == model
+        await session.runtime.close()
+
+    anyio.run(go)
+
+
+def test_a_damaged_lists_column_is_named(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+
+    async def go() -> None:
+        session = Session(db, 1)
+        await session.do(["append", notes(0, 3)])
+        for _ in range(3):
+            await session.do(["append", ["x"]])
+        await session.runtime.close()
+        with sqlite3.connect(db) as raw:
+            raw.execute("UPDATE checkpoints SET lists = '{}' WHERE lists IS NOT NULL")
+        store = SqliteStore(db)
+        with pytest.raises(StoreCorruptError, match="its lists column is not what it should be"):
+            await store.latest(session.run_id)
+        await store.close()
+
+    anyio.run(go)
