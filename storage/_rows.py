@@ -16,9 +16,10 @@ from workflow_engine._checkpoint import (
 )
 from workflow_engine._errors import CheckpointVersionError, shown
 from workflow_engine._store import CheckpointInfo
-from workflow_engine._stored_items import has_placeholders
+from workflow_engine._stored_items import has_placeholders, read_placeholders
 
 from ._records import RUN_STATES, checked_count, checked_text, checked_time, corrupt
+from ._stored_lists import list_digest
 
 LONG_LIST = 64
 """An executor's list state of at least this many items is kept apart from its snapshot's body
@@ -100,8 +101,9 @@ def row_bytes(row: tuple) -> int:
 def snapshot_parts(
     checkpoint: Checkpoint, lists_apart_from: int = LONG_LIST
 ) -> tuple[str, str | None, str | None]:
-    """A snapshot's body and, apart, its long lists: ``lists`` (JSON: their bytes and their
-    lengths by executor and key) and ``list_items`` (JSON: the lists by executor and key); the
+    """A snapshot's body and, apart, its long lists: ``lists`` (JSON: their bytes, and their
+    lengths and digests by executor and key) and ``list_items`` (JSON: the lists by executor and
+    key); the
     body holds each of them as an empty list, in its place. A list that begins with items not
     read yet (``StoredItem``, from a resume) is kept apart however short: it is read now.
     ``lists_apart_from``: how many items make a list long (a test sets it low)."""
@@ -112,6 +114,7 @@ def snapshot_parts(
                 apart.setdefault(executor_id, {})[key] = value
     if not apart:
         return checkpoint.model_dump_json(), None, None
+    read_placeholders(apart)  # (a store's error raised as itself, not wrapped by pydantic)
     states = {
         executor_id: {**state, **{key: [] for key in apart[executor_id]}}
         if executor_id in apart
@@ -119,9 +122,20 @@ def snapshot_parts(
         for executor_id, state in checkpoint.executor_states.items()
     }
     body = checkpoint.model_copy(update={"executor_states": states}).model_dump_json()
-    items = to_json(apart).decode()  # (a placeholder is written as its item: see StoredItem)
-    counts = {e: {k: len(v) for k, v in lists.items()} for e, lists in apart.items()}
-    return body, json.dumps({"bytes": len(items), "counts": counts}), items
+    counts: dict[str, dict[str, int]] = {}
+    digests: dict[str, dict[str, str]] = {}
+    parts = []
+    for executor_id, lists in apart.items():
+        texts = []
+        for key, value in lists.items():
+            text = to_json(value)  # (a placeholder is written as its item: see StoredItem)
+            counts.setdefault(executor_id, {})[key] = len(value)
+            digests.setdefault(executor_id, {})[key] = list_digest(text)
+            texts.append(f"{json.dumps(key)}:{text.decode()}")
+        parts.append(f"{json.dumps(executor_id)}:{{{','.join(texts)}}}")
+    items = f"{{{','.join(parts)}}}"
+    lists_column = {"bytes": len(items), "counts": counts, "digests": digests}
+    return body, json.dumps(lists_column), items
 
 
 def new_request_rows(checkpoint: Checkpoint, ids: Sequence[str], now: float) -> list[tuple]:

@@ -10,22 +10,29 @@ conversation.
 
 Where placeholders are read from: the run's first snapshot at or after the one they came from.
 That is the snapshot itself, unless ``prune(keep_last=)`` deleted it meanwhile; then it is the
-snapshot prune made of a later checkpoint, whose list begins with the same items (a list holds
-placeholders only while it has only grown since they were read).
+snapshot prune made of a later checkpoint, whose list begins with the same items if the list
+only grew since. Each list's digest, kept in ``lists``, proves it: items that are not the ones
+the checkpoint recorded (the list was replaced before the prune; the file is another one) are an
+error, never read as if they were.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from pydantic_core import from_json
+from pydantic_core import from_json, to_json
 
 from workflow_engine import Checkpoint
-from workflow_engine._errors import StoreCorruptError, StoreUnavailableError
+from workflow_engine._errors import (
+    CheckpointNotFoundError,
+    StoreCorruptError,
+    StoreUnavailableError,
+)
 from workflow_engine._stored_items import StoredItems
 
 from ._records import fetch_rows
@@ -42,17 +49,31 @@ class StoredLists:
         self.timeout = timeout
 
     def group(
-        self, run_id: str, checkpoint_id: str, seq: int, executor_id: str, key: str, count: int
+        self,
+        run_id: str,
+        checkpoint_id: str,
+        seq: int,
+        executor_id: str,
+        key: str,
+        count: int,
+        digest: str | None,
     ) -> StoredItems:
         where = (
             f"run {run_id!r}: list state {key!r} of executor {executor_id!r} in checkpoint "
             f"{checkpoint_id} (#{seq})"
         )
-        read = functools.partial(self._read, run_id, seq, executor_id, key, count, where)
+        read = functools.partial(self._read, run_id, seq, executor_id, key, count, digest, where)
         return StoredItems(read, count, where)
 
     def _read(
-        self, run_id: str, seq: int, executor_id: str, key: str, count: int, where: str
+        self,
+        run_id: str,
+        seq: int,
+        executor_id: str,
+        key: str,
+        count: int,
+        digest: str | None,
+        where: str,
     ) -> list[Any]:
         from ._reader import query_only_uri
 
@@ -70,8 +91,9 @@ class StoredLists:
                 f"{where}: its items could not be read from {self.path}: {exc}"
             ) from exc
         if not rows:
-            raise StoreCorruptError(
-                f"{where}: its items are gone (the run has no snapshot from #{seq} on)"
+            raise CheckpointNotFoundError(
+                f"{where}: its items are no longer stored (the run has no snapshot from #{seq} "
+                "on: it was pruned or deleted since the checkpoint was read)"
             )
         found_id, found_seq, body, lists, list_items = rows[0]
         try:
@@ -84,13 +106,25 @@ class StoredLists:
                 f"{_holder(where, found_id, found_seq, seq)} is damaged: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        if type(value) is not list or len(value) < count:
-            found = f"{len(value)} items" if type(value) is list else "no list"
-            raise StoreCorruptError(
-                f"{_holder(where, found_id, found_seq, seq)} is damaged: it holds {found}, "
-                f"not {count}"
+        if type(value) is list and len(value) > count:
+            value = value[:count]
+        if (
+            type(value) is list
+            and len(value) == count
+            and (digest is None or list_digest(to_json(value)) == digest)
+        ):
+            return value
+        if found_seq != seq:  # (what prune kept is the list as it is now: it was replaced)
+            raise CheckpointNotFoundError(
+                f"{where}: its items are no longer stored (its snapshot was pruned since the "
+                f"checkpoint was read, and the list that checkpoint {found_id} (#{found_seq}) "
+                "keeps now does not begin with them: the list was replaced)"
             )
-        return value if len(value) == count else value[:count]
+        found = f"{len(value)} items" if type(value) is list else "no list"
+        raise StoreCorruptError(
+            f"{where} is damaged: it holds {found}, not the {count} items its checkpoint "
+            "recorded (or the database file was replaced by another)"
+        )
 
 
 def _holder(where: str, found_id: str, found_seq: int, seq: int) -> str:
@@ -98,6 +132,11 @@ def _holder(where: str, found_id: str, found_seq: int, seq: int) -> str:
     if found_seq == seq:
         return where
     return f"{where}, kept now by checkpoint {found_id} (#{found_seq}),"
+
+
+def list_digest(items_json: bytes) -> str:
+    """A list's digest, of its JSON text as ``pydantic_core.to_json`` writes it."""
+    return hashlib.blake2b(items_json, digest_size=16).hexdigest()
 
 
 def lists_bytes(lists: str | None) -> int:
@@ -115,7 +154,7 @@ def put_lists_back(
     """Put a snapshot row's lists kept apart into ``snapshot`` (just parsed from its body):
     ``list_items`` if read, else placeholders that ``stored`` reads when first needed.
     ``where``: run, checkpoint id and seq. Damage is a ``ValueError`` saying what."""
-    _, counts = _counts_of(lists)
+    _, counts, digests = _counts_of(lists)
     if list_items is not None:
         items = _items_of(list_items)
     elif stored is None:
@@ -130,7 +169,8 @@ def put_lists_back(
                 )
             if list_items is None:
                 assert stored is not None
-                state[key] = stored.group(*where, executor_id, key, count).placeholders()
+                digest = digests.get(executor_id, {}).get(key)
+                state[key] = stored.group(*where, executor_id, key, count, digest).placeholders()
                 continue
             value = items.get(executor_id, {}).get(key)
             if type(value) is not list or len(value) != count:
@@ -141,11 +181,12 @@ def put_lists_back(
             state[key] = value
 
 
-def _counts_of(lists: str) -> tuple[int, dict[str, dict[str, int]]]:
-    """A ``lists`` column: (bytes, counts by executor and key), checked."""
+def _counts_of(lists: str) -> tuple[int, dict[str, dict[str, int]], dict[str, dict[str, str]]]:
+    """A ``lists`` column: (bytes, counts and digests by executor and key), checked."""
     data = json.loads(lists)
     size = data.get("bytes") if type(data) is dict else None
     counts = data.get("counts") if type(data) is dict else None
+    digests = data.get("digests", {}) if type(data) is dict else None
     if (
         type(size) is not int
         or type(counts) is not dict
@@ -153,9 +194,14 @@ def _counts_of(lists: str) -> tuple[int, dict[str, dict[str, int]]]:
             type(keys) is dict and all(type(n) is int and n >= 0 for n in keys.values())
             for keys in counts.values()
         )
+        or type(digests) is not dict
+        or not all(
+            type(keys) is dict and all(type(d) is str for d in keys.values())
+            for keys in digests.values()
+        )
     ):
         raise ValueError(f"its lists column is not what it should be: {lists[:200]!r}")
-    return size, counts
+    return size, counts, digests
 
 
 def _items_of(list_items: str | None) -> dict[str, dict[str, Any]]:

@@ -28,6 +28,7 @@ from ._errors import (
     shown,
 )
 from ._events import WorkflowRunState
+from ._stored_items import read_placeholders
 
 CHECKPOINT_SCHEMA_VERSION = 5
 """1: every answered request kept whole in ``answered_requests``. 2: only the answers applied by
@@ -373,6 +374,7 @@ class Checkpoint(_Versioned):
         return [*self.answered_digests, *self.answered_requests]
 
     def to_json(self) -> str:
+        read_placeholders(self.executor_states)  # (a store's error raised as itself)
         return self.model_dump_json()
 
     @classmethod

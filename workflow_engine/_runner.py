@@ -41,11 +41,13 @@ from ._checkpoint import (
 from ._codec import JsonCodec, starts_with
 from ._context import ExecutorStep, StepScope, WorkflowContext
 from ._errors import (
+    CheckpointNotFoundError,
     CheckpointStoreError,
     EffectInDoubtError,
     LeaseLostError,
     StoreCorruptError,
     StoredTypeChangedError,
+    StoreUnavailableError,
     WorkflowError,
 )
 from ._events import (
@@ -69,6 +71,18 @@ from ._identity import derive_id, idempotency_key, send_id
 from ._journal import InMemoryJournal, JournalStore, keeps_journal
 from ._planner import NOT_ENCODED, Envelope, Send, deliver, edge_failed, plan_superstep
 from ._requests import EffectResolution, ExternalRequest, InDoubtEffect
+
+_STOPS_THE_RUN = (
+    LeaseLostError,
+    StoreCorruptError,
+    StoreUnavailableError,
+    CheckpointNotFoundError,
+    StoredTypeChangedError,
+)
+"""What a handler may meet that is not its failure: another worker owns the run now; the run's
+stored state is damaged, cannot be read now, or is no longer stored (a list state read when
+first needed, see ``StoredItem``); or it no longer fits the code. The superstep writes nothing
+(a FAILED status would hide it) and the error stops the run's execution, saying why."""
 
 
 class RunnableWorkflow(Protocol):
@@ -456,10 +470,7 @@ class RunLoop:
             order = self.graph.order
             failures.sort(key=lambda f: order[f[0]])
             for _, exc in failures:
-                if isinstance(exc, LeaseLostError | StoreCorruptError | StoredTypeChangedError):
-                    # another worker owns the run now, or its stored state is damaged or no
-                    # longer fits the code: write nothing (a FAILED status would hide it), stop,
-                    # say why
+                if isinstance(exc, _STOPS_THE_RUN):
                     raise exc
             in_doubt = [(e, x) for e, x in failures if isinstance(x, EffectInDoubtError)]
             if in_doubt:

@@ -116,6 +116,15 @@ def resolved(value: Any) -> Any:
     return value
 
 
+def read_placeholders(states: dict[str, dict[str, Any]]) -> None:
+    """Read every group of placeholders in an executor-state mapping now: a serialization that
+    meets one unread gets its errors as ``StorageError`` s, not wrapped in pydantic's."""
+    for state in states.values():
+        for value in state.values():
+            if has_placeholders(value):
+                value[0].group.values()
+
+
 def has_placeholders(value: Any) -> bool:
     """Whether a list begins with placeholders (they only ever lead: lists grow at the end)."""
     return type(value) is list and bool(value) and type(value[0]) is StoredItem

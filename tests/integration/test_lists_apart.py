@@ -16,9 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workflow_engine import (
+    CheckpointNotFoundError,
     Executor,
     Runtime,
     StoreCorruptError,
+    StoredItem,
+    StoreUnavailableError,
     WorkflowBuilder,
     WorkflowContext,
     WorkflowRunResult,
@@ -176,6 +179,97 @@ async def test_items_read_after_another_process_pruned_their_snapshot(tmp_path: 
         "more",
         "more",
     ]
+    await session.runtime.close()
+
+
+async def held_checkpoint(db: Path, run_id: str | None = None) -> tuple[Session, Any]:
+    """A run of 100+ notes and the checkpoint a new process's resume gave back: its notes are
+    placeholders, none read yet."""
+    session = Session(db)
+    if run_id is not None:
+        result = await session.runtime.run("notebook", ["append", notes(0, 100)], run_id=run_id)
+        session.run_id, session.request_id = run_id, result.pending_requests[0].request_id
+    else:
+        await session.do(["append", notes(0, 100)])
+    for n in range(3):
+        await session.do(["append", notes(100 + n, 1)])
+    await session.restart()
+    result = await session.do(["append", ["held"]])
+    stored = result.checkpoint.executor_states["notes"]["notes"]
+    assert type(stored[0]) is StoredItem and not stored[0].group.loaded
+    return session, result.checkpoint
+
+
+async def test_a_held_checkpoint_never_reads_a_list_that_replaced_its_items(
+    tmp_path: Path,
+) -> None:
+    """Another process replaces the list and prunes: what the held checkpoint recorded is no
+    longer stored anywhere, and reading it says so -- it does not read the new list's items
+    (outside tester 116: they were read as if they were the run's)."""
+    db = tmp_path / "runs.db"
+    session, held = await held_checkpoint(db)
+    await session.restart()
+    await session.do(["set", 0])  # the list is now one item...
+    await session.do(["append", notes(500, 120)])  # ...then 121: long enough to hold 104
+    for _ in range(3):
+        await session.do(["append", ["x"]])
+    other = SqliteStore(db)
+    assert await other.prune(keep_last=1) > 0
+    await other.close()
+
+    with pytest.raises(CheckpointNotFoundError) as info:
+        held.to_json()  # (our error, not one pydantic wraps)
+    message = str(info.value)
+    assert message.startswith(f"run {session.run_id!r}: list state 'notes' of executor 'notes'")
+    assert "no longer stored" in message and "the list was replaced" in message, message
+    with pytest.raises(CheckpointNotFoundError):
+        _ = held.executor_states["notes"]["notes"][0].value
+    # the run itself reads what it holds now
+    await session.restart()
+    assert await session.read(["read", [0, 1]]) == ["set 104", notes(500, 1)[0]]
+    await session.runtime.close()
+
+
+async def test_a_held_checkpoint_never_reads_another_file_of_the_same_name(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    session, held = await held_checkpoint(db, run_id="the-run")
+    await session.runtime.close()
+    for path in tmp_path.glob("runs.db*"):
+        path.unlink()
+    other = Session(db)  # another file there, with a run of the same id, other notes
+    result = await other.runtime.run("notebook", ["append", ["other"] * 120], run_id="the-run")
+    other.run_id, other.request_id = "the-run", result.pending_requests[0].request_id
+    for _ in range(3):
+        await other.do(["append", ["other"]])
+    await other.runtime.close()
+
+    with pytest.raises(StoreCorruptError, match="or the database file was replaced"):
+        held.to_json()
+
+
+async def test_a_list_that_cannot_be_read_now_leaves_the_run_to_resume_later(
+    tmp_path: Path,
+) -> None:
+    """The file cannot be opened for the list's read (moved away while the store has it open):
+    the resume raises, the run is not marked failed, and it goes on once the file is back."""
+    db = tmp_path / "runs.db"
+    session, _ = await held_checkpoint(db)
+    await session.restart()
+    await session.do(["append", ["after"]])
+    moved = tmp_path / "moved.db"
+    db.rename(moved)
+    try:
+        with pytest.raises(StoreUnavailableError, match="could not be read from"):
+            await session.do(["read", [0]])
+    finally:
+        moved.rename(db)
+    info = await session.runtime.get_run(session.run_id)
+    assert info.status is not WorkflowRunState.FAILED, info
+    result = await session.runtime.resume(session.run_id)
+    assert result.status is WAITING, result.error
+    assert result.outputs[-1] == ["read", [notes(0, 1)[0]]]
     await session.runtime.close()
 
 
