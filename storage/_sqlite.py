@@ -624,6 +624,8 @@ class SqliteStore:
             )
         except sqlite3.Error as exc:
             raise self._translate(exc) from exc
+        # placeholders read the file this connection opened, whatever the directory later
+        self._stored_lists.path = Path(os.path.abspath(self.path))
         try:
             listed = conn.execute("SELECT name FROM sqlite_master")
             refused = foreign_tables_refused({row[0] for row in listed}, self.path)

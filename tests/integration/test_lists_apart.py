@@ -273,6 +273,18 @@ async def test_a_list_that_cannot_be_read_now_leaves_the_run_to_resume_later(
     await session.runtime.close()
 
 
+async def test_placeholders_read_the_file_their_store_opened_after_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    session, held = await held_checkpoint(Path("runs.db"))  # (a relative path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert held.executor_states["notes"]["notes"][0].value == notes(0, 1)[0]
+    await session.runtime.close()
+
+
 def as_version_5(db: Path) -> None:
     """Rewrite a database as schema version 5 wrote it: every snapshot whole in its body."""
     with sqlite3.connect(db) as raw:
