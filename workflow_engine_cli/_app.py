@@ -614,7 +614,7 @@ def demo(
         finally:
             await runtime.close()
 
-    _interruptible(body, started)
+    _interruptible(body, started, json_mode=json_mode)
 
 
 _DEFAULT_MESSAGES = {
@@ -625,11 +625,14 @@ _DEFAULT_MESSAGES = {
 }
 
 
-def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> None:
+def _interruptible(
+    body: Callable[[], Awaitable[int]], run_ids: list[str], *, json_mode: bool = False
+) -> None:
     """Run ``body``; on Ctrl-C say how to continue the run it started or resumed (its id is
     in ``run_ids`` once known) and exit 3. SIGTERM (a process manager stopping the command,
     ``timeout``) and SIGHUP (its terminal closed) stop it the same way: the run gives its
     lease back at once instead of keeping it, held by a dead process, for the lease's length.
+    ``json_mode``: stdout carries JSON lines, so it gets an ``interrupted`` line, never text.
     """
     import asyncio
     import signal
@@ -699,7 +702,11 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         running = calls_in_threads() > 0
         # said on stderr; when that was the terminal that hung up, on stdout -- a file or a
         # pipe (a script's log) keeps it (it kept nothing: outside tester 114), /dev/null if
-        # stdout was that terminal too
+        # stdout was that terminal too. With --json, stdout gets a JSON line instead (a
+        # line of text broke the stream a program reads: outside tester 113)
+        if json_mode:
+            with contextlib.suppress(OSError, ValueError):
+                _say_interrupted_as_json(run_ids, running)
         if silenced:
             from rich.console import Console
 
@@ -707,7 +714,9 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         else:
             term = err_console()
         with contextlib.suppress(OSError, ValueError):  # (it closed after all the same)
-            if run_ids:
+            if silenced and json_mode:
+                pass  # (said on stdout as JSON, above)
+            elif run_ids:
                 run_id = visible(run_ids[-1])
                 term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
                 if running:  # (what the second Ctrl-C stopped waiting for)
@@ -745,6 +754,18 @@ def _interruptible(body: Callable[[], Awaitable[int]], run_ids: list[str]) -> No
         for sig, handler in before.items():
             if signal.getsignal(sig) is as_ctrl_c:
                 signal.signal(sig, handler)
+
+
+def _say_interrupted_as_json(run_ids: list[str], running: bool) -> None:
+    """The ``interrupted`` line of a ``--json`` stream: which run stopped, whether a call was
+    still running, and the command that continues it."""
+    import json
+
+    line: dict[str, Any] = {"type": "interrupted", "run_id": run_ids[-1] if run_ids else None}
+    if run_ids:
+        line["call_running"] = running
+        line["continue_with"] = f"workflow-engine resume {run_ids[-1]}{Hints.db}"
+    print(json.dumps(line), flush=True)
 
 
 STOP_GRACE_SECONDS = 10.0
@@ -859,7 +880,7 @@ def resume(
         finally:
             await runtime.close()
 
-    _interruptible(body, resumed)
+    _interruptible(body, resumed, json_mode=json_mode)
 
 
 @app.command()

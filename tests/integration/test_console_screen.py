@@ -968,6 +968,34 @@ def test_a_terminal_closed_while_a_tool_hangs_leaves_how_to_continue_in_the_log(
     os.unlink(cli.ledger_path)
 
 
+def test_a_terminal_closed_while_a_tool_hangs_keeps_a_json_log_json(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``demo --json > log``, the window closed while the approved call hangs: how to continue
+    went into the log as a line of text among the JSON lines, which broke a program reading
+    them (outside tester 113). It is an ``interrupted`` JSON line."""
+    log = tmp_path / "events.jsonl"
+    os.mkfifo(cli.ledger_path)
+    argv = ["demo", "handoff", "--approve", "-m", REFUND, "--db", str(cli.db), "--json"]
+    demo = ScreenSession(argv, cli.env, cli.cwd, controlling=True, stdout=log)
+    sessions.append(demo)
+    deadline = time.monotonic() + 30
+    while '"submit_refund"' not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # (the call under way, blocked on the FIFO)
+    demo.hang_up()
+    assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 15) == 3
+    lines = [json.loads(line) for line in log.read_text().splitlines()]  # every one JSON
+    [run] = cli.json("runs", "list", "--json")
+    assert lines[-1] == {
+        "type": "interrupted",
+        "run_id": run["run_id"],
+        "call_running": True,
+        "continue_with": f"workflow-engine resume {run['run_id']} --db {cli.db}",
+    }, lines[-3:]
+    os.unlink(cli.ledger_path)
+
+
 def test_a_terminal_closed_with_two_hang_ups_still_lets_the_call_finish(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
