@@ -658,6 +658,36 @@ async def _drive(
         if waiting:
             print_paused(term, run_id, waiting, json_mode)
             return EXIT_PAUSED
+        # (another terminal may have answered too -- the same way, or another: it stands --
+        # and continued the run to its end meanwhile)
+        ended = await _ended_elsewhere(runtime, run_id, json_mode, term)
+        if ended is not None:
+            return ended
+
+
+async def _ended_elsewhere(
+    runtime: Runtime, run_id: str, json_mode: bool, term: Terminal
+) -> int | None:
+    """The exit code when the run, answered from elsewhere, was also continued there to its
+    end (there is nothing left to resume: it said "idle; nothing to resume", exit 5 --
+    outside tester 113); None when it waits to be resumed here."""
+    info = await runtime.get_run(run_id)
+    if info.status not in (
+        WorkflowRunState.IDLE,
+        WorkflowRunState.CANCELLED,
+        WorkflowRunState.FAILED,
+    ):
+        return None
+    finished = info.status is WorkflowRunState.IDLE
+    if json_mode:
+        line = {"type": "ended_elsewhere", "run_id": run_id, "status": info.status.value}
+        print(json.dumps(line), flush=True)
+    elif finished:
+        term.line(f"Run {visible(run_id)} was continued elsewhere, and finished there.")
+    else:
+        said = f"Run {visible(run_id)} was continued elsewhere, and ended {info.status.value}."
+        term.line((said, "red"))
+    return EXIT_DONE if finished else EXIT_FAILED
 
 
 STOPPING = "stopping: a step under way finishes first · Ctrl-C again stops waiting"

@@ -196,6 +196,26 @@ def test_an_answer_given_elsewhere_meanwhile_stands_and_the_run_goes_on(
     assert cli.ledger() == []  # rejected: no refund
 
 
+@pytest.mark.parametrize("answer_there", ["--approve", "--reject"])
+def test_an_answer_given_after_another_terminal_finished_the_run_says_so(
+    cli: Cli, sessions: list[ScreenSession], answer_there: str
+) -> None:
+    """At the approval prompt while another terminal answered and resumed the run to its end:
+    the ``y`` typed here said the run was "idle; nothing to resume", exit 5 (outside tester
+    113). It says the run was continued elsewhere and finished; exit 0."""
+    demo = start_demo(sessions, cli)
+    [asked] = cli.json("requests", "list", "--json")
+    cli.expect(0, "respond", asked["request_id"], answer_there)
+    cli.expect(0, "resume", asked["run_id"], "--end")
+    [run] = cli.json("runs", "list", "--json")
+    assert run["status"] == "idle", run
+    demo.send("y")
+    assert demo.wait() == 0, demo.screen_text()
+    said = flat(demo.screen_text())
+    assert f"Run {asked['run_id']} was continued elsewhere, and finished there." in said, said
+    assert "nothing to resume" not in said, said
+
+
 def test_approval_prompt_fits_a_40_column_window(cli: Cli, sessions: list[ScreenSession]) -> None:
     """In a narrow window the prompt is the short one, whole on one screen line with the
     answer (the long one would leave its last characters alone on the next line)."""
