@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ._records import (
     decode_text,
     fetch_rows,
+    pending_requests,
     request_id_of,
     run_id_of,
     run_record,
@@ -205,6 +206,8 @@ class SqliteReader:
             (("run_id", run_id), ("status", status)),
             "created_at, rowid",
         )
+        if status == "pending":
+            return pending_requests(self._conn, text, params, run_id)
         return [stored_request(row) for row in fetch_rows(self._conn, text, params)]
 
     def request_ids(self) -> list[str]:

@@ -169,6 +169,16 @@ SQL_REQUEST_AND_RUN = (
     + ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
     + " FROM requests q LEFT JOIN runs r ON r.run_id = q.run_id WHERE q.request_id = ?"
 )
+_DAMAGED_STATUS = (
+    "(status IS NULL OR status NOT IN ('pending', 'answered', 'applied', 'cancelled'))"
+)
+SQL_DAMAGED_REQUEST = (  # a request whose status is none of the four: the status index only
+    f"SELECT {REQUEST_COLUMNS} FROM requests WHERE rowid = (SELECT rowid FROM requests "
+    f"INDEXED BY ix_requests_status WHERE {_DAMAGED_STATUS} LIMIT 1)"
+)
+SQL_DAMAGED_REQUEST_OF_RUN = (  # the same, of run ?
+    f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND {_DAMAGED_STATUS} LIMIT 1"
+)
 SQL_RUN_IDS = "SELECT run_id FROM runs WHERE substr(run_id, 1, ?1) = ?2 ORDER BY run_id"
 SQL_REQUEST_IDS = (  # ids only: the data and answers of every request can be megabytes
     "SELECT request_id, run_id FROM requests WHERE substr(request_id, 1, ?1) = ?2 "

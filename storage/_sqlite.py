@@ -103,6 +103,7 @@ from ._records import (
     decode_text,
     lease_columns,
     load_json,
+    pending_requests,
     request_id_of,
     run_id_of,
     run_record,
@@ -1943,6 +1944,10 @@ class SqliteStore:
             (("run_id", run_id), ("status", status)),
             "created_at, rowid",  # the order the run asked them in (rows go in in that order)
         )
+        if status == "pending":
+            return await self._run(
+                self._transaction, None, pending_requests, (text, params, run_id)
+            )
         rows = await self._run(self._transaction, None, _fetch_all, (text, params))
         return [stored_request(r) for r in rows]
 

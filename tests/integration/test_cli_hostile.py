@@ -425,6 +425,27 @@ def test_one_damaged_run_row_leaves_the_other_runs_requests_listed(
     assert listed.code == 6 and good[:8] in listed.out and good_run[:8] in listed.out
 
 
+@pytest.mark.parametrize("status", ["pendinX", "", "Pending"])
+def test_a_request_whose_status_is_damaged_is_named_not_left_out(
+    tmp_path: Path, status: str
+) -> None:
+    """A request row whose status is none of the four was in no status's list: ``requests
+    list`` left it out without a word (outside tester 115). It is named, the rest listed."""
+    cli = Cli(tmp_path)
+    damaged_run, damaged = cli.start_paused()
+    _, good = cli.start_paused()
+    with sqlite3.connect(cli.db) as raw:
+        raw.execute("UPDATE requests SET status = ? WHERE request_id = ?", (status, damaged))
+    for argv in (["requests", "list", "--json"], ["requests", "list"]):
+        result = cli.run(*argv)
+        assert result.code == 6, str(result)
+        said = result.error_line()
+        assert damaged_run in said and damaged in said and "is damaged" in said, str(result)
+        assert good[:8] in result.out and damaged[:8] not in result.out, str(result)
+    with sqlite3.connect(cli.db) as raw:  # (read, not repaired or dropped)
+        assert raw.execute("SELECT count(*) FROM requests").fetchone()[0] == 2
+
+
 @pytest.mark.parametrize(
     ("value", "code", "said"),
     [
