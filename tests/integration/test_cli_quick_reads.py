@@ -370,7 +370,12 @@ def test_an_application_s_question_about_a_step_in_doubt_shows_as_that_question(
     engine's own, and it showed as ``waiting: ID (at pay)`` (tester 94). Both paths now say
     what is asked, and what to look the effect up by."""
     db = copy_of(databases, tmp_path)
+    # the file and its WAL: the process that made it was killed, and what it wrote may be in
+    # the WAL yet (the file alone then had no tables: "no such table: runs", now and then)
     db.write_bytes(databases["in_doubt"].read_bytes())
+    wal = Path(f"{databases['in_doubt']}-wal")
+    if wal.exists():
+        Path(f"{db}-wal").write_bytes(wal.read_bytes())
     run_id = run_ids(db)[0]
     ledger = str(tmp_path / "ledger.txt")
     resumed = subprocess.run(
