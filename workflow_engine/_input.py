@@ -85,7 +85,9 @@ def is_blank(text: str) -> bool:
     space, a byte order mark, a Hangul filler, a variation selector, the blank braille
     pattern). A message of those is no message, wherever it comes from: ``str.strip()`` kept
     ``"\u200b"`` (outside testers 106, 113, 114)."""
-    import unicodedata
+    if text.isascii():  # (no ASCII character is a format character or default-ignorable)
+        return not text.strip()
+    import unicodedata  # (on first use: importing it is a search of the path, ~0.3 ms)
 
     return all(
         c.isspace() or unicodedata.category(c) == "Cf" or _shows_nothing(ord(c)) for c in text

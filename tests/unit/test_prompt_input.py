@@ -7,7 +7,10 @@ import io
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from workflow_engine._input import is_blank
 from workflow_engine_cli._console import _rejoined, interruptible_input
 from workflow_engine_cli._term import Terminal
 
@@ -69,3 +72,31 @@ def test_a_prompt_on_a_terminal_that_hung_up_ends_as_the_input_does(
         interruptible_input("Approve? ")
     with pytest.raises(EOFError):
         Terminal(_HungUp()).ask(interruptible_input, "Approve? ")
+
+
+# --- what counts as a blank message -----------------------------------------------------------
+
+
+def _blank_by_definition(text: str) -> bool:
+    """The definition, character by character: white space, format characters, and what shows
+    nothing alone."""
+    import unicodedata
+
+    from workflow_engine._input import _shows_nothing
+
+    return all(
+        c.isspace() or unicodedata.category(c) == "Cf" or _shows_nothing(ord(c)) for c in text
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet=st.characters(max_codepoint=127))
+    | st.text(alphabet=" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\u200b\u3164\ufeff\u2800\u00a0x")
+)
+def test_a_blank_message_is_told_apart_the_same_way_with_or_without_the_ascii_shortcut(
+    text: str,
+) -> None:
+    """ASCII text is told blank without looking characters up (importing ``unicodedata``
+    cost a resumed chat turn ~0.3 ms); it must agree with the definition everywhere."""
+    assert is_blank(text) == _blank_by_definition(text)
