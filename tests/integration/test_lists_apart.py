@@ -115,6 +115,20 @@ class Session:
         return result.outputs[-1][1]
 
 
+async def long_notebook(db: Path, n: int, then: int, run_id: str | None = None) -> Session:
+    """A run of ``n`` notes, then ``then`` more one by one (a snapshot follows the first
+    ones: it keeps them apart)."""
+    session = Session(db)
+    if run_id is not None:
+        result = await session.runtime.run("notebook", ["append", notes(0, n)], run_id=run_id)
+        session.run_id, session.request_id = run_id, result.pending_requests[0].request_id
+    else:
+        await session.do(["append", notes(0, n)])
+    for i in range(then):
+        await session.do(["append", notes(n + i, 1)])
+    return session
+
+
 def rows_apart(db: Path) -> list[tuple[int, str]]:
     """(seq, lists) of the snapshot rows that keep lists apart."""
     with sqlite3.connect(db) as raw:
@@ -127,10 +141,7 @@ async def test_a_resumed_run_reads_old_items_only_when_a_handler_needs_them(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
-    session = Session(db)
-    await session.do(["append", notes(0, 100)])
-    for n in range(4):  # (a snapshot follows, with the 100+ notes kept apart)
-        await session.do(["append", notes(100 + n, 1)])
+    session = await long_notebook(db, 100, then=4)
     assert rows_apart(db), "no snapshot kept its notes apart"
     await session.restart()
     with sqlite3.connect(db) as raw:  # what a resume that needs no old note never reads
@@ -152,10 +163,7 @@ async def test_a_resumed_run_reads_old_items_only_when_a_handler_needs_them(
 
 async def test_items_read_after_another_process_pruned_their_snapshot(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    session = Session(db)
-    await session.do(["append", notes(0, 100)])
-    for n in range(3):
-        await session.do(["append", notes(100 + n, 1)])
+    session = await long_notebook(db, 100, then=3)
     await session.restart()
     await session.do(["append", ["after the restart"]])  # (the notes now unread placeholders)
     first_apart = rows_apart(db)[0][0]
@@ -185,14 +193,7 @@ async def test_items_read_after_another_process_pruned_their_snapshot(tmp_path: 
 async def held_checkpoint(db: Path, run_id: str | None = None) -> tuple[Session, Any]:
     """A run of 100+ notes and the checkpoint a new process's resume gave back: its notes are
     placeholders, none read yet."""
-    session = Session(db)
-    if run_id is not None:
-        result = await session.runtime.run("notebook", ["append", notes(0, 100)], run_id=run_id)
-        session.run_id, session.request_id = run_id, result.pending_requests[0].request_id
-    else:
-        await session.do(["append", notes(0, 100)])
-    for n in range(3):
-        await session.do(["append", notes(100 + n, 1)])
+    session = await long_notebook(db, 100, then=3, run_id=run_id)
     await session.restart()
     result = await session.do(["append", ["held"]])
     stored = result.checkpoint.executor_states["notes"]["notes"]
@@ -306,10 +307,7 @@ async def test_a_version_5_database_goes_on_with_its_lists_apart_from_then_on(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
-    session = Session(db)
-    await session.do(["append", notes(0, 80)])
-    for n in range(3):
-        await session.do(["append", notes(80 + n, 1)])
+    session = await long_notebook(db, 80, then=3)
     await session.runtime.close()
     assert rows_apart(db)
     as_version_5(db)
