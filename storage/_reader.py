@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from ._records import (
     decode_text,
     fetch_rows,
-    pending_requests,
     request_id_of,
+    requests_of_run,
     run_id_of,
     run_record,
     stored_request,
@@ -206,8 +206,8 @@ class SqliteReader:
             (("run_id", run_id), ("status", status)),
             "created_at, rowid",
         )
-        if status == "pending":
-            return pending_requests(self._conn, text, params, run_id)
+        if status == "pending" or (status is not None and run_id is not None):
+            return requests_of_run(self._conn, text, params, run_id)
         return [stored_request(row) for row in fetch_rows(self._conn, text, params)]
 
     def request_ids(self) -> list[str]:

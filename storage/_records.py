@@ -195,13 +195,14 @@ def request_id_of(row: Sequence[Any]) -> str:
     return text
 
 
-def pending_requests(
+def requests_of_run(
     conn: sqlite3.Connection, text: str, params: Sequence[Any], run_id: str | None
 ) -> list[StoredRequest]:
-    """The pending requests (of ``run_id``, or all) a query (``text``) selects. A request whose
-    status is damaged may be one a person is to answer, yet is in no status's list: it is
-    looked for too and named (``StoreCorruptError``) -- it was left out of the inbox without
-    a word (outside tester 115)."""
+    """The requests of one status a query (``text``) selects: of run ``run_id``, or -- for the
+    pending ones, the inbox -- of every run (None). A request whose status is damaged may be
+    one a person is to answer, or an answer the run is to apply, yet it is in no status's
+    list: it is looked for too and named (``StoreCorruptError``) -- it was left out without a
+    word (outside testers 115, 118)."""
     if run_id is None:
         damaged = conn.execute(SQL_DAMAGED_REQUEST).fetchone()
     else:

@@ -103,8 +103,8 @@ from ._records import (
     decode_text,
     lease_columns,
     load_json,
-    pending_requests,
     request_id_of,
+    requests_of_run,
     run_id_of,
     run_record,
     stored_request,
@@ -1435,7 +1435,9 @@ class SqliteStore:
         columns = lease_columns(run_id, (row[8], row[9], row[7], row[14], row[15], row[13]))
         if check is not None:
             check(run)
-        answered = [stored_request(r) for r in conn.execute(SQL_ANSWERED, (run_id,)).fetchall()]
+        # (a request of the run whose status is damaged: named now, the lease rolled back --
+        # the run paused on it as if nothing were wrong, and its answer was ignored: tester 118)
+        answered = requests_of_run(conn, SQL_ANSWERED, (run_id,), run_id)
         applying = bool(answered) and run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
         lease, meta = self._take_lease(
             conn, run_id, owner, lease_seconds, now, *columns, applying=applying
@@ -1944,10 +1946,8 @@ class SqliteStore:
             (("run_id", run_id), ("status", status)),
             "created_at, rowid",  # the order the run asked them in (rows go in in that order)
         )
-        if status == "pending":
-            return await self._run(
-                self._transaction, None, pending_requests, (text, params, run_id)
-            )
+        if status == "pending" or (status is not None and run_id is not None):
+            return await self._run(self._transaction, None, requests_of_run, (text, params, run_id))
         rows = await self._run(self._transaction, None, _fetch_all, (text, params))
         return [stored_request(r) for r in rows]
 

@@ -655,14 +655,19 @@ async def _drive(
                 term.line(
                     ("  another answer to this request was stored meanwhile; it stands", "yellow")
                 )
-        if waiting:
-            print_paused(term, run_id, waiting, json_mode)
-            return EXIT_PAUSED
         # (another terminal may have answered too -- the same way, or another: it stands --
-        # and continued the run to its end meanwhile)
+        # and continued the run to its end meanwhile: a pause block then offered commands that
+        # fail, outside tester 118)
         ended = await _ended_elsewhere(runtime, run_id, json_mode, term)
         if ended is not None:
             return ended
+        if waiting:
+            pending = {r.request_id for r in await runtime.pending_requests(run_id)}
+            left = [r for r in waiting if r.request_id in pending]
+            if len(left) < len(waiting) and not json_mode:
+                term.line(("  answered meanwhile from elsewhere: that answer stands", "yellow"))
+            print_paused(term, run_id, left, json_mode)
+            return EXIT_PAUSED
 
 
 async def _ended_elsewhere(
@@ -765,6 +770,11 @@ def print_paused(
     if json_mode:
         ids = [r.request_id for r in pending]  # typed like every line before it
         print(json.dumps({"type": "paused", "run_id": run_id, "paused": run_id, "requests": ids}))
+        return
+    if not pending:  # (each answered from elsewhere meanwhile: the run waits for a resume)
+        term.line((f"Run {visible(run_id)} is paused, its requests answered.", "bold"))
+        term.line("Continue with:")
+        term.whole(f"  workflow-engine resume {visible(run_id)}{Hints.db}")
         return
     term.line((f"Run {visible(run_id)} is paused, waiting for input.", "bold"))
     for request in pending:

@@ -446,6 +446,30 @@ def test_a_request_whose_status_is_damaged_is_named_not_left_out(
         assert raw.execute("SELECT count(*) FROM requests").fetchone()[0] == 2
 
 
+@pytest.mark.parametrize("argv", [["resume"], ["resume", "--approve"], ["runs", "show"]])
+def test_a_run_whose_request_status_is_damaged_says_so_before_it_asks_anything(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    """``resume`` paused the run again on a request whose status was damaged, offering
+    ``respond`` commands that then failed; ``runs show`` showed it as waiting; an answer whose
+    row was damaged was ignored (outside tester 118). Each names the damage, exit 6, and the
+    run is left as it was: not leased, not answered."""
+    cli = Cli(tmp_path)
+    run_id, request_id = cli.start_paused()
+    with sqlite3.connect(cli.db) as raw:
+        raw.execute("UPDATE requests SET status = 'PENDING' WHERE request_id = ?", (request_id,))
+    result = cli.run(*argv, run_id)
+    assert result.code == 6, str(result)
+    said = result.error_line()
+    assert run_id in said and request_id in said and "is damaged" in said, str(result)
+    assert "workflow-engine respond" not in result.out, str(result)
+    with sqlite3.connect(cli.db) as raw:
+        owner, status = raw.execute(
+            "SELECT owner, status FROM runs WHERE run_id = ?", (run_id,)
+        ).fetchone()
+    assert owner is None and status == "idle_with_pending_requests", (owner, status)
+
+
 @pytest.mark.parametrize(
     ("value", "code", "said"),
     [

@@ -216,6 +216,42 @@ def test_an_answer_given_after_another_terminal_finished_the_run_says_so(
     assert "nothing to resume" not in said, said
 
 
+@pytest.mark.parametrize("key", [b"\x04", b"\x03"])  # Ctrl-D (end of input), Ctrl-C
+@pytest.mark.parametrize("resumed_there", [True, False])
+def test_leaving_a_prompt_another_terminal_answered_offers_no_answer_that_fails(
+    cli: Cli, sessions: list[ScreenSession], key: bytes, resumed_there: bool
+) -> None:
+    """Ctrl-D or Ctrl-C at the approval prompt after another terminal answered it (and
+    maybe continued the run to its end): the pause block offered ``respond`` commands that
+    then failed, for a run that had finished (outside tester 118)."""
+    # (its controlling terminal: there the line discipline makes Ctrl-C a SIGINT)
+    demo = ScreenSession(
+        ["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
+    )
+    sessions.append(demo)
+    demo.expect_screen("You:")
+    demo.send(REFUND)
+    demo.expect_screen(APPROVE)
+    demo.settle()
+    [asked] = cli.json("requests", "list", "--json")
+    cli.expect(0, "respond", asked["request_id"], "--reject")
+    if resumed_there:
+        cli.expect(0, "resume", asked["run_id"], "--end")
+    demo.send_raw(key)
+    code = demo.wait()
+    said = flat(demo.screen_text())
+    assert "workflow-engine respond" not in said, said
+    if resumed_there:
+        assert code == 0, said
+        assert f"Run {asked['run_id']} was continued elsewhere, and finished there." in said
+    else:
+        assert code == 3, said
+        assert "answered meanwhile from elsewhere: that answer stands" in said, said
+        assert f"workflow-engine resume {asked['run_id']}" in said, said
+        resumed = cli.expect(0, "resume", asked["run_id"], "--end")
+        assert "rejected" in resumed.out, resumed.out
+
+
 def test_approval_prompt_fits_a_40_column_window(cli: Cli, sessions: list[ScreenSession]) -> None:
     """In a narrow window the prompt is the short one, whole on one screen line with the
     answer (the long one would leave its last characters alone on the next line)."""

@@ -646,3 +646,28 @@ async def test_a_handler_error_too_long_to_store_is_recorded_cut(tmp_path: Path)
     assert recorded.startswith("e" * RECORDED_MESSAGE)
     assert recorded.endswith(f" ... ({2 * RECORDED_MESSAGE:,} more characters not recorded)")
     await rt.close()
+
+
+@pytest.mark.parametrize("resume", ["resume", "respond_and_resume"])
+async def test_a_resume_names_a_request_of_its_run_whose_status_is_damaged(
+    tmp_path: Path, resume: str
+) -> None:
+    """The run paused again on it as if nothing were wrong, and an answer whose row was
+    damaged was ignored (outside tester 118). The resume raises before it takes the lease."""
+    db = tmp_path / "runs.db"
+    run_id, _ = await _paused(db)
+    rt = runtime(db)
+    [request] = (await rt.get_run(run_id)).pending_requests
+    await rt.close()
+    with sqlite3.connect(db) as raw:
+        raw.execute(
+            "UPDATE requests SET status = 'answerd' WHERE request_id = ?", (request.request_id,)
+        )
+    rt = runtime(db)
+    with pytest.raises(StoreCorruptError, match=f"request '{request.request_id}' is damaged"):
+        if resume == "resume":
+            await rt.resume(run_id)
+        else:
+            await rt.respond_and_resume(request.request_id, {"approved": True})
+    assert (await rt.store.get_run(run_id)).owner is None
+    await rt.close()
