@@ -605,7 +605,7 @@ async def _drive(
             async with aclosing(stream):
                 hidden = typed_keys_hidden(policy.interactive and not detach)
                 working = nullcontext() if json_mode else term.working()
-                with hidden, working, nullcontext() if json_mode else stopping_said(term):
+                with hidden, working, stopping_said(term, json_mode):
                     async for event in stream:
                         printer.show(event)
         finally:
@@ -699,10 +699,12 @@ STOPPING = "stopping: a step under way finishes first · Ctrl-C again stops wait
 
 
 @contextlib.contextmanager
-def stopping_said(term: Terminal) -> Iterator[None]:
+def stopping_said(term: Terminal, json_mode: bool = False) -> Iterator[None]:
     """While agents work, the first Ctrl-C says what the command waits for: a step under way
     (an approved tool call) runs to its end before the run stops. The spinner went on saying
-    "refund_agent is working…", with nothing to tell that a second Ctrl-C stops waiting."""
+    "refund_agent is working…", with nothing to tell that a second Ctrl-C stops waiting.
+    ``json_mode`` (no spinner; stdout is the JSON stream): said on stderr, as a line -- the
+    terminal showed nothing at all until the second Ctrl-C (outside tester 118)."""
     import asyncio
     import threading
 
@@ -712,9 +714,16 @@ def stopping_said(term: Terminal) -> Iterator[None]:
         return
     loop = asyncio.get_running_loop()
 
+    def say_it_on_stderr() -> None:
+        with contextlib.suppress(OSError, ValueError):
+            print(STOPPING, file=sys.stderr, flush=True)
+
     def first_press(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, previous)  # the next press goes on as it always did
-        loop.call_soon_threadsafe(setattr, term, "status", STOPPING)  # (not from a handler)
+        if json_mode:  # (not from a handler)
+            loop.call_soon_threadsafe(say_it_on_stderr)
+        else:
+            loop.call_soon_threadsafe(setattr, term, "status", STOPPING)
         previous(signum, frame)
 
     signal.signal(signal.SIGINT, first_press)

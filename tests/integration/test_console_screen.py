@@ -1052,6 +1052,30 @@ def test_a_terminal_closed_while_a_tool_hangs_keeps_a_json_log_json(
     os.unlink(cli.ledger_path)
 
 
+def test_a_first_ctrl_c_of_a_json_stream_says_on_the_terminal_what_it_waits_for(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``demo --json > log``, Ctrl-C while the approved call hangs: the terminal showed
+    nothing until the second press (outside tester 118). The first says what it waits for,
+    on stderr; the stream stays JSON."""
+    log = tmp_path / "events.jsonl"
+    os.mkfifo(cli.ledger_path)
+    argv = ["demo", "handoff", "--approve", "-m", REFUND, "--db", str(cli.db), "--json"]
+    demo = ScreenSession(argv, cli.env, cli.cwd, stdout=log)
+    sessions.append(demo)
+    deadline = time.monotonic() + 30
+    while '"submit_refund"' not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # (the call under way, blocked on the FIFO)
+    demo.interrupt()
+    demo.expect_screen("stopping: a step under way finishes first")
+    demo.interrupt()
+    assert demo.wait(timeout=15) == 3, demo.screen_text()
+    lines = [json.loads(line) for line in log.read_text().splitlines()]  # every one JSON
+    assert lines[-1]["type"] == "interrupted", lines[-3:]
+    os.unlink(cli.ledger_path)
+
+
 def test_a_terminal_closed_with_two_hang_ups_still_lets_the_call_finish(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
