@@ -216,15 +216,9 @@ def test_an_answer_given_after_another_terminal_finished_the_run_says_so(
     assert "nothing to resume" not in said, said
 
 
-@pytest.mark.parametrize("key", [b"\x04", b"\x03"])  # Ctrl-D (end of input), Ctrl-C
-@pytest.mark.parametrize("resumed_there", [True, False])
-def test_leaving_a_prompt_another_terminal_answered_offers_no_answer_that_fails(
-    cli: Cli, sessions: list[ScreenSession], key: bytes, resumed_there: bool
-) -> None:
-    """Ctrl-D or Ctrl-C at the approval prompt after another terminal answered it (and
-    maybe continued the run to its end): the pause block offered ``respond`` commands that
-    then failed, for a run that had finished (outside tester 118)."""
-    # (its controlling terminal: there the line discipline makes Ctrl-C a SIGINT)
+def at_the_approval_prompt(sessions: list[ScreenSession], cli: Cli) -> ScreenSession:
+    """The demo asked for the refund's approval, on its controlling terminal (there the line
+    discipline makes Ctrl-C a SIGINT)."""
     demo = ScreenSession(
         ["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
     )
@@ -233,6 +227,18 @@ def test_leaving_a_prompt_another_terminal_answered_offers_no_answer_that_fails(
     demo.send(REFUND)
     demo.expect_screen(APPROVE)
     demo.settle()
+    return demo
+
+
+@pytest.mark.parametrize("key", [b"\x04", b"\x03"])  # Ctrl-D (end of input), Ctrl-C
+@pytest.mark.parametrize("resumed_there", [True, False])
+def test_leaving_a_prompt_another_terminal_answered_offers_no_answer_that_fails(
+    cli: Cli, sessions: list[ScreenSession], key: bytes, resumed_there: bool
+) -> None:
+    """Ctrl-D or Ctrl-C at the approval prompt after another terminal answered it (and
+    maybe continued the run to its end): the pause block offered ``respond`` commands that
+    then failed, for a run that had finished (outside tester 118)."""
+    demo = at_the_approval_prompt(sessions, cli)
     [asked] = cli.json("requests", "list", "--json")
     cli.expect(0, "respond", asked["request_id"], "--reject")
     if resumed_there:
@@ -357,15 +363,7 @@ def test_ctrl_d_or_c_at_a_prompt_leaves_the_run_paused(
 ) -> None:
     """Both say how to continue, request by request (Ctrl-C said only "Interrupted: run ...
     keeps its last checkpoint", of a run that was paused: outside tester 113)."""
-    # (its controlling terminal: there the line discipline makes Ctrl-C a SIGINT)
-    demo = ScreenSession(
-        ["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, controlling=True
-    )
-    sessions.append(demo)
-    demo.expect_screen("You:")
-    demo.send(REFUND)
-    demo.expect_screen(APPROVE)
-    demo.settle()
+    demo = at_the_approval_prompt(sessions, cli)
     demo.send_raw(key)
     assert demo.wait() == 3, demo.screen_text()
     screen = demo.screen()
@@ -1024,6 +1022,22 @@ def test_a_terminal_closed_while_a_tool_hangs_leaves_how_to_continue_in_the_log(
     os.unlink(cli.ledger_path)
 
 
+def json_refund_that_hangs(
+    sessions: list[ScreenSession], cli: Cli, log: Path, *, controlling: bool = False
+) -> ScreenSession:
+    """``demo --approve --json > log`` with the approved refund blocked in its thread (the
+    ledger is a FIFO no one reads), once the stream says the call was made."""
+    os.mkfifo(cli.ledger_path)
+    argv = ["demo", "handoff", "--approve", "-m", REFUND, "--db", str(cli.db), "--json"]
+    demo = ScreenSession(argv, cli.env, cli.cwd, controlling=controlling, stdout=log)
+    sessions.append(demo)
+    deadline = time.monotonic() + 30
+    while '"submit_refund"' not in log.read_text() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # (the call under way, blocked on the FIFO)
+    return demo
+
+
 def test_a_terminal_closed_while_a_tool_hangs_keeps_a_json_log_json(
     cli: Cli, sessions: list[ScreenSession], tmp_path: Path
 ) -> None:
@@ -1031,14 +1045,7 @@ def test_a_terminal_closed_while_a_tool_hangs_keeps_a_json_log_json(
     went into the log as a line of text among the JSON lines, which broke a program reading
     them (outside tester 113). It is an ``interrupted`` JSON line."""
     log = tmp_path / "events.jsonl"
-    os.mkfifo(cli.ledger_path)
-    argv = ["demo", "handoff", "--approve", "-m", REFUND, "--db", str(cli.db), "--json"]
-    demo = ScreenSession(argv, cli.env, cli.cwd, controlling=True, stdout=log)
-    sessions.append(demo)
-    deadline = time.monotonic() + 30
-    while '"submit_refund"' not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)  # (the call under way, blocked on the FIFO)
+    demo = json_refund_that_hangs(sessions, cli, log, controlling=True)
     demo.hang_up()
     assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 15) == 3
     lines = [json.loads(line) for line in log.read_text().splitlines()]  # every one JSON
@@ -1059,14 +1066,7 @@ def test_a_first_ctrl_c_of_a_json_stream_says_on_the_terminal_what_it_waits_for(
     nothing until the second press (outside tester 118). The first says what it waits for,
     on stderr; the stream stays JSON."""
     log = tmp_path / "events.jsonl"
-    os.mkfifo(cli.ledger_path)
-    argv = ["demo", "handoff", "--approve", "-m", REFUND, "--db", str(cli.db), "--json"]
-    demo = ScreenSession(argv, cli.env, cli.cwd, stdout=log)
-    sessions.append(demo)
-    deadline = time.monotonic() + 30
-    while '"submit_refund"' not in log.read_text() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)  # (the call under way, blocked on the FIFO)
+    demo = json_refund_that_hangs(sessions, cli, log)
     demo.interrupt()
     demo.expect_screen("stopping: a step under way finishes first")
     demo.interrupt()
