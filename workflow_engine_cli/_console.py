@@ -37,6 +37,7 @@ from workflow_engine import (
     JsonCodec,
     RequestAlreadyAnsweredError,
     ResponseTypeError,
+    RunInfo,
     Runtime,
     StorageError,
     StoreLockedError,
@@ -658,11 +659,12 @@ async def _drive(
         # (another terminal may have answered too -- the same way, or another: it stands --
         # and continued the run to its end meanwhile: a pause block then offered commands that
         # fail, outside tester 118)
-        ended = await _ended_elsewhere(runtime, run_id, json_mode, term)
+        info = await runtime.get_run(run_id)
+        ended = _ended_elsewhere(info, json_mode, term)
         if ended is not None:
             return ended
         if waiting:
-            pending = {r.request_id for r in await runtime.pending_requests(run_id)}
+            pending = {r.request_id for r in info.pending_requests}  # (not answered meanwhile)
             left = [r for r in waiting if r.request_id in pending]
             if len(left) < len(waiting) and not json_mode:
                 term.line(("  answered meanwhile from elsewhere: that answer stands", "yellow"))
@@ -670,13 +672,11 @@ async def _drive(
             return EXIT_PAUSED
 
 
-async def _ended_elsewhere(
-    runtime: Runtime, run_id: str, json_mode: bool, term: Terminal
-) -> int | None:
-    """The exit code when the run, answered from elsewhere, was also continued there to its
-    end (there is nothing left to resume: it said "idle; nothing to resume", exit 5 --
-    outside tester 113); None when it waits to be resumed here."""
-    info = await runtime.get_run(run_id)
+def _ended_elsewhere(info: RunInfo, json_mode: bool, term: Terminal) -> int | None:
+    """The exit code when the run (``info``: as it is now), answered from elsewhere, was also
+    continued there to its end (there is nothing left to resume: it said "idle; nothing to
+    resume", exit 5 -- outside tester 113); None when it waits to be resumed here."""
+    run_id = info.run_id
     if info.status not in (
         WorkflowRunState.IDLE,
         WorkflowRunState.CANCELLED,

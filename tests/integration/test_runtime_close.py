@@ -140,9 +140,13 @@ class Paying(Executor):
             await ctx.send_message(n + 1)
 
 
+def looping(name: str, node: Any):  # type: ignore[no-untyped-def]
+    """A workflow of one executor that sends itself the next message."""
+    return WorkflowBuilder(name, start=node).add_edge(node, node).build()
+
+
 def paying(log: list[str], started: anyio.Event | None = None):  # type: ignore[no-untyped-def]
-    node = Paying(log, started)
-    return WorkflowBuilder("paying", start=node).add_edge(node, node).build()
+    return looping("paying", Paying(log, started))
 
 
 def paying_runtime(db: Path) -> tuple[Runtime, list[str], anyio.Event]:
@@ -245,8 +249,7 @@ async def test_a_run_that_comes_to_rest_as_it_closes_is_reported_as_it_rests(
     log: list[str] = []
     started = anyio.Event()
     runtime = Runtime(SqliteStore(db))
-    node = PaysLast(log, started)
-    runtime.register(WorkflowBuilder("pays-last", start=node).add_edge(node, node).build())
+    runtime.register(looping("pays-last", PaysLast(log, started)))
     run_id = await runtime.start("pays-last", 1)
     got: list[Any] = []
 
@@ -754,8 +757,7 @@ async def test_closing_during_a_step_stops_a_run_whose_supersteps_never_wait(
     ran: list[int] = []
     started = anyio.Event()
     runtime = Runtime(SqliteStore(db))
-    node = Charging(ran, started)
-    runtime.register(WorkflowBuilder("charging", start=node).add_edge(node, node).build())
+    runtime.register(looping("charging", Charging(ran, started)))
     await runtime.store.open()
     told = await closed_during(runtime, lambda: runtime.run("charging", 1), started)
     assert len(told) == 1, told
