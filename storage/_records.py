@@ -17,7 +17,7 @@ from workflow_engine._errors import StoreCorruptError, shown
 from workflow_engine._events import WorkflowRunState
 from workflow_engine._store import RunRecord, StoredRequest
 
-from ._sql import SQL_DAMAGED_REQUEST, SQL_DAMAGED_REQUEST_OF_RUN
+from ._sql import REQUEST_STATUSES, SQL_DAMAGED_REQUEST, SQL_DAMAGED_REQUEST_OF_RUN
 
 MAX_STORED_DEPTH = 256
 """Nesting levels a stored JSON column may have: the codec writes at most ``MAX_DEPTH`` (180)
@@ -27,7 +27,6 @@ level, so a column of ``[[[[...`` would otherwise end in ``RecursionError``."""
 _JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 _BRACKET = re.compile(r"[\[\]{}]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
-REQUEST_STATUSES = frozenset(("pending", "answered", "applied", "cancelled"))
 
 
 def decode_text(data: bytes) -> str:

@@ -4,6 +4,7 @@ statement. Plain standard SQL over the tables declared in ``_schema.py``."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 RUN_COLUMNS = (
@@ -169,16 +170,31 @@ SQL_REQUEST_AND_RUN = (
     + ", ".join(f"r.{c.strip()}" for c in RUN_COLUMNS.split(","))
     + " FROM requests q LEFT JOIN runs r ON r.run_id = q.run_id WHERE q.request_id = ?"
 )
-_DAMAGED_STATUS = (
-    "(status IS NULL OR status NOT IN ('pending', 'answered', 'applied', 'cancelled'))"
-)
-SQL_DAMAGED_REQUEST = (  # a request whose status is none of the four: the status index only
-    f"SELECT {REQUEST_COLUMNS} FROM requests WHERE rowid = (SELECT rowid FROM requests "
-    f"INDEXED BY ix_requests_status WHERE {_DAMAGED_STATUS} LIMIT 1)"
-)
-SQL_DAMAGED_REQUEST_OF_RUN = (  # the same, of run ?
-    f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND {_DAMAGED_STATUS} LIMIT 1"
-)
+REQUEST_STATUSES = frozenset(("pending", "answered", "applied", "cancelled"))
+_STATUSES = sorted(REQUEST_STATUSES)  # (ASCII: Python's order is SQLite's BINARY collation)
+
+
+def _damaged_request(index: str, of_run: str) -> str:
+    """The query for one request whose status is none of the four (NULL, another text, a
+    blob), through ``index``: a seek into each gap around the four values of the index (below
+    the first, between two, above the last), so it costs the same however many requests the
+    run or the store has. (``NOT IN`` read every request of a run: 0.2 ms at a 1,000-turn
+    chat's resume.) ``of_run`` narrows it to run ``?1``."""
+    gaps = ["status IS NULL", f"status < '{_STATUSES[0]}'"]
+    gaps += [f"status > '{a}' AND status < '{b}'" for a, b in pairwise(_STATUSES)]
+    gaps.append(f"status > '{_STATUSES[-1]}'")
+    seeks = " UNION ALL ".join(
+        f"SELECT * FROM (SELECT rowid FROM requests INDEXED BY {index} WHERE {of_run}{gap} LIMIT 1)"
+        for gap in gaps
+    )
+    return (
+        f"SELECT {REQUEST_COLUMNS} FROM requests WHERE rowid = (SELECT rowid FROM ({seeks}) "
+        "LIMIT 1)"
+    )
+
+
+SQL_DAMAGED_REQUEST = _damaged_request("ix_requests_status", "")
+SQL_DAMAGED_REQUEST_OF_RUN = _damaged_request("ix_requests_run_status", "run_id = ?1 AND ")
 SQL_RUN_IDS = "SELECT run_id FROM runs WHERE substr(run_id, 1, ?1) = ?2 ORDER BY run_id"
 SQL_REQUEST_IDS = (  # ids only: the data and answers of every request can be megabytes
     "SELECT request_id, run_id FROM requests WHERE substr(request_id, 1, ?1) = ?2 "

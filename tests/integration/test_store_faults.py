@@ -13,6 +13,8 @@ from pathlib import Path
 
 import anyio
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.integration.cli_harness import ENGINE
 from tests.integration.workflows import outcomes, stepper_workflow
@@ -35,6 +37,11 @@ from workflow_engine import (
 )
 from workflow_engine.storage import SqliteStore
 from workflow_engine.storage._schema import SCHEMA_VERSION
+from workflow_engine.storage._sql import (
+    REQUEST_STATUSES,
+    SQL_DAMAGED_REQUEST,
+    SQL_DAMAGED_REQUEST_OF_RUN,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
@@ -671,3 +678,55 @@ async def test_a_resume_names_a_request_of_its_run_whose_status_is_damaged(
             await rt.respond_and_resume(request.request_id, {"approved": True})
     assert (await rt.store.get_run(run_id)).owner is None
     await rt.close()
+
+
+_STATUS_VALUES = st.one_of(
+    st.sampled_from(["pending", "answered", "applied", "cancelled"]),
+    st.sampled_from(["", "answere", "answeredd", "applie", "appliedx", "cancelle", "pendin"]),
+    st.sampled_from(["pendingz", "Pending", "answered\x00", "zzz", "\U0001f600"]),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=10),
+    st.binary(max_size=6),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(value=_STATUS_VALUES)
+def test_the_damaged_status_look_up_finds_exactly_the_statuses_that_are_none_of_the_four(
+    paused_db: tuple[Path, str], value: object
+) -> None:
+    """The look-up seeks the gaps of the status indexes around the four statuses (it scanned
+    every request of a run before): whatever a request's status holds -- another text, text
+    sorting just beside one of the four, a blob, a number -- both queries (the inbox's, of all
+    runs; a run's) find it exactly when it is none of the four, among requests that are."""
+    db, run_id = paused_db
+    with sqlite3.connect(db) as raw:
+        raw.execute("UPDATE requests SET status = ? WHERE request_id = 'target'", (value,))
+        stored = raw.execute("SELECT status FROM requests WHERE request_id = 'target'").fetchone()
+        damaged = stored[0] not in REQUEST_STATUSES
+        for text, args in ((SQL_DAMAGED_REQUEST, ()), (SQL_DAMAGED_REQUEST_OF_RUN, (run_id,))):
+            found = raw.execute(text, args).fetchall()
+            assert [row[0] for row in found] == (["target"] if damaged else [])
+
+
+@pytest.fixture(scope="module")
+def paused_db(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A paused run whose requests hold each of the four statuses many times over, and one
+    request (``target``) whose status a test sets."""
+    db = tmp_path_factory.mktemp("statuses") / "runs.db"
+    run_id, _ = anyio.run(_paused, db)
+    with sqlite3.connect(db) as raw:
+        columns = [row[1] for row in raw.execute("PRAGMA table_info(requests)")]
+        row = dict(zip(columns, raw.execute("SELECT * FROM requests").fetchone(), strict=True))
+        copies = []
+        for i in range(400):
+            status = sorted(REQUEST_STATUSES)[i % 4]
+            copies.append({**row, "request_id": f"copy-{i}", "status": status})
+        copies.append({**row, "request_id": "target"})
+        marks = ", ".join("?" for _ in columns)
+        raw.executemany(
+            f"INSERT INTO requests ({', '.join(columns)}) VALUES ({marks})",
+            [tuple(c[k] for k in columns) for c in copies],
+        )
+    return db, run_id
