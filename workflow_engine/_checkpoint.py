@@ -13,6 +13,7 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
+from itertools import islice
 from typing import Any, Literal, Protocol, Self, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -814,6 +815,19 @@ def _kept_of(new: Any, old: Any) -> int | None:
     return len(old) if grew and starts_with(new, old) else None
 
 
+def _digests_kept(new: dict[str, str], old: dict[str, str]) -> int:
+    """How many leading entries of ``new`` are ``old``'s, in order (digests are only added).
+    Keys and values are text, so ``==`` is exact; compared as lists of the dicts' own strings
+    at C speed (as ``(key, value)`` pairs, a 10,000-turn chat built 20,000 tuples and compared
+    each in Python at every span: 4 ms)."""
+    n = len(old)
+    if n < 2 or len(new) < n:
+        return 0
+    if list(islice(new, n)) != list(old) or list(islice(new.values(), n)) != list(old.values()):
+        return 0
+    return n
+
+
 def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
     """``checkpoint`` stored relative to ``base`` (an earlier checkpoint of the same run; None
     for another run's). Only what it kept exactly (``starts_with``) is left out, so
@@ -852,9 +866,8 @@ def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
         shared[key] = value
     outputs_kept = _kept_of(checkpoint.outputs, base.outputs) or 0
     cancelled_kept = _kept_of(checkpoint.cancelled_requests, base.cancelled_requests) or 0
-    new_digests = list(checkpoint.answered_digests.items())
-    old_digests = list(base.answered_digests.items())
-    digests_kept = _kept_of(new_digests, old_digests) or 0
+    digests = checkpoint.answered_digests
+    digests_kept = _digests_kept(digests, base.answered_digests)
     messages_kept = message_prefixes(checkpoint.messages, base.messages)
     cut = checkpoint.model_copy(
         update={
@@ -863,7 +876,7 @@ def span_of(checkpoint: Checkpoint, base: Checkpoint) -> CheckpointSpan | None:
             "shared_state": shared,
             "outputs": checkpoint.outputs[outputs_kept:],
             "cancelled_requests": checkpoint.cancelled_requests[cancelled_kept:],
-            "answered_digests": dict(new_digests[digests_kept:]),
+            "answered_digests": dict(islice(digests.items(), digests_kept, None)),
         }
     )
     span = construct(
