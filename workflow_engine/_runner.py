@@ -129,6 +129,10 @@ class RunState:
     """Answers kept whole (just applied, or still in flight); see ``Checkpoint``."""
     answered_digests: dict[str, str] = field(default_factory=dict)
     """Every other answered request, as ``"<answer digest> <response type>"``."""
+    digests_shared: bool = False
+    """``answered_digests`` is a checkpoint's too (checkpoints are immutable): copied before
+    a digest is added. It grows with every answer a run ever took, so copying it at each
+    checkpoint cost a long chat O(answers) per superstep; now O(answers) per answer."""
     cancelled: list[str] = field(default_factory=list)
     encoded_outputs: list[Any] = field(default_factory=list)
     status: WorkflowRunState = WorkflowRunState.IN_PROGRESS
@@ -270,6 +274,8 @@ class RunLoop:
         if s.answered:  # answers kept whole only while applied or in flight
             keep = {e.request.request_id for e in s.inbox if e.request is not None}
             keep.update(changes.requests_answered)
+            if s.digests_shared and any(r not in keep for r in s.answered):  # (one to add)
+                s.answered_digests, s.digests_shared = dict(s.answered_digests), False
             s.answered = settle_answers(s.answered, s.answered_digests, keep)
         messages = [
             construct(
@@ -312,12 +318,13 @@ class RunLoop:
                 for r in s.pending.values()
             },
             answered_requests=dict(s.answered),
-            answered_digests=dict(s.answered_digests),
+            answered_digests=s.answered_digests,
             cancelled_requests=list(s.cancelled),
             outputs=list(s.encoded_outputs),
             changes=changes,
         )
         s.checkpoint = cp
+        s.digests_shared = True
         return cp
 
     async def commit(self, changes: CheckpointChanges | None = None) -> None:
