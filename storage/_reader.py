@@ -41,6 +41,7 @@ from ._sql import (
     SQL_SCHEMA_VERSION,
     SQL_TABLE_NAMES,
     filtered,
+    prefix_query,
 )
 
 if TYPE_CHECKING:
@@ -174,8 +175,8 @@ class SqliteReader:
 
     def run_ids(self, prefix: str = "") -> list[str]:
         """The ids of the runs whose id starts with ``prefix`` (all: ""), sorted."""
-        params = (len(prefix), prefix)
-        return [run_id_of(row) for row in fetch_rows(self._conn, SQL_RUN_IDS, params)]
+        text, params = prefix_query(SQL_RUN_IDS, prefix)
+        return [run_id_of(row) for row in fetch_rows(self._conn, text, params)]
 
     def run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None] | None:
         """The run and its latest checkpoint, folded from its rows as the store folds them
@@ -212,7 +213,8 @@ class SqliteReader:
 
     def request_ids(self) -> list[str]:
         """Every request's id, sorted."""
-        return [request_id_of(row) for row in fetch_rows(self._conn, SQL_REQUEST_IDS, (0, ""))]
+        text, params = prefix_query(SQL_REQUEST_IDS, "")
+        return [request_id_of(row) for row in fetch_rows(self._conn, text, params)]
 
     def journaled_after(self, run_id: str, superstep: int) -> bool:
         """Whether the run has journal entries of supersteps after ``superstep``: only such a

@@ -195,10 +195,51 @@ def _damaged_request(index: str, of_run: str) -> str:
 
 SQL_DAMAGED_REQUEST = _damaged_request("ix_requests_status", "")
 SQL_DAMAGED_REQUEST_OF_RUN = _damaged_request("ix_requests_run_status", "run_id = ?1 AND ")
-SQL_RUN_IDS = "SELECT run_id FROM runs WHERE substr(run_id, 1, ?1) = ?2 ORDER BY run_id"
-SQL_REQUEST_IDS = (  # ids only: the data and answers of every request can be megabytes
-    "SELECT request_id, run_id FROM requests WHERE substr(request_id, 1, ?1) = ?2 "
-    "ORDER BY request_id"
+
+
+def _starting_with(select: str, column: str) -> tuple[str, str, str]:
+    """``select`` narrowed to the rows whose ``column`` starts with a prefix: (every row; a
+    prefix ``?1`` and the first text after all that start with it, ``?2``; a prefix ``?1``
+    of ``?2`` characters with no such text). The texts from a prefix up to that one are
+    exactly those that start with it (SQLite compares text by its UTF-8 bytes: code points),
+    so a look-up is a range of the column's index and costs the ids it finds, not every id
+    there is: ``substr`` read the whole index (an unknown id given to the command line read
+    every run's id and every request's), and it never matched an id holding a NUL."""
+    order = f" ORDER BY {column}"
+    return (
+        select + order,
+        f"{select} WHERE {column} >= ?1 AND {column} < ?2{order}",
+        f"{select} WHERE {column} >= ?1 AND substr({column}, 1, ?2) = ?1{order}",
+    )
+
+
+def prefix_query(queries: tuple[str, str, str], prefix: str) -> tuple[str, tuple[str | int, ...]]:
+    """The query of ``queries`` (``_starting_with``) for ``prefix``, with its parameters."""
+    if not prefix:
+        return queries[0], ()
+    after = following(prefix)
+    if after is None:  # (a prefix of nothing but U+10FFFF)
+        return queries[2], (prefix, len(prefix))
+    return queries[1], (prefix, after)
+
+
+def following(prefix: str) -> str | None:
+    """The first text after every text that starts with ``prefix`` in SQLite's order (BINARY:
+    UTF-8 bytes, so code points): its last character incremented, carrying past the last code
+    point and skipping surrogates (not text). None when there is none (all U+10FFFF)."""
+    chars = list(prefix)
+    while chars:
+        point = ord(chars.pop()) + 1
+        if 0xD800 <= point <= 0xDFFF:
+            point = 0xE000
+        if point <= 0x10FFFF:
+            return "".join(chars) + chr(point)
+    return None
+
+
+SQL_RUN_IDS = _starting_with("SELECT run_id FROM runs", "run_id")
+SQL_REQUEST_IDS = _starting_with(  # ids only: the data and answers of every request can be MBs
+    "SELECT request_id, run_id FROM requests", "request_id"
 )
 SQL_ANSWERED = (
     f"SELECT {REQUEST_COLUMNS} FROM requests WHERE run_id = ? AND status = 'answered' "

@@ -176,6 +176,7 @@ from ._sql import (
     SQL_TAKE_LEASE,
     SQL_TAKE_LEASE_TO_APPLY,
     filtered,
+    prefix_query,
 )
 from ._stored_lists import StoredLists, lists_bytes
 from ._worker import Abandoned, Worker, given_up_on
@@ -1865,7 +1866,7 @@ class SqliteStore:
 
     async def run_ids(self, prefix: str = "") -> Sequence[str]:
         rows = await self._run(
-            self._transaction, None, _fetch_all, (SQL_RUN_IDS, (len(prefix), prefix))
+            self._transaction, None, _fetch_all, prefix_query(SQL_RUN_IDS, prefix)
         )
         return [run_id_of(row) for row in rows]
 
@@ -1953,7 +1954,7 @@ class SqliteStore:
 
     async def request_ids(self, prefix: str = "") -> Sequence[str]:
         rows = await self._run(
-            self._transaction, None, _fetch_all, (SQL_REQUEST_IDS, (len(prefix), prefix))
+            self._transaction, None, _fetch_all, prefix_query(SQL_REQUEST_IDS, prefix)
         )
         return [request_id_of(row) for row in rows]
 
