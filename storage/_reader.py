@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 from ._records import (
     decode_text,
     fetch_rows,
-    request_id_of,
+    ids_beside,
     requests_of_run,
     run_id_of,
     run_record,
@@ -35,9 +36,10 @@ from ._sql import (
     RUN_COLUMNS,
     SQL_HISTORY,
     SQL_JOURNALED_AFTER,
-    SQL_REQUEST_IDS,
+    SQL_REQUEST_IDS_BESIDE,
     SQL_RUN,
     SQL_RUN_IDS,
+    SQL_RUN_IDS_BESIDE,
     SQL_SCHEMA_VERSION,
     SQL_TABLE_NAMES,
     filtered,
@@ -178,6 +180,14 @@ class SqliteReader:
         text, params = prefix_query(SQL_RUN_IDS, prefix)
         return [run_id_of(row) for row in fetch_rows(self._conn, text, params)]
 
+    def run_ids_beside(self, run_ids: Iterable[str]) -> list[str]:
+        """``run_ids`` with the stored run ids next to each (``_records.ids_beside``)."""
+        return ids_beside(self._conn, SQL_RUN_IDS_BESIDE, run_ids)
+
+    def request_ids_beside(self, request_ids: Iterable[str]) -> list[str]:
+        """``request_ids`` with the stored request ids next to each (``ids_beside``)."""
+        return ids_beside(self._conn, SQL_REQUEST_IDS_BESIDE, request_ids)
+
     def run_and_latest(self, run_id: str) -> tuple[RunRecord, Checkpoint | None] | None:
         """The run and its latest checkpoint, folded from its rows as the store folds them
         (``SqliteStore.get_run_and_latest``); None for no such run. Loads the checkpoint
@@ -210,11 +220,6 @@ class SqliteReader:
         if status == "pending" or (status is not None and run_id is not None):
             return requests_of_run(self._conn, text, params, run_id)
         return [stored_request(row) for row in fetch_rows(self._conn, text, params)]
-
-    def request_ids(self) -> list[str]:
-        """Every request's id, sorted."""
-        text, params = prefix_query(SQL_REQUEST_IDS, "")
-        return [request_id_of(row) for row in fetch_rows(self._conn, text, params)]
 
     def journaled_after(self, run_id: str, superstep: int) -> bool:
         """Whether the run has journal entries of supersteps after ``superstep``: only such a

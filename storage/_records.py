@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from workflow_engine._errors import StoreCorruptError, shown
@@ -192,6 +192,19 @@ def request_id_of(row: Sequence[Any]) -> str:
     run_id = row[1] if isinstance(row[1], str) else f"<unknown: {shown(row[1])}>"
     text: str = checked_text(row[0], run_id, "a request id")
     return text
+
+
+def ids_beside(conn: sqlite3.Connection, text: str, ids: Iterable[str]) -> list[str]:
+    """``ids`` and, for each, the stored ids just before and after it in id order (a query,
+    ``text``, of ``_sql._beside``): what the shortest unique prefix of each of ``ids`` among
+    all stored ids is worked out from, read as two seeks per id instead of every id there is
+    (a table of 12 pending requests read 100,000 request ids and run ids: 0.9 s)."""
+    found = set(ids)
+    for given in list(found):
+        for beside in conn.execute(text, (given,)).fetchone():
+            if isinstance(beside, str):  # (a damaged one, not text, cannot be typed: no rival)
+                found.add(beside)
+    return sorted(found)
 
 
 def requests_of_run(

@@ -237,6 +237,17 @@ def following(prefix: str) -> str | None:
     return None
 
 
+def _beside(table: str, column: str) -> str:
+    """The ids just before and after id ``?1`` in ``column``'s order (NULL where none): two
+    seeks of its index."""
+    return (
+        f"SELECT (SELECT {column} FROM {table} WHERE {column} < ?1 ORDER BY {column} DESC "
+        f"LIMIT 1), (SELECT {column} FROM {table} WHERE {column} > ?1 ORDER BY {column} LIMIT 1)"
+    )
+
+
+SQL_RUN_IDS_BESIDE = _beside("runs", "run_id")
+SQL_REQUEST_IDS_BESIDE = _beside("requests", "request_id")
 SQL_RUN_IDS = _starting_with("SELECT run_id FROM runs", "run_id")
 SQL_REQUEST_IDS = _starting_with(  # ids only: the data and answers of every request can be MBs
     "SELECT request_id, run_id FROM requests", "request_id"

@@ -47,7 +47,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,6 +101,7 @@ from ._chain import chain_to, check_chain, fold_chain, latest_chain
 from ._location import default_db_path, synchronous_mode
 from ._records import (
     decode_text,
+    ids_beside,
     lease_columns,
     load_json,
     request_id_of,
@@ -163,11 +164,13 @@ from ._sql import (
     SQL_REQUEST_CANCEL,
     SQL_REQUEST_DATA_SIZE,
     SQL_REQUEST_IDS,
+    SQL_REQUEST_IDS_BESIDE,
     SQL_REQUEST_STATUS,
     SQL_RUN,
     SQL_RUN_BASE,
     SQL_RUN_FOR_LEASE,
     SQL_RUN_IDS,
+    SQL_RUN_IDS_BESIDE,
     SQL_SCHEMA_VERSION,
     SQL_SET_STATUS,
     SQL_SPAN_BASE,
@@ -1869,6 +1872,20 @@ class SqliteStore:
             self._transaction, None, _fetch_all, prefix_query(SQL_RUN_IDS, prefix)
         )
         return [run_id_of(row) for row in rows]
+
+    async def run_ids_beside(self, run_ids: Iterable[str]) -> list[str]:
+        """``run_ids`` with the stored run ids just before and after each, in order: what the
+        shortest unique prefix of each of them is worked out from (a table the command line
+        prints), without reading every id there is."""
+        return await self._read(
+            self._transaction, "BEGIN", ids_beside, (SQL_RUN_IDS_BESIDE, list(run_ids))
+        )
+
+    async def request_ids_beside(self, request_ids: Iterable[str]) -> list[str]:
+        """``request_ids`` with the stored request ids just before and after each."""
+        return await self._read(
+            self._transaction, "BEGIN", ids_beside, (SQL_REQUEST_IDS_BESIDE, list(request_ids))
+        )
 
     # --- checkpoints ----------------------------------------------------------------------------
 

@@ -94,6 +94,7 @@ if TYPE_CHECKING:
     import threading
 
     from workflow_engine import Runtime, WorkflowError
+    from workflow_engine.storage import SqliteStore
 
 
 HELP = __doc__ or ""
@@ -328,6 +329,15 @@ async def _with_runtime(
         return await body(runtime)
     finally:
         await runtime.close()
+
+
+def _store_of(runtime: Runtime) -> SqliteStore:
+    """The SQLite store under a runtime the command line opened (``open_runtime``)."""
+    from workflow_engine.storage import SqliteStore
+
+    store = runtime.store
+    assert isinstance(store, SqliteStore)
+    return store
 
 
 def _require_database(db: Path | None) -> None:
@@ -1099,7 +1109,11 @@ def runs_list(
                 runs = [r for r in runs if person_status(r) == shown_only]
             answered = count_by_run(await runtime.store.list_requests(status="answered"))
             filtered = status is not None or workflow is not None
-            every = await runtime.store.run_ids() if filtered and runs and not json_mode else None
+            every = (
+                await _store_of(runtime).run_ids_beside([r.run_id for r in runs])
+                if filtered and runs and not json_mode
+                else None
+            )
             runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)()
             return EXIT_DONE
 
@@ -1156,8 +1170,9 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
                 return code
             in_doubt = await _runs_in_doubt(runtime)
             waiting = await _runs_answered(runtime)
-            request_ids = await runtime.store.request_ids() if pending else []
-            run_ids = await runtime.store.run_ids() if pending else []
+            store = _store_of(runtime)
+            request_ids = await store.request_ids_beside([p.request_id for p in pending])
+            run_ids = await store.run_ids_beside([p.run_id for p in pending])
             requests_output(pending, in_doubt, waiting, request_ids, run_ids, bool(damaged))()
             return code
 

@@ -2,7 +2,8 @@
 
 Tables show each id's shortest unique prefix, at least :data:`SHORT` characters long, computed
 against every id of that kind in the database -- not just the rows shown -- so that whatever a
-table shows can be typed back.
+table shows can be typed back. (Read as the stored ids just before and after each shown one:
+in sorted order, the longest prefix an id shares is with a neighbour.)
 """
 
 from __future__ import annotations

@@ -195,7 +195,11 @@ def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
         runs = [r for r in runs if person_status(r) == shown_only]
     answered = count_by_run(reader.list_requests(status="answered"))
     filtered = status is not None or workflow is not None
-    every = reader.run_ids() if filtered and runs and not json_mode else None
+    every = (
+        reader.run_ids_beside([r.run_id for r in runs])
+        if filtered and runs and not json_mode
+        else None
+    )
     return runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)
 
 
@@ -239,8 +243,8 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
         record = run_of(run_id)
         if answered_to_apply(record):
             waiting.append((record, count))
-    request_ids = reader.request_ids() if pending else []
-    run_ids = reader.run_ids() if pending else []
+    request_ids = reader.request_ids_beside([p.request_id for p in pending])
+    run_ids = reader.run_ids_beside([p.run_id for p in pending])
     return requests_output(pending, [], waiting, request_ids, run_ids)
 
 

@@ -850,3 +850,52 @@ def test_a_wal_without_its_shared_memory_file_is_left_to_the_store(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["runs.db", "runs.db-wal"]
     quick, proper = both(argv, env_for())
     assert quick == proper and quick[0] == 0
+
+
+def test_a_table_s_short_ids_are_unique_among_ids_it_does_not_show(tmp_path: Path) -> None:
+    """A table shows each id's shortest unique prefix among every id stored, yet reads only
+    the ids beside those it shows (it read every id: 0.9 s for 12 pending requests among
+    100,000 finished runs, outside tester 119). Here the ids it does not show -- a finished
+    run's, an applied request's -- share all but the last characters with the shown ones."""
+    db = tmp_path / "runs.db"
+
+    async def fill_sharing() -> tuple[str, str]:
+        runtime = Runtime(SqliteStore(db))
+        runtime.register(lambda: stepper_workflow(name="stepper"))
+        try:
+            done = await runtime.run("stepper", 1, run_id="shared-prefix-run-b")
+            await runtime.respond(done.pending_requests[0].request_id, {"approved": True})
+            await runtime.resume(done.run_id)
+            paused = await runtime.run("stepper", 1, run_id="shared-prefix-run-a")
+            return paused.run_id, paused.pending_requests[0].request_id
+        finally:
+            await runtime.close()
+
+    run_id, request_id = anyio.run(fill_sharing)
+    rival = request_id[:20] + ("0" if request_id[20] != "0" else "1") + request_id[21:]
+    with sqlite3.connect(db) as raw:  # an applied request whose id differs at character 21
+        columns = [row[1] for row in raw.execute("PRAGMA table_info(requests)")]
+        row = dict(
+            zip(
+                columns,
+                raw.execute(
+                    "SELECT * FROM requests WHERE request_id = ?", (request_id,)
+                ).fetchone(),
+                strict=True,
+            )
+        )
+        row.update(request_id=rival, status="applied")
+        marks = ", ".join("?" for _ in columns)
+        raw.execute(f"INSERT INTO requests VALUES ({marks})", [row[c] for c in columns])
+    env = env_for()
+    for argv in (
+        ["requests", "list", "--db", str(db)],
+        ["runs", "list", "--status", "idle_with_pending_requests", "--db", str(db)],
+    ):
+        quick, proper = both(argv, env)
+        assert quick == proper
+        assert quick[0] == 0, quick
+        shown = quick[1]
+        assert run_id in shown  # (its whole id: all but the last character is shared)
+        if argv[0] == "requests":
+            assert f"{request_id[:21]} " in shown and f"{request_id[:20]} " not in shown

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
 from workflow_engine.storage import SqliteStore
-from workflow_engine.storage._sql import SQL_RUN_IDS, following, prefix_query
+from workflow_engine.storage._records import ids_beside
+from workflow_engine.storage._sql import SQL_RUN_IDS, SQL_RUN_IDS_BESIDE, following, prefix_query
+from workflow_engine_cli._ids import short_ids
 
 # characters next to the edges the successor of a prefix has to step over
 EDGES = ["\x00", "\x7f", "\x80", "\ud7ff", "\ue000", "\uffff", "\U00010000", "\U0010ffff"]
@@ -97,3 +99,22 @@ def test_a_prefix_look_up_reads_a_range_of_the_index(tmp_path: Path) -> None:
     text, params = prefix_query(SQL_RUN_IDS, "1dd0")
     plan = " ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {text}", params))
     assert "run_id>? AND run_id<?" in plan, plan
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.text("ab:/0", min_size=1, max_size=12), unique=True, min_size=1, max_size=30),
+    data=st.data(),
+)
+def test_short_ids_from_the_ids_beside_the_shown_ones_are_those_among_all(
+    ids: list[str], data: st.DataObject
+) -> None:
+    """A table reads only the stored ids next to the ones it shows; each shown id's shortest
+    unique prefix among those is its shortest unique prefix among every id stored."""
+    shown = data.draw(st.lists(st.sampled_from(ids), unique=True, min_size=1), label="shown")
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE runs (run_id VARCHAR(64) NOT NULL, PRIMARY KEY (run_id))")
+    conn.executemany("INSERT INTO runs VALUES (?)", [(i,) for i in ids])
+    among_all = short_ids(ids)
+    beside = short_ids(ids_beside(conn, SQL_RUN_IDS_BESIDE, shown))
+    assert {i: beside[i] for i in shown} == {i: among_all[i] for i in shown}
