@@ -289,13 +289,20 @@ SQL_DOOMED = (  # finished, old, and not leased (a failed run being retried is k
     f"SELECT run_id FROM runs WHERE status IN {TERMINAL_SQL} AND updated_at < ? "
     "AND (owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ?)"
 )
-SQL_DOOMED_RUN_NOS = SQL_DOOMED.replace("SELECT run_id", "SELECT run_no", 1)
-SQL_PRUNE = {
-    table: f"DELETE FROM {table} WHERE run_id IN ({SQL_DOOMED})"
-    for table in ("requests", "journal", "runs")
+SQL_DOOMED_RUN_NO = (  # run ?1's number, if it is one SQL_DOOMED finds (with ?2, ?3) now
+    f"SELECT run_no FROM runs WHERE run_id = ?1 AND status IN {TERMINAL_SQL} AND updated_at < ?2 "
+    "AND (owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at < ?3)"
+)
+SQL_DROP_RUN = {
+    table: f"DELETE FROM {table} WHERE run_id = ?" for table in ("requests", "journal", "runs")
 }
 SQL_DROP_RUN_CHECKPOINTS = f"DELETE FROM checkpoints WHERE {_rows_of('?1')}"  # of run number ?1
 _RUN_ROWS = f"FROM checkpoints WHERE {_rows_of('r.run_no')}"  # the rows of run ``r``
+SQL_HISTORY_LENGTH = (  # run ?1's newest checkpoint seq and how many rows it has (NULLs: none)
+    f"SELECT newest, newest - oldest + 1 FROM (SELECT (SELECT seq FROM checkpoints WHERE "
+    f"{_IN_RUN} ORDER BY pos DESC LIMIT 1) AS newest, (SELECT seq FROM checkpoints WHERE "
+    f"{_IN_RUN} ORDER BY pos LIMIT 1) AS oldest)"
+)
 SQL_LONG_HISTORIES = (  # runs with more than ?1 checkpoint rows: (run, newest seq, rows)
     "SELECT run_id, newest, newest - oldest + 1 FROM (SELECT r.run_id AS run_id, "
     f"(SELECT seq {_RUN_ROWS} ORDER BY pos DESC LIMIT 1) AS newest, "

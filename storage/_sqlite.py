@@ -136,12 +136,15 @@ from ._sql import (
     SQL_COMMIT_RUN_RELEASE_NO_CANCEL,
     SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL,
     SQL_COMMIT_RUN_SAYING_CANCEL,
-    SQL_DOOMED_RUN_NOS,
+    SQL_DOOMED,
+    SQL_DOOMED_RUN_NO,
     SQL_DROP_BEFORE,
+    SQL_DROP_RUN,
     SQL_DROP_RUN_CHECKPOINTS,
     SQL_FENCE,
     SQL_FIRST_SPAN_AFTER,
     SQL_HISTORY,
+    SQL_HISTORY_LENGTH,
     SQL_INSERT_CHECKPOINT,
     SQL_INSERT_REQUEST,
     SQL_INSERT_RUN,
@@ -154,7 +157,6 @@ from ._sql import (
     SQL_LEASE_STATE,
     SQL_LONG_HISTORIES,
     SQL_MAKE_SNAPSHOT,
-    SQL_PRUNE,
     SQL_RELEASE,
     SQL_RELEASE_UNUSED,
     SQL_RELEASED_STATE,
@@ -2118,23 +2120,44 @@ class SqliteStore:
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:
         check_prune(finished_before, keep_last)
+        # Each part first looks, in a read transaction, for what it would delete -- every
+        # finished run, every run's history: a scan -- and takes the write lock only for
+        # those runs, each checked again under it. It held the lock for the whole scan, even
+        # with nothing to delete: other writers stalled (0.2 s at 100,000 runs, tester 119).
         deleted = 0
         if finished_before is not None:
-            deleted += await self._run(
-                self._transaction,
-                "BEGIN IMMEDIATE",
-                _prune_finished,
-                (finished_before, self.clock()),
+            now = self.clock()
+            doomed = await self._run(
+                self._transaction, "BEGIN", _fetch_all, (SQL_DOOMED, (finished_before, now))
             )
+            if doomed:
+                deleted += await self._run(
+                    self._transaction,
+                    "BEGIN IMMEDIATE",
+                    _prune_finished,
+                    ([run_id for (run_id,) in doomed], finished_before, now),
+                )
         if keep_last is not None:
-            deleted += await self._run(
-                self._transaction, "BEGIN IMMEDIATE", self._keep_last, (keep_last,)
+            long = await self._run(
+                self._transaction, "BEGIN", _fetch_all, (SQL_LONG_HISTORIES, (keep_last,))
             )
+            if long:
+                deleted += await self._run(
+                    self._transaction,
+                    "BEGIN IMMEDIATE",
+                    self._keep_last,
+                    (keep_last, [run_id for run_id, _, _ in long]),
+                )
         return deleted
 
-    def _keep_last(self, conn: Conn, keep: int) -> int:
+    def _keep_last(self, conn: Conn, keep: int, run_ids: Sequence[str]) -> int:
+        """Cut the histories of ``run_ids`` that are longer than ``keep`` checkpoints now."""
         deleted = 0
-        for run_id, max_seq, _count in conn.execute(SQL_LONG_HISTORIES, (keep,)).fetchall():
+        for run_id in run_ids:
+            found = conn.execute(SQL_HISTORY_LENGTH, (run_id,)).fetchone()
+            if found is None or found[0] is None or found[1] <= keep:
+                continue  # (gone, or cut meanwhile by another process's prune)
+            max_seq = found[0]
             first_kept = max_seq - keep + 1
             (base,) = conn.execute(SQL_RUN_BASE, (run_id,)).fetchone()
             # the oldest kept checkpoint becomes a snapshot, so nothing kept needs the rest;
@@ -2273,10 +2296,15 @@ def _update_one(conn: Conn, text: str, params: Sequence[Any]) -> bool:
     return conn.execute(text, params).rowcount == 1
 
 
-def _prune_finished(conn: Conn, finished_before: float, now: float) -> int:
+def _prune_finished(conn: Conn, run_ids: Sequence[str], finished_before: float, now: float) -> int:
+    """Delete the runs of ``run_ids`` that are still finished before ``finished_before`` and
+    unleased (one resumed since it was found is kept), with their rows."""
     deleted = 0
-    for (run_no,) in conn.execute(SQL_DOOMED_RUN_NOS, (finished_before, now)).fetchall():
-        deleted += conn.execute(SQL_DROP_RUN_CHECKPOINTS, (run_no,)).rowcount
-    for table in ("requests", "journal", "runs"):
-        conn.execute(SQL_PRUNE[table], (finished_before, now))
+    for run_id in run_ids:
+        found = conn.execute(SQL_DOOMED_RUN_NO, (run_id, finished_before, now)).fetchone()
+        if found is None:
+            continue
+        deleted += conn.execute(SQL_DROP_RUN_CHECKPOINTS, (found[0],)).rowcount
+        for table in ("requests", "journal", "runs"):
+            conn.execute(SQL_DROP_RUN[table], (run_id,))
     return deleted

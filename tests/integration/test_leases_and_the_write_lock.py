@@ -143,3 +143,30 @@ async def test_a_poller_refused_once_reads_the_lease_before_taking_the_lock(
     finally:
         await holder.close()
         await poller.close()
+
+
+async def test_a_prune_with_nothing_to_delete_does_not_take_the_write_lock(
+    tmp_path: Path,
+) -> None:
+    """It looks first, in a read: it held the write lock for its whole scan of every run,
+    even with nothing to delete, and stalled every writer (0.2 s at 100,000 runs, outside
+    tester 119). With something to delete it does take the lock (the second half: the test
+    would see it, since the store here gives up on a held lock at once)."""
+    from workflow_engine import Runtime, StoreLockedError
+
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db, busy_timeout=0.05))
+    runtime.register(lambda: stepper_workflow(name="stepper"))
+    try:
+        finished = await runtime.run("stepper", 1)
+        await runtime.respond(finished.pending_requests[0].request_id, {"approved": True})
+        await runtime.resume(finished.run_id)
+        await runtime.run("stepper", 1)  # paused
+        with locked_by_another_process(db):
+            assert await runtime.store.prune(finished_before=0.0, keep_last=1_000) == 0
+            with pytest.raises(StoreLockedError):
+                await runtime.store.prune(keep_last=1)
+        assert (await runtime.get_run(finished.run_id)).status.value == "idle"
+        assert await runtime.store.prune(keep_last=1) > 0
+    finally:
+        await runtime.close()
