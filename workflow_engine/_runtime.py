@@ -445,6 +445,15 @@ def check_id(given: Any, name: str, call: str) -> None:
         )
 
 
+_UNFINISHED = (
+    WorkflowRunState.IN_PROGRESS,
+    WorkflowRunState.IDLE_WITH_PENDING_REQUESTS,
+    WorkflowRunState.MAX_SUPERSTEPS_REACHED,
+    WorkflowRunState.FAILED,
+)
+"""What ``stranded_runs`` looks at: every status but finished and cancelled."""
+
+
 class Runtime:
     """Owns a run store and the registered workflows; the API for durable runs."""
 
@@ -1224,11 +1233,12 @@ class Runtime:
         """Unfinished runs this process cannot continue: their workflow is not registered, its
         graph changed, or a request they wait on expects an answer type the registered
         workflow no longer declares (a response type renamed)."""
-        runs = [
-            run
-            for run in await self.store.list_runs()
-            if run.status not in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED)
-        ]
+        # by status, so that the finished runs -- most of a long-used store -- are not read
+        # (all runs were: 0.7 s at 100,000 finished ones, outside tester 119)
+        runs = sorted(
+            [run for status in _UNFINISHED for run in await self.store.list_runs(status=status)],
+            key=lambda run: run.created_at,
+        )
         unanswerable = set()
         if runs:
             names = {run.run_id: run.workflow_name for run in runs}
