@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
-import itertools
 import json
 import logging
 import math
@@ -438,6 +437,25 @@ class Turn:
     interrupts, its result)."""
 
 
+@dataclass(frozen=True)
+class _Heard:
+    """What one run of a thread received from its client: the messages its starting request
+    carried (None: it did not record them) and the answers given as words."""
+
+    created_at: float
+    carried: list[Any] | None
+    answers: list[Any]
+
+
+_HEARD_KEPT = 10_000
+"""Finished runs whose ``_Heard`` a server keeps."""
+
+
+def _run_index(run_id: str) -> int:
+    """The number a thread's run id ends with (``<key>/<n>``)."""
+    return int(run_id.rpartition("/")[2])
+
+
 _START_LEASE_SECONDS = 30.0
 """How long a run this server admitted stays leased to it before its execution takes it (a
 server that dies in between leaves it to another after this long, or at once on this host)."""
@@ -465,6 +483,8 @@ class AGUIService:
         self._executing: dict[asyncio.Task[None], anyio.CancelScope] = {}
         """Runs being executed (``_execute``), each with the scope ``interrupt`` cancels: held
         here so that a task is never collected."""
+        self._heard_of: collections.OrderedDict[str, _Heard] = collections.OrderedDict()
+        """Finished runs' ``_Heard``, by run id (least recently used first)."""
 
     def thread_key(self, thread_id: str) -> str:
         """What the thread's run ids start with: ``<namespace>:<thread>``. An endpoint at
@@ -496,19 +516,21 @@ class AGUIService:
         runtime.register(workflow)
         return runtime, workflow
 
-    async def current_run(self, thread_id: str) -> tuple[str | None, int]:
-        """The thread's newest run id (or None) and the next free index."""
-        latest: str | None = None
-        index = 0
+    async def thread_runs(self, thread_id: str) -> list[str]:
+        """The thread's run ids, oldest first: one read of the ids that start with its key
+        (a look-up per run before: a thread's every request cost as many as it had runs)."""
         key = self.thread_key(thread_id)
-        while True:
-            run_id = f"{key}/{index}"
-            try:
-                await self.store.get_run(run_id)
-            except RunNotFoundError:
-                return latest, index
-            latest = run_id
-            index += 1
+        runs = [r for r in await self.store.run_ids(f"{key}/") if self.owns(thread_id, r)]
+        return sorted(runs, key=_run_index)
+
+    async def current_run(self, thread_id: str) -> tuple[str | None, int]:
+        """The thread's newest run id (or None) and the next index: after the newest, so that
+        a run's id is never taken again while any of the thread's runs are kept (a prune that
+        removed the first ones made the look-up from index 0 start the thread over)."""
+        runs = await self.thread_runs(thread_id)
+        if not runs:
+            return None, 0
+        return runs[-1], _run_index(runs[-1]) + 1
 
     async def stream(
         self, run_input: RunAgentInput, resume: list[ResumeAnswer] | None
@@ -1053,19 +1075,44 @@ class AGUIService:
         carried: list[list[Any]] = []
         answers: list[Any] = list(given)
         recorded = False
-        key = self.thread_key(thread_id)
-        for index in itertools.count():
-            try:
-                _, latest = await self.store.get_run_and_latest(f"{key}/{index}")
-            except RunNotFoundError:
-                break
-            stored = latest.shared_state.get(CLIENT_MESSAGES_KEY) if latest else None
-            if stored is not None:
+        for run_id in await self.thread_runs(thread_id):
+            heard = await self._heard(workflow, run_id)
+            if heard is None:  # (removed meanwhile)
+                continue
+            if heard.carried is not None:
                 recorded = True
-                carried.extend(workflow.codec.decode(stored))
-            requests = await self.store.list_requests(f"{key}/{index}", status=None)
-            answers.extend(r.answer for r in requests if _typed(r.response_type))
+                carried.extend(heard.carried)
+            answers.extend(heard.answers)
         return _not_received(users, carried, answers) if recorded else None
+
+    async def _heard(self, workflow: Workflow, run_id: str) -> _Heard | None:
+        """What run ``run_id`` received from the client (None: no such run). A finished run's
+        is kept, known by when the run was created: it does not change, and folding every run
+        of a long thread again at each of its resumes cost 0.3 s at 800 runs (tester 119)."""
+        try:
+            run = await self.store.get_run(run_id)
+        except RunNotFoundError:
+            return None
+        kept = self._heard_of.get(run_id)
+        if kept is not None and kept.created_at == run.created_at:
+            self._heard_of.move_to_end(run_id)
+            return kept
+        try:
+            run, latest = await self.store.get_run_and_latest(run_id)
+        except RunNotFoundError:
+            return None
+        stored = latest.shared_state.get(CLIENT_MESSAGES_KEY) if latest else None
+        requests = await self.store.list_requests(run_id, status=None)
+        heard = _Heard(
+            run.created_at,
+            workflow.codec.decode(stored) if stored is not None else None,
+            [r.answer for r in requests if _typed(r.response_type)],
+        )
+        if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
+            self._heard_of[run_id] = heard
+            while len(self._heard_of) > _HEARD_KEPT:
+                self._heard_of.popitem(last=False)
+        return heard
 
     async def _replayed(
         self, runtime: Runtime, workflow: Workflow, run_input: RunAgentInput, turn: Turn
