@@ -313,10 +313,7 @@ class RunLoop:
                 g: {src: [enc(m) for m in msgs] for src, msgs in buf.items()}
                 for g, buf in s.fan_in.items()
             },
-            pending_requests={
-                r.request_id: request_record(r, enc, self.workflow.stored_type_name)
-                for r in s.pending.values()
-            },
+            pending_requests=self._pending_records(previous),
             answered_requests=dict(s.answered),
             answered_digests=s.answered_digests,
             cancelled_requests=list(s.cancelled),
@@ -326,6 +323,18 @@ class RunLoop:
         s.checkpoint = cp
         s.digests_shared = True
         return cp
+
+    def _pending_records(self, previous: Checkpoint | None) -> dict[str, RequestRecord]:
+        """The pending requests as a checkpoint stores them: a request pending in ``previous``
+        too keeps its record there (a request never changes, and its id names it), so only
+        new ones are encoded -- a run waiting on 1,000 requests encoded all of them at every
+        checkpoint."""
+        kept = previous.pending_requests if previous is not None else {}
+        enc, name_of = self.codec.encode, self.workflow.stored_type_name
+        return {
+            request_id: kept.get(request_id) or request_record(request, enc, name_of)
+            for request_id, request in self.state.pending.items()
+        }
 
     async def commit(self, changes: CheckpointChanges | None = None) -> None:
         """Checkpoint into the store. A failing store stops the run loudly. Without a store the
