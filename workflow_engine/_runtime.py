@@ -1277,16 +1277,6 @@ class Runtime:
             )
         run = await self.store.get_run(run_id)
         wf = self._workflow_for(run)
-        history = await self.store.history(run_id)
-        if checkpoint_id is not None:
-            chosen = [i for i in history if i.checkpoint_id == checkpoint_id]
-        else:
-            # default: the latest checkpoint (a fork of the run as it stands now)
-            chosen = [
-                i
-                for n, i in enumerate(history)
-                if (i.superstep == superstep if superstep is not None else n == len(history) - 1)
-            ]
         where = (
             f"checkpoint {checkpoint_id!r}"
             if checkpoint_id
@@ -1294,12 +1284,34 @@ class Runtime:
             if superstep is not None
             else "latest checkpoint"
         )
-        if not chosen:
-            raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
+        # the run's history is read only to find a superstep's checkpoint: the latest and a
+        # named one are read as they are (a fork cost a read of every checkpoint's row: 0.1 s
+        # at 20,000 of them, outside tester 119)
+        chosen: str | None = checkpoint_id
+        if superstep is not None and checkpoint_id is None:
+            chosen = next(
+                (
+                    i.checkpoint_id
+                    for i in await self.store.history(run_id)
+                    if i.superstep == superstep
+                ),
+                None,
+            )
+            if chosen is None:
+                raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
         try:
-            source = await self.store.load(chosen[0].checkpoint_id)
+            if chosen is None:  # default: the latest checkpoint (the run as it stands now)
+                source = await self.store.latest(run_id)
+                if source is None:
+                    raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
+            else:
+                source = await self.store.load(chosen)
+                if source.run_id != run_id:
+                    raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
         except CheckpointNotFoundError:
             await self.store.get_run(run_id)  # RunNotFoundError if it was pruned meanwhile
+            if chosen is not None and superstep is None:
+                raise CheckpointNotFoundError(f"run {run_id!r} has no {where}") from None
             raise CheckpointNotFoundError(
                 f"run {run_id!r} has no {where} any more: it was pruned while being forked"
             ) from None

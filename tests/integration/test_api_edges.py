@@ -98,17 +98,44 @@ async def test_fork_defaults_to_the_latest_checkpoint_and_run_ids_are_unique(
 class PruningWhileForking(SqliteStore):
     """A store on which another process prunes right after ``history`` is read (every finished
     run, or all but the last checkpoint of every run): the moment a fork is between choosing
-    its checkpoint and loading it."""
+    its checkpoint and loading it -- or, forking the latest (no history read), right before
+    reading it."""
 
     keep_last: int | None = None
 
     async def history(self, run_id: str) -> Any:
         found = await super().history(run_id)
+        await self._prune()
+        return found
+
+    async def latest(self, run_id: str) -> Any:
+        await self._prune()
+        return await super().latest(run_id)
+
+    async def _prune(self) -> None:
         if self.keep_last is None:
             await super().prune(finished_before=self.clock() + 1)
         else:
             await super().prune(keep_last=self.keep_last)
-        return found
+
+
+async def test_fork_by_checkpoint_id_takes_only_one_of_the_run_s_own(tmp_path: Path) -> None:
+    """A named checkpoint is read as it is, not looked for in the run's history (a fork read
+    every checkpoint's row: outside tester 119): one of another run is still refused."""
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(build_ask)
+    one = await runtime.run("ask", "m", run_id="one")
+    other = await runtime.run("ask", "m", run_id="other")
+    [first, *_] = await runtime.history(one.run_id)
+    forked = await runtime.fork(one.run_id, checkpoint_id=first.checkpoint_id)
+    assert (await runtime.get_run(forked)).parent_run_id == "one"
+    [theirs, *_] = await runtime.history(other.run_id)
+    for given in (theirs.checkpoint_id, "0" * 32):
+        with pytest.raises(
+            CheckpointNotFoundError, match=f"run 'one' has no checkpoint '{given}'$"
+        ):
+            await runtime.fork(one.run_id, checkpoint_id=given)
+    await runtime.close()
 
 
 async def test_forking_a_run_pruned_meanwhile_says_the_run_is_gone(tmp_path: Path) -> None:
