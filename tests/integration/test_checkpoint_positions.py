@@ -13,7 +13,7 @@ from tests.integration.workflows import stepper_workflow
 from workflow_engine import Runtime, WorkflowRunState
 from workflow_engine.storage import SqliteStore
 from workflow_engine.storage._schema import SCHEMA_VERSION
-from workflow_engine.storage._sql import SQL_INSERT_CHECKPOINT
+from workflow_engine.storage._sql import SQL_DOOMED, SQL_INSERT_CHECKPOINT
 from workflow_engine.storage._sqlite import _prune_finished
 
 pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
@@ -252,8 +252,10 @@ async def pruning_steps(db: Path, kept: int) -> tuple[int, int]:
     raw = sqlite3.connect(db, isolation_level=None)
     raw.execute("PRAGMA foreign_keys=ON")  # as the store's connection has it
     raw.set_progress_handler(count, 100)
+    finished_before, now = time.time() + 1, time.time()
+    doomed = [run_id for (run_id,) in raw.execute(SQL_DOOMED, (finished_before, now))]
     raw.execute("BEGIN IMMEDIATE")
-    removed = _prune_finished(raw, time.time() + 1, time.time())
+    removed = _prune_finished(raw, doomed, finished_before, now)
     raw.execute("COMMIT")
     raw.close()
     return steps, removed
