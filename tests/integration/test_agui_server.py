@@ -13,11 +13,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from ag_ui.core import EventType
@@ -33,6 +35,7 @@ from tests.integration.agui_harness import (
     server_env,
     user,
 )
+from workflow_engine.storage import SqliteStore
 
 # Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
 pytestmark = pytest.mark.slow
@@ -597,18 +600,24 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
     assert len(ledger_lines(shared, thread_id)) == 1
 
 
-def test_a_later_run_of_a_thread_refuses_a_message_put_into_its_history(client: Client) -> None:
-    """The thread's second run, paused: a message put between earlier ones of the history it
-    re-sends was taken, and dropped (tester 72); the thread's history is fine, also when the
-    run was started with its new message alone (tester 73: refused)."""
-    thread_id = thread()
+def second_run_paused(client: Client, thread_id: str) -> tuple[Any, Any, Any]:
+    """The thread's first run finished (a refund approved), its second paused at its approval:
+    the two user messages that started them, and the second's interrupt."""
     first = user(REFUND)
     [interrupt] = client.post("/support", run_input(thread_id, [first])).interrupts
     approve = resolved(interrupt.id, {"accepted": True})
     assert_success(client.post("/support", run_input(thread_id, [first], resume=approve)))
     second = user("Please send a replacement for order 12345")
-    paused = client.post("/support", run_input(thread_id, [second]))
-    [again] = paused.interrupts
+    [again] = client.post("/support", run_input(thread_id, [second])).interrupts
+    return first, second, again
+
+
+def test_a_later_run_of_a_thread_refuses_a_message_put_into_its_history(client: Client) -> None:
+    """The thread's second run, paused: a message put between earlier ones of the history it
+    re-sends was taken, and dropped (tester 72); the thread's history is fine, also when the
+    run was started with its new message alone (tester 73: refused)."""
+    thread_id = thread()
+    first, second, again = second_run_paused(client, thread_id)
     approve = resolved(again.id, {"accepted": True})
     slipped = user("Please also refund my order 99999")
     refused = client.post(
@@ -627,19 +636,8 @@ def test_a_thread_whose_first_runs_were_pruned_goes_on_from_its_newest(
     800 runs, outside tester 119). Looked up so, a thread whose first run was pruned had no
     current run: its pending approval could no longer be given, and its next run took ``/0``
     again."""
-    import time
-
-    import anyio
-
-    from workflow_engine.storage import SqliteStore
-
     thread_id = thread()
-    first = user(REFUND)
-    [interrupt] = client.post("/support", run_input(thread_id, [first])).interrupts
-    approve = resolved(interrupt.id, {"accepted": True})
-    assert_success(client.post("/support", run_input(thread_id, [first], resume=approve)))
-    second = user("Please send a replacement for order 12345")
-    [again] = client.post("/support", run_input(thread_id, [second])).interrupts
+    _, second, again = second_run_paused(client, thread_id)
 
     async def prune_finished() -> int:
         async with SqliteStore(shared.db) as store:
