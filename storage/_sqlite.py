@@ -2299,12 +2299,14 @@ def _update_one(conn: Conn, text: str, params: Sequence[Any]) -> bool:
 def _prune_finished(conn: Conn, run_ids: Sequence[str], finished_before: float, now: float) -> int:
     """Delete the runs of ``run_ids`` that are still finished before ``finished_before`` and
     unleased (one resumed since it was found is kept), with their rows."""
-    deleted = 0
+    doomed = []
     for run_id in run_ids:
         found = conn.execute(SQL_DOOMED_RUN_NO, (run_id, finished_before, now)).fetchone()
-        if found is None:
-            continue
-        deleted += conn.execute(SQL_DROP_RUN_CHECKPOINTS, (found[0],)).rowcount
-        for table in ("requests", "journal", "runs"):
-            conn.execute(SQL_DROP_RUN[table], (run_id,))
+        if found is not None:
+            doomed.append((run_id, found[0]))
+    deleted = 0
+    for _, run_no in doomed:
+        deleted += conn.execute(SQL_DROP_RUN_CHECKPOINTS, (run_no,)).rowcount
+    for table in ("requests", "journal", "runs"):
+        conn.executemany(SQL_DROP_RUN[table], [(run_id,) for run_id, _ in doomed])
     return deleted
