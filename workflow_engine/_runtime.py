@@ -1275,6 +1275,11 @@ class Runtime:
                 f"fork: superstep is a whole number (int), not {type(superstep).__name__} "
                 f"({superstep!r:.40})"
             )
+        if superstep is not None and checkpoint_id is not None:  # (the superstep was ignored)
+            raise UsageError(
+                f"fork: give a superstep or a checkpoint_id, not both ({superstep}, "
+                f"{checkpoint_id!r:.40})"
+            )
         run = await self.store.get_run(run_id)
         wf = self._workflow_for(run)
         where = (
@@ -1288,7 +1293,7 @@ class Runtime:
         # named one are read as they are (a fork cost a read of every checkpoint's row: 0.1 s
         # at 20,000 of them, outside tester 119)
         chosen: str | None = checkpoint_id
-        if superstep is not None and checkpoint_id is None:
+        if superstep is not None:
             chosen = next(
                 (
                     i.checkpoint_id

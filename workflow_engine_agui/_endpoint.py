@@ -1075,7 +1075,8 @@ class AGUIService:
         carried: list[list[Any]] = []
         answers: list[Any] = list(given)
         recorded = False
-        for run_id in await self.thread_runs(thread_id):
+        runs = await self.thread_runs(thread_id)
+        for run_id in runs:
             heard = await self._heard(workflow, run_id)
             if heard is None:  # (removed meanwhile)
                 continue
@@ -1083,7 +1084,14 @@ class AGUIService:
                 recorded = True
                 carried.extend(heard.carried)
             answers.extend(heard.answers)
-        return _not_received(users, carried, answers) if recorded else None
+        if not recorded:
+            return None
+        if runs and _run_index(runs[0]) > 0:
+            # the thread's first runs were pruned: what they received is not known, so the
+            # history before the first message a kept run received is taken as theirs (it was
+            # refused as new -- and the pending approval with it: outside tester 120)
+            users = users[_first_received(users, carried) :]
+        return _not_received(users, carried, answers)
 
     async def _heard(self, workflow: Workflow, run_id: str) -> _Heard | None:
         """What run ``run_id`` received from the client (None: no such run). A finished run's
@@ -1395,6 +1403,21 @@ def _typed(response_type: Any) -> bool:
     its arguments are the call's)."""
     approval = ToolApprovalResponseContent
     return response_type is not approval and response_type != approval.__qualname__
+
+
+def _first_received(users: list[tuple[str | None, str]], carried: list[list[Any]]) -> int:
+    """The position of the first of ``users`` that is one of the ``carried`` messages (as
+    ``_not_received`` matches them); 0 if none is (a history that holds none of them says
+    nothing of where the pruned runs' part ends: all of it is checked)."""
+    by_id = {m[0]: m[1] for m in carried if m[0]}
+    without_id = {m[1] for m in carried if not m[0]}
+    for position, (message_id, text) in enumerate(users):
+        digest = _digest(text)
+        if (message_id and by_id.get(message_id) == digest) or (
+            not message_id and digest in without_id
+        ):
+            return position
+    return 0
 
 
 def _user_messages(messages: Sequence[Any]) -> list[tuple[str | None, str]]:

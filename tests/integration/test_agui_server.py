@@ -635,9 +635,10 @@ def test_a_thread_whose_first_runs_were_pruned_goes_on_from_its_newest(
     ``/0`` on until one is missing (a request cost a look-up per run of the thread: 0.25 s at
     800 runs, outside tester 119). Looked up so, a thread whose first run was pruned had no
     current run: its pending approval could no longer be given, and its next run took ``/0``
-    again."""
+    again. A history re-sent with the approval holds messages only the pruned run received:
+    taken as theirs, not as new."""
     thread_id = thread()
-    _, second, again = second_run_paused(client, thread_id)
+    first, second, again = second_run_paused(client, thread_id)
 
     async def prune_finished() -> int:
         async with SqliteStore(shared.db) as store:
@@ -647,7 +648,15 @@ def test_a_thread_whose_first_runs_were_pruned_goes_on_from_its_newest(
 
     assert anyio.run(prune_finished) > 0
     approve = resolved(again.id, {"accepted": True})
-    assert_success(client.post("/support", run_input(thread_id, [second], resume=approve)))
+    # the history re-sent with the approval: its first message went to the pruned run, and
+    # was refused as new (outside tester 120); one after the kept run's still is
+    slipped = user("Please also refund my order 99999")
+    refused = client.post(
+        "/support", run_input(thread_id, [first, second, slipped], resume=approve)
+    )
+    assert refused.error_code == "message_in_resume", refused.describe()
+    assert slipped["content"] in refused.last.message
+    assert_success(client.post("/support", run_input(thread_id, [first, second], resume=approve)))
     third = client.start("/support", thread_id, "I want a refund for order 67890")
     assert third.interrupts  # a run of its own, after the newest
 

@@ -163,6 +163,8 @@ async def test_misused_arguments_name_what_was_expected(tmp_path: Path) -> None:
         await rt.respond_all([(asked.request_id, {"approved": True})])  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r"fork: superstep is a whole number \(int\), not str"):
         await rt.fork(paused.run_id, "1")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="fork: give a superstep or a checkpoint_id, not both"):
+        await rt.fork(paused.run_id, 1, checkpoint_id=paused.checkpoint.checkpoint_id)
     with pytest.raises(UsageError, match="unless_answered is a list of request ids"):
         await rt.cancel(paused.run_id, unless_answered=asked.request_id)
     with pytest.raises(UsageError, match="unless_answered is a list of request ids, not 5"):
