@@ -1870,9 +1870,9 @@ class SqliteStore:
         return [run_record(r) for r in rows]
 
     async def run_ids(self, prefix: str = "") -> Sequence[str]:
-        rows = await self._run(
-            self._transaction, None, _fetch_all, prefix_query(SQL_RUN_IDS, prefix)
-        )
+        # (every id: maybe many, on the worker; those with a prefix, a range: a short read)
+        read = self._read if prefix else self._run
+        rows = await read(self._transaction, None, _fetch_all, prefix_query(SQL_RUN_IDS, prefix))
         return [run_id_of(row) for row in rows]
 
     async def run_ids_beside(self, run_ids: Iterable[str]) -> list[str]:
@@ -1972,7 +1972,8 @@ class SqliteStore:
         return [stored_request(r) for r in rows]
 
     async def request_ids(self, prefix: str = "") -> Sequence[str]:
-        rows = await self._run(
+        read = self._read if prefix else self._run  # (as ``run_ids``)
+        rows = await read(
             self._transaction, None, _fetch_all, prefix_query(SQL_REQUEST_IDS, prefix)
         )
         return [request_id_of(row) for row in rows]

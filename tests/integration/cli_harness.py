@@ -328,6 +328,22 @@ class ScreenSession(PtySession):
             if not self._read(deadline):
                 raise AssertionError(f"exited before {text!r}; screen:\n{self.screen_text()}")
 
+    def expect_prompt(self, prompt: str, timeout: float = READ_TIMEOUT) -> list[str]:
+        """Read until the screen ends with ``prompt``: a prompt asked again (after an error
+        said above it) is shown only once the keys typed before it were dropped (a prompt
+        reads only what is typed after it), so what is sent after this is read."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [line for line in self.screen() if line.strip()]
+            if lines and lines[-1].strip() == prompt.strip():
+                return self.screen()
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"the screen does not end with {prompt!r} after {timeout:g} s; screen:\n"
+                    + self.screen_text()
+                )
+            self._read(min(deadline, time.monotonic() + 0.1))
+
     def settle(self, quiet: float = 0.3, timeout: float = READ_TIMEOUT) -> None:
         """Read until no output arrived for ``quiet`` seconds (a prompt waits for input)."""
         deadline = time.monotonic() + timeout

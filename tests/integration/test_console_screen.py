@@ -319,16 +319,20 @@ def test_demo_edited_arguments_are_asked_again_until_valid(
 ) -> None:
     demo = start_demo(sessions, cli)
     demo.send("e")
-    demo.expect_screen("Arguments to change, as JSON (empty: back):")
+    edit = "Arguments to change, as JSON (empty: back):"
+    demo.expect_screen(edit)
     demo.send('{"amount": "lots"}')
     demo.expect_screen("Input should be a valid number")
+    demo.expect_prompt(edit)  # (asked again: what is typed before it is dropped)
     demo.send("{oops")
     demo.expect_screen("not JSON")
+    demo.expect_prompt(edit)
     demo.send("")  # back to the question, which still accepts y/n/e
     demo.settle()
     assert demo.screen()[-1] == APPROVE
     demo.send("maybe")
     demo.expect_screen("answer y (run it), n (do not run it) or e (edit its arguments)")
+    demo.expect_prompt(APPROVE)
     demo.send("e")
     demo.settle()
     demo.send('{"amount": 50}')
@@ -396,10 +400,14 @@ def test_review_prompt_shows_the_shape_and_asks_again(
             "Answer (JSON):",
         ],
     )
+    # each answer once the prompt is asked again: keys typed before it are dropped (a flake:
+    # the second answer, sent as the error appeared, was lost in 1 CI run of many)
     review.send("yes")
     review.expect_screen("not JSON")
+    review.expect_prompt("Answer (JSON):")
     review.send('{"approved": "maybe"}')
     review.expect_screen("Input should be a valid boolean")
+    review.expect_prompt("Answer (JSON):")
     review.send('{"approved": false, "feedback": "add an example"}')
     review.expect_screen("version: 2")
     review.send('{"approved": true}')
