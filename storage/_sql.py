@@ -298,17 +298,26 @@ SQL_DROP_RUN = {
 }
 SQL_DROP_RUN_CHECKPOINTS = f"DELETE FROM checkpoints WHERE {_rows_of('?1')}"  # of run number ?1
 _RUN_ROWS = f"FROM checkpoints WHERE {_rows_of('r.run_no')}"  # the rows of run ``r``
+
+
+def _history_ends(rows: str) -> str:
+    """The newest and oldest seq of the checkpoint ``rows`` (``FROM ... WHERE ...``), as
+    ``newest`` and ``oldest``: two seeks -- a run's seqs are contiguous (rows only ever go
+    from the front), so ``newest - oldest + 1`` is how many it has."""
+    return (
+        f"(SELECT seq {rows} ORDER BY pos DESC LIMIT 1) AS newest, "
+        f"(SELECT seq {rows} ORDER BY pos LIMIT 1) AS oldest"
+    )
+
+
 SQL_HISTORY_LENGTH = (  # run ?1's newest checkpoint seq and how many rows it has (NULLs: none)
-    f"SELECT newest, newest - oldest + 1 FROM (SELECT (SELECT seq FROM checkpoints WHERE "
-    f"{_IN_RUN} ORDER BY pos DESC LIMIT 1) AS newest, (SELECT seq FROM checkpoints WHERE "
-    f"{_IN_RUN} ORDER BY pos LIMIT 1) AS oldest)"
+    "SELECT newest, newest - oldest + 1 FROM "
+    f"(SELECT {_history_ends(f'FROM checkpoints WHERE {_IN_RUN}')})"
 )
 SQL_LONG_HISTORIES = (  # runs with more than ?1 checkpoint rows: (run, newest seq, rows)
     "SELECT run_id, newest, newest - oldest + 1 FROM (SELECT r.run_id AS run_id, "
-    f"(SELECT seq {_RUN_ROWS} ORDER BY pos DESC LIMIT 1) AS newest, "
-    f"(SELECT seq {_RUN_ROWS} ORDER BY pos LIMIT 1) AS oldest FROM runs r) "
-    "WHERE newest - oldest + 1 > ?1"
-)  # two seeks per run: its rows' seqs are contiguous (they only ever go from the front)
+    f"{_history_ends(_RUN_ROWS)} FROM runs r) WHERE newest - oldest + 1 > ?1"
+)
 SQL_MAKE_SNAPSHOT = (  # checkpoint ?3 of run ?1 becomes a snapshot holding ?2 (lists apart: ?4, ?5)
     "UPDATE checkpoints SET kind = 'snapshot', body = ?2, lists = ?4, list_items = ?5 "
     f"WHERE pos = {_BASE} + ?3"

@@ -1097,14 +1097,15 @@ class AGUIService:
         """What run ``run_id`` received from the client (None: no such run). A finished run's
         is kept, known by when the run was created: it does not change, and folding every run
         of a long thread again at each of its resumes cost 0.3 s at 800 runs (tester 119)."""
-        try:
-            run = await self.store.get_run(run_id)
-        except RunNotFoundError:
-            return None
         kept = self._heard_of.get(run_id)
-        if kept is not None and kept.created_at == run.created_at:
-            self._heard_of.move_to_end(run_id)
-            return kept
+        if kept is not None:  # (the run alone is read to check it; the fold only without)
+            try:
+                run = await self.store.get_run(run_id)
+            except RunNotFoundError:
+                return None
+            if kept.created_at == run.created_at:
+                self._heard_of.move_to_end(run_id)
+                return kept
         try:
             run, latest = await self.store.get_run_and_latest(run_id)
         except RunNotFoundError:
@@ -1358,8 +1359,7 @@ def _not_received(
     """The first of ``users`` (id, text) that is neither one of the ``carried`` messages
     (``[id, digest]``: by id, with the same words; by words, for one that had no id) nor the
     words of one of ``answers`` (JSON data, stored or as given), each answer taken once."""
-    by_id = {m[0]: m[1] for m in carried if m[0]}
-    without_id = {m[1] for m in carried if not m[0]}
+    by_id, without_id = _carried_index(carried)
     left = collections.Counter(_digest(text) for text in _texts_in(answers))
     for message_id, text in users:
         digest = _digest(text)
@@ -1405,12 +1405,16 @@ def _typed(response_type: Any) -> bool:
     return response_type is not approval and response_type != approval.__qualname__
 
 
+def _carried_index(carried: list[list[Any]]) -> tuple[dict[str, str], set[str]]:
+    """The ``carried`` messages (``[id, digest]``) by id, and the digests of those without."""
+    return {m[0]: m[1] for m in carried if m[0]}, {m[1] for m in carried if not m[0]}
+
+
 def _first_received(users: list[tuple[str | None, str]], carried: list[list[Any]]) -> int:
     """The position of the first of ``users`` that is one of the ``carried`` messages (as
     ``_not_received`` matches them); 0 if none is (a history that holds none of them says
     nothing of where the pruned runs' part ends: all of it is checked)."""
-    by_id = {m[0]: m[1] for m in carried if m[0]}
-    without_id = {m[1] for m in carried if not m[0]}
+    by_id, without_id = _carried_index(carried)
     for position, (message_id, text) in enumerate(users):
         digest = _digest(text)
         if (message_id and by_id.get(message_id) == digest) or (

@@ -612,6 +612,19 @@ def second_run_paused(client: Client, thread_id: str) -> tuple[Any, Any, Any]:
     return first, second, again
 
 
+def refused_as_new(
+    client: Client,
+    thread_id: str,
+    history: list[dict[str, str]],
+    slipped: dict[str, str],
+    approve: Any,
+) -> None:
+    """A resume with ``history``, which holds ``slipped``, is refused as carrying it new."""
+    refused = client.post("/support", run_input(thread_id, history, resume=approve))
+    assert refused.error_code == "message_in_resume", refused.describe()
+    assert slipped["content"] in refused.last.message
+
+
 def test_a_later_run_of_a_thread_refuses_a_message_put_into_its_history(client: Client) -> None:
     """The thread's second run, paused: a message put between earlier ones of the history it
     re-sends was taken, and dropped (tester 72); the thread's history is fine, also when the
@@ -620,11 +633,7 @@ def test_a_later_run_of_a_thread_refuses_a_message_put_into_its_history(client: 
     first, second, again = second_run_paused(client, thread_id)
     approve = resolved(again.id, {"accepted": True})
     slipped = user("Please also refund my order 99999")
-    refused = client.post(
-        "/support", run_input(thread_id, [first, slipped, second], resume=approve)
-    )
-    assert refused.error_code == "message_in_resume", refused.describe()
-    assert slipped["content"] in refused.last.message
+    refused_as_new(client, thread_id, [first, slipped, second], slipped, approve)
     assert_success(client.post("/support", run_input(thread_id, [first, second], resume=approve)))
 
 
@@ -651,11 +660,7 @@ def test_a_thread_whose_first_runs_were_pruned_goes_on_from_its_newest(
     # the history re-sent with the approval: its first message went to the pruned run, and
     # was refused as new (outside tester 120); one after the kept run's still is
     slipped = user("Please also refund my order 99999")
-    refused = client.post(
-        "/support", run_input(thread_id, [first, second, slipped], resume=approve)
-    )
-    assert refused.error_code == "message_in_resume", refused.describe()
-    assert slipped["content"] in refused.last.message
+    refused_as_new(client, thread_id, [first, second, slipped], slipped, approve)
     assert_success(client.post("/support", run_input(thread_id, [first, second], resume=approve)))
     third = client.start("/support", thread_id, "I want a refund for order 67890")
     assert third.interrupts  # a run of its own, after the newest
