@@ -480,6 +480,9 @@ class AGUIService:
         self._starting: set[str] = set()
         """Runs this server admitted whose execution has not taken their lease yet: in that
         moment a run looks as if a server stop had cut it off."""
+        self._born_to: dict[str, str] = {}
+        """Runs this server admitted whose execution is not over, each with the owner it was
+        admitted under (see ``_being_started``)."""
         self._executing: dict[asyncio.Task[None], anyio.CancelScope] = {}
         """Runs being executed (``_execute``), each with the scope ``interrupt`` cancels: held
         here so that a task is never collected."""
@@ -814,7 +817,7 @@ class AGUIService:
             )
         message = self._start_message(workflow, run_input.messages)
         if record is not None and (
-            record.run_id in self._starting or record.live_owner(time.time()) is not None
+            self._being_started(record) or record.live_owner(time.time()) is not None
         ):
             raise AGUIError(
                 "run_busy",
@@ -861,6 +864,7 @@ class AGUIService:
             ) from None
         owner_ended(placeholder)
         self._starting.add(checkpoint.run_id)
+        self._born_to[checkpoint.run_id] = placeholder
         return Turn(checkpoint.run_id, key, placeholder=placeholder)
 
     async def _resume(
@@ -1029,9 +1033,9 @@ class AGUIService:
         if not await self._started_with(workflow, record.run_id, message, run_input.run_id):
             return False
         run_id = record.run_id
-        if run_id in self._starting or record.live_owner(time.time()) is not None:
+        if self._being_started(record) or record.live_owner(time.time()) is not None:
             again = await self.store.get_run(run_id)
-            if run_id in self._starting or again.live_owner(time.time()) is not None:
+            if self._being_started(again) or again.live_owner(time.time()) is not None:
                 raise AGUIError(
                     "run_busy",
                     f"thread {run_input.thread_id}: this request started run {run_id}, which is "
@@ -1223,13 +1227,28 @@ class AGUIService:
             self._starting.discard(run_id)
             if placeholder is not None:
                 forget_ended_owner(placeholder)
+                if self._born_to.get(run_id) == placeholder:
+                    del self._born_to[run_id]
+
+    def _read_before_its_lease(self, run: RunRecord) -> bool:
+        """Whether ``run`` was read as this server admitted it, while its execution (not over)
+        was yet to take its lease. A run is admitted leased to an owner said to be over at
+        once, so that its execution may take it; read so, and looked at after the execution's
+        first event (no longer starting), it looked like a run left in progress with no one
+        on it: cut off."""
+        born_to = self._born_to.get(run.run_id)
+        return born_to is not None and run.owner == born_to
+
+    def _being_started(self, run: RunRecord) -> bool:
+        """Whether ``run`` (as read) is one whose execution here is about to take its lease."""
+        return run.run_id in self._starting or self._read_before_its_lease(run)
 
     async def _cut_off(self, run: RunRecord) -> bool:
         """Whether the thread's run stopped before it applied the answers it was given (the
         server was killed or restarted): left in the middle of a superstep, or resting with
         answers waiting -- and no live worker is on it. The same request again continues it;
         otherwise a repeated resume changes nothing."""
-        if run.live_owner(time.time()) is not None:
+        if self._read_before_its_lease(run) or run.live_owner(time.time()) is not None:
             return False  # being executed: that worker applies the answers
         if run.status is WorkflowRunState.IN_PROGRESS:
             return True

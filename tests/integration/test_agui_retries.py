@@ -275,6 +275,72 @@ def test_messages_sent_at_once_on_one_thread_start_one_run(tmp_path: Path) -> No
     assert status_of(tmp_path) is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # one run
 
 
+class ReadBeforeTheLease(SqliteStore):
+    """A store that orders a race: the first request's execution takes its run's lease only
+    once another request has read that run (``read``), and that read returns only once the
+    client of the first has seen its run's first event (``seen``)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.read, self.seen = threading.Event(), threading.Event()
+
+    async def acquire_latest(self, *args: Any, **kwargs: Any) -> Any:
+        await anyio.to_thread.run_sync(self.read.wait, 10)
+        return await super().acquire_latest(*args, **kwargs)
+
+    async def get_run_and_latest(self, run_id: str) -> Any:
+        found = await super().get_run_and_latest(run_id)
+        if not self.read.is_set():
+            self.read.set()
+            await anyio.to_thread.run_sync(self.seen.wait, 10)
+        return found
+
+
+def test_a_message_that_read_a_run_before_its_execution_took_it_is_run_busy(
+    tmp_path: Path,
+) -> None:
+    """A second message read the thread's run just after the first admitted it, still leased
+    to the owner it was born to; by the time the second decided, the run's execution had taken
+    the lease: that stale record read as a run left in progress with no one on it, and the
+    message was told ``run_interrupted`` (1 CI run in about 40 of the test above)."""
+    gate = threading.Event()
+    app = FastAPI()
+    store = ReadBeforeTheLease(tmp_path / "runs.db")
+    add_agui_endpoint(app, WorkflowBuilder(name="asker", start=Asker(gate)).build(), store=store)
+    first: list[dict[str, Any]] = []
+
+    def send_first(url: str, started: threading.Event) -> None:
+        body = {
+            "threadId": "t",
+            "runId": "r1",
+            "messages": [{"id": "m1", "role": "user", "content": "slow question"}],
+        }
+        with httpx.stream("POST", url, json=body, timeout=30) as response:
+            for line in response.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                first.append(json.loads(line[5:]))
+                if first[-1]["type"] == "RUN_STARTED":
+                    started.set()  # admitted: its execution waits to take the lease
+                elif len(first) == 2:
+                    store.seen.set()  # the run's first event: its execution took the lease
+                    gate.set()
+
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/"
+        started = threading.Event()
+        sender = threading.Thread(target=send_first, args=(url, started))
+        sender.start()
+        assert started.wait(10), "the first message started no run"
+        other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
+        sender.join(timeout=30)
+    anyio.run(store.close)
+    assert store.seen.is_set(), first
+    assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
+    assert first[-1]["type"] == "RUN_FINISHED", first[-1]
+    assert status_of(tmp_path) is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # one run
+
+
 def test_a_workflow_that_starts_with_an_agent_answers_a_client(tmp_path: Path) -> None:
     """``WorkflowBuilder(start=agent)`` mounted as a workflow (the README's bank agent): the
     client's messages are the run's input, so the agent takes its turn. It used to collect
