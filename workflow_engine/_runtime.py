@@ -1237,7 +1237,7 @@ class Runtime:
         # (all runs were: 0.7 s at 100,000 finished ones, outside tester 119)
         runs = sorted(
             [run for status in _UNFINISHED for run in await self.store.list_runs(status=status)],
-            key=lambda run: run.created_at,
+            key=lambda run: (run.created_at, run.run_id),  # (list_runs' order)
         )
         unanswerable = set()
         if runs:

@@ -410,6 +410,28 @@ async def test_stranded_runs_are_the_unfinished_ones_in_the_order_they_were_star
         await bare.close()
 
 
+async def test_stranded_runs_started_at_one_instant_are_in_the_store_s_order(
+    tmp_path: Path,
+) -> None:
+    """Runs stamped with the same creation time are listed as ``list_runs`` lists them (by run
+    id), not grouped by status (outside tester 120)."""
+    db = tmp_path / "runs.db"
+    rt = Runtime(SqliteStore(db, clock=lambda: 1_800_000_000.0))
+    rt.register(stepper_workflow)
+    rt.register(exploding_workflow)
+    for _ in range(4):
+        await rt.run("exploding", 1)
+        await rt.run("stepper", 1)
+        await rt.run("stepper", 1, max_supersteps=1)
+    listed = [r.run_id for r in await rt.store.list_runs()]
+    await rt.close()
+    bare = Runtime(SqliteStore(db))
+    try:
+        assert [r.run_id for r in await bare.stranded_runs()] == listed
+    finally:
+        await bare.close()
+
+
 async def test_changed_graph_strands_the_run_with_a_clear_error(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     rt = open_runtime(db)
