@@ -480,9 +480,9 @@ class AGUIService:
         self._starting: set[str] = set()
         """Runs this server admitted whose execution has not taken their lease yet: in that
         moment a run looks as if a server stop had cut it off."""
-        self._born_to: dict[str, str] = {}
-        """Runs this server admitted whose execution is not over, each with the owner it was
-        admitted under (see ``_being_started``)."""
+        self._executions: collections.Counter[str] = collections.Counter()
+        """Runs this server is executing (``_execute``: in ``_started``), each with how many
+        executions of it (see ``_being_started``)."""
         self._executing: dict[asyncio.Task[None], anyio.CancelScope] = {}
         """Runs being executed (``_execute``), each with the scope ``interrupt`` cancels: held
         here so that a task is never collected."""
@@ -864,7 +864,6 @@ class AGUIService:
             ) from None
         owner_ended(placeholder)
         self._starting.add(checkpoint.run_id)
-        self._born_to[checkpoint.run_id] = placeholder
         return Turn(checkpoint.run_id, key, placeholder=placeholder)
 
     async def _resume(
@@ -1221,34 +1220,32 @@ class AGUIService:
     @contextmanager
     def _started(self, run_id: str, placeholder: str | None) -> Iterator[None]:
         """The run's execution is under way (or over): it no longer waits to take its lease."""
+        self._executions[run_id] += 1
         try:
             yield
         finally:
+            self._executions[run_id] -= 1
+            if not self._executions[run_id]:
+                del self._executions[run_id]
             self._starting.discard(run_id)
             if placeholder is not None:
                 forget_ended_owner(placeholder)
-                if self._born_to.get(run_id) == placeholder:
-                    del self._born_to[run_id]
-
-    def _read_before_its_lease(self, run: RunRecord) -> bool:
-        """Whether ``run`` was read as this server admitted it, while its execution (not over)
-        was yet to take its lease. A run is admitted leased to an owner said to be over at
-        once, so that its execution may take it; read so, and looked at after the execution's
-        first event (no longer starting), it looked like a run left in progress with no one
-        on it: cut off."""
-        born_to = self._born_to.get(run.run_id)
-        return born_to is not None and run.owner == born_to
 
     def _being_started(self, run: RunRecord) -> bool:
-        """Whether ``run`` (as read) is one whose execution here is about to take its lease."""
-        return run.run_id in self._starting or self._read_before_its_lease(run)
+        """Whether ``run`` is one this server is starting or executing: busy, whatever the
+        record says. One read before the run's execution took the lease -- a new run's, leased
+        to an owner said to be over at once so that its execution may take it; a resumed
+        run's, resting with answers waiting -- looked, once the execution was under way (no
+        longer starting), like a run left by a server stop: a new message was told
+        ``run_interrupted``."""
+        return run.run_id in self._starting or run.run_id in self._executions
 
     async def _cut_off(self, run: RunRecord) -> bool:
         """Whether the thread's run stopped before it applied the answers it was given (the
         server was killed or restarted): left in the middle of a superstep, or resting with
         answers waiting -- and no live worker is on it. The same request again continues it;
         otherwise a repeated resume changes nothing."""
-        if self._read_before_its_lease(run) or run.live_owner(time.time()) is not None:
+        if run.live_owner(time.time()) is not None:
             return False  # being executed: that worker applies the answers
         if run.status is WorkflowRunState.IN_PROGRESS:
             return True

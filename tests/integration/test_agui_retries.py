@@ -276,24 +276,55 @@ def test_messages_sent_at_once_on_one_thread_start_one_run(tmp_path: Path) -> No
 
 
 class ReadBeforeTheLease(SqliteStore):
-    """A store that orders a race: the first request's execution takes its run's lease only
-    once another request has read that run (``read``), and that read returns only once the
-    client of the first has seen its run's first event (``seen``)."""
+    """A store that orders a race, once ``armed``: an execution takes its run's lease only
+    once another request has read that run (``read``: the first read after ``passing`` more),
+    and that read returns only once the client of the execution has seen its first event
+    (``seen``)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, armed: bool = True, passing: int = 0) -> None:
         super().__init__(path)
+        self.armed, self.passing = threading.Event(), passing
         self.read, self.seen = threading.Event(), threading.Event()
+        if armed:
+            self.armed.set()
 
     async def acquire_latest(self, *args: Any, **kwargs: Any) -> Any:
-        await anyio.to_thread.run_sync(self.read.wait, 10)
+        if self.armed.is_set():
+            await anyio.to_thread.run_sync(self.read.wait, 10)
         return await super().acquire_latest(*args, **kwargs)
 
     async def get_run_and_latest(self, run_id: str) -> Any:
         found = await super().get_run_and_latest(run_id)
-        if not self.read.is_set():
-            self.read.set()
-            await anyio.to_thread.run_sync(self.seen.wait, 10)
+        if self.armed.is_set() and not self.read.is_set():
+            if self.passing:
+                self.passing -= 1
+            else:
+                self.read.set()
+                await anyio.to_thread.run_sync(self.seen.wait, 10)
         return found
+
+
+def streamed(
+    url: str,
+    body: dict[str, Any],
+    store: ReadBeforeTheLease,
+    gate: threading.Event,
+    events: list[dict[str, Any]],
+    started: threading.Event,
+) -> None:
+    """POST ``body``, keeping its events: ``started`` once RUN_STARTED came (what it asks is
+    stored), ``store.seen`` and ``gate`` at the next event (its run's execution took the
+    lease)."""
+    with httpx.stream("POST", url, json=body, timeout=30) as response:
+        for line in response.iter_lines():
+            if not line.startswith("data:"):
+                continue
+            events.append(json.loads(line[5:]))
+            if events[-1]["type"] == "RUN_STARTED":
+                started.set()
+            elif len(events) == 2:
+                store.seen.set()
+                gate.set()
 
 
 def test_a_message_that_read_a_run_before_its_execution_took_it_is_run_busy(
@@ -308,28 +339,15 @@ def test_a_message_that_read_a_run_before_its_execution_took_it_is_run_busy(
     store = ReadBeforeTheLease(tmp_path / "runs.db")
     add_agui_endpoint(app, WorkflowBuilder(name="asker", start=Asker(gate)).build(), store=store)
     first: list[dict[str, Any]] = []
-
-    def send_first(url: str, started: threading.Event) -> None:
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/"
+        started = threading.Event()
         body = {
             "threadId": "t",
             "runId": "r1",
             "messages": [{"id": "m1", "role": "user", "content": "slow question"}],
         }
-        with httpx.stream("POST", url, json=body, timeout=30) as response:
-            for line in response.iter_lines():
-                if not line.startswith("data:"):
-                    continue
-                first.append(json.loads(line[5:]))
-                if first[-1]["type"] == "RUN_STARTED":
-                    started.set()  # admitted: its execution waits to take the lease
-                elif len(first) == 2:
-                    store.seen.set()  # the run's first event: its execution took the lease
-                    gate.set()
-
-    with in_process(app) as port:
-        url = f"http://127.0.0.1:{port}/"
-        started = threading.Event()
-        sender = threading.Thread(target=send_first, args=(url, started))
+        sender = threading.Thread(target=streamed, args=(url, body, store, gate, first, started))
         sender.start()
         assert started.wait(10), "the first message started no run"
         other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
@@ -339,6 +357,37 @@ def test_a_message_that_read_a_run_before_its_execution_took_it_is_run_busy(
     assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
     assert first[-1]["type"] == "RUN_FINISHED", first[-1]
     assert status_of(tmp_path) is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # one run
+
+
+def test_a_message_that_read_a_run_before_a_resume_s_execution_took_it_is_run_busy(
+    tmp_path: Path,
+) -> None:
+    """The same race for a resume: a message read the run after the resume stored its answers
+    and before the resume's execution took the lease (the run resting, answers waiting, no one
+    on it), and decided once that execution was under way."""
+    gate = threading.Event()
+    gate.set()
+    app = FastAPI()
+    store = ReadBeforeTheLease(tmp_path / "runs.db", armed=False, passing=2)  # (the resume's)
+    add_agui_endpoint(app, WorkflowBuilder(name="asker", start=Asker(gate)).build(), store=store)
+    resumed: list[dict[str, Any]] = []
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/"
+        resume = resume_of(post(url, messages=[{"id": "m", "role": "user", "content": "ship"}]))
+        gate.clear()  # the answer's handler is held: the resume's run stays under way
+        store.armed.set()
+        started = threading.Event()
+        body = {"threadId": "t", "runId": "r", "messages": [], "resume": resume}
+        sender = threading.Thread(target=streamed, args=(url, body, store, gate, resumed, started))
+        sender.start()
+        assert started.wait(10), "the resume was not taken"
+        other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
+        sender.join(timeout=30)
+    anyio.run(store.close)
+    assert store.seen.is_set(), resumed
+    assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
+    assert resumed[-1]["type"] == "RUN_FINISHED", resumed[-1]
+    assert resumed[-1]["result"]["outputs"][0]["data"] == "ship: yes"
 
 
 def test_a_workflow_that_starts_with_an_agent_answers_a_client(tmp_path: Path) -> None:
