@@ -34,12 +34,16 @@ from ._schema import SCHEMA_VERSION, TABLES
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
+    SQL_ANSWERED_COUNT_OF_RUN,
+    SQL_ANSWERED_COUNTS,
     SQL_HISTORY,
     SQL_JOURNALED_AFTER,
     SQL_REQUEST_IDS_BESIDE,
     SQL_RUN,
     SQL_RUN_IDS,
     SQL_RUN_IDS_BESIDE,
+    SQL_RUNS_JOURNALED_PAST,
+    SQL_RUNS_WITH_PENDING,
     SQL_SCHEMA_VERSION,
     SQL_TABLE_NAMES,
     filtered,
@@ -161,15 +165,47 @@ class SqliteReader:
         self.close()
 
     def list_runs(
-        self, status: WorkflowRunState | None = None, workflow: str | None = None
+        self,
+        status: WorkflowRunState | None = None,
+        workflow: str | None = None,
+        *,
+        started: bool | None = None,
     ) -> list[RunRecord]:
-        """Runs, oldest first (``RunStore.list_runs``)."""
+        """Runs, oldest first (``RunStore.list_runs``). ``started``: only runs some worker has
+        taken (True), or only runs none ever took (False: their lease version is still the
+        admission's), told apart here rather than by reading every run."""
         text, params = filtered(
             f"SELECT {RUN_COLUMNS} FROM runs",
             (("status", status.value if status is not None else None), ("workflow_name", workflow)),
             "created_at, run_id",
         )
+        if started is not None:
+            where, _, order = text.rpartition(" ORDER BY ")
+            joined = " AND " if " WHERE " in where else " WHERE "
+            text = f"{where}{joined}version {'>' if started else '='} 0 ORDER BY {order}"
         return [run_record(row) for row in fetch_rows(self._conn, text, params)]
+
+    def runs_with_pending(self) -> list[RunRecord]:
+        """The runs that have pending requests (in no particular order)."""
+        return [run_record(row) for row in fetch_rows(self._conn, SQL_RUNS_WITH_PENDING, ())]
+
+    def runs_journaled_past(self) -> list[RunRecord]:
+        """The runs in progress with journal entries of supersteps after their latest
+        checkpoint's: only such a run can have a step in doubt (see ``journaled_after``)."""
+        return [run_record(row) for row in fetch_rows(self._conn, SQL_RUNS_JOURNALED_PAST, ())]
+
+    def answered_counts(self, run_ids: Iterable[str] | None = None) -> dict[str, int]:
+        """How many answers each run has stored and not applied yet (runs with none left out):
+        of ``run_ids`` (an index seek each), or of every run (None)."""
+        if run_ids is None:
+            rows = fetch_rows(self._conn, SQL_ANSWERED_COUNTS, ())
+            return {run_id_of(row): row[1] for row in rows}
+        counts = {}
+        for run_id in run_ids:
+            (count,) = self._conn.execute(SQL_ANSWERED_COUNT_OF_RUN, (run_id,)).fetchone()
+            if count:
+                counts[run_id] = count
+        return counts
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._conn.execute(SQL_RUN, (run_id,)).fetchone()

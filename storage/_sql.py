@@ -277,6 +277,20 @@ SQL_JOURNAL_AFTER = (
     "SELECT key, value FROM journal WHERE run_id = ? AND superstep > ? ORDER BY created_at, key"
 )
 SQL_JOURNALED_AFTER = "SELECT 1 FROM journal WHERE run_id = ? AND superstep > ? LIMIT 1"
+SQL_RUNS_JOURNALED_PAST = (
+    f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'in_progress' AND EXISTS (SELECT 1 FROM "
+    "journal WHERE journal.run_id = runs.run_id AND journal.superstep > runs.superstep) "
+    "ORDER BY created_at, run_id"
+)  # the runs that may have a step in doubt: ``journaled_after`` of each in progress, in one
+SQL_RUNS_WITH_PENDING = (
+    f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN "
+    "(SELECT run_id FROM requests WHERE status = 'pending')"
+)
+SQL_ANSWERED_COUNTS = (  # (runs in the order of their first answer, as ``list_requests``')
+    "SELECT run_id, count(*), min(created_at), rowid FROM requests WHERE status = 'answered' "
+    "GROUP BY run_id ORDER BY 3, 4"
+)
+SQL_ANSWERED_COUNT_OF_RUN = "SELECT count(*) FROM requests WHERE run_id = ? AND status = 'answered'"
 SQL_JOURNAL_COMPACT = "DELETE FROM journal WHERE run_id = ? AND superstep <= ?"
 SQL_FENCE = (
     "SELECT owner, version, latest_checkpoint_id, cancel_requested FROM runs WHERE run_id = ?"

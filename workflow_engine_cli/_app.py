@@ -27,7 +27,6 @@ import contextlib
 import errno
 import inspect
 import os
-import string
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -50,7 +49,7 @@ from ._exits import (
     exit_code_for,
 )
 from ._hints import REPLY_PLACEHOLDER, DirectoryGone, Hints
-from ._ids import AmbiguousIdError, match
+from ._ids import AmbiguousIdError, lowered_hex, match
 from ._listing import (
     Pending,
     answered_to_apply,
@@ -460,15 +459,14 @@ async def _full_request_id(runtime: Runtime, given: str) -> str:
 async def _starting_with(
     listed: Callable[[str], Awaitable[Sequence[str]]], given: str
 ) -> tuple[str, list[str]]:
-    """The ids ``listed`` finds starting with ``given``, and the prefix that found them: the
-    ids the engine makes are hex, so hex typed in capitals is looked up in lower case too
-    (outside tester 106). Only hex: of runs named ``Order-1`` and ``order-1``, ``ORDER-1``
-    silently found the second (outside tester 112)."""
+    """The ids ``listed`` finds starting with ``given``, and the prefix that found them (hex
+    typed in capitals: in lower case, see ``lowered_hex``)."""
     ids = list(await listed(given))
-    if not ids and given != given.lower() and all(c in string.hexdigits for c in given):
-        lowered = list(await listed(given.lower()))
-        if lowered:
-            return given.lower(), lowered
+    lowered = lowered_hex(given) if not ids else None
+    if lowered is not None:
+        found = list(await listed(lowered))
+        if found:
+            return lowered, found
     return given, ids
 
 

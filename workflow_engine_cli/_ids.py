@@ -8,6 +8,7 @@ in sorted order, the longest prefix an id shares is with a neighbour.)
 
 from __future__ import annotations
 
+import string
 from collections.abc import Iterable
 
 from ._term import visible
@@ -73,3 +74,13 @@ def match(kind: str, prefix: str, ids: Iterable[str]) -> str:
     if hits:
         raise AmbiguousIdError(kind, prefix, hits)
     return prefix
+
+
+def lowered_hex(given: str) -> str | None:
+    """``given`` in lower case if it is hex typed with capitals, else None: the ids the engine
+    makes are hex, so such an id is looked up in lower case too (outside tester 106). Only
+    hex: of runs named ``Order-1`` and ``order-1``, ``ORDER-1`` silently found the second
+    (outside tester 112)."""
+    if given != given.lower() and all(c in string.hexdigits for c in given):
+        return given.lower()
+    return None

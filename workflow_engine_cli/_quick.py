@@ -182,7 +182,7 @@ def _database(options: dict[str, Any]) -> Path:
 
 def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
     """``runs list``, read and worked out; returns what prints it."""
-    from ._listing import count_by_run, person_status, runs_output, status_filter
+    from ._listing import person_status, runs_output, status_filter
 
     status, workflow = options.get("--status"), options.get("--workflow")
     json_mode = bool(options.get("--json"))
@@ -190,11 +190,15 @@ def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
         state, shown_only = status_filter(status)
     except ValueError:
         raise _NotQuick from None  # (a usage error, said by the command line proper)
-    runs = reader.list_runs(state, workflow)
+    # (``not_started``: runs no worker ever took; ``interrupted``: taken ones -- told apart by
+    # the query, not by reading every run in progress: 0.8 s at 100,000, outside tester 122)
+    started = None if shown_only is None else shown_only != "not_started"
+    runs = reader.list_runs(state, workflow, started=started)
     if shown_only:
         runs = [r for r in runs if person_status(r) == shown_only]
-    answered = count_by_run(reader.list_requests(status="answered"))
     filtered = status is not None or workflow is not None
+    # the answers waiting of the runs listed (of all of them, when all are)
+    answered = reader.answered_counts([r.run_id for r in runs] if filtered else None)
     every = (
         reader.run_ids_beside([r.run_id for r in runs])
         if filtered and runs and not json_mode
@@ -205,12 +209,9 @@ def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
 
 def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
     """``requests list``, read and worked out; returns what prints it."""
-    from workflow_engine._events import WorkflowRunState
-
     from ._listing import (
         Pending,
         answered_to_apply,
-        count_by_run,
         may_be_in_doubt,
         requests_json_output,
         requests_output,
@@ -218,9 +219,9 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
 
     requests = reader.list_requests(status="pending")
     runs: dict[str, Any] = {}
-    if len({r.run_id for r in requests}) > 1:  # (one read for the runs waiting, as the store)
-        waiting_runs = reader.list_runs(WorkflowRunState.IDLE_WITH_PENDING_REQUESTS)
-        runs = {run.run_id: run for run in waiting_runs}
+    if len({r.run_id for r in requests}) > 1:  # (one read for the runs asking: not every
+        # resting run, most of which may have only answers waiting -- outside tester 122)
+        runs = {run.run_id: run for run in reader.runs_with_pending()}
 
     def run_of(run_id: str) -> Any:
         if run_id not in runs:
@@ -235,11 +236,11 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
     ]
     if options.get("--json"):
         return requests_json_output(pending)
-    for record in reader.list_runs(WorkflowRunState.IN_PROGRESS):
-        if may_be_in_doubt(record) and reader.journaled_after(record.run_id, record.superstep):
+    for record in reader.runs_journaled_past():  # (not every run in progress: tester 122)
+        if may_be_in_doubt(record):
             raise _NotQuick  # (whether a step is in doubt takes folding its checkpoints)
     waiting = []
-    for run_id, count in count_by_run(reader.list_requests(status="answered")).items():
+    for run_id, count in reader.answered_counts().items():
         record = run_of(run_id)
         if answered_to_apply(record):
             waiting.append((record, count))
@@ -258,6 +259,7 @@ def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
         run_info_of,
     )
 
+    from ._ids import lowered_hex
     from ._listing import run_output
     from ._registry import workflow_factory, workflow_names
 
@@ -265,6 +267,9 @@ def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
     found = reader.run_and_latest(given) if given else None
     if found is None:  # a unique prefix, as the command reads it (else its error says why)
         ids = reader.run_ids(given) if given else []
+        lowered = lowered_hex(given) if not ids else None
+        if lowered is not None:  # (hex in capitals: read as the command does, tester 122)
+            ids = reader.run_ids(lowered)
         found = reader.run_and_latest(ids[0]) if len(ids) == 1 else None
         if found is None:
             raise _NotQuick

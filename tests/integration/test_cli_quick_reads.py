@@ -84,6 +84,9 @@ async def fill(db: Path) -> dict[str, str]:
         answered = await runtime.run("stepper", 1)
         await runtime.respond(answered.pending_requests[0].request_id, {"approved": True})
         ids["answered"] = answered.run_id
+        for run_id in ("ffff-answered-later", "0000-answered-last"):  # (ids against the order)
+            later = await runtime.run("stepper", 1, run_id=run_id)
+            await runtime.respond(later.pending_requests[0].request_id, {"approved": True})
         finished = await runtime.run("stepper", 1)
         await runtime.respond(finished.pending_requests[0].request_id, {"approved": True})
         await runtime.resume(finished.run_id)
@@ -235,6 +238,9 @@ def test_the_full_database_shows_every_state(databases: dict[str, Path]) -> None
     assert "more characters: --json shows all" in inbox  # the long one, cut
     assert "tab\\there" in inbox  # a control character shown escaped
     assert "has an answer to apply" in inbox and "its application can apply it" in inbox
+    # runs with answers waiting, in the order they were asked (not by id)
+    later, last = inbox.index("ffff-answered"), inbox.index("0000-answered")
+    assert later < last, inbox
 
 
 @pytest.mark.parametrize(
@@ -272,6 +278,8 @@ def test_what_the_quick_path_does_not_serve_is_left_to_the_commands(
     ("name", "argv"),
     [
         ("in_doubt", ["runs", "list"]),  # a run in doubt lists as interrupted: no fold needed
+        ("in_doubt", ["runs", "list", "--status", "interrupted"]),
+        ("in_doubt", ["runs", "list", "--status", "not_started", "--json"]),
         ("in_doubt", ["requests", "list", "--json"]),
         ("empty", ["runs", "list"]),
         ("empty", ["requests", "list"]),
@@ -303,9 +311,11 @@ def test_runs_show_prints_what_the_command_proper_prints(databases: dict[str, Pa
     env = env_for()
     shown = ""
     for run_id in run_ids(databases["full"]):
+        typed = [["runs", "show", run_id[:10].upper(), "--db", db]]  # hex in capitals
         for argv in (
             ["runs", "show", run_id, "--db", db],
             ["--db", db, "runs", "show", "--json", run_id[:12]],
+            *(typed if run_id.isalnum() else []),  # (the engine's own ids: hex)
         ):
             quick, proper = both(argv, env)
             assert quick == proper, argv
