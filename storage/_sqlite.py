@@ -173,6 +173,7 @@ from ._sql import (
     SQL_RUN_FOR_LEASE,
     SQL_RUN_IDS,
     SQL_RUN_IDS_BESIDE,
+    SQL_RUNS_JOURNALED_PAST,
     SQL_SCHEMA_VERSION,
     SQL_SET_STATUS,
     SQL_SPAN_BASE,
@@ -2050,6 +2051,13 @@ class SqliteStore:
             return None
         self._journaled.add(run_id)
         return load_json(row[0], run_id, f"journal entry {key!r}")
+
+    async def runs_journaled_past(self) -> Sequence[RunRecord]:
+        """The runs in progress with journal entries of supersteps after their latest
+        checkpoint's, oldest first: only such a run can have a step in doubt (one query, not
+        a ``journal_after`` per run in progress)."""
+        rows = await self._query(_fetch_all, SQL_RUNS_JOURNALED_PAST, ())
+        return [run_record(row) for row in rows]
 
     async def journal_after(self, run_id: str, superstep: int) -> Sequence[tuple[str, Any]]:
         """The entries ``(key, entry)`` of supersteps after ``superstep``, oldest first."""

@@ -1212,9 +1212,16 @@ async def _runs_in_doubt(runtime: Runtime) -> list[Any]:
     # Only a run with journal entries after its latest checkpoint can have a step in doubt:
     # asking for them is one indexed read, where ``get_run`` folds the run's checkpoints (a
     # thousand runs cut off by a crash would otherwise be a thousand folds to show the inbox).
+    # A SQLite store finds those runs in one query (a read per run in progress: 0.7 s at
+    # 20,000 runs never started, outside tester 122).
     journaled = getattr(runtime.store, "journal_after", None)
+    listed = getattr(runtime.store, "runs_journaled_past", None)
+    if listed is not None:
+        candidates, journaled = await listed(), None
+    else:
+        candidates = await runtime.list_runs(status=WorkflowRunState.IN_PROGRESS)
     found = []
-    for record in await runtime.list_runs(status=WorkflowRunState.IN_PROGRESS):
+    for record in candidates:
         if may_be_in_doubt(record):
             if journaled is not None and not await journaled(record.run_id, record.superstep):
                 continue

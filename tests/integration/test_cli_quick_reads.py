@@ -274,6 +274,17 @@ def test_what_the_quick_path_does_not_serve_is_left_to_the_commands(
     assert "Traceback" not in quick[1] + quick[2]
 
 
+def test_the_inbox_names_the_interrupted_run_with_a_step_in_doubt(
+    databases: dict[str, Path],
+) -> None:
+    """Left to the command proper, which finds such runs in one query (it read every run in
+    progress: 0.7 s at 20,000 never started, outside tester 122) and says each."""
+    (run_id,) = run_ids(databases["in_doubt"])
+    code, printed, _ = both(["requests", "list", "--db", str(databases["in_doubt"])], env_for())[1]
+    assert code == 0 and f"interrupted: run {run_id}" in printed, printed
+    assert "in doubt: " in printed, printed
+
+
 @pytest.mark.parametrize(
     ("name", "argv"),
     [
