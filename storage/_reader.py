@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ._records import (
+    answered_counts,
     decode_text,
     fetch_rows,
     ids_beside,
@@ -34,8 +35,6 @@ from ._schema import SCHEMA_VERSION, TABLES
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
-    SQL_ANSWERED_COUNT_OF_RUN,
-    SQL_ANSWERED_COUNTS,
     SQL_HISTORY,
     SQL_JOURNALED_AFTER,
     SQL_REQUEST_IDS_BESIDE,
@@ -195,17 +194,8 @@ class SqliteReader:
         return [run_record(row) for row in fetch_rows(self._conn, SQL_RUNS_JOURNALED_PAST, ())]
 
     def answered_counts(self, run_ids: Iterable[str] | None = None) -> dict[str, int]:
-        """How many answers each run has stored and not applied yet (runs with none left out):
-        of ``run_ids`` (an index seek each), or of every run (None)."""
-        if run_ids is None:
-            rows = fetch_rows(self._conn, SQL_ANSWERED_COUNTS, ())
-            return {run_id_of(row): row[1] for row in rows}
-        counts = {}
-        for run_id in run_ids:
-            (count,) = self._conn.execute(SQL_ANSWERED_COUNT_OF_RUN, (run_id,)).fetchone()
-            if count:
-                counts[run_id] = count
-        return counts
+        """How many answers each run has waiting (``_records.answered_counts``)."""
+        return answered_counts(self._conn, run_ids)
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._conn.execute(SQL_RUN, (run_id,)).fetchone()

@@ -17,7 +17,13 @@ from workflow_engine._errors import StoreCorruptError, shown
 from workflow_engine._events import WorkflowRunState
 from workflow_engine._store import RunRecord, StoredRequest
 
-from ._sql import REQUEST_STATUSES, SQL_DAMAGED_REQUEST, SQL_DAMAGED_REQUEST_OF_RUN
+from ._sql import (
+    REQUEST_STATUSES,
+    SQL_ANSWERED_COUNT_OF_RUN,
+    SQL_ANSWERED_COUNTS,
+    SQL_DAMAGED_REQUEST,
+    SQL_DAMAGED_REQUEST_OF_RUN,
+)
 
 MAX_STORED_DEPTH = 256
 """Nesting levels a stored JSON column may have: the codec writes at most ``MAX_DEPTH`` (180)
@@ -205,6 +211,21 @@ def ids_beside(conn: sqlite3.Connection, text: str, ids: Iterable[str]) -> list[
             if isinstance(beside, str):  # (a damaged one, not text, cannot be typed: no rival)
                 found.add(beside)
     return sorted(found)
+
+
+def answered_counts(conn: sqlite3.Connection, run_ids: Iterable[str] | None) -> dict[str, int]:
+    """How many answers each run has stored and not applied yet (runs with none left out): of
+    ``run_ids`` (an index seek each), or of every run (None), in the order of their first
+    answer. Counted, not read: a listing that marks such runs read every answer in the store
+    (0.4 s at 20,000), and one damaged answer failed it; acting on that run says so."""
+    if run_ids is None:
+        return {run_id_of(row): row[1] for row in fetch_rows(conn, SQL_ANSWERED_COUNTS, ())}
+    counts = {}
+    for run_id in run_ids:
+        (count,) = conn.execute(SQL_ANSWERED_COUNT_OF_RUN, (run_id,)).fetchone()
+        if count:
+            counts[run_id] = count
+    return counts
 
 
 def requests_of_run(

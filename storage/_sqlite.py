@@ -100,6 +100,7 @@ from workflow_engine._store import (
 from ._chain import chain_to, check_chain, fold_chain, latest_chain
 from ._location import default_db_path, synchronous_mode
 from ._records import (
+    answered_counts,
     decode_text,
     ids_beside,
     lease_columns,
@@ -1889,6 +1890,12 @@ class SqliteStore:
         return await self._read(
             self._transaction, "BEGIN", ids_beside, (SQL_REQUEST_IDS_BESIDE, list(request_ids))
         )
+
+    async def answered_counts(self, run_ids: Iterable[str] | None = None) -> dict[str, int]:
+        """How many answers each run has stored and not applied yet (runs with none left out):
+        of ``run_ids``, or of every run (None); counted, not read (a listing marks such runs)."""
+        given = list(run_ids) if run_ids is not None else None
+        return await self._read(self._transaction, "BEGIN", answered_counts, (given,))
 
     # --- checkpoints ----------------------------------------------------------------------------
 

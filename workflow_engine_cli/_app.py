@@ -1105,8 +1105,8 @@ def runs_list(
             runs = await runtime.list_runs(status=state, workflow=workflow)
             if shown_only:
                 runs = [r for r in runs if person_status(r) == shown_only]
-            answered = count_by_run(await runtime.store.list_requests(status="answered"))
             filtered = status is not None or workflow is not None
+            answered = await _answered_counts(runtime, runs if filtered else None)
             every = (
                 await _store_of(runtime).run_ids_beside([r.run_id for r in runs])
                 if filtered and runs and not json_mode
@@ -1231,12 +1231,21 @@ async def _runs_in_doubt(runtime: Runtime) -> list[Any]:
     return found
 
 
+async def _answered_counts(runtime: Runtime, runs: Sequence[Any] | None) -> dict[str, int]:
+    """Run id → answers stored and not applied, of ``runs`` (None: of every run). A SQLite
+    store counts them, as the quick listings do (``answered_counts``); another store's are
+    read."""
+    counted = getattr(runtime.store, "answered_counts", None)
+    if counted is not None:
+        return dict(await counted([r.run_id for r in runs] if runs is not None else None))
+    return count_by_run(await runtime.store.list_requests(status="answered"))
+
+
 async def _runs_answered(runtime: Runtime) -> list[tuple[Any, int]]:
     """Resting runs with answers stored and not applied (no live worker applies them): they
     wait for ``resume``, with no request left pending to say so (tester 74). (run, answers)"""
     found = []
-    answered = await runtime.store.list_requests(status="answered")
-    for run_id, count in count_by_run(answered).items():
+    for run_id, count in (await _answered_counts(runtime, None)).items():
         record = await runtime.store.get_run(run_id)
         if answered_to_apply(record):
             found.append((record, count))

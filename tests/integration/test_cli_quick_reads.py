@@ -130,6 +130,10 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     anyio.run(fill, paths["damaged"])
     with contextlib.closing(sqlite3.connect(paths["damaged"])) as conn, conn:
         conn.execute("UPDATE runs SET status = 'sleeping' WHERE rowid = 2")
+    paths["damaged_answer"] = root / "damaged_answer.db"
+    anyio.run(fill, paths["damaged_answer"])
+    with contextlib.closing(sqlite3.connect(paths["damaged_answer"])) as conn, conn:
+        conn.execute("UPDATE requests SET answer = '{not json' WHERE status = 'answered'")
     paths["foreign"] = root / "foreign.db"
     with contextlib.closing(sqlite3.connect(paths["foreign"])) as conn, conn:
         conn.execute("CREATE TABLE notes (body TEXT)")
@@ -274,6 +278,17 @@ def test_what_the_quick_path_does_not_serve_is_left_to_the_commands(
     assert "Traceback" not in quick[1] + quick[2]
 
 
+def test_a_damaged_answer_is_counted_in_listings_and_said_when_its_run_is_shown(
+    databases: dict[str, Path],
+) -> None:
+    db = str(databases["damaged_answer"])
+    code, runs, _ = both(["runs", "list", "--db", db], env_for())[0]
+    assert code == 0 and "idle_with_pending_requests, answered" in runs, runs
+    answered = [line.split()[0] for line in runs.splitlines() if ", answered" in line]
+    code, _, said = both(["runs", "show", answered[0], "--db", db], env_for())[0]
+    assert code != 0 and "is damaged" in said, said
+
+
 def test_the_inbox_names_the_interrupted_run_with_a_step_in_doubt(
     databases: dict[str, Path],
 ) -> None:
@@ -294,6 +309,11 @@ def test_the_inbox_names_the_interrupted_run_with_a_step_in_doubt(
         ("in_doubt", ["requests", "list", "--json"]),
         ("empty", ["runs", "list"]),
         ("empty", ["requests", "list"]),
+        # answers waiting are counted, not read: a damaged one failed every listing of runs
+        # (it is said when that run is acted on)
+        ("damaged_answer", ["runs", "list"]),
+        ("damaged_answer", ["runs", "list", "--status", "idle_with_pending_requests"]),
+        ("damaged_answer", ["requests", "list"]),
         ("empty", ["runs", "list", "--status", "idle"]),
     ],
     ids=lambda value: value if isinstance(value, str) else " ".join(value),
