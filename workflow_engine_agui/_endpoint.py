@@ -826,8 +826,17 @@ class AGUIService:
             )
         if record is not None and cut_off:
             # the server stopped while this thread's run worked (or before it applied answers):
-            # the same request again continues that run; another message would leave it behind
-            if await self._started_with(workflow, record.run_id, message):
+            # the same request again continues that run; another message would leave it behind.
+            # Starting from here: a message sent meanwhile found the run cut off, no one on it,
+            # and was told so while this request continued it (outside tester 123)
+            self._starting.add(record.run_id)
+            continues = False
+            try:
+                continues = await self._started_with(workflow, record.run_id, message)
+            finally:
+                if not continues:
+                    self._starting.discard(record.run_id)
+            if continues:
                 held = calls_in_flight(workflow, checkpoint) if checkpoint is not None else {}
                 return Turn(record.run_id, key, held)
             raise AGUIError(

@@ -5,8 +5,10 @@ is done when it is not (outside tester)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -388,6 +390,80 @@ def test_a_message_that_read_a_run_before_a_resume_s_execution_took_it_is_run_bu
     assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
     assert resumed[-1]["type"] == "RUN_FINISHED", resumed[-1]
     assert resumed[-1]["result"]["outputs"][0]["data"] == "ship: yes"
+
+
+def executing(db: Path) -> bool:
+    """Whether the database's one run is in progress, its lease taken by its execution."""
+    if not db.exists():
+        return False
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        try:
+            found = conn.execute("SELECT status, version FROM runs").fetchall()
+        except sqlite3.OperationalError:  # (its tables not made yet)
+            return False
+    return bool(found) and found[0][0] == "in_progress" and found[0][1] > 1
+
+
+class HeldInHistory(SqliteStore):
+    """A store whose next ``history`` read, once ``hold`` is set, waits for ``go`` (``held``
+    says it waits): a request held while it looks at whether it started the thread's run."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.hold, self.held, self.go = threading.Event(), threading.Event(), threading.Event()
+
+    async def history(self, run_id: str) -> Any:
+        if self.hold.is_set():
+            self.hold.clear()
+            self.held.set()
+            await anyio.to_thread.run_sync(self.go.wait, 10)
+        return await super().history(run_id)
+
+
+def test_a_message_sent_while_a_cut_off_run_is_continued_is_run_busy(tmp_path: Path) -> None:
+    """A run cut off by a server stop; the request that started it, sent again to the next
+    server, continues it. A new message that came while that request looked at the run (not
+    yet executing it) found it cut off, no one on it, and was told ``run_interrupted`` --
+    though it was being continued (outside tester 123, after a SIGKILL)."""
+    gate = threading.Event()
+    db = tmp_path / "runs.db"
+    stopping, going_on = FastAPI(), FastAPI()
+    asker = WorkflowBuilder(name="asker", start=Asker(gate)).build()
+    first = add_agui_endpoint(stopping, asker, "/ask", store=SqliteStore(db))
+
+    async def stop() -> int:  # the forced stop (a second Ctrl-C), on the server's loop
+        return first.interrupt()
+
+    stopping.add_api_route("/stop", stop)
+    store = HeldInHistory(db)
+    add_agui_endpoint(going_on, asker, "/ask", store=store)  # (the same endpoint's runs)
+    start = {"runId": "r1", "messages": [{"id": "m1", "role": "user", "content": "slow one"}]}
+    with in_process(stopping) as port, in_process(going_on) as next_port:
+        cut: list[list[dict[str, Any]]] = []
+        url = f"http://127.0.0.1:{port}/ask"
+        sender = threading.Thread(target=lambda: cut.append(post(url, **start)))
+        sender.start()
+        deadline = time.monotonic() + 10
+        while not executing(db):
+            assert time.monotonic() < deadline, "the first run never started"
+            time.sleep(0.01)
+        assert httpx.get(f"http://127.0.0.1:{port}/stop", timeout=10).json() == 1
+        sender.join(timeout=30)
+        assert cut[0][-1]["code"] == "run_interrupted", cut[0][-1]
+        url = f"http://127.0.0.1:{next_port}/ask"
+        store.hold.set()
+        continued: list[list[dict[str, Any]]] = []
+        sender = threading.Thread(target=lambda: continued.append(post(url, **start)))
+        sender.start()
+        assert store.held.wait(10), "the request sent again never looked at its run"
+        other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
+        store.go.set()
+        gate.set()
+        sender.join(timeout=30)
+    anyio.run(store.close)
+    assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
+    assert continued[0][-1]["type"] == "RUN_FINISHED", continued[0][-1]
+    assert status_of(tmp_path) is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # the one run
 
 
 def test_a_workflow_that_starts_with_an_agent_answers_a_client(tmp_path: Path) -> None:
