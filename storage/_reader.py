@@ -47,6 +47,7 @@ from ._sql import (
     SQL_TABLE_NAMES,
     filtered,
     prefix_query,
+    started_runs,
 )
 
 if TYPE_CHECKING:
@@ -177,11 +178,8 @@ class SqliteReader:
             f"SELECT {RUN_COLUMNS} FROM runs",
             (("status", status.value if status is not None else None), ("workflow_name", workflow)),
             "created_at, run_id",
+            *started_runs(started),
         )
-        if started is not None:
-            where, _, order = text.rpartition(" ORDER BY ")
-            joined = " AND " if " WHERE " in where else " WHERE "
-            text = f"{where}{joined}version {'>' if started else '='} 0 ORDER BY {order}"
         return [run_record(row) for row in fetch_rows(self._conn, text, params)]
 
     def runs_with_pending(self) -> list[RunRecord]:

@@ -184,6 +184,7 @@ from ._sql import (
     SQL_TAKE_LEASE_TO_APPLY,
     filtered,
     prefix_query,
+    started_runs,
 )
 from ._stored_lists import StoredLists, lists_bytes
 from ._worker import Abandoned, Worker, given_up_on
@@ -1856,7 +1857,11 @@ class SqliteStore:
         status: WorkflowRunState | None = None,
         workflow: str | None = None,
         limit: int | None = None,
+        *,
+        started: bool | None = None,
     ) -> Sequence[RunRecord]:
+        """``RunStore.list_runs``; ``started``: only runs some worker has taken (True), or
+        only runs none ever took (False), told apart by the query (``started_runs``)."""
         text, params = filtered(
             f"SELECT {RUN_COLUMNS} FROM runs",
             (
@@ -1864,6 +1869,7 @@ class SqliteStore:
                 ("workflow_name", workflow),
             ),
             "created_at, run_id",
+            *started_runs(started),
         )
         if limit is not None:
             text += " LIMIT ?"

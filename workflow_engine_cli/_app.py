@@ -1102,7 +1102,9 @@ def runs_list(
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
-            runs = await runtime.list_runs(status=state, workflow=workflow)
+            # (interrupted and not_started: told apart by the query, as the quick listing does)
+            started = None if shown_only is None else shown_only != "not_started"
+            runs = await _store_of(runtime).list_runs(state, workflow, started=started)
             if shown_only:
                 runs = [r for r in runs if person_status(r) == shown_only]
             filtered = status is not None or workflow is not None

@@ -130,6 +130,18 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     anyio.run(fill, paths["damaged"])
     with contextlib.closing(sqlite3.connect(paths["damaged"])) as conn, conn:
         conn.execute("UPDATE runs SET status = 'sleeping' WHERE rowid = 2")
+    paths["damaged_version"] = root / "damaged_version.db"
+    anyio.run(fill, paths["damaged_version"])
+    with contextlib.closing(sqlite3.connect(paths["damaged_version"])) as conn, conn:
+        conn.execute("UPDATE runs SET version = -1 WHERE status = 'in_progress'")
+    paths["damaged_superstep"] = root / "damaged_superstep.db"
+    with (
+        contextlib.closing(sqlite3.connect(in_doubt)) as source,
+        contextlib.closing(sqlite3.connect(paths["damaged_superstep"])) as conn,
+    ):
+        source.backup(conn)  # (the WAL's pages too)
+        with conn:
+            conn.execute("UPDATE runs SET superstep = 'one' WHERE status = 'in_progress'")
     paths["damaged_answer"] = root / "damaged_answer.db"
     anyio.run(fill, paths["damaged_answer"])
     with contextlib.closing(sqlite3.connect(paths["damaged_answer"])) as conn, conn:
@@ -253,6 +265,10 @@ def test_the_full_database_shows_every_state(databases: dict[str, Path]) -> None
         ("in_doubt", ["requests", "list"]),  # explaining the step takes folding checkpoints
         ("damaged", ["runs", "list"]),
         ("damaged", ["requests", "list"]),
+        # a damaged lease version is read by both filters, and said; not left out of both
+        ("damaged_version", ["runs", "list", "--status", "interrupted"]),
+        ("damaged_version", ["runs", "list", "--status", "not_started"]),
+        ("damaged_superstep", ["requests", "list"]),  # (of a run journaled: said too)
         ("foreign", ["runs", "list"]),
         ("zero_bytes", ["requests", "list"]),
         ("missing", ["runs", "list"]),
