@@ -478,8 +478,9 @@ class AGUIService:
         self.run_state = dict(run_state or {})
         """Shared state every new run starts with (e.g. a record of the model it runs on)."""
         self._starting: set[str] = set()
-        """Runs this server admitted whose execution has not taken their lease yet: in that
-        moment a run looks as if a server stop had cut it off."""
+        """Runs this server admitted, or is resuming or continuing after a stop, whose execution
+        has not taken their lease yet: in that moment a run looks as if a server stop had cut
+        it off."""
         self._executions: collections.Counter[str] = collections.Counter()
         """Runs this server is executing (``_execute``: in ``_started``), each with how many
         executions of it (see ``_being_started``)."""
