@@ -329,6 +329,23 @@ def streamed(
                 gate.set()
 
 
+def raced_by_a_message(
+    url: str, body: dict[str, Any], store: ReadBeforeTheLease, gate: threading.Event
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``body`` streamed (``streamed``) and, once what it asks was stored, a new message on its
+    thread, which ``store`` orders between that request's execution's read and first event:
+    (the events of ``body``, those of the message)."""
+    events: list[dict[str, Any]] = []
+    started = threading.Event()
+    sender = threading.Thread(target=streamed, args=(url, body, store, gate, events, started))
+    sender.start()
+    assert started.wait(10), "the request was not taken"
+    other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
+    sender.join(timeout=30)
+    assert store.seen.is_set(), events
+    return events, other
+
+
 def test_a_message_that_read_a_run_before_its_execution_took_it_is_run_busy(
     tmp_path: Path,
 ) -> None:
@@ -340,22 +357,14 @@ def test_a_message_that_read_a_run_before_its_execution_took_it_is_run_busy(
     app = FastAPI()
     store = ReadBeforeTheLease(tmp_path / "runs.db")
     add_agui_endpoint(app, WorkflowBuilder(name="asker", start=Asker(gate)).build(), store=store)
-    first: list[dict[str, Any]] = []
     with in_process(app) as port:
-        url = f"http://127.0.0.1:{port}/"
-        started = threading.Event()
         body = {
             "threadId": "t",
             "runId": "r1",
             "messages": [{"id": "m1", "role": "user", "content": "slow question"}],
         }
-        sender = threading.Thread(target=streamed, args=(url, body, store, gate, first, started))
-        sender.start()
-        assert started.wait(10), "the first message started no run"
-        other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
-        sender.join(timeout=30)
+        first, other = raced_by_a_message(f"http://127.0.0.1:{port}/", body, store, gate)
     anyio.run(store.close)
-    assert store.seen.is_set(), first
     assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
     assert first[-1]["type"] == "RUN_FINISHED", first[-1]
     assert status_of(tmp_path) is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # one run
@@ -372,21 +381,14 @@ def test_a_message_that_read_a_run_before_a_resume_s_execution_took_it_is_run_bu
     app = FastAPI()
     store = ReadBeforeTheLease(tmp_path / "runs.db", armed=False, passing=2)  # (the resume's)
     add_agui_endpoint(app, WorkflowBuilder(name="asker", start=Asker(gate)).build(), store=store)
-    resumed: list[dict[str, Any]] = []
     with in_process(app) as port:
         url = f"http://127.0.0.1:{port}/"
         resume = resume_of(post(url, messages=[{"id": "m", "role": "user", "content": "ship"}]))
         gate.clear()  # the answer's handler is held: the resume's run stays under way
         store.armed.set()
-        started = threading.Event()
         body = {"threadId": "t", "runId": "r", "messages": [], "resume": resume}
-        sender = threading.Thread(target=streamed, args=(url, body, store, gate, resumed, started))
-        sender.start()
-        assert started.wait(10), "the resume was not taken"
-        other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
-        sender.join(timeout=30)
+        resumed, other = raced_by_a_message(url, body, store, gate)
     anyio.run(store.close)
-    assert store.seen.is_set(), resumed
     assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
     assert resumed[-1]["type"] == "RUN_FINISHED", resumed[-1]
     assert resumed[-1]["result"]["outputs"][0]["data"] == "ship: yes"
