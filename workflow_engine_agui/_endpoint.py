@@ -191,6 +191,14 @@ class AGUIWorkflow:
 
 
 @dataclass
+class _Turns:
+    """A thread's requests deciding one at a time (``AGUIService._deciding``)."""
+
+    lock: anyio.Lock
+    waiting: int = 0
+
+
+@dataclass
 class _Begun:
     """A request validated, what it gives stored, its run's execution started (or what it
     was refused with)."""
@@ -484,6 +492,8 @@ class AGUIService:
         self._executions: collections.Counter[str] = collections.Counter()
         """Runs this server is executing (``_execute``: in ``_started``), each with how many
         executions of it (see ``_being_started``)."""
+        self._turns: dict[str, _Turns] = {}
+        """Threads whose requests are deciding now (``_deciding``), each with its lock."""
         self._executing: dict[asyncio.Task[None], anyio.CancelScope] = {}
         """Runs being executed (``_execute``), each with the scope ``interrupt`` cancels: held
         here so that a task is never collected."""
@@ -577,14 +587,35 @@ class AGUIService:
         try:
             runtime, workflow = self.runtime_for(run_input.thread_id)
             translator.registry = workflow.registry
-            turn = await self._prepare(runtime, workflow, run_input, resume)
-            begun.runtime, begun.workflow, begun.turn = runtime, workflow, turn
-            if turn.run_id not in (None, NOTHING_TO_DO) and not turn.replay:
-                assert turn.run_id is not None
-                begun.execution = self._execute(runtime, turn.run_id, turn.placeholder)
+            async with self._deciding(run_input.thread_id):
+                turn = await self._prepare(runtime, workflow, run_input, resume)
+                begun.runtime, begun.workflow, begun.turn = runtime, workflow, turn
+                if turn.run_id not in (None, NOTHING_TO_DO) and not turn.replay:
+                    assert turn.run_id is not None
+                    begun.execution = self._execute(runtime, turn.run_id, turn.placeholder)
         except Exception as exc:  # said after RUN_STARTED, as every refusal is
             begun.error = exc
         return begun
+
+    @asynccontextmanager
+    async def _deciding(self, thread_id: str) -> AsyncIterator[None]:
+        """The thread's requests decide one after another here: each reads the thread's run,
+        then stores answers, admits a run or marks one as starting. One that read while another
+        was between the two was answered with what was true a moment before -- a continuation
+        of a run cut off refused as busy because a new message was checking it, a new message
+        told the run was cut off while its continuation was being decided (outside tester
+        124). Another server on the database still races: the store's leases decide there."""
+        turn = self._turns.get(thread_id)
+        if turn is None:
+            turn = self._turns[thread_id] = _Turns(anyio.Lock())
+        turn.waiting += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.waiting -= 1
+            if not turn.waiting:
+                del self._turns[thread_id]
 
     async def _relayed(
         self, run_input: RunAgentInput, begun: _Begun, translator: EventTranslator
@@ -828,16 +859,10 @@ class AGUIService:
         if record is not None and cut_off:
             # the server stopped while this thread's run worked (or before it applied answers):
             # the same request again continues that run; another message would leave it behind.
-            # Starting from here: a message sent meanwhile found the run cut off, no one on it,
-            # and was told so while this request continued it (outside tester 123)
-            self._starting.add(record.run_id)
-            continues = False
-            try:
-                continues = await self._started_with(workflow, record.run_id, message)
-            finally:
-                if not continues:
-                    self._starting.discard(record.run_id)
-            if continues:
+            # Starting from its decision: a message after it found the run cut off, no one on
+            # it, and was told so while this request continued it (outside tester 123)
+            if await self._started_with(workflow, record.run_id, message):
+                self._starting.add(record.run_id)
                 held = calls_in_flight(workflow, checkpoint) if checkpoint is not None else {}
                 return Turn(record.run_id, key, held)
             raise AGUIError(

@@ -422,24 +422,31 @@ class HeldInHistory(SqliteStore):
         return await super().history(run_id)
 
 
-def test_a_message_sent_while_a_cut_off_run_is_continued_is_run_busy(tmp_path: Path) -> None:
+@pytest.mark.parametrize("first", ["continuation", "message"])
+def test_a_cut_off_run_is_continued_and_a_message_meanwhile_is_told_what_is_true(
+    tmp_path: Path, first: str
+) -> None:
     """A run cut off by a server stop; the request that started it, sent again to the next
-    server, continues it. A new message that came while that request looked at the run (not
-    yet executing it) found it cut off, no one on it, and was told ``run_interrupted`` --
-    though it was being continued (outside tester 123, after a SIGKILL)."""
+    server, continues it, and a new message comes while one of the two is looking at the run.
+    Looked at first by the continuation, the message was told ``run_interrupted`` though the
+    run was being continued (outside tester 123, after a SIGKILL): it is ``run_busy``. Looked
+    at first by the message, the continuation was refused as busy though nothing ran, and the
+    thread was stuck (tester 124): the message is told the run was cut off, and the
+    continuation goes on."""
     gate = threading.Event()
     db = tmp_path / "runs.db"
     stopping, going_on = FastAPI(), FastAPI()
     asker = WorkflowBuilder(name="asker", start=Asker(gate)).build()
-    first = add_agui_endpoint(stopping, asker, "/ask", store=SqliteStore(db))
+    server = add_agui_endpoint(stopping, asker, "/ask", store=SqliteStore(db))
 
     async def stop() -> int:  # the forced stop (a second Ctrl-C), on the server's loop
-        return first.interrupt()
+        return server.interrupt()
 
     stopping.add_api_route("/stop", stop)
     store = HeldInHistory(db)
     add_agui_endpoint(going_on, asker, "/ask", store=store)  # (the same endpoint's runs)
     start = {"runId": "r1", "messages": [{"id": "m1", "role": "user", "content": "slow one"}]}
+    message = {"runId": "r2", "messages": [{"id": "m2", "role": "user", "content": "hi"}]}
     with in_process(stopping) as port, in_process(going_on) as next_port:
         cut: list[list[dict[str, Any]]] = []
         url = f"http://127.0.0.1:{port}/ask"
@@ -453,18 +460,27 @@ def test_a_message_sent_while_a_cut_off_run_is_continued_is_run_busy(tmp_path: P
         sender.join(timeout=30)
         assert cut[0][-1]["code"] == "run_interrupted", cut[0][-1]
         url = f"http://127.0.0.1:{next_port}/ask"
+        said: dict[str, list[dict[str, Any]]] = {}
+        bodies = {"continuation": start, "message": message}
+        second = "message" if first == "continuation" else "continuation"
+        senders = {
+            name: threading.Thread(target=lambda n=name: said.update({n: post(url, **bodies[n])}))
+            for name in (first, second)
+        }
         store.hold.set()
-        continued: list[list[dict[str, Any]]] = []
-        sender = threading.Thread(target=lambda: continued.append(post(url, **start)))
-        sender.start()
-        assert store.held.wait(10), "the request sent again never looked at its run"
-        other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
+        senders[first].start()
+        assert store.held.wait(10), f"the {first} never looked at the run"
+        senders[second].start()
+        time.sleep(0.3)  # (the other request arrives while the first looks)
         store.go.set()
         gate.set()
-        sender.join(timeout=30)
+        for sender in senders.values():
+            sender.join(timeout=30)
     anyio.run(store.close)
-    assert other[-1]["type"] == "RUN_ERROR" and other[-1]["code"] == "run_busy", other[-1]
-    assert continued[0][-1]["type"] == "RUN_FINISHED", continued[0][-1]
+    code = "run_busy" if first == "continuation" else "run_interrupted"
+    told = said["message"][-1]
+    assert told["type"] == "RUN_ERROR" and told["code"] == code, told
+    assert said["continuation"][-1]["type"] == "RUN_FINISHED", said["continuation"][-1]
     assert status_of(tmp_path) is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS  # the one run
 
 
