@@ -26,6 +26,7 @@ from ._records import (
     decode_text,
     fetch_rows,
     ids_beside,
+    listed_runs,
     requests_of_run,
     run_id_of,
     run_record,
@@ -180,7 +181,7 @@ class SqliteReader:
             "created_at, run_id",
             *started_runs(started),
         )
-        return [run_record(row) for row in fetch_rows(self._conn, text, params)]
+        return listed_runs(self._conn, text, params, status is not None)
 
     def runs_with_pending(self) -> list[RunRecord]:
         """The runs that have pending requests (in no particular order)."""

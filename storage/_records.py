@@ -23,6 +23,7 @@ from ._sql import (
     SQL_ANSWERED_COUNTS,
     SQL_DAMAGED_REQUEST,
     SQL_DAMAGED_REQUEST_OF_RUN,
+    SQL_DAMAGED_RUN,
 )
 
 MAX_STORED_DEPTH = 256
@@ -211,6 +212,19 @@ def ids_beside(conn: sqlite3.Connection, text: str, ids: Iterable[str]) -> list[
             if isinstance(beside, str):  # (a damaged one, not text, cannot be typed: no rival)
                 found.add(beside)
     return sorted(found)
+
+
+def listed_runs(
+    conn: sqlite3.Connection, text: str, params: Sequence[Any], of_status: bool
+) -> list[RunRecord]:
+    """The runs a query (``text``) selects. Of one status (``of_status``), a run whose status
+    is damaged is in no status's list: it is looked for too and named (``StoreCorruptError``),
+    as a listing of every run names it (outside tester 124)."""
+    if of_status:
+        damaged = conn.execute(SQL_DAMAGED_RUN).fetchone()
+        if damaged is not None:
+            run_record(damaged)  # (raises, naming the run)
+    return [run_record(row) for row in fetch_rows(conn, text, params)]
 
 
 def answered_counts(conn: sqlite3.Connection, run_ids: Iterable[str] | None) -> dict[str, int]:

@@ -104,6 +104,7 @@ from ._records import (
     decode_text,
     ids_beside,
     lease_columns,
+    listed_runs,
     load_json,
     request_id_of,
     requests_of_run,
@@ -1874,8 +1875,9 @@ class SqliteStore:
         if limit is not None:
             text += " LIMIT ?"
             params.append(limit)
-        rows = await self._run(self._transaction, None, _fetch_all, (text, params))
-        return [run_record(r) for r in rows]
+        return await self._run(
+            self._transaction, "BEGIN", listed_runs, (text, params, status is not None)
+        )
 
     async def run_ids(self, prefix: str = "") -> Sequence[str]:
         # (every id: maybe many, on the worker; those with a prefix, a range: a short read)

@@ -265,6 +265,7 @@ def test_the_full_database_shows_every_state(databases: dict[str, Path]) -> None
         ("in_doubt", ["requests", "list"]),  # explaining the step takes folding checkpoints
         ("damaged", ["runs", "list"]),
         ("damaged", ["requests", "list"]),
+        ("damaged", ["runs", "list", "--status", "idle"]),  # (the damaged one: said, not left out)
         # a damaged lease version is read by both filters, and said; not left out of both
         ("damaged_version", ["runs", "list", "--status", "interrupted"]),
         ("damaged_version", ["runs", "list", "--status", "not_started"]),
