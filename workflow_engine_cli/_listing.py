@@ -134,14 +134,6 @@ def answered_to_apply(record: Any) -> bool:
     return not record.status.is_terminal and live_worker(record) is None
 
 
-def count_by_run(requests: Sequence[Any]) -> dict[str, int]:
-    """Run id → how many of ``requests`` it has, in the order they come."""
-    counts: dict[str, int] = {}
-    for request in requests:
-        counts[request.run_id] = counts.get(request.run_id, 0) + 1
-    return counts
-
-
 # --- the lists ---------------------------------------------------------------------------------
 #
 # Each list is worked out whole first, and printed by the call returned: whatever fails in the
