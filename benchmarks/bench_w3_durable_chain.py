@@ -9,7 +9,8 @@ the state is a list growing by one int per superstep, and every superstep is com
   with ``synchronous=FULL``, and the same ``Runtime`` over an ``InMemoryRunStore`` (kernel +
   runtime + the list's encoding, no SQLite) -- the difference is the SQLite store's cost;
 * bytes written per superstep at N=1,000: growth of the database + WAL files, the checkpoint
-  rows (``sum(len(body))`` of the ``checkpoints`` table), and the process's write(2) volume —
+  rows (their body, lists kept apart and chunk places, and the chunks they share), and the
+  process's write(2) volume —
   each against the raw size of what changed (JSON of the new list + JSON of the message).
 
     .venv/bin/python benchmarks/bench_w3_durable_chain.py
@@ -133,12 +134,16 @@ async def bytes_figures(workflow: Workflow, n: int, tmp: Path) -> dict[str, floa
     await store.close()
     with sqlite3.connect(path) as conn:
         rows = conn.execute(
-            "SELECT kind, count(*), sum(length(CAST(body AS BLOB))) FROM checkpoints "
-            "WHERE seq > 0 GROUP BY kind"
+            "SELECT kind, count(*), sum(length(CAST(body AS BLOB)) + "
+            "coalesce(length(CAST(list_items AS BLOB)), 0) + coalesce(length(chunks), 0)) "
+            "FROM checkpoints WHERE seq > 0 GROUP BY kind"
         ).fetchall()
+        (chunks,) = conn.execute(
+            "SELECT coalesce(sum(length(CAST(items AS BLOB))), 0) FROM list_chunks"
+        ).fetchone()
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     by_kind = {kind: (count, size) for kind, count, size in rows}
-    body = sum(size for _, size in by_kind.values())
+    body = sum(size for _, size in by_kind.values()) + chunks
     out = {
         "files": (after_files - before_files) / n,
         "db_after_checkpoint": (db_bytes(path) - before_files) / n,
@@ -187,7 +192,7 @@ async def main(sizes: list[int], repeats: int, no_gc: bool, full: bool) -> None:
         b = await bytes_figures(workflow, n, tmp)
         print(f"W3 bytes per superstep at N={n} (raw change: JSON of list + message = {kib(raw)}):")
         print(
-            f"  checkpoint rows (sum len(body) / N):  {kib(b['rows'])}  = "
+            f"  checkpoint rows and chunks / N:       {kib(b['rows'])}  = "
             f"{b['rows'] / raw:.2f}x raw  (delta row {kib(b['delta_rows'])} on average, "
             f"{b['snapshots']:.0f} snapshots)"
         )

@@ -110,7 +110,8 @@ def us(seconds: float) -> str:
 HANDOFF = "w6-handoff"
 
 
-ROW_BYTES = "length(body) + coalesce(length(list_items), 0)"
+ROW_BYTES = "length(body) + coalesce(length(list_items), 0) + coalesce(length(chunks), 0)"
+"""What a checkpoint row stores itself; a large row's long arrays are in ``list_chunks``."""
 """A checkpoint row's bytes: its body and the long lists a snapshot keeps apart from it."""
 
 
@@ -203,13 +204,15 @@ async def loop_bytes(tmp: Path, supersteps: int) -> None:
     with sqlite3.connect(db) as conn:
         rows = conn.execute(f"SELECT seq, kind, {ROW_BYTES} FROM checkpoints ORDER BY seq")
         by_seq = {seq: (kind, size) for seq, kind, size in rows}
+        chunks = conn.execute("SELECT coalesce(sum(length(items)), 0) FROM list_chunks")
+        chunk_bytes = int(chunks.fetchone()[0])
     marks = sorted({k for k in (10, 100) if k < supersteps} | {supersteps})
     figures = [f"superstep {k}: {by_seq[k][1]:,} B ({by_seq[k][0]})" for k in marks]
-    total = sum(size for _, size in by_seq.values())
+    total = sum(size for _, size in by_seq.values()) + chunk_bytes
     print(
         "W6 a writer and a critic answering each other (each response carries the whole "
         "conversation on), checkpoint rows of a superstep: " + ", ".join(figures) + f"; all "
-        f"rows after {supersteps} supersteps {total:,} B"
+        f"rows after {supersteps} supersteps, with the chunks they share, {total:,} B"
     )
 
 
@@ -254,6 +257,11 @@ class Rows:
             "SELECT coalesce(sum(length(value)), 0) FROM journal WHERE run_id = ?", (self.run_id,)
         ).fetchone()
         return int(row[0])
+
+    def chunk_bytes(self) -> int:
+        """What the chunks the rows share hold (``list_chunks``: this file holds one run)."""
+        row = self.conn.execute("SELECT coalesce(sum(length(items)), 0) FROM list_chunks")
+        return int(row.fetchone()[0])
 
     def totals(self) -> tuple[int, int, int, int]:
         """(bytes of every checkpoint row, of the snapshot rows among them, the most deltas a
@@ -479,12 +487,15 @@ async def main(turns: int, repeats: int, profile: bool) -> None:
             f"{rows.journal_bytes():,} B, database + WAL {kib(db_bytes(db))}"
         )
         total, snapshot_bytes, longest, spans = rows.totals()
+        chunks = rows.chunk_bytes()
+        total += chunks
         print(
-            f"W6 all checkpoint rows after {turns} turns, snapshots included: {total:,} B = "
-            f"{total / turns:,.0f} B/turn ({snapshot_bytes:,} B of them in snapshots, each "
-            "written once the deltas since the last one held as many bytes: storage at most "
-            f"about twice the deltas); {spans} spans; the most deltas a resume folds after the "
-            f"snapshot and spans: {longest}"
+            f"W6 all checkpoint rows after {turns} turns, snapshots and the chunks they share "
+            f"included: {total:,} B = {total / turns:,.0f} B/turn ({snapshot_bytes:,} B of them "
+            f"in snapshot rows and {chunks:,} B in chunks, each snapshot written once the deltas "
+            "since the last one held as many bytes: storage at most about twice the deltas); "
+            f"{spans} spans; the most deltas a resume folds after the snapshot and spans: "
+            f"{longest}"
         )
         warm = []
         for i in range(repeats):

@@ -25,6 +25,7 @@ from workflow_engine._checkpoint import (
 )
 from workflow_engine._errors import CheckpointVersionError, StoreCorruptError, shown
 
+from ._chunks import CHAIN_TEXTS, with_chunks
 from ._records import fetch_rows
 from ._sql import (
     SQL_CHAIN,
@@ -52,7 +53,7 @@ def latest_chain(
             return None
     rows = fetch_rows(conn, SQL_LATEST_CHAIN_LEAN if lean else SQL_LATEST_CHAIN, (base,))
     if rows:
-        return rows
+        return with_chunks(conn, rows, CHAIN_TEXTS, f"run {run_id!r}")
     seq = conn.execute(SQL_LATEST_SEQ, (run_id,)).fetchone()[0]
     # none: a run without checkpoints; else a chain without a snapshot, which raises
     return chain_to(conn, run_id, seq, base) if seq is not None else None
@@ -65,7 +66,7 @@ def chain_to(conn: sqlite3.Connection, run_id: str, seq: int, base: int) -> list
     rows = fetch_rows(conn, SQL_CHAIN, (base, seq))
     if not rows:
         raise StoreCorruptError(f"run {run_id!r}: no snapshot at or before checkpoint #{seq}")
-    return rows
+    return with_chunks(conn, rows, CHAIN_TEXTS, f"run {run_id!r}")
 
 
 def check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:

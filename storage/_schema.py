@@ -15,6 +15,9 @@ Every row that holds encoded data records the codec and schema version that wrot
                   (the table's own key orders a run's rows: no ``(run_id, seq)`` index to write)
     checkpoints.lists, list_items (v6) a snapshot's long lists apart from its body, read only
                   when needed
+    list_chunks   (v7) the long arrays of large rows, in chunks kept once by digest and shared
+                  by every row that holds them (``checkpoints.chunks`` says where: see
+                  ``_chunks``)
 
 The tables (and ``MIGRATIONS``) are built on first access: SQLAlchemy is needed only to create
 and migrate a database, not to import ``storage`` or to open a database that is up to date.
@@ -41,13 +44,23 @@ if TYPE_CHECKING:
     checkpoints: Table
     requests: Table
     journal: Table
+    list_chunks: Table
     MIGRATIONS: dict[int, Callable[[Connection], None]]
 
-SCHEMA_VERSION = 6
-TABLES = frozenset({"we_schema", "runs", "checkpoints", "requests", "journal"})
+SCHEMA_VERSION = 7
+TABLES = frozenset({"we_schema", "runs", "checkpoints", "requests", "journal", "list_chunks"})
 """The tables of the current schema."""
 
-_DECLARED = ("metadata", "schema_info", "runs", "checkpoints", "requests", "journal", "MIGRATIONS")
+_DECLARED = (
+    "metadata",
+    "schema_info",
+    "runs",
+    "checkpoints",
+    "requests",
+    "journal",
+    "list_chunks",
+    "MIGRATIONS",
+)
 _LOCK = threading.Lock()  # stores migrate from their own threads: declare the tables once
 
 
@@ -129,6 +142,9 @@ def _declare() -> dict[str, Any]:
         Column("schema_version", Integer, nullable=False),
         Column("body", Text, nullable=False),
         Column("created_at", Float, nullable=False),
+        # (v7) where the row's long arrays are, and the chunks that fill them (``_chunks``):
+        # before the lists (a database upgraded to v7 has it last)
+        Column("chunks", Text),
         # (v6) a snapshot's long lists, kept out of its body (the body holds them empty):
         # ``lists`` counts them, ``list_items`` holds them -- last, so that reading the row's
         # other columns never reads these pages (a resume reads them only when it needs them)
@@ -182,6 +198,15 @@ def _declare() -> dict[str, Any]:
         Column("value", Text, nullable=False),
         Column("created_at", Float, nullable=False),
         Column("superstep", Integer, nullable=False, server_default="0"),
+    )
+
+    list_chunks = Table(
+        "list_chunks",
+        metadata,
+        Column("digest", String(32), primary_key=True),
+        Column("items", Text, nullable=False),
+        Column("refs", Integer, nullable=False),
+        sqlite_with_rowid=False,
     )
 
     def _create_v1(conn: Connection) -> None:
@@ -239,6 +264,14 @@ def _declare() -> dict[str, Any]:
             if column not in present:
                 conn.exec_driver_sql(f"ALTER TABLE checkpoints ADD COLUMN {column} TEXT")
 
+    def _chunks_v7(conn: Connection) -> None:
+        """Large rows may store their long arrays as shared chunks. A database created by this
+        code already has both; older rows leave ``chunks`` empty (NULL): stored whole."""
+        present = {row[1] for row in conn.exec_driver_sql("PRAGMA table_info(checkpoints)")}
+        if "chunks" not in present:
+            conn.exec_driver_sql("ALTER TABLE checkpoints ADD COLUMN chunks TEXT")
+        list_chunks.create(conn, checkfirst=True)
+
     migrations: dict[int, Callable[[Connection], None]] = {
         1: _create_v1,
         2: _add_journal_v2,
@@ -246,6 +279,7 @@ def _declare() -> dict[str, Any]:
         4: _spans_v4,
         5: _checkpoints_by_position_v5,
         6: _lists_apart_v6,
+        7: _chunks_v7,
     }
     """Version N's migration upgrades a database at version N-1. Never edit one that shipped."""
 
@@ -256,6 +290,7 @@ def _declare() -> dict[str, Any]:
         "checkpoints": checkpoints,
         "requests": requests,
         "journal": journal,
+        "list_chunks": list_chunks,
         "MIGRATIONS": migrations,
     }
 
@@ -310,7 +345,7 @@ def migrate(
         engine.dispose()
 
 
-_NOT_IN_V4 = frozenset({"pos", "lists", "list_items"})
+_NOT_IN_V4 = frozenset({"pos", "lists", "list_items", "chunks"})
 """Columns of ``checkpoints`` a version-4 table lacks."""
 
 _OUR_TABLES = ("runs", "checkpoints", "requests", "journal")

@@ -44,8 +44,8 @@ SQL_INSERT_RUN = (
 )
 SQL_INSERT_CHECKPOINT = (  # the run's row exists (admitted in the same transaction, or leased)
     "INSERT INTO checkpoints (pos, checkpoint_id, run_id, seq, superstep, kind, status, codec, "
-    f"schema_version, body, created_at, lists, list_items) VALUES ({_BASE.replace('?1', '?2')} "
-    "+ ?3, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)"
+    f"schema_version, body, created_at, lists, list_items, chunks) VALUES "
+    f"({_BASE.replace('?1', '?2')} + ?3, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
 )
 SQL_INSERT_REQUEST = (
     "INSERT INTO requests (request_id, run_id, port_id, source_executor_id, kind, data, "
@@ -139,17 +139,18 @@ _SNAPSHOT_SEQ = (
     "ORDER BY pos DESC LIMIT 1)"
 )
 SQL_CHAIN = (
-    "SELECT checkpoint_id, seq, kind, body, schema_version, lists, list_items FROM checkpoints "
+    "SELECT checkpoint_id, seq, kind, body, schema_version, lists, list_items, chunks "
+    "FROM checkpoints "
     f"WHERE pos BETWEEN ?1 + {_SNAPSHOT_SEQ} AND ?1 + ?2 "
     "AND (kind != 'delta' OR seq > coalesce((SELECT seq FROM checkpoints "
     f"WHERE pos > ?1 + {_SNAPSHOT_SEQ} AND pos <= ?1 + ?2 AND kind = 'span' "
     "ORDER BY pos DESC LIMIT 1), -1)) ORDER BY pos"
 )
 SQL_LATEST_CHAIN = SQL_CHAIN.replace("?2", str(SEQ_SPAN - 1))  # the same, up to the newest
-SQL_LATEST_CHAIN_LEAN = SQL_LATEST_CHAIN.replace("list_items FROM", "NULL FROM")
+SQL_LATEST_CHAIN_LEAN = SQL_LATEST_CHAIN.replace("list_items, chunks", "NULL, chunks")
 """The same rows without the snapshot's long lists: a resume reads them when it needs them."""
 SQL_STORED_LISTS = (  # run ?1's first snapshot at or after seq ?2 (see ``_stored_lists``)
-    "SELECT checkpoint_id, seq, body, lists, list_items FROM checkpoints WHERE pos BETWEEN "
+    "SELECT checkpoint_id, seq, body, lists, list_items, chunks FROM checkpoints WHERE pos BETWEEN "
     f"{_BASE} + ?2 AND {_BASE} + {SEQ_SPAN - 1} AND kind = 'snapshot' ORDER BY pos LIMIT 1"
 )
 SQL_RUN_BASE = f"SELECT run_no * {SEQ_SPAN} FROM runs WHERE run_id = ?"
@@ -346,8 +347,10 @@ SQL_LONG_HISTORIES = (  # runs with more than ?1 checkpoint rows: (run, newest s
     "SELECT run_id, newest, newest - oldest + 1 FROM (SELECT r.run_id AS run_id, "
     f"{_history_ends(_RUN_ROWS)} FROM runs r) WHERE newest - oldest + 1 > ?1"
 )
-SQL_MAKE_SNAPSHOT = (  # checkpoint ?3 of run ?1 becomes a snapshot holding ?2 (lists apart: ?4, ?5)
-    "UPDATE checkpoints SET kind = 'snapshot', body = ?2, lists = ?4, list_items = ?5 "
+SQL_MAKE_SNAPSHOT = (  # checkpoint ?3 of run ?1 becomes a snapshot holding ?2 (lists apart: ?4,
+    # ?5; chunked: ?6)
+    "UPDATE checkpoints SET kind = 'snapshot', body = ?2, lists = ?4, list_items = ?5, "
+    "chunks = ?6 "
     f"WHERE pos = {_BASE} + ?3"
 )
 SQL_FIRST_SPAN_AFTER = (  # the first span after ?2 with no snapshot between: its base is before ?2
@@ -356,6 +359,15 @@ SQL_FIRST_SPAN_AFTER = (  # the first span after ?2 with no snapshot between: it
     f"{SEQ_SPAN - 1} AND kind = 'snapshot' ORDER BY pos LIMIT 1), {SEQ_SPAN}) AND kind = 'span'"
 )
 SQL_DROP_BEFORE = f"DELETE FROM checkpoints WHERE pos >= {_BASE} AND pos < {_BASE} + ?2"
+# the ``chunks`` of rows about to be deleted or rewritten (see ``_chunks.release``)
+SQL_CHUNKED_BEFORE = (  # run ?1's rows before seq ?2
+    f"SELECT chunks FROM checkpoints WHERE pos >= {_BASE} AND pos < {_BASE} + ?2 "
+    "AND chunks IS NOT NULL"
+)
+SQL_CHUNKED_AT = f"SELECT chunks FROM checkpoints WHERE pos = {_BASE} + ?2"  # run ?1's seq ?2
+SQL_CHUNKED_OF_RUN = (  # the rows of run number ?1
+    f"SELECT chunks FROM checkpoints WHERE {_rows_of('?1')} AND chunks IS NOT NULL"
+)
 
 
 def filtered(

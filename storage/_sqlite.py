@@ -98,6 +98,7 @@ from workflow_engine._store import (
 )
 
 from ._chain import chain_to, check_chain, fold_chain, latest_chain
+from ._chunks import CHUNKING, release, stored_row, stored_texts
 from ._location import default_db_path, synchronous_mode
 from ._records import (
     answered_counts,
@@ -132,6 +133,9 @@ from ._sql import (
     SQL_CANCEL_DONE,
     SQL_CANCEL_REQUEST,
     SQL_CHECKPOINT_PLACE,
+    SQL_CHUNKED_AT,
+    SQL_CHUNKED_BEFORE,
+    SQL_CHUNKED_OF_RUN,
     SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL,
     SQL_COMMIT_RUN_NO_CANCEL,
     SQL_COMMIT_RUN_RELEASE_CANCEL_DONE,
@@ -491,6 +495,7 @@ class SqliteStore:
         self.busy_timeout = busy_timeout
         self._stored_lists = StoredLists(self.path, busy_timeout)
         self._lists_apart_from = LONG_LIST  # (how many items make a list long: tests set less)
+        self._chunking = CHUNKING  # (which rows and arrays are chunked: tests set less)
         self.snapshot_every = snapshot_every
         self.span_every = span_every
         """Every this many deltas after a snapshot, the checkpoint is stored as a span (relative
@@ -1180,7 +1185,7 @@ class SqliteStore:
             raise RunExistsError(f"run {run_id!r} already exists") from exc
         what = f"run {run_id!r}: its first checkpoint (the start message)"
         with _Sized(conn, what, _largest_value(body)):
-            conn.execute(SQL_INSERT_CHECKPOINT, body)
+            conn.execute(SQL_INSERT_CHECKPOINT, stored_row(conn, body, self._chunking))
         if requests:
             _insert_requests(conn, requests)
         self._fault("admit:inside")
@@ -1788,7 +1793,7 @@ class SqliteStore:
             )
 
         with _Sized(conn, what, _largest_value(body)):
-            conn.execute(SQL_INSERT_CHECKPOINT, body)
+            conn.execute(SQL_INSERT_CHECKPOINT, stored_row(conn, body, self._chunking))
         if request_rows:
             _insert_requests(conn, request_rows)
         if status_rows:
@@ -2190,15 +2195,19 @@ class SqliteStore:
             (span_seq,) = conn.execute(SQL_FIRST_SPAN_AFTER, (run_id, first_kept)).fetchone()
             if span_seq is not None:
                 rebased = self._fold(run_id, chain_to(conn, run_id, span_seq, base))
-                conn.execute(SQL_MAKE_SNAPSHOT, (run_id, *self._snapshot_of(rebased, span_seq)))
-            conn.execute(SQL_MAKE_SNAPSHOT, (run_id, *self._snapshot_of(full, first_kept)))
+                self._make_snapshot(conn, run_id, rebased, span_seq)
+            self._make_snapshot(conn, run_id, full, first_kept)
+            release(conn, _column(conn, SQL_CHUNKED_BEFORE, (run_id, first_kept)))
             deleted += conn.execute(SQL_DROP_BEFORE, (run_id, first_kept)).rowcount
         return deleted
 
-    def _snapshot_of(self, checkpoint: Checkpoint, seq: int) -> tuple:
-        """``SQL_MAKE_SNAPSHOT``'s parameters after the run id: ``checkpoint`` as a snapshot."""
+    def _make_snapshot(self, conn: Conn, run_id: str, checkpoint: Checkpoint, seq: int) -> None:
+        """Rewrite row ``seq`` of the run as a snapshot of ``checkpoint`` (what it folds to):
+        the chunks it held given back, its own stored."""
         body, lists, list_items = snapshot_parts(checkpoint, self._lists_apart_from)
-        return body, seq, lists, list_items
+        release(conn, _column(conn, SQL_CHUNKED_AT, (run_id, seq)))
+        body, list_items, chunked = stored_texts(conn, body, list_items, self._chunking)
+        conn.execute(SQL_MAKE_SNAPSHOT, (run_id, body, seq, lists, list_items, chunked))
 
 
 # --- statements and rows ------------------------------------------------------------------------
@@ -2316,6 +2325,11 @@ def _fetch_all(conn: Conn, text: str, params: Sequence[Any]) -> list[tuple]:
     return conn.execute(text, params).fetchall()
 
 
+def _column(conn: Conn, text: str, params: Sequence[Any]) -> list[Any]:
+    """The first column of a query's rows."""
+    return [row[0] for row in conn.execute(text, params)]
+
+
 def _update_one(conn: Conn, text: str, params: Sequence[Any]) -> bool:
     return conn.execute(text, params).rowcount == 1
 
@@ -2330,6 +2344,7 @@ def _prune_finished(conn: Conn, run_ids: Sequence[str], finished_before: float, 
             doomed.append((run_id, found[0]))
     deleted = 0
     for _, run_no in doomed:
+        release(conn, _column(conn, SQL_CHUNKED_OF_RUN, (run_no,)))
         deleted += conn.execute(SQL_DROP_RUN_CHECKPOINTS, (run_no,)).rowcount
     for table in ("requests", "journal", "runs"):
         conn.executemany(SQL_DROP_RUN[table], [(run_id,) for run_id, _ in doomed])

@@ -35,6 +35,7 @@ from workflow_engine._errors import (
 )
 from workflow_engine._stored_items import StoredItems
 
+from ._chunks import STORED_LISTS_TEXTS, with_chunks
 from ._records import fetch_rows
 from ._sql import SQL_STORED_LISTS
 
@@ -83,7 +84,12 @@ class StoredLists:
             )
             try:
                 conn.execute("PRAGMA query_only = ON")
-                rows = fetch_rows(conn, SQL_STORED_LISTS, (run_id, seq))
+                rows = with_chunks(
+                    conn,
+                    fetch_rows(conn, SQL_STORED_LISTS, (run_id, seq)),
+                    STORED_LISTS_TEXTS,
+                    f"run {run_id!r}",
+                )
             finally:
                 conn.close()
         except sqlite3.Error as exc:

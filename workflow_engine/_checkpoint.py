@@ -31,7 +31,7 @@ from ._errors import (
 from ._events import WorkflowRunState
 from ._stored_items import read_placeholders
 
-CHECKPOINT_SCHEMA_VERSION = 5
+CHECKPOINT_SCHEMA_VERSION = 6
 """1: every answered request kept whole in ``answered_requests``. 2: only the answers applied by
 the checkpoint's own commit or still in flight are kept whole; every other answer is a digest in
 ``answered_digests`` (a 1,000-turn chat parsed 1,000 stored answers at every resume). 3: a span
@@ -43,7 +43,9 @@ conversation passed on with its new turn) is stored as the items it gained
 wrote its whole conversation again at every superstep. 5: a store may keep a snapshot's long
 lists apart from its body, which then holds them empty (``SqliteStore``'s ``list_items``): an
 engine that does not know to put them back refuses the checkpoint instead of reading them
-empty."""
+empty. 6: a store may keep the long arrays of a large row as chunks shared with other rows
+(``SqliteStore``'s ``list_chunks``), the row's text holding them empty: likewise refused by an
+engine that would read them empty."""
 
 _M = TypeVar("_M", bound=BaseModel)
 

@@ -223,6 +223,7 @@ async def test_an_older_engine_cannot_write_a_row_out_of_place(tmp_path: Path) -
                     0.0,
                     None,
                     None,
+                    None,
                 ),
             )
         assert raw.execute("SELECT count(*) FROM checkpoints").fetchone()[0] == before

@@ -14,6 +14,7 @@ import anyio
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stored_chunks import check_counts
 
 from workflow_engine import (
     CheckpointNotFoundError,
@@ -31,6 +32,7 @@ from workflow_engine import (
 )
 from workflow_engine.storage import SqliteStore
 from workflow_engine.storage._rows import LONG_LIST
+from workflow_engine.storage._schema import SCHEMA_VERSION
 
 pytestmark = [pytest.mark.anyio]
 
@@ -79,9 +81,15 @@ def notes(start: int, n: int) -> list[str]:
 class Session:
     """A notebook run driven command by command, each in the store and runtime of the moment."""
 
-    def __init__(self, db: Path, lists_apart_from: int = LONG_LIST) -> None:
+    def __init__(
+        self,
+        db: Path,
+        lists_apart_from: int = LONG_LIST,
+        chunking: tuple[int, int, int] | None = None,
+    ) -> None:
         self.db = db
         self.lists_apart_from = lists_apart_from
+        self.chunking = chunking
         self.runtime = self._runtime()
         self.run_id = ""
         self.request_id = ""
@@ -89,6 +97,8 @@ class Session:
     def _runtime(self) -> Runtime:
         store = SqliteStore(self.db, snapshot_every=2, span_every=2)
         store._lists_apart_from = self.lists_apart_from
+        if self.chunking is not None:  # (rows chunked far more often than the store's own)
+            store._chunking = self.chunking
         runtime = Runtime(store)
         runtime.register(notebook)
         return runtime
@@ -315,7 +325,7 @@ async def test_a_version_5_database_goes_on_with_its_lists_apart_from_then_on(
     session.runtime = session._runtime()
     assert await session.read(["read", [0, -1]]) == [notes(0, 1)[0], notes(82, 1)[0]]
     with sqlite3.connect(db) as raw:
-        assert raw.execute("SELECT version FROM we_schema").fetchone()[0] == 6
+        assert raw.execute("SELECT version FROM we_schema").fetchone()[0] == SCHEMA_VERSION
     for n in range(4):
         await session.do(["append", notes(83 + n, 1)])
     assert rows_apart(db), "a snapshot written after the upgrade keeps its notes apart"
@@ -345,14 +355,23 @@ commands = st.lists(
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(commands=commands, lists_apart_from=st.sampled_from([1, 5, LONG_LIST]))
+@given(
+    commands=commands,
+    lists_apart_from=st.sampled_from([1, 5, LONG_LIST]),
+    chunking=st.sampled_from([None, (1, 2, 2), (300, 3, 1), (2000, 8, 3)]),
+)
 def test_a_run_reads_its_list_as_written_whatever_restarts_and_prunes_come_between(
-    tmp_path_factory: pytest.TempPathFactory, commands: list[tuple], lists_apart_from: int
+    tmp_path_factory: pytest.TempPathFactory,
+    commands: list[tuple],
+    lists_apart_from: int,
+    chunking: tuple[int, int, int] | None,
 ) -> None:
+    """...with its rows' long arrays chunked (``_chunks``) or not; each chunk stays counted
+    by exactly the rows that use it."""
     db = tmp_path_factory.mktemp("notes") / "runs.db"
 
     async def go() -> None:
-        session = Session(db, lists_apart_from)
+        session = Session(db, lists_apart_from, chunking)
         model: list[str] = []
         written = 0
         for what, arg in [("append", 1), *commands]:
@@ -378,6 +397,7 @@ def test_a_run_reads_its_list_as_written_whatever_restarts_and_prunes_come_betwe
         await session.restart()
         assert await session.read(["whole", None]) == model
         await session.runtime.close()
+        check_counts(db)
 
     anyio.run(go)
 

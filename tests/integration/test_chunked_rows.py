@@ -1,0 +1,265 @@
+"""Long arrays of large checkpoint rows are stored once, in chunks shared by every row that
+holds them: an AG-UI thread whose client sends the whole history with each message grows by
+what each message adds, not by the history again (it stored the history three times per run).
+Chunks are counted by the rows that use them, given back by prune, checked when read, and
+survive a SIGKILL mid-write."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import httpx
+import pytest
+from agui_harness import EVENT, in_process, parse_sse, sse_lines
+from fastapi import FastAPI
+from stored_chunks import check_counts, stored_bytes
+
+from workflow_engine import Runtime, StoreCorruptError, WorkflowRunState
+from workflow_engine.executors import Agent, ChatMessage, ChatResponse, ChatResponseUpdate
+from workflow_engine.storage import SqliteStore
+from workflow_engine.storage._schema import SCHEMA_VERSION
+from workflow_engine_agui import add_agui_endpoint
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+class Acknowledging:
+    """An offline model that acknowledges the newest message (and says how many it saw)."""
+
+    def _answer(self, messages: Sequence[ChatMessage]) -> str:
+        return f"Noted: {messages[-1].text[:40]} ({len(messages)} messages so far)"
+
+    async def get_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[object] = ()
+    ) -> ChatResponse:
+        return ChatResponse(messages=[ChatMessage.assistant(self._answer(messages))])
+
+    async def get_streaming_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[object] = ()
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        yield ChatResponseUpdate(kind="text", message_id="m", text=self._answer(messages))
+
+
+def message(n: int) -> str:
+    return f"Message {n:04d}: please keep in mind that my order number is {1000 + n} and reply."
+
+
+def post(port: int, thread: str, messages: list[dict[str, str]]) -> str:
+    """One AG-UI request on ``thread``; the assistant's text it streamed."""
+    body = {"threadId": thread, "runId": f"r{len(messages)}", "messages": messages}
+    with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as http:
+        response = http.post("/chat", json=body, headers={"accept": "text/event-stream"})
+    assert response.status_code == 200, response.text
+    events = [EVENT.validate_json(d) for d in parse_sse(iter(sse_lines(response.content)))]
+    assert events[-1].type == "RUN_FINISHED", events[-1]
+    return "".join(e.delta for e in events if e.type == "TEXT_MESSAGE_CONTENT")
+
+
+@pytest.mark.slow
+def test_an_agui_thread_with_a_full_history_client_grows_by_each_message(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "agui.db"
+    store = SqliteStore(db)
+    app = FastAPI()
+    add_agui_endpoint(app, Agent("assistant", client=Acknowledging()), "/chat", store=store)
+    history: list[dict[str, str]] = []
+    added: dict[int, int] = {}
+    with in_process(app) as port:
+        before = 0
+        for n in range(1, 141):
+            history.append({"id": f"u{n}", "role": "user", "content": message(n)})
+            reply = post(port, "thread-1", history)  # the whole history, as CopilotKit sends
+            assert reply.startswith(f"Noted: {message(n)[:40]}") and f"({2 * n - 1} " in reply
+            history.append({"id": f"a{n}", "role": "assistant", "content": reply})
+            after = stored_bytes(db)  # (the first request created the tables)
+            added[n] = after - before
+            before = after
+    early = sum(added[n] for n in range(61, 81)) / 20
+    late = sum(added[n] for n in range(121, 141)) / 20
+    # each run stored the history three times: 88 KB a run at messages 61-80, 161 KB at
+    # 121-140; now the chunks at the ends of its arrays, about 15 KB at both
+    print(f"added per run: {early:.0f} B at messages 61-80, {late:.0f} B at 121-140")
+    assert late <= early * 1.25, (early, late)
+    assert late < 25_000, late
+    chunks = check_counts(db)
+    assert chunks > 0
+    # and the newest run reads back whole, in a new process
+    code = (
+        "import anyio, sys\n"
+        "from workflow_engine.storage import SqliteStore\n"
+        "async def main():\n"
+        "    store = SqliteStore(sys.argv[1])\n"
+        "    runs = await store.run_ids()\n"
+        "    newest = max(runs, key=lambda r: int(r.rpartition('/')[2]))\n"
+        "    checkpoint = await store.latest(newest)\n"
+        "    print(newest, len(checkpoint.executor_states['assistant']['conversation']))\n"
+        "    await store.close()\n"
+        "anyio.run(main)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(db)], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["chat:thread-1/139", str(2 * 140)], out
+
+
+def conversation(n: int) -> list[ChatMessage]:
+    """The history a full-history client sends with its ``n``-th message."""
+    messages: list[ChatMessage] = []
+    for i in range(1, n + 1):
+        messages.append(ChatMessage.user(message(i)))
+        if i < n:
+            messages.append(ChatMessage.assistant(f"Noted {i}."))
+    return messages
+
+
+async def chats(db: Path, runs: int, length: int) -> list[str]:
+    """``runs`` runs of an agent, each given a history one message longer."""
+    runtime = Runtime(SqliteStore(db))
+    workflow = Agent("assistant", client=Acknowledging()).as_workflow()
+    runtime.register(workflow)
+    ids = []
+    for k in range(runs):
+        result = await runtime.run(workflow.name, conversation(length + k))
+        assert result.status is WorkflowRunState.IDLE, result.error
+        ids.append(result.run_id)
+    await runtime.close()
+    return ids
+
+
+async def test_prune_gives_back_the_chunks_of_what_it_deletes(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    ids = await chats(db, 6, 90)
+    assert check_counts(db) > 0
+    store = SqliteStore(db)
+    kept = {run_id: await store.latest(run_id) for run_id in ids}
+    deleted = await store.prune(keep_last=1)
+    assert deleted > 0
+    assert check_counts(db) > 0
+    for run_id in ids:
+        assert await store.latest(run_id) == kept[run_id]
+    await store.prune(finished_before=time.time() + 60)
+    assert await store.run_ids() == []
+    await store.close()
+    assert check_counts(db) == 0
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM list_chunks").fetchone()[0] == 0
+
+
+async def test_runs_sharing_a_history_share_its_chunks(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    await chats(db, 1, 100)
+    one = stored_bytes(db)
+    await chats(db, 1, 101)
+    two = stored_bytes(db)
+    # the second run's history is the first's and two messages: it adds a fraction of it
+    assert two - one < one / 4, (one, two)
+    check_counts(db)
+
+
+async def test_a_fork_shares_the_chunks_of_the_run_it_forks(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    (run_id,) = await chats(db, 1, 100)
+    one = stored_bytes(db)
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(Agent("assistant", client=Acknowledging()).as_workflow())
+    forked = await runtime.fork(run_id)
+    await runtime.close()
+    assert stored_bytes(db) - one < one / 10, (one, stored_bytes(db))
+    check_counts(db)
+    store = SqliteStore(db)
+    original, copy = await store.latest(run_id), await store.latest(forked)
+    assert copy.executor_states == original.executor_states
+    await store.close()
+
+
+@pytest.mark.parametrize("damage", ["changed", "missing"])
+async def test_a_damaged_chunk_is_named_when_read(tmp_path: Path, damage: str) -> None:
+    db = tmp_path / "runs.db"
+    (run_id,) = await chats(db, 1, 100)
+    with sqlite3.connect(db) as conn:
+        (digest,) = conn.execute("SELECT digest FROM list_chunks LIMIT 1").fetchone()
+        if damage == "changed":
+            conn.execute("UPDATE list_chunks SET items = '[1]' WHERE digest = ?", (digest,))
+        else:
+            conn.execute("DELETE FROM list_chunks WHERE digest = ?", (digest,))
+    store = SqliteStore(db)
+    with pytest.raises(StoreCorruptError) as caught:
+        await store.latest(run_id)
+    await store.close()
+    said = str(caught.value)
+    assert run_id in said and ("damaged" in said or "missing" in said), said
+    assert (digest in said) if damage == "changed" else ("missing" in said)
+    # the command line says so too, with its exit code for a damaged store, no traceback
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "workflow-engine"), "runs", "show", run_id, "--db", db],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 6, (done.returncode, done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and run_id in done.stdout + done.stderr
+
+
+async def test_a_version_6_database_is_upgraded_and_chunks_from_then_on(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    (old,) = await chats(db, 1, 20)  # (small rows: nothing chunked)
+    with sqlite3.connect(db) as conn:
+        chunked = "SELECT count(*) FROM checkpoints WHERE chunks IS NOT NULL"
+        assert conn.execute(chunked).fetchone()[0] == 0
+        conn.execute("ALTER TABLE checkpoints DROP COLUMN chunks")
+        conn.execute("DROP TABLE list_chunks")
+        conn.execute("UPDATE we_schema SET version = 6")
+    (new,) = await chats(db, 1, 100)
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT version FROM we_schema").fetchone()[0] == SCHEMA_VERSION
+    assert check_counts(db) > 0
+    store = SqliteStore(db)
+    assert len((await store.latest(old)).executor_states["assistant"]["conversation"]) == 40
+    assert len((await store.latest(new)).executor_states["assistant"]["conversation"]) == 200
+    await store.close()
+
+
+WRITER = """
+import anyio, sys
+sys.path.insert(0, sys.argv[2])
+from test_chunked_rows import chats
+anyio.run(chats, __import__("pathlib").Path(sys.argv[1]), 1000, 100)
+"""
+
+
+@pytest.mark.slow
+def test_chunks_stay_counted_when_a_writer_is_killed(tmp_path: Path) -> None:
+    """SIGKILL a process writing runs with large rows, at three moments: what is stored reads
+    back, and each chunk is counted by exactly the rows that use it."""
+    db = tmp_path / "runs.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
+    for wait in (1.5, 2.3, 3.1):
+        proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(HERE)], env=env)
+        time.sleep(wait)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        check_counts(db)
+
+    async def read_all() -> int:
+        store = SqliteStore(db)
+        runs = await store.run_ids()
+        for run_id in runs:
+            assert (await store.latest(run_id)) is not None
+        await store.close()
+        return len(runs)
+
+    import anyio
+
+    assert anyio.run(read_all) > 0
+    assert check_counts(db) > 0
