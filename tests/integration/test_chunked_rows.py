@@ -6,6 +6,7 @@ survive a SIGKILL mid-write."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -238,17 +239,37 @@ anyio.run(chats, __import__("pathlib").Path(sys.argv[1]), 1000, 100)
 """
 
 
+def chunked_rows(db: Path) -> int:
+    """How many checkpoint rows of the file hold chunks (0 before it has tables)."""
+    if not db.exists():
+        return 0
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as conn:
+        try:
+            query = "SELECT count(*) FROM checkpoints WHERE chunks IS NOT NULL"
+            return int(conn.execute(query).fetchone()[0])
+        except sqlite3.OperationalError:  # (no tables yet, or a column being added)
+            return 0
+
+
 @pytest.mark.slow
 def test_chunks_stay_counted_when_a_writer_is_killed(tmp_path: Path) -> None:
     """SIGKILL a process writing runs with large rows, at three moments: what is stored reads
     back, and each chunk is counted by exactly the rows that use it."""
     db = tmp_path / "runs.db"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)])}
-    for wait in (1.5, 2.3, 3.1):
+    for jitter in (0.0, 0.013, 0.029):
+        before = chunked_rows(db)
         proc = subprocess.Popen([sys.executable, "-c", WRITER, str(db), str(HERE)], env=env)
-        time.sleep(wait)
+        # killed once it has written rows with chunks (a fixed wait killed it before it had
+        # created the tables, on a loaded machine), then a little later each round
+        deadline = time.monotonic() + 120
+        while chunked_rows(db) < before + 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, "the writer stopped by itself"
+            time.sleep(0.02)
+        time.sleep(jitter)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        assert chunked_rows(db) >= before + 2
         check_counts(db)
 
     async def read_all() -> int:
