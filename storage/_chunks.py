@@ -9,12 +9,21 @@ long arrays (``LONG_ARRAY`` items or more) as chunks of ``CHUNK_ITEMS`` items, e
 ``list_chunks`` under the digest of its text. An array that begins with another's items has the
 same first chunks, so each run writes only the chunks at the end of its arrays. Snapshots of a
 long conversation in one run, a fork and the snapshot a prune makes share chunks the same way.
+An array of more than ``FANOUT`` chunks is named by *index* chunks, each listing ``FANOUT``
+chunks' digests (and so on, level by level), so that what a row stores stays small however long
+its arrays grow: the full index chunks are shared like the rest.
 
 The row keeps its text with ``[]`` in each array's place, and ``chunks`` (JSON) says where each
-place is and which chunks fill it, for its body and for its lists kept apart. Put back together,
-the text is the row's text exactly: a row is split only if that holds (checked as it is split),
-and each chunk read is checked against its digest. ``list_chunks.refs`` counts the rows that use
-a chunk; deleting or rewriting a row releases its chunks, and a chunk no row uses is deleted.
+place is, which chunks fill it and through how many levels of index. Put back together, the text
+is the row's text exactly: a row is split only if that holds (checked as it is split), and each
+chunk read is checked against its digest (an index chunk's key is its digest after ``i``: it is
+never taken for a chunk of items with the same text). A chunked row's checkpoint schema version
+is at least ``CHUNKED_VERSION``, so an engine that would read its arrays empty refuses it.
+
+``list_chunks.refs`` counts the rows and index chunks that use a chunk. Writing a row counts its
+chunks (``stored_row``); the database's triggers (``RELEASE_TRIGGERS``) give them back when a
+row is deleted or its chunks rewritten, delete a chunk no one uses, and have a deleted index
+chunk give back those it lists -- whatever process deletes, an older engine's prune included.
 """
 
 from __future__ import annotations
@@ -23,7 +32,6 @@ import hashlib
 import json
 import os
 import sqlite3
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -38,9 +46,17 @@ CHUNKED_FROM = 16_384
 LONG_ARRAY = 64
 """Items of an array from which it is stored as chunks."""
 CHUNK_ITEMS = 32
-"""Items per chunk (the last chunk of an array may hold fewer)."""
-CHUNKING = (CHUNKED_FROM, LONG_ARRAY, CHUNK_ITEMS)
-"""The three, as a store applies them (tests set smaller ones)."""
+"""Items per chunk (the last chunk of an array may hold fewer; short items, more)."""
+CHUNK_CHARS = 2048
+"""Characters of text a chunk holds at least, doubling its items until it does (but the last)."""
+CHUNKED_VERSION = 6
+"""The checkpoint schema version a chunked row says at least (see ``CHECKPOINT_SCHEMA_VERSION``)."""
+FANOUT = 32
+"""Chunks named by one index chunk (and the most a place names itself)."""
+INDEX = "i"
+"""What an index chunk's key starts with (before the digest of its text)."""
+CHUNKING = (CHUNKED_FROM, LONG_ARRAY, CHUNK_ITEMS, CHUNK_CHARS, FANOUT)
+"""These, in this order, as a store applies them (tests set smaller ones)."""
 
 _COLUMNS = ("body", "list_items")
 """The row texts that may be chunked."""
@@ -49,10 +65,47 @@ _READ_AT_ONCE = 500
 
 SQL_PUT_CHUNK = (
     "INSERT INTO list_chunks (digest, items, refs) VALUES (?1, ?2, 1) "
-    "ON CONFLICT (digest) DO UPDATE SET refs = refs + 1"
+    "ON CONFLICT (digest) DO UPDATE SET refs = refs + 1 RETURNING refs"
 )
-SQL_RELEASE_CHUNK = "UPDATE list_chunks SET refs = refs - ?2 WHERE digest = ?1"
-SQL_DROP_UNUSED_CHUNK = "DELETE FROM list_chunks WHERE digest = ?1 AND refs <= 0"
+_KEYS_OF_OLD_ROW = "SELECT value FROM json_tree(OLD.chunks) WHERE type = 'text'"
+_KEYS_OF_OLD_INDEX = "SELECT value FROM json_each(OLD.items) WHERE type = 'text'"
+
+
+def _released(name: str, event: str, when: str, keys: str) -> str:
+    return (
+        f"CREATE TRIGGER IF NOT EXISTS {name} AFTER {event} WHEN {when} BEGIN "
+        f"UPDATE list_chunks SET refs = refs - 1 WHERE digest IN ({keys}); "
+        f"DELETE FROM list_chunks WHERE refs <= 0 AND digest IN ({keys}); END"
+    )
+
+
+RELEASE_TRIGGERS = (
+    # a row deleted, or its chunks rewritten (prune making a snapshot): each chunk it names
+    # is used once less (the only strings of a ``chunks`` value are chunk keys)
+    _released(
+        "checkpoint_chunks_deleted",
+        "DELETE ON checkpoints",
+        "OLD.chunks IS NOT NULL AND json_valid(OLD.chunks)",
+        _KEYS_OF_OLD_ROW,
+    ),
+    _released(
+        "checkpoint_chunks_rewritten",
+        "UPDATE OF chunks ON checkpoints",
+        "OLD.chunks IS NOT NULL AND json_valid(OLD.chunks)",
+        _KEYS_OF_OLD_ROW,
+    ),
+    # an index chunk deleted: each chunk it lists is used once less (deeper indexes need
+    # ``recursive_triggers``, which this engine's connections turn on)
+    _released(
+        "index_chunk_deleted",
+        "DELETE ON list_chunks",
+        f"substr(OLD.digest, 1, 1) = '{INDEX}' AND json_valid(OLD.items)",
+        _KEYS_OF_OLD_INDEX,
+    ),
+)
+"""What keeps ``list_chunks.refs`` right when rows go, whoever deletes them. A ``chunks`` value
+or an index chunk that is not JSON gives nothing back (its chunks stay, unused): the deletion
+does not fail on a damaged row."""
 
 
 def chunk_digest(text: str) -> str:
@@ -61,15 +114,22 @@ def chunk_digest(text: str) -> str:
 
 
 Places = list[list[Any]]
-"""Where a text's chunked arrays were: ``[offset of their "[]", [chunk digests]]``, in order."""
+"""Where a text's chunked arrays were: ``[offset of their "[]", [chunk keys], levels of index
+above the chunks of items (0: the keys are theirs)]``, in order."""
 
 
 def split(
-    text: str, long_array: int = LONG_ARRAY, chunk_items: int = CHUNK_ITEMS
+    text: str,
+    long_array: int = LONG_ARRAY,
+    chunk_items: int = CHUNK_ITEMS,
+    chunk_chars: int = CHUNK_CHARS,
+    fanout: int = FANOUT,
 ) -> tuple[str, Places, dict[str, str]] | None:
     """``text`` with each long array (``long_array`` items or more) replaced by ``[]``, where
-    those are, and the chunks (of ``chunk_items``) by digest; None if it has no long array, or
-    if its parts would not put back together as exactly ``text`` (then it is stored whole)."""
+    those are, and the chunks (of ``chunk_items`` or more, see ``_cut``; index chunks of
+    ``fanout`` keys) by key;
+    None if it has no long array, or if its parts would not put back together as exactly
+    ``text`` (then it is stored whole)."""
     try:
         tree = from_json(text)
     except ValueError:
@@ -103,14 +163,13 @@ def split(
             piece = skeleton[start:at]
             pieces.append(piece)
             length += len(piece)
-            digests = []
-            array = arrays[i]
-            for first in range(0, len(array), chunk_items):
-                chunk = to_json(array[first : first + chunk_items]).decode()
-                digest = chunk_digest(chunk)
-                chunks[digest] = chunk
-                digests.append(digest)
-            places.append([length, digests])
+            cut = _cut(arrays[i], chunk_items, chunk_chars)
+            keys = [_leaf(chunk, chunks) for chunk in cut]
+            levels = 0
+            while len(keys) > fanout:
+                keys = [_index(keys[j : j + fanout], chunks) for j in range(0, len(keys), fanout)]
+                levels += 1
+            places.append([length, keys, levels])
             pieces.append("[]")
             length += 2
             start = at + len(marks[i])
@@ -123,22 +182,61 @@ def split(
     return stored, places, chunks
 
 
+def _cut(array: list[Any], chunk_items: int, chunk_chars: int) -> Iterable[str]:
+    """The texts of ``array``'s chunks: from its start, each ``chunk_items`` items, or twice,
+    four times... as many while that is fewer than ``chunk_chars`` characters (a chunk of 32
+    numbers is a few bytes: its row would weigh more). Where one ends depends only on the
+    items from where it starts: an array grown at its end is cut as before, up to its last
+    chunk."""
+    first = 0
+    while first < len(array):
+        size = chunk_items
+        chunk = to_json(array[first : first + size]).decode()
+        while len(chunk) < chunk_chars and first + size < len(array):
+            size *= 2
+            chunk = to_json(array[first : first + size]).decode()
+        yield chunk
+        first += size
+
+
+def _leaf(chunk: str, chunks: dict[str, str]) -> str:
+    """A chunk of items, added to ``chunks``; its key."""
+    key = chunk_digest(chunk)
+    chunks[key] = chunk
+    return key
+
+
+def _index(keys: list[str], chunks: dict[str, str]) -> str:
+    """An index chunk listing ``keys``, added to ``chunks``; its key."""
+    text = json.dumps(keys, separators=(",", ":"))
+    key = INDEX + chunk_digest(text)
+    chunks[key] = text
+    return key
+
+
 def assemble(text: str, places: Places, chunks: dict[str, str]) -> str:
     """The text ``split`` took apart: each place's ``[]`` filled with its chunks' items."""
     pieces: list[str] = []
     start = 0
-    for offset, digests in places:
+    for offset, keys, levels in places:
         pieces.append(text[start:offset])
         pieces.append("[")
-        pieces.append(",".join(chunks[digest][1:-1] for digest in digests))
+        pieces.append(",".join(chunks[key][1:-1] for key in _leaves(keys, levels, chunks)))
         pieces.append("]")
         start = offset + 2
     pieces.append(text[start:])
     return "".join(pieces)
 
 
+def _leaves(keys: list[str], levels: int, chunks: dict[str, str]) -> list[str]:
+    """The keys of the chunks of items that ``keys`` name through ``levels`` of index."""
+    for _ in range(levels):
+        keys = [key for index in keys for key in json.loads(chunks[index])]
+    return keys
+
+
 def stored_row(
-    conn: sqlite3.Connection, row: tuple, chunking: tuple[int, int, int] = CHUNKING
+    conn: sqlite3.Connection, row: tuple, chunking: tuple[int, int, int, int, int] = CHUNKING
 ) -> tuple:
     """A checkpoint row's ``SQL_INSERT_CHECKPOINT`` parameters (``row``, then its ``chunks``)
     with its long texts chunked, and their chunks stored: in the transaction that writes it."""
@@ -146,58 +244,47 @@ def stored_row(
     if len(body) < chunking[0] and (list_items is None or len(list_items) < chunking[0]):
         return (*row, None)  # (most rows: nothing to look at)
     body, list_items, chunked = stored_texts(conn, body, list_items, chunking)
-    return (*row[:8], body, *row[9:11], list_items, chunked)
+    if chunked is None:
+        return (*row, None)
+    version = max(row[7], CHUNKED_VERSION)
+    return (*row[:7], version, body, *row[9:11], list_items, chunked)
 
 
 def stored_texts(
     conn: sqlite3.Connection,
     body: str,
     list_items: str | None,
-    chunking: tuple[int, int, int] = CHUNKING,
+    chunking: tuple[int, int, int, int, int] = CHUNKING,
 ) -> tuple[str, str | None, str | None]:
     """A row's body and lists kept apart as stored, and its ``chunks`` value (None: nothing
     chunked), their chunks stored: in the transaction that writes the row."""
     texts = {"body": body, "list_items": list_items}
     chunked: dict[str, Places] = {}
     chunks: dict[str, str] = {}  # (a chunk in both texts is one use by the row)
-    smallest, long_array, chunk_items = chunking
+    smallest, long_array, chunk_items, chunk_chars, fanout = chunking
     for name, text in texts.items():
         if text is None or len(text) < smallest:
             continue
-        parts = split(text, long_array, chunk_items)
+        parts = split(text, long_array, chunk_items, chunk_chars, fanout)
         if parts is None:
             continue
         texts[name], chunked[name], found = parts
         chunks.update(found)
     if not chunked:
         return body, list_items, None
-    conn.executemany(SQL_PUT_CHUNK, chunks.items())
+    for key in {key for places in chunked.values() for _, keys, _ in places for key in keys}:
+        _use(conn, key, chunks)
     stored_body = texts["body"]
     assert stored_body is not None
     return stored_body, texts["list_items"], json.dumps(chunked, separators=(",", ":"))
 
 
-def release(conn: sqlite3.Connection, chunked: Iterable[str | None]) -> None:
-    """Give back the chunks of rows about to be deleted or rewritten (their ``chunks``
-    values); a chunk no row uses any more is deleted. A value that is not what it should be
-    is passed over: its chunks stay, unused, rather than the deletion failing."""
-    released: Counter[str] = Counter()
-    for value in chunked:
-        if value is None:
-            continue
-        try:
-            released.update(set(_digests(json.loads(value))))
-        except (ValueError, TypeError, AttributeError):
-            continue
-    if released:
-        conn.executemany(SQL_RELEASE_CHUNK, released.items())
-        conn.executemany(SQL_DROP_UNUSED_CHUNK, [(digest,) for digest in released])
-
-
-def _digests(chunked: dict[str, Places]) -> Iterable[str]:
-    for places in chunked.values():
-        for _, digests in places:
-            yield from digests
+def _use(conn: sqlite3.Connection, key: str, chunks: dict[str, str]) -> None:
+    """One more use of chunk ``key`` (stored if new); a new index chunk uses those it lists."""
+    (refs,) = conn.execute(SQL_PUT_CHUNK, (key, chunks[key])).fetchone()
+    if refs == 1 and key.startswith(INDEX):
+        for listed in set(json.loads(chunks[key])):
+            _use(conn, listed, chunks)
 
 
 def with_chunks(
@@ -206,20 +293,31 @@ def with_chunks(
     """Rows read with their ``chunks`` value last: the same rows without it, each text put
     back together. ``texts_at``: where the body and the lists kept apart are in a row read
     (a text read as NULL -- the lists, by a lean read -- is left so). ``where`` names the run
-    for errors. A chunk missing, or not the text its digest says, is a ``StoreCorruptError``."""
+    for errors. A chunk missing, or not the text its key says, is a ``StoreCorruptError``. Read
+    in one transaction with the rows: a prune between the two could delete chunks they name."""
     if all(row[-1] is None for row in rows):
         return [row[:-1] for row in rows]
     places_of = [_chunked(row[-1], row, where) for row in rows]
     needed = {
-        digest
+        key
         for row, chunked in zip(rows, places_of, strict=True)
         if chunked is not None
         for name, places in chunked.items()
         if row[texts_at[name]] is not None
-        for _, digests in places
-        for digest in digests
+        for _, keys, _ in places
+        for key in keys
     }
-    chunks = read_chunks(conn, needed, where) if needed else {}
+    chunks: dict[str, str] = {}
+    while needed:  # (level by level: the chunks an index chunk lists are read next)
+        found = read_chunks(conn, needed, where)
+        chunks.update(found)
+        needed = {
+            key
+            for index, text in found.items()
+            if index.startswith(INDEX)
+            for key in _listed(index, text, where)
+            if key not in chunks
+        }
     result = []
     for row, chunked in zip(rows, places_of, strict=True):
         texts = list(row[:-1])
@@ -238,22 +336,18 @@ STORED_LISTS_TEXTS = {"body": 2, "list_items": 4}
 
 
 def _chunked(value: Any, row: tuple, where: str) -> dict[str, Places] | None:
+    """A row's ``chunks`` value, checked (the store never writes one that names nothing)."""
     if value is None:
         return None
     try:
         chunked = json.loads(value)
-        if type(chunked) is not dict or not all(
-            name in _COLUMNS
-            and type(places) is list
-            and all(
-                type(place) is list
-                and len(place) == 2
-                and type(place[0]) is int
-                and type(place[1]) is list
-                and all(type(d) is str for d in place[1])
-                for place in places
+        if (
+            type(chunked) is not dict
+            or not chunked
+            or not all(
+                name in _COLUMNS and type(places) is list and places and all(map(_place, places))
+                for name, places in chunked.items()
             )
-            for name, places in chunked.items()
         ):
             raise ValueError("not the places of chunked arrays")
     except (ValueError, TypeError) as exc:
@@ -264,23 +358,48 @@ def _chunked(value: Any, row: tuple, where: str) -> dict[str, Places] | None:
     return chunked
 
 
-def read_chunks(conn: sqlite3.Connection, digests: Iterable[str], where: str) -> dict[str, str]:
-    """The chunks of ``digests``, each checked against its digest."""
-    wanted = sorted(digests)
+def _place(place: Any) -> bool:
+    """Whether ``place`` is ``[offset, [keys], levels]``."""
+    return (
+        type(place) is list
+        and len(place) == 3
+        and type(place[0]) is int
+        and place[0] >= 0
+        and type(place[1]) is list
+        and bool(place[1])
+        and all(type(key) is str for key in place[1])
+        and type(place[2]) is int
+        and place[2] >= 0
+    )
+
+
+def _listed(index: str, text: str, where: str) -> list[str]:
+    """The keys index chunk ``index`` lists."""
+    keys = json.loads(text)
+    if type(keys) is not list or not keys or not all(type(key) is str for key in keys):
+        raise StoreCorruptError(
+            f"{where}: stored index chunk {index} of a long list is damaged (not a list of keys)"
+        )
+    return keys
+
+
+def read_chunks(conn: sqlite3.Connection, keys: Iterable[str], where: str) -> dict[str, str]:
+    """The chunks of ``keys``, each checked against its key."""
+    wanted = sorted(keys)
     found: dict[str, str] = {}
     for first in range(0, len(wanted), _READ_AT_ONCE):
         batch = wanted[first : first + _READ_AT_ONCE]
         marks = ",".join("?" * len(batch))
         query = f"SELECT digest, items FROM list_chunks WHERE digest IN ({marks})"
-        rows = fetch_rows(conn, query, batch)
-        for digest, items in rows:
-            if type(items) is not str or chunk_digest(items) != digest:
+        for key, items in fetch_rows(conn, query, batch):
+            kind = INDEX if key.startswith(INDEX) else ""
+            if type(items) is not str or kind + chunk_digest(items) != key:
                 raise StoreCorruptError(
-                    f"{where}: stored chunk {digest} of a long list is damaged (its text is not "
-                    "what its digest says)"
+                    f"{where}: stored chunk {key} of a long list is damaged (its text is not "
+                    "what its key says)"
                 )
-            found[digest] = items
-    missing = [digest for digest in wanted if digest not in found]
+            found[key] = items
+    missing = [key for key in wanted if key not in found]
     if missing:
         raise StoreCorruptError(
             f"{where}: {len(missing)} stored chunk(s) of a long list are missing (the first: "
@@ -290,15 +409,19 @@ def read_chunks(conn: sqlite3.Connection, digests: Iterable[str], where: str) ->
 
 
 def _assembled(text: Any, places: Places, chunks: dict[str, str], row: tuple, where: str) -> str:
-    if type(text) is not str or any(text[offset : offset + 2] != "[]" for offset, _ in places):
+    damaged = f"{where}: checkpoint {row[0]} (#{row[1]}) is damaged"
+    if type(text) is not str or any(text[offset : offset + 2] != "[]" for offset, _, _ in places):
         raise StoreCorruptError(
-            f"{where}: checkpoint {row[0]} (#{row[1]}) is damaged: its text has no place where "
-            "its chunks column says a long list goes"
+            f"{damaged}: its text has no place where its chunks column says a long list goes"
         )
-    for _, digests in places:
-        for digest in digests:
-            if not chunks[digest].startswith("[") or not chunks[digest].endswith("]"):
+    for _, keys, levels in places:
+        for _ in range(levels):  # (each level's keys are index chunks', the last's are items')
+            if not all(key.startswith(INDEX) for key in keys):
+                raise StoreCorruptError(f"{damaged}: its chunks column names the wrong chunks")
+            keys = [key for index in keys for key in json.loads(chunks[index])]
+        for key in keys:
+            if key.startswith(INDEX) or not (chunks[key][:1] == "[" and chunks[key][-1:] == "]"):
                 raise StoreCorruptError(
-                    f"{where}: stored chunk {digest} of a long list is damaged (not a list)"
+                    f"{damaged}: its chunks column names the wrong chunks ({key} is not items)"
                 )
     return assemble(text, places, chunks)

@@ -24,6 +24,9 @@ from ._stored_lists import list_digest
 LONG_LIST = 64
 """An executor's list state of at least this many items is kept apart from its snapshot's body
 (a conversation): a resume reads it only if it needs its items."""
+LISTS_APART_VERSION = 5
+"""The checkpoint schema version a row with lists kept apart says at least (an engine that
+would read them empty refuses it): a fork or a prune's snapshot of an older checkpoint too."""
 
 
 def admit_rows(
@@ -75,7 +78,9 @@ def _row(
     lists: str | None = None,
     list_items: str | None = None,
 ) -> tuple:
-    """``SQL_INSERT_CHECKPOINT``'s parameters (every kind stores the checkpoint's version)."""
+    """``SQL_INSERT_CHECKPOINT``'s parameters (every kind stores the checkpoint's version, at
+    least ``LISTS_APART_VERSION`` when it keeps lists apart)."""
+    version = checkpoint.schema_version
     return (
         checkpoint.checkpoint_id,
         checkpoint.run_id,
@@ -84,7 +89,7 @@ def _row(
         kind,
         checkpoint.status.value,
         checkpoint.codec,
-        checkpoint.schema_version,
+        version if lists is None else max(version, LISTS_APART_VERSION),
         body,
         checkpoint.created_at,
         lists,

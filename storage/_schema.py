@@ -203,7 +203,7 @@ def _declare() -> dict[str, Any]:
     list_chunks = Table(
         "list_chunks",
         metadata,
-        Column("digest", String(32), primary_key=True),
+        Column("digest", String(40), primary_key=True),  # (an index chunk's: "i" + 32)
         Column("items", Text, nullable=False),
         Column("refs", Integer, nullable=False),
         sqlite_with_rowid=False,
@@ -271,6 +271,11 @@ def _declare() -> dict[str, Any]:
         if "chunks" not in present:
             conn.exec_driver_sql("ALTER TABLE checkpoints ADD COLUMN chunks TEXT")
         list_chunks.create(conn, checkfirst=True)
+        if conn.dialect.name == "sqlite":  # (PostgreSQL will need its own triggers)
+            from ._chunks import RELEASE_TRIGGERS
+
+            for trigger in RELEASE_TRIGGERS:
+                conn.exec_driver_sql(trigger)
 
     migrations: dict[int, Callable[[Connection], None]] = {
         1: _create_v1,

@@ -348,9 +348,9 @@ SQL_LONG_HISTORIES = (  # runs with more than ?1 checkpoint rows: (run, newest s
     f"{_history_ends(_RUN_ROWS)} FROM runs r) WHERE newest - oldest + 1 > ?1"
 )
 SQL_MAKE_SNAPSHOT = (  # checkpoint ?3 of run ?1 becomes a snapshot holding ?2 (lists apart: ?4,
-    # ?5; chunked: ?6)
+    # ?5; chunked: ?6), of checkpoint schema ?7 at least
     "UPDATE checkpoints SET kind = 'snapshot', body = ?2, lists = ?4, list_items = ?5, "
-    "chunks = ?6 "
+    "chunks = ?6, schema_version = max(schema_version, ?7) "
     f"WHERE pos = {_BASE} + ?3"
 )
 SQL_FIRST_SPAN_AFTER = (  # the first span after ?2 with no snapshot between: its base is before ?2
@@ -359,15 +359,6 @@ SQL_FIRST_SPAN_AFTER = (  # the first span after ?2 with no snapshot between: it
     f"{SEQ_SPAN - 1} AND kind = 'snapshot' ORDER BY pos LIMIT 1), {SEQ_SPAN}) AND kind = 'span'"
 )
 SQL_DROP_BEFORE = f"DELETE FROM checkpoints WHERE pos >= {_BASE} AND pos < {_BASE} + ?2"
-# the ``chunks`` of rows about to be deleted or rewritten (see ``_chunks.release``)
-SQL_CHUNKED_BEFORE = (  # run ?1's rows before seq ?2
-    f"SELECT chunks FROM checkpoints WHERE pos >= {_BASE} AND pos < {_BASE} + ?2 "
-    "AND chunks IS NOT NULL"
-)
-SQL_CHUNKED_AT = f"SELECT chunks FROM checkpoints WHERE pos = {_BASE} + ?2"  # run ?1's seq ?2
-SQL_CHUNKED_OF_RUN = (  # the rows of run number ?1
-    f"SELECT chunks FROM checkpoints WHERE {_rows_of('?1')} AND chunks IS NOT NULL"
-)
 
 
 def filtered(

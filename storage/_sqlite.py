@@ -98,7 +98,7 @@ from workflow_engine._store import (
 )
 
 from ._chain import chain_to, check_chain, fold_chain, latest_chain
-from ._chunks import CHUNKING, release, stored_row, stored_texts
+from ._chunks import CHUNKED_VERSION, CHUNKING, stored_row, stored_texts
 from ._location import default_db_path, synchronous_mode
 from ._records import (
     answered_counts,
@@ -114,6 +114,7 @@ from ._records import (
     stored_request,
 )
 from ._rows import (
+    LISTS_APART_VERSION,
     LONG_LIST,
     admit_rows,
     checkpoint_info,
@@ -133,9 +134,6 @@ from ._sql import (
     SQL_CANCEL_DONE,
     SQL_CANCEL_REQUEST,
     SQL_CHECKPOINT_PLACE,
-    SQL_CHUNKED_AT,
-    SQL_CHUNKED_BEFORE,
-    SQL_CHUNKED_OF_RUN,
     SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL,
     SQL_COMMIT_RUN_NO_CANCEL,
     SQL_COMMIT_RUN_RELEASE_CANCEL_DONE,
@@ -652,6 +650,7 @@ class SqliteStore:
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
             conn.execute("PRAGMA foreign_keys=ON")
+            conn.execute("PRAGMA recursive_triggers=ON")  # (chunks listed by deep indexes)
             # WAL checkpoints run on a thread of their own (``_Checkpointer``), not in a commit
             conn.execute("PRAGMA wal_autocheckpoint=0")
             conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
@@ -2197,17 +2196,18 @@ class SqliteStore:
                 rebased = self._fold(run_id, chain_to(conn, run_id, span_seq, base))
                 self._make_snapshot(conn, run_id, rebased, span_seq)
             self._make_snapshot(conn, run_id, full, first_kept)
-            release(conn, _column(conn, SQL_CHUNKED_BEFORE, (run_id, first_kept)))
             deleted += conn.execute(SQL_DROP_BEFORE, (run_id, first_kept)).rowcount
         return deleted
 
     def _make_snapshot(self, conn: Conn, run_id: str, checkpoint: Checkpoint, seq: int) -> None:
-        """Rewrite row ``seq`` of the run as a snapshot of ``checkpoint`` (what it folds to):
-        the chunks it held given back, its own stored."""
+        """Rewrite row ``seq`` of the run as a snapshot of ``checkpoint`` (what it folds to),
+        its chunks stored (the database's trigger gives back those the row held). Its version
+        says at least what an engine must know to read it: an older one that had the file open
+        read a rewritten row's long lists as empty (outside tester 125)."""
         body, lists, list_items = snapshot_parts(checkpoint, self._lists_apart_from)
-        release(conn, _column(conn, SQL_CHUNKED_AT, (run_id, seq)))
         body, list_items, chunked = stored_texts(conn, body, list_items, self._chunking)
-        conn.execute(SQL_MAKE_SNAPSHOT, (run_id, body, seq, lists, list_items, chunked))
+        version = CHUNKED_VERSION if chunked is not None else LISTS_APART_VERSION if lists else 0
+        conn.execute(SQL_MAKE_SNAPSHOT, (run_id, body, seq, lists, list_items, chunked, version))
 
 
 # --- statements and rows ------------------------------------------------------------------------
@@ -2325,11 +2325,6 @@ def _fetch_all(conn: Conn, text: str, params: Sequence[Any]) -> list[tuple]:
     return conn.execute(text, params).fetchall()
 
 
-def _column(conn: Conn, text: str, params: Sequence[Any]) -> list[Any]:
-    """The first column of a query's rows."""
-    return [row[0] for row in conn.execute(text, params)]
-
-
 def _update_one(conn: Conn, text: str, params: Sequence[Any]) -> bool:
     return conn.execute(text, params).rowcount == 1
 
@@ -2344,7 +2339,6 @@ def _prune_finished(conn: Conn, run_ids: Sequence[str], finished_before: float, 
             doomed.append((run_id, found[0]))
     deleted = 0
     for _, run_no in doomed:
-        release(conn, _column(conn, SQL_CHUNKED_OF_RUN, (run_no,)))
         deleted += conn.execute(SQL_DROP_RUN_CHECKPOINTS, (run_no,)).rowcount
     for table in ("requests", "journal", "runs"):
         conn.executemany(SQL_DROP_RUN[table], [(run_id,) for run_id, _ in doomed])

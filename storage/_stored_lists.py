@@ -84,6 +84,7 @@ class StoredLists:
             )
             try:
                 conn.execute("PRAGMA query_only = ON")
+                conn.execute("BEGIN")  # (the row and its chunks as of one moment: tester 125)
                 rows = with_chunks(
                     conn,
                     fetch_rows(conn, SQL_STORED_LISTS, (run_id, seq)),

@@ -20,15 +20,19 @@ def stored_bytes(db: Path) -> int:
 
 
 def check_counts(db: Path) -> int:
-    """Each chunk is counted by exactly the rows that use it, and no chunk is unused. How
-    many chunks there are."""
+    """Each chunk is counted by exactly the rows and index chunks that use it (each once),
+    and no chunk is unused. How many chunks there are."""
     with sqlite3.connect(db) as conn:
         used: Counter[str] = Counter()
         for (chunked,) in conn.execute(
             "SELECT chunks FROM checkpoints WHERE chunks IS NOT NULL"
         ).fetchall():
-            digests = {d for places in json.loads(chunked).values() for _, ds in places for d in ds}
-            used.update(digests)
-        counted = dict(conn.execute("SELECT digest, refs FROM list_chunks").fetchall())
+            places = json.loads(chunked).values()
+            used.update({key for text in places for _, keys, _ in text for key in keys})
+        counted = {}
+        for key, items, refs in conn.execute("SELECT digest, items, refs FROM list_chunks"):
+            counted[key] = refs
+            if key.startswith("i"):  # an index chunk: it uses the chunks it lists
+                used.update(set(json.loads(items)))
     assert counted == dict(used)
     return len(counted)

@@ -12,7 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from stored_chunks import check_counts
 
@@ -30,7 +30,7 @@ from workflow_engine import (
     handler,
     response_handler,
 )
-from workflow_engine.storage import SqliteStore
+from workflow_engine.storage import SqliteStore, _stored_lists
 from workflow_engine.storage._rows import LONG_LIST
 from workflow_engine.storage._schema import SCHEMA_VERSION
 
@@ -85,7 +85,7 @@ class Session:
         self,
         db: Path,
         lists_apart_from: int = LONG_LIST,
-        chunking: tuple[int, int, int] | None = None,
+        chunking: tuple[int, int, int, int, int] | None = None,
     ) -> None:
         self.db = db
         self.lists_apart_from = lists_apart_from
@@ -358,13 +358,13 @@ commands = st.lists(
 @given(
     commands=commands,
     lists_apart_from=st.sampled_from([1, 5, LONG_LIST]),
-    chunking=st.sampled_from([None, (1, 2, 2), (300, 3, 1), (2000, 8, 3)]),
+    chunking=st.sampled_from([None, (1, 2, 2, 8, 2), (300, 3, 1, 200, 3), (2000, 8, 3, 64, 32)]),
 )
 def test_a_run_reads_its_list_as_written_whatever_restarts_and_prunes_come_between(
     tmp_path_factory: pytest.TempPathFactory,
     commands: list[tuple],
     lists_apart_from: int,
-    chunking: tuple[int, int, int] | None,
+    chunking: tuple[int, int, int, int, int] | None,
 ) -> None:
     """...with its rows' long arrays chunked (``_chunks``) or not; each chunk stays counted
     by exactly the rows that use it."""
@@ -397,7 +397,10 @@ def test_a_run_reads_its_list_as_written_whatever_restarts_and_prunes_come_betwe
         await session.restart()
         assert await session.read(["whole", None]) == model
         await session.runtime.close()
-        check_counts(db)
+        event(f"chunks stored: {check_counts(db) > 0}")
+        with sqlite3.connect(db) as raw:
+            deep = "SELECT count(*) FROM list_chunks WHERE digest LIKE 'i%'"
+            event(f"index chunks: {raw.execute(deep).fetchone()[0] > 0}")
 
     anyio.run(go)
 
@@ -419,3 +422,29 @@ def test_a_damaged_lists_column_is_named(tmp_path: Path) -> None:
         await store.close()
 
     anyio.run(go)
+
+
+async def test_a_lazy_read_sees_the_row_and_its_chunks_as_of_one_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process deleting chunks between the lazy read of a snapshot's row and of the
+    chunks it names (a prune) cannot make the read miss them: both are one read transaction
+    (outside tester 125 found a healthy run reported as damaged)."""
+    db = tmp_path / "runs.db"
+    session = Session(db, chunking=(1, 2, 2, 8, 2))  # (its lists kept apart, in chunks)
+    await session.do(["append", notes(0, 100)])
+    for i in range(4):
+        await session.do(["append", notes(100 + i, 1)])
+    await session.restart()
+    read_row = _stored_lists.fetch_rows
+
+    def then_chunks_go(conn: sqlite3.Connection, text: str, params: Any) -> list[tuple]:
+        rows = read_row(conn, text, params)
+        if "list_chunks" not in text:  # (the row: another process deletes its chunks now)
+            with sqlite3.connect(db) as other:
+                other.execute("DELETE FROM list_chunks")
+        return rows
+
+    monkeypatch.setattr(_stored_lists, "fetch_rows", then_chunks_go)
+    assert await session.read(["read", [0, 99]]) == [notes(0, 1)[0], notes(99, 1)[0]]
+    await session.runtime.close()

@@ -15,7 +15,7 @@ from pydantic_core import to_json
 from workflow_engine.storage._chunks import assemble, chunk_digest, split
 
 EXAMPLES = 100 if os.environ.get("PROPERTY_EXAMPLES") == "half" else 200
-LONG, PER_CHUNK = 6, 4  # (the same code as the store's 64 and 32, on smaller values)
+LONG, PER_CHUNK, CHARS, FANOUT = 6, 2, 12, 2  # (the store's 64, 32, 2,048 and 32, smaller)
 
 leaf = st.one_of(
     st.integers(-(2**70), 2**70),
@@ -47,7 +47,7 @@ def has_long_array(data: Any, long: int = LONG) -> bool:
 @given(rows)
 def test_a_split_row_is_put_back_together_exactly(row: dict[str, Any]) -> None:
     text = to_json(row).decode()
-    parts = split(text, LONG, PER_CHUNK)
+    parts = split(text, LONG, PER_CHUNK, CHARS, FANOUT)
     if parts is None:
         event("not split")
         assert not has_long_array(row) or text != to_json(json.loads(text)).decode()
@@ -55,41 +55,62 @@ def test_a_split_row_is_put_back_together_exactly(row: dict[str, Any]) -> None:
     event("split")
     stored, places, chunks = parts
     assert assemble(stored, places, chunks) == text
-    for offset, digests in places:
+    for offset, keys, levels in places:
         assert stored[offset : offset + 2] == "[]"
-        assert all(chunk_digest(chunks[digest]) == digest for digest in digests)
+        assert len(keys) <= FANOUT
+        for _ in range(levels):  # index chunks, keyed "i" + the digest of their text
+            assert all(key == "i" + chunk_digest(chunks[key]) for key in keys)
+            keys = [listed for key in keys for listed in json.loads(chunks[key])]
+        assert all(chunk_digest(chunks[key]) == key for key in keys)
     # the top level's long arrays are out (nested ones travel inside their array's chunks)
     left = json.loads(stored)
     assert not any(type(v) is list and len(v) >= LONG for v in left.values())
-    assert all(len(json.loads(chunk)) <= PER_CHUNK for chunk in chunks.values())
+    for place in places:  # each chunk of items but the last: PER_CHUNK items, doubled while short
+        leaves = levels_of(place, chunks)[0]
+        for key in leaves[:-1]:
+            items = json.loads(chunks[key])
+            assert len(items) in {PER_CHUNK * 2**j for j in range(12)}, items
+            half = to_json(items[: len(items) // 2]).decode()
+            assert len(items) == PER_CHUNK or len(half) < CHARS
 
 
 @settings(max_examples=EXAMPLES, deadline=None)
-@given(st.lists(value, min_size=LONG, max_size=30), st.lists(value, min_size=1, max_size=10))
+@given(st.lists(value, min_size=LONG, max_size=60), st.lists(value, min_size=1, max_size=10))
 def test_an_array_grown_at_its_end_shares_its_full_chunks(
     items: list[Any], more: list[Any]
 ) -> None:
-    before = split(to_json({"conversation": items}).decode(), LONG, PER_CHUNK)
-    after = split(to_json({"conversation": [*items, *more]}).decode(), LONG, PER_CHUNK)
+    """...and the index chunks over them, level by level: all but the last at each level."""
+    before = split(to_json({"conversation": items}).decode(), LONG, PER_CHUNK, CHARS, FANOUT)
+    grown = to_json({"conversation": [*items, *more]}).decode()
+    after = split(grown, LONG, PER_CHUNK, CHARS, FANOUT)
     assert before is not None and after is not None
-    full = len(items) // PER_CHUNK
-    assert before[1][0][1][:full] == after[1][0][1][:full]
-    assert set(after[2]) - set(before[2]) <= set(after[1][0][1][full:])
+    for level, keys in enumerate(levels_of(before[1][0], before[2])):
+        assert set(keys[:-1]) <= set(after[2]), (level, keys)
+
+
+def levels_of(place: list[Any], chunks: dict[str, str]) -> list[list[str]]:
+    """A place's keys level by level, from the chunks of items up."""
+    keys, levels = place[1], place[2]
+    found = [keys]
+    for _ in range(levels):
+        keys = [listed for key in keys for listed in json.loads(chunks[key])]
+        found.append(keys)
+    return found[::-1]
 
 
 def test_text_another_writer_spaced_is_stored_whole() -> None:
     """Only the compact JSON pydantic writes is split: other text would not come back the
     same, byte for byte."""
     spaced = json.dumps({"a": list(range(10))})
-    assert split(spaced, LONG, PER_CHUNK) is None
+    assert split(spaced, LONG, PER_CHUNK, CHARS, FANOUT) is None
     compact = json.dumps({"a": list(range(10))}, separators=(",", ":"))
-    parts = split(compact, LONG, PER_CHUNK)
+    parts = split(compact, LONG, PER_CHUNK, CHARS, FANOUT)
     assert parts is not None and assemble(*parts) == compact
 
 
 def test_a_string_like_the_place_mark_does_not_confuse_the_split() -> None:
     row = {"a": list(range(8)), "b": "\x00" + "0" * 16 + ":0", "c": [str(i) for i in range(9)]}
     text = to_json(row).decode()
-    parts = split(text, LONG, PER_CHUNK)
+    parts = split(text, LONG, PER_CHUNK, CHARS, FANOUT)
     assert parts is not None and assemble(*parts) == text
     assert len(parts[1]) == 2
