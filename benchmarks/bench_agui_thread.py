@@ -24,37 +24,23 @@ import sqlite3
 import statistics
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
 from _durable import temp_dir
 from fastapi import FastAPI
 
-from workflow_engine.executors import Agent, ChatMessage, ChatResponse, ChatResponseUpdate
+from workflow_engine.executors import Agent, Rule, ScriptedChatClient
 from workflow_engine.storage import SqliteStore
 from workflow_engine_agui import add_agui_endpoint
 
 WINDOW = 20
 
 
-class EchoClient:
+def echo_client() -> ScriptedChatClient:
     """An offline model that acknowledges the newest message (reads nothing earlier)."""
-
-    def _answer(self, messages: Sequence[ChatMessage]) -> str:
-        return f"Noted: {messages[-1].text[:48]}. Anything else?"
-
-    async def get_response(
-        self, messages: Sequence[ChatMessage], *, tools: Sequence[Any] = ()
-    ) -> ChatResponse:
-        return ChatResponse(messages=[ChatMessage.assistant(self._answer(messages))])
-
-    async def get_streaming_response(
-        self, messages: Sequence[ChatMessage], *, tools: Sequence[Any] = ()
-    ) -> AsyncIterator[ChatResponseUpdate]:
-        yield ChatResponseUpdate(kind="text", message_id="m", text=self._answer(messages))
+    return ScriptedChatClient([Rule(reply=lambda seen: f"Noted: {seen[-1].text[:48]}. More?")])
 
 
 def user_text(n: int) -> str:
@@ -87,7 +73,7 @@ class Thread:
     def _open(self) -> None:
         self.store = SqliteStore(self.db)
         app = FastAPI()
-        add_agui_endpoint(app, Agent("assistant", client=EchoClient()), "/chat", store=self.store)
+        add_agui_endpoint(app, Agent("assistant", client=echo_client()), "/chat", store=self.store)
         self.client = httpx.AsyncClient(
             transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=60.0
         )

@@ -13,7 +13,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import httpx
@@ -23,7 +22,7 @@ from fastapi import FastAPI
 from stored_chunks import check_counts, stored_bytes
 
 from workflow_engine import Runtime, StoreCorruptError, WorkflowRunState
-from workflow_engine.executors import Agent, ChatMessage, ChatResponse, ChatResponseUpdate
+from workflow_engine.executors import Agent, ChatMessage, Rule, ScriptedChatClient
 from workflow_engine.storage import SqliteStore
 from workflow_engine.storage._schema import SCHEMA_VERSION
 from workflow_engine_agui import add_agui_endpoint
@@ -34,21 +33,11 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 
-class Acknowledging:
+def acknowledging() -> ScriptedChatClient:
     """An offline model that acknowledges the newest message (and says how many it saw)."""
-
-    def _answer(self, messages: Sequence[ChatMessage]) -> str:
-        return f"Noted: {messages[-1].text[:40]} ({len(messages)} messages so far)"
-
-    async def get_response(
-        self, messages: Sequence[ChatMessage], *, tools: Sequence[object] = ()
-    ) -> ChatResponse:
-        return ChatResponse(messages=[ChatMessage.assistant(self._answer(messages))])
-
-    async def get_streaming_response(
-        self, messages: Sequence[ChatMessage], *, tools: Sequence[object] = ()
-    ) -> AsyncIterator[ChatResponseUpdate]:
-        yield ChatResponseUpdate(kind="text", message_id="m", text=self._answer(messages))
+    return ScriptedChatClient(
+        [Rule(reply=lambda seen: f"Noted: {seen[-1].text[:40]} ({len(seen)} messages so far)")]
+    )
 
 
 def message(n: int) -> str:
@@ -73,7 +62,7 @@ def test_an_agui_thread_with_a_full_history_client_grows_by_each_message(
     db = tmp_path / "agui.db"
     store = SqliteStore(db)
     app = FastAPI()
-    add_agui_endpoint(app, Agent("assistant", client=Acknowledging()), "/chat", store=store)
+    add_agui_endpoint(app, Agent("assistant", client=acknowledging()), "/chat", store=store)
     history: list[dict[str, str]] = []
     added: dict[int, int] = {}
     with in_process(app) as port:
@@ -132,7 +121,7 @@ async def chats(
     if chunking is not None:
         store._chunking = chunking
     runtime = Runtime(store)
-    workflow = Agent("assistant", client=Acknowledging()).as_workflow()
+    workflow = Agent("assistant", client=acknowledging()).as_workflow()
     runtime.register(workflow)
     ids = []
     for k in range(runs):
@@ -178,7 +167,7 @@ async def test_a_fork_shares_the_chunks_of_the_run_it_forks(tmp_path: Path) -> N
     (run_id,) = await chats(db, 1, 100)
     one = stored_bytes(db)
     runtime = Runtime(SqliteStore(db))
-    runtime.register(Agent("assistant", client=Acknowledging()).as_workflow())
+    runtime.register(Agent("assistant", client=acknowledging()).as_workflow())
     forked = await runtime.fork(run_id)
     await runtime.close()
     assert stored_bytes(db) - one < one / 10, (one, stored_bytes(db))
@@ -309,7 +298,7 @@ async def test_a_chunked_row_says_a_version_an_older_engine_refuses(tmp_path: Pa
         assert conn.execute("SELECT count(*) FROM list_chunks").fetchone()[0] == 0
         conn.execute("UPDATE checkpoints SET schema_version = 5")
     runtime = Runtime(SqliteStore(db))
-    runtime.register(Agent("assistant", client=Acknowledging()).as_workflow())
+    runtime.register(Agent("assistant", client=acknowledging()).as_workflow())
     await runtime.fork(ids[1])
     assert await runtime.store.prune(keep_last=1) > 0
     await runtime.close()

@@ -23,6 +23,7 @@ seed replays exactly.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
@@ -247,6 +248,8 @@ class Driver:
             )
             if self.spec.seed % 2:  # every list kept apart from its snapshot, read when needed
                 sqlite._lists_apart_from = 1
+            if self.spec.seed % 3 == 1:  # every array of a row in chunks, through indexes
+                sqlite._chunking = (1, 2, 2, 8, 2)
         runtime = Runtime(CrashingStore(real, proc), lease_seconds=LEASE)  # type: ignore[arg-type]
         runtime.register(self.spec.build())
         worker = Worker(proc, runtime, sqlite)
@@ -832,9 +835,29 @@ class Driver:
             broken = conn.execute("PRAGMA foreign_key_check").fetchall()
             if broken:
                 self.violate("integrity", f"SQLite foreign_key_check: {broken}")
+            miscounted = _chunk_counts_wrong(conn)
+            if miscounted:
+                self.violate("chunks", f"chunks counted wrong (key, counted, used): {miscounted}")
 
 
 REQUEST_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _chunk_counts_wrong(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+    """Chunks whose ``refs`` is not the rows naming them (once each) and the index chunks
+    listing them (once each): a count off means a chunk deleted while used, or kept forever."""
+    used: collections.Counter[str] = collections.Counter()
+    for (chunked,) in conn.execute("SELECT chunks FROM checkpoints WHERE chunks IS NOT NULL"):
+        used.update(
+            {key for text in json.loads(chunked).values() for _, keys, _ in text for key in keys}
+        )
+    counted = {}
+    for key, items, refs in conn.execute("SELECT digest, items, refs FROM list_chunks"):
+        counted[key] = refs
+        if key.startswith("i"):
+            used.update(set(json.loads(items)))
+    keys = set(counted) | set(used)
+    return sorted((k, counted.get(k, 0), used[k]) for k in keys if counted.get(k, 0) != used[k])
 
 
 def _schedule(
