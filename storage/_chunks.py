@@ -65,8 +65,9 @@ _READ_AT_ONCE = 500
 
 SQL_PUT_CHUNK = (
     "INSERT INTO list_chunks (digest, items, refs) VALUES (?1, ?2, 1) "
-    "ON CONFLICT (digest) DO UPDATE SET refs = refs + 1 RETURNING refs"
+    "ON CONFLICT (digest) DO UPDATE SET refs = refs + 1"
 )
+SQL_PUT_INDEX_CHUNK = f"{SQL_PUT_CHUNK} RETURNING refs"  # (new: it uses those it lists)
 _KEYS_OF_OLD_ROW = "SELECT value FROM json_tree(OLD.chunks) WHERE type = 'text'"
 _KEYS_OF_OLD_INDEX = "SELECT value FROM json_each(OLD.items) WHERE type = 'text'"
 
@@ -235,29 +236,42 @@ def _leaves(keys: list[str], levels: int, chunks: dict[str, str]) -> list[str]:
     return keys
 
 
-def stored_row(
-    conn: sqlite3.Connection, row: tuple, chunking: tuple[int, int, int, int, int] = CHUNKING
-) -> tuple:
-    """A checkpoint row's ``SQL_INSERT_CHECKPOINT`` parameters (``row``, then its ``chunks``)
-    with its long texts chunked, and their chunks stored: in the transaction that writes it."""
+Chunking = tuple[int, int, int, int, int]
+Split = tuple[str, "str | None", str, dict[str, str], set[str]]
+"""How a row's texts split: its body and lists kept apart as stored, its ``chunks`` value, the
+chunks by key, and the keys the row names itself."""
+
+
+def with_split(row: tuple, chunking: Chunking = CHUNKING) -> tuple:
+    """``row`` (a checkpoint row's 12 parameters) with how its long texts split after them (or
+    ``row`` itself: nothing to split). Worked out before the write lock is taken -- splitting
+    12 MB of numbers takes 0.2 s, which other writers waited for (outside tester 126) -- and
+    stored by ``stored_row`` inside it."""
     body, list_items = row[8], row[11]
     if len(body) < chunking[0] and (list_items is None or len(list_items) < chunking[0]):
-        return (*row, None)  # (most rows: nothing to look at)
-    body, list_items, chunked = stored_texts(conn, body, list_items, chunking)
-    if chunked is None:
+        return row  # (most rows: nothing to look at)
+    return (*row, split_texts(body, list_items, chunking))
+
+
+def stored_row(conn: sqlite3.Connection, row: tuple, chunking: Chunking = CHUNKING) -> tuple:
+    """A checkpoint row's ``SQL_INSERT_CHECKPOINT`` parameters (``row``, then its ``chunks``)
+    with its long texts chunked (as ``with_split`` found, or now), and their chunks counted: in
+    the transaction that writes it. A chunked row says ``CHUNKED_VERSION`` at least."""
+    if len(row) == 13:
+        parts, row = row[12], row[:12]
+    else:
+        parts = with_split(row, chunking)[12:]
+        parts = parts[0] if parts else None
+    if parts is None:
         return (*row, None)
+    body, list_items, chunked, chunks, keys = parts
+    store_chunks(conn, keys, chunks)
     version = max(row[7], CHUNKED_VERSION)
     return (*row[:7], version, body, *row[9:11], list_items, chunked)
 
 
-def stored_texts(
-    conn: sqlite3.Connection,
-    body: str,
-    list_items: str | None,
-    chunking: tuple[int, int, int, int, int] = CHUNKING,
-) -> tuple[str, str | None, str | None]:
-    """A row's body and lists kept apart as stored, and its ``chunks`` value (None: nothing
-    chunked), their chunks stored: in the transaction that writes the row."""
+def split_texts(body: str, list_items: str | None, chunking: Chunking = CHUNKING) -> Split | None:
+    """How a row's body and lists kept apart split (None: nothing chunked). No database."""
     texts = {"body": body, "list_items": list_items}
     chunked: dict[str, Places] = {}
     chunks: dict[str, str] = {}  # (a chunk in both texts is one use by the row)
@@ -271,20 +285,24 @@ def stored_texts(
         texts[name], chunked[name], found = parts
         chunks.update(found)
     if not chunked:
-        return body, list_items, None
-    for key in {key for places in chunked.values() for _, keys, _ in places for key in keys}:
-        _use(conn, key, chunks)
+        return None
+    keys = {key for places in chunked.values() for _, keys, _ in places for key in keys}
     stored_body = texts["body"]
     assert stored_body is not None
-    return stored_body, texts["list_items"], json.dumps(chunked, separators=(",", ":"))
+    places = json.dumps(chunked, separators=(",", ":"))
+    return stored_body, texts["list_items"], places, chunks, keys
 
 
-def _use(conn: sqlite3.Connection, key: str, chunks: dict[str, str]) -> None:
-    """One more use of chunk ``key`` (stored if new); a new index chunk uses those it lists."""
-    (refs,) = conn.execute(SQL_PUT_CHUNK, (key, chunks[key])).fetchone()
-    if refs == 1 and key.startswith(INDEX):
-        for listed in set(json.loads(chunks[key])):
-            _use(conn, listed, chunks)
+def store_chunks(conn: sqlite3.Connection, keys: Iterable[str], chunks: dict[str, str]) -> None:
+    """Count one more use of each chunk of ``keys`` (a row's, or a new index chunk's: each
+    once), storing those that are new; a new index chunk uses those it lists. The chunks of
+    items go in one statement (thousands for a long array)."""
+    conn.executemany(SQL_PUT_CHUNK, [(key, chunks[key]) for key in keys if key[:1] != INDEX])
+    for key in keys:
+        if key[:1] == INDEX:
+            (refs,) = conn.execute(SQL_PUT_INDEX_CHUNK, (key, chunks[key])).fetchone()
+            if refs == 1:
+                store_chunks(conn, set(json.loads(chunks[key])), chunks)
 
 
 def with_chunks(

@@ -98,7 +98,14 @@ from workflow_engine._store import (
 )
 
 from ._chain import chain_to, check_chain, fold_chain, latest_chain
-from ._chunks import CHUNKED_VERSION, CHUNKING, stored_row, stored_texts
+from ._chunks import (
+    CHUNKED_VERSION,
+    CHUNKING,
+    split_texts,
+    store_chunks,
+    stored_row,
+    with_split,
+)
 from ._location import default_db_path, synchronous_mode
 from ._records import (
     answered_counts,
@@ -1091,7 +1098,9 @@ class SqliteStore:
         await self._in_write(
             self._admit,
             checkpoint.run_id,
-            *rows,
+            rows[0],
+            with_split(rows[1], self._chunking),
+            rows[2],
             after=self._admitted(checkpoint, row_bytes(rows[1])),
         )
         self._fault("admit:after")
@@ -1113,7 +1122,9 @@ class SqliteStore:
         expires_at = await self._in_write(
             self._admit,
             checkpoint.run_id,
-            *rows,
+            rows[0],
+            with_split(rows[1], self._chunking),
+            rows[2],
             lease_seconds,
             after=self._admitted(checkpoint, row_bytes(rows[1]), lease_seconds),
             abandoned=lambda expires: self._give_back(Lease(checkpoint.run_id, owner, 1, expires)),
@@ -1140,6 +1151,7 @@ class SqliteStore:
         # (the lease's expiry is the commit's, set when written)
         rows = admit_rows(admitted, self.clock(), None, owner, None, 1, self._lists_apart_from)
         size = row_bytes(rows[1])
+        rows = (rows[0], with_split(rows[1], self._chunking), rows[2])
         admission = _Admission(
             admitted, rows, size, lease_seconds, self._admitted(admitted, size, lease_seconds)
         )
@@ -1689,7 +1701,8 @@ class SqliteStore:
             return done
 
         how = (release, same_status, span_base_id, lease_seconds)
-        args = (checkpoint, how, run, body, request_rows)
+        # (split before the write lock is taken: see ``with_split``)
+        args = (checkpoint, how, run, with_split(body, self._chunking), request_rows)
         if admission is None:
             done = await self._in_write(self._commit_rows, *args, status_rows, after=after)
         else:
@@ -2205,7 +2218,11 @@ class SqliteStore:
         says at least what an engine must know to read it: an older one that had the file open
         read a rewritten row's long lists as empty (outside tester 125)."""
         body, lists, list_items = snapshot_parts(checkpoint, self._lists_apart_from)
-        body, list_items, chunked = stored_texts(conn, body, list_items, self._chunking)
+        chunked = None
+        parts = split_texts(body, list_items, self._chunking)
+        if parts is not None:
+            body, list_items, chunked, chunks, keys = parts
+            store_chunks(conn, keys, chunks)
         version = CHUNKED_VERSION if chunked is not None else LISTS_APART_VERSION if lists else 0
         conn.execute(SQL_MAKE_SNAPSHOT, (run_id, body, seq, lists, list_items, chunked, version))
 
