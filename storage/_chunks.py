@@ -257,11 +257,12 @@ def stored_row(conn: sqlite3.Connection, row: tuple, chunking: Chunking = CHUNKI
     """A checkpoint row's ``SQL_INSERT_CHECKPOINT`` parameters (``row``, then its ``chunks``)
     with its long texts chunked (as ``with_split`` found, or now), and their chunks counted: in
     the transaction that writes it. A chunked row says ``CHUNKED_VERSION`` at least."""
-    if len(row) == 13:
+    if len(row) == 13:  # (split already)
         parts, row = row[12], row[:12]
+    elif len(row[8]) < chunking[0] and (row[11] is None or len(row[11]) < chunking[0]):
+        return (*row, None)  # (most rows: nothing to look at)
     else:
-        parts = with_split(row, chunking)[12:]
-        parts = parts[0] if parts else None
+        parts = split_texts(row[8], row[11], chunking)
     if parts is None:
         return (*row, None)
     body, list_items, chunked, chunks, keys = parts

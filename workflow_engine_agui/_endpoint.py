@@ -752,7 +752,7 @@ class AGUIService:
             key = run_key(current, checkpoint)
             # only a run resting on requests has any to answer: reading a run as users see it
             # decodes its outputs, and a thread's finished run holds its whole conversation
-            # (two thirds of a request's time at message 500 of a full-history client)
+            # (at message 500 of a full-history client, 1,000 messages decoded for nothing)
             if record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
                 info = await runtime.get_run(current)
                 # a run this workflow cannot decode is stranded: none of its requests can be
