@@ -128,9 +128,8 @@ def split(
 ) -> tuple[str, Places, dict[str, str]] | None:
     """``text`` with each long array (``long_array`` items or more) replaced by ``[]``, where
     those are, and the chunks (of ``chunk_items`` or more, see ``_cut``; index chunks of
-    ``fanout`` keys) by key;
-    None if it has no long array, or if its parts would not put back together as exactly
-    ``text`` (then it is stored whole)."""
+    ``fanout`` keys) by key. None if it has no long array, or if its parts would not put back
+    together as exactly ``text`` (then it is stored whole)."""
     try:
         tree = from_json(text)
     except ValueError:
@@ -257,15 +256,11 @@ def stored_row(conn: sqlite3.Connection, row: tuple, chunking: Chunking = CHUNKI
     """A checkpoint row's ``SQL_INSERT_CHECKPOINT`` parameters (``row``, then its ``chunks``)
     with its long texts chunked (as ``with_split`` found, or now), and their chunks counted: in
     the transaction that writes it. A chunked row says ``CHUNKED_VERSION`` at least."""
-    if len(row) == 13:  # (split already)
-        parts, row = row[12], row[:12]
-    elif len(row[8]) < chunking[0] and (row[11] is None or len(row[11]) < chunking[0]):
-        return (*row, None)  # (most rows: nothing to look at)
-    else:
-        parts = split_texts(row[8], row[11], chunking)
-    if parts is None:
-        return (*row, None)
-    body, list_items, chunked, chunks, keys = parts
+    if len(row) == 12:  # (nothing to split, or a row rebuilt inside the transaction)
+        row = with_split(row, chunking)
+    if len(row) == 12 or row[12] is None:
+        return (*row[:12], None)
+    body, list_items, chunked, chunks, keys = row[12]
     store_chunks(conn, keys, chunks)
     version = max(row[7], CHUNKED_VERSION)
     return (*row[:7], version, body, *row[9:11], list_items, chunked)
@@ -437,7 +432,7 @@ def _assembled(text: Any, places: Places, chunks: dict[str, str], row: tuple, wh
         for _ in range(levels):  # (each level's keys are index chunks', the last's are items')
             if not all(key.startswith(INDEX) for key in keys):
                 raise StoreCorruptError(f"{damaged}: its chunks column names the wrong chunks")
-            keys = [key for index in keys for key in json.loads(chunks[index])]
+            keys = _leaves(keys, 1, chunks)
         for key in keys:
             if key.startswith(INDEX) or not (chunks[key][:1] == "[" and chunks[key][-1:] == "]"):
                 raise StoreCorruptError(
