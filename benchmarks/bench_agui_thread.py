@@ -7,8 +7,9 @@ output each hold the whole history. This drives one thread of ``-n`` (1,000) mes
 transport: the server's work, not the network's), on a fresh SQLite file, and prints at
 milestones:
 
-* the request's time (median of the last 20 requests), and the first request after a restart
-  (a new store and app on the same file);
+* the request's time (median, mean and slowest of the last 20 requests: a full garbage
+  collection, which walks every object the process holds, lands on some requests only), and
+  the first request after a restart (a new store and app on the same file);
 * what each run stored: its checkpoint rows (body, lists kept apart, chunk places) and the new
   chunks it added to ``list_chunks`` (the database's growth over the last 20 runs, per run),
   next to the history's size in the request.
@@ -137,7 +138,8 @@ async def main(messages: int) -> None:
             recent = times[-WINDOW - 1 : -1]
             print(
                 f"AG-UI thread, full-history client, message {n:>5,}: request "
-                f"{statistics.median(recent) * 1e3:.1f} ms (median of {len(recent)}), first "
+                f"{statistics.median(recent) * 1e3:.1f} ms (median of {len(recent)}; mean "
+                f"{statistics.mean(recent) * 1e3:.1f}, slowest {max(recent) * 1e3:.1f}), first "
                 f"after a restart {cold * 1e3:.1f} ms; stored per run {per_run / 1024:,.1f} KiB "
                 f"(the request carries {request_bytes / 1024:,.1f} KiB of history); all rows "
                 f"and chunks {sizes[n] / 1024 / 1024:,.2f} MiB",

@@ -112,7 +112,12 @@ def read_message(stored: ChatMessage | str) -> ChatMessage:
 
 
 _VIEWS_KEPT = 64
-"""Runs whose decoded conversation a host keeps between supersteps (the newest ones)."""
+"""Runs whose decoded conversation a host keeps between supersteps (the newest ones)..."""
+_VIEW_MESSAGES_KEPT = 4_000
+"""... while their conversations hold this many messages in all (the newest one whatever its
+length). A decoded message is some seven objects that every full garbage collection walks:
+an AG-UI thread starts a run per message, and 64 views of a 1,000-message thread (none of them
+read again) held 900,000 objects, each full collection of the server 0.4 s."""
 
 
 class AgentHostExecutor(Executor):
@@ -310,8 +315,9 @@ class AgentHostExecutor(Executor):
             "conversation", reuse=views.pop(ctx.run_id, None), convert=read_message
         )
         views[ctx.run_id] = view
-        while len(views) > _VIEWS_KEPT:
-            views.popitem(last=False)
+        held = sum(map(len, views.values()))
+        while len(views) > _VIEWS_KEPT or (held > _VIEW_MESSAGES_KEPT and len(views) > 1):
+            held -= len(views.popitem(last=False)[1])
         return view
 
     stop_after: frozenset[str] = frozenset()

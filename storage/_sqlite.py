@@ -204,11 +204,12 @@ log = logging.getLogger("workflow_engine.storage")
 FaultHook = Callable[[str], None]
 # Latest checkpoints kept in memory per store, most recently used first: at most this many runs,
 # and at most about this many bytes of their stored JSON (a long conversation counts for what
-# it holds, so a few big runs cannot pin much memory). Not more runs: every kept checkpoint is
-# some 20 objects each full garbage collection walks, for a saving (one read and parse per
-# resume) that measured nothing at 2,000 concurrent resumes.
+# it holds, so a few big runs cannot pin much memory). Not more: every kept checkpoint is some
+# 20 objects each full garbage collection walks, and a kept conversation one or more per 30
+# bytes (32 MB of an AG-UI server's long threads held 700,000), for a saving (one read and
+# parse per resume) that measured nothing at 2,000 concurrent resumes.
 _RECENT_RUNS = 1024
-_RECENT_BYTES = 32 * 1024 * 1024
+_RECENT_BYTES = 4 * 1024 * 1024
 Conn = sqlite3.Connection
 
 _LOCK_SLICE_MS = 10

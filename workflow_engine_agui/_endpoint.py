@@ -842,7 +842,8 @@ class AGUIService:
         thread_id = run_input.thread_id
         current = record.run_id if record is not None else None
         cut_off = record is not None and await self._cut_off(record)
-        if not cut_off and await self._retried(workflow, record, run_input):
+        chat = _chat_of(run_input.messages)  # (once: a client sends the thread's history)
+        if not cut_off and await self._retried(workflow, record, run_input, chat):
             # the request that started the thread's newest run, sent again (a client retrying
             # after a lost response): report that run, do not start it a second time
             assert record is not None
@@ -854,7 +855,7 @@ class AGUIService:
                 f"thread {thread_id} waits for answers to {len(pending)} interrupt(s); resume "
                 "them (or cancel) before sending a new message",
             )
-        message = self._start_message(workflow, run_input.messages)
+        message = self._start_message(workflow, [c for _, c in chat])
         if record is not None and (
             self._being_started(record) or record.live_owner(time.time()) is not None
         ):
@@ -885,7 +886,7 @@ class AGUIService:
             CLIENT_RUN_KEY: run_input.run_id,
         }
         shared[CLIENT_MESSAGES_KEY] = [
-            [message_id, _digest(text)] for message_id, text in _user_messages(run_input.messages)
+            [message_id, _digest(text)] for message_id, text in _users_of(chat)
         ]
         props = normalize_forwarded_props(run_input.forwarded_props)
         if props and _accepts_kwargs(workflow):
@@ -1057,18 +1058,22 @@ class AGUIService:
                 )
 
     async def _retried(
-        self, workflow: Workflow, record: RunRecord | None, run_input: RunAgentInput
+        self,
+        workflow: Workflow,
+        record: RunRecord | None,
+        run_input: RunAgentInput,
+        chat: list[tuple[Any, ChatMessage]],
     ) -> bool:
         """Whether this request is the one that started ``record`` (the thread's newest run),
         sent again, while that run rests (the caller has ruled out a run cut off by a server
         stop); ``run_busy`` while it is still executing. ``record`` may be older than the
         interrupts the caller read: a copy sent at once with the first, read as executing, then
         found paused, was told ``interrupts_pending`` (outside tester 107). So a run read as
-        executing is read again."""
+        executing is read again. ``chat``: the request's messages (``_chat_of``)."""
         if record is None:
             return False
         try:
-            message = self._start_message(workflow, run_input.messages)
+            message = self._start_message(workflow, [c for _, c in chat])
         except AGUIError:
             return False
         if not await self._started_with(workflow, record.run_id, message, run_input.run_id):
@@ -1388,8 +1393,9 @@ class AGUIService:
             ) from exc
 
     @staticmethod
-    def _start_message(workflow: Workflow, messages: Sequence[Any]) -> Any:
-        chat = [c for m in messages if (c := _to_chat_message(m)) is not None]
+    def _start_message(workflow: Workflow, chat: list[ChatMessage]) -> Any:
+        """What a new message starts the run with: the client's chat messages, or the last
+        user message (as text or a message), as the start executor takes it."""
         start = workflow.graph.nodes[workflow.start_executor_id]
         user = [m for m in chat if m.role == "user"]
         if not user:  # (an assistant's words alone are no request to answer)
@@ -1485,13 +1491,22 @@ def _first_received(users: list[tuple[str | None, str]], carried: list[list[Any]
 def _user_messages(messages: Sequence[Any]) -> list[tuple[str | None, str]]:
     """The client's user messages with text, as (id, text); an empty id counts as none, and
     a message with no words (an image with an empty text part) as no text (tester 73)."""
+    return _users_of(_chat_of(messages))
+
+
+def _users_of(chat: list[tuple[Any, ChatMessage]]) -> list[tuple[str | None, str]]:
+    """``_user_messages`` of messages already read as chat (``_chat_of``)."""
     out: list[tuple[str | None, str]] = []
-    for message in messages:
-        chat = _to_chat_message(message)
-        if chat is not None and chat.role == "user" and chat.text.strip():
+    for message, said in chat:
+        if said.role == "user" and said.text.strip():
             given = getattr(message, "id", None)
-            out.append((given if isinstance(given, str) and given else None, chat.text))
+            out.append((given if isinstance(given, str) and given else None, said.text))
     return out
+
+
+def _chat_of(messages: Sequence[Any]) -> list[tuple[Any, ChatMessage]]:
+    """The client's messages that have text, each with its chat message (``_to_chat_message``)."""
+    return [(m, c) for m in messages if (c := _to_chat_message(m)) is not None]
 
 
 def _digest(text: str) -> str:
