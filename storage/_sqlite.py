@@ -315,6 +315,14 @@ def _settle_all(batch: list[_Write], error: BaseException) -> None:
         _settle(write.future, None, error)
 
 
+def _checkpoint_what(run_id: str, superstep: int) -> str:
+    """A checkpoint row, as an error about its size names it."""
+    return (
+        f"run {run_id!r}: the checkpoint of superstep {superstep} (what it changed of the run's "
+        "state, outputs, messages and requests)"
+    )
+
+
 def _batch_failed(batch: list[_Write]) -> Callable[[Any, BaseException | None], None]:
     """After the worker ran a batch: whoever it did not answer (it failed) gets the error."""
 
@@ -1677,41 +1685,16 @@ class SqliteStore:
                 body = span_row(checkpoint, seq, span)
                 span_base_id = span.base_id
 
-        def after(done: _Committed) -> _Committed:
-            # after COMMIT (even if the caller gave up waiting); ``written``: the row as stored
-            # (a span may have become a snapshot, see ``_commit_rows``)
-            if admission is not None:
-                admission.after(None)
-            released, written = done[2], done[3]
-            whole = written[4] == "snapshot"
-            if released:
-                self._forget(run_id)
-            else:
-                self._meta[run_id] = (seq, 0 if whole else since)
-                self._status[run_id] = status
-            kept = None if whole else self._recent.get(run_id)
-            self._remember(checkpoint, row_bytes(written) + (kept[1] if kept is not None else 0))
-            if whole or written[4] == "span":
-                self._span_base[run_id] = checkpoint
-            if whole:
-                self._sizes[run_id] = (0, row_bytes(written))
-            else:
-                since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
-                self._sizes[run_id] = (since_bytes + row_bytes(written), snapshot_bytes)
-            self._journaled.discard(run_id)
-            return done
-
+        # (partials, not closures: a closure's variables are cells, objects that every garbage
+        # collection walks while the commit waits -- thousands of them with thousands of runs)
+        after = functools.partial(self._after_commit, checkpoint, admission, seq, since, status)
         how = (release, same_status, span_base_id, lease_seconds)
         # (split before the write lock is taken: see ``with_split``)
         args = (checkpoint, how, run, with_split(body, self._chunking), request_rows)
         if admission is None:
             done = await self._in_write(self._commit_rows, *args, status_rows, after=after)
         else:
-
-            def abandoned(done: _Committed) -> None:
-                if not done[2]:  # (a lease the commit ended has nothing to give back)
-                    self._give_back(Lease(run_id, lease.owner, lease.version + 1, done[4]))
-
+            abandoned = functools.partial(self._admission_abandoned, lease)
             done = await self._in_write(
                 self._admit_then_commit_rows,
                 admission.rows,
@@ -1723,6 +1706,45 @@ class SqliteStore:
         cancel, waiting, expires_at = done[0], done[1], done[4]
         self._fault("commit:after")
         return Lease(run_id, lease.owner, lease.version + 1, expires_at, cancel, waiting)
+
+    def _after_commit(
+        self,
+        checkpoint: Checkpoint,
+        admission: _Admission | None,
+        seq: int,
+        since: int,
+        status: str,
+        done: _Committed,
+    ) -> _Committed:
+        """What this store keeps after the COMMIT of ``_commit_checkpoint`` (even if the caller
+        gave up waiting). ``done[3]``: the row as stored (a span may have become a snapshot,
+        see ``_commit_rows``)."""
+        run_id = checkpoint.run_id
+        if admission is not None:
+            admission.after(None)
+        released, written = done[2], done[3]
+        whole = written[4] == "snapshot"
+        if released:
+            self._forget(run_id)
+        else:
+            self._meta[run_id] = (seq, 0 if whole else since)
+            self._status[run_id] = status
+        kept = None if whole else self._recent.get(run_id)
+        self._remember(checkpoint, row_bytes(written) + (kept[1] if kept is not None else 0))
+        if whole or written[4] == "span":
+            self._span_base[run_id] = checkpoint
+        if whole:
+            self._sizes[run_id] = (0, row_bytes(written))
+        else:
+            since_bytes, snapshot_bytes = self._sizes.get(run_id, (0, 0))
+            self._sizes[run_id] = (since_bytes + row_bytes(written), snapshot_bytes)
+        self._journaled.discard(run_id)
+        return done
+
+    def _admission_abandoned(self, lease: Lease, done: _Committed) -> None:
+        """An admitting commit whose caller gave up: the lease it took is given back."""
+        if not done[2]:  # (a lease the commit ended has nothing to give back)
+            self._give_back(Lease(lease.run_id, lease.owner, lease.version + 1, done[4]))
 
     def _admit_then_commit_rows(
         self, conn: Conn, admission_rows: tuple, *commit: Any
@@ -1799,12 +1821,7 @@ class SqliteStore:
                 "from the latest, or fork"
             )
 
-        def what() -> str:
-            return (
-                f"run {run_id!r}: the checkpoint of superstep {checkpoint.superstep} (what it "
-                "changed of the run's state, outputs, messages and requests)"
-            )
-
+        what = functools.partial(_checkpoint_what, run_id, checkpoint.superstep)
         with _Sized(conn, what, _largest_value(body)):
             conn.execute(SQL_INSERT_CHECKPOINT, stored_row(conn, body, self._chunking))
         if request_rows:

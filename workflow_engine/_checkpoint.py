@@ -71,6 +71,12 @@ def _now() -> float:
     return time.time()
 
 
+_ALL_FIELDS: dict[type, set[str]] = {}
+"""Per model class, the fields-set its instances built by ``construct`` with every field share:
+a set per instance is one more object each garbage collection walks (five per run in flight).
+Shared safely: these models are frozen, and ``model_copy`` copies the set before adding to it."""
+
+
 def construct(cls: type[_M], **values: Any) -> _M:
     """Build a model from already-valid values, every field given, without validation.
 
@@ -80,7 +86,12 @@ def construct(cls: type[_M], **values: Any) -> _M:
     obj = cls.__new__(cls)
     setattr_ = object.__setattr__
     setattr_(obj, "__dict__", values)
-    setattr_(obj, "__pydantic_fields_set__", set(values))
+    fields = _ALL_FIELDS.get(cls)
+    if fields is None or fields != values.keys():
+        fields = set(values)
+        if len(fields) == len(cls.model_fields):
+            _ALL_FIELDS[cls] = fields
+    setattr_(obj, "__pydantic_fields_set__", fields)
     setattr_(obj, "__pydantic_extra__", None)
     setattr_(obj, "__pydantic_private__", None)
     return obj

@@ -481,13 +481,18 @@ class TaggedJsonCodec:
         """The ``data`` of a ``$type`` object (at ``depth``)."""
         kind = entry.kind
         if kind == MODEL:
-            fields = {name: getattr(value, name) for name in entry.fields}
+            fields = {}  # (loops: see ``_keys_but``)
+            for name in entry.fields:
+                fields[name] = getattr(value, name)
             extra = value.__pydantic_extra__
             if extra:
                 fields.update(extra)
             return self._enc_object(fields, depth)
         if kind == DATACLASS:
-            return self._enc_object({n: getattr(value, n) for n in entry.fields}, depth)
+            fields = {}
+            for name in entry.fields:
+                fields[name] = getattr(value, name)
+            return self._enc_object(fields, depth)
         if kind == ENUM:
             return self._enc(value.value, depth)
         if kind == ROOT:
@@ -543,8 +548,7 @@ class TaggedJsonCodec:
             if handler is None:
                 raise _corrupt(f"unknown marker {first!r}")
             if len(data) != 1 and first != "$type":
-                extra = ", ".join(repr(k) for k in data if k != first)
-                raise _corrupt(f"a {first} object has other keys too ({extra})")
+                raise _corrupt(f"a {first} object has other keys too ({_keys_but(data, first)})")
             return handler(self, data, depth)
         if _SCALARS.issuperset(map(type, data.values())):
             return data.copy()
@@ -597,7 +601,7 @@ class TaggedJsonCodec:
         if type(tag) is not str:
             raise _corrupt(f"$type must be a string, not {_kind(tag)}")
         if "data" not in data or len(data) != 2:
-            extra = ", ".join(repr(k) for k in data if k not in ("$type", "data"))
+            extra = _keys_but(data, "$type", "data")
             raise _corrupt(
                 "a $type object needs exactly the keys '$type' and 'data'"
                 + (f" (it also has {extra})" if extra else " ('data' is missing)")
@@ -629,7 +633,7 @@ class TaggedJsonCodec:
                 if not entry.open and not entry.names.issuperset(value):
                     # a field the class no longer has (removed, or renamed to one with a
                     # default): validating would drop its value without a word (tester 97)
-                    gone = ", ".join(repr(k) for k in value if k not in entry.names)
+                    gone = _keys_but(value, *entry.names)
                     raise _Failure(
                         NoLongerFitsError,
                         f"stored {entry.tag} has {gone}, which the class has no field for",
@@ -638,7 +642,10 @@ class TaggedJsonCodec:
                 validator = cls.__pydantic_validator__  # type: ignore[attr-defined]
                 return validator.validate_python(value, by_alias=False, by_name=True)
             if kind == DATACLASS:
-                late = {k: value.pop(k) for k in entry.late if k in value}
+                late = {}  # (a loop: see ``_keys_but``)
+                for k in entry.late:
+                    if k in value:
+                        late[k] = value.pop(k)
                 obj = entry.adapter.validate_python(value, by_alias=False, by_name=True)
                 for name, item in late.items():  # init=False fields: set as they were
                     object.__setattr__(obj, name, item)
@@ -792,6 +799,13 @@ _MARKERS: dict[str, Callable[[TaggedJsonCodec, dict[str, Any], int], Any]] = {
     "$time": TaggedJsonCodec._dec_clock,
     "$timedelta": TaggedJsonCodec._dec_timedelta,
 }
+
+
+def _keys_but(data: dict[str, Any], *but: str) -> str:
+    """``data``'s keys other than ``but``, for an error message. (A function of its own: a
+    comprehension in the codec's per-value methods makes the variables it reads cells, which
+    Python 3.11 allocates at every call of the method, error or not.)"""
+    return ", ".join(repr(k) for k in data if k not in but)
 
 
 def read_back(codec: JsonCodec, encoded: JSONValue, at: str = "value") -> Any:

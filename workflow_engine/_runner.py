@@ -193,6 +193,15 @@ def new_checkpoint_id() -> str:
     return f"{time.time_ns() // 1000:014x}{os.urandom(9).hex()}"
 
 
+def encoded_fan_in(
+    fan_in: dict[str, dict[str, list[Any]]], enc: Callable[[Any], Any]
+) -> dict[str, dict[str, list[Any]]]:
+    """Fan-in buffers (group -> source -> messages) as a checkpoint stores them."""
+    return {
+        g: {src: [enc(m) for m in msgs] for src, msgs in buf.items()} for g, buf in fan_in.items()
+    }
+
+
 async def run_concurrently(
     calls: Sequence[tuple[Callable[..., Coroutine[Any, Any, None]], tuple[Any, ...]]],
 ) -> None:
@@ -274,11 +283,12 @@ class RunLoop:
         if s.answered:  # answers kept whole only while applied or in flight
             keep = {e.request.request_id for e in s.inbox if e.request is not None}
             keep.update(changes.requests_answered)
-            if s.digests_shared and any(r not in keep for r in s.answered):  # (one to add)
+            if s.digests_shared and not keep.issuperset(s.answered):  # (one to add)
                 s.answered_digests, s.digests_shared = dict(s.answered_digests), False
             s.answered = settle_answers(s.answered, s.answered_digests, keep)
-        messages = [
-            construct(
+        messages = []  # (loops, not comprehensions, on the superstep's path: see ``_barrier``)
+        for e in s.inbox:
+            record = construct(
                 MessageRecord,
                 source_id=e.source_id,
                 target_id=e.target_id,
@@ -286,8 +296,7 @@ class RunLoop:
                 request_id=e.request.request_id if e.request else None,
                 message_id=e.message_id,
             )
-            for e in s.inbox
-        ]
+            messages.append(record)
         if previous is not None and messages and previous.messages:
             # a list a message in flight passes on grown (a conversation): a delta stores the rest
             grown = message_prefixes(messages, previous.messages)
@@ -309,10 +318,7 @@ class RunLoop:
             messages=messages,
             executor_states=dict(s.executor_states),
             shared_state=dict(s.shared),
-            fan_in_buffers={
-                g: {src: [enc(m) for m in msgs] for src, msgs in buf.items()}
-                for g, buf in s.fan_in.items()
-            },
+            fan_in_buffers=encoded_fan_in(s.fan_in, enc) if s.fan_in else {},
             pending_requests=self._pending_records(previous),
             answered_requests=dict(s.answered),
             answered_digests=s.answered_digests,
@@ -331,10 +337,10 @@ class RunLoop:
         checkpoint."""
         kept = previous.pending_requests if previous is not None else {}
         enc, name_of = self.codec.encode, self.workflow.stored_type_name
-        return {
-            request_id: kept.get(request_id) or request_record(request, enc, name_of)
-            for request_id, request in self.state.pending.items()
-        }
+        records = {}
+        for request_id, request in self.state.pending.items():
+            records[request_id] = kept.get(request_id) or request_record(request, enc, name_of)
+        return records
 
     async def commit(self, changes: CheckpointChanges | None = None) -> None:
         """Checkpoint into the store. A failing store stops the run loudly. Without a store the
@@ -471,20 +477,21 @@ class RunLoop:
                     state = s.executor_states.get(executor_id, {})
                     steps.append(ExecutorStep(executor_id, state, ordered.emitter(index)))
 
-                async def run_one(index: int, envelopes: list[Envelope]) -> None:
-                    await self._invoke(scope, steps[index], envelopes, failures)
-                    ordered.finish(index)
-
-                await run_concurrently(
-                    [(run_one, (index, envelopes)) for index, (_, envelopes) in enumerate(plan)]
-                )
+                # (a method and a loop, not a closure or a comprehension: on Python 3.11 what
+                # either reads of this function's variables becomes cells that every superstep
+                # allocates, each an object for the garbage collector to walk)
+                calls = []
+                for index, (_, envelopes) in enumerate(plan):
+                    args = (scope, steps[index], envelopes, failures, ordered, index)
+                    calls.append((self._invoke_ordered, args))
+                await run_concurrently(calls)
         finally:
             self._executing = False
         if self.cancel_requested:  # the scope may be cancelled: await nothing more in it
             return False
         if failures:
             order = self.graph.order
-            failures.sort(key=lambda f: order[f[0]])
+            failures.sort(key=lambda f, order=order: order[f[0]])  # type: ignore[misc]
             for _, exc in failures:
                 if isinstance(exc, _STOPS_THE_RUN):
                     raise exc
@@ -512,6 +519,19 @@ class RunLoop:
         for request in new_requests:
             emit(RequestInfoEvent(request))
         return True
+
+    async def _invoke_ordered(
+        self,
+        scope: StepScope,
+        step: ExecutorStep,
+        envelopes: list[Envelope],
+        failures: list[tuple[str, BaseException]],
+        ordered: OrderedEmitter,
+        index: int,
+    ) -> None:
+        """``_invoke``, one of a superstep's concurrent steps; then its events go out in order."""
+        await self._invoke(scope, step, envelopes, failures)
+        ordered.finish(index)
 
     async def _ask_about_effects(
         self, number: int, in_doubt: Sequence[tuple[str, BaseException]]
@@ -602,7 +622,10 @@ class RunLoop:
         # a step found in doubt pauses the run even if the handler caught its error or a task
         # group wrapped it (the run failed for good, or went on, with no one asked: outside
         # tester 60); and each one found -- siblings in a gather too -- is asked at once
-        in_doubt = [doubt for doubt in step.in_doubt if doubt is not failure]
+        in_doubt = []  # (a loop: see ``_barrier``)
+        for doubt in step.in_doubt:
+            if doubt is not failure:
+                in_doubt.append(doubt)
         if failure is not None:
             failures.append((executor_id, failure))
         elif not in_doubt:
@@ -644,7 +667,9 @@ class RunLoop:
                 shared.update(step.shared_writes)
                 if step.flat_writes:
                     flat.update(step.flat_writes)
-                shared_keys.extend(k for k in step.shared_writes if k not in shared_keys)
+                for k in step.shared_writes:
+                    if k not in shared_keys:
+                        shared_keys.append(k)
                 for k in step.shared_writes:  # the later writer's list decides
                     if step.exact_writes and k in step.exact_writes:
                         exact.add(k)
@@ -659,13 +684,14 @@ class RunLoop:
                 sends.append(
                     Send(source, message, target, send_id(number, ordinal, source), encoded)
                 )
-        shared_appends = (
-            appended_prefixes(
-                s.shared, {k: shared[k] for k in shared_keys}, exact=exact & s.shared_exact
-            )
-            if shared_keys
-            else {}
-        )
+        # (loops, not comprehensions: on Python 3.11 the variables a comprehension reads
+        # become cells, objects allocated at every call of the function that holds them)
+        shared_appends = {}
+        if shared_keys:
+            written = {}
+            for k in shared_keys:
+                written[k] = shared[k]
+            shared_appends = appended_prefixes(s.shared, written, exact=exact & s.shared_exact)
         delivery = await self.route(sends, s.fan_in)
         self.give_copies(delivery.inbox)
         self.give_copies(delivery.port_messages)
@@ -676,7 +702,11 @@ class RunLoop:
         s.executor_states = executor_states
         s.shared = shared
         if flat is not s.shared_flat:  # keep only what is still the committed encoding
-            s.shared_flat = {k: v for k, v in flat.items() if shared.get(k) is v}
+            kept_flat = {}
+            for k, v in flat.items():
+                if shared.get(k) is v:
+                    kept_flat[k] = v
+            s.shared_flat = kept_flat
         if shared_keys:
             s.shared_exact = (s.shared_exact - set(shared_keys)) | exact
         s.inbox = delivery.inbox

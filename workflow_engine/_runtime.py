@@ -122,6 +122,12 @@ _RESTING = frozenset(
 )
 
 
+def _error_read(task: asyncio.Future[Any]) -> None:
+    """Mark ``task``'s error as read (its awaiter raises it; one that left does not)."""
+    if not task.cancelled():
+        task.exception()
+
+
 class _LeasedStore:
     """The CheckpointStore the runner writes to: every save is a fenced commit under the lease,
     and every journal write is fenced by the same lease.
@@ -220,27 +226,34 @@ class _LeasedStore:
         if admission is None:
             return False
         done = self._admitting = anyio.Event()
-
-        async def written() -> None:
-            try:
-                lease = await write(admission)
-            finally:
-                self._admitting = None
-                done.set()
-            self.admission = None
-            self._took(lease)
-            if then is not None:
-                then(lease)
-
         if sniffio.current_async_library() != "asyncio":
             with anyio.CancelScope(shield=True):
-                await written()
+                await self._write_admission(write, then, admission, done)
             return True
-        task = self._admission_task = asyncio.ensure_future(written())
+        written = self._write_admission(write, then, admission, done)
+        task = self._admission_task = asyncio.ensure_future(written)
         # (its error is its awaiter's; one cancelled meanwhile has left, so it is read here)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+        task.add_done_callback(_error_read)
         await asyncio.shield(task)
         return True
+
+    async def _write_admission(
+        self,
+        write: Callable[[Checkpoint], Awaitable[Lease]],
+        then: Callable[[Lease], None] | None,
+        admission: Checkpoint,
+        done: anyio.Event,
+    ) -> None:
+        """``_admit``'s write (a method, not a closure: see ``Runtime._execute_from``)."""
+        try:
+            lease = await write(admission)
+        finally:
+            self._admitting = None
+            done.set()
+        self.admission = None
+        self._took(lease)
+        if then is not None:
+            then(lease)
 
     def abandon_admission(self) -> None:
         """Nothing ran: the run is not written at all (its caller gave up first)."""
@@ -299,16 +312,21 @@ class _LeasedStore:
         """Write the pending admission with ``checkpoint`` in one transaction; False if the
         admission was written by another operation meanwhile (then commit after it)."""
 
-        def committed(lease: Lease) -> None:
-            self._committed(checkpoint)
-            self.released = release and not lease.cancel_requested
+        # (partials, not closures: see ``Runtime._execute_from``)
+        write = functools.partial(self._admission_committed, checkpoint, release)
+        return await self._admit(write, functools.partial(self._admitted_with, checkpoint, release))
 
-        return await self._admit(
-            lambda admission: self.store.admit_and_commit(
-                admission, checkpoint, self.lease.owner, self.lease_seconds, release=release
-            ),
-            committed,
-        )
+    def _admission_committed(
+        self, checkpoint: Checkpoint, release: bool, admission: Checkpoint
+    ) -> Awaitable[Lease]:
+        """The write of ``_admit_with``: the admission and ``checkpoint`` in one transaction."""
+        owner, seconds = self.lease.owner, self.lease_seconds
+        return self.store.admit_and_commit(admission, checkpoint, owner, seconds, release=release)
+
+    def _admitted_with(self, checkpoint: Checkpoint, release: bool, lease: Lease) -> None:
+        """After ``_admit_with``'s write: ``checkpoint`` committed; released if it rests."""
+        self._committed(checkpoint)
+        self.released = release and not lease.cancel_requested
 
     async def keep_alive(self) -> None:
         """Renew the lease every third of its length until cancelled (runs beside the run)."""
@@ -676,9 +694,9 @@ class Runtime:
             with anyio.CancelScope(shield=True):  # the lease must reach the ``finally`` below
                 lease = await self.store.admit_and_acquire(checkpoint, owner, self.lease_seconds)
             sink = self._sink(wf, lease)
-        result = await self._executing_then_released(
-            sink, lambda: self._drive(wf, sink, checkpoint, [], max_supersteps)
-        )
+        # (a partial, not a closure: see ``_execute_from``)
+        drive = functools.partial(self._drive, wf, sink, checkpoint, [], max_supersteps)
+        result = await self._executing_then_released(sink, drive)
         return await self._go_on(result, sink, max_supersteps)
 
     @_while_open("run {run_id!r} was not resumed")
@@ -702,12 +720,22 @@ class Runtime:
     ) -> WorkflowRunResult:
         """Continue a run whose lease ``acquired`` holds, until it rests; the lease ends."""
         wf, sink, loaded = acquired
-
-        async def execute() -> WorkflowRunResult:
-            checkpoint, answers = await self._start_point(wf, sink, loaded)
-            return await self._drive(wf, sink, checkpoint, answers, max_supersteps)
-
+        execute = functools.partial(self._execute_from, wf, sink, loaded, max_supersteps)
         return await self._executing_then_released(sink, execute)
+
+    async def _execute_from(
+        self,
+        wf: Workflow,
+        sink: _LeasedStore,
+        loaded: tuple[Checkpoint | None, Sequence[StoredRequest]],
+        max_supersteps: int | None,
+    ) -> WorkflowRunResult:
+        """A leased run from where ``loaded`` says (its checkpoint, the answers it applies),
+        until it rests. (Passed on as a partial, not a closure: a closure's variables are cells
+        of the function that makes it, objects that every garbage collection walks while the
+        run waits for its commits -- with thousands of runs in flight, half the CPU.)"""
+        checkpoint, answers = await self._start_point(wf, sink, loaded)
+        return await self._drive(wf, sink, checkpoint, answers, max_supersteps)
 
     async def _executing_then_released(
         self, sink: _LeasedStore, execute: Callable[[], Awaitable[WorkflowRunResult]]
@@ -1059,11 +1087,8 @@ class Runtime:
         wf, before = chosen
         sink = self._sink(wf, lease)
         sink.before = before
-
-        async def execute() -> WorkflowRunResult:
-            resume_at, answers = await self._start_point(wf, sink, (checkpoint, answered))
-            return await self._drive(wf, sink, resume_at, answers, max_supersteps)
-
+        loaded = (checkpoint, answered)
+        execute = functools.partial(self._execute_from, wf, sink, loaded, max_supersteps)
         result = await self._executing_then_released(sink, execute)
         return await self._go_on(result, sink, max_supersteps)
 
