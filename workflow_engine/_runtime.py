@@ -929,13 +929,28 @@ class Runtime:
         max_supersteps: int | None,
     ) -> WorkflowRunResult:
         """Run to rest without streaming (events collected), renewing the lease beside it."""
-        async with _kept_alive(sink), self._store_failure_recorded(sink):
-            result = await wf.run(
-                checkpoint=checkpoint,
-                responses=answers,
-                checkpoint_store=sink,
-                max_supersteps=max_supersteps,
-            )
+        run = functools.partial(
+            wf.run,
+            checkpoint=checkpoint,
+            responses=answers,
+            checkpoint_store=sink,
+            max_supersteps=max_supersteps,
+        )
+        if sniffio.current_async_library() != "asyncio":
+            async with _kept_alive(sink), self._store_failure_recorded(sink):
+                result = await run()
+        else:
+            # what those two context managers do, inline: each is a generator and its frame
+            # per run, objects that every garbage collection walks while the run waits
+            keeper = _RenewalTimer(sink, asyncio.get_running_loop())
+            try:
+                try:
+                    result = await run()
+                except (StorageError, CheckpointStoreError) as exc:
+                    await self._record_store_failure(sink, exc)
+                    raise
+            finally:
+                keeper.stop()
         await self._record_outcome(sink, result)
         return result
 
@@ -949,13 +964,19 @@ class Runtime:
         try:
             yield
         except (StorageError, CheckpointStoreError) as exc:
-            if type(exc) in (StorageError, CheckpointStoreError):
-                # its code (storage_error) is what the caller is raised, too
-                error = ErrorDetails.from_exception(exc).as_record()
-                with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
-                    lease = await sink.admitted()
-                    sink.lease = await self.store.set_status(lease, WorkflowRunState.FAILED, error)
+            await self._record_store_failure(sink, exc)
             raise
+
+    async def _record_store_failure(
+        self, sink: _LeasedStore, exc: StorageError | CheckpointStoreError
+    ) -> None:
+        """``_store_failure_recorded``'s work, for the store's error ``exc``."""
+        if type(exc) in (StorageError, CheckpointStoreError):
+            # its code (storage_error) is what the caller is raised, too
+            error = ErrorDetails.from_exception(exc).as_record()
+            with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
+                lease = await sink.admitted()
+                sink.lease = await self.store.set_status(lease, WorkflowRunState.FAILED, error)
 
     async def _record_outcome(self, sink: _LeasedStore, result: WorkflowRunResult) -> None:
         """A run that stopped FAILED or at its superstep limit records that (and the error).
