@@ -315,6 +315,13 @@ def _settle_all(batch: list[_Write], error: BaseException) -> None:
         _settle(write.future, None, error)
 
 
+def _answer_what(conn: Conn, request_id: str) -> str:
+    """An answer, as an error about its size names it: by its run and request."""
+    row = conn.execute(SQL_ANSWER_STATE, (request_id,)).fetchone()
+    run = f"run {row[2]!r}: " if row is not None else ""
+    return f"{run}the answer to request {request_id!r}"
+
+
 def _checkpoint_what(run_id: str, superstep: int) -> str:
     """A checkpoint row, as an error about its size names it."""
     return (
@@ -2073,7 +2080,8 @@ class SqliteStore:
             data = conn.execute(SQL_REQUEST_DATA_SIZE, (request_id,)).fetchone()
             return f"the request's data ({data[0]:,} bytes) and " if data else ""
 
-        with _Sized(conn, f"request {request_id!r}: the answer", text, beside):
+        what = functools.partial(_answer_what, conn, request_id)
+        with _Sized(conn, what, text, beside):
             stored = conn.execute(SQL_STORE_ANSWER, (text, self.clock(), request_id)).fetchall()
         if stored:
             self._fault("answer:inside")  # it was pending: stored
@@ -2151,7 +2159,14 @@ class SqliteStore:
         if lease is not None:
             self._fence(conn, lease)
         row = conn.execute(SQL_JOURNAL_GET, (run_id, key)).fetchone()
-        sized = _Sized(conn, f"run {run_id!r}: the journal entry of step {key!r}", text)
+        sized = _Sized(
+            conn,
+            f"run {run_id!r}: the result of step {key!r}, which ran (its effect happened; the "
+            "step stays in doubt until someone says what to do)"
+            if result
+            else f"run {run_id!r}: the journal entry of step {key!r}",
+            text,
+        )
         if row is None:
             with sized:
                 conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, self.clock(), superstep))

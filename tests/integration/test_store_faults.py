@@ -588,7 +588,8 @@ async def test_a_value_too_big_for_sqlite_fails_its_run_by_name_and_no_other(
     assert big in message and f"{LIMIT:,} bytes" in message
     assert "more than SQLite stores in one value" in message
     if how == "journal":
-        assert "the journal entry of step '1/big/" in message and "/fetch'" in message
+        # the step's result: it ran (outside tester 128: the message did not say so)
+        assert "the result of step '1/big/" in message and "/fetch', which ran" in message
     info = await rt.get_run(big)
     assert info.status is WorkflowRunState.FAILED and info.error is not None
     assert info.error["message"] == message
@@ -603,7 +604,8 @@ async def test_an_answer_too_big_for_sqlite_is_refused_by_name_and_nothing_store
     (request,) = paused.pending_requests
     with pytest.raises(StorageError) as info:
         await rt.respond(request.request_id, "w" * (2 * LIMIT))
-    assert f"request {request.request_id!r}: the answer" in str(info.value)
+    named = f"run {paused.run_id!r}: the answer to request {request.request_id!r} is"
+    assert named in str(info.value), str(info.value)
     assert (await rt.store.get_request(request.request_id)).status == "pending"
     await rt.respond(request.request_id, "a fine answer")
     assert (await rt.resume(paused.run_id)).outputs == ["a fine ans"]
@@ -619,7 +621,8 @@ async def test_an_answer_whose_row_is_too_big_for_sqlite_names_both_parts(tmp_pa
     with pytest.raises(StorageError) as info:
         await rt.respond(request.request_id, "w" * (LIMIT * 6 // 10))
     message = str(info.value)
-    assert f"request {request.request_id!r}: the answer is 30,002 bytes" in message, message
+    named = f"run {paused.run_id!r}: the answer to request {request.request_id!r}"
+    assert f"{named} is 30,002 bytes" in message, message
     assert "with the request's data (30,002 bytes) and the rest of its row" in message
     assert f"more than SQLite stores in one row ({LIMIT:,} bytes)" in message
     assert (await rt.store.get_request(request.request_id)).status == "pending"
