@@ -1421,9 +1421,10 @@ def _not_received(
     users: list[tuple[str | None, str]], carried: list[list[Any]], answers: list[Any]
 ) -> str | None:
     """The first of ``users`` (id, text) that is neither one of the ``carried`` messages
-    (``[id, digest]``: by id, with the same words; by words, for one that had no id) nor the
-    words of one of ``answers`` (JSON data, stored or as given), each answer taken once."""
-    by_id, without_id = _carried_index(carried)
+    (``[id, digest]``, see ``_is_carried``) nor the words of one of ``answers`` (JSON data,
+    stored or as given), each answer taken once."""
+    index = _carried_index(carried)
+    by_id = index[0]
     left = collections.Counter(_digest(text) for text in _texts_in(answers))
     for message_id, text in users:
         digest = _digest(text)
@@ -1431,7 +1432,7 @@ def _not_received(
             if by_id[message_id] != digest:
                 return text  # the same message, edited: not what the run received
             continue
-        if not message_id and digest in without_id:
+        if _is_carried(message_id, digest, index):
             continue
         if left[digest] > 0:
             left[digest] -= 1
@@ -1469,21 +1470,34 @@ def _typed(response_type: Any) -> bool:
     return response_type is not approval and response_type != approval.__qualname__
 
 
-def _carried_index(carried: list[list[Any]]) -> tuple[dict[str, str], set[str]]:
-    """The ``carried`` messages (``[id, digest]``) by id, and the digests of those without."""
-    return {m[0]: m[1] for m in carried if m[0]}, {m[1] for m in carried if not m[0]}
+CarriedIndex = tuple[dict[str, str], set[str], set[str]]
+
+
+def _carried_index(carried: list[list[Any]]) -> CarriedIndex:
+    """The ``carried`` messages (``[id, digest]``) by id, the digests of those without one, and
+    the digests of those with one."""
+    by_id = {m[0]: m[1] for m in carried if m[0]}
+    return by_id, {m[1] for m in carried if not m[0]}, set(by_id.values())
+
+
+def _is_carried(message_id: str | None, digest: str, index: CarriedIndex) -> bool:
+    """Whether a user message (its id, its words' digest) is one of the carried messages: by
+    its id, saying the same words; by its words, where one of the two has no id (a client
+    that sends ids sometimes: outside tester 127). The same words under another id are
+    another message."""
+    by_id, without_id, with_id = index
+    if message_id and message_id in by_id:
+        return by_id[message_id] == digest
+    return digest in without_id or (not message_id and digest in with_id)
 
 
 def _first_received(users: list[tuple[str | None, str]], carried: list[list[Any]]) -> int:
     """The position of the first of ``users`` that is one of the ``carried`` messages (as
     ``_not_received`` matches them); 0 if none is (a history that holds none of them says
     nothing of where the pruned runs' part ends: all of it is checked)."""
-    by_id, without_id = _carried_index(carried)
+    index = _carried_index(carried)
     for position, (message_id, text) in enumerate(users):
-        digest = _digest(text)
-        if (message_id and by_id.get(message_id) == digest) or (
-            not message_id and digest in without_id
-        ):
+        if _is_carried(message_id, _digest(text), index):
             return position
     return 0
 

@@ -600,6 +600,28 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
     assert len(ledger_lines(shared, thread_id)) == 1
 
 
+def test_a_resume_re_sending_the_first_message_with_or_without_its_id_is_no_new_message(
+    client: Client, shared: Server
+) -> None:
+    """A client that gives ids sometimes: the message that started the run, re-sent with a
+    resume without the id it first had, or with one it first lacked, is that message, known
+    by its words -- it was refused as a new message (outside tester 127). Under another id,
+    the same words are a new message still."""
+    for first_id, again_id in (("p-3", ""), ("", "p-3"), ("p-3", "p-3"), ("", "")):
+        thread_id = thread()
+        first = {"id": first_id, "role": "user", "content": REFUND}
+        [interrupt] = client.post("/support", run_input(thread_id, [first])).interrupts
+        again = {**first, "id": again_id}
+        approve = resolved(interrupt.id, {"accepted": True})
+        if first_id:
+            other = {**first, "id": "p-4"}
+            refused = client.post("/support", run_input(thread_id, [other], resume=approve))
+            assert refused.error_code == "message_in_resume", refused.describe()
+        stream = client.post("/support", run_input(thread_id, [again], resume=approve))
+        assert_success(stream)
+        assert len(ledger_lines(shared, thread_id)) == 1, (first_id, again_id)
+
+
 def second_run_paused(client: Client, thread_id: str) -> tuple[Any, Any, Any]:
     """The thread's first run finished (a refund approved), its second paused at its approval:
     the two user messages that started them, and the second's interrupt."""
