@@ -490,8 +490,7 @@ class RunLoop:
         if self.cancel_requested:  # the scope may be cancelled: await nothing more in it
             return False
         if failures:
-            order = self.graph.order
-            failures.sort(key=lambda f, order=order: order[f[0]])  # type: ignore[misc]
+            failures.sort(key=self._graph_position)
             for _, exc in failures:
                 if isinstance(exc, _STOPS_THE_RUN):
                     raise exc
@@ -519,6 +518,10 @@ class RunLoop:
         for request in new_requests:
             emit(RequestInfoEvent(request))
         return True
+
+    def _graph_position(self, failure: tuple[str, BaseException]) -> int:
+        """Where a failed step's executor stands in the graph (failures are raised in order)."""
+        return self.graph.order[failure[0]]
 
     async def _invoke_ordered(
         self,

@@ -301,6 +301,29 @@ async def test_a_failing_edge_condition_names_the_edge_and_the_executor() -> Non
     assert "the selection of the fan-out 'p' → 'echo' raised IndexError" in failed.error.message
 
 
+async def test_of_concurrent_failures_the_first_in_graph_order_is_the_runs_error() -> None:
+    """Siblings of a superstep that both fail: whichever finished failing first, the run's
+    error is the one earlier in graph order (deterministic across runs and replays)."""
+
+    class Failing(Executor):
+        def __init__(self, id: str, delay: float) -> None:
+            super().__init__(id)
+            self.delay = delay
+
+        @handler
+        async def go(self, n: int, ctx: WorkflowContext[Never]) -> None:
+            await anyio.sleep(self.delay)
+            raise RuntimeError(f"{self.id} failed")
+
+    for delays in ((0.0, 0.05), (0.05, 0.0)):
+        start = Passer("p")
+        first, second = Failing("first", delays[0]), Failing("second", delays[1])
+        wf = WorkflowBuilder(start=start).add_fan_out_edges(start, [first, second]).build()
+        result = await wf.run(1)
+        assert result.status is WorkflowRunState.FAILED and result.error is not None
+        assert result.error.executor_id == "first", (delays, result.error)
+
+
 async def test_a_message_no_successor_takes_names_the_executor_that_sent_it() -> None:
     class Mixed(Executor):
         @handler
