@@ -27,6 +27,7 @@ thousands of messages decodes only those the agent and its model client read.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
@@ -98,12 +99,52 @@ _CONFIRMED = "done (a person confirmed it happened)"
 
 
 def stored_message(message: ChatMessage) -> ChatMessage | str:
-    """How a conversation stores a message: its JSON text when that reads back equal (a
-    checkpoint parses a string far faster than the tagged objects, and a lazy view decodes
-    it only when read), else the message itself (the codec stores any value exactly). Unset
-    fields (``None``) are left out: a fifth of a user message's bytes, parsed at every resume."""
-    text = message.model_dump_json(exclude_none=True)
-    return text if ChatMessage.model_validate_json(text) == message else message
+    """How a conversation stores a message: its JSON text when that reads back the same, type
+    for type (a checkpoint parses a string far faster than the tagged objects, and a lazy view
+    decodes it only when read), else the message itself (the codec stores any value exactly).
+    Unset fields (``None``) are left out: a fifth of a user message's bytes, parsed at every
+    resume."""
+    return _stored_and_read(message)[0]
+
+
+def _stored_and_read(message: ChatMessage) -> tuple[ChatMessage | str, ChatMessage | None]:
+    """:func:`stored_message`, and the message as :func:`read_message` reads it back -- the
+    message itself, when stored as its text (None when stored as itself)."""
+    if type(message) is ChatMessage and _plain(message):
+        text = message.model_dump_json(exclude_none=True)
+        if ChatMessage.model_validate_json(text) == message:
+            return text, message
+    # (``==`` alone let a str enum in a tool's arguments through as text: it read back a str)
+    return message, None
+
+
+_MESSAGE_PARTS = frozenset(
+    {
+        ChatMessage,
+        TextContent,
+        FunctionCallContent,
+        FunctionResultContent,
+        ToolApprovalRequestContent,
+        ToolApprovalResponseContent,
+    }
+)
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is what its JSON text reads back as, type for type: JSON's own
+    values (finite floats, dicts with text keys) and the message models made of them."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list:
+        return all(map(_plain, value))
+    if kind is dict:
+        return all(type(key) is str for key in value) and all(map(_plain, value.values()))
+    if kind in _MESSAGE_PARTS:
+        return not value.__pydantic_extra__ and all(map(_plain, value.__dict__.values()))
+    return False
 
 
 def read_message(stored: ChatMessage | str) -> ChatMessage:
@@ -118,6 +159,10 @@ _VIEW_MESSAGES_KEPT = 4_000
 length). A decoded message is some seven objects that every full garbage collection walks:
 an AG-UI thread starts a run per message, and 64 views of a 1,000-message thread (none of them
 read again) held 900,000 objects, each full collection of the server 0.4 s."""
+
+
+_APPENDED_KEPT = 16
+"""Runs whose just-appended messages a host keeps for the turn after (consumed at once)."""
 
 
 class AgentHostExecutor(Executor):
@@ -154,6 +199,9 @@ class AgentHostExecutor(Executor):
         self.ask_user = ask_user
         self._views: OrderedDict[str, StateItems] = OrderedDict()
         """run id -> the conversation as last read: its decoded messages are reused."""
+        self._appended: dict[str, tuple[list[Any], list[ChatMessage | None]]] = {}
+        """run id -> the messages a handler appended (as stored, and as read back) that the
+        turn after it has not read yet."""
 
     # --- inputs ---------------------------------------------------------------------------------
 
@@ -306,7 +354,19 @@ class AgentHostExecutor(Executor):
     # --- the turn -------------------------------------------------------------------------------
 
     async def _append(self, ctx: WorkflowContext[Any, Any], messages: list[ChatMessage]) -> None:
-        await ctx.append_state("conversation", [stored_message(m) for m in messages])
+        stored, read = [], []
+        for message in messages:
+            text, back = _stored_and_read(message)
+            stored.append(text)
+            read.append(back)
+        await ctx.append_state("conversation", stored)
+        # the turn takes the messages stored as text as they are (what parsing the text gives),
+        # not parsing it again (an AG-UI run's are the thread's whole history) -- if it reads
+        # the very items appended here
+        appended = self._appended
+        appended[ctx.run_id] = (stored, read)
+        while len(appended) > _APPENDED_KEPT:  # (appended by a handler whose turn never came)
+            del appended[next(iter(appended))]
 
     async def _conversation(self, ctx: WorkflowContext[Any, Any]) -> StateItems:
         """The stored conversation, lazily decoded, reusing what this host decoded before."""
@@ -314,6 +374,9 @@ class AgentHostExecutor(Executor):
         view = await ctx.get_state_items(
             "conversation", reuse=views.pop(ctx.run_id, None), convert=read_message
         )
+        appended = self._appended.pop(ctx.run_id, None)
+        if appended is not None:
+            view.preload(*appended)
         views[ctx.run_id] = view
         held = sum(map(len, views.values()))
         while len(views) > _VIEWS_KEPT or (held > _VIEW_MESSAGES_KEPT and len(views) > 1):

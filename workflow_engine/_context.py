@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import inspect
 import json
+import operator
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Generic, Never, overload
 
 import anyio
@@ -83,6 +85,23 @@ class StateItems(Sequence[Any]):
         if value is _UNREAD:
             value = self._values[index] = self._decode(self._encoded[index])
         return value
+
+    def preload(self, appended: Sequence[Any], values: Sequence[Any]) -> None:
+        """Read the items a handler just appended (``append_state(key, appended)``) as
+        ``values`` -- what decoding and converting them gives, which the handler holds already
+        (None where it does not) -- instead of decoding them again. Only where this view ends
+        with those very objects; otherwise nothing changes."""
+        k = len(appended)
+        encoded = self._encoded
+        start = len(encoded) - k
+        if not k or k != len(values) or start < 0:
+            return
+        if not all(map(operator.is_, islice(encoded, start, None), appended)):
+            return
+        kept = self._values
+        for i, value in enumerate(values, start):
+            if value is not None and kept[i] is _UNREAD:
+                kept[i] = value
 
     def _continuing(self, earlier: StateItems | None) -> StateItems:
         """This view, with the items ``earlier`` already decoded for the same stored encodings

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, is_dataclass
 from typing import TYPE_CHECKING, Any
@@ -230,6 +231,10 @@ class Workflow:
         self.codec: JsonCodec = codec or TaggedJsonCodec(self.registry)
         self.signature = graph.signature()
         self._adapters: dict[str, AnswerAdapter] = {}
+        self._admitted: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+        """Checkpoint id -> (a run's start message as ``admit`` encoded it, the copy it decoded
+        to prove that readable): the run's first restore takes the copy instead of decoding
+        the message again (an AG-UI run's is the thread's whole history)."""
         self.fallback_journal = InMemoryJournal()
         """Journal for runs whose store is not a JournalStore (lives as long as this object)."""
 
@@ -509,9 +514,16 @@ class Workflow:
         state = RunState(run_id=_new_run_id(run_id), secret=new_step_secret())
         state.inbox = [self._input_envelope(state, message)]
         state.shared = {k: self.codec.encode(v) for k, v in (shared_state or {}).items()}
-        return RunLoop(self, state, lambda e: None, None, self.max_supersteps).make_checkpoint(
-            chained=False
-        )
+        checkpoint = RunLoop(
+            self, state, lambda e: None, None, self.max_supersteps
+        ).make_checkpoint(chained=False)
+        [envelope] = state.inbox
+        admitted = self._admitted
+        admitted[checkpoint.checkpoint_id] = (envelope.encoded, envelope.data)
+        while len(admitted) > _ADMITTED_KEPT:
+            with contextlib.suppress(KeyError):  # (emptied meanwhile by another thread)
+                admitted.popitem(last=False)
+        return checkpoint
 
     def _input_envelope(self, state: RunState, message: Any) -> Envelope:
         """A start message, named by the superstep it arrives at and how many came before."""
@@ -640,6 +652,8 @@ class Workflow:
                 from_port=r.kind == "port",
                 effect_key=data.step_key if isinstance(data, InDoubtEffect) else None,
             )
+        # (the copy ``admit`` decoded, for the message it encoded: taken once, by the first restore)
+        admitted = self._admitted.pop(checkpoint.checkpoint_id, None) if self._admitted else None
         inbox = []
         for index, m in enumerate(checkpoint.messages):
             request = None
@@ -647,8 +661,11 @@ class Workflow:
                 request = self._answered_request(checkpoint, m.request_id)
             message_id = m.message_id or f"legacy.{checkpoint.superstep}.{index}"
             sender = "the run's input" if m.source_id == INPUT_SOURCE else repr(m.source_id)
-            what = f"message {index} in flight ({sender} to {m.target_id!r})"
-            data = dec(m.data, what)
+            if admitted is not None and m.data is admitted[0]:
+                data, admitted = admitted[1], None
+            else:
+                what = f"message {index} in flight ({sender} to {m.target_id!r})"
+                data = dec(m.data, what)
             inbox.append(Envelope(m.source_id, m.target_id, data, request, message_id, m.data))
         return RunState(
             run_id=checkpoint.run_id,
@@ -1076,6 +1093,11 @@ def check_max_supersteps(limit: int | None) -> None:
         )
     if limit < 1:
         raise UsageError(f"max_supersteps must be at least 1, not {limit}")
+
+
+_ADMITTED_KEPT = 16
+"""Admitted runs whose decoded start message a workflow keeps for their first execution here
+(the newest; a run admitted to be executed elsewhere, or later, falls out)."""
 
 
 def _new_run_id(run_id: str | None) -> str:

@@ -457,6 +457,8 @@ class _Heard:
 
 _HEARD_KEPT = 10_000
 """Finished runs whose ``_Heard`` a server keeps."""
+_STARTED_BY_KEPT = 10_000
+"""Runs whose starting request's ``runId`` a server keeps (``AGUIService._started_by``)."""
 
 
 def _run_index(run_id: str) -> int:
@@ -499,6 +501,11 @@ class AGUIService:
         here so that a task is never collected."""
         self._heard_of: collections.OrderedDict[str, _Heard] = collections.OrderedDict()
         """Finished runs' ``_Heard``, by run id (least recently used first)."""
+        self._started_by: collections.OrderedDict[str, str] = collections.OrderedDict()
+        """The AG-UI ``runId`` of the request that started a run here, by the id of the run's
+        first checkpoint (never reused: a run id can be, once pruned). A new message's request,
+        under a runId of its own, is then told from a retry without reading that checkpoint,
+        which holds the thread's whole history (the newest first)."""
 
     def thread_key(self, thread_id: str) -> str:
         """What the thread's run ids start with: ``<namespace>:<thread>``. An endpoint at
@@ -907,6 +914,10 @@ class AGUIService:
             ) from None
         owner_ended(placeholder)
         self._starting.add(checkpoint.run_id)
+        started_by = self._started_by
+        started_by[checkpoint.checkpoint_id] = run_input.run_id
+        while len(started_by) > _STARTED_BY_KEPT:
+            started_by.popitem(last=False)
         return Turn(checkpoint.run_id, key, placeholder=placeholder)
 
     async def _resume(
@@ -1097,6 +1108,10 @@ class AGUIService:
         history = await self.store.history(run_id)
         if not history or history[0].seq != 0:  # its start was pruned: cannot tell
             return False
+        if client_run_id is not None:
+            started_by = self._started_by.get(history[0].checkpoint_id)
+            if started_by is not None and started_by != client_run_id:
+                return False
         first = await self.store.load(history[0].checkpoint_id)
         if client_run_id is not None:
             stored = first.shared_state.get(CLIENT_RUN_KEY)

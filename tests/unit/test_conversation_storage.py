@@ -4,7 +4,10 @@ order, through a real checkpoint (JSON text and lazy views included)."""
 from __future__ import annotations
 
 import datetime as dt
+import enum
+import functools
 import os
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -20,8 +23,11 @@ from workflow_engine import (
     handler,
 )
 from workflow_engine.executors import (
+    Agent,
     AgentHostExecutor,
     ChatMessage,
+    ChatResponse,
+    ChatResponseUpdate,
     FunctionCallContent,
     FunctionResultContent,
     TextContent,
@@ -31,13 +37,26 @@ from workflow_engine.executors import (
 from workflow_engine.executors._agent import Joined, pending_batch
 from workflow_engine.executors._host import read_message, stored_message
 
+
+class Size(enum.StrEnum):
+    """Equal to its text (``Size.S == "s"``): JSON keeps the text, not the enum."""
+
+    S = "s"
+    L = "l"
+
+
+class Level(enum.IntEnum):
+    LOW = 1
+
+
 json_scalars = st.one_of(
     st.none(), st.booleans(), st.integers(), st.text(max_size=8), st.floats(allow_nan=False)
 )
 values: st.SearchStrategy[Any] = st.recursive(
     json_scalars
     | st.datetimes()  # not JSON: stored tagged, never as text that reads back different
-    | st.tuples(st.integers()),
+    | st.tuples(st.integers())
+    | st.sampled_from([Size.S, Size.L, Level.LOW]),  # == their JSON, yet not what it reads as
     lambda inner: (
         st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
     ),
@@ -109,7 +128,7 @@ def test_a_stored_conversation_reads_back_exactly_after_a_checkpoint(
     keeper = Keeper("keeper")
     wf = (
         WorkflowBuilder("keep", start=keeper)
-        .register_types(*AgentHostExecutor.serializable_types, dt.datetime)
+        .register_types(*AgentHostExecutor.serializable_types, dt.datetime, Size, Level)
         .build()
     )
 
@@ -130,6 +149,108 @@ def test_a_stored_conversation_reads_back_exactly_after_a_checkpoint(
     assert len(read) == len(first) + len(second)
     for original, back in zip([*first, *second], read, strict=True):
         assert same(original, back), (original, back)
+
+
+class Listener:
+    """A chat client that answers "ok" and keeps every conversation it was given."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[ChatMessage]] = []
+
+    async def get_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Any] = ()
+    ) -> ChatResponse:
+        self.seen.append(list(messages))
+        return ChatResponse(messages=[ChatMessage.assistant("ok")])
+
+    async def get_streaming_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Any] = ()
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        self.seen.append(list(messages))
+        yield ChatResponseUpdate(kind="text", message_id="m", text="ok")
+
+
+# messages an agent reads without acting on them (no call of a tool, no approval it asks for),
+# each of their values of any type (results and arguments hold JSON, enums, tuples, datetimes)
+read_only_messages = st.builds(
+    ChatMessage,
+    role=st.sampled_from(["system", "user", "assistant", "tool"]),
+    contents=st.lists(
+        st.one_of(
+            st.builds(TextContent, text=st.text(max_size=20)),
+            st.builds(
+                FunctionResultContent,
+                call_id=st.text(max_size=6),
+                name=st.text(max_size=6),
+                result=values,
+            ),
+        ),
+        max_size=3,
+    ),
+    author_name=st.none() | st.text(max_size=6),
+)
+
+
+@settings(max_examples=40 if os.environ.get("PROPERTY_EXAMPLES") == "half" else 80, deadline=None)
+@given(st.lists(read_only_messages, max_size=4), st.lists(read_only_messages, max_size=4))
+def test_an_agent_host_hands_its_model_the_conversation_exactly(
+    first: list[ChatMessage], second: list[ChatMessage]
+) -> None:
+    # a turn reads the messages its handler just appended without parsing them again: what
+    # the model is given is what a fresh read of the stored conversation gives, type for type,
+    # in the run that appended them and in one restored from the checkpoint
+    listener = Listener()
+    host = AgentHostExecutor(Agent("a", client=listener), run_on_message=True)
+    wf = WorkflowBuilder("listen", start=host).register_types(dt.datetime, Size, Level).build()
+
+    # (each batch ends with a question for the model: the agent answers it, whatever tool
+    # calls and approvals the batch holds before it)
+    first = [*first, ChatMessage.user("first?")]
+    second = [*second, ChatMessage.user("second?")]
+
+    async def go() -> None:
+        result = await wf.run(first)
+        assert result.checkpoint is not None
+        restored = Checkpoint.from_json(result.checkpoint.to_json())
+        await wf.run(second, checkpoint=restored)
+
+    anyio.run(go)
+    assert len(listener.seen) == 2
+    at_first, at_second = listener.seen
+    assert len(at_second) == len(first) + 1 + len(second)  # (the reply to the first between)
+    for expected, read in (
+        (first, at_first),
+        (first, at_second[: len(first)]),
+        (second, at_second[len(first) + 1 :]),
+    ):
+        assert len(read) == len(expected)
+        for given_message, back in zip(expected, read, strict=True):
+            assert same(given_message, back), (given_message, back)
+
+
+class Preloader(Executor):
+    """Appends two notes, then reads them through views told what they read as."""
+
+    @handler
+    async def on_go(self, go: str, ctx: WorkflowContext[None, Any]) -> None:
+        appended = [f"{go}-1", f"{go}-2"]
+        await ctx.append_state("notes", appended)
+        told = await ctx.get_state_items("notes")
+        told.preload(appended, ["ONE", None])  # (None: not known, read it)
+        others = await ctx.get_state_items("notes")
+        others.preload([f"{go}-1", f"{go}-2"], ["X", "Y"])  # equal text, other objects
+        short = await ctx.get_state_items("notes")
+        short.preload(appended[:1], ["Z"])  # not what the view ends with
+        await ctx.yield_output([list(told), list(others), list(short)])
+
+
+def test_a_view_takes_preloaded_items_only_for_the_very_objects_it_ends_with() -> None:
+    wf = WorkflowBuilder("preload", start=Preloader("p")).build()
+    result = anyio.run(wf.run, "a")
+    result = anyio.run(functools.partial(wf.run, "b", checkpoint=result.checkpoint))
+    told, others, short = result.outputs[-1]
+    assert told == ["a-1", "a-2", "ONE", "b-2"]
+    assert others == short == ["a-1", "a-2", "b-1", "b-2"]
 
 
 def test_a_message_that_json_would_change_is_stored_as_itself() -> None:

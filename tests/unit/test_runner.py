@@ -420,6 +420,29 @@ async def test_an_unreadable_answer_type_that_is_not_a_class_gets_advice_that_wo
         WorkflowBuilder(start=AsksForMaybeSecret("a")).register_types(Secret | None)  # type: ignore[arg-type]
 
 
+class Note(BaseModel):
+    lines: list[str]
+
+
+@executor(id="scribble")
+async def scribble(note: Note, ctx: WorkflowContext[Never, Note]) -> None:
+    note.lines.append("mine")  # (a handler that changes what it was given)
+    await ctx.yield_output(note)
+
+
+async def test_each_execution_of_an_admitted_run_gets_its_own_copy_of_the_start_message() -> None:
+    # the admission decodes its message once (to prove it readable) and hands that copy to the
+    # run's first execution: a second one from the same checkpoint (a retry after a crash)
+    # must not get the copy the first changed, and the caller's object is never handed out
+    workflow = WorkflowBuilder(name="scribble", start=scribble).build()
+    given = Note(lines=["a"])
+    checkpoint = workflow.admit(given)
+    first = await workflow.run(checkpoint=checkpoint)
+    again = await workflow.run(checkpoint=checkpoint)
+    assert first.outputs == [Note(lines=["a", "mine"])] == again.outputs
+    assert given == Note(lines=["a"])
+
+
 async def test_start_message_of_the_wrong_type_is_refused_before_admission() -> None:
     store = InMemoryCheckpointStore()
     with pytest.raises(MessageNotHandledError, match="start executor 'inc' cannot take str"):
