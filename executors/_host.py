@@ -118,16 +118,15 @@ def _stored_and_read(message: ChatMessage) -> tuple[ChatMessage | str, ChatMessa
     return message, None
 
 
-_MESSAGE_PARTS = frozenset(
-    {
-        ChatMessage,
-        TextContent,
-        FunctionCallContent,
-        FunctionResultContent,
-        ToolApprovalRequestContent,
-        ToolApprovalResponseContent,
-    }
+_MESSAGE_MODELS = (
+    ChatMessage,
+    TextContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    ToolApprovalRequestContent,
+    ToolApprovalResponseContent,
 )
+_MESSAGE_PARTS = frozenset(_MESSAGE_MODELS)
 
 
 def _plain(value: Any) -> bool:
@@ -169,12 +168,7 @@ class AgentHostExecutor(Executor):
     """Hosts an :class:`Agent` in a workflow (id defaults to the agent's name)."""
 
     serializable_types = (
-        ChatMessage,
-        TextContent,
-        FunctionCallContent,
-        FunctionResultContent,
-        ToolApprovalRequestContent,
-        ToolApprovalResponseContent,
+        *_MESSAGE_MODELS,
         AgentResponse,
         TurnToken,
         UserTurnRequest,
