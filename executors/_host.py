@@ -31,7 +31,7 @@ import math
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from workflow_engine import (
     EffectResolution,
@@ -42,7 +42,7 @@ from workflow_engine import (
     handler,
     response_handler,
 )
-from workflow_engine._errors import UsageError
+from workflow_engine._errors import SerializationError, UsageError
 from workflow_engine._input import is_blank
 
 from ._events import AgentRunUpdateEvent
@@ -108,12 +108,25 @@ def stored_message(message: ChatMessage) -> ChatMessage | str:
 
 
 def _stored_and_read(message: ChatMessage) -> tuple[ChatMessage | str, ChatMessage | None]:
-    """:func:`stored_message`, and the message as :func:`read_message` reads it back -- the
-    message itself, when stored as its text (None when stored as itself)."""
+    """:func:`stored_message`, and the message as :func:`read_message` reads it back from the
+    text (None when stored as itself)."""
     if type(message) is ChatMessage and _plain(message):
-        text = message.model_dump_json(exclude_none=True)
-        if ChatMessage.model_validate_json(text) == message:
-            return text, message
+        try:
+            text = message.model_dump_json(exclude_none=True)
+        except ValueError:  # (a lone surrogate: the codec refuses it by name)
+            return message, None
+        try:
+            back = ChatMessage.model_validate_json(text)
+        except ValueError as exc:
+            # an integer of more than 4,300 digits: JSON readers refuse it, so no checkpoint
+            # holding it could be read back -- refused before anything is stored
+            said = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise SerializationError(
+                f"a chat message (role {message.role!r}) cannot be stored: its JSON does not "
+                f"read back ({said}; an integer of more than 4,300 digits cannot be)"
+            ) from None
+        if back == message:
+            return text, back
     # (``==`` alone let a str enum in a tool's arguments through as text: it read back a str)
     return message, None
 
@@ -354,9 +367,8 @@ class AgentHostExecutor(Executor):
             stored.append(text)
             read.append(back)
         await ctx.append_state("conversation", stored)
-        # the turn takes the messages stored as text as they are (what parsing the text gives),
-        # not parsing it again (an AG-UI run's are the thread's whole history) -- if it reads
-        # the very items appended here
+        # the turn takes what storing them as text read back, not parsing the text again (an
+        # AG-UI run's are the thread's whole history) -- if it reads the very items appended
         appended = self._appended
         appended[ctx.run_id] = (stored, read)
         while len(appended) > _APPENDED_KEPT:  # (appended by a handler whose turn never came)
@@ -399,14 +411,20 @@ class AgentHostExecutor(Executor):
             await ctx.add_event(event)
 
         stream = self.stream_updates and emit_updates
-        response = await self.agent.run(
-            conversation,
-            journal=journal,
-            on_update=on_update if stream else None,
-            run_id=ctx.run_id,
-            stop_after=self.stop_after,
-            invocation_kwargs=await ctx.get_shared(INVOCATION_KWARGS_KEY, None),
-        )
+        try:
+            response = await self.agent.run(
+                conversation,
+                journal=journal,
+                on_update=on_update if stream else None,
+                run_id=ctx.run_id,
+                stop_after=self.stop_after,
+                invocation_kwargs=await ctx.get_shared(INVOCATION_KWARGS_KEY, None),
+            )
+        except BaseException:
+            # the superstep fails: its retry reads the stored conversation, not messages a
+            # client may have changed in place before it failed (outside tester 129)
+            self._views.pop(ctx.run_id, None)
+            raise
         await self._append(ctx, response.messages)
         if response.pending_approvals and not self.intercept_user_input_requests:
             for request in response.pending_approvals:

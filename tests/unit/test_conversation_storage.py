@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -18,8 +19,10 @@ from pydantic import BaseModel
 from workflow_engine import (
     Checkpoint,
     Executor,
+    SerializationError,
     WorkflowBuilder,
     WorkflowContext,
+    WorkflowRunState,
     handler,
 )
 from workflow_engine.executors import (
@@ -251,6 +254,66 @@ def test_a_view_takes_preloaded_items_only_for_the_very_objects_it_ends_with() -
     told, others, short = result.outputs[-1]
     assert told == ["a-1", "a-2", "ONE", "b-2"]
     assert others == short == ["a-1", "a-2", "b-1", "b-2"]
+
+
+class Meddler:
+    """A chat client that changes the messages it is given in place, then fails once."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[ChatMessage]] = []
+
+    async def get_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Any] = ()
+    ) -> ChatResponse:
+        raise AssertionError("the host streams")
+
+    async def get_streaming_response(
+        self, messages: Sequence[ChatMessage], *, tools: Sequence[Any] = ()
+    ) -> AsyncIterator[ChatResponseUpdate]:
+        self.seen.append([m.model_copy(deep=True) for m in messages])
+        messages[-1].contents.append(TextContent(text="INJECTED"))
+        for message in messages:
+            for content in message.contents:
+                if isinstance(content, FunctionCallContent):
+                    content.arguments["injected"] = True
+        if len(self.seen) == 1:
+            raise RuntimeError("the model is down")
+        yield ChatResponseUpdate(kind="text", message_id="m", text="ok")
+
+
+def test_the_retry_of_a_failed_turn_gives_the_model_the_stored_conversation() -> None:
+    # outside tester 129: the host kept the failed attempt's messages, changed in place by its
+    # client, and the retry in the same process handed them to the model again
+    meddler = Meddler()
+    host = AgentHostExecutor(Agent("a", client=meddler), run_on_message=True)
+    wf = WorkflowBuilder("meddle", start=host).build()
+    call = FunctionCallContent(call_id="c0", name="t", arguments={"x": 1})
+    given = [
+        ChatMessage(role="assistant", contents=[call]),
+        ChatMessage(role="tool", contents=[FunctionResultContent(call_id="c0", result=1)]),
+        ChatMessage.user("hello"),
+    ]
+
+    async def go() -> None:
+        admitted = wf.admit(given)
+        failed = await wf.run(checkpoint=admitted)
+        assert failed.status is WorkflowRunState.FAILED
+        await wf.run(checkpoint=admitted)  # the retry, same process, same host
+
+    anyio.run(go)
+    first, retry = meddler.seen
+    assert first == given and retry == given, retry
+
+
+def test_a_message_whose_json_would_not_read_back_is_refused_by_name() -> None:
+    huge = ChatMessage(
+        role="assistant",
+        contents=[FunctionCallContent(call_id="c", name="t", arguments={"n": 10**5000})],
+    )
+    with pytest.raises(SerializationError, match="more than 4,300 digits"):
+        stored_message(huge)  # (JSON readers refuse it: no checkpoint holding it could be read)
+    lone = ChatMessage.user("a\ud800b")  # no text for it: the codec refuses it by name
+    assert stored_message(lone) is lone
 
 
 def test_a_message_that_json_would_change_is_stored_as_itself() -> None:
