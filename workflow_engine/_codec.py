@@ -93,6 +93,18 @@ _MINUTE = _dt.timedelta(minutes=1)
 _MICROSECOND = _dt.timedelta(microseconds=1)
 
 
+_INT_LIMIT = 10**4300
+"""An int of more digits than this has is written as JSON, but no JSON reader here reads it
+back (pydantic's "number out of range", Python's digit limit): refused when encoded."""
+
+
+def _too_long_int(at: str) -> str:
+    return (
+        f"cannot encode {at}: it holds an integer of more than 4,300 digits, which no JSON "
+        "reader reads back; store such a number as text (str(n))"
+    )
+
+
 def _finite(values: Iterable[Any]) -> bool:
     """No float in ``values`` is NaN or infinite (those are encoded as ``{"$float": ...}``)."""
     isfinite = math.isfinite
@@ -227,6 +239,8 @@ class TaggedJsonCodec:
         if t in _PRIMITIVES:
             if t is str and not value.isascii():
                 require_text((value,), at)
+            elif t is int and not -_INT_LIMIT < value < _INT_LIMIT:
+                raise SerializationError(_too_long_int(at))
             return value
         if t is float:
             return value if math.isfinite(value) else {"$float": repr(value)}
@@ -257,6 +271,8 @@ class TaggedJsonCodec:
             json.dumps(encoded, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SerializationError(f"cannot encode {at}: {_unicode_problem(exc)}") from None
+        except ValueError:  # (Python's limit on an int's digits: JSON readers refuse it too)
+            raise SerializationError(_too_long_int(at)) from None
         return encoded
 
     def decode(self, data: JSONValue, *, at: str = "data") -> Any:
@@ -292,6 +308,8 @@ class TaggedJsonCodec:
         JSON (scalars, a list or flat dict of them) always decodes, so it skips the proof."""
         t = type(value)
         if t in _PRIMITIVES and (t is not str or value.isascii()):
+            if t is int and not -_INT_LIMIT < value < _INT_LIMIT:
+                raise SerializationError(_too_long_int(at))
             return value
         if t is list:
             types = set(map(type, value))

@@ -1,0 +1,110 @@
+"""An int of more than 4,300 digits is written as JSON by pydantic, but read back by no JSON
+reader here (pydantic: "number out of range"; Python's json: its digit limit). Stored, it made
+the run's checkpoint unreadable: every later read of the run was a StoreCorruptError (outside
+tester 129). It is refused before anything is stored, by the codec where it meets the value
+and by the store where the codec copies a list or dict of plain values as it is."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Never
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workflow_engine import (
+    RequestPort,
+    Runtime,
+    SerializationError,
+    StorageError,
+    WorkflowBuilder,
+    WorkflowContext,
+    WorkflowRunState,
+    executor,
+)
+from workflow_engine.storage import SqliteStore
+from workflow_engine.storage._rows import _holds_long_number
+
+pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
+
+HUGE = 10**4300
+
+VALUES: dict[str, Any] = {
+    "int": HUGE,
+    "list": [1, HUGE],  # (a list of plain values: the codec copies it as it is)
+    "flat-dict": {"n": -HUGE},
+}
+
+
+def keeping(value: Any) -> Any:
+    @executor(id="keep")
+    async def keep(n: int, ctx: WorkflowContext[int]) -> None:
+        await ctx.set_state("kept", value)
+        await ctx.send_message(n)
+
+    @executor(id="done")
+    async def done(n: int, ctx: WorkflowContext[Never, int]) -> None:
+        await ctx.yield_output(n)
+
+    port = RequestPort(id="ask", request_type=int, response_type=int)
+    return WorkflowBuilder("keep", start=keep).add_edge(keep, port).add_edge(port, done).build()
+
+
+@pytest.mark.parametrize("kind", list(VALUES))
+async def test_a_number_no_reader_reads_back_is_refused_and_the_store_stays_readable(
+    tmp_path: Path, kind: str
+) -> None:
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(keeping(VALUES[kind]), name="keep")
+    try:
+        result = await runtime.run("keep", 1, run_id="r1")
+    except StorageError as exc:  # (refused by the store: its commit)
+        assert "more than 4,300 digits" in str(exc) and "nothing was stored" in str(exc)
+    else:  # (refused by the codec: the handler's write fails the run)
+        assert result.status is WorkflowRunState.FAILED
+        assert result.error is not None and "more than 4,300 digits" in result.error.message
+    await runtime.close()
+
+    # a new process reads every run it stores: nothing unreadable was written
+    store = SqliteStore(db)
+    await store.open()
+    try:
+        for info in await store.history("r1"):
+            await store.load(info.checkpoint_id)
+        await store.latest("r1")
+    finally:
+        await store.close()
+
+
+async def test_digits_in_text_are_text(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(keeping(["7" * 6_000, {"id": "9" * 5_000}]), name="keep")
+    result = await runtime.run("keep", 1)
+    assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    await runtime.close()
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(keeping(None), name="keep")
+    done = await runtime.respond_and_resume(result.pending_requests[0].request_id, 5)
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [5]
+    await runtime.close()
+
+
+def test_the_codec_names_the_number() -> None:
+    workflow = keeping(None)
+    with pytest.raises(SerializationError, match="integer of more than 4,300 digits"):
+        workflow.codec.encode({"n": [HUGE, (1, 2)]})
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 9_000), st.sampled_from(["7", "x", ",", "é"])), max_size=6)
+)
+def test_a_long_run_of_digits_is_found_wherever_it_lies(pieces: list[tuple[int, str]]) -> None:
+    # the store looks for such a run only around sample points: it must find every one (a
+    # separator that is a digit joins two runs)
+    text = "".join("1" * digits + separator for digits, separator in pieces)
+    assert _holds_long_number(text) == (re.search("[0-9]{4301}", text) is not None)
