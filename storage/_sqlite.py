@@ -75,6 +75,7 @@ from workflow_engine._errors import (
     RunExistsError,
     RunNotFoundError,
     SchemaVersionError,
+    SerializationError,
     StorageError,
     StoreCorruptError,
     StoreLockedError,
@@ -230,7 +231,19 @@ def stored_json(value: Any) -> str:
     walks an answer or a ``run_once`` result sees them as given, as it would without a store),
     text as UTF-8 (an escaped emoji takes 12 bytes, not 4). The codec has refused text that is
     not valid Unicode before a value gets here."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as exc:
+        if "digits" not in str(exc):
+            raise
+        # (written, no JSON reader would read it back: refused before it is stored)
+        raise SerializationError(_LONG_NUMBER) from None
+
+
+_LONG_NUMBER = (
+    "it holds an integer of more than 4,300 digits, which no JSON reader reads back; "
+    "use text for such a number (str(n))"
+)
 
 
 _MAX_CHAIN = 1024
@@ -2137,7 +2150,14 @@ class SqliteStore:
     ) -> Any:
         """Store a result unless one exists (first writer wins; it replaces an intent);
         returns the stored result. Fenced by ``lease`` when given."""
-        text = stored_json(value)
+        try:
+            text = stored_json(value)
+        except SerializationError:
+            raise StorageError(
+                f"run {run_id!r}: the result of step {key!r}, which ran (its effect happened; "
+                f"the step stays in doubt until someone says what to do), cannot be stored: "
+                f"{_LONG_NUMBER}"
+            ) from None
         self._journaled.add(run_id)
         self._fault("journal:before")
         stored = await self._in_write(

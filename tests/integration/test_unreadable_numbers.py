@@ -108,3 +108,24 @@ def test_a_long_run_of_digits_is_found_wherever_it_lies(pieces: list[tuple[int, 
     # separator that is a digit joins two runs)
     text = "".join("1" * digits + separator for digits, separator in pieces)
     assert _holds_long_number(text) == (re.search("[0-9]{4301}", text) is not None)
+
+
+@executor(id="effect")
+async def effect(n: int, ctx: WorkflowContext[Never, int]) -> None:
+    async def call_out() -> list[int]:
+        return [1, HUGE]  # (a list of plain values: copied by the codec as it is)
+
+    await ctx.run_once("call", call_out)
+    await ctx.yield_output(n)
+
+
+async def test_a_step_result_no_reader_reads_back_fails_the_run_saying_the_step_ran(
+    tmp_path: Path,
+) -> None:
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(WorkflowBuilder("effect", start=effect).build(), name="effect")
+    result = await runtime.run("effect", 1)
+    await runtime.close()
+    assert result.status is WorkflowRunState.FAILED and result.error is not None
+    said = result.error.message
+    assert "which ran (its effect happened" in said and "more than 4,300 digits" in said, said
