@@ -240,6 +240,16 @@ def stored_json(value: Any) -> str:
         raise SerializationError(_LONG_NUMBER) from None
 
 
+def _answer_json(request_id: str, answer: Any) -> str:
+    """``stored_json`` of an answer; one it refuses names the request."""
+    try:
+        return stored_json(answer)
+    except SerializationError as exc:
+        raise SerializationError(
+            f"the answer to request {request_id!r} cannot be stored: {exc}"
+        ) from None
+
+
 _LONG_NUMBER = (
     "it holds an integer of more than 4,300 digits, which no JSON reader reads back; "
     "use text for such a number (str(n))"
@@ -1404,7 +1414,7 @@ class SqliteStore:
         same fault points as ``answer``. A run another live owner holds gives ``None`` for the
         second part, the answer stored all the same (that worker applies it); whatever else
         the acquiring raises (``check`` included) aborts the whole, nothing written."""
-        text = stored_json(answer)
+        text = _answer_json(request_id, answer)
         self._fault("answer:before")
 
         def after(rows: tuple) -> tuple:
@@ -2050,7 +2060,7 @@ class SqliteStore:
         return [request_id_of(row) for row in rows]
 
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
-        text = stored_json(answer)
+        text = _answer_json(request_id, answer)
         self._fault("answer:before")
         outcome, _ = await self._in_write(self._answer, request_id, text)
         if outcome is AnswerOutcome.STORED:
@@ -2058,7 +2068,7 @@ class SqliteStore:
         return outcome
 
     async def answer_all(self, answers: Sequence[tuple[str, Any]]) -> Sequence[AnswerOutcome]:
-        texts = [(request_id, stored_json(answer)) for request_id, answer in answers]
+        texts = [(request_id, _answer_json(request_id, answer)) for request_id, answer in answers]
         self._fault("answer:before")
         outcomes: Sequence[AnswerOutcome] = await self._in_write(self._answer_all, texts)
         if AnswerOutcome.STORED in outcomes:

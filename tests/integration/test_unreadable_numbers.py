@@ -129,3 +129,29 @@ async def test_a_step_result_no_reader_reads_back_fails_the_run_saying_the_step_
     assert result.status is WorkflowRunState.FAILED and result.error is not None
     said = result.error.message
     assert "which ran (its effect happened" in said and "more than 4,300 digits" in said, said
+
+
+@executor(id="counter")
+async def counter(numbers: list[int], ctx: WorkflowContext[Never, int]) -> None:
+    await ctx.yield_output(len(numbers))
+
+
+async def test_an_answer_no_reader_reads_back_is_refused_naming_the_request(
+    tmp_path: Path,
+) -> None:
+    @executor(id="ask")
+    async def ask(n: int, ctx: WorkflowContext[int]) -> None:
+        await ctx.send_message(n)
+
+    port = RequestPort(id="numbers", request_type=int, response_type=list[int])
+    workflow = WorkflowBuilder("numbers", start=ask).add_edge(ask, port).add_edge(port, counter)
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(workflow.build(), name="numbers")
+    paused = await runtime.run("numbers", 1)
+    request_id = paused.pending_requests[0].request_id
+    for answer in (runtime.respond, runtime.respond_and_resume):
+        with pytest.raises(SerializationError, match=f"request '{request_id}'.*4,300 digits"):
+            await answer(request_id, [1, HUGE])
+    done = await runtime.respond_and_resume(request_id, [1, 2])  # (nothing was stored)
+    assert done.outputs == [2]
+    await runtime.close()
