@@ -86,7 +86,7 @@ def message_from_updates(updates: Sequence[ChatResponseUpdate]) -> ChatMessage:
         raw = "".join(call["args"]) or "{}"
         try:
             arguments = json.loads(raw)
-        except json.JSONDecodeError:
+        except ValueError:  # (not JSON; or a number past Python's digit limit)
             arguments = {"__unparsed__": raw}
         if not isinstance(arguments, dict):
             arguments = {"__unparsed__": raw}

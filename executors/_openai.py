@@ -149,7 +149,7 @@ class OpenAIChatClient:
         for index, call in enumerate(choice.tool_calls or []):
             try:
                 arguments = json.loads(call.function.arguments or "{}")
-            except json.JSONDecodeError:
+            except ValueError:  # (not JSON; or a number past Python's digit limit)
                 arguments = {"__unparsed__": call.function.arguments}
             call_id = _unique_call_id(call.id, index, used)
             contents.append(

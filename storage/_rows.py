@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic_core import from_json, to_json
+from pydantic_core import to_json
 
 from workflow_engine import Checkpoint, delta_of
 from workflow_engine._checkpoint import (
@@ -15,6 +14,7 @@ from workflow_engine._checkpoint import (
     CheckpointSpan,
     newer_version_refusal,
 )
+from workflow_engine._codec import holds_unreadable_number
 from workflow_engine._errors import CheckpointVersionError, StorageError, shown
 from workflow_engine._store import CheckpointInfo
 from workflow_engine._stored_items import has_placeholders, read_placeholders
@@ -82,8 +82,8 @@ def _row(
     """``SQL_INSERT_CHECKPOINT``'s parameters (every kind stores the checkpoint's version, at
     least ``LISTS_APART_VERSION`` when it keeps lists apart)."""
     for text in (body, list_items):
-        if text is not None and len(text) > _LONGEST_INT and _holds_long_number(text):
-            _refuse_unreadable(checkpoint, seq, text)
+        if text is not None and holds_unreadable_number(text):
+            _refuse_unreadable(checkpoint, seq)
     version = checkpoint.schema_version
     return (
         checkpoint.checkpoint_id,
@@ -101,45 +101,14 @@ def _row(
     )
 
 
-_LONGEST_INT = 4300
-"""Digits of the longest int JSON readers here read back (pydantic, Python's ``json``)."""
-_SAMPLE = (_LONGEST_INT + 1) // 2
-"""A run of more digits than that covers two consecutive multiples of this."""
-_DIGITS_FROM = re.compile(r"[0-9]*")
-
-
-def _holds_long_number(text: str) -> bool:
-    """Whether ``text`` has a run of more than 4,300 ASCII digits. Looked for only where such
-    a run must be, around two consecutive sample points that are both digits: some 240 looks
-    at a row of 500 KB, not a scan of every character (a regex took 18 ms there)."""
-    behind = False
-    for k in range(0, len(text), _SAMPLE):
-        here = "0" <= text[k] <= "9"
-        if here and behind:
-            start = k
-            while start and "0" <= text[start - 1] <= "9" and k - start <= _LONGEST_INT:
-                start -= 1
-            if _DIGITS_FROM.match(text, k).end() - start > _LONGEST_INT:  # type: ignore[union-attr]
-                return True
-        behind = here
-    return False
-
-
-def _refuse_unreadable(checkpoint: Checkpoint, seq: int, text: str) -> None:
-    """Refuse to store ``text`` if it holds a number no reader would read back (an int of
-    more than 4,300 digits, in a list or dict the codec copied as it was): the row could never
-    be read, and the run would be stranded. Digits in a string are no such number."""
-    try:
-        from_json(text)
-    except ValueError as exc:
-        if "number out of range" in str(exc):
-            raise StorageError(
-                f"run {checkpoint.run_id!r}: checkpoint #{seq} (superstep "
-                f"{checkpoint.superstep}) holds an integer of more than {_LONGEST_INT:,} "
-                "digits, which no JSON reader reads back; nothing was stored: keep such a "
-                "number as text (str(n))"
-            ) from None
-        raise
+def _refuse_unreadable(checkpoint: Checkpoint, seq: int) -> None:
+    """A row holding an int no JSON reader reads back (more than 4,300 digits, in a list or
+    dict the codec copied as it was) could never be read: the run would be stranded."""
+    raise StorageError(
+        f"run {checkpoint.run_id!r}: checkpoint #{seq} (superstep {checkpoint.superstep}) "
+        "holds an integer of more than 4,300 digits, which no JSON reader reads back; nothing "
+        "was stored: keep such a number as text (str(n))"
+    )
 
 
 def row_bytes(row: tuple) -> int:

@@ -725,7 +725,10 @@ def _for_people(description: Any) -> Any:
         plain = to_jsonable_python(description, fallback=repr)
         json.dumps(plain, allow_nan=False)
     except (ValueError, TypeError, RecursionError):
-        return repr(description)
+        try:
+            return repr(description)
+        except ValueError:  # (an int past Python's digit limit: its repr raises too)
+            return f"<a {type(description).__name__} that cannot be shown>"
     return plain
 
 

@@ -885,7 +885,15 @@ class Workflow:
         as_json = False
         try:
             if as_json := is_json_data(data, MAX_DEPTH):  # (a command line, a web page): strictly
-                value = adapter.validate_json(json.dumps(data))
+                try:
+                    text = json.dumps(data)
+                except ValueError:  # (an int past Python's digit limit: no reader reads it)
+                    raise ResponseTypeError(
+                        f"run {run_id!r}, request {request_id!r}: the answer holds an integer "
+                        "of more than 4,300 digits, which no JSON reader reads back; send such "
+                        "a number as text"
+                    ) from None
+                value = adapter.validate_json(text)
             else:  # it holds Python values (a model, bytes, a date): as its type's own
                 value = adapter.validate_python(data)  # model_validate would take them
         except ValidationError as exc:

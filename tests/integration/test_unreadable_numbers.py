@@ -13,9 +13,12 @@ from typing import Any, Never
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from workflow_engine import (
+    CheckpointError,
     RequestPort,
+    ResponseTypeError,
     Runtime,
     SerializationError,
     StorageError,
@@ -24,8 +27,10 @@ from workflow_engine import (
     WorkflowRunState,
     executor,
 )
+from workflow_engine._codec import _long_digit_run
+from workflow_engine.executors import ChatResponseUpdate
+from workflow_engine.executors._clients import message_from_updates
 from workflow_engine.storage import SqliteStore
-from workflow_engine.storage._rows import _holds_long_number
 
 pytestmark = [pytest.mark.anyio, pytest.mark.trio_too]
 
@@ -107,7 +112,7 @@ def test_a_long_run_of_digits_is_found_wherever_it_lies(pieces: list[tuple[int, 
     # the store looks for such a run only around sample points: it must find every one (a
     # separator that is a digit joins two runs)
     text = "".join("1" * digits + separator for digits, separator in pieces)
-    assert _holds_long_number(text) == (re.search("[0-9]{4301}", text) is not None)
+    assert _long_digit_run(text) == (re.search("[0-9]{4301}", text) is not None)
 
 
 @executor(id="effect")
@@ -155,3 +160,70 @@ async def test_an_answer_no_reader_reads_back_is_refused_naming_the_request(
     done = await runtime.respond_and_resume(request_id, [1, 2])  # (nothing was stored)
     assert done.outputs == [2]
     await runtime.close()
+
+
+class Edit(BaseModel):
+    values: dict[str, Any]
+
+
+async def test_an_answer_of_a_model_holding_one_is_refused_saying_so(tmp_path: Path) -> None:
+    # (it said "expected Edit, got dict: Exceeds the limit ... set_int_max_str_digits()":
+    # outside tester 130)
+    @executor(id="ask")
+    async def ask(n: int, ctx: WorkflowContext[int]) -> None:
+        await ctx.send_message(n)
+
+    @executor(id="take")
+    async def take(edit: Edit, ctx: WorkflowContext[Never, int]) -> None:
+        await ctx.yield_output(len(edit.values))
+
+    port = RequestPort(id="edit", request_type=int, response_type=Edit)
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(
+        WorkflowBuilder("edit", start=ask).add_edge(ask, port).add_edge(port, take).build(),
+        name="edit",
+    )
+    paused = await runtime.run("edit", 1)
+    request_id = paused.pending_requests[0].request_id
+    with pytest.raises(ResponseTypeError, match=f"request '{request_id}'.*4,300 digits"):
+        await runtime.respond(request_id, {"values": {"n": HUGE}})
+    done = await runtime.respond_and_resume(request_id, {"values": {"n": 1}})
+    assert done.outputs == [1]
+    await runtime.close()
+
+
+async def test_a_step_description_holding_one_is_shown_as_text_and_the_step_runs(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+
+    @executor(id="charge")
+    async def charge(n: int, ctx: WorkflowContext[Never, str]) -> None:
+        async def pay() -> str:
+            ran.append("paid")
+            return "paid"
+
+        await ctx.yield_output(await ctx.run_once("pay", pay, description={"amount": HUGE}))
+
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(WorkflowBuilder("charge", start=charge).build(), name="charge")
+    result = await runtime.run("charge", 1)
+    await runtime.close()
+    assert result.outputs == ["paid"] and ran == ["paid"]
+
+
+async def test_a_checkpoint_holding_one_is_not_written_as_json_no_reader_reads() -> None:
+    result = await keeping([1, HUGE]).run(1)
+    assert result.checkpoint is not None
+    with pytest.raises(CheckpointError, match="more than 4,300 digits"):
+        result.checkpoint.to_json()
+
+
+def test_tool_call_arguments_no_reader_reads_are_kept_unparsed() -> None:
+    raw = '{"n": ' + "9" * 4_400 + "}"
+    updates = [
+        ChatResponseUpdate(kind="function_call", message_id="m", call_id="c", name="t"),
+        ChatResponseUpdate(kind="function_call", message_id="m", call_id="c", arguments_delta=raw),
+    ]
+    [call] = message_from_updates(updates).function_calls
+    assert call.arguments == {"__unparsed__": raw}

@@ -1072,8 +1072,8 @@ HUGE = 10**4300  # 4,301 digits: written as JSON, read back by no JSON reader he
 
 @pytest.mark.parametrize(
     "value",
-    [HUGE, -HUGE, Bag(anything=HUGE), {"deep": [(1, HUGE)]}],
-    ids=["int", "negative", "model", "nested"],
+    [HUGE, -HUGE, Bag(anything=HUGE), {"deep": [(1, HUGE)]}, {1, HUGE}],
+    ids=["int", "negative", "model", "nested", "set"],
 )
 def test_an_int_no_json_reader_reads_back_is_refused_by_name(value: Any) -> None:
     # (pydantic's parser says "number out of range", Python's json its digit limit: stored, a
