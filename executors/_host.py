@@ -42,6 +42,7 @@ from workflow_engine import (
     handler,
     response_handler,
 )
+from workflow_engine._codec import UNREADABLE_INT
 from workflow_engine._errors import SerializationError, UsageError
 from workflow_engine._input import is_blank
 
@@ -123,7 +124,7 @@ def _stored_and_read(message: ChatMessage) -> tuple[ChatMessage | str, ChatMessa
             said = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
             raise SerializationError(
                 f"a chat message (role {message.role!r}) cannot be stored: its JSON does not "
-                f"read back ({said}; an integer of more than 4,300 digits cannot be)"
+                f"read back ({said}): it holds {UNREADABLE_INT}?"
             ) from None
         if back == message:
             return text, back

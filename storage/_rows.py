@@ -14,7 +14,7 @@ from workflow_engine._checkpoint import (
     CheckpointSpan,
     newer_version_refusal,
 )
-from workflow_engine._codec import holds_unreadable_number
+from workflow_engine._codec import UNREADABLE_INT, holds_unreadable_number
 from workflow_engine._errors import CheckpointVersionError, StorageError, shown
 from workflow_engine._store import CheckpointInfo
 from workflow_engine._stored_items import has_placeholders, read_placeholders
@@ -106,8 +106,7 @@ def _refuse_unreadable(checkpoint: Checkpoint, seq: int) -> None:
     dict the codec copied as it was) could never be read: the run would be stranded."""
     raise StorageError(
         f"run {checkpoint.run_id!r}: checkpoint #{seq} (superstep {checkpoint.superstep}) "
-        "holds an integer of more than 4,300 digits, which no JSON reader reads back; nothing "
-        "was stored: keep such a number as text (str(n))"
+        f"holds {UNREADABLE_INT}; nothing was stored"
     )
 
 

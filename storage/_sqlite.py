@@ -68,6 +68,7 @@ from workflow_engine._checkpoint import (
     canonical_answer,
     span_of,
 )
+from workflow_engine._codec import UNREADABLE_INT
 from workflow_engine._detached import Detached, spawn_detached
 from workflow_engine._errors import (
     LeaseLostError,
@@ -250,10 +251,7 @@ def _answer_json(request_id: str, answer: Any) -> str:
         ) from None
 
 
-_LONG_NUMBER = (
-    "it holds an integer of more than 4,300 digits, which no JSON reader reads back; "
-    "use text for such a number (str(n))"
-)
+_LONG_NUMBER = f"it holds {UNREADABLE_INT}"
 
 
 _MAX_CHAIN = 1024

@@ -18,7 +18,13 @@ from typing import Any, Literal, Protocol, Self, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._codec import TaggedJsonCodec, holds_unreadable_number, starts_with, strictly_equal
+from ._codec import (
+    UNREADABLE_INT,
+    TaggedJsonCodec,
+    holds_unreadable_number,
+    starts_with,
+    strictly_equal,
+)
 from ._errors import (
     CheckpointError,
     CheckpointNotFoundError,
@@ -392,9 +398,7 @@ class Checkpoint(_Versioned):
         text = self.model_dump_json()
         if holds_unreadable_number(text):
             raise CheckpointError(
-                f"checkpoint {self.checkpoint_id} of run {self.run_id!r} holds an integer of "
-                "more than 4,300 digits, which no JSON reader reads back (from_json would "
-                "refuse it): keep such a number as text (str(n))"
+                f"checkpoint {self.checkpoint_id} of run {self.run_id!r} holds {UNREADABLE_INT}"
             )
         return text
 

@@ -100,10 +100,12 @@ _INT_LIMIT = 10**4300
 back (pydantic's "number out of range", Python's digit limit): refused when encoded."""
 
 
-_TOO_LONG_INT = (
-    "it holds an integer of more than 4,300 digits, which no JSON reader reads back; store "
-    "such a number as text (str(n))"
+UNREADABLE_INT = (
+    "an integer of more than 4,300 digits, which no JSON reader reads back (keep such a number "
+    "as text: str(n))"
 )
+"""What a refusal of such a number says, wherever it is met."""
+_TOO_LONG_INT = f"it holds {UNREADABLE_INT}"
 
 
 def _too_long_int(at: str) -> str:
@@ -312,8 +314,9 @@ class TaggedJsonCodec:
             json.dumps(encoded, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SerializationError(f"cannot encode {at}: {_unicode_problem(exc)}") from None
-        except ValueError:  # (Python's limit on an int's digits: JSON readers refuse it too)
-            raise SerializationError(_too_long_int(at)) from None
+        except ValueError as exc:  # (Python's limit on an int's digits: JSON readers' too)
+            said = _too_long_int(at) if "digits" in str(exc) else f"cannot encode {at}: {exc}"
+            raise SerializationError(said) from None
         return encoded
 
     def decode(self, data: JSONValue, *, at: str = "data") -> Any:

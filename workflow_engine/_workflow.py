@@ -28,6 +28,7 @@ from ._checkpoint import (
 )
 from ._codec import (
     MAX_DEPTH,
+    UNREADABLE_INT,
     JsonCodec,
     TaggedJsonCodec,
     TypeRegistry,
@@ -889,9 +890,7 @@ class Workflow:
                     text = json.dumps(data)
                 except ValueError:  # (an int past Python's digit limit: no reader reads it)
                     raise ResponseTypeError(
-                        f"run {run_id!r}, request {request_id!r}: the answer holds an integer "
-                        "of more than 4,300 digits, which no JSON reader reads back; send such "
-                        "a number as text"
+                        f"run {run_id!r}, request {request_id!r}: the answer holds {UNREADABLE_INT}"
                     ) from None
                 value = adapter.validate_json(text)
             else:  # it holds Python values (a model, bytes, a date): as its type's own
