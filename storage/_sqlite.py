@@ -343,6 +343,18 @@ def _answer_what(conn: Conn, request_id: str) -> str:
     return f"{run}the answer to request {request_id!r}"
 
 
+def _result_what(run_id: str, key: str) -> str:
+    """A step's result, as an error about storing it names it: the step ran."""
+    return (
+        f"run {run_id!r}: the result of step {key!r}, which ran (its effect happened; the step "
+        "stays in doubt until someone says what to do)"
+    )
+
+
+def _entry_what(run_id: str, key: str) -> str:
+    return f"run {run_id!r}: the journal entry of step {key!r}"
+
+
 def _checkpoint_what(run_id: str, superstep: int) -> str:
     """A checkpoint row, as an error about its size names it."""
     return (
@@ -2162,9 +2174,7 @@ class SqliteStore:
             text = stored_json(value)
         except SerializationError:
             raise StorageError(
-                f"run {run_id!r}: the result of step {key!r}, which ran (its effect happened; "
-                f"the step stays in doubt until someone says what to do), cannot be stored: "
-                f"{_LONG_NUMBER}"
+                f"{_result_what(run_id, key)} cannot be stored: {_LONG_NUMBER}"
             ) from None
         self._journaled.add(run_id)
         self._fault("journal:before")
@@ -2187,14 +2197,8 @@ class SqliteStore:
         if lease is not None:
             self._fence(conn, lease)
         row = conn.execute(SQL_JOURNAL_GET, (run_id, key)).fetchone()
-        sized = _Sized(
-            conn,
-            f"run {run_id!r}: the result of step {key!r}, which ran (its effect happened; the "
-            "step stays in doubt until someone says what to do)"
-            if result
-            else f"run {run_id!r}: the journal entry of step {key!r}",
-            text,
-        )
+        what = _result_what if result else _entry_what
+        sized = _Sized(conn, functools.partial(what, run_id, key), text)
         if row is None:
             with sized:
                 conn.execute(SQL_JOURNAL_PUT, (run_id, key, text, self.clock(), superstep))

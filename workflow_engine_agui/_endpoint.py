@@ -850,7 +850,12 @@ class AGUIService:
         current = record.run_id if record is not None else None
         cut_off = record is not None and await self._cut_off(record)
         chat = _chat_of(run_input.messages)  # (once: a client sends the thread's history)
-        if not cut_off and await self._retried(workflow, record, run_input, chat):
+        try:
+            message: Any = self._start_message(workflow, [c for _, c in chat])
+            refused = None
+        except AGUIError as exc:  # (said once no pending interrupt is what to say instead)
+            message, refused = None, exc
+        if not cut_off and await self._retried(workflow, record, run_input, message):
             # the request that started the thread's newest run, sent again (a client retrying
             # after a lost response): report that run, do not start it a second time
             assert record is not None
@@ -862,7 +867,8 @@ class AGUIService:
                 f"thread {thread_id} waits for answers to {len(pending)} interrupt(s); resume "
                 "them (or cancel) before sending a new message",
             )
-        message = self._start_message(workflow, [c for _, c in chat])
+        if refused is not None:
+            raise refused
         if record is not None and (
             self._being_started(record) or record.live_owner(time.time()) is not None
         ):
@@ -1073,19 +1079,16 @@ class AGUIService:
         workflow: Workflow,
         record: RunRecord | None,
         run_input: RunAgentInput,
-        chat: list[tuple[Any, ChatMessage]],
+        message: Any,
     ) -> bool:
         """Whether this request is the one that started ``record`` (the thread's newest run),
         sent again, while that run rests (the caller has ruled out a run cut off by a server
         stop); ``run_busy`` while it is still executing. ``record`` may be older than the
         interrupts the caller read: a copy sent at once with the first, read as executing, then
         found paused, was told ``interrupts_pending`` (outside tester 107). So a run read as
-        executing is read again. ``chat``: the request's messages (``_chat_of``)."""
-        if record is None:
-            return False
-        try:
-            message = self._start_message(workflow, [c for _, c in chat])
-        except AGUIError:
+        executing is read again. ``message``: what this request would start a run with (None:
+        nothing, it holds no user message)."""
+        if record is None or message is None:
             return False
         if not await self._started_with(workflow, record.run_id, message, run_input.run_id):
             return False
