@@ -486,8 +486,11 @@ class InMemoryRunStore:
                     outcomes.append(AnswerOutcome.STORED)
             return outcomes
 
-    async def cancel_requests(self, request_ids: Sequence[str]) -> None:
+    async def cancel_requests(
+        self, request_ids: Sequence[str], *, run_id: str | None = None
+    ) -> None:
         async with self._lock:
+            run = None if run_id is None else self._run(run_id)
             requests = [await self.get_request(request_id) for request_id in request_ids]
             for request in requests:  # every one checked before any is cancelled
                 if request.status in ("answered", "applied"):
@@ -497,6 +500,10 @@ class InMemoryRunStore:
                     )
             for request in requests:
                 self._requests[request.request_id] = replace(request, status="cancelled")
+            if run is not None:
+                self._cancel_requested.add(run.run_id)
+                if run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+                    self._runs[run.run_id] = replace(run, status=WorkflowRunState.IN_PROGRESS)
 
     def _answered(self, request: StoredRequest, answer: Any) -> bool:
         """Whether ``request`` already has ``answer`` (True: a repeat); raises if it cannot take

@@ -141,6 +141,7 @@ from ._sql import (
     SQL_ANSWER_WAITING,
     SQL_ANSWERED,
     SQL_CANCEL_DONE,
+    SQL_CANCEL_INTENDED,
     SQL_CANCEL_REQUEST,
     SQL_CHECKPOINT_PLACE,
     SQL_COMMIT_RUN_KEEP_STATUS_NO_CANCEL,
@@ -2089,11 +2090,17 @@ class SqliteStore:
         """Each answer, in the one write (its savepoint: one refused, none is kept)."""
         return [self._answer(conn, request_id, text)[0] for request_id, text in texts]
 
-    async def cancel_requests(self, request_ids: Sequence[str]) -> None:
-        await self._in_write(self._cancel_requests, tuple(request_ids))
+    async def cancel_requests(
+        self, request_ids: Sequence[str], *, run_id: str | None = None
+    ) -> None:
+        self._fault("cancel:before")
+        after = None if run_id is None else functools.partial(self._cancel_intended, run_id)
+        await self._in_write(self._cancel_requests, tuple(request_ids), run_id, after=after)
+        self._fault("cancel:after")
 
-    def _cancel_requests(self, conn: Conn, request_ids: Sequence[str]) -> None:
-        """Each pending one cancelled, in the one write (its savepoint: one refused, none is)."""
+    def _cancel_requests(self, conn: Conn, request_ids: Sequence[str], run_id: str | None) -> None:
+        """Each pending one cancelled, in the one write (its savepoint: one refused, none is);
+        then, with ``run_id``, the run's cancel recorded."""
         for request_id in request_ids:
             if conn.execute(SQL_CANCEL_REQUEST, (request_id,)).fetchall():
                 continue
@@ -2105,6 +2112,15 @@ class SqliteStore:
                     f"run {row[2]!r}: request {request_id!r} was already answered; an answered "
                     "request cannot be cancelled"
                 )
+        if run_id is not None:
+            if conn.execute(SQL_CANCEL_INTENDED, (run_id,)).rowcount != 1:
+                raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
+            self._fault("cancel:inside")
+
+    def _cancel_intended(self, run_id: str, _: None) -> None:
+        """After the COMMIT that recorded a run's cancel: the status this store last wrote for
+        it may no longer be the row's."""
+        self._status.pop(run_id, None)
 
     def _answer(self, conn: Conn, request_id: str, text: str) -> tuple[AnswerOutcome, str]:
         """Store ``text`` as the answer of ``request_id``: (the outcome, the request's run)."""

@@ -1384,7 +1384,9 @@ class Runtime:
         be unanswered. They are cancelled first, at once, so an answer racing this cancel either
         came first -- ``RequestAlreadyAnsweredError``, the run left as it is -- or is refused as
         ``RequestCancelledError``: one person's approval and another's cancel never both take
-        effect (outside tester 107: a transfer approved ran, then its run was cancelled).
+        effect (outside tester 107: a transfer approved ran, then its run was cancelled). That
+        write records the run's cancel too: a process that dies before the run is cancelled
+        leaves it interrupted, and the next ``resume`` cancels it (outside tester 131).
         """
         if isinstance(unless_answered, str | bytes):  # (its characters were taken for ids)
             raise UsageError(
@@ -1408,7 +1410,7 @@ class Runtime:
                         f"request {request_id!r} belongs to run {request.run_id!r}, not to run "
                         f"{run_id!r}; nothing was cancelled"
                     )
-            await self.store.cancel_requests(ids)
+            await self.store.cancel_requests(ids, run_id=run_id)
         for _ in range(_CANCEL_ATTEMPTS):
             cancelled = await self._cancel_once(run_id)
             if cancelled is not None:

@@ -429,12 +429,21 @@ class RunStore(Protocol):
         refused (unknown, cancelled, answered otherwise) -- none. Its error is that one's."""
         ...
 
-    async def cancel_requests(self, request_ids: Sequence[str]) -> None:
+    async def cancel_requests(
+        self, request_ids: Sequence[str], *, run_id: str | None = None
+    ) -> None:
         """Mark pending requests cancelled, atomically, so that no answer is taken for them from
         now on: what cancelling a pause means when a person answering it may race the cancel.
         One already answered (stored or applied) refuses them all (``RequestAlreadyAnsweredError``,
         nothing changed); one cancelled already stays so; an unknown id is
-        ``UnknownRequestError``. The run is not cancelled here: ``Runtime.cancel`` does both."""
+        ``UnknownRequestError``.
+
+        The run is not cancelled here (``Runtime.cancel`` does both), but with ``run_id`` (the
+        requests' run) its cancel is recorded in the same write: a cancel requested, and a run
+        resting paused marked in progress. A process that dies before it cancels the run then
+        leaves it interrupted, and the next ``resume`` cancels it -- not resting forever on
+        requests no answer can reach (outside tester 131). ``RunNotFoundError`` for an unknown
+        run."""
         ...
 
     async def prune(

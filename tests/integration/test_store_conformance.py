@@ -294,6 +294,27 @@ async def test_requests_cancelled_together_unless_one_was_answered(store: RunSto
         await store.answer_all([(c, yes)])
 
 
+async def test_requests_cancelled_for_their_run_record_its_cancel(store: RunStore) -> None:
+    """``cancel_requests(ids, run_id=)`` records the run's cancel in the same write (a cancel
+    requested, a run resting paused marked in progress): a process that dies before it cancels
+    the run leaves it interrupted, and the next resume cancels it (outside tester 131). An
+    unknown run refuses the whole, nothing cancelled."""
+    rt = runtime(store)
+    paused, other = [await rt.run("stepper", 1) for _ in range(2)]
+    a = paused.pending_requests[0].request_id
+    b = other.pending_requests[0].request_id
+    with pytest.raises(RunNotFoundError, match="nope"):
+        await store.cancel_requests([b], run_id="nope")
+    assert (await store.get_request(b)).status == "pending"
+    await store.cancel_requests([a], run_id=paused.run_id)
+    run = await store.get_run(paused.run_id)
+    assert (run.status, run.cancel_requested) == (WorkflowRunState.IN_PROGRESS, True)
+    assert (await store.get_request(a)).status == "cancelled"
+    assert (await rt.resume(paused.run_id)).status is WorkflowRunState.CANCELLED
+    run = await store.get_run(paused.run_id)
+    assert (run.status, run.cancel_requested) == (WorkflowRunState.CANCELLED, False)
+
+
 async def test_a_cancel_unless_answered_loses_to_an_answer_given_first(store: RunStore) -> None:
     """``Runtime.cancel(unless_answered=)``: an answer stored first wins (the run is left to
     apply it); a cancel first refuses the answer after it (outside tester 107)."""
