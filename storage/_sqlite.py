@@ -109,6 +109,7 @@ from ._chunks import (
     with_split,
 )
 from ._location import default_db_path, synchronous_mode
+from ._reader import query_only_uri, reading_uri
 from ._records import (
     answered_counts,
     decode_text,
@@ -435,8 +436,10 @@ class _Checkpointer:
             log.warning(
                 "database %s: its WAL has grown to %d MB and cannot be copied back into the "
                 "database: a connection keeps a read transaction open (a read that never "
-                "ended, in another program?), and the frames written since it began must stay "
-                "until it ends. Writes go on; the file keeps growing meanwhile.",
+                "ended, in another program?), or reads follow one another with no pause "
+                "between them (a listing polled back to back?), and the frames written since "
+                "the oldest began must stay until it ends. Writes go on; the file keeps "
+                "growing meanwhile.",
                 self.path,
                 size // 1_000_000,
             )
@@ -537,6 +540,7 @@ class SqliteStore:
         span_every: int = 16,
         fault_hook: FaultHook | None = None,
         clock: Callable[[], float] = time.time,
+        read_only: bool = False,
     ) -> None:
         self.clock = clock
         """Wall-clock seconds for leases and timestamps (a simulator passes its own)."""
@@ -557,6 +561,11 @@ class SqliteStore:
         to the last snapshot or span) instead: a restore folds at most this many deltas after
         the spans. 0: never."""
         self.fault_hook = fault_hook
+        self.read_only = read_only
+        """Only read the file, and leave it and the files beside it as they were: nothing is
+        created, switched to WAL, upgraded or folded in (a killed writer's WAL stays), and a
+        write is refused (``UsageError``). A database at an older schema version is refused
+        too (``StoreUnavailableError``): a writer upgrades it, when no older engine uses it."""
         self._worker: Worker | None = None
         self._conn: Conn | None = None  # the loop's, or the worker's while it has work queued
         self._impatient = False  # running on the event loop: a busy lock goes to the worker
@@ -602,25 +611,32 @@ class SqliteStore:
         async with self._opening:
             if self._worker is not None:
                 return
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StoreUnavailableError(
-                    f"cannot create the directory for the database {self.path}: {exc.strerror}"
-                ) from exc
+            if self.read_only:
+                if not os.path.lexists(self.path):
+                    raise StoreUnavailableError(
+                        f"no database at {self.path} (a read-only store creates none)"
+                    )
+            else:
+                try:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StoreUnavailableError(
+                        f"cannot create the directory for the database {self.path}: {exc.strerror}"
+                    ) from exc
             if self.path.is_dir():
                 raise StoreUnavailableError(
                     f"cannot open the database {self.path}: it is a directory, not a file"
                 )
             # (where SQLite keeps the -wal and -shm files: beside the file a symlink names)
             real = Path(os.path.realpath(self.path))
-            if not os.access(real.parent, os.W_OK):
+            reading = reading_uri(real) if self.read_only else None
+            if reading is None and not os.access(real.parent, os.W_OK):
                 raise StoreUnavailableError(
                     f"cannot open the database {self.path}: directory {real.parent} is "
                     "not writable (SQLite keeps a database's -wal and -shm files beside it, "
                     "even to read it)"
                 )
-            if real.exists() and not os.access(real, os.W_OK):
+            if reading is None and real.exists() and not os.access(real, os.W_OK):
                 # SQLite would open it read-only and leave -wal and -shm files this user owns
                 # beside it, which stop its owner's next write (outside tester 94)
                 raise StoreUnavailableError(_not_writable(self.path, real))
@@ -629,7 +645,9 @@ class SqliteStore:
             # a few PRAGMAs: well under a ms); one that is new, older (to migrate) or locked is
             # opened on the worker thread, which may wait for the lock
             conn: Conn | None = None
-            if asyncio._get_running_loop() is not None:
+            if self.read_only:
+                conn = await worker.call(self._connect_to_read, reading or query_only_uri(real))
+            elif asyncio._get_running_loop() is not None:
                 with contextlib.suppress(_Busy):
                     conn = self._on_loop(self._connect, (False,))
             if conn is None:
@@ -728,6 +746,48 @@ class SqliteStore:
             self._check_tables(conn)
             conn.execute("PRAGMA busy_timeout=0")  # on the loop: a busy lock goes to the worker
             self._start_wal(conn)
+        except BaseException as exc:
+            conn.close()
+            if isinstance(exc, sqlite3.Error):
+                raise self._translate(exc) from exc
+            raise
+        return conn
+
+    def _connect_to_read(self, uri: str) -> Conn:
+        """A connection that only reads (``read_only``): by ``uri`` (``reading_uri``'s: a WAL
+        another writer left is read, not folded into the file), with ``query_only`` set before
+        anything is read; the schema checked, never created or migrated."""
+        try:
+            conn = sqlite3.connect(
+                uri,
+                uri=True,
+                timeout=self.busy_timeout,
+                isolation_level=None,
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise self._translate(exc) from exc
+        self._stored_lists.path = Path(os.path.abspath(self.path))
+        try:
+            conn.execute("PRAGMA query_only=ON")
+            conn.text_factory = decode_text
+            listed = conn.execute("SELECT name FROM sqlite_master")
+            refused = foreign_tables_refused({row[0] for row in listed}, self.path)
+            if refused is not None:
+                raise refused
+            current = self._schema_version(conn)
+            self._check_version(current)
+            if current < SCHEMA_VERSION:
+                raise StoreUnavailableError(
+                    f"database {self.path} holds no workflow-engine tables; a read-only store "
+                    "creates none"
+                    if current == 0
+                    else f"database {self.path} has schema version {current}, older than this "
+                    f"workflow-engine's {SCHEMA_VERSION}, and a read-only look does not upgrade "
+                    "it; a command that writes (resume, respond, cancel) or a SqliteStore that "
+                    "is not read-only upgrades it -- once no older workflow-engine uses the file"
+                )
+            self._check_tables(conn)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):
@@ -884,6 +944,7 @@ class SqliteStore:
         worker, or another async library: the worker thread runs it (waiting up to
         ``busy_timeout``).
         """
+        self._refuse_if_read_only()
         worker = await self._started()
         loop = asyncio._get_running_loop()
         if loop is not None:
@@ -909,6 +970,10 @@ class SqliteStore:
             except _Busy:
                 pass
         return await worker.call(self._patiently, self._write_one, (write,), abandoned=abandoned)
+
+    def _refuse_if_read_only(self) -> None:
+        if self.read_only:
+            raise UsageError(f"database {self.path} was opened read_only: nothing was written")
 
     def _turn_due(self) -> bool:
         """An operation on the loop's thread never suspends its caller (no lock, no thread to
@@ -2242,6 +2307,7 @@ class SqliteStore:
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:
         check_prune(finished_before, keep_last)
+        self._refuse_if_read_only()
         # Each part first looks, in a read transaction, for what it would delete -- every
         # finished run, every run's history: a scan -- and takes the write lock only for
         # those runs, each checked again under it. It held the lock for the whole scan, even

@@ -314,15 +314,19 @@ async def _with_runtime(
     db: Path | None,
     body: Callable[[Runtime], Awaitable[T]],
     workflows: Sequence[str] = (),
+    *,
+    read_only: bool = False,
 ) -> T:
     """Open the runtime for a command that needs an existing database (it never creates one,
     so a mistyped ``--db`` is reported instead of silently starting an empty file).
 
     Only ``workflows`` are registered up front; commands register the workflow of the run they
     act on once they know it (building every graph would dominate a listing's start-up time).
+    ``read_only``: a command that only reads leaves the file, and the files beside it, as it
+    found them (no upgrade, no WAL folded in: outside tester 132).
     """
     _require_database(db)
-    runtime = open_runtime(db, workflows=workflows)
+    runtime = open_runtime(db, workflows=workflows, read_only=read_only)
     try:
         return await body(runtime)
     finally:
@@ -372,13 +376,16 @@ def _not_ours(path: Path) -> tuple[int, str] | None:
     cannot be told here (opening it as a store then says what is wrong)."""
     import sqlite3
 
-    from workflow_engine.storage._reader import query_only_uri
+    from workflow_engine.storage._reader import query_only_uri, reading_uri
 
     if not os.access(path, os.W_OK):
         return None  # (SQLite would open it read-only, and leave its -wal and -shm files)
+    # (a WAL a killed writer left is read where it is, not folded into the file on closing:
+    # outside tester 132)
+    uri = reading_uri(path) or query_only_uri(path)
     try:
         # (ours, in WAL mode, is never locked for reading: no need to wait long)
-        conn = sqlite3.connect(query_only_uri(path), uri=True, timeout=1.0)
+        conn = sqlite3.connect(uri, uri=True, timeout=1.0)
     except (sqlite3.Error, ValueError):
         return None
     try:
@@ -1116,7 +1123,7 @@ def runs_list(
             runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)()
             return EXIT_DONE
 
-        return await _with_runtime(db, go)
+        return await _with_runtime(db, go, read_only=True)
 
     run_async(body)
 
@@ -1144,7 +1151,7 @@ def runs_show(
             run_output(info, record, history, answered, json_mode=json_mode)()
             return EXIT_DONE
 
-        return await _with_runtime(db, go)
+        return await _with_runtime(db, go, read_only=True)
 
     run_async(body)
 
@@ -1175,7 +1182,7 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
             requests_output(pending, in_doubt, waiting, request_ids, run_ids, bool(damaged))()
             return code
 
-        return await _with_runtime(db, go)
+        return await _with_runtime(db, go, read_only=True)
 
     run_async(body)
 

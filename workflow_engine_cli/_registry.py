@@ -264,13 +264,18 @@ def workflow_factories(model: ChatModel | None = None) -> dict[str, Callable[[],
 
 
 def open_runtime(
-    db: Path | None, model: ChatModel | None = None, workflows: Iterable[str] | None = None
+    db: Path | None,
+    model: ChatModel | None = None,
+    workflows: Iterable[str] | None = None,
+    *,
+    read_only: bool = False,
 ) -> Runtime:
-    """A runtime over the SQLite file ``db`` with ``workflows`` registered (default: all)."""
+    """A runtime over the SQLite file ``db`` with ``workflows`` registered (default: all);
+    ``read_only``: for a command that only reads (the file left as it was)."""
     from workflow_engine import Runtime
     from workflow_engine.storage import SqliteStore
 
-    runtime = Runtime(SqliteStore(db))
+    runtime = Runtime(SqliteStore(db, read_only=read_only))
     register(runtime, _BUILDERS if workflows is None else workflows, model)
     return runtime
 

@@ -759,10 +759,11 @@ def test_a_file_no_one_may_write_is_read_without_leaving_files_beside_it(
 def test_a_file_this_user_may_not_write_is_refused_by_the_store_without_leaving_files(
     databases: dict[str, Path], tmp_path: Path
 ) -> None:
-    """What the quick path leaves to the commands proper (an id of no run) and what writes (a
-    resume) opened the file as a store: SQLite opened it read-only and left -wal and -shm
-    files of this user's beside it, which stopped its owner's next write (tester 94). The store
-    now refuses it first, naming the user and the owner."""
+    """What writes (a resume) opened the file as a store: SQLite opened it read-only and left
+    -wal and -shm files of this user's beside it, which stopped its owner's next write (tester
+    94). The store now refuses it first, naming the user and the owner. What only reads -- the
+    quick path, and what it leaves to the commands proper (an id of no run), with a read-only
+    store since tester 132 -- reads a file no one may write as it is (immutable)."""
     db = copy_of(databases, tmp_path)
     db.chmod(0o444)
     try:
@@ -773,6 +774,10 @@ def test_a_file_this_user_may_not_write_is_refused_by_the_store_without_leaving_
                 assert quick[0] == 0, quick
                 continue
             assert quick == proper
+            if argv[0] == "runs":
+                assert quick[0] == 4, quick
+                assert "no run 'nosuch'" in quick[2], quick
+                continue
             assert quick[0] == 6, quick
             # (its owner is this user, root without its power over permissions)
             assert "it is read-only (no write permission for its owner, this user)" in quick[2]
