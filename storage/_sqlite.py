@@ -646,7 +646,7 @@ class SqliteStore:
             # opened on the worker thread, which may wait for the lock
             conn: Conn | None = None
             if self.read_only:
-                conn = await worker.call(self._connect_to_read, reading or query_only_uri(real))
+                conn = await worker.call(self._connect, True, reading or query_only_uri(real))
             elif asyncio._get_running_loop() is not None:
                 with contextlib.suppress(_Busy):
                     conn = self._on_loop(self._connect, (False,))
@@ -699,14 +699,19 @@ class SqliteStore:
 
     # --- on the worker thread: connection and schema ------------------------------------------
 
-    def _connect(self, patient: bool) -> Conn | None:
+    def _connect(self, patient: bool, reading: str | None = None) -> Conn | None:
         """A new connection, checked and set up; None (nothing opened) when not ``patient``
         and the database needs creating or migrating, which then happens patiently on the
         worker thread. Not patient, a locked database raises ``_Busy`` at once (on the loop:
-        ``_on_loop``). The caller makes it the store's."""
+        ``_on_loop``). The caller makes it the store's.
+
+        ``reading`` (``read_only``): the URI to open the file by (``reading_uri``'s: a WAL
+        another writer left is read, not folded into the file), ``query_only`` set before
+        anything is read; the schema checked, never created or migrated."""
         try:
             conn = sqlite3.connect(
-                self.path,
+                self.path if reading is None else reading,
+                uri=reading is not None,
                 timeout=self.busy_timeout if patient else 0.0,
                 isolation_level=None,
                 check_same_thread=False,  # the loop's thread, or the worker's (never both at once)
@@ -716,19 +721,23 @@ class SqliteStore:
         # placeholders read the file this connection opened, whatever the directory later
         self._stored_lists.path = Path(os.path.abspath(self.path))
         try:
+            if reading is not None:
+                conn.execute("PRAGMA query_only=ON")
             listed = conn.execute("SELECT name FROM sqlite_master")
             refused = foreign_tables_refused({row[0] for row in listed}, self.path)
             if refused is not None:
                 raise refused
-            self._enter_wal(conn, patient)
-            _share_side_files(self.path)
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
-            conn.execute("PRAGMA foreign_keys=ON")
-            conn.execute("PRAGMA recursive_triggers=ON")  # (chunks listed by deep indexes)
-            # WAL checkpoints run on a thread of their own (``_Checkpointer``), not in a commit
-            conn.execute("PRAGMA wal_autocheckpoint=0")
-            conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
+            if reading is None:
+                self._enter_wal(conn, patient)
+                _share_side_files(self.path)
+                conn.execute(f"PRAGMA synchronous={self.synchronous}")
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout * 1000)}")
+                conn.execute("PRAGMA foreign_keys=ON")
+                conn.execute("PRAGMA recursive_triggers=ON")  # (chunks listed by deep indexes)
+                # WAL checkpoints run on a thread of their own (``_Checkpointer``), not in a
+                # commit
+                conn.execute("PRAGMA wal_autocheckpoint=0")
+                conn.execute(f"PRAGMA journal_size_limit={_WAL_SIZE_LIMIT}")
             # No memory map (``mmap_size``): it read a cold chain 0.3 ms faster, but a file
             # another tool shrinks under a mapped reader kills the process with SIGBUS, where
             # read(2) gives an error this store names (StoreCorruptError, StorageError).
@@ -739,13 +748,16 @@ class SqliteStore:
             current = self._schema_version(conn)
             self._check_version(current)
             if current < SCHEMA_VERSION:
+                if reading is not None:
+                    raise self._not_upgraded(current)
                 if not patient:
                     conn.close()
                     return None
                 self._migrate()
             self._check_tables(conn)
-            conn.execute("PRAGMA busy_timeout=0")  # on the loop: a busy lock goes to the worker
-            self._start_wal(conn)
+            if reading is None:
+                conn.execute("PRAGMA busy_timeout=0")  # on the loop: a busy lock goes to the worker
+                self._start_wal(conn)
         except BaseException as exc:
             conn.close()
             if isinstance(exc, sqlite3.Error):
@@ -753,47 +765,19 @@ class SqliteStore:
             raise
         return conn
 
-    def _connect_to_read(self, uri: str) -> Conn:
-        """A connection that only reads (``read_only``): by ``uri`` (``reading_uri``'s: a WAL
-        another writer left is read, not folded into the file), with ``query_only`` set before
-        anything is read; the schema checked, never created or migrated."""
-        try:
-            conn = sqlite3.connect(
-                uri,
-                uri=True,
-                timeout=self.busy_timeout,
-                isolation_level=None,
-                check_same_thread=False,
+    def _not_upgraded(self, current: int) -> StoreUnavailableError:
+        """A read-only store's refusal of a database that is new or at an older schema."""
+        if current == 0:
+            return StoreUnavailableError(
+                f"database {self.path} holds no workflow-engine tables; a read-only store "
+                "creates none"
             )
-        except sqlite3.Error as exc:
-            raise self._translate(exc) from exc
-        self._stored_lists.path = Path(os.path.abspath(self.path))
-        try:
-            conn.execute("PRAGMA query_only=ON")
-            conn.text_factory = decode_text
-            listed = conn.execute("SELECT name FROM sqlite_master")
-            refused = foreign_tables_refused({row[0] for row in listed}, self.path)
-            if refused is not None:
-                raise refused
-            current = self._schema_version(conn)
-            self._check_version(current)
-            if current < SCHEMA_VERSION:
-                raise StoreUnavailableError(
-                    f"database {self.path} holds no workflow-engine tables; a read-only store "
-                    "creates none"
-                    if current == 0
-                    else f"database {self.path} has schema version {current}, older than this "
-                    f"workflow-engine's {SCHEMA_VERSION}, and a read-only look does not upgrade "
-                    "it; a command that writes (resume, respond, cancel) or a SqliteStore that "
-                    "is not read-only upgrades it -- once no older workflow-engine uses the file"
-                )
-            self._check_tables(conn)
-        except BaseException as exc:
-            conn.close()
-            if isinstance(exc, sqlite3.Error):
-                raise self._translate(exc) from exc
-            raise
-        return conn
+        return StoreUnavailableError(
+            f"database {self.path} has schema version {current}, older than this "
+            f"workflow-engine's {SCHEMA_VERSION}, and a read-only look does not upgrade it; a "
+            "command that writes (resume, respond, cancel) or a SqliteStore that is not "
+            "read-only upgrades it -- once no older workflow-engine uses the file"
+        )
 
     def _enter_wal(self, conn: Conn, patient: bool) -> None:
         """``journal_mode=WAL``. Switching a database that is not in WAL mode yet (a new file

@@ -1,8 +1,9 @@
 """A run paused on one question, dismissed (``cancel(unless_answered=...)``) by a process that
 SIGKILLs itself at a named fault point of the store, for ``test_dismiss_crash.py``.
 
-Run as a script, it starts run ``r1`` of ``DB``, waits for it to pause, prints its request id,
-then dismisses the pause, dying on the first call of the store's fault hook with ``POINT``:
+Run as a script, it starts run ``r1`` of ``DB`` (the stepper of ``workflows.py``), waits for it
+to pause, prints its request id, then dismisses the pause, dying on the first call of the
+store's fault hook with ``POINT``:
 
     python -m tests.integration.dismissing_workflow DB POINT
 """
@@ -12,44 +13,18 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 import anyio
 
-from workflow_engine import (
-    Executor,
-    RequestPort,
-    Runtime,
-    Workflow,
-    WorkflowBuilder,
-    WorkflowContext,
-    handler,
-)
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import Runtime
 from workflow_engine.storage import SqliteStore
 
 RUN_ID = "r1"
 
 
-class Ask(Executor):
-    @handler
-    async def on_topic(self, topic: str, ctx: WorkflowContext[str]) -> None:
-        await ctx.send_message(f"Publish the note about {topic}?")
-
-
-class Publish(Executor):
-    @handler
-    async def on_answer(self, approved: bool, ctx: WorkflowContext[None, str]) -> None:
-        await ctx.yield_output("published" if approved else "dropped")
-
-
-def build() -> Workflow:
-    ask, publish = Ask("ask"), Publish("publish")
-    review = RequestPort("review", request_type=str, response_type=bool)
-    return (
-        WorkflowBuilder("dismissing", start=ask).add_edge(ask, review).add_edge(review, publish)
-    ).build()
-
-
-def die_at(point: str) -> object:
+def die_at(point: str) -> Callable[[str], None]:
     def hook(reached: str) -> None:
         if reached == point:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -60,18 +35,14 @@ def die_at(point: str) -> object:
 async def main(db: str, point: str) -> None:
     store = SqliteStore(db)
     runtime = Runtime(store)
-    runtime.register(build)
-    paused = await runtime.run("dismissing", "releases", run_id=RUN_ID)
+    runtime.register(stepper_workflow)
+    paused = await runtime.run("stepper", 1, run_id=RUN_ID)
     request_id = paused.pending_requests[0].request_id
     print(request_id, flush=True)
-    store.fault_hook = die_at(point)  # type: ignore[assignment]
+    store.fault_hook = die_at(point)
     await runtime.cancel(RUN_ID, unless_answered=[request_id])
     await runtime.close()
 
 
 if __name__ == "__main__":
-    # (by its module's name, as the test that reads the run registers it: a class of
-    # ``__main__`` would give the graph another signature)
-    from tests.integration import dismissing_workflow
-
-    anyio.run(dismissing_workflow.main, sys.argv[1], sys.argv[2])
+    anyio.run(main, sys.argv[1], sys.argv[2])

