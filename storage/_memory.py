@@ -500,7 +500,10 @@ class InMemoryRunStore:
                     )
             for request in requests:
                 self._requests[request.request_id] = replace(request, status="cancelled")
-            if run is not None:
+            if run is not None and run.status not in (
+                WorkflowRunState.IDLE,
+                WorkflowRunState.CANCELLED,
+            ):  # (a run that ended keeps no cancel: the cancel after this says it ended)
                 self._cancel_requested.add(run.run_id)
                 if run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
                     self._runs[run.run_id] = replace(run, status=WorkflowRunState.IN_PROGRESS)

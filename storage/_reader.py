@@ -114,6 +114,22 @@ def reading_uri(file: Path) -> str | None:
     return query_only_uri(file)
 
 
+def read_only_uri(file: Path) -> str:
+    """How to open ``file`` only to read it, for a caller that reads it whatever it is (a
+    read-only store, once its checks let it through): ``reading_uri``'s; a WAL without its
+    -shm (a killed writer's, the -shm removed by hand) read-only, the WAL left where it is --
+    SQLite makes the -shm index it needs, and leaves it (an ordinary connection would fold the
+    WAL into the file: outside tester 133); anything else (out of WAL mode) as an ordinary
+    connection kept from writing (``query_only_uri``)."""
+    uri = reading_uri(file)
+    if uri is not None:
+        return uri
+    real = file.resolve()
+    if os.path.lexists(f"{real}-wal"):
+        return f"{real.as_uri()}?mode=ro"
+    return query_only_uri(real)
+
+
 class SqliteReader:
     """One consistent, read-only snapshot of a SQLite store, as the store's own reads return
     it (a damaged row is the same ``StoreCorruptError``). Use it as a context manager: the

@@ -316,7 +316,8 @@ SQL_REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ? AND 
 SQL_CANCEL_DONE = "UPDATE runs SET cancel_requested = 0 WHERE run_id = ?"
 SQL_CANCEL_INTENDED = (  # ``cancel_requests(run_id=)``: a resting paused run is left interrupted
     "UPDATE runs SET cancel_requested = 1, status = CASE status "
-    "WHEN 'idle_with_pending_requests' THEN 'in_progress' ELSE status END WHERE run_id = ?"
+    "WHEN 'idle_with_pending_requests' THEN 'in_progress' ELSE status END "
+    "WHERE run_id = ? AND status NOT IN ('idle', 'cancelled')"
 )
 SQL_DOOMED = (  # finished, old, and not leased (a failed run being retried is kept)
     f"SELECT run_id FROM runs WHERE status IN {TERMINAL_SQL} AND updated_at < ? "

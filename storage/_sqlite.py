@@ -109,7 +109,7 @@ from ._chunks import (
     with_split,
 )
 from ._location import default_db_path, synchronous_mode
-from ._reader import query_only_uri, reading_uri
+from ._reader import read_only_uri, reading_uri
 from ._records import (
     answered_counts,
     decode_text,
@@ -646,7 +646,7 @@ class SqliteStore:
             # opened on the worker thread, which may wait for the lock
             conn: Conn | None = None
             if self.read_only:
-                conn = await worker.call(self._connect, True, reading or query_only_uri(real))
+                conn = await worker.call(self._connect, True, reading or read_only_uri(real))
             elif asyncio._get_running_loop() is not None:
                 with contextlib.suppress(_Busy):
                     conn = self._on_loop(self._connect, (False,))
@@ -2162,7 +2162,9 @@ class SqliteStore:
                     "request cannot be cancelled"
                 )
         if run_id is not None:
-            if conn.execute(SQL_CANCEL_INTENDED, (run_id,)).rowcount != 1:
+            # (a run that ended keeps no cancel: the cancel after this says it ended)
+            recorded = conn.execute(SQL_CANCEL_INTENDED, (run_id,)).rowcount
+            if not recorded and conn.execute(SQL_LEASE_STATE, (run_id,)).fetchone() is None:
                 raise RunNotFoundError(f"no run {run_id!r} in {self.path}")
             self._fault("cancel:inside")
 

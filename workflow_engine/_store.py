@@ -442,8 +442,8 @@ class RunStore(Protocol):
         requests' run) its cancel is recorded in the same write: a cancel requested, and a run
         resting paused marked in progress. A process that dies before it cancels the run then
         leaves it interrupted, and the next ``resume`` cancels it -- not resting forever on
-        requests no answer can reach (outside tester 131). ``RunNotFoundError`` for an unknown
-        run."""
+        requests no answer can reach (outside tester 131). A run that ended (idle, cancelled)
+        is left as it is; ``RunNotFoundError`` for an unknown run."""
         ...
 
     async def prune(

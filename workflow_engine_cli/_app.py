@@ -376,13 +376,13 @@ def _not_ours(path: Path) -> tuple[int, str] | None:
     cannot be told here (opening it as a store then says what is wrong)."""
     import sqlite3
 
-    from workflow_engine.storage._reader import query_only_uri, reading_uri
+    from workflow_engine.storage._reader import read_only_uri
 
     if not os.access(path, os.W_OK):
         return None  # (SQLite would open it read-only, and leave its -wal and -shm files)
     # (a WAL a killed writer left is read where it is, not folded into the file on closing:
-    # outside tester 132)
-    uri = reading_uri(path) or query_only_uri(path)
+    # outside testers 132 and 133)
+    uri = read_only_uri(path)
     try:
         # (ours, in WAL mode, is never locked for reading: no need to wait long)
         conn = sqlite3.connect(uri, uri=True, timeout=1.0)
@@ -1174,11 +1174,15 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
             if json_mode:
                 requests_json_output(pending)()
                 return code
-            in_doubt = await _runs_in_doubt(runtime)
+            in_doubt, unreadable = await _runs_in_doubt(runtime)
+            for exc in unreadable:
+                print_error(str(exc))
+                code = exit_code_for(exc)
             waiting = await _runs_answered(runtime)
             store = _store_of(runtime)
             request_ids = await store.request_ids_beside([p.request_id for p in pending])
             run_ids = await store.run_ids_beside([p.run_id for p in pending])
+            damaged.extend(unreadable)
             requests_output(pending, in_doubt, waiting, request_ids, run_ids, bool(damaged))()
             return code
 
@@ -1212,20 +1216,29 @@ async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[Workflo
     return found, damaged
 
 
-async def _runs_in_doubt(runtime: Runtime) -> list[Any]:
+async def _runs_in_doubt(runtime: Runtime) -> tuple[list[Any], list[WorkflowError]]:
     """Interrupted runs with a step in doubt: no request asks about it until a resume does,
-    but a person looking at the inbox should know a question is coming (tester 69)."""
+    but a person looking at the inbox should know a question is coming (tester 69). And the
+    errors of runs that cannot be read to tell: one damaged journal entry hid every other
+    run's requests (outside tester 133)."""
+    from workflow_engine import StoreCorruptError
+
     # Only a run with journal entries after its latest checkpoint can have a step in doubt:
     # the store finds those in one query (a read per run in progress: 0.7 s at 20,000 runs
     # never started, outside tester 122), where ``get_run`` folds a run's checkpoints (a
     # thousand runs cut off by a crash would otherwise be a thousand folds to show the inbox).
     found = []
+    damaged: list[WorkflowError] = []
     for record in await _store_of(runtime).runs_journaled_past():
         if may_be_in_doubt(record):
-            info = await runtime.get_run(record.run_id)
+            try:
+                info = await runtime.get_run(record.run_id)
+            except StoreCorruptError as exc:
+                damaged.append(exc)
+                continue
             if info.effects_in_doubt:
                 found.append(info)
-    return found
+    return found, damaged
 
 
 async def _answered_counts(runtime: Runtime, runs: Sequence[Any] | None) -> dict[str, int]:

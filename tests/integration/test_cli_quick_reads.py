@@ -306,6 +306,28 @@ def test_a_damaged_answer_is_counted_in_listings_and_said_when_its_run_is_shown(
     assert code != 0 and "is damaged" in said, said
 
 
+def test_a_damaged_journal_entry_hides_no_other_run_s_requests(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """The inbox reads each interrupted run's journal to tell a step in doubt: one damaged
+    entry failed the whole table, every other run's requests unshown, though ``--json`` (which
+    does not look) listed them (outside tester 133). That run's error is said, the rest
+    listed, exit 6 as for a damaged request row."""
+    db = tmp_path / "runs.db"
+    with (
+        contextlib.closing(sqlite3.connect(databases["in_doubt"])) as source,
+        contextlib.closing(sqlite3.connect(db)) as conn,
+    ):
+        source.backup(conn)  # (the WAL's pages too)
+    ids = anyio.run(fill, db)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        assert conn.execute("UPDATE journal SET value = '{bad'").rowcount >= 1
+    code, printed, said = both(["requests", "list", "--db", str(db)], env_for())[0]
+    assert code == 6 and "journal entry" in said and "is damaged" in said, said
+    assert ids["paused"][:8] in printed, printed
+    assert "Traceback" not in said
+
+
 def test_the_inbox_names_the_interrupted_run_with_a_step_in_doubt(
     databases: dict[str, Path],
 ) -> None:

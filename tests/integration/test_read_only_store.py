@@ -177,3 +177,23 @@ async def test_reading_commands_leave_the_file_as_they_found_it(tmp_path: Path) 
     cli.expect(0, "runs", "list")
     assert files_beside(cli.db) == clean
     assert not any(name.startswith("runs.db-") for name in os.listdir(cli.db.parent))
+
+
+@pytest.mark.slow  # a real process, killed
+async def test_a_wal_without_its_shm_is_read_in_place(tmp_path: Path) -> None:
+    """A killed writer's WAL whose -shm was removed: the quick snapshot leaves such a file to
+    the store, whose ordinary connection folded the WAL into the file on closing (outside tester
+    133). Read now with a read-only connection: SQLite makes the -shm index it needs (left
+    beside the file, as a killed writer's is); the file and its WAL stay as they were."""
+    cli = Cli(tmp_path / "cli")
+    run_id = killed_writer(cli.db)
+    Path(f"{cli.db}-shm").unlink()
+    before = files_beside(cli.db)
+    listed = cli.json("runs", "list")
+    assert [r["run_id"] for r in listed] == [run_id]
+    cli.expect(4, "runs", "show", "ffffffff")
+    assert files_beside(cli.db) == before
+    rt = reader(cli.db)
+    assert (await rt.get_run(run_id)).status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+    await rt.close()
+    assert files_beside(cli.db) == before

@@ -298,7 +298,7 @@ async def test_requests_cancelled_for_their_run_record_its_cancel(store: RunStor
     """``cancel_requests(ids, run_id=)`` records the run's cancel in the same write (a cancel
     requested, a run resting paused marked in progress): a process that dies before it cancels
     the run leaves it interrupted, and the next resume cancels it (outside tester 131). An
-    unknown run refuses the whole, nothing cancelled."""
+    unknown run refuses the whole, nothing cancelled; a run that ended is left as it is."""
     rt = runtime(store)
     paused, other = [await rt.run("stepper", 1) for _ in range(2)]
     a = paused.pending_requests[0].request_id
@@ -311,6 +311,12 @@ async def test_requests_cancelled_for_their_run_record_its_cancel(store: RunStor
     assert (run.status, run.cancel_requested) == (WorkflowRunState.IN_PROGRESS, True)
     assert (await store.get_request(a)).status == "cancelled"
     assert (await rt.resume(paused.run_id)).status is WorkflowRunState.CANCELLED
+    run = await store.get_run(paused.run_id)
+    assert (run.status, run.cancel_requested) == (WorkflowRunState.CANCELLED, False)
+    # dismissed again (a second process dismissing the same pause): refused, and a run that
+    # ended keeps no cancel (it showed "cancelling" for good: outside tester 133)
+    with pytest.raises(RunNotResumableError, match="already cancelled"):
+        await rt.cancel(paused.run_id, unless_answered=[a])
     run = await store.get_run(paused.run_id)
     assert (run.status, run.cancel_requested) == (WorkflowRunState.CANCELLED, False)
 
