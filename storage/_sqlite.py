@@ -646,7 +646,7 @@ class SqliteStore:
             # opened on the worker thread, which may wait for the lock
             conn: Conn | None = None
             if self.read_only:
-                conn = await worker.call(self._connect, True, reading or read_only_uri(real))
+                conn = await worker.call(self._connect, True, read_only_uri(real))
             elif asyncio._get_running_loop() is not None:
                 with contextlib.suppress(_Busy):
                     conn = self._on_loop(self._connect, (False,))
@@ -705,7 +705,7 @@ class SqliteStore:
         worker thread. Not patient, a locked database raises ``_Busy`` at once (on the loop:
         ``_on_loop``). The caller makes it the store's.
 
-        ``reading`` (``read_only``): the URI to open the file by (``reading_uri``'s: a WAL
+        ``reading`` (``read_only``): the URI to open the file by (``read_only_uri``'s: a WAL
         another writer left is read, not folded into the file), ``query_only`` set before
         anything is read; the schema checked, never created or migrated."""
         try:
