@@ -505,7 +505,10 @@ class InMemoryRunStore:
                 WorkflowRunState.CANCELLED,
             ):  # (a run that ended keeps no cancel: the cancel after this says it ended)
                 self._cancel_requested.add(run.run_id)
-                if run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS:
+                if run.status in (
+                    WorkflowRunState.IDLE_WITH_PENDING_REQUESTS,
+                    WorkflowRunState.FAILED,
+                ):
                     self._runs[run.run_id] = replace(run, status=WorkflowRunState.IN_PROGRESS)
 
     def _answered(self, request: StoredRequest, answer: Any) -> bool:

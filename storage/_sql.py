@@ -314,9 +314,9 @@ SQL_RENEW = "UPDATE runs SET lease_expires_at = ? WHERE run_id = ? AND owner = ?
 # only for a run a worker holds (or held when it died): one that rests is cancelled directly
 SQL_REQUEST_CANCEL = "UPDATE runs SET cancel_requested = 1 WHERE run_id = ? AND owner IS NOT NULL"
 SQL_CANCEL_DONE = "UPDATE runs SET cancel_requested = 0 WHERE run_id = ?"
-SQL_CANCEL_INTENDED = (  # ``cancel_requests(run_id=)``: a resting paused run is left interrupted
-    "UPDATE runs SET cancel_requested = 1, status = CASE status "
-    "WHEN 'idle_with_pending_requests' THEN 'in_progress' ELSE status END "
+SQL_CANCEL_INTENDED = (  # ``cancel_requests(run_id=)``: a resting run is left interrupted
+    "UPDATE runs SET cancel_requested = 1, status = CASE WHEN status IN "
+    "('idle_with_pending_requests', 'failed') THEN 'in_progress' ELSE status END "
     "WHERE run_id = ? AND status NOT IN ('idle', 'cancelled')"
 )
 SQL_DOOMED = (  # finished, old, and not leased (a failed run being retried is kept)

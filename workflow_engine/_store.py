@@ -440,9 +440,10 @@ class RunStore(Protocol):
 
         The run is not cancelled here (``Runtime.cancel`` does both), but with ``run_id`` (the
         requests' run) its cancel is recorded in the same write: a cancel requested, and a run
-        resting paused marked in progress. A process that dies before it cancels the run then
-        leaves it interrupted, and the next ``resume`` cancels it -- not resting forever on
-        requests no answer can reach (outside tester 131). A run that ended (idle, cancelled)
+        resting (paused, or failed with requests pending) marked in progress. A process that
+        dies before it cancels the run then leaves it interrupted, and the next ``resume``
+        cancels it -- not resting forever on requests no answer can reach (outside testers 131
+        and 134). A run that ended (idle, cancelled)
         is left as it is; ``RunNotFoundError`` for an unknown run."""
         ...
 

@@ -1167,22 +1167,19 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
             pending = [
                 Pending(r.request_id, r.run_id, r.workflow_name, r.port_id, r.data) for r in found
             ]
-            code = EXIT_DONE
-            for exc in damaged:  # said first: a long list would scroll them away
-                print_error(str(exc))
-                code = exit_code_for(exc)
             if json_mode:
+                code = _said(damaged)
                 requests_json_output(pending)()
                 return code
+            # (each damaged run is said for itself, the others listed: testers 106, 133, 134)
             in_doubt, unreadable = await _runs_in_doubt(runtime)
-            for exc in unreadable:
-                print_error(str(exc))
-                code = exit_code_for(exc)
-            waiting = await _runs_answered(runtime)
+            damaged.extend(unreadable)
+            waiting, unreadable = await _runs_answered(runtime)
+            damaged.extend(unreadable)
+            code = _said(damaged)  # said first: a long list would scroll them away
             store = _store_of(runtime)
             request_ids = await store.request_ids_beside([p.request_id for p in pending])
             run_ids = await store.run_ids_beside([p.run_id for p in pending])
-            damaged.extend(unreadable)
             requests_output(pending, in_doubt, waiting, request_ids, run_ids, bool(damaged))()
             return code
 
@@ -1191,15 +1188,24 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
     run_async(body)
 
 
+def _said(errors: Sequence[WorkflowError]) -> int:
+    """Say each error (on stderr); the exit code of the last, or 0 if none."""
+    code = EXIT_DONE
+    for exc in errors:
+        print_error(str(exc))
+        code = exit_code_for(exc)
+    return code
+
+
 async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[WorkflowError]]:
     """Every pending request, and the errors of runs whose requests cannot be read: one
     damaged request row stopped the whole inbox (outside tester 106). Only then is each run
     read on its own, so that the others are still listed."""
-    from workflow_engine import StoreCorruptError
+    from workflow_engine import RunNotFoundError, StoreCorruptError
 
     try:
         return list(await runtime.pending_requests()), []
-    except StoreCorruptError:
+    except (StoreCorruptError, RunNotFoundError):
         pass
     found: list[Any] = []
     damaged: list[WorkflowError] = []
@@ -1213,6 +1219,8 @@ async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[Workflo
             found.extend(await runtime.pending_requests(run_id))
         except StoreCorruptError as exc:
             damaged.append(exc)
+        except RunNotFoundError as exc:  # (its run's row gone: tester 134)
+            damaged.append(StoreCorruptError(f"{exc}, yet pending requests name it: damaged"))
     return found, damaged
 
 
@@ -1229,7 +1237,11 @@ async def _runs_in_doubt(runtime: Runtime) -> tuple[list[Any], list[WorkflowErro
     # thousand runs cut off by a crash would otherwise be a thousand folds to show the inbox).
     found = []
     damaged: list[WorkflowError] = []
-    for record in await _store_of(runtime).runs_journaled_past():
+    try:
+        journaled = await _store_of(runtime).runs_journaled_past()
+    except StoreCorruptError as exc:  # (a run row of those the query reads: tester 134)
+        return [], [exc]
+    for record in journaled:
         if may_be_in_doubt(record):
             try:
                 info = await runtime.get_run(record.run_id)
@@ -1248,15 +1260,25 @@ async def _answered_counts(runtime: Runtime, runs: Sequence[Any] | None) -> dict
     return await _store_of(runtime).answered_counts(given)
 
 
-async def _runs_answered(runtime: Runtime) -> list[tuple[Any, int]]:
+async def _runs_answered(
+    runtime: Runtime,
+) -> tuple[list[tuple[Any, int]], list[WorkflowError]]:
     """Resting runs with answers stored and not applied (no live worker applies them): they
-    wait for ``resume``, with no request left pending to say so (tester 74). (run, answers)"""
+    wait for ``resume``, with no request left pending to say so (tester 74). (run, answers);
+    and the errors of such runs whose rows are damaged (one hid every request: tester 134)."""
+    from workflow_engine import StoreCorruptError
+
     found = []
+    damaged: list[WorkflowError] = []
     for run_id, count in (await _answered_counts(runtime, None)).items():
-        record = await runtime.store.get_run(run_id)
+        try:
+            record = await runtime.store.get_run(run_id)
+        except StoreCorruptError as exc:
+            damaged.append(exc)
+            continue
         if answered_to_apply(record):
             found.append((record, count))
-    return found
+    return found, damaged
 
 
 MAX_ANSWER_BYTES = 1_000_000

@@ -306,13 +306,34 @@ def test_a_damaged_answer_is_counted_in_listings_and_said_when_its_run_is_shown(
     assert code != 0 and "is damaged" in said, said
 
 
-def test_a_damaged_journal_entry_hides_no_other_run_s_requests(
-    databases: dict[str, Path], tmp_path: Path
+# (what damages one run, the words that name it: every other run's requests are listed)
+ONE_RUN_DAMAGED = {
+    "a journal entry's value": ("UPDATE journal SET value = '{{bad'", "journal entry"),
+    "a journal entry's key": ("UPDATE journal SET key = X'FF'", "journal entry's key"),
+    "the interrupted run's row": (
+        "UPDATE runs SET lease_expires_at = 'z' WHERE status = 'in_progress'",
+        "lease_expires_at is damaged",
+    ),
+    "the row of a run with an answer waiting": (
+        "UPDATE runs SET status = 'bogus' WHERE run_id = '{answered}'",
+        "status is damaged",
+    ),
+    "a pending request's run row": (
+        "DELETE FROM runs WHERE run_id = '{paused}'",
+        "yet pending requests name it",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", ONE_RUN_DAMAGED)
+def test_one_damaged_run_hides_no_other_run_s_requests(
+    databases: dict[str, Path], tmp_path: Path, damage: str
 ) -> None:
-    """The inbox reads each interrupted run's journal to tell a step in doubt: one damaged
-    entry failed the whole table, every other run's requests unshown, though ``--json`` (which
-    does not look) listed them (outside tester 133). That run's error is said, the rest
-    listed, exit 6 as for a damaged request row."""
+    """The inbox reads each interrupted run's journal to tell a step in doubt, and each run
+    with answers waiting: one damaged row there failed the whole table, every other run's
+    requests unshown, though ``--json`` (which does not look) listed them; a request whose run
+    row was gone failed both, exit 4 (outside testers 133, 134). Each is said for its run, the
+    rest listed, exit 6 as for a damaged request row."""
     db = tmp_path / "runs.db"
     with (
         contextlib.closing(sqlite3.connect(databases["in_doubt"])) as source,
@@ -320,12 +341,15 @@ def test_a_damaged_journal_entry_hides_no_other_run_s_requests(
     ):
         source.backup(conn)  # (the WAL's pages too)
     ids = anyio.run(fill, db)
+    statement, named = ONE_RUN_DAMAGED[damage]
     with contextlib.closing(sqlite3.connect(db)) as conn, conn:
-        assert conn.execute("UPDATE journal SET value = '{bad'").rowcount >= 1
-    code, printed, said = both(["requests", "list", "--db", str(db)], env_for())[0]
-    assert code == 6 and "journal entry" in said and "is damaged" in said, said
-    assert ids["paused"][:8] in printed, printed
-    assert "Traceback" not in said
+        assert conn.execute(statement.format(**ids)).rowcount >= 1
+    for argv in (["requests", "list"], ["requests", "list", "--json"]):
+        code, printed, said = both([*argv, "--db", str(db)], env_for())[0]
+        assert "Traceback" not in said and "internal error" not in said, said
+        assert ids["long"][:8] in printed, (argv, printed)
+        if "--json" not in argv or "pending requests" in named:  # (--json reads no journal)
+            assert code == 6 and named in said, (argv, code, said)
 
 
 def test_the_inbox_names_the_interrupted_run_with_a_step_in_doubt(

@@ -7,7 +7,12 @@ import time
 import anyio
 import pytest
 
-from tests.integration.workflows import Answer, following, stepper_workflow
+from tests.integration.workflows import (
+    Answer,
+    failing_with_a_question_workflow,
+    following,
+    stepper_workflow,
+)
 from workflow_engine import (
     AnswerOutcome,
     CheckpointNotFoundError,
@@ -319,6 +324,21 @@ async def test_requests_cancelled_for_their_run_record_its_cancel(store: RunStor
         await rt.cancel(paused.run_id, unless_answered=[a])
     run = await store.get_run(paused.run_id)
     assert (run.status, run.cancel_requested) == (WorkflowRunState.CANCELLED, False)
+
+
+async def test_a_failed_run_s_dismissal_is_recorded_as_interrupted(store: RunStore) -> None:
+    """The same for a run that failed with a request pending: kept failed with a cancel flag,
+    no listing of runs to resume showed it (outside tester 134: 298 of 300 dismissals killed
+    so); it is interrupted now, and a resume cancels it."""
+    rt = runtime(store)
+    rt.register(failing_with_a_question_workflow)
+    failed = await rt.run("failing_asker", 1)
+    assert failed.status is WorkflowRunState.FAILED
+    [request] = await store.list_requests(run_id=failed.run_id, status="pending")
+    await store.cancel_requests([request.request_id], run_id=failed.run_id)
+    run = await store.get_run(failed.run_id)
+    assert (run.status, run.cancel_requested) == (WorkflowRunState.IN_PROGRESS, True)
+    assert (await rt.resume(failed.run_id)).status is WorkflowRunState.CANCELLED
 
 
 async def test_a_cancel_unless_answered_loses_to_an_answer_given_first(store: RunStore) -> None:

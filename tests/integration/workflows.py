@@ -102,6 +102,33 @@ def changed_stepper_workflow() -> Workflow:
     )
 
 
+class AskAndCount(Executor):
+    """Asks a question and, beside it, starts a count that an ``Exploder`` ends in failure."""
+
+    @handler
+    async def start(self, n: int, ctx: WorkflowContext[Ticket | int]) -> None:
+        await ctx.send_message(Ticket(step=n, question="go on?"))
+        await ctx.send_message(n)
+
+    @handler
+    async def answered(self, answer: Answer, ctx: WorkflowContext[None, str]) -> None:
+        await ctx.yield_output(f"answered {answer.approved}")
+
+
+def failing_with_a_question_workflow() -> Workflow:
+    """Fails two supersteps after asking: the run ends failed with its request pending."""
+    start, exploder = AskAndCount("start"), Exploder("exploder")
+    port = RequestPort("approve", request_type=Ticket, response_type=Answer)
+    return (
+        WorkflowBuilder(name="failing_asker", start=start)
+        .add_edge(start, port)
+        .add_edge(port, start)
+        .add_edge(start, exploder)
+        .add_edge(exploder, exploder)
+        .build()
+    )
+
+
 def exploding_workflow() -> Workflow:
     e = Exploder("exploder")
     return WorkflowBuilder(name="exploding", start=e).add_edge(e, e).build()
