@@ -325,6 +325,7 @@ ONE_RUN_DAMAGED = {
 }
 
 
+@pytest.mark.slow  # four command lines per kind of damage
 @pytest.mark.parametrize("damage", ONE_RUN_DAMAGED)
 def test_one_damaged_run_hides_no_other_run_s_requests(
     databases: dict[str, Path], tmp_path: Path, damage: str
