@@ -646,7 +646,8 @@ class SqliteStore:
             # opened on the worker thread, which may wait for the lock
             conn: Conn | None = None
             if self.read_only:
-                conn = await worker.call(self._connect, True, read_only_uri(real))
+                # (reading_uri once: the fallback only for a file it would not just read)
+                conn = await worker.call(self._connect, True, reading or read_only_uri(real))
             elif asyncio._get_running_loop() is not None:
                 with contextlib.suppress(_Busy):
                     conn = self._on_loop(self._connect, (False,))

@@ -76,7 +76,15 @@ def killed_writer(db: Path) -> str:
 
 
 def reader(db: Path) -> Runtime:
-    rt = Runtime(SqliteStore(db, read_only=True))
+    return runtime(db, read_only=True)
+
+
+def writer(db: Path) -> Runtime:
+    return runtime(db, read_only=False)
+
+
+def runtime(db: Path, *, read_only: bool) -> Runtime:
+    rt = Runtime(SqliteStore(db, read_only=read_only))
     rt.register(stepper_workflow)
     return rt
 
@@ -97,8 +105,7 @@ async def test_reading_a_killed_writers_database_leaves_its_files_as_they_were(
     await rt.close()
     assert files_beside(db) == before  # not folded in, not deleted
     # a writer opening it later recovers that WAL as SQLite does: nothing was lost
-    rt = Runtime(SqliteStore(db))
-    rt.register(stepper_workflow)
+    rt = writer(db)
     await rt.respond(pending.request_id, Answer(approved=True))
     assert (await rt.resume(run_id)).status is WorkflowRunState.IDLE
     await rt.close()
@@ -106,8 +113,7 @@ async def test_reading_a_killed_writers_database_leaves_its_files_as_they_were(
 
 async def test_a_read_only_store_refuses_every_write_and_writes_nothing(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
-    rt = Runtime(SqliteStore(db))
-    rt.register(stepper_workflow)
+    rt = writer(db)
     paused = await rt.run("stepper", 1)
     await rt.close()
     before = files_beside(db)
@@ -132,8 +138,7 @@ async def test_a_read_only_store_does_not_upgrade_an_older_schema_nor_make_a_fil
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
-    rt = Runtime(SqliteStore(db))
-    rt.register(stepper_workflow)
+    rt = writer(db)
     await rt.run("stepper", 1)
     await rt.close()
     with sqlite3.connect(db) as raw:  # as an older engine left it (the version alone differs)
@@ -167,8 +172,7 @@ async def test_reading_commands_leave_the_file_as_they_found_it(tmp_path: Path) 
     cli.expect(0, "runs", "show", run_id[:8])
     cli.expect(0, "requests", "list")
     assert files_beside(cli.db) == before
-    rt = Runtime(SqliteStore(cli.db))  # a writer, closed cleanly: the WAL folded in
-    rt.register(stepper_workflow)
+    rt = writer(cli.db)  # closed cleanly: the WAL folded in
     await rt.get_run(run_id)
     await rt.close()
     clean = files_beside(cli.db)
