@@ -36,6 +36,12 @@ _BRACKET = re.compile(r"[\[\]{}]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 
 
+SQLITE_FAILURES = (sqlite3.Error, UnicodeDecodeError)
+"""What a ``sqlite3`` call raises on a damaged file: its own errors, and ``UnicodeDecodeError``
+where SQLite's message quotes bytes that are not UTF-8 (a damaged schema: Python's ``sqlite3``
+fails to decode the message itself, and raises that instead -- outside tester 137)."""
+
+
 def decode_text(data: bytes) -> str:
     """SQLite TEXT as str (a connection's ``text_factory``): bytes that are not UTF-8 (a damaged
     page, a foreign tool) become lone surrogates instead of failing the whole query, so that the

@@ -111,6 +111,7 @@ from ._chunks import (
 from ._location import default_db_path, synchronous_mode
 from ._reader import read_only_uri, reading_uri
 from ._records import (
+    SQLITE_FAILURES,
     answered_counts,
     decode_text,
     ids_beside,
@@ -419,7 +420,7 @@ class _Checkpointer:
             ((blocked, frames, copied),) = self._conn.execute(
                 f"PRAGMA wal_checkpoint({mode})"
             ).fetchall()
-        except sqlite3.Error:  # the next round tries again; the WAL only grows meanwhile
+        except SQLITE_FAILURES:  # the next round tries again; the WAL only grows meanwhile
             return
         finally:
             self.busy = False
@@ -717,7 +718,7 @@ class SqliteStore:
                 isolation_level=None,
                 check_same_thread=False,  # the loop's thread, or the worker's (never both at once)
             )
-        except sqlite3.Error as exc:
+        except SQLITE_FAILURES as exc:
             raise self._translate(exc) from exc
         # placeholders read the file this connection opened, whatever the directory later
         self._stored_lists.path = Path(os.path.abspath(self.path))
@@ -761,7 +762,7 @@ class SqliteStore:
                 self._start_wal(conn)
         except BaseException as exc:
             conn.close()
-            if isinstance(exc, sqlite3.Error):
+            if isinstance(exc, SQLITE_FAILURES):
                 raise self._translate(exc) from exc
             raise
         return conn
@@ -866,7 +867,7 @@ class SqliteStore:
     def _migrate(self) -> None:
         try:
             migrate(self.path, self.busy_timeout, self._check_version, engine_version)
-        except sqlite3.Error as exc:
+        except SQLITE_FAILURES as exc:
             raise self._translate(exc) from exc
 
     # --- plumbing -------------------------------------------------------------------------------
@@ -1062,6 +1063,8 @@ class SqliteStore:
                         conn.execute("RELEASE one_write")
                         if isinstance(exc, UnicodeEncodeError):
                             exc = _not_text(exc)
+                        elif isinstance(exc, UnicodeDecodeError):
+                            exc = self._translate(exc)
                         outcomes.append((None, exc))
                         continue
                     conn.execute("RELEASE one_write")
@@ -1072,7 +1075,7 @@ class SqliteStore:
                     with contextlib.suppress(sqlite3.Error):
                         conn.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
+        except SQLITE_FAILURES as exc:
             failure = self._translate(exc)
             if isinstance(failure, _Busy):  # at BEGIN: nothing was written, the worker retries
                 raise failure from exc
@@ -1161,7 +1164,7 @@ class SqliteStore:
                         conn.execute("ROLLBACK")
                 raise
             return result
-        except sqlite3.Error as exc:
+        except SQLITE_FAILURES as exc:
             raise self._translate(exc) from exc
         except UnicodeEncodeError as exc:  # an id or a value with a lone surrogate
             raise _not_text(exc) from None
@@ -1172,7 +1175,10 @@ class SqliteStore:
             f"{self.busy_timeout:g} s"
         )
 
-    def _translate(self, exc: sqlite3.Error) -> StorageError:
+    def _translate(self, exc: sqlite3.Error | UnicodeDecodeError) -> StorageError:
+        if isinstance(exc, UnicodeDecodeError):  # (SQLite's message, quoting the damage)
+            said = exc.object.decode("utf-8", "replace") if isinstance(exc.object, bytes) else ""
+            return StoreCorruptError(f"database {self.path} is damaged: {said or exc}")
         text = str(exc)
         lowered = text.lower()
         if "locked" in lowered or "busy" in lowered:

@@ -36,7 +36,7 @@ from workflow_engine._errors import (
 from workflow_engine._stored_items import StoredItems
 
 from ._chunks import STORED_LISTS_TEXTS, with_chunks
-from ._records import fetch_rows
+from ._records import SQLITE_FAILURES, fetch_rows
 from ._sql import SQL_STORED_LISTS
 
 
@@ -93,7 +93,7 @@ class StoredLists:
                 )
             finally:
                 conn.close()
-        except sqlite3.Error as exc:
+        except SQLITE_FAILURES as exc:
             raise StoreUnavailableError(
                 f"{where}: its items could not be read from {self.path}: {exc}"
             ) from exc

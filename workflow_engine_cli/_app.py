@@ -400,7 +400,7 @@ def _not_ours(path: Path) -> tuple[int, str] | None:
                 "WAL mode, never is for reading); try again when it is done"
             )
         return None
-    except sqlite3.Error:
+    except (sqlite3.Error, UnicodeDecodeError):  # (damage: the store then names it)
         return None
     finally:
         conn.close()

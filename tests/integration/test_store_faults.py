@@ -271,6 +271,41 @@ async def test_garbage_file_is_not_a_database(tmp_path: Path) -> None:
         await SqliteStore(db).open()
 
 
+async def test_a_schema_damaged_into_bytes_that_are_not_utf8_is_named_as_damage(
+    tmp_path: Path,
+) -> None:
+    """SQLite's message about such a schema quotes the bad byte, and Python's ``sqlite3`` fails
+    to decode the message (a ``UnicodeDecodeError``, not a ``sqlite3.Error``): it is damage,
+    named with the file, not a bare error -- nor "internal error", exit 1, on the command line
+    (outside tester 137, who met it by flipping random bytes of a database)."""
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    await rt.run("stepper", 1)
+    await rt.close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA writable_schema = ON")
+    garbled = b"CREATE INDEX x \xa9 ON runs(status)"  # (0xa9: no UTF-8 text starts so)
+    conn.execute(
+        "UPDATE sqlite_master SET sql = CAST(? AS TEXT) WHERE name = 'ix_runs_status'",
+        (garbled,),
+    )
+    conn.commit()
+    conn.close()
+    rt = runtime(db)
+    with pytest.raises(StoreCorruptError, match="damaged: malformed database schema") as info:
+        await rt.list_runs()
+    assert str(db) in str(info.value)
+    await rt.close()
+    for command in (["runs", "list"], ["resume", "nosuch"]):  # (a reading, a writing one)
+        argv = [str(ENGINE), *command, "--db", str(db)]
+        done = await anyio.to_thread.run_sync(
+            functools.partial(subprocess.run, argv, capture_output=True, text=True, timeout=60)
+        )
+        assert done.returncode == 6, (command, done.returncode, done.stderr)
+        assert "is damaged: malformed database schema" in done.stderr, done.stderr
+        assert "internal error" not in done.stderr + done.stdout
+
+
 async def test_unusable_directory_is_reported(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where a directory should be")
