@@ -1717,3 +1717,22 @@ def check_ids(run_input: RunAgentInput, resume: Sequence[ResumeAnswer] = ()) -> 
                 "invalid_run_input",
                 f"{name} has {len(value)} characters; the limit is {MAX_ID_LENGTH}",
             )
+    _refuse_conflicting_ids(run_input.messages)
+
+
+def _refuse_conflicting_ids(messages: Sequence[Any]) -> None:
+    """Two messages of a request by one id that say different things: a thread's messages are
+    told apart by id, so the run would keep one of them and refuse the other later, as a
+    message it never received (outside tester 136). The same message sent twice is left be."""
+    first: dict[str, int] = {}
+    for i, message in enumerate(messages):
+        message_id = getattr(message, "id", None)
+        if not isinstance(message_id, str) or not message_id:
+            continue
+        j = first.setdefault(message_id, i)
+        if j != i and message.model_dump(exclude={"id"}) != messages[j].model_dump(exclude={"id"}):
+            raise AGUIError(
+                "invalid_run_input",
+                f"messages[{i}] and messages[{j}] have the same id ({message_id!r}) but "
+                "differ: each message of a thread needs an id of its own",
+            )
