@@ -353,6 +353,40 @@ def test_one_damaged_run_hides_no_other_run_s_requests(
             assert code == 6 and named in said, (argv, code, said)
 
 
+RUN_ROW_DAMAGED = {
+    "status": ("UPDATE runs SET status = 'bogus' WHERE run_id = '{answered}'", "answered"),
+    "lease": ("UPDATE runs SET lease_expires_at = 'z' WHERE status = 'in_progress'", "not_started"),
+    "name": ("UPDATE runs SET workflow_name = X'FF' WHERE run_id = '{finished}'", "finished"),
+}
+
+
+@pytest.mark.slow  # two command lines per kind of damage
+@pytest.mark.parametrize("damage", RUN_ROW_DAMAGED)
+def test_one_damaged_run_row_hides_no_other_run(
+    databases: dict[str, Path], tmp_path: Path, damage: str
+) -> None:
+    """``runs list`` named a run whose row is damaged and showed no other run (outside tester
+    137), where the inbox lists every other run's requests: it lists the rest, and names the
+    damaged run, exit 6."""
+    db = tmp_path / "runs.db"
+    with (
+        contextlib.closing(sqlite3.connect(databases["empty"])) as source,
+        contextlib.closing(sqlite3.connect(db)) as conn,
+    ):
+        source.backup(conn)
+    ids = anyio.run(fill, db)
+    statement, which = RUN_ROW_DAMAGED[damage]
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        assert conn.execute(statement.format(**ids)).rowcount >= 1
+    for argv in (["runs", "list"], ["runs", "list", "--json"]):
+        code, printed, said = both([*argv, "--db", str(db)], env_for())[0]
+        assert "Traceback" not in said and "internal error" not in said, said
+        assert code == 6 and f"run {ids[which]!r}" in said and "damaged" in said, (argv, said)
+        for run_id in (ids["long"], ids["cancelled"], ids["paused"]):
+            assert run_id[:8] in printed, (argv, run_id, printed)
+        assert ids[which][:8] not in printed, (argv, printed)
+
+
 def test_the_inbox_names_the_interrupted_run_with_a_step_in_doubt(
     databases: dict[str, Path],
 ) -> None:
