@@ -71,8 +71,15 @@ def chain_to(conn: sqlite3.Connection, run_id: str, seq: int, base: int) -> list
 
 def check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:
     """The rows to fold must end at the run's latest checkpoint: a run whose checkpoints were
-    deleted (or whose newest one was) is damaged, not a run without history."""
+    deleted (or whose newest one was) is damaged, not a run without history; so is one whose
+    row names no latest checkpoint though it has some (its next commit would be refused, after
+    its step's effects ran: outside tester 138)."""
     if latest_id is None:
+        if chain:
+            raise StoreCorruptError(
+                f"run {run_id!r}: its row names no latest checkpoint, yet checkpoint "
+                f"{chain[-1][0]} is stored: the row is damaged"
+            )
         return
     found = chain[-1][0] if chain else None
     if found != latest_id:

@@ -1189,10 +1189,13 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
 
 
 def _said(errors: Sequence[WorkflowError]) -> int:
-    """Say each error (on stderr); the exit code of the last, or 0 if none."""
+    """Say each error (on stderr) once -- a file damaged past one run's rows fails each run's
+    read the same way (the same line seven times: outside tester 138); the exit code of the
+    last, or 0 if none."""
     code = EXIT_DONE
+    for said in dict.fromkeys(str(exc) for exc in errors):
+        print_error(said)
     for exc in errors:
-        print_error(str(exc))
         code = exit_code_for(exc)
     return code
 

@@ -312,6 +312,13 @@ BAD_COLUMNS: dict[str, tuple[str, list[list[str]], str]] = {
         [["cancel", "{run}"], ["resume", "{run}"], ["runs", "show", "{run}"]],
         "is missing",
     ),
+    "runs.latest_checkpoint_id NULL": (
+        # the step ran (an approved tool call), then its commit was refused, exit 5, "fork":
+        # on every resume (outside tester 138)
+        "UPDATE runs SET latest_checkpoint_id = NULL WHERE run_id = :run",
+        [["resume", "{run}"], ["runs", "show", "{run}"]],
+        "names no latest checkpoint",
+    ),
     "checkpoint body not UTF-8": (
         "UPDATE checkpoints SET body = CAST(X'7BFF7D' AS TEXT) WHERE run_id = :run",
         [["runs", "show", "{run}"], ["resume", "{run}"]],
