@@ -416,16 +416,20 @@ def held_calls(
     left in doubt, as its question describes it."""
     pending = list(pending)
     approvals = [r for r in pending if isinstance(r.data, ToolApprovalRequestContent)]
+    in_doubt = [r for r in pending if isinstance(r.data, InDoubtEffect)]
     held: dict[str, HeldCall] = {}
-    for request in pending:
-        described = request.data.description if isinstance(request.data, InDoubtEffect) else None
+    # the batch of each agent asking: its other calls may report results now -- those of a
+    # batch cut off by a crash too, whose question is about one call (their arguments went
+    # unsent: outside tester 139)
+    asking = [r.source_executor_id for r in approvals] + [r.data.executor_id for r in in_doubt]
+    for executor_id in dict.fromkeys(asking):
+        held.update(_batch_of(workflow, checkpoint, executor_id))
+    for request in in_doubt:
+        described = request.data.description
         if isinstance(described, dict) and isinstance(described.get("arguments"), dict):
             call_id, tool = described.get("call_id"), described.get("tool")
             if isinstance(call_id, str) and isinstance(tool, str):
                 held[call_id] = HeldCall(tool, dict(described["arguments"]))
-    for executor_id in dict.fromkeys(r.source_executor_id for r in approvals):
-        for call in _batch_of(workflow, checkpoint, executor_id):
-            held[call.call_id] = HeldCall(call.name, dict(call.arguments))
     for request in approvals:
         guarded: FunctionCallContent = request.data.function_call
         answer = answers.get(request.request_id)  # as the client sent it, or as stored
@@ -445,29 +449,37 @@ def calls_in_flight(workflow: Workflow, checkpoint: Checkpoint) -> dict[str, Hel
     for a run continued after a cut.)"""
     held: dict[str, HeldCall] = {}
     for executor_id in checkpoint.executor_states:
-        for call in _batch_of(workflow, checkpoint, executor_id):
-            held[call.call_id] = HeldCall(call.name, dict(call.arguments))
+        held.update(_batch_of(workflow, checkpoint, executor_id))
     return held
 
 
-def _batch_of(
-    workflow: Workflow, checkpoint: Checkpoint, executor_id: str
-) -> list[FunctionCallContent]:
-    """The calls of the batch an agent host holds, from the conversation it keeps in its state
-    ([] for an executor keeping none; one that does not decode is left to the restore, which
-    reports it as corrupt)."""
+def _batch_of(workflow: Workflow, checkpoint: Checkpoint, executor_id: str) -> dict[str, HeldCall]:
+    """The calls of the batch an agent host holds, by call id, from the conversation it keeps
+    in its state, with the edits of the approvals answered so far ({} for an executor keeping
+    none; one that does not decode is left to the restore, which reports it as corrupt)."""
     stored = checkpoint.executor_states.get(executor_id, {}).get("conversation")
     if stored is None:
-        return []
+        return {}
     try:
         conversation = workflow.codec.decode(stored)
         if isinstance(conversation, list):  # messages are kept as JSON text (stored_message)
             conversation = [read_message(m) for m in conversation]
     except (SerializationError, ValueError):
-        return []
+        return {}
     if not isinstance(conversation, list) or not all(
         isinstance(m, ChatMessage) for m in conversation
     ):
-        return []
+        return {}
     batch = pending_batch(conversation)
-    return list(batch[0]) if batch else []
+    if batch is None:
+        return {}
+    calls, requests, answers = batch
+    decided = {}  # (an approved call runs with its reviewer's edits)
+    for request in requests:
+        answer = answers.get(request.id) if request.id is not None else None
+        if answer is not None and answer.approved:
+            decided[request.function_call.call_id] = answer
+    return {
+        call.call_id: HeldCall(call.name, edited_arguments(call, decided.get(call.call_id)))
+        for call in calls
+    }

@@ -33,7 +33,14 @@ from tests.integration.agui_harness import (
 )
 from tests.integration.hostile_harness import store_state
 from workflow_engine import EffectResolution, ExternalRequest, InDoubtEffect, TypeRegistry
-from workflow_engine.executors import AgentRunUpdateEvent
+from workflow_engine.executors import (
+    AgentRunUpdateEvent,
+    ChatMessage,
+    FunctionCallContent,
+    ToolApprovalRequestContent,
+    ToolApprovalResponseContent,
+)
+from workflow_engine.executors._host import stored_message
 from workflow_engine_agui._endpoint import EventTranslator
 from workflow_engine_agui._http import type_label, wire_value
 from workflow_engine_agui._interrupts import held_calls, interrupt_for
@@ -554,3 +561,46 @@ def test_a_call_left_in_doubt_by_a_crash_is_sent_again_as_its_question_describes
             RunFinishedEvent(thread_id="t", run_id="r"),
         ]
     )
+
+
+def test_the_other_calls_of_a_batch_cut_off_by_a_crash_are_sent_again_with_their_arguments() -> (
+    None
+):
+    """A batch of two calls, the first approved with a reviewer's edit and run, the second cut
+    off by a crash: answering the question about the second, the run reports both results --
+    and the first call went out with no arguments, the question being about the other one
+    only (outside tester 139). It goes out with the arguments it ran with."""
+    workflow = build_support_workflow()
+    admitted = workflow.admit(REFUND, run_id="support:t/0")
+    refund = FunctionCallContent(call_id="c1", name="submit_refund", arguments=REFUND_ARGUMENTS)
+    note = FunctionCallContent(call_id="c2", name="add_note", arguments={"text": "refunded"})
+    asked = ToolApprovalRequestContent(id="approval_c1", function_call=refund)
+    edit = {"amount": 50.0}
+    approved = ToolApprovalResponseContent(approved=True, id="approval_c1", arguments=edit)
+    conversation = [
+        ChatMessage(role="assistant", contents=[refund, note]),
+        ChatMessage(role="assistant", contents=[asked]),
+        ChatMessage(role="user", contents=[approved]),
+    ]
+    states = {"refund_agent": {"conversation": [stored_message(m) for m in conversation]}}
+    encoded = {
+        executor: {key: workflow.codec.encode(value) for key, value in state.items()}
+        for executor, state in states.items()
+    }
+    checkpoint = admitted.model_copy(update={"executor_states": encoded})
+    question = InDoubtEffect(
+        executor_id="refund_agent",
+        step="tool#1",
+        description={"tool": "add_note", "arguments": {"text": "refunded"}, "call_id": "c2"},
+    )
+    request = ExternalRequest("r1", "refund_agent", question, EffectResolution)
+    translator = EventTranslator(scope="support:t/0")
+    translator.held = held_calls(workflow, checkpoint, [request], {})
+    for call_id, name, arguments in (
+        ("c1", "submit_refund", {**REFUND_ARGUMENTS, **edit}),
+        ("c2", "add_note", {"text": "refunded"}),
+    ):
+        result = AgentRunUpdateEvent("refund_agent", "function_result", call_id=call_id, result=1)
+        start, args, _, _ = translator.translate(result)
+        assert (start.tool_call_id, start.tool_call_name) == (f"support:t/0:{call_id}", name)
+        assert args.type == EventType.TOOL_CALL_ARGS and json.loads(args.delta) == arguments
