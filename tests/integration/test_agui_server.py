@@ -562,7 +562,6 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
         ([*history, user(REFUND)], REFUND),  # the same words again (tester 70)
         ([typed, *history], typed["content"]),  # before the history (tester 71)
         ([edited, history[1]], edited["content"]),  # the first message, edited (tester 71)
-        ([{**typed, "id": asked["id"]}, *history], typed["content"]),  # its id, reused (72)
     ):
         for stream in (
             client.post("/support", run_input(thread_id, sent, resume=approve)),
@@ -574,6 +573,15 @@ def test_a_resume_carrying_a_new_user_message_is_refused_and_stores_nothing(
                 EventType.RUN_STARTED,
                 EventType.RUN_ERROR,
             ]
+    # its id, reused (tester 72), beside the message itself: one id for two messages (136)
+    sent = [{**typed, "id": asked["id"]}, *history]
+    for stream in (
+        client.post("/support", run_input(thread_id, sent, resume=approve)),
+        client.resume_forwarded("/support", thread_id, approve, messages=sent),
+    ):
+        assert stream.status == 422 and not stream.events, stream.describe()
+        assert stream.body["error"] == "invalid_run_input", stream.body
+        assert f"have the same id ({asked['id']!r})" in stream.body["message"], stream.body
     # the call's own arguments sent back with the approval are no words the person typed
     # (tester 73: "customer request" then passed as an answer shown as a message)
     echoed = resolved(interrupt.id, {"accepted": True, "arguments": REFUND_ARGUMENTS})
