@@ -884,7 +884,14 @@ class AGUIService:
             # it, and was told so while this request continued it (outside tester 123)
             if await self._started_with(workflow, record.run_id, message):
                 self._starting.add(record.run_id)
-                held = calls_in_flight(workflow, checkpoint) if checkpoint is not None else {}
+                held: dict[str, HeldCall] = {}
+                if checkpoint is not None:  # the calls it was making, with the answers it
+                    # was applying (a reviewer's edits: outside tester 140), as a resume has
+                    stored, stored_answers = await self._answered(workflow, record.run_id)
+                    held = {
+                        **calls_in_flight(workflow, checkpoint),
+                        **held_calls(workflow, checkpoint, stored, stored_answers),
+                    }
                 return Turn(record.run_id, key, held)
             raise AGUIError(
                 "run_interrupted",

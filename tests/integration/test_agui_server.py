@@ -255,15 +255,19 @@ def paused_then_stopped(tmp_path: Path) -> tuple[Server, str, Any]:
     return server, thread_id, interrupt
 
 
-def approve_from_the_command_line(server: Server, thread_id: str) -> list[str]:
-    """Store the approval of the one pending request while no server runs (as a server killed
-    after storing it, before applying it, leaves it); the CLI's arguments for that database."""
+def approve_from_the_command_line(
+    server: Server, thread_id: str, edits: dict[str, Any] | None = None
+) -> list[str]:
+    """Store the approval of the one pending request (with a reviewer's ``edits``) while no
+    server runs (as a server killed after storing it, before applying it, leaves it); the
+    CLI's arguments for that database."""
     engine = [*cli(), "--db", str(server.db)]
     listed = subprocess.run(
         [*engine, "requests", "list", "--json"], capture_output=True, text=True, check=True
     )
     [request] = json.loads(listed.stdout)
-    subprocess.run([*engine, "respond", request["request_id"], "--approve"], check=True)
+    edited = ["--arguments", json.dumps(edits)] if edits else []
+    subprocess.run([*engine, "respond", request["request_id"], "--approve", *edited], check=True)
     assert not ledger_lines(server, thread_id)  # stored, not applied
     return engine
 
@@ -448,6 +452,25 @@ def test_a_thread_whose_run_was_cut_off_continues_it_before_a_new_message(
         ).stdout
     )
     assert [r["status"] for r in runs] == ["idle"]
+    assert len(ledger_lines(server, thread_id)) == 1
+
+
+def test_a_cut_off_run_continued_by_its_start_sends_its_call_as_the_reviewer_edited_it(
+    tmp_path: Path,
+) -> None:
+    """Continued by the request that started it, a run that was applying an approval with a
+    reviewer's edits sent the call with the model's arguments, then the result of the edited
+    call (outside tester 140): the answers it applies are read, as a resume reads them."""
+    from tests.integration.test_agui_wire import replayed_call
+
+    server, thread_id, interrupt = paused_then_stopped(tmp_path)
+    approve_from_the_command_line(server, thread_id, edits={"amount": 50.0})
+    with server:
+        again = Client(server.url).start("/support", thread_id, REFUND)
+        assert_success(again)
+        name, arguments, result = replayed_call(again, interrupt.tool_call_id)
+    assert (name, arguments) == ("submit_refund", {**REFUND_ARGUMENTS, "amount": 50.0})
+    assert "Refund of 50" in result, result
     assert len(ledger_lines(server, thread_id)) == 1
 
 
