@@ -28,11 +28,14 @@ from workflow_engine._errors import CheckpointVersionError, StoreCorruptError, s
 from ._chunks import CHAIN_TEXTS, with_chunks
 from ._records import fetch_rows
 from ._sql import (
+    SEQ_SPAN,
     SQL_CHAIN,
+    SQL_CHECKPOINT_PLACE,
     SQL_LATEST_CHAIN,
     SQL_LATEST_CHAIN_LEAN,
     SQL_LATEST_SEQ,
     SQL_RUN_BASE,
+    SQL_RUN_NUMBER,
 )
 from ._stored_lists import put_lists_back
 
@@ -69,24 +72,54 @@ def chain_to(conn: sqlite3.Connection, run_id: str, seq: int, base: int) -> list
     return with_chunks(conn, rows, CHAIN_TEXTS, f"run {run_id!r}")
 
 
-def check_chain(run_id: str, latest_id: str | None, chain: list[tuple] | None) -> None:
+def check_chain(
+    conn: sqlite3.Connection, run_id: str, latest_id: str | None, chain: list[tuple] | None
+) -> None:
     """The rows to fold must end at the run's latest checkpoint: a run whose checkpoints were
     deleted (or whose newest one was) is damaged, not a run without history; so is one whose
-    row names no latest checkpoint though it has some (its next commit would be refused, after
-    its step's effects ran: outside tester 138)."""
-    if latest_id is None:
-        if chain:
-            raise StoreCorruptError(
-                f"run {run_id!r}: its row names no latest checkpoint, yet checkpoint "
-                f"{chain[-1][0]} is stored: the row is damaged"
-            )
-        return
+    row names no latest checkpoint (a run is written with its first: its next commit would be
+    refused after its step's effects ran, outside tester 138). Which part is damaged is read
+    again, on this error only (outside tester 140: a damaged run number read as checkpoints
+    missing)."""
     found = chain[-1][0] if chain else None
-    if found != latest_id:
-        newest = f"the newest stored is {found}" if found is not None else "none is stored"
+    if latest_id is not None and found == latest_id:
+        return
+    if latest_id is None:
+        stored = f"yet checkpoint {found} is stored" if found is not None else "nor is one stored"
         raise StoreCorruptError(
-            f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is missing ({newest})"
+            f"run {run_id!r}: its row names no latest checkpoint, {stored}: the row is damaged"
         )
+    raise StoreCorruptError(_why_not_found(conn, run_id, latest_id, found))
+
+
+def _why_not_found(conn: sqlite3.Connection, run_id: str, latest_id: str, found: str | None) -> str:
+    """Why the run's latest checkpoint is not where its rows end: its run number (which
+    places its rows) damaged, the id another run's or an older one of its own, or the
+    checkpoint gone."""
+    number = conn.execute(SQL_RUN_NUMBER, (run_id,)).fetchone()
+    if number is not None and (number[0] != "integer" or number[1] < 0):
+        return (
+            f"run {run_id!r}: its run_no is damaged ({shown(number[1])}): its checkpoint rows "
+            "cannot be found"
+        )
+    place = conn.execute(SQL_CHECKPOINT_PLACE, (latest_id,)).fetchone()
+    if place is not None and place[0] != run_id:
+        return (
+            f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is run "
+            f"{shown(place[0])}'s: the row is damaged"
+        )
+    if place is not None and number is not None and place[2] != number[1] * SEQ_SPAN:
+        return (
+            f"run {run_id!r}: its run_no is damaged ({shown(number[1])}): its checkpoints "
+            "are stored under another number"
+        )
+    if place is not None:
+        return (
+            f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is not its newest stored "
+            f"({found}): the row is damaged"
+        )
+    newest = f"the newest stored is {found}" if found is not None else "none is stored"
+    return f"run {run_id!r}: its latest checkpoint {shown(latest_id)} is missing ({newest})"
 
 
 def fold_chain(

@@ -239,7 +239,7 @@ class SqliteReader:
         if row is None:
             return None
         chain = latest_chain(self._conn, run_id)
-        check_chain(run_id, row[10], chain)
+        check_chain(self._conn, run_id, row[10], chain)
         return run_record(row), fold_chain(run_id, chain)[0] if chain is not None else None
 
     def history(self, run_id: str) -> list[CheckpointInfo]:

@@ -154,6 +154,7 @@ SQL_STORED_LISTS = (  # run ?1's first snapshot at or after seq ?2 (see ``_store
     f"{_BASE} + ?2 AND {_BASE} + {SEQ_SPAN - 1} AND kind = 'snapshot' ORDER BY pos LIMIT 1"
 )
 SQL_RUN_BASE = f"SELECT run_no * {SEQ_SPAN} FROM runs WHERE run_id = ?"
+SQL_RUN_NUMBER = "SELECT typeof(run_no), run_no FROM runs WHERE run_id = ?"
 SQL_CHECKPOINT_PLACE = "SELECT run_id, seq, pos - seq FROM checkpoints WHERE checkpoint_id = ?"
 SQL_SPAN_BASE = (  # what a new span of run ?1 must be relative to: its newest snapshot or span
     f"SELECT checkpoint_id FROM checkpoints WHERE {_IN_RUN} AND kind != 'delta' "

@@ -1580,7 +1580,7 @@ class SqliteStore:
         if chain is None:
             chain = latest_chain(conn, run_id, row[16], lean=True)
             # raising here rolls the lease back: nothing is written
-            check_chain(run_id, run.latest_checkpoint_id, chain)
+            check_chain(conn, run_id, run.latest_checkpoint_id, chain)
         return run, lease, meta, chain, answered
 
     def _give_back(self, lease: Lease, status: WorkflowRunState | None = None) -> None:
@@ -1982,7 +1982,7 @@ class SqliteStore:
         if row is None or self._recall(run_id, row[10]) is not None:
             return row, None
         chain = latest_chain(conn, run_id, lean=True)
-        check_chain(run_id, row[10], chain)
+        check_chain(conn, run_id, row[10], chain)
         return row, chain
 
     async def list_runs(

@@ -1448,7 +1448,8 @@ class Runtime:
             return await self._run_info(run_id)
         try:
             checkpoint = loaded[0] if loaded is not None else await self.store.latest(run_id)
-            assert checkpoint is not None
+            if checkpoint is None:  # (a store's damage: every run is written with its first)
+                raise CheckpointNotFoundError(f"run {run_id!r} has no checkpoint")
             _require_declared(wf, checkpoint)
             await wf.cancel(checkpoint=checkpoint, checkpoint_store=sink)
         finally:

@@ -65,7 +65,8 @@ def execute(db: Path, sql: str, params: Sequence[Any] = ()) -> None:
     conn = sqlite3.connect(db)
     try:
         with conn:
-            conn.execute(sql, params)
+            for statement in sql.split(";"):  # (statements apart: no ";" inside one)
+                conn.execute(statement, params)
     finally:
         conn.close()
 
@@ -318,6 +319,25 @@ BAD_COLUMNS: dict[str, tuple[str, list[list[str]], str]] = {
         "UPDATE runs SET latest_checkpoint_id = NULL WHERE run_id = :run",
         [["resume", "{run}"], ["runs", "show", "{run}"]],
         "names no latest checkpoint",
+    ),
+    "runs.latest_checkpoint_id NULL, its checkpoints gone": (
+        # cancel: "internal error: AssertionError", exit 1, and the row written (tester 140)
+        "DELETE FROM checkpoints WHERE run_id = :run; "
+        "UPDATE runs SET latest_checkpoint_id = NULL WHERE run_id = :run",
+        [["cancel", "{run}"], ["resume", "{run}"], ["runs", "show", "{run}"]],
+        "names no latest checkpoint, nor is one stored",
+    ),
+    "runs.run_no NULL": (
+        # said as its latest checkpoint missing, which was stored (tester 140)
+        "UPDATE runs SET run_no = NULL WHERE run_id = :run",
+        [["cancel", "{run}"], ["resume", "{run}"], ["runs", "show", "{run}"]],
+        "its run_no is damaged",
+    ),
+    "runs.latest_checkpoint_id an older one": (
+        "UPDATE runs SET latest_checkpoint_id = (SELECT checkpoint_id FROM checkpoints WHERE "
+        "run_id = :run AND seq = 0) WHERE run_id = :run",
+        [["resume", "{run}"], ["runs", "show", "{run}"]],
+        "is not its newest stored",
     ),
     "checkpoint body not UTF-8": (
         "UPDATE checkpoints SET body = CAST(X'7BFF7D' AS TEXT) WHERE run_id = :run",
