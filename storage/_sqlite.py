@@ -117,6 +117,7 @@ from ._records import (
     ids_beside,
     lease_columns,
     listed_runs,
+    listed_runs_apart,
     load_json,
     request_id_of,
     requests_of_run,
@@ -1995,7 +1996,20 @@ class SqliteStore:
     ) -> Sequence[RunRecord]:
         """``RunStore.list_runs``; ``started``: only runs some worker has taken (True), or
         only runs none ever took (False), told apart by the query (``started_runs``)."""
-        text, params = filtered(
+        text, params = self._runs_query(status, workflow, started)
+        if limit is not None:
+            text += " LIMIT ?"
+            params.append(limit)
+        return await self._run(
+            self._transaction, "BEGIN", listed_runs, (text, params, status is not None)
+        )
+
+    @staticmethod
+    def _runs_query(
+        status: WorkflowRunState | None, workflow: str | None, started: bool | None
+    ) -> tuple[str, list[Any]]:
+        """The SQL of a listing of runs, oldest first, and its parameters."""
+        return filtered(
             f"SELECT {RUN_COLUMNS} FROM runs",
             (
                 ("status", WorkflowRunState(status).value if status is not None else None),
@@ -2004,11 +2018,19 @@ class SqliteStore:
             "created_at, run_id",
             *started_runs(started),
         )
-        if limit is not None:
-            text += " LIMIT ?"
-            params.append(limit)
+
+    async def list_runs_apart(
+        self,
+        status: WorkflowRunState | None = None,
+        workflow: str | None = None,
+        *,
+        started: bool | None = None,
+    ) -> tuple[list[RunRecord], list[StoreCorruptError]]:
+        """``list_runs``, and the errors naming the runs whose rows do not read instead of
+        failing at the first (what a person's listing shows: ``listed_runs_apart``)."""
+        text, params = self._runs_query(status, workflow, started)
         return await self._run(
-            self._transaction, "BEGIN", listed_runs, (text, params, status is not None)
+            self._transaction, "BEGIN", listed_runs_apart, (text, params, status is not None)
         )
 
     async def run_ids(self, prefix: str = "") -> Sequence[str]:

@@ -1110,7 +1110,11 @@ def runs_list(
         async def go(runtime: Runtime) -> int:
             # (interrupted and not_started: told apart by the query, as the quick listing does)
             started = None if shown_only is None else shown_only != "not_started"
-            runs, damaged = await _runs_tolerantly(runtime, state, workflow, started)
+            # every run whose row reads, and the damaged ones named: one hid all the others
+            # (outside testers 137, 140)
+            runs, damaged = await _store_of(runtime).list_runs_apart(
+                state, workflow, started=started
+            )
             if shown_only:
                 runs = [r for r in runs if person_status(r) == shown_only]
             filtered = status is not None or workflow is not None
@@ -1120,7 +1124,8 @@ def runs_list(
                 if filtered and runs and not json_mode
                 else None
             )
-            runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)()
+            if runs or json_mode or not damaged:  # ("No runs." where every run is damaged: no)
+                runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)()
             return _said(damaged)
 
         return await _with_runtime(db, go, read_only=True)
@@ -1198,38 +1203,6 @@ def _said(errors: Sequence[WorkflowError]) -> int:
     for exc in errors:
         code = exit_code_for(exc)
     return code
-
-
-async def _runs_tolerantly(
-    runtime: Runtime, state: Any, workflow: str | None, started: bool | None
-) -> tuple[list[Any], list[WorkflowError]]:
-    """The runs ``runs list`` shows, and the errors of runs whose rows cannot be read: one
-    damaged run row stopped the whole listing, where the inbox lists every other run's requests
-    (outside tester 137). Only then is each run read on its own (``started`` is then left to
-    the caller's filter of shown statuses)."""
-    from workflow_engine import StoreCorruptError
-
-    store = _store_of(runtime)
-    try:
-        return list(await store.list_runs(state, workflow, started=started)), []
-    except StoreCorruptError as exc:
-        listed = exc
-    try:
-        run_ids = await store.run_ids("")
-    except StoreCorruptError:  # (an id itself: no run can be told from another)
-        raise listed from None
-    found: list[Any] = []
-    damaged: list[WorkflowError] = []
-    for run_id in run_ids:
-        try:
-            record = await store.get_run(run_id)
-        except StoreCorruptError as exc:
-            damaged.append(exc)
-            continue
-        if (state is None or record.status is state) and workflow in (None, record.workflow_name):
-            found.append(record)
-    found.sort(key=lambda record: (record.created_at, record.run_id))
-    return found, damaged
 
 
 async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[WorkflowError]]:
