@@ -1728,18 +1728,33 @@ def check_ids(run_input: RunAgentInput, resume: Sequence[ResumeAnswer] = ()) -> 
 
 
 def _refuse_conflicting_ids(messages: Sequence[Any]) -> None:
-    """Two messages of a request by one id that say different things: a thread's messages are
-    told apart by id, so the run would keep one of them and refuse the other later, as a
-    message it never received (outside tester 136). The same message sent twice is left be."""
+    """Two user messages of a request by one id that say different things (whitespace aside,
+    as a thread tells its messages apart): the run would keep one of them and refuse the other
+    later, as a message it never received (outside tester 136). The same message sent twice,
+    or spelt otherwise (its text in parts, its keys in another order), is left be, as are
+    other roles' messages: the thread keeps no id of theirs."""
     first: dict[str, int] = {}
     for i, message in enumerate(messages):
         message_id = getattr(message, "id", None)
         if not isinstance(message_id, str) or not message_id:
             continue
         j = first.setdefault(message_id, i)
-        if j != i and message.model_dump(exclude={"id"}) != messages[j].model_dump(exclude={"id"}):
+        if j == i:
+            continue
+        said, before = _said_by_user(message), _said_by_user(messages[j])
+        if (said, before) != (None, None) and (
+            said is None or before is None or _digest(said) != _digest(before)
+        ):
             raise AGUIError(
                 "invalid_run_input",
-                f"messages[{i}] and messages[{j}] have the same id ({message_id!r}) but "
-                "differ: each message of a thread needs an id of its own",
+                f"messages[{i}] and messages[{j}] have the same id ({message_id!r}) but say "
+                "different things: each message of a thread needs an id of its own",
             )
+
+
+def _said_by_user(message: Any) -> str | None:
+    """The words of a user's message (None: another role's, or no words)."""
+    said = _to_chat_message(message)
+    if said is None or said.role != "user" or not said.text.strip():
+        return None
+    return said.text

@@ -289,8 +289,11 @@ def test_doubled_origins_bad_ports_compressed_bodies_long_and_doubled_ids_are_re
     refused_http(refused, 422, "invalid_run_input")
     assert "messages[1] and messages[0] have the same id" in str(refused.body), refused.body
     assert store_state(server.db) == before
-    twice = client.post("/support", run_input(thread(), [said, said]))  # the same, twice: taken
-    assert twice.status == 200 and twice.last.type == EventType.RUN_FINISHED, twice.describe()
+    # the same words twice -- as they are, spaced otherwise, in parts -- are taken
+    parts = {**said, "content": [{"type": "text", "text": part} for part in REFUND.split(" ")]}
+    for again in (said, {**said, "content": f"  {REFUND} "}, parts):
+        twice = client.post("/support", run_input(thread(), [said, again]))
+        assert twice.status == 200 and twice.last.type == EventType.RUN_FINISHED, again
     stream = client.start("/support", thread(), "Hello")
     assert stream.headers["cache-control"] == "no-cache", stream.headers
     assert stream.headers["x-accel-buffering"] == "no", stream.headers
