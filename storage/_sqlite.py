@@ -1186,7 +1186,7 @@ class SqliteStore:
             if self._impatient or getattr(self._on_worker, "slicing", False):
                 return _Busy(text)
             return self._locked()
-        if "not a database" in lowered or "malformed" in lowered:
+        if "not a database" in lowered or "malformed" in lowered or "not decode" in lowered:
             return StoreCorruptError(f"database {self.path} is damaged: {text}")
         if "unable to open" in lowered:
             why = _side_file_refused(self.path)

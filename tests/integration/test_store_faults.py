@@ -306,6 +306,28 @@ async def test_a_schema_damaged_into_bytes_that_are_not_utf8_is_named_as_damage(
         assert "internal error" not in done.stderr + done.stdout
 
 
+async def test_a_schema_entry_named_in_bytes_that_are_not_utf8_is_named_as_damage(
+    tmp_path: Path,
+) -> None:
+    """SQLite reads such a name, Python's ``sqlite3`` cannot: said as damage, not as a bare
+    storage error (outside tester 140)."""
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    await rt.run("stepper", 1)
+    await rt.close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(
+        "UPDATE sqlite_master SET name = 'ix_runs_st' || CAST(X'FF' AS TEXT), sql = "
+        "replace(sql, 'ix_runs_status', 'ix_runs_st' || CAST(X'FF' AS TEXT)) "
+        "WHERE name = 'ix_runs_status'"
+    )
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreCorruptError, match="is damaged: Could not decode to UTF-8"):
+        await SqliteStore(db).open()
+
+
 async def test_unusable_directory_is_reported(tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where a directory should be")
