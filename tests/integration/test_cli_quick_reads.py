@@ -307,6 +307,23 @@ def test_a_damaged_answer_is_counted_in_listings_and_said_when_its_run_is_shown(
 
 
 # (what damages one run, the words that name it: every other run's requests are listed)
+def filled_and_damaged(
+    source_db: Path, tmp_path: Path, statement: str
+) -> tuple[Path, dict[str, str]]:
+    """A copy of ``source_db`` with runs in every state (``fill``), then damaged by
+    ``statement`` (formatted with their ids); the copy and the ids."""
+    db = tmp_path / "runs.db"
+    with (
+        contextlib.closing(sqlite3.connect(source_db)) as source,
+        contextlib.closing(sqlite3.connect(db)) as conn,
+    ):
+        source.backup(conn)  # (the WAL's pages too)
+    ids = anyio.run(fill, db)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        assert conn.execute(statement.format(**ids)).rowcount >= 1
+    return db, ids
+
+
 ONE_RUN_DAMAGED = {
     "a journal entry's value": ("UPDATE journal SET value = '{{bad'", "journal entry"),
     "a journal entry's key": ("UPDATE journal SET key = X'FF'", "journal entry's key"),
@@ -335,16 +352,8 @@ def test_one_damaged_run_hides_no_other_run_s_requests(
     requests unshown, though ``--json`` (which does not look) listed them; a request whose run
     row was gone failed both, exit 4 (outside testers 133, 134). Each is said for its run, the
     rest listed, exit 6 as for a damaged request row."""
-    db = tmp_path / "runs.db"
-    with (
-        contextlib.closing(sqlite3.connect(databases["in_doubt"])) as source,
-        contextlib.closing(sqlite3.connect(db)) as conn,
-    ):
-        source.backup(conn)  # (the WAL's pages too)
-    ids = anyio.run(fill, db)
     statement, named = ONE_RUN_DAMAGED[damage]
-    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
-        assert conn.execute(statement.format(**ids)).rowcount >= 1
+    db, ids = filled_and_damaged(databases["in_doubt"], tmp_path, statement)
     for argv in (["requests", "list"], ["requests", "list", "--json"]):
         code, printed, said = both([*argv, "--db", str(db)], env_for())[0]
         assert "Traceback" not in said and "internal error" not in said, said
@@ -385,16 +394,8 @@ def test_one_damaged_run_row_hides_no_other_run(
     """``runs list`` named a run whose row is damaged and showed no other run (outside tester
     137), where the inbox lists every other run's requests: it lists the rest, and names the
     damaged run, exit 6."""
-    db = tmp_path / "runs.db"
-    with (
-        contextlib.closing(sqlite3.connect(databases["empty"])) as source,
-        contextlib.closing(sqlite3.connect(db)) as conn,
-    ):
-        source.backup(conn)
-    ids = anyio.run(fill, db)
     statement, which, named = RUN_ROW_DAMAGED[damage]
-    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
-        assert conn.execute(statement.format(**ids)).rowcount >= 1
+    db, ids = filled_and_damaged(databases["empty"], tmp_path, statement)
     for argv in (["runs", "list"], ["runs", "list", "--json"]):
         code, printed, said = both([*argv, "--db", str(db)], env_for())[0]
         assert "Traceback" not in said and "internal error" not in said, said

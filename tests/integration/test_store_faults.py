@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -271,6 +272,21 @@ async def test_garbage_file_is_not_a_database(tmp_path: Path) -> None:
         await SqliteStore(db).open()
 
 
+async def with_schema_edited(tmp_path: Path, statement: str, value: Any) -> Path:
+    """A database with one run, whose index ``ix_runs_status`` ``statement`` then edits in the
+    schema itself (parameters: ``value``, the index's name)."""
+    db = tmp_path / "runs.db"
+    rt = runtime(db)
+    await rt.run("stepper", 1)
+    await rt.close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA writable_schema = ON")
+    conn.execute(statement, (value, "ix_runs_status"))
+    conn.commit()
+    conn.close()
+    return db
+
+
 async def test_a_schema_damaged_into_bytes_that_are_not_utf8_is_named_as_damage(
     tmp_path: Path,
 ) -> None:
@@ -278,19 +294,10 @@ async def test_a_schema_damaged_into_bytes_that_are_not_utf8_is_named_as_damage(
     to decode the message (a ``UnicodeDecodeError``, not a ``sqlite3.Error``): it is damage,
     named with the file, not a bare error -- nor "internal error", exit 1, on the command line
     (outside tester 137, who met it by flipping random bytes of a database)."""
-    db = tmp_path / "runs.db"
-    rt = runtime(db)
-    await rt.run("stepper", 1)
-    await rt.close()
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA writable_schema = ON")
     garbled = b"CREATE INDEX x \xa9 ON runs(status)"  # (0xa9: no UTF-8 text starts so)
-    conn.execute(
-        "UPDATE sqlite_master SET sql = CAST(? AS TEXT) WHERE name = 'ix_runs_status'",
-        (garbled,),
+    db = await with_schema_edited(
+        tmp_path, "UPDATE sqlite_master SET sql = CAST(? AS TEXT) WHERE name = ?", garbled
     )
-    conn.commit()
-    conn.close()
     rt = runtime(db)
     with pytest.raises(StoreCorruptError, match="damaged: malformed database schema") as info:
         await rt.list_runs()
@@ -311,19 +318,13 @@ async def test_a_schema_entry_named_in_bytes_that_are_not_utf8_is_named_as_damag
 ) -> None:
     """SQLite reads such a name, Python's ``sqlite3`` cannot: said as damage, not as a bare
     storage error (outside tester 140)."""
-    db = tmp_path / "runs.db"
-    rt = runtime(db)
-    await rt.run("stepper", 1)
-    await rt.close()
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA writable_schema = ON")
-    conn.execute(
-        "UPDATE sqlite_master SET name = 'ix_runs_st' || CAST(X'FF' AS TEXT), sql = "
-        "replace(sql, 'ix_runs_status', 'ix_runs_st' || CAST(X'FF' AS TEXT)) "
-        "WHERE name = 'ix_runs_status'"
+    renamed = "'ix_runs_st' || CAST(X'FF' AS TEXT)"
+    db = await with_schema_edited(
+        tmp_path,
+        f"UPDATE sqlite_master SET name = {renamed}, sql = replace(sql, ?, {renamed}) "
+        "WHERE name = ?",
+        "ix_runs_status",
     )
-    conn.commit()
-    conn.close()
     with pytest.raises(StoreCorruptError, match="is damaged: Could not decode to UTF-8"):
         await SqliteStore(db).open()
 
