@@ -1732,19 +1732,20 @@ def _refuse_conflicting_ids(messages: Sequence[Any]) -> None:
     as a thread tells its messages apart): the run would keep one of them and refuse the other
     later, as a message it never received (outside tester 136). The same message sent twice,
     or spelt otherwise (its text in parts, its keys in another order), is left be, as are
-    other roles' messages: the thread keeps no id of theirs."""
-    first: dict[str, int] = {}
-    for i, message in enumerate(messages):
-        message_id = getattr(message, "id", None)
-        if not isinstance(message_id, str) or not message_id:
+    other roles' messages and wordless ones: the thread keeps no id of theirs (a client may
+    give a user's message and its reply one id: outside tester 141)."""
+    ids = [getattr(message, "id", None) for message in messages]
+    counted = collections.Counter(i for i in ids if isinstance(i, str) and i)
+    repeated = {message_id for message_id, count in counted.items() if count > 1}
+    first: dict[str, tuple[int, str]] = {}  # id → where its words were first, their digest
+    for i, message_id in enumerate(ids):
+        if message_id not in repeated:  # (words are read only for an id met again)
             continue
-        j = first.setdefault(message_id, i)
-        if j == i:
+        said = _said_by_user(messages[i])
+        if said is None:
             continue
-        said, before = _said_by_user(message), _said_by_user(messages[j])
-        if (said, before) != (None, None) and (
-            said is None or before is None or _digest(said) != _digest(before)
-        ):
+        j, before = first.setdefault(message_id, (i, _digest(said)))
+        if before != _digest(said):
             raise AGUIError(
                 "invalid_run_input",
                 f"messages[{i}] and messages[{j}] have the same id ({message_id!r}) but say "

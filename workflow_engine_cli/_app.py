@@ -1274,7 +1274,7 @@ async def _runs_answered(
     """Resting runs with answers stored and not applied (no live worker applies them): they
     wait for ``resume``, with no request left pending to say so (tester 74). (run, answers);
     and the errors of such runs whose rows are damaged (one hid every request: tester 134)."""
-    from workflow_engine import StoreCorruptError
+    from workflow_engine import RunNotFoundError, StoreCorruptError
 
     found = []
     damaged: list[WorkflowError] = []
@@ -1283,6 +1283,9 @@ async def _runs_answered(
             record = await runtime.store.get_run(run_id)
         except StoreCorruptError as exc:
             damaged.append(exc)
+            continue
+        except RunNotFoundError as exc:  # (its row's id changed under them: tester 141)
+            damaged.append(StoreCorruptError(f"{exc}, yet stored answers name it: damaged"))
             continue
         if answered_to_apply(record):
             found.append((record, count))

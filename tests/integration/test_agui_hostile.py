@@ -294,6 +294,14 @@ def test_doubled_origins_bad_ports_compressed_bodies_long_and_doubled_ids_are_re
     for again in (said, {**said, "content": f"  {REFUND} "}, parts):
         twice = client.post("/support", run_input(thread(), [said, again]))
         assert twice.status == 200 and twice.last.type == EventType.RUN_FINISHED, again
+    # a user's message and its reply by one id: taken (tester 141); a reply between two
+    # user messages by one id that differ hides nothing
+    reply = {"id": said["id"], "role": "assistant", "content": "Let me look."}
+    taken = client.post("/support", run_input(thread(), [said, reply]))
+    assert taken.status == 200 and taken.last.type == EventType.RUN_FINISHED, taken.describe()
+    refused = client.post("/support", run_input(thread(), [reply, *one_id]))
+    refused_http(refused, 422, "invalid_run_input")
+    assert "messages[2] and messages[1] have the same id" in str(refused.body), refused.body
     stream = client.start("/support", thread(), "Hello")
     assert stream.headers["cache-control"] == "no-cache", stream.headers
     assert stream.headers["x-accel-buffering"] == "no", stream.headers

@@ -339,6 +339,10 @@ ONE_RUN_DAMAGED = {
         "DELETE FROM runs WHERE run_id = '{paused}'",
         "yet pending requests name it",
     ),
+    "the id of a run with an answer waiting": (  # (exit 4, nothing listed: tester 141)
+        "UPDATE runs SET run_id = 'x' || run_id WHERE run_id = '{answered}'",
+        "yet stored answers name it",
+    ),
 }
 
 
