@@ -287,6 +287,7 @@ async def with_schema_edited(tmp_path: Path, statement: str, value: Any) -> Path
     return db
 
 
+@pytest.mark.slow  # two command lines
 async def test_a_schema_damaged_into_bytes_that_are_not_utf8_is_named_as_damage(
     tmp_path: Path,
 ) -> None:
