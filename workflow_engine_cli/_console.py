@@ -245,11 +245,12 @@ def discard_typeahead() -> None:
 @contextlib.contextmanager
 def typed_keys_hidden(asking: bool) -> Iterator[None]:
     """While agents work, keys typed at the terminal are not echoed: they are discarded before
-    the next prompt anyway (``discard_typeahead``), and echoed they landed in the middle of what
-    the agents said on the screen. Only for a run that may ask (``asking``) in the terminal's
-    foreground: a job sent to the background (``&``) must not touch the terminal, which would
-    stop it. The settings come back when the work stops -- Ctrl-C included, and SIGTERM or
-    SIGHUP, which a wrapper (``timeout``, a script) sends without a shell restoring them."""
+    the next prompt anyway (``discard_typeahead``), and when the work stops, and echoed they
+    landed in the middle of what the agents said on the screen. Only for a run that may ask
+    (``asking``) in the terminal's foreground: a job sent to the background (``&``) must not
+    touch the terminal, which would stop it. The settings come back when the work stops --
+    Ctrl-C included, and SIGTERM or SIGHUP, which a wrapper (``timeout``, a script) sends
+    without a shell restoring them."""
     fd = _foreground_terminal() if asking else None
     if fd is None:
         yield
@@ -267,6 +268,9 @@ def typed_keys_hidden(asking: bool) -> Iterator[None]:
 
     def restore() -> None:
         with contextlib.suppress(OSError, termios.error, ValueError):
+            # what was typed meanwhile is dropped here too, not only before a prompt: after
+            # the run's last answer it reached the shell, run as commands (tester 142)
+            termios.tcflush(fd, termios.TCIFLUSH)
             _set_terminal(fd, saved)
 
     def restore_and_die(signum: int, frame: Any) -> None:
@@ -435,11 +439,11 @@ class AnswerPolicy:
             self.term.line(("You: ", "bold green"), reply, indent=5)
             await submit({"message": reply})
             return True
-        if not self.interactive:
-            if not self.end_when_out_of_replies:
-                return False
+        if self.end_when_out_of_replies:  # (``--end``: at a terminal too -- tester 142)
             await submit({"end": True})
             return True
+        if not self.interactive:
+            return False
         reply = self._ask(("You", "bold green"), " (empty or /end to finish): ").strip()
         done = is_blank(reply) or reply == "/end"  # (invisible characters alone: empty)
         await submit({"end": True} if done else {"message": reply})

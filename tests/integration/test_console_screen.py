@@ -135,6 +135,16 @@ def test_demo_approved_shows_every_agent_line(cli: Cli, sessions: list[ScreenSes
     assert (refund["kind"], refund["amount"]) == ("refund", 89.99)
 
 
+def test_end_ends_the_chat_at_a_terminal_too(cli: Cli, sessions: list[ScreenSession]) -> None:
+    """``--end``: end the conversation when no ``--reply`` is left -- it asked for a reply at a
+    terminal anyway (outside tester 142)."""
+    demo = open_screen(sessions, cli, "demo", "handoff", "-m", "hi", "--end")
+    assert demo.wait() == 0, demo.screen_text()
+    screen = demo.screen_text()
+    assert "conversation ended by user" in flat(screen), screen
+    assert "/end to finish" not in screen, screen
+
+
 def test_an_approval_is_never_answered_by_type_ahead(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:

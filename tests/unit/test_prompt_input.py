@@ -100,3 +100,33 @@ def test_a_blank_message_is_told_apart_the_same_way_with_or_without_the_ascii_sh
     """ASCII text is told blank without looking characters up (importing ``unicodedata``
     cost a resumed chat turn ~0.3 ms); it must agree with the definition everywhere."""
     assert is_blank(text) == _blank_by_definition(text)
+
+
+# --- keys typed while agents work ---------------------------------------------------------------
+
+
+def test_keys_typed_while_agents_work_are_dropped_when_the_work_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A paste at the last approval prompt ("y", then a shell command) or keys typed while the
+    agent said its last words: nothing asked after them, so they reached the shell once the
+    run finished, and ran there (outside tester 142). A real pseudo-terminal: what is left
+    unread on it when the work stops is dropped."""
+    import os
+    import pty
+    import select
+
+    from workflow_engine_cli._console import typed_keys_hidden
+
+    master, slave = pty.openpty()
+    terminal = open(slave, encoding="utf-8", closefd=False)  # noqa: SIM115 (closed below)
+    try:
+        monkeypatch.setattr(sys, "stdin", terminal)
+        with typed_keys_hidden(True):
+            os.write(master, b"echo LEAKED-INTO-SHELL\n")
+            assert select.select([slave], [], [], 1.0)[0]  # (waiting to be read meanwhile)
+        assert not select.select([slave], [], [], 0.2)[0], "typed keys were left to the shell"
+    finally:
+        terminal.close()
+        os.close(slave)
+        os.close(master)
