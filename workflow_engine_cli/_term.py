@@ -424,9 +424,13 @@ def format_table(
     if width and flexible:
         fixed = sum(widths[i] for i in range(len(headers)) if i not in flexible)
         room = width - fixed - 2 * (len(headers) - 1)
-        share = max(room // len(flexible), MIN_WRAP)
         for i in flexible:
-            widths[i] = min(natural[i], share)
+            # narrower than its longest word (up to ``WORD_ROOM``), a word would break inside
+            # it: rows become blocks then (a tool's call, ``submit_refund({"order_id":``, was
+            # cut at 24 columns where a block had room for it -- outside tester 142)
+            longest = max((cell_width(w) for row in cells for w in row[i].split(" ")), default=0)
+            floor = min(max(MIN_WRAP, longest), WORD_ROOM)
+            widths[i] = min(natural[i], max(room // len(flexible), floor))
     if width and sum(widths) + 2 * (len(headers) - 1) > width:
         return _records(headers, cells, width, live)
     lines = [_table_line(list(headers), widths, "bold" if live else "", live)]
@@ -445,6 +449,8 @@ def format_table(
 
 MIN_WRAP = 20
 """The narrowest a wrapped column gets: narrower, words break mid-word, so rows become blocks."""
+WORD_ROOM = 32
+"""... and as wide as its longest word, up to this: a longer word breaks in a block too."""
 
 
 def _records(headers: Sequence[str], cells: list[list[str]], width: int, live: bool) -> list[str]:

@@ -103,6 +103,20 @@ def test_tables_wrap_only_the_free_text_column() -> None:
     assert format_table(["A"], [["x y"]], width=0, wrap=["A"]) == ["A", "x y"]
 
 
+def test_a_free_column_narrower_than_a_word_of_it_becomes_blocks() -> None:
+    """At 60 columns the inbox's last column got 24, and ``submit_refund({"order_id":`` (26)
+    broke inside, where a block had room for it whole (outside tester 142)."""
+    call = 'approve submit_refund({"order_id": "12345", "amount": 89.99})'
+    rows = [["e47518c5", "3fb7efe7", "support", call]]
+    headers = ["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"]
+    lines = format_table(headers, rows, width=54, wrap=["WAITING FOR"])  # 24 left for it
+    assert lines[0] == "REQUEST      e47518c5", lines  # blocks
+    assert 'submit_refund({"order_id":' in "\n".join(lines), lines
+    wide = format_table(headers, rows, width=59, wrap=["WAITING FOR"])
+    assert wide[0].startswith("REQUEST   RUN"), wide  # a table where its words fit
+    assert 'submit_refund({"order_id":' in wide[2], wide
+
+
 def test_a_value_holding_a_newline_keeps_its_row_on_one_line() -> None:
     """A run id with a newline in it (``Runtime.start(run_id=...)`` takes any text) split its
     row in two (outside tester): ids show it escaped, as it can be typed; free text, a space."""
