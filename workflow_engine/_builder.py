@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, get_args, get_origin
@@ -17,6 +18,7 @@ from ._errors import (
     UnknownExecutorError,
     UnreachableExecutorError,
     UsageError,
+    shown,
 )
 from ._executor import Executor
 from ._graph import Case, Default, EdgeGroup, Graph, Node, Predicate
@@ -28,6 +30,10 @@ NodeLike = Any
 """An Executor, a RequestPort, an object with ``as_executor()`` (e.g. an agent), or a node id."""
 
 
+MAX_WORKFLOW_NAME = 200
+"""Characters in a workflow's name (the stores' column is that wide)."""
+
+
 class WorkflowBuilder:
     """Build a :class:`Workflow` from workflow_engine.executors and edges.
 
@@ -36,6 +42,17 @@ class WorkflowBuilder:
     """
 
     def __init__(self, name: str = "workflow", start: NodeLike | None = None) -> None:
+        # runs are stored and found by it: bytes were stored as such, and every listing of the
+        # database then refused the row as damage (outside tester 143)
+        if not isinstance(name, str) or not name.strip():
+            raise UsageError(
+                f"a workflow needs a name that is non-empty text, not {shown(name, 60)}"
+            )
+        if len(name) > MAX_WORKFLOW_NAME:
+            raise UsageError(
+                f"a workflow's name is at most {MAX_WORKFLOW_NAME} characters, not "
+                f"{len(name):,} ({shown(name, 60)})"
+            )
         self.name = name
         self._nodes: dict[str, Node] = {}
         self._pending_ids: list[str] = []
@@ -124,7 +141,8 @@ class WorkflowBuilder:
         """Deliver each message to every target (or to the ids ``selection_func`` picks)."""
         if selection_func is not None:
             _check_callable(selection_func, "add_fan_out_edges: selection_func")
-        ids = _distinct([self._node_id(t) for t in targets], "add_fan_out_edges", "target")
+        given = _listed(targets, "add_fan_out_edges", "targets")
+        ids = _distinct([self._node_id(t) for t in given], "add_fan_out_edges", "target")
         self._group("fan_out", [self._node_id(source)], ids, selection=selection_func)
         return self
 
@@ -135,7 +153,12 @@ class WorkflowBuilder:
         preds: list[Predicate] = []
         targets: list[str] = []
         default: str | None = None
-        for case in cases:
+        for case in _listed(cases, "add_switch_case_edge_group", "cases"):
+            if not isinstance(case, Case | Default):
+                raise UsageError(
+                    "add_switch_case_edge_group: each case is a Case or a Default, not "
+                    f"{type(case).__name__} ({shown(case, 60)})"
+                )
             if isinstance(case, Default):
                 if default is not None:
                     raise UsageError("a switch-case group takes at most one Default")
@@ -153,13 +176,14 @@ class WorkflowBuilder:
 
     def add_fan_in_edges(self, sources: Sequence[NodeLike], target: NodeLike) -> WorkflowBuilder:
         """``target`` receives one ``list`` of messages once every source has sent."""
-        ids = _distinct([self._node_id(s) for s in sources], "add_fan_in_edges", "source")
+        given = _listed(sources, "add_fan_in_edges", "sources")
+        ids = _distinct([self._node_id(s) for s in given], "add_fan_in_edges", "source")
         self._group("fan_in", ids, [self._node_id(target)])
         return self
 
     def add_chain(self, nodes: Sequence[NodeLike]) -> WorkflowBuilder:
         """``a → b → c ...`` with plain edges."""
-        ids = [self._node_id(n) for n in nodes]
+        ids = [self._node_id(n) for n in _listed(nodes, "add_chain", "nodes")]
         for a, b in itertools.pairwise(ids):
             self._group("single", [a], [b])
         return self
@@ -211,10 +235,22 @@ def _check_callable(value: Any, what: str) -> None:
         raise UsageError(f"{what} must be callable, not {type(value).__name__} ({value!r})")
 
 
+def _listed(given: Any, method: str, what: str) -> list[Any]:
+    """``given`` as a list, if it is a list or a tuple (``None`` was a bare TypeError, and a
+    string of ten million characters a list of as many one-letter ids: tester 143)."""
+    if not isinstance(given, list | tuple):
+        raise UsageError(
+            f"{method}: {what} is a list of executors (or their ids), not "
+            f"{type(given).__name__} ({shown(given, 60)})"
+        )
+    return list(given)
+
+
 def _distinct(ids: list[str], method: str, role: str) -> list[str]:
     """``ids`` if no id is named twice (a fan-in listing a source twice delivered each of its
     messages once per listing, squared)."""
-    twice = sorted({i for i in ids if ids.count(i) > 1})
+    counted = collections.Counter(ids)  # (``ids.count`` per id was quadratic: tester 143)
+    twice = sorted(i for i, n in counted.items() if n > 1)
     if twice:
         raise UsageError(f"{method}: {role} {', '.join(map(repr, twice))} is named more than once")
     if not ids:

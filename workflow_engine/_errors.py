@@ -54,8 +54,16 @@ from typing import Any
 
 def shown(value: Any, limit: int = 80) -> str:
     """A stored value as an error message may quote it: ``repr`` (so control characters and
-    undecodable bytes appear escaped), and never more than ``limit`` characters of it."""
-    text = repr(value)
+    undecodable bytes appear escaped), and never more than ``limit`` characters of it. A value
+    whose ``repr`` fails -- an int past Python's digit limit, a caller's object -- is named by
+    its type: the error saying what was wrong must not fail itself (outside tester 143)."""
+    try:
+        text = repr(value)
+    except Exception:
+        kind = type(value).__name__
+        if isinstance(value, int):
+            return f"<an {kind} of {value.bit_length():,} bits>"
+        return f"<a {kind} whose repr fails>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -25,6 +25,10 @@ class RequestPort:
     ``response_type``."""
 
     def __init__(self, id: str, request_type: Any, response_type: Any) -> None:
+        if not id or not isinstance(id, str):  # (as an executor's: tester 143)
+            from ._errors import UsageError
+
+            raise UsageError("a request port needs a non-empty string id")
         self.id = id
         self.request_type = request_type
         self.response_type = response_type

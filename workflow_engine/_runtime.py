@@ -54,6 +54,7 @@ from ._errors import (
     UsageError,
     WorkflowError,
     WorkflowNotRegisteredError,
+    shown,
 )
 from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState, WorkflowStatusEvent
 from ._identity import derive_id, idempotency_key
@@ -62,6 +63,7 @@ from ._pump import EventPump
 from ._requests import ExternalResponse, InDoubtEffect
 from ._run_info import RunInfo, decoding_workflow, may_have_effects_in_doubt, run_info_of
 from ._store import (
+    LARGEST_COUNT,
     AnswerOutcome,
     CheckpointInfo,
     Lease,
@@ -426,7 +428,15 @@ def _while_open(
     # the id the call acts on, named in ``what``: checked to be text before anything else --
     # SQLite compares a number with text as text, so ``get_run(5)`` read run "5", and
     # ``fork(5)`` made a new run from it (outside tester 114)
-    id_name = "run_id" if "{run_id" in what else "request_id" if "{request_id" in what else None
+    id_name = (
+        "run_id"
+        if "{run_id" in what
+        else "request_id"
+        if "{request_id" in what
+        else "name"  # (a workflow's name: a list of one was a bare TypeError -- tester 143)
+        if "{name" in what
+        else None
+    )
 
     def wrap(method: Callable[_P, Awaitable[_T]]) -> Callable[_P, Awaitable[_T]]:
         @functools.wraps(method)
@@ -459,7 +469,7 @@ def check_id(given: Any, name: str, call: str) -> None:
     """``UsageError`` for a run or request id that is not text (``get_run(5)``)."""
     if not isinstance(given, str):
         raise UsageError(
-            f"{call}: {name} must be text (str), not {type(given).__name__} ({given!r:.60})"
+            f"{call}: {name} must be text (str), not {type(given).__name__} ({shown(given, 60)})"
         )
 
 
@@ -613,12 +623,19 @@ class Runtime:
         Runs are stored with their workflow's name and found again by it, so ``name``, if
         given, must be that name; another graph under a name already registered is refused
         (the runs stored by the first would resume on the second)."""
+        if name is not None:
+            check_id(name, "name", "register")
         if isinstance(workflow, Workflow):
             built = workflow
-        else:
+        elif callable(workflow):
             built = workflow()
             if not isinstance(built, Workflow):
-                raise DefinitionError(f"{workflow!r} did not return a Workflow")
+                raise DefinitionError(f"{shown(workflow)} did not return a Workflow")
+        else:
+            raise UsageError(
+                f"register: give a Workflow, or a function that builds one, not "
+                f"{type(workflow).__name__} ({shown(workflow, 60)})"
+            )
         if name is not None and name != built.name:
             raise DefinitionError(
                 f"cannot register workflow {built.name!r} as {name!r}: its runs are stored and "
@@ -638,6 +655,7 @@ class Runtime:
         return sorted(self._workflows)
 
     def workflow(self, name: str) -> Workflow:
+        check_id(name, "name", "workflow")
         try:
             return self._workflows[name]
         except KeyError:
@@ -1221,8 +1239,14 @@ class Runtime:
                 ) from None
         if workflow is not None:
             check_id(workflow, "workflow", "list_runs")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise UsageError(f"list_runs: limit is a whole number (int), not {limit!r:.40}")
+        if limit is not None and (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 0 <= limit <= LARGEST_COUNT  # (-1: SQLite's "no limit"; past it: overflow)
+        ):
+            raise UsageError(
+                f"list_runs: limit is a whole number (int) of at least 0, not {shown(limit, 40)}"
+            )
         return list(await self.store.list_runs(status=status, workflow=workflow, limit=limit))
 
     @_while_open("requests were not listed")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
-from ._errors import UsageError
+from ._errors import UsageError, shown
 from ._events import WorkflowRunState
 
 if TYPE_CHECKING:  # (the records alone load no pydantic model: the CLI's listings read them)
@@ -121,6 +121,11 @@ def ended_lease(
     )
 
 
+LARGEST_COUNT = 2**63 - 1
+"""The largest whole number a store takes (SQLite's INTEGER): past it, a bare OverflowError
+from ``sqlite3`` (outside tester 143)."""
+
+
 def check_prune(finished_before: float | None, keep_last: int | None) -> None:
     """``UsageError`` for arguments ``prune`` cannot take -- raised before a store deletes
     anything (a refused call must change nothing)."""
@@ -128,12 +133,19 @@ def check_prune(finished_before: float | None, keep_last: int | None) -> None:
         isinstance(finished_before, bool)
         or not isinstance(finished_before, int | float)
         or finished_before != finished_before  # NaN
+        or (isinstance(finished_before, int) and abs(finished_before) > LARGEST_COUNT)
     ):
-        raise UsageError(f"finished_before must be a time in seconds, not {finished_before!r}")
+        raise UsageError(
+            f"finished_before must be a time in seconds, not {shown(finished_before, 60)}"
+        )
     if keep_last is not None and (
-        isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 1
+        isinstance(keep_last, bool)
+        or not isinstance(keep_last, int)
+        or not 1 <= keep_last <= LARGEST_COUNT
     ):
-        raise UsageError(f"keep_last must be a whole number of at least 1, not {keep_last!r}")
+        raise UsageError(
+            f"keep_last must be a whole number of at least 1, not {shown(keep_last, 60)}"
+        )
 
 
 def owner_is_dead(owner: str) -> bool:

@@ -185,3 +185,77 @@ async def test_misused_arguments_name_what_was_expected(tmp_path: Path) -> None:
     run = await rt.get_run(paused.run_id)
     assert run.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
     assert len(await rt.list_runs()) == 1
+
+
+# --- outside tester 143 --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [b"x", None, 5, "", "  ", "w" * 201])
+def test_a_workflow_needs_a_name_that_is_text(name: Any) -> None:
+    """``name=b"x"`` was built, registered and run, and the run's row then held bytes: every
+    listing of that database refused it as damage, every other run's inbox unreadable."""
+    with pytest.raises(UsageError, match="workflow"):
+        WorkflowBuilder(name=name, start=Noop("n"))
+
+
+@pytest.mark.parametrize("port_id", ["", None, 5])
+def test_a_request_port_needs_an_id_as_an_executor_does(port_id: Any) -> None:
+    from workflow_engine import RequestPort
+
+    with pytest.raises(UsageError, match="non-empty string id"):
+        RequestPort(port_id, str, bool)
+
+
+async def test_values_whose_repr_fails_or_too_big_for_sqlite_are_usage_errors(
+    tmp_path: Path,
+) -> None:
+    """The error saying what was wrong failed itself (``repr`` of an int past Python's digit
+    limit: a bare ValueError, 21 calls), or the value reached SQLite (a bare OverflowError)."""
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(stepper_workflow)
+    huge = 10**5000
+    with pytest.raises(UsageError, match="bits"):
+        await rt.get_run(huge)  # type: ignore[arg-type]
+    for call in (
+        lambda: rt.list_runs(limit=2**63),
+        lambda: rt.list_runs(limit=-1),  # (SQLite's "no limit")
+        lambda: rt.prune(keep_last=2**63),
+        lambda: rt.prune(finished_before=huge),
+    ):
+        with pytest.raises(UsageError):
+            await call()
+    await rt.close()
+
+
+async def test_what_is_registered_and_run_is_named_by_text() -> None:
+    """A list for a name was a bare ``TypeError: unhashable type``; ``register(None)`` a bare
+    ``TypeError: 'NoneType' object is not callable``."""
+    rt = runtime()
+    for call in (
+        lambda: rt.run(["a"], 1),  # type: ignore[arg-type]
+        lambda: rt.start({"a": 1}, 1),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(UsageError, match=r"name must be text \(str\)"):
+            await call()
+    with pytest.raises(UsageError, match=r"name must be text \(str\)"):
+        rt.workflow(["a"])  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"name must be text \(str\)"):
+        rt.register(stepper_workflow, name=5)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="a Workflow, or a function that builds one"):
+        rt.register(None)  # type: ignore[arg-type]
+
+
+def test_the_builder_takes_lists_of_executors_and_cases() -> None:
+    """``None`` was a bare TypeError, a string of ten million characters ten million ids
+    (checked for doubles in quadratic time: it never returned)."""
+    a, b = Noop("a"), Noop("b")
+    builder = WorkflowBuilder("w", start=a)
+    for call in (
+        lambda: builder.add_chain(None),  # type: ignore[arg-type]
+        lambda: builder.add_fan_out_edges(a, "b" * 10_000_000),  # type: ignore[arg-type]
+        lambda: builder.add_fan_in_edges(5, b),  # type: ignore[arg-type]
+        lambda: builder.add_switch_case_edge_group(a, "ab"),  # type: ignore[arg-type]
+        lambda: builder.add_switch_case_edge_group(a, [b]),  # type: ignore[list-item]
+    ):
+        with pytest.raises(UsageError):
+            call()
