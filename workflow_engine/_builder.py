@@ -232,7 +232,9 @@ class WorkflowBuilder:
 
 def _check_callable(value: Any, what: str) -> None:
     if not callable(value):
-        raise UsageError(f"{what} must be callable, not {type(value).__name__} ({value!r})")
+        raise UsageError(
+            f"{what} must be callable, not {type(value).__name__} ({shown(value, 60)})"
+        )
 
 
 def _listed(given: Any, method: str, what: str) -> list[Any]:

@@ -402,6 +402,9 @@ class _LeasedStore:
             await self._journal.journal_clear(run_id, key)
 
 
+MAX_LEASE_SECONDS = 1e9
+"""The longest lease (about 31 years): a lease ends at a time a store can hold (``Runtime``)."""
+
 _LOCK_RETRY_PAUSES = (0.05, 0.2, 0.5, 1.0, 2.0)
 """Pauses between attempts at a write that must not be lost to a lock another process holds
 past the store's busy timeout (each attempt waits that long: ~30 s in all with 5 s)."""
@@ -445,6 +448,13 @@ def _while_open(
             if id_name is not None:
                 given = kwargs[id_name] if id_name in kwargs else args[1] if len(args) > 1 else ""
                 check_id(given, id_name, method.__name__)
+                if type(given) is not str:  # a str subclass: its own repr and hash are the
+                    # caller's, which may fail the error that names it (outside tester 144)
+                    given = str.__str__(given)
+                    if id_name in kwargs:
+                        kwargs[id_name] = given
+                    else:
+                        args = (args[0], given, *args[2:])  # type: ignore[assignment]
             if runtime._closing:
                 named = inspect.signature(method).bind(*args, **kwargs).arguments
                 raise UsageError(f"the runtime is closed: {what.format(**named)}")
@@ -491,13 +501,17 @@ class Runtime:
         if (
             isinstance(lease_seconds, bool)
             or not isinstance(lease_seconds, int | float)
-            or not 0 < lease_seconds < float("inf")
+            or not 0 < lease_seconds <= MAX_LEASE_SECONDS
         ):
             # (0 or less: every worker's lease had lapsed at once, its run taken over mid-step
-            # and the renewals spinning -- outside tester 112)
+            # and the renewals spinning -- outside tester 112; 1e12: a lease ending past the
+            # year 9999, which the store then read as damage, every listing with it -- 144)
             raise UsageError(
-                f"lease_seconds must be a positive number of seconds, not {lease_seconds!r:.40}"
+                f"lease_seconds must be a positive number of seconds, at most "
+                f"{MAX_LEASE_SECONDS:,.0f}, not {shown(lease_seconds, 40)}"
             )
+        if owner is not None and (not isinstance(owner, str) or not owner.strip()):
+            raise UsageError(f"owner must be non-empty text, not {shown(owner, 40)}")
         self.store = store
         self.owner = owner or default_owner()
         self.lease_seconds = lease_seconds
@@ -625,6 +639,7 @@ class Runtime:
         (the runs stored by the first would resume on the second)."""
         if name is not None:
             check_id(name, "name", "register")
+            name = str.__str__(name)
         if isinstance(workflow, Workflow):
             built = workflow
         elif callable(workflow):
@@ -656,6 +671,7 @@ class Runtime:
 
     def workflow(self, name: str) -> Workflow:
         check_id(name, "name", "workflow")
+        name = str.__str__(name)  # (a str subclass's own repr or hash may fail: tester 144)
         try:
             return self._workflows[name]
         except KeyError:
@@ -1230,12 +1246,17 @@ class Runtime:
         limit: int | None = None,
     ) -> list[RunRecord]:
         if status is not None:
+            if not isinstance(status, str):  # (a WorkflowRunState is one)
+                raise UsageError(
+                    f"list_runs: status is a run state's name (text), not "
+                    f"{type(status).__name__} ({shown(status, 40)})"
+                )
             try:
-                status = WorkflowRunState(status)
+                status = WorkflowRunState(str.__str__(status))
             except ValueError:
                 states = ", ".join(s.value for s in WorkflowRunState)
                 raise UsageError(
-                    f"no run status {status!r}; a status is one of: {states}"
+                    f"no run status {shown(status)}; a status is one of: {states}"
                 ) from None
         if workflow is not None:
             check_id(workflow, "workflow", "list_runs")
@@ -1415,13 +1436,14 @@ class Runtime:
         if isinstance(unless_answered, str | bytes):  # (its characters were taken for ids)
             raise UsageError(
                 f"cancel: unless_answered is a list of request ids, not one id "
-                f"({unless_answered!r:.60}): write [{unless_answered!r:.60}]"
+                f"({shown(unless_answered, 60)}): write [{shown(unless_answered, 60)}]"
             )
         try:  # (once: a generator was used up by the checks, and the run cancelled unguarded)
             unless_answered = list(unless_answered)
         except TypeError:
             raise UsageError(
-                f"cancel: unless_answered is a list of request ids, not {unless_answered!r:.60}"
+                "cancel: unless_answered is a list of request ids, not "
+                f"{shown(unless_answered, 60)}"
             ) from None
         for request_id in unless_answered:
             check_id(request_id, "each of unless_answered", "cancel")

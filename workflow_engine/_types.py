@@ -52,7 +52,10 @@ def type_name(tp: Any, naming: Callable[[type], str | None] | None = None) -> st
             return tp.__qualname__
         name = naming(tp) if naming is not None else None
         return name or f"{tp.__module__}.{tp.__qualname__}"
-    return repr(tp)
+    try:
+        return repr(tp)
+    except Exception:  # (a caller's value in place of a type: its repr may fail -- tester 144)
+        return f"<a {type(tp).__name__}>"
 
 
 def union_members(tp: Any) -> tuple[Any, ...]:

@@ -52,6 +52,7 @@ from ._errors import (
     StoreCorruptError,
     UnknownRequestError,
     UsageError,
+    shown,
 )
 from ._events import (
     ErrorDetails,
@@ -1096,7 +1097,7 @@ def check_max_supersteps(limit: int | None) -> None:
     if isinstance(limit, bool) or not isinstance(limit, int):
         raise UsageError(
             f"max_supersteps must be a whole number (int), not {type(limit).__name__} "
-            f"({limit!r:.40})"
+            f"({shown(limit, 40)})"
         )
     if limit < 1:
         raise UsageError(f"max_supersteps must be at least 1, not {limit}")
@@ -1114,8 +1115,8 @@ def _new_run_id(run_id: str | None) -> str:
         return uuid.uuid4().hex
     if not isinstance(run_id, str):
         raise UsageError(
-            f"a run id is text (str), not {type_name(type(run_id))} ({run_id!r}); omit it for a "
-            "fresh one"
+            f"a run id is text (str), not {type_name(type(run_id))} ({shown(run_id)}); omit it "
+            "for a fresh one"
         )
     if not run_id.strip():  # (blank: shown as nothing in every listing)
         raise UsageError("a run id cannot be empty or blank; omit it (None) for a fresh one")

@@ -147,10 +147,17 @@ async def test_a_bad_superstep_limit_is_refused_before_anything_is_written(
     await rt.close()
 
 
-@pytest.mark.parametrize("seconds", [0, -1, "30", True, float("nan"), float("inf")])
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        *(0, -1, "30", True, float("nan"), float("inf"), 1e12, 2**63),
+        pytest.param(10**5000, id="5,000 digits"),
+    ],
+)
 def test_a_lease_that_is_not_a_positive_time_is_refused(seconds: object) -> None:
     """``lease_seconds=0`` made every lease lapse at once: a live worker's run was taken over
-    mid-step, its renewals spinning."""
+    mid-step, its renewals spinning. ``1e12``: a lease ending past the year 9999, which the
+    store then read as damage -- every listing of the database with it (outside tester 144)."""
     with pytest.raises(UsageError, match="lease_seconds must be a positive number"):
         Runtime(InMemoryRunStore(), lease_seconds=seconds)  # type: ignore[arg-type]
 
@@ -259,3 +266,48 @@ def test_the_builder_takes_lists_of_executors_and_cases() -> None:
     ):
         with pytest.raises(UsageError):
             call()
+
+
+@pytest.mark.parametrize("owner", [b"x", "", "  ", 5])
+def test_an_owner_is_text(owner: Any) -> None:
+    """Accepted, and ``run`` failed later with a bare error (outside tester 144)."""
+    with pytest.raises(UsageError, match="owner must be non-empty text"):
+        Runtime(InMemoryRunStore(), owner=owner)
+
+
+class _Unshowable:
+    def __repr__(self) -> str:
+        raise RuntimeError("repr boom")
+
+
+class _UnshowableText(str):
+    def __repr__(self) -> str:
+        raise RuntimeError("repr boom")
+
+
+async def test_an_error_naming_a_value_whose_repr_fails_still_says_what_was_wrong() -> None:
+    """The caller's value in the message failed the message: a bare RuntimeError from a dozen
+    calls (outside tester 144)."""
+    from workflow_engine import RunNotFoundError, WorkflowNotRegisteredError
+
+    rt = runtime()
+    odd = _Unshowable()
+    with pytest.raises(RunNotFoundError):
+        await rt.get_run(_UnshowableText("nope"))
+    with pytest.raises(WorkflowNotRegisteredError):
+        rt.workflow(_UnshowableText("nope"))
+    for call in (
+        lambda: rt.list_runs(status=odd),  # type: ignore[arg-type]
+        lambda: rt.start("stepper", 1, run_id=odd),  # type: ignore[arg-type]
+        lambda: rt.run("stepper", 1, max_supersteps=odd),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(UsageError, match="repr fails"):
+            await call()
+    builder = WorkflowBuilder("w", start=Noop("a"))
+    for build in (
+        lambda: builder.with_max_supersteps(odd),  # type: ignore[arg-type]
+        lambda: builder.register_types(odd),  # type: ignore[arg-type]
+        lambda: builder.add_edge("a", "b", condition=odd),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(UsageError):
+            build()
