@@ -226,11 +226,10 @@ def listed_runs(
     """The runs a query (``text``) selects. Of one status (``of_status``), a run whose status
     is damaged is in no status's list: it is looked for too and named (``StoreCorruptError``),
     as a listing of every run names it (outside tester 124)."""
-    if of_status:
-        damaged = conn.execute(SQL_DAMAGED_RUN).fetchone()
-        if damaged is not None:
-            run_record(damaged)  # (raises, naming the run)
-    return [run_record(row) for row in fetch_rows(conn, text, params)]
+    records, damaged = listed_runs_apart(conn, text, params, of_status)
+    if damaged:
+        raise damaged[0]
+    return records
 
 
 def listed_runs_apart(
@@ -239,9 +238,8 @@ def listed_runs_apart(
     """``listed_runs``, each run read on its own: the runs whose rows read, and the errors
     naming those whose rows do not -- one damaged run row (its id too) hid every other run
     from a person's listing (outside testers 137, 140)."""
-    rows = fetch_rows(conn, text, params)
-    if of_status:
-        rows += conn.execute(SQL_DAMAGED_RUN).fetchall()
+    rows = conn.execute(SQL_DAMAGED_RUN).fetchall() if of_status else []  # (named first)
+    rows += fetch_rows(conn, text, params)
     records: list[RunRecord] = []
     damaged: list[StoreCorruptError] = []
     for row in rows:

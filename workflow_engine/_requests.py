@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from ._errors import UsageError
 from ._types import build_matcher, type_name
 
 if TYPE_CHECKING:
@@ -26,8 +27,6 @@ class RequestPort:
 
     def __init__(self, id: str, request_type: Any, response_type: Any) -> None:
         if not id or not isinstance(id, str):  # (as an executor's: tester 143)
-            from ._errors import UsageError
-
             raise UsageError("a request port needs a non-empty string id")
         self.id = id
         self.request_type = request_type

@@ -447,14 +447,12 @@ def _while_open(
             runtime: Runtime = args[0]  # type: ignore[assignment]
             if id_name is not None:
                 given = kwargs[id_name] if id_name in kwargs else args[1] if len(args) > 1 else ""
-                check_id(given, id_name, method.__name__)
-                if type(given) is not str:  # a str subclass: its own repr and hash are the
-                    # caller's, which may fail the error that names it (outside tester 144)
-                    given = str.__str__(given)
+                plain = check_id(given, id_name, method.__name__)
+                if plain is not given:  # (a str subclass, as plain text)
                     if id_name in kwargs:
-                        kwargs[id_name] = given
+                        kwargs[id_name] = plain
                     else:
-                        args = (args[0], given, *args[2:])  # type: ignore[assignment]
+                        args = (args[0], plain, *args[2:])  # type: ignore[assignment]
             if runtime._closing:
                 named = inspect.signature(method).bind(*args, **kwargs).arguments
                 raise UsageError(f"the runtime is closed: {what.format(**named)}")
@@ -475,12 +473,15 @@ def _while_open(
     return wrap
 
 
-def check_id(given: Any, name: str, call: str) -> None:
-    """``UsageError`` for a run or request id that is not text (``get_run(5)``)."""
+def check_id(given: Any, name: str, call: str) -> str:
+    """``given`` as plain text; ``UsageError`` for a run or request id (or a workflow's name)
+    that is not text (``get_run(5)``). A ``str`` subclass comes back a ``str``: its own repr
+    and hash are the caller's, which may fail the error that names it (outside tester 144)."""
     if not isinstance(given, str):
         raise UsageError(
             f"{call}: {name} must be text (str), not {type(given).__name__} ({shown(given, 60)})"
         )
+    return str.__str__(given)
 
 
 _UNFINISHED = (
@@ -638,8 +639,7 @@ class Runtime:
         given, must be that name; another graph under a name already registered is refused
         (the runs stored by the first would resume on the second)."""
         if name is not None:
-            check_id(name, "name", "register")
-            name = str.__str__(name)
+            name = check_id(name, "name", "register")
         if isinstance(workflow, Workflow):
             built = workflow
         elif callable(workflow):
@@ -670,8 +670,7 @@ class Runtime:
         return sorted(self._workflows)
 
     def workflow(self, name: str) -> Workflow:
-        check_id(name, "name", "workflow")
-        name = str.__str__(name)  # (a str subclass's own repr or hash may fail: tester 144)
+        name = check_id(name, "name", "workflow")
         try:
             return self._workflows[name]
         except KeyError:
@@ -1246,13 +1245,9 @@ class Runtime:
         limit: int | None = None,
     ) -> list[RunRecord]:
         if status is not None:
-            if not isinstance(status, str):  # (a WorkflowRunState is one)
-                raise UsageError(
-                    f"list_runs: status is a run state's name (text), not "
-                    f"{type(status).__name__} ({shown(status, 40)})"
-                )
+            named = check_id(status, "status", "list_runs")  # (a WorkflowRunState is text)
             try:
-                status = WorkflowRunState(str.__str__(status))
+                status = WorkflowRunState(named)
             except ValueError:
                 states = ", ".join(s.value for s in WorkflowRunState)
                 raise UsageError(

@@ -1744,8 +1744,9 @@ def _refuse_conflicting_ids(messages: Sequence[Any]) -> None:
         said = _said_by_user(messages[i])
         if said is None:
             continue
-        j, before = first.setdefault(message_id, (i, _digest(said)))
-        if before != _digest(said):
+        digest = _digest(said)
+        j, before = first.setdefault(message_id, (i, digest))
+        if before != digest:
             raise AGUIError(
                 "invalid_run_input",
                 f"messages[{i}] and messages[{j}] have the same id ({message_id!r}) but say "

@@ -1228,8 +1228,15 @@ async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[Workflo
         except StoreCorruptError as exc:
             damaged.append(exc)
         except RunNotFoundError as exc:  # (its run's row gone: tester 134)
-            damaged.append(StoreCorruptError(f"{exc}, yet pending requests name it: damaged"))
+            damaged.append(_gone_yet_named(exc, "pending requests"))
     return found, damaged
+
+
+def _gone_yet_named(exc: WorkflowError, by: str) -> WorkflowError:
+    """A run no row holds, named by ``by`` (its row deleted, or its id changed): damage."""
+    from workflow_engine import StoreCorruptError
+
+    return StoreCorruptError(f"{exc}, yet {by} name it: damaged")
 
 
 async def _runs_in_doubt(runtime: Runtime) -> tuple[list[Any], list[WorkflowError]]:
@@ -1285,7 +1292,7 @@ async def _runs_answered(
             damaged.append(exc)
             continue
         except RunNotFoundError as exc:  # (its row's id changed under them: tester 141)
-            damaged.append(StoreCorruptError(f"{exc}, yet stored answers name it: damaged"))
+            damaged.append(_gone_yet_named(exc, "stored answers"))
             continue
         if answered_to_apply(record):
             found.append((record, count))
