@@ -1501,6 +1501,10 @@ class Runtime:
     async def prune(
         self, *, finished_before: float | None = None, keep_last: int | None = None
     ) -> int:
+        """Delete finished runs that ended before ``finished_before`` (a ``time.time()``
+        value; with their requests and journal) and cut every run's history to its last
+        ``keep_last`` checkpoints. Returns how many checkpoints were deleted (0: nothing to
+        do)."""
         return await self.store.prune(finished_before=finished_before, keep_last=keep_last)
 
     async def close(self) -> None:
