@@ -32,6 +32,7 @@ from ._errors import (
     DefinitionError,
     EffectInDoubtError,
     SerializationError,
+    StorageError,
     UndeclaredOutputError,
     UnknownTargetError,
     UnregisteredTypeError,
@@ -462,6 +463,16 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 )
             except EffectStopped as exc:  # the write failed while the caller was cancelled
                 raise exc.cancellation from exc.__cause__
+            except StorageError as exc:
+                # a full disk, a lost lease: the effect happened and its result is not recorded,
+                # so the step stays in doubt -- the caller is told it ran (outside tester 146)
+                said = type(exc)(
+                    f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} ran, "
+                    f"but its result was not recorded ({exc}); the step stays in doubt, and a "
+                    "resume asks whether it happened: it did"
+                )
+                said.__dict__.update(exc.__dict__)
+                raise said from exc
             stopped = stopped or late
             if stopped is not None:  # the caller was cancelled while the effect ran: now
                 raise stopped

@@ -242,43 +242,61 @@ async def test_a_step_under_way_is_not_in_doubt(store: RunStore) -> None:
     await rt.close()
 
 
+def drive_effect_edges(tmp_path: Path, mode: str, *run_id: str) -> subprocess.CompletedProcess[str]:
+    """``effect_edges_workflow.py MODE DB LEDGER [RUN]`` over ``tmp_path``'s files."""
+    script = Path(__file__).with_name("effect_edges_workflow.py")
+    db, ledger = tmp_path / "runs.db", tmp_path / "ledger.txt"
+    return subprocess.run(
+        [sys.executable, str(script), mode, str(db), str(ledger), *run_id],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+
+def assert_asked_not_charged_again(tmp_path: Path, run_id: str) -> None:
+    """The run lists its step in doubt, and its resume asks about it instead of charging."""
+    shown = drive_effect_edges(tmp_path, "show", run_id)
+    [effect] = json.loads(shown.stdout)
+    assert effect["step"] == "charge" and effect["description"] == "the charge"
+    resumed = drive_effect_edges(tmp_path, "resume", run_id)
+    assert json.loads(resumed.stdout) == {
+        "status": "idle_with_pending_requests",
+        "asked": ["InDoubtEffect"],
+    }, resumed.stderr[-2000:]
+    assert (tmp_path / "ledger.txt").read_text() == "charge\n"  # not charged again
+
+
 def test_an_effect_that_ends_the_process_is_in_doubt_not_repeated(tmp_path: Path) -> None:
     """The effect booked its charge, then ``sys.exit``: the process died inside it. That was
     taken for a clean failure, its intent cleared, and the resume charged again without
     asking (tester 68). It is in doubt: listed, and asked about; and the process ends with
     the exit code it was given, without a traceback."""
-    script = Path(__file__).with_name("effect_edges_workflow.py")
-    db, ledger = tmp_path / "runs.db", tmp_path / "ledger.txt"
-
-    def drive(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, str(script), *args, str(db), str(ledger), *extra(args)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-        )
-
-    run: list[str] = []
-
-    def extra(args: tuple[str, ...]) -> list[str]:
-        return run if args[0] != "start" else []
-
-    started = drive("start")
+    started = drive_effect_edges(tmp_path, "start")
     assert started.returncode == 3, started.stderr[-2000:]
     # the process ends as sys.exit ends it: no "Task exception was never retrieved" (tester 69)
     assert "Traceback" not in started.stderr, started.stderr[-2000:]
-    run.append(started.stdout.split()[0])
-    assert ledger.read_text() == "charge\n"
-    shown = drive("show")
-    [effect] = json.loads(shown.stdout)
-    assert effect["step"] == "charge" and effect["description"] == "the charge"
-    resumed = drive("resume")
-    assert json.loads(resumed.stdout) == {
-        "status": "idle_with_pending_requests",
-        "asked": ["InDoubtEffect"],
-    }, resumed.stderr[-2000:]
-    assert ledger.read_text() == "charge\n"  # not charged again
+    assert (tmp_path / "ledger.txt").read_text() == "charge\n"
+    assert_asked_not_charged_again(tmp_path, started.stdout.split()[0])
+
+
+def test_an_effect_whose_result_a_full_disk_keeps_from_the_journal_says_it_ran(
+    tmp_path: Path,
+) -> None:
+    """The effect booked its charge, then the disk filled: its result could not be journaled.
+    The caller got the store's bare "disk I/O error", naming neither the step nor that it had
+    run (outside tester 146) -- as the codec's refusal of a result does. It stays in doubt,
+    and the resume asks."""
+    started = drive_effect_edges(tmp_path, "full-start")
+    assert started.returncode == 0 and "Traceback" not in started.stderr, started.stderr[-2000:]
+    run_id, line = started.stdout.splitlines()
+    error = json.loads(line)
+    assert error["error"] == "StoreUnavailableError", error
+    said = "step 'charge' of executor 'pay' ran, but its result was not recorded"
+    assert said in error["message"]
+    assert "disk I/O error" in error["message"]
+    assert_asked_not_charged_again(tmp_path, run_id)
 
 
 class Receipt(BaseModel):
