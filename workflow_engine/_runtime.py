@@ -1451,6 +1451,14 @@ class Runtime:
                         f"request {request_id!r} belongs to run {request.run_id!r}, not to run "
                         f"{run_id!r}; nothing was cancelled"
                     )
+            # refused here as the cancel below would refuse it -- before anything is written,
+            # not after the requests were cancelled (outside tester 147)
+            run = await self.store.get_run(run_id)
+            if run.live_owner(time.time()) is None and run.status not in _ENDED:
+                try:
+                    self._workflow_for(run)
+                except (WorkflowNotRegisteredError, SignatureMismatchError) as exc:
+                    raise _cancelled_only_by_its_workflow(exc, run_id) from None
             await self.store.cancel_requests(ids, run_id=run_id)
         for _ in range(_CANCEL_ATTEMPTS):
             cancelled = await self._cancel_once(run_id)
@@ -1473,17 +1481,12 @@ class Runtime:
             # this process cannot execute the run, but a worker executing it now honours a
             # stored cancel (say, the command line cancelling an application's run)
             run = await self.store.get_run(run_id)
-            if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
+            if run.status in _ENDED:
                 raise RunNotResumableError(
                     f"run {run_id!r} is already {run.status.value}"
                 ) from None
             if run.live_owner(time.time()) is None:
-                said = type(exc)(
-                    f"{exc}; no worker is executing run {run_id!r}, so cancelling it takes a "
-                    "process that has its workflow"
-                )
-                said.__dict__.update(exc.__dict__)  # what it names (``workflow_name``)
-                raise said from None
+                raise _cancelled_only_by_its_workflow(exc, run_id) from None
             if await self.store.request_cancel(run_id) is False:
                 return None
             return await self._run_info(run_id)
@@ -1662,6 +1665,20 @@ _MAX_CATCH_UPS = 100
 """How many times one call resumes again for answers that arrived while it executed."""
 _CANCEL_ATTEMPTS = 10
 """How many times ``cancel`` tries again when the run came to rest as its worker was asked."""
+_ENDED = frozenset({WorkflowRunState.IDLE, WorkflowRunState.CANCELLED})
+
+
+def _cancelled_only_by_its_workflow(
+    refused: WorkflowNotRegisteredError | SignatureMismatchError, run_id: str
+) -> WorkflowError:
+    """``refused`` (this process cannot execute run ``run_id``), saying that with no worker
+    executing the run, only a process that has its workflow can cancel it."""
+    said = type(refused)(
+        f"{refused}; no worker is executing run {run_id!r}, so cancelling it takes a process "
+        "that has its workflow"
+    )
+    said.__dict__.update(refused.__dict__)  # what it names (``workflow_name``)
+    return said
 
 
 def _joined(first: WorkflowRunResult, then: WorkflowRunResult) -> WorkflowRunResult:

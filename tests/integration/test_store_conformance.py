@@ -9,6 +9,7 @@ import pytest
 
 from tests.integration.workflows import (
     Answer,
+    changed_stepper_workflow,
     failing_with_a_question_workflow,
     following,
     stepper_workflow,
@@ -28,12 +29,14 @@ from workflow_engine import (
     RunNotResumableError,
     RunStore,
     Runtime,
+    SignatureMismatchError,
     StorageError,
     UnknownRequestError,
     UsageError,
     Workflow,
     WorkflowBuilder,
     WorkflowContext,
+    WorkflowNotRegisteredError,
     WorkflowRunState,
     handler,
 )
@@ -358,6 +361,31 @@ async def test_a_cancel_unless_answered_loses_to_an_answer_given_first(store: Ru
     assert info.status is WorkflowRunState.CANCELLED
     with pytest.raises(RequestCancelledError):
         await rt.respond(d, Answer(approved=True))
+
+
+async def test_a_cancel_unless_answered_this_process_cannot_make_writes_nothing(
+    store: RunStore,
+) -> None:
+    """A paused run no worker executes, dismissed by a process whose workflow of that name
+    changed, or that has none: ``cancel(unless_answered=)`` cancelled the request and stored
+    the run's cancel, then said it was refused -- and the next resume by the run's own
+    workflow cancelled it (outside tester 147). Refused before anything is written now."""
+    paused = await runtime(store).run("stepper", 1)
+    asked = paused.pending_requests[0].request_id
+    changed = Runtime(store)
+    changed.register(changed_stepper_workflow)
+    with pytest.raises(SignatureMismatchError, match="no worker is executing"):
+        await changed.cancel(paused.run_id, unless_answered=[asked])
+    with pytest.raises(WorkflowNotRegisteredError, match="no worker is executing"):
+        await Runtime(store).cancel(paused.run_id, unless_answered=[asked])
+    run = await store.get_run(paused.run_id)
+    assert (run.status, run.cancel_requested) == (
+        WorkflowRunState.IDLE_WITH_PENDING_REQUESTS,
+        False,
+    )
+    assert (await store.get_request(asked)).status == "pending"
+    done = await runtime(store).respond_and_resume(asked, Answer(approved=True))
+    assert done.status is not WorkflowRunState.CANCELLED
 
 
 async def test_respond_all_validates_every_answer_before_storing_any(store: RunStore) -> None:
