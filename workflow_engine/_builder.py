@@ -217,6 +217,9 @@ class WorkflowBuilder:
                 "that sends to the port"
             )
         nodes = list(self._nodes.values())
+        for node in nodes:
+            if isinstance(node, Executor):
+                node._renew_handlers()
         _check_ports_lead_somewhere(self.name, self._nodes, self._groups)
         for group in self._groups:
             _check_group_types(self._nodes, group)

@@ -15,14 +15,17 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
 from workflow_engine import (
+    EdgeTypeMismatchError,
     Executor,
     FunctionExecutor,
     RequestPort,
     UnreachableExecutorError,
+    Workflow,
     WorkflowBuilder,
     WorkflowContext,
     handler,
@@ -264,6 +267,46 @@ def test_a_function_executor_rereads_hints_that_changed() -> None:
     assert FunctionExecutor(echo).input_types == (str,)
     echo.__annotations__ = {"text": int, "ctx": WorkflowContext[int], "return": None}
     assert FunctionExecutor(echo).input_types == (int,)
+
+
+class Charge(Executor):
+    @handler
+    async def charge(self, order: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(f"charged {order}")
+
+
+class Receipt(Executor):
+    @handler
+    async def keep(self, said: str, ctx: WorkflowContext[None, str]) -> None:
+        await ctx.yield_output(said)
+
+
+def build_charge() -> Workflow:
+    charge, receipt = Charge("charge"), Receipt("receipt")
+    return WorkflowBuilder("charge", start=charge).add_edge(charge, receipt).build()
+
+
+@handler
+async def pretend(self: Charge, order: str, ctx: WorkflowContext[str]) -> None:
+    await ctx.send_message(f"pretended {order}")
+
+
+@handler
+async def counts(self: Charge, order: int, ctx: WorkflowContext[int]) -> None: ...
+
+
+@pytest.mark.anyio
+async def test_a_build_sees_a_handler_patched_after_an_earlier_build() -> None:
+    """A handler replaced after a build (``mock.patch.object`` in a test) was not seen by the
+    next build, the replaced one ran; after the patch ended, the patch ran on (outside tester
+    147). Each build reads the class as it is then -- types too."""
+    assert (await build_charge().run("o1")).outputs == ["charged o1"]
+    with mock.patch.object(Charge, "charge", pretend):
+        assert (await build_charge().run("o2")).outputs == ["pretended o2"]
+    assert (await build_charge().run("o3")).outputs == ["charged o3"]
+    with mock.patch.object(Charge, "charge", counts), pytest.raises(EdgeTypeMismatchError):
+        build_charge()
+    assert (await build_charge().run("o4")).outputs == ["charged o4"]
 
 
 OPEN_AND_READ = textwrap.dedent(
