@@ -54,6 +54,7 @@ class ResponseHandlerSpec:
     matches_request: Matcher
     sends: Matcher
     yields: Matcher
+    matches_response: Matcher
 
 
 def handler(
@@ -164,6 +165,12 @@ def _resolve_response_handler(func: Callable[..., Awaitable[Any]]) -> ResponseHa
     req_t = hints.get(params[0].name, Any)
     resp_t = hints.get(params[1].name, Any)
     out, wf_out = context_types(hints.get(params[2].name, inspect.Parameter.empty))
+    try:  # (read now: an answer type no answer can have failed only once a person answered)
+        matches_response = build_matcher(resp_t)
+    except DefinitionError as exc:
+        raise DefinitionError(
+            f"@response_handler {func.__qualname__}: its answer type cannot be checked: {exc}"
+        ) from None
     return ResponseHandlerSpec(
         func.__qualname__,
         req_t,
@@ -174,6 +181,7 @@ def _resolve_response_handler(func: Callable[..., Awaitable[Any]]) -> ResponseHa
         build_matcher(req_t),
         any_of(out),
         any_of(wf_out),
+        matches_response,
     )
 
 
@@ -315,7 +323,7 @@ class Executor:
 
     def find_response_handler(self, request: Any, response: Any) -> ResponseHandlerSpec:
         for spec in self.response_handlers:
-            if spec.matches_request(request) and build_matcher(spec.response_type)(response):
+            if spec.matches_request(request) and spec.matches_response(response):
                 return spec
         raise MessageNotHandledError(
             f"executor {self.id!r} has no @response_handler for request {type_name(type(request))}"

@@ -19,7 +19,7 @@ from typing import Any, Union, get_args, get_origin
 
 from typing_extensions import is_typeddict
 
-from ._errors import DefinitionError
+from ._errors import DefinitionError, shown
 
 Matcher = Callable[[Any], bool]
 
@@ -117,8 +117,20 @@ def build_matcher(tp: Any) -> Matcher:
     if tp is float:
         return lambda value: isinstance(value, float | int) and not isinstance(value, bool)
     if isinstance(tp, type):
+        if getattr(tp, "_is_protocol", False) and not getattr(tp, "_is_runtime_protocol", False):
+            raise DefinitionError(
+                f"{type_name(tp)} is a Protocol not marked @runtime_checkable, so no value can "
+                "be checked against it at run time (a bare TypeError came from the first value "
+                "checked); mark it @typing.runtime_checkable, or use a class"
+            )
         return lambda value: isinstance(value, tp)
-    raise DefinitionError(f"unsupported annotation {tp!r}")
+    if isinstance(tp, typing.NewType):
+        raise DefinitionError(
+            f"{type_name(tp)} is a NewType, whose values are plain {type_name(tp.__supertype__)} "
+            f"at run time, so nothing tells them apart; annotate with "
+            f"{type_name(tp.__supertype__)}, or use a class"
+        )
+    raise DefinitionError(f"unsupported annotation {shown(tp, 200)}")
 
 
 def _tuple_items(args: tuple[Any, ...]) -> tuple[list[Any], bool]:
@@ -250,7 +262,11 @@ def concrete_classes(tp: Any) -> Iterator[type]:
                 yield type(arg)
         return
     if origin is not None:
-        if isinstance(origin, type) and origin.__module__ != "builtins":
+        if (
+            isinstance(origin, type)
+            and origin.__module__ != "builtins"
+            and origin is not types.UnionType
+        ):
             yield origin
         for arg in get_args(tp):
             if not isinstance(arg, str | int | bool | bytes):

@@ -7,13 +7,14 @@ continued -- in this process or, with a durable store, in another one.
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import json
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, is_dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 
@@ -230,6 +231,10 @@ class Workflow:
             self._annotate(cls)
         for annotation in _distinct(seen):  # names settle once everything is registered
             self._name_annotation(annotation)
+        if codec is None:  # (another codec may store what this one cannot)
+            for node in graph.nodes.values():
+                for asker, answer_type in _answer_types(node):
+                    self._check_answerable(asker, answer_type)
         self.codec: JsonCodec = codec or TaggedJsonCodec(self.registry)
         self.signature = graph.signature()
         self._adapters: dict[str, AnswerAdapter] = {}
@@ -259,6 +264,33 @@ class Workflow:
     def _annotate(self, annotation: Any) -> None:
         for cls in concrete_classes(annotation):
             self.registry.register_declared(cls)
+
+    def _check_answerable(self, asker: str, answer_type: Any) -> None:
+        """``DefinitionError`` if no answer of ``answer_type`` could be stored: the run paused,
+        a person was asked, and every answer was refused (outside tester 147)."""
+        try:
+            build_matcher(answer_type)
+        except DefinitionError as exc:
+            raise DefinitionError(
+                f"workflow {self.name!r}: {asker} expects answers of a type no answer can be "
+                f"checked against: {exc}"
+            ) from None
+        why = None
+        for part in _parts_of(answer_type):
+            if part is type or get_origin(part) in (type, collections.abc.Callable):
+                why = f"{type_name(part)} holds classes or functions, which JSON cannot"
+                break
+        for cls in concrete_classes(answer_type) if why is None else ():
+            refused = self.registry.why_refused(cls)
+            if refused is not None:
+                why = f"pydantic has no schema for {type_name(cls)} ({refused})"
+                break
+        if why is not None:
+            raise DefinitionError(
+                f"workflow {self.name!r}: {asker} expects answers of {type_name(answer_type)}, "
+                f"which cannot be stored: {why}; no answer could ever be accepted. Use a "
+                "pydantic model, a dataclass or JSON types"
+            )
 
     # --- introspection --------------------------------------------------------------------------
 
@@ -1065,6 +1097,25 @@ def _distinct(annotations: list[Any]) -> list[Any]:
             ids.add(id(annotation))
             out.append(annotation)
     return out
+
+
+def _answer_types(node: Any) -> list[tuple[str, Any]]:
+    """(who asks, answer type) for each kind of answer ``node`` takes."""
+    if isinstance(node, RequestPort):
+        return [(f"request port {node.id!r}", node.response_type)]
+    return [
+        (f"@response_handler {spec.name} of executor {node.id!r}", spec.response_type)
+        for spec in node.response_handlers
+    ]
+
+
+def _parts_of(annotation: Any) -> Iterator[Any]:
+    """``annotation`` and every type expression nested in it."""
+    yield annotation
+    if get_origin(annotation) is not Literal:
+        for arg in get_args(annotation):
+            if not isinstance(arg, list):  # (Callable's argument list)
+                yield from _parts_of(arg)
 
 
 def _node_annotations(node: Any) -> list[Any]:
