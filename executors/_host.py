@@ -323,7 +323,18 @@ class AgentHostExecutor(Executor):
         Of an approval's edits only those that change the call are kept: "edits" that leave it
         as proposed (a client echoing the arguments it showed) are a bare approval (tester
         77), and the whole call with one field changed is that field's edit (tester 103). A
-        rejection keeps no arguments: it runs nothing (tester 102)."""
+        rejection keeps no arguments: it runs nothing (tester 102). A user's next message
+        that is blank but not empty (spaces, a zero-width space) is refused: only the empty
+        string ends the chat, so one stray space does not end it for good (outside testers
+        148, 149)."""
+        if isinstance(request, UserTurnRequest):
+            if isinstance(response, str) and response and is_blank(response):
+                raise ValueError(
+                    f"the reply to {request.agent_name} is blank (white space or invisible "
+                    "characters alone): write a message, or answer with the empty string to "
+                    "end the chat"
+                )
+            return None
         if not isinstance(request, ToolApprovalRequestContent):
             return None
         if response.id is not None and response.id != request.id:

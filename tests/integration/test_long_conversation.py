@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from chat_workflow import NAME, build_chat, user_message
 
-from workflow_engine import Runtime, Workflow, WorkflowRunState
+from workflow_engine import ResponseTypeError, Runtime, Workflow, WorkflowRunState
 from workflow_engine.executors import (
     Agent,
     ChatMessage,
@@ -76,6 +76,30 @@ async def test_a_turn_writes_the_same_bytes_at_turn_10_and_200(tmp_path: Path) -
     assert at_10 and at_200, per_turn  # deltas were written (no snapshot on these turns)
     # a few more digits in counters and ids only; the conversation is 20x longer at turn 200
     assert sum(at_200) <= sum(at_10) * 1.05 + 32, (at_10, at_200)
+
+
+async def test_a_blank_reply_is_refused_and_only_the_empty_one_ends_the_chat(
+    tmp_path: Path,
+) -> None:
+    """A reply of spaces or a zero-width space was taken as the empty one: a stray space
+    ended the chat for good (outside testers 148, 149). It is refused, nothing stored, over
+    the Python API as in memory; the empty string still ends the chat."""
+    runtime = Runtime(SqliteStore(tmp_path / "chat.db"))
+    runtime.register(build_chat)
+    run_id, request_id = await chat(runtime, 2)
+    for blank in (" ", "\u200b", "\t\n", "\xa0 "):
+        with pytest.raises(ResponseTypeError, match="blank .*empty string to end the chat"):
+            await runtime.respond(request_id, blank)
+    assert (await runtime.get_request(request_id)).status == "pending"
+    in_memory = build_chat()
+    paused = await in_memory.run(user_message(0))
+    with pytest.raises(ResponseTypeError, match="blank"):
+        asked = paused.pending_requests[0].request_id
+        await in_memory.run(checkpoint=paused.checkpoint, responses={asked: " "})
+    await runtime.respond(request_id, "")
+    ended = await runtime.resume(run_id)
+    assert ended.status is WorkflowRunState.IDLE and len(ended.outputs) == 1
+    await runtime.close()
 
 
 @pytest.mark.slow  # a process per resumed turn
