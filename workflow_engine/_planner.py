@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._errors import EdgeConditionError, MessageNotHandledError
+from ._errors import EdgeConditionError, MessageNotHandledError, shown
 from ._graph import EdgeGroup, Graph
 from ._requests import ExternalRequest, RequestPort
 from ._types import type_name
@@ -100,7 +100,7 @@ def targets_for(graph: Graph, send: Send, verdicts: Verdicts) -> list[tuple[Edge
                     raise edge_failed(
                         "the selection of the fan-out", g, send.source_id, exc
                     ) from exc
-                chosen = [t for t in g.targets if t in picked]
+                chosen = [t for t in g.targets if t in _selected(g, send.source_id, picked)]
             out.extend((g, t) for t in chosen)
         elif kind == "switch":
             index = verdicts.get(g.id)
@@ -111,6 +111,28 @@ def targets_for(graph: Graph, send: Send, verdicts: Verdicts) -> list[tuple[Edge
     if send.target_id is not None:
         out = [(g, t) for g, t in out if t == send.target_id]
     return out
+
+
+def _selected(group: EdgeGroup, source_id: str, picked: Any) -> list[str]:
+    """What a fan-out's selection returned, if it is a list of some of its targets: a typo
+    dropped the message without a word, a string picked every target whose id is part of it,
+    ``None`` was a bare TypeError (outside tester 149)."""
+    targets = ", ".join(repr(t) for t in group.targets)
+    where = f"the selection of the fan-out {source_id!r} → {targets}"
+    if isinstance(picked, str) or not isinstance(picked, list | tuple | set | frozenset):
+        raise EdgeConditionError(
+            f"{where} returned {shown(picked, 80)}: it returns a list of the ids of the targets "
+            "to send to (an empty list: none)",
+            executor_id=source_id,
+        )
+    unknown = [p for p in picked if p not in group.targets]
+    if unknown:
+        raise EdgeConditionError(
+            f"{where} picked {', '.join(shown(p, 60) for p in unknown)}, which "
+            f"{'is not one' if len(unknown) == 1 else 'are not'} of its targets",
+            executor_id=source_id,
+        )
+    return list(picked)
 
 
 def accepts(graph: Graph, target_id: str, message: Any) -> bool:

@@ -301,6 +301,33 @@ async def test_a_failing_edge_condition_names_the_edge_and_the_executor() -> Non
     assert "the selection of the fan-out 'p' → 'echo' raised IndexError" in failed.error.message
 
 
+@pytest.mark.parametrize(
+    ("picked", "said"),
+    [
+        (["Echo"], "picked 'Echo', which is not one of its targets"),
+        (["echo", "nope", 5], "picked 'nope', 5, which are not of its targets"),
+        (None, "returned None: it returns a list of the ids of the targets"),
+        ("echo", "returned 'echo': it returns a list"),
+    ],
+)
+async def test_a_fan_out_selection_that_picks_no_target_of_it_fails_naming_it(
+    picked: Any, said: str
+) -> None:
+    """A typo in a selection's target id dropped the message without a word (the run idle, no
+    output, no error); ``None`` was a bare TypeError naming no edge; a string picked every
+    target whose id is part of it (outside tester 149). A list of some targets -- or none --
+    is the selection."""
+    node = Passer("p")
+    wf = WorkflowBuilder(start=node).add_fan_out_edges(node, [echo], lambda n, t: picked).build()
+    failed = await wf.run(1)
+    assert failed.status is WorkflowRunState.FAILED and failed.error is not None
+    assert failed.error.error_type == "EdgeConditionError" and failed.error.executor_id == "p"
+    assert "the selection of the fan-out 'p' → 'echo' " + said in failed.error.message
+    for fine, outputs in (([], []), (("echo",), [1])):
+        wf = WorkflowBuilder(start=node).add_fan_out_edges(node, [echo], lambda n, t, f=fine: f)
+        assert (await wf.build().run(1)).outputs == outputs
+
+
 async def test_of_concurrent_failures_the_first_in_graph_order_is_the_runs_error() -> None:
     """Siblings of a superstep that both fail: whichever finished failing first, the run's
     error is the one earlier in graph order (deterministic across runs and replays)."""
