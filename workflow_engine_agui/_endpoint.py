@@ -106,6 +106,9 @@ from workflow_engine.executors import (
     Agent,
     AgentRunUpdateEvent,
     ChatMessage,
+    FunctionCallContent,
+    FunctionResultContent,
+    TextContent,
     ToolApprovalResponseContent,
 )
 from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
@@ -1544,8 +1547,46 @@ def _users_of(chat: list[tuple[Any, ChatMessage]]) -> list[tuple[str | None, str
 
 
 def _chat_of(messages: Sequence[Any]) -> list[tuple[Any, ChatMessage]]:
-    """The client's messages that have text, each with its chat message (``_to_chat_message``)."""
-    return [(m, c) for m in messages if (c := _to_chat_message(m)) is not None]
+    """The client's messages that say something -- text, tool calls, tool results -- each with
+    its chat message (``_to_chat_message``)."""
+    names: dict[str, str] = {}  # tool call id → the tool's name, for the results after it
+    chat = [(m, c) for m in messages if (c := _to_chat_message(m, names)) is not None]
+    return _results_after_their_calls(chat) if names else chat
+
+
+def _results_after_their_calls(
+    chat: list[tuple[Any, ChatMessage]],
+) -> list[tuple[Any, ChatMessage]]:
+    """``chat`` with each tool call's result right after the message making it, as a model
+    takes them: a result sent later in the history is moved there, a call the history holds no
+    result for gets one saying so (the client never saw its result: a run cut off, a client
+    that keeps no results), and a result of no call in the history is left out -- a model's
+    API refuses a conversation otherwise, and a client sends the same history again with every
+    message, so the thread would fail for good."""
+    results: dict[str, tuple[Any, ChatMessage]] = {}
+    for message, said in chat:
+        if said.role == "tool":
+            for result in said.function_results:
+                results.setdefault(result.call_id, (message, said))
+    out: list[tuple[Any, ChatMessage]] = []
+    placed: set[int] = set()
+    for message, said in chat:
+        if said.role == "tool":
+            continue
+        out.append((message, said))
+        for call in said.function_calls:
+            found = results.get(call.call_id)
+            if found is None:
+                missing = FunctionResultContent(
+                    call_id=call.call_id,
+                    name=call.name,
+                    error="no result: the conversation holds none for this call",
+                )
+                out.append((message, ChatMessage(role="tool", contents=[missing])))
+            elif id(found[1]) not in placed:
+                placed.add(id(found[1]))
+                out.append(found)
+    return out
 
 
 def _digest(text: str) -> str:
@@ -1572,17 +1613,67 @@ def _texts_in(values: Any) -> list[str]:
     return found
 
 
-def _to_chat_message(message: Any) -> ChatMessage | None:
+def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatMessage | None:
     """A client's message as a chat message: its text, given as a string or as text parts
-    (other parts -- images, audio -- are not read); None for a message with no text."""
+    (other parts -- images, audio -- are not read), an assistant's tool calls, a tool's
+    result (named after the call ``names`` has seen; each call read is added to it); None for
+    a message that says none of these. The calls and results were left out: the model saw
+    none of the thread's earlier tool use (outside tester 148)."""
     role = getattr(message, "role", None)
     content = getattr(message, "content", None)
     if isinstance(content, list):
         texts = [part.text for part in content if getattr(part, "type", None) == "text"]
         content = "\n".join(texts) if texts else None
-    if role not in ("user", "assistant", "system") or not isinstance(content, str):
+    if role == "tool":
+        call_id = getattr(message, "tool_call_id", None)
+        if not isinstance(call_id, str):
+            return None
+        name = (names or {}).get(call_id, "")
+        error = getattr(message, "error", None)
+        result = FunctionResultContent(
+            call_id=call_id, name=name, result=content, error=error if error else None
+        )
+        return ChatMessage(role="tool", contents=[result])
+    if role not in ("user", "assistant", "system"):
         return None
-    return ChatMessage(role=role, contents=[{"type": "text", "text": content}])  # type: ignore[list-item]
+    contents: list[Any] = []
+    if isinstance(content, str):
+        contents.append(TextContent(text=content))
+    for call in (getattr(message, "tool_calls", None) or ()) if role == "assistant" else ():
+        contents.append(
+            FunctionCallContent(
+                call_id=call.id, name=call.function.name, arguments=_arguments(call)
+            )
+        )
+        if names is not None:
+            names[call.id] = call.function.name
+    return ChatMessage(role=role, contents=contents) if contents else None
+
+
+def _arguments(call: Any) -> dict[str, Any]:
+    """A client's tool call's arguments (JSON text) as the object they are; ``{}`` for none.
+    Checked by ``check_tool_calls`` before anything runs."""
+    text = call.function.arguments
+    return json.loads(text) if text and text.strip() else {}
+
+
+def check_tool_calls(messages: Sequence[Any]) -> None:
+    """An assistant's tool call whose arguments are not a JSON object is refused (422): the
+    model's calls are objects of arguments, and one the client altered cannot be read back."""
+    for i, message in enumerate(messages):
+        if getattr(message, "role", None) != "assistant":
+            continue
+        for j, call in enumerate(getattr(message, "tool_calls", None) or ()):
+            try:
+                arguments = _arguments(call)
+            except ValueError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise AGUIError(
+                    "invalid_run_input",
+                    f"messages[{i}].toolCalls[{j}] ({call.id!r}): its arguments are not a JSON "
+                    "object",
+                )
 
 
 def add_agui_endpoint(
@@ -1725,6 +1816,7 @@ def check_ids(run_input: RunAgentInput, resume: Sequence[ResumeAnswer] = ()) -> 
                 f"{name} has {len(value)} characters; the limit is {MAX_ID_LENGTH}",
             )
     _refuse_conflicting_ids(run_input.messages)
+    check_tool_calls(run_input.messages)
 
 
 def _refuse_conflicting_ids(messages: Sequence[Any]) -> None:

@@ -914,6 +914,60 @@ def test_a_user_message_given_as_text_parts_starts_a_run_and_an_assistant_one_do
     assert anyio.run(runs) == 1
 
 
+def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_path: Path) -> None:
+    """An assistant's tool calls and the tool's results in the history a client sends back
+    were dropped (a call without words, the whole message): the model saw none of the thread's
+    earlier tool use (outside tester 148). They reach it as calls and results, the result
+    named after its call and right after it (a model's API refuses a call without its result:
+    one the history lacks is said to be missing, one of no call left out); a call whose
+    arguments are not a JSON object is refused (422)."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient
+
+    seen: list[list[Any]] = []
+
+    def report(messages: Any) -> str:
+        said = [(m.role, [c.model_dump(exclude_none=True) for c in m.contents]) for m in messages]
+        seen.append(said)
+        return "noted"
+
+    client = ScriptedChatClient([Rule(reply=report)])
+    call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
+    dangling = {"id": "c2", "type": "function", "function": {"name": "pay", "arguments": ""}}
+    history = [
+        {"id": "u1", "role": "user", "content": "look x up"},
+        {"id": "a1", "role": "assistant", "content": None, "toolCalls": [call]},
+        {"id": "a2", "role": "assistant", "content": "Found it."},
+        {"id": "t1", "role": "tool", "content": '"found x"', "toolCallId": "c1"},  # (late)
+        {"id": "t0", "role": "tool", "content": "?", "toolCallId": "c9"},  # (of no call)
+        {"id": "a3", "role": "assistant", "content": "Paying.", "toolCalls": [dangling]},
+        {"id": "u2", "role": "user", "content": "thanks"},
+    ]
+    with serving_target(tmp_path, Agent("helper", "", client), "/help") as url:
+        answered = post(url, threadId="t", runId="r", messages=history)
+        assert text_of(answered) == "noted", answered
+        bad = {**call, "function": {"name": "lookup", "arguments": "not json"}}
+        sent = {"threadId": "t2", "runId": "r", "messages": [{**history[1], "toolCalls": [bad]}]}
+        refused = httpx.post(url, json=sent, timeout=30)
+    called = {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": {"q": 1}}
+    found = {"type": "function_result", "call_id": "c1", "name": "lookup", "result": '"found x"'}
+    paying = {"type": "function_call", "call_id": "c2", "name": "pay", "arguments": {}}
+    missing = "no result: the conversation holds none for this call"
+    unpaid = {"type": "function_result", "call_id": "c2", "name": "pay", "error": missing}
+    assert seen == [
+        [
+            ("user", [{"type": "text", "text": "look x up"}]),
+            ("assistant", [called]),
+            ("tool", [found]),
+            ("assistant", [{"type": "text", "text": "Found it."}]),
+            ("assistant", [{"type": "text", "text": "Paying."}, paying]),
+            ("tool", [unpaid]),
+            ("user", [{"type": "text", "text": "thanks"}]),
+        ]
+    ]
+    assert refused.status_code == 422, refused.text
+    assert "messages[0].toolCalls[0] ('c1'): its arguments are not a JSON object" in refused.text
+
+
 @pytest.mark.slow  # a server in a process of its own, stopped by a signal
 def test_a_graceful_stop_lets_a_run_without_its_client_reach_its_pause(tmp_path: Path) -> None:
     """SIGTERM while an approved call runs for a client that went away: the server waits for
