@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import traceback
 from dataclasses import dataclass, field
 from enum import Enum, StrEnum
 from typing import TYPE_CHECKING, Any
@@ -75,12 +76,26 @@ class ErrorDetails:
     message: str
     code: str = "executor_failed"
     executor_id: str | None = None
+    traceback: str | None = None
+    """Where it was raised, as Python prints it (a failing handler's line; it was lost: a run
+    that failed in another process said ``KeyError: 'id'`` and no more -- outside tester 149).
+    Kept with the run's record; never sent to an AG-UI client."""
 
     @classmethod
     def from_exception(cls, exc: BaseException, executor_id: str | None = None) -> ErrorDetails:
         code = getattr(exc, "code", None) or "executor_failed"
         said = exception_text(exc)
-        return cls(_text(type(exc).__name__), _text(said), _text(str(code)), executor_id)
+        try:
+            where = "".join(traceback.format_exception(exc))
+        except Exception:  # (an exception whose parts fail to print: the message still says)
+            where = None
+        return cls(
+            _text(type(exc).__name__),
+            _text(said),
+            _text(str(code)),
+            executor_id,
+            _text(where) if where is not None else None,
+        )
 
     def as_record(self) -> dict[str, Any]:
         """The error as a run record stores it (``RunRecord.error``): a message longer than
@@ -90,15 +105,34 @@ class ErrorDetails:
         if len(message) > RECORDED_MESSAGE:
             rest = len(message) - RECORDED_MESSAGE
             message = f"{message[:RECORDED_MESSAGE]} ... ({rest:,} more characters not recorded)"
-        return {
+        record = {
             "error_type": self.error_type[:RECORDED_MESSAGE],
             "message": message,
             "code": self.code[:RECORDED_MESSAGE],
             "executor_id": self.executor_id,
         }
+        if self.traceback is not None:
+            record["traceback"] = _recorded_traceback(self.traceback)
+        return record
 
 
 RECORDED_MESSAGE = 100_000
+RECORDED_TRACEBACK = 50_000
+"""The most of a traceback a run's record keeps: its last characters, each line cut at
+``TRACEBACK_LINE`` (its last line repeats the message, recorded already)."""
+TRACEBACK_LINE = 1_000
+
+
+def _recorded_traceback(text: str) -> str:
+    lines = [
+        line
+        if len(line) <= TRACEBACK_LINE
+        else f"{line[:TRACEBACK_LINE]} ... ({len(line) - TRACEBACK_LINE:,} more characters)"
+        for line in text.splitlines()
+    ]
+    return "\n".join(lines)[-RECORDED_TRACEBACK:]
+
+
 """The most of an error's message a run record keeps (characters)."""
 
 

@@ -18,6 +18,7 @@ point to retry from.
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import time
 from collections.abc import Callable, Coroutine, Sequence
@@ -71,6 +72,8 @@ from ._identity import derive_id, idempotency_key, send_id
 from ._journal import InMemoryJournal, JournalStore, keeps_journal
 from ._planner import NOT_ENCODED, Envelope, Send, deliver, edge_failed, plan_superstep
 from ._requests import EffectResolution, ExternalRequest, InDoubtEffect
+
+log = logging.getLogger("workflow_engine.runner")
 
 _STOPS_THE_RUN = (
     LeaseLostError,
@@ -440,6 +443,10 @@ class RunLoop:
 
     def fail(self, exc: BaseException, executor_id: str | None = None) -> None:
         details = ErrorDetails.from_exception(exc, executor_id)
+        # (INFO: a server's log keeps where a run failed; a command line, which says the
+        # error itself, configures no logging, and Python's last resort shows WARNING up)
+        where = f" in executor {executor_id!r}" if executor_id is not None else ""
+        log.info("run %r failed%s: %s", self.state.run_id, where, details.message, exc_info=exc)
         self.state.error = details
         self.emit(WorkflowFailedEvent(details))
 

@@ -313,12 +313,16 @@ def run_output(
             asks = f"at {request.port_id}"
         waiting.append((request.request_id, asks, in_doubt))
     said = None
+    where: list[str] = []  # the recorded traceback's lines
     if info.error is not None:
         message = info.error.get("message") if isinstance(info.error, dict) else None
         if not isinstance(message, str):  # a store that does not check what it reads
             message = "(the recorded error is damaged and cannot be shown)"
         code = info.error.get("code") if isinstance(info.error, dict) else None
         said = f"{message} ({code})" if isinstance(code, str) and code else message
+        raised = info.error.get("traceback") if isinstance(info.error, dict) else None
+        if isinstance(raised, str) and raised.strip():
+            where = raised.rstrip("\n").splitlines()
     status = person_status(record)
     worker = live_worker(record)
 
@@ -357,6 +361,10 @@ def run_output(
         if said is not None:
             # not "error:", which is how this command would say that it failed itself
             term.line((f"{info.status.value} with: ", "red"), said)
+            for line in where:  # (where the error was raised: the handler's line)
+                if line == _TRACEBACK_HEADER:  # (the run's, not this command's own failure)
+                    line = "raised at (most recent call last):"
+                term.line((visible(line), "dim"))
         if info.effects_in_doubt:
             from ._console import CANCELLED_WITHOUT_ASKING, RESUME_ASKS, show_in_doubt
 
@@ -368,6 +376,9 @@ def run_output(
                 show_in_doubt(term, effect, then=then)
 
     return show
+
+
+_TRACEBACK_HEADER = "Traceback (most recent call last):"
 
 
 def _printing(text: str) -> Output:

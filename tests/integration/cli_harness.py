@@ -118,10 +118,12 @@ class Cli:
         return Result(tuple(args), proc.returncode, proc.stdout, proc.stderr)
 
     def expect(self, code: int, *args: str, db: bool = True) -> Result:
-        """Run; assert the exit code and that nothing printed a traceback."""
+        """Run; assert the exit code and that nothing printed a traceback (JSON may hold a
+        failed run's recorded one)."""
         result = self.run(*args, db=db)
         assert result.code == code, str(result)
-        assert "Traceback" not in result.out + result.err, str(result)
+        printed = result.err if "--json" in args else result.out + result.err
+        assert "Traceback" not in printed, str(result)
         return result
 
     def json(self, *args: str) -> Any:

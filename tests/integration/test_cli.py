@@ -1121,6 +1121,33 @@ def test_runs_show_of_an_application_run_shows_its_values_as_stored(cli: Cli) ->
     assert "values are shown as stored" in flat(shown) and f"waiting: {listed[0]}" in shown
 
 
+async def _failed_run(db: Path) -> str:
+    """A run whose handler raised, in a process of its own (as an application's worker)."""
+    from tests.unit.test_runner import Boom
+    from workflow_engine import Runtime, WorkflowBuilder
+
+    def build() -> Any:
+        boom = Boom("boom")
+        return WorkflowBuilder("booms", start=boom).add_edge(boom, boom).build()
+
+    rt = Runtime(SqliteStore(db))
+    rt.register(build)
+    failed = await rt.run("booms", 0)
+    await rt.close()
+    return failed.run_id
+
+
+def test_runs_show_says_where_a_failed_run_s_error_was_raised(cli: Cli) -> None:
+    """A run that failed elsewhere: ``runs show`` said its error's message, not where it was
+    raised (outside tester 149); the traceback follows, to the handler's line."""
+    run_id = anyio.run(_failed_run, cli.db)
+    shown = cli.expect(0, "runs", "show", run_id).out
+    assert "failed with: kaboom (executor_failed)" in shown
+    assert "raised at (most recent call last):" in shown and "in explode" in shown
+    assert 'raise RuntimeError("kaboom")' in shown
+    assert "kaboom" in cli.json("runs", "show", run_id)["error"]["traceback"]
+
+
 def test_runs_show_of_an_application_run_does_not_load_the_agents(cli: Cli, tmp_path: Path) -> None:
     paused, _ = anyio.run(_application_run, cli.db)
     argv = ["runs", "show", paused, "--db", str(cli.db)]

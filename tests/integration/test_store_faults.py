@@ -714,6 +714,10 @@ async def test_a_handler_error_too_long_to_store_is_recorded_cut(tmp_path: Path)
     recorded = info.error["message"]
     assert recorded.startswith("e" * RECORDED_MESSAGE)
     assert recorded.endswith(f" ... ({2 * RECORDED_MESSAGE:,} more characters not recorded)")
+    # the traceback's last line repeats the message: cut too, the frames kept
+    more = len("RuntimeError: ") + 3 * RECORDED_MESSAGE - 1_000
+    assert info.error["traceback"].endswith(f"eee ... ({more:,} more characters)")
+    assert "in go" in info.error["traceback"]
     await rt.close()
 
 

@@ -257,6 +257,19 @@ async def test_handler_exception_fails_the_run_and_keeps_the_last_checkpoint() -
     assert [m.data for m in latest.messages] == [2]  # a retry starts from here
 
 
+async def test_a_failed_run_says_where_its_error_was_raised() -> None:
+    """The error said ``RuntimeError: kaboom`` and no more: a run that failed in a worker
+    named no line to look at (outside tester 149). Its details carry the traceback, down to
+    the handler's line; the record a store keeps has it too."""
+    b = Boom("boom")
+    result = await WorkflowBuilder(start=b).add_edge(b, b).build().run(0)
+    assert result.error is not None and result.error.traceback is not None
+    assert 'raise RuntimeError("kaboom")' in result.error.traceback
+    assert "in explode" in result.error.traceback
+    assert result.error.traceback.rstrip().endswith("RuntimeError: kaboom")
+    assert result.error.as_record()["traceback"] == result.error.traceback.rstrip("\n")
+
+
 async def test_undeclared_output_and_unknown_target_fail_the_run_with_clear_errors() -> None:
     class Liar(Executor):
         @handler
