@@ -747,8 +747,9 @@ class Workflow:
     def validate_responses(
         self, state: RunState, responses: Responses
     ) -> list[tuple[str, ExternalRequest, Any]]:
-        """Check every answer before any is applied. Returns the new (id, request, value)s;
-        identical repeats of earlier answers are dropped (idempotent)."""
+        """Check every answer before any is applied. Returns the new (id, request, value)s, in
+        the order the requests were made; identical repeats of earlier answers are dropped
+        (idempotent)."""
         if isinstance(responses, Mapping):
             items = [ExternalResponse(k, v) for k, v in responses.items()]
         else:
@@ -784,7 +785,10 @@ class Workflow:
                 response.data,
             )
             accepted[rid] = (rid, request, value)
-        return list(accepted.values())
+        # in the order the requests were made, as a durable run applies stored answers: the
+        # order of a dict's keys gave the same answers another outcome (outside tester 149)
+        made = {rid: index for index, rid in enumerate(state.pending)}
+        return sorted(accepted.values(), key=lambda answer: made[answer[0]])
 
     def _same_answer(
         self,

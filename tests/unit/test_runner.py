@@ -270,6 +270,29 @@ async def test_a_failed_run_says_where_its_error_was_raised() -> None:
     assert result.error.as_record()["traceback"] == result.error.traceback.rstrip("\n")
 
 
+class AsksFour(Executor):
+    @handler
+    async def ask(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        for i in range(4):
+            await ctx.request_info(f"q{i}", int)
+
+    @response_handler
+    async def answered(self, question: str, answer: int, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(f"{question}={answer}")
+
+
+async def test_answers_given_at_once_are_applied_in_the_order_the_requests_were_made() -> None:
+    """In memory, answers went to their handlers in the order of the dict's keys -- the same
+    answers, another outcome -- where a durable run applies them in request order (outside
+    tester 149)."""
+    wf = WorkflowBuilder(start=AsksFour("asks")).build()
+    paused = await wf.run(0)
+    ids = [r.request_id for r in paused.pending_requests]
+    shuffled = {ids[i]: i for i in (3, 1, 0, 2)}
+    done = await wf.run(checkpoint=paused.checkpoint, responses=shuffled)
+    assert done.outputs == ["q0=0", "q1=1", "q2=2", "q3=3"]
+
+
 async def test_undeclared_output_and_unknown_target_fail_the_run_with_clear_errors() -> None:
     class Liar(Executor):
         @handler
