@@ -220,6 +220,11 @@ class WorkflowBuilder:
         for node in nodes:
             if isinstance(node, Executor):
                 node._renew_handlers()
+                if not node.handlers:  # (it failed only at run time, "it accepts " nothing)
+                    raise DefinitionError(
+                        f"workflow {self.name!r}: executor {node.id!r} "
+                        f"({type(node).__name__}) has no @handler, so no message can reach it"
+                    )
         _check_ports_lead_somewhere(self.name, self._nodes, self._groups)
         for group in self._groups:
             _check_group_types(self._nodes, group)

@@ -136,9 +136,13 @@ def resolve_handler(func: Callable[..., Awaitable[Any]], *, bound: bool) -> Hand
     explicit_in, explicit_out, explicit_wf = getattr(func, _HANDLER_MARK, (None, None, None))
     message_type = explicit_in if explicit_in is not None else hints.get(params[0].name, Any)
     takes_context = len(params) > 1
-    out, wf_out = context_types(hints.get(params[1].name, Any)) if takes_context else ((), ())
-    if takes_context and params[1].name not in hints:
-        out, wf_out = (), ()
+    out: tuple[Any, ...] = ()
+    wf_out: tuple[Any, ...] = ()
+    if takes_context and params[1].name in hints:  # (not annotated: a bare context)
+        try:
+            out, wf_out = context_types(hints[params[1].name])
+        except DefinitionError as exc:  # (it named no handler: outside tester 149)
+            raise DefinitionError(f"handler {func.__qualname__}: {exc}") from None
     out = _explicit(explicit_out) or out
     wf_out = _explicit(explicit_wf) or wf_out
     return HandlerSpec(
@@ -200,6 +204,26 @@ def _handler_members(cls: type) -> tuple[Any, ...]:
     return tuple(found)
 
 
+def _refuse_twice_handled(specs: list[HandlerSpec]) -> None:
+    """Two handlers of one class for the very same message type: the first would take every
+    such message, the second never run (outside tester 149)."""
+    for i, spec in enumerate(specs):
+        for other in specs[:i]:
+            if _same_type(other.message_type, spec.message_type):
+                raise DefinitionError(
+                    f"handlers {other.name} and {spec.name} both take "
+                    f"{type_name(spec.message_type)}: the first would take every such message "
+                    "and the second never run; keep one"
+                )
+
+
+def _same_type(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # (an annotation whose == fails is no duplicate of another)
+        return False
+
+
 class Executor:
     """A node of the workflow graph. Subclass it and declare ``@handler`` methods."""
 
@@ -227,6 +251,7 @@ class Executor:
                     specs.append(resolve_handler(member, bound=True))
                 else:
                     responses.append(_resolve_response_handler(member))
+            _refuse_twice_handled(specs)
             cls._handler_specs = tuple(specs)
             cls._response_specs = tuple(responses)
             cls._handler_members = members

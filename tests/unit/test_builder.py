@@ -399,3 +399,43 @@ class Sink(Executor):
     @handler
     async def take(self, anything: Any, ctx: WorkflowContext[Never, str]) -> None:
         await ctx.yield_output("taken")
+
+
+def test_two_handlers_of_one_type_an_executor_without_handlers_are_refused_at_build() -> None:
+    """Two handlers for ``int``: the first took every int, the second never ran; an executor
+    with no handler built and failed at run time, "it accepts " nothing (outside tester 149).
+    Both are refused when built, naming the handlers or the executor."""
+
+    class Twice(Executor):
+        @handler
+        async def first(self, n: int, ctx: WorkflowContext[Never, str]) -> None: ...
+
+        @handler
+        async def second(self, n: int, ctx: WorkflowContext[Never, str]) -> None: ...
+
+    class Mute(Executor):
+        pass
+
+    with pytest.raises(DefinitionError, match=r"Twice.first and .*Twice.second both take int"):
+        WorkflowBuilder("w", start=Twice("twice")).build()
+    start = SendsText("start")
+    with pytest.raises(DefinitionError, match=r"executor 'mute' \(Mute\) has no @handler"):
+        WorkflowBuilder("w", start=start).add_edge(start, Mute("mute")).build()
+
+
+def test_a_handler_whose_context_is_not_annotated_takes_a_bare_context() -> None:
+    """It was refused as "expected a WorkflowContext[...] annotation, got typing.Any", naming
+    no handler (outside tester 149); a context annotated otherwise is refused naming it."""
+
+    class Bare(Executor):
+        @handler
+        async def take(self, text: str, ctx) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    class Wrong(Executor):
+        @handler
+        async def take(self, text: str, ctx: int) -> None: ...
+
+    assert WorkflowBuilder("w", start=Bare("bare")).build().start_executor_id == "bare"
+    with pytest.raises(DefinitionError, match=r"handler .*Wrong.take: expected a WorkflowContext"):
+        WorkflowBuilder("w", start=Wrong("wrong")).build()
