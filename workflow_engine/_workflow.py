@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
+import difflib
 import json
 import uuid
 from collections import OrderedDict
@@ -934,7 +935,8 @@ class Workflow:
                 value = adapter.validate_python(data)  # model_validate would take them
         except ValidationError as exc:
             problems = "; ".join(
-                f"{adapter.where(e['loc'], as_json)}: {e['msg']}" for e in exc.errors()
+                [f"{adapter.where(e['loc'], as_json)}: {e['msg']}" for e in exc.errors()]
+                + self._strangers(expected, data)
             )
             raise ResponseTypeError(
                 f"run {run_id!r}, request {request_id!r}: expected {name}: {problems}"
@@ -957,6 +959,28 @@ class Workflow:
                 f"run {run_id!r}, request {request_id!r}: expected {name}: {problems}"
             )
         return value
+
+    def _strangers(self, expected: Any, data: Any) -> list[str]:
+        """The keys of ``data`` its model or dataclass has no field for, each said with the
+        field meant if one is close: a typo of a required field was said only as that field
+        missing (outside tester 149)."""
+        if not isinstance(data, dict) or not isinstance(expected, type):
+            return []
+        try:
+            entry = self.registry.entry_for_class(expected)
+        except SerializationError:
+            return []
+        if entry is None or entry.open or not entry.names or _reads_aliases(expected):
+            return []
+        said = []
+        for key in data:
+            if isinstance(key, str) and key not in entry.names:
+                close = difflib.get_close_matches(key, entry.fields, n=1)
+                meant = f" (did you mean {close[0]!r}?)" if close else ""
+                said.append(
+                    f"{key}: {display_name(expected, self.registry)} has no such field{meant}"
+                )
+        return said
 
     async def _apply_answers(
         self, loop: RunLoop, answers: list[tuple[str, ExternalRequest, Any]]
@@ -1101,6 +1125,16 @@ def _distinct(annotations: list[Any]) -> list[Any]:
             ids.add(id(annotation))
             out.append(annotation)
     return out
+
+
+def _reads_aliases(cls: type) -> bool:
+    """Whether a model (or pydantic dataclass) reads a field by a name of another spelling:
+    its keys cannot be told from its field names alone."""
+    fields = getattr(cls, "__pydantic_fields__", None) or {}
+    config = getattr(cls, "model_config", None) or getattr(cls, "__pydantic_config__", {})
+    return bool(config.get("alias_generator")) or any(
+        f.alias is not None or f.validation_alias is not None for f in fields.values()
+    )
 
 
 def _answer_types(node: Any) -> list[tuple[str, Any]]:
