@@ -1380,16 +1380,19 @@ class Runtime:
         # at 20,000 of them, outside tester 119)
         chosen: str | None = checkpoint_id
         if superstep is not None:
-            chosen = next(
-                (
-                    i.checkpoint_id
-                    for i in await self.store.history(run_id)
-                    if i.superstep == superstep
-                ),
-                None,
-            )
+            history = await self.store.history(run_id)
+            chosen = next((i.checkpoint_id for i in history if i.superstep == superstep), None)
             if chosen is None:
-                raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
+                kept = min((i.superstep for i in history), default=None)
+                why = (
+                    f": it is no longer stored (a prune kept its checkpoints from superstep "
+                    f"{kept} on)"
+                    if kept is not None and 0 <= superstep < kept
+                    else f" (it has reached superstep {run.superstep})"
+                    if superstep > run.superstep
+                    else ""
+                )  # (it said "no superstep 1" of a superstep the run had passed: tester 149)
+                raise CheckpointNotFoundError(f"run {run_id!r} has no {where}{why}")
         try:
             if chosen is None:  # default: the latest checkpoint (the run as it stands now)
                 source = await self.store.latest(run_id)

@@ -164,6 +164,29 @@ async def test_forking_a_checkpoint_pruned_meanwhile_names_the_run_and_superstep
     await runtime.close()
 
 
+async def test_forking_a_superstep_a_prune_took_says_so(tmp_path: Path) -> None:
+    """After ``prune(keep_last=1)``, forking an earlier superstep said "has no superstep 1",
+    of a superstep the run had passed (outside tester 149): it says a prune took it, and a
+    superstep past the run's end says how far the run got."""
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(build_slow)
+    done = await runtime.run("slow", 3, run_id="short")
+    assert await runtime.prune(keep_last=1) > 0
+    last = (await runtime.get_run("short")).superstep
+    pruned = (
+        "has no superstep 1: it is no longer stored .a prune kept its checkpoints from "
+        f"superstep {last} on"
+    )
+    with pytest.raises(CheckpointNotFoundError, match=pruned):
+        await runtime.fork("short", 1)
+    with pytest.raises(
+        CheckpointNotFoundError, match=f"has no superstep 99 .it has reached superstep {last}"
+    ):
+        await runtime.fork("short", 99)
+    assert done.status is WorkflowRunState.IDLE
+    await runtime.close()
+
+
 class Slow(Executor):
     @handler
     async def tick(self, n: int, ctx: WorkflowContext[int, str]) -> None:
