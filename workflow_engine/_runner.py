@@ -92,11 +92,13 @@ class RunnableWorkflow(Protocol):
     """What the loop needs of a workflow (``Workflow`` provides it; the loop does not import
     it, so the two modules do not depend on each other)."""
 
-    name: str
     signature: str
     graph: Graph
     codec: JsonCodec
     fallback_journal: InMemoryJournal
+
+    @property
+    def name(self) -> str: ...
 
     def stored_type_name(self, annotation: Any) -> str: ...
 

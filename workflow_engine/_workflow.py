@@ -209,7 +209,7 @@ class Workflow:
         max_supersteps: int = 100,
         codec: JsonCodec | None = None,
     ) -> None:
-        self.name = name
+        self._name = name
         self.graph = graph
         self.max_supersteps = max_supersteps
         self.registry = TypeRegistry()
@@ -294,6 +294,13 @@ class Workflow:
             )
 
     # --- introspection --------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The name runs are stored under (read-only: one changed after ``build()`` -- to a name
+        the builder refuses, or after ``register`` -- stored runs no process could resume:
+        outside tester 147)."""
+        return self._name
 
     @property
     def start_executor_id(self) -> str:

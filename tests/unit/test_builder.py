@@ -439,3 +439,12 @@ def test_a_handler_whose_context_is_not_annotated_takes_a_bare_context() -> None
     assert WorkflowBuilder("w", start=Bare("bare")).build().start_executor_id == "bare"
     with pytest.raises(DefinitionError, match=r"handler .*Wrong.take: expected a WorkflowContext"):
         WorkflowBuilder("w", start=Wrong("wrong")).build()
+
+
+def test_a_built_workflow_s_name_cannot_be_changed() -> None:
+    """Renamed after ``build()`` (or after ``register``), a workflow stored its runs under a
+    name no process had registered, or one the builder refuses (outside tester 147)."""
+    workflow = WorkflowBuilder("w", start=SendsText("start")).build()
+    with pytest.raises(AttributeError):
+        workflow.name = "renamed"  # type: ignore[misc]
+    assert workflow.name == "w"
