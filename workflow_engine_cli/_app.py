@@ -1352,6 +1352,7 @@ def main() -> None:
     suspect = [(what, text) for what, text in texts if not text.isascii()]  # ASCII is always text
     if suspect:
         _refuse_non_text(suspect)
+    _refuse_empty_db(sys.argv[1:])
     try:
         code = app(standalone_mode=False)
     except typer.TyperException as exc:  # a usage error: one line, like every other error
@@ -1374,6 +1375,15 @@ def main() -> None:
             raise
         raise SystemExit(failed) from None
     raise SystemExit(flush_output(code if isinstance(code, int) else 0))
+
+
+def _refuse_empty_db(argv: list[str]) -> None:
+    """Exit 2 for a ``--db`` given empty: it was read as the current directory, and said to
+    be one, exit 6 (outside tester 147)."""
+    for index, word in enumerate(argv):
+        if word == "--db=" or (word == "--db" and argv[index + 1 : index + 2] == [""]):
+            print_error("--db needs the name of a file; it was given empty (see --help)")
+            raise SystemExit(EXIT_USAGE)
 
 
 def _usage_error(exc: typer.TyperException) -> int:

@@ -604,11 +604,27 @@ def test_a_sync_setting_the_store_refuses_is_left_to_the_commands(
     )
 
 
-def test_the_version_is_served_quickly(databases: dict[str, Path]) -> None:
-    quick, proper = both(["--version"], env_for())
+@pytest.mark.parametrize(
+    "argv", [["--version"], ["--db", "x.db", "--version"], ["--version", "--db=x.db"]]
+)
+def test_the_version_is_served_quickly(argv: list[str]) -> None:
+    """Beside a ``--db`` too (it loaded typer to say the same: outside tester 147)."""
+    quick, proper = both(argv, env_for())
     assert quick == proper and quick[0] == 0
     assert quick[1].startswith("workflow-engine ")
-    assert served_quickly(["--version"], env_for()) == (0, quick[1])
+    assert served_quickly(argv, env_for()) == (0, quick[1])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["runs", "list", "--db", ""], ["--db=", "requests", "list"], ["--db", "", "--version"]],
+)
+def test_an_empty_db_is_a_usage_error(argv: list[str]) -> None:
+    """It was read as the current directory and said to be one, exit 6 (outside tester
+    147)."""
+    quick, proper = both(argv, env_for())
+    assert quick == proper and quick[0] == 2, quick
+    assert "--db needs the name of a file; it was given empty" in quick[2]
 
 
 def test_a_quick_listing_writes_nothing_beside_the_database(
