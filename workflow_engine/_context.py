@@ -14,7 +14,7 @@ import operator
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextvars import ContextVar
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Generic, Never, overload
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Never, get_origin, overload
 
 import anyio
 import sniffio
@@ -31,6 +31,7 @@ from ._codec import (
 from ._errors import (
     DefinitionError,
     EffectInDoubtError,
+    MessageNotHandledError,
     SerializationError,
     StorageError,
     UndeclaredOutputError,
@@ -41,7 +42,7 @@ from ._errors import (
 from ._events import WorkflowEvent
 from ._identity import derive_id, idempotency_key, is_input_delivery, step_key
 from ._requests import ExternalRequest
-from ._types import Matcher, type_name
+from ._types import Matcher, is_assignable, type_name
 
 if TYPE_CHECKING:
     from ._codec import JsonCodec
@@ -122,6 +123,7 @@ class ExecutorStep:
     """What one executor did in one superstep; applied at the barrier in executor order."""
 
     __slots__ = (
+        "answered_by",
         "appended",
         "effects",
         "emit",
@@ -155,6 +157,8 @@ class ExecutorStep:
         self.in_doubt: list[EffectInDoubtError] = []
         """Steps found in doubt, even if the handler caught the error (``except Exception``)
         or a task group wrapped it: the run pauses to ask about each, all at once."""
+        self.answered_by: Sequence[Any] | None = None
+        """The executor's ``@response_handler`` specs (None: not known, nothing checked)."""
 
     async def effects_settled(self) -> None:
         """Wait until every ``run_once`` step of this invocation that is not idempotent is over
@@ -180,7 +184,7 @@ class StepScope:
     """Per-superstep facts every context shares (read-only for handlers)."""
 
     __slots__ = (
-        "answer_type_known",
+        "answer_type_declared",
         "codec",
         "flat_shared",
         "journal",
@@ -205,7 +209,7 @@ class StepScope:
         secret: str = "",
         lease_guard: Callable[[], Awaitable[None]] | None = None,
         flat_shared: dict[str, Any] | None = None,
-        answer_type_known: Callable[[Any], bool] | None = None,
+        answer_type_declared: Callable[[Any], Any] | None = None,
     ) -> None:
         self.run_id = run_id
         self.superstep = superstep
@@ -217,9 +221,10 @@ class StepScope:
         self.secret = secret  # the run's step secret (derives request ids, idempotency keys)
         self.lease_guard = lease_guard
         """Raises ``LeaseLostError`` unless this worker still holds the run (durable runs)."""
-        self.answer_type_known = answer_type_known
-        """Whether the workflow can name a response type in a stored request and read it back
-        (``request_info`` refuses one it cannot: that answer could never be accepted)."""
+        self.answer_type_declared = answer_type_declared
+        """The declared response type a stored request names for one ``request_info`` is
+        given, None if the workflow cannot name it and read it back (``request_info`` refuses
+        it: that answer could never be accepted)."""
         self.flat_shared = {} if flat_shared is None else flat_shared
         """Shared keys whose committed encoding (that very object) is a list of JSON
         primitives: decoding it is a plain copy (``RunState.shared_flat``)."""
@@ -660,26 +665,44 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         """
         step = self._step
         scope = self._scope
-        known = scope.answer_type_known
-        if known is not None and not known(response_type):
+        if get_origin(response_type) is Annotated:
+            raise DefinitionError(
+                f"request_info in executor {step.executor_id!r}: an Annotated answer type "
+                f"({type_name(response_type)}) is not supported -- a handler's annotation loses "
+                "its metadata, so its constraints would not be checked; put the constrained "
+                "field in a pydantic model and ask for that"
+            )
+        declared = scope.answer_type_declared
+        found = declared(response_type) if declared is not None else response_type
+        if found is None:
             fix = (
                 "annotate the answer parameter of a @response_handler with it, or call "
                 "WorkflowBuilder.register_types for it"
                 if isinstance(response_type, type)
-                else "annotate the answer parameter of a @response_handler with exactly this "
-                "type (register_types takes classes, not type expressions)"
+                else "annotate the answer parameter of a @response_handler with this type "
+                "(register_types takes classes, not type expressions)"
             )
             raise UnregisteredTypeError(
                 f"request_info in executor {step.executor_id!r}: the answer type "
                 f"{type_name(response_type)} appears in no annotation of this workflow, so a "
                 f"stored request could not name it and its answer could never be accepted; {fix}"
             )
+        handlers = step.answered_by
+        if handlers is not None and not any(
+            h.matches_request(request_data) and is_assignable(found, h.response_type)
+            for h in handlers
+        ):  # (a person was asked, and the answer failed the run: outside tester 151)
+            raise MessageNotHandledError(
+                f"request_info in executor {step.executor_id!r}: no @response_handler of it "
+                f"takes a request of {type_name(type(request_data))} answered with "
+                f"{type_name(found)}, so its answer could never be applied; declare one"
+            )
         name = self.step_key(self.next_step_name("request"))
         request = ExternalRequest(
             request_id=derive_id(scope.secret, "request", scope.run_id, name),
             port_id=step.executor_id,
             data=snapshot(scope.codec, request_data)[0],  # a checked copy
-            response_type=response_type,
+            response_type=found,
             source_executor_id=step.executor_id,
             superstep=scope.superstep,
             run_id=scope.run_id,

@@ -168,6 +168,10 @@ def _resolve_response_handler(func: Callable[..., Awaitable[Any]]) -> ResponseHa
     hints = _hints(func)
     req_t = hints.get(params[0].name, Any)
     resp_t = hints.get(params[1].name, Any)
+    if params[1].name in getattr(func, "__annotations__", {}):  # (hints drop Annotated's
+        # metadata: a constraint on an answer went unchecked -- refused below instead)
+        with contextlib.suppress(Exception):
+            resp_t = typing.get_type_hints(func, include_extras=True).get(params[1].name, resp_t)
     out, wf_out = context_types(hints.get(params[2].name, inspect.Parameter.empty))
     try:  # (read now: an answer type no answer can have failed only once a person answered)
         matches_response = build_matcher(resp_t)

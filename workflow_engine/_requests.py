@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from ._errors import UsageError
+from ._errors import DefinitionError, UsageError
 from ._types import build_matcher, type_name
 
 if TYPE_CHECKING:
@@ -32,6 +32,10 @@ class RequestPort:
         self.request_type = request_type
         self.response_type = response_type
         self._accepts = build_matcher(request_type)
+        try:  # (an answer type nothing can check: refused here, not as an edge's mismatch)
+            build_matcher(response_type)
+        except DefinitionError as exc:
+            raise DefinitionError(f"request port {id!r}: its answer type: {exc}") from None
 
     def can_handle(self, message: Any) -> bool:
         return self._accepts(message)

@@ -102,7 +102,7 @@ class RunnableWorkflow(Protocol):
 
     def stored_type_name(self, annotation: Any) -> str: ...
 
-    def knows_answer_type(self, annotation: Any) -> bool: ...
+    def declared_answer_type(self, annotation: Any) -> Any | None: ...
 
 
 Emit = Callable[[WorkflowEvent], None]
@@ -469,7 +469,7 @@ class RunLoop:
             s.secret,
             getattr(self.store, "ensure_held", None),
             s.shared_flat,
-            self.workflow.knows_answer_type,
+            self.workflow.declared_answer_type,
         )
         steps: list[ExecutorStep] = []
         failures: list[tuple[str, BaseException]] = []
@@ -599,6 +599,7 @@ class RunLoop:
         executor_id = step.executor_id
         node = self.graph.nodes[executor_id]
         assert isinstance(node, Executor)
+        step.answered_by = node.response_handlers
         step.emit(ExecutorInvokedEvent(executor_id))
         try:
             for env in envelopes:

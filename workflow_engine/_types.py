@@ -86,6 +86,12 @@ def build_matcher(tp: Any) -> Matcher:
     if tp in _NONE_TYPES:
         return lambda value: value is None
     origin = get_origin(tp)
+    if origin is typing.Annotated:  # (a class on 3.11: it was matched as one, never true)
+        raise DefinitionError(
+            f"{shown(tp, 200)} is not supported as a message or answer type: its metadata "
+            "(a constraint, say) would not be checked; use the type it annotates, or a pydantic "
+            "model with the constrained field"
+        )
     if origin in (Union, types.UnionType):
         parts = [build_matcher(a) for a in get_args(tp)]
         return lambda value: any(p(value) for p in parts)

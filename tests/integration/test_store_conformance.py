@@ -39,6 +39,7 @@ from workflow_engine import (
     WorkflowNotRegisteredError,
     WorkflowRunState,
     handler,
+    response_handler,
 )
 from workflow_engine._store import default_owner
 
@@ -195,6 +196,10 @@ class Ask(Executor):
     @handler
     async def ask(self, n: int, ctx: WorkflowContext[None]) -> None:
         await ctx.request_info(n, int)
+
+    @response_handler
+    async def answered(self, n: int, answer: int, ctx: WorkflowContext[None]) -> None:
+        pass
 
 
 class Busy(Executor):

@@ -293,6 +293,53 @@ async def test_answers_given_at_once_are_applied_in_the_order_the_requests_were_
     assert done.outputs == ["q0=0", "q1=1", "q2=2", "q3=3"]
 
 
+class AsksSpeltOtherwise(Executor):
+    @handler
+    async def ask(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.request_info("which?", int | str)  # (the handler says ``str | int``)
+
+    @response_handler
+    async def answered(
+        self, question: str, answer: str | int, ctx: WorkflowContext[Never, str]
+    ) -> None:
+        await ctx.yield_output(f"{question} {answer!r}")
+
+
+class AsksWhatNoHandlerTakes(Executor):
+    @handler
+    async def ask(self, n: int, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.request_info("ok?", bool)
+
+    @response_handler
+    async def answered(self, question: str, answer: int, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output("never")
+
+
+async def test_request_info_takes_an_answer_type_spelt_otherwise_and_refuses_one_never_taken() -> (
+    None
+):
+    """``int | str`` asked where the handler declares ``str | int`` failed the run as declared
+    nowhere; a question no @response_handler of the executor could take was asked, and its
+    answer failed the run -- for good (outside tester 151). The first is asked and answered
+    (in a new process too: its stored type reads back); the second fails before anyone is
+    asked, naming what no handler takes."""
+    from workflow_engine import Checkpoint
+
+    workflow = WorkflowBuilder(start=AsksSpeltOtherwise("asks")).build()
+    paused = await workflow.run(0)
+    (request,) = paused.pending_requests
+    again = WorkflowBuilder(start=AsksSpeltOtherwise("asks")).build()
+    restored = Checkpoint.from_json(paused.checkpoint.to_json())
+    done = await again.run(checkpoint=restored, responses={request.request_id: 3})
+    assert done.outputs == ["which? 3"]
+    failed = await WorkflowBuilder(start=AsksWhatNoHandlerTakes("asks")).build().run(0)
+    assert failed.status is WorkflowRunState.FAILED and failed.error is not None
+    assert not failed.pending_requests
+    assert "no @response_handler of it takes a request of str answered with bool" in (
+        failed.error.message
+    )
+
+
 async def test_undeclared_output_and_unknown_target_fail_the_run_with_clear_errors() -> None:
     class Liar(Executor):
         @handler
@@ -476,7 +523,7 @@ async def test_an_unreadable_answer_type_that_is_not_a_class_gets_advice_that_wo
 
     failed = await WorkflowBuilder(start=AsksForMaybeSecret("a")).build().run("x")
     assert failed.error is not None
-    assert "annotate the answer parameter of a @response_handler with exactly" in (
+    assert "annotate the answer parameter of a @response_handler with this type" in (
         failed.error.message
     )
     with pytest.raises(UsageError, match="register_types takes classes, not .*Secret | None"):
