@@ -86,12 +86,17 @@ def is_blank(text: str) -> bool:
     pattern). A message of those is no message, wherever it comes from: ``str.strip()`` kept
     ``"\u200b"`` (outside testers 106, 113, 114)."""
     if text.isascii():  # (no ASCII character is a format character or default-ignorable)
-        return not text.strip()
+        return not text.strip(_ASCII_BLANK)
     import unicodedata  # (on first use: importing it is a search of the path, ~0.3 ms)
 
     return all(
-        c.isspace() or unicodedata.category(c) == "Cf" or _shows_nothing(ord(c)) for c in text
+        c.isspace() or unicodedata.category(c) in ("Cf", "Cc") or _shows_nothing(ord(c))
+        for c in text
     )
+
+
+_ASCII_BLANK = "".join(map(chr, range(0x21))) + "\x7f"
+"""White space and control characters: a NUL alone was a reply (outside tester 150)."""
 
 
 _SHOWS_NOTHING = (

@@ -100,7 +100,13 @@ from workflow_engine import (
 from workflow_engine._checkpoint import canonical_answer
 from workflow_engine._codec import strictly_equal
 from workflow_engine._identity import INPUT_SOURCE
-from workflow_engine._input import MAX_JSON_DEPTH, InputError, InputTooLargeError, parse_json
+from workflow_engine._input import (
+    MAX_JSON_DEPTH,
+    InputError,
+    InputTooLargeError,
+    is_blank,
+    parse_json,
+)
 from workflow_engine._store import default_owner, forget_ended_owner, holder_of, owner_ended
 from workflow_engine.executors import (
     Agent,
@@ -1570,11 +1576,32 @@ def _results_after_their_calls(
                 results.setdefault(result.call_id, (message, said))
     out: list[tuple[Any, ChatMessage]] = []
     placed: set[int] = set()
+    made: set[str] = set()  # the call ids met: a call sent again is left out
     for message, said in chat:
         if said.role == "tool":
             continue
+        calls = said.function_calls
+        if any(call.call_id in made for call in calls) or len(calls) > len(
+            {c.call_id for c in calls}
+        ):
+            # a call the history holds twice: a client that adds the call a resumed stream
+            # sends again as a message of its own (AG-UI's reference client does) -- the model
+            # got the second copy without a result, and its API refused the thread for good
+            # (outside tester 150)
+            kept = []
+            for content in said.contents:
+                if isinstance(content, FunctionCallContent):
+                    if content.call_id in made:
+                        continue
+                    made.add(content.call_id)
+                kept.append(content)
+            if not kept:
+                continue
+            said = said.model_copy(update={"contents": kept})
+            calls = said.function_calls
+        made.update(call.call_id for call in calls)
         out.append((message, said))
-        for call in said.function_calls:
+        for call in calls:
             found = results.get(call.call_id)
             if found is None:
                 missing = FunctionResultContent(
@@ -1637,7 +1664,9 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
     if role not in ("user", "assistant", "system"):
         return None
     contents: list[Any] = []
-    if isinstance(content, str):
+    if isinstance(content, str) and not (role == "user" and is_blank(content)):
+        # (a user's blank message -- spaces, a zero-width space -- says nothing: it started a
+        # run and reached the model, outside tester 150)
         contents.append(TextContent(text=content))
     for call in (getattr(message, "tool_calls", None) or ()) if role == "assistant" else ():
         contents.append(
@@ -1650,11 +1679,13 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
     return ChatMessage(role=role, contents=contents) if contents else None
 
 
-def _arguments(call: Any) -> dict[str, Any]:
-    """A client's tool call's arguments (JSON text) as the object they are; ``{}`` for none.
-    Checked by ``check_tool_calls`` before anything runs."""
+def _arguments(call: Any, what: str = "a tool call's arguments") -> Any:
+    """A client's tool call's arguments (JSON text) as what they are (``{}`` for none), read
+    within the body's limits: nesting 5,000 deep in the string was a RecursionError and a 500,
+    a NaN or a lone surrogate was taken (outside tester 150). Checked by ``check_tool_calls``
+    before anything runs."""
     text = call.function.arguments
-    return json.loads(text) if text and text.strip() else {}
+    return parse_json(text, what=what) if text and text.strip() else {}
 
 
 def check_tool_calls(messages: Sequence[Any]) -> None:
@@ -1664,15 +1695,17 @@ def check_tool_calls(messages: Sequence[Any]) -> None:
         if getattr(message, "role", None) != "assistant":
             continue
         for j, call in enumerate(getattr(message, "tool_calls", None) or ()):
+            where = f"messages[{i}].toolCalls[{j}]"
+            if not call.id:
+                raise AGUIError("invalid_run_input", f"{where} has an empty id")
             try:
-                arguments = _arguments(call)
-            except ValueError:
-                arguments = None
+                arguments = _arguments(call, f"{where} ({call.id!r}): its arguments")
+            except InputError as exc:
+                raise AGUIError("invalid_run_input", str(exc)) from None
             if not isinstance(arguments, dict):
                 raise AGUIError(
                     "invalid_run_input",
-                    f"messages[{i}].toolCalls[{j}] ({call.id!r}): its arguments are not a JSON "
-                    "object",
+                    f"{where} ({call.id!r}): its arguments are not a JSON object",
                 )
 
 

@@ -919,8 +919,10 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
     were dropped (a call without words, the whole message): the model saw none of the thread's
     earlier tool use (outside tester 148). They reach it as calls and results, the result
     named after its call and right after it (a model's API refuses a call without its result:
-    one the history lacks is said to be missing, one of no call left out); a call whose
-    arguments are not a JSON object is refused (422)."""
+    one the history lacks is said to be missing, one of no call left out, a call sent twice --
+    as AG-UI's reference client keeps a resumed stream's call -- once: tester 150); a call
+    whose arguments are not a JSON object, or nest past the body's limit, or hold a NaN, or
+    that has no id, is refused (422: it was a 500); a blank user message starts nothing."""
     from workflow_engine.executors import Agent, Rule, ScriptedChatClient
 
     seen: list[list[Any]] = []
@@ -936,6 +938,7 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
     history = [
         {"id": "u1", "role": "user", "content": "look x up"},
         {"id": "a1", "role": "assistant", "content": None, "toolCalls": [call]},
+        {"id": "a1b", "role": "assistant", "content": None, "toolCalls": [call]},  # (again)
         {"id": "a2", "role": "assistant", "content": "Found it."},
         {"id": "t1", "role": "tool", "content": '"found x"', "toolCallId": "c1"},  # (late)
         {"id": "t0", "role": "tool", "content": "?", "toolCallId": "c9"},  # (of no call)
@@ -945,9 +948,18 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
     with serving_target(tmp_path, Agent("helper", "", client), "/help") as url:
         answered = post(url, threadId="t", runId="r", messages=history)
         assert text_of(answered) == "noted", answered
-        bad = {**call, "function": {"name": "lookup", "arguments": "not json"}}
-        sent = {"threadId": "t2", "runId": "r", "messages": [{**history[1], "toolCalls": [bad]}]}
-        refused = httpx.post(url, json=sent, timeout=30)
+        refused = {}
+        for arguments in ("not json", "[1]", "[" * 5000 + "]" * 5000, '{"x": NaN}', None):
+            function = {"name": "lookup", "arguments": arguments}
+            bad = {**call, "function": function} if arguments else {**call, "id": ""}
+            sent = {
+                "threadId": "t2",
+                "runId": "r",
+                "messages": [{**history[1], "toolCalls": [bad]}],
+            }
+            refused[arguments] = httpx.post(url, json=sent, timeout=30)
+        blank = [{"id": "b", "role": "user", "content": " \u200b"}]
+        nothing = post(url, threadId="t3", runId="r", messages=blank)
     called = {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": {"q": 1}}
     found = {"type": "function_result", "call_id": "c1", "name": "lookup", "result": '"found x"'}
     paying = {"type": "function_call", "call_id": "c2", "name": "pay", "arguments": {}}
@@ -964,8 +976,18 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
             ("user", [{"type": "text", "text": "thanks"}]),
         ]
     ]
-    assert refused.status_code == 422, refused.text
-    assert "messages[0].toolCalls[0] ('c1'): its arguments are not a JSON object" in refused.text
+    said = {
+        "not json": "messages[0].toolCalls[0] ('c1'): its arguments is malformed JSON",
+        "[1]": "messages[0].toolCalls[0] ('c1'): its arguments are not a JSON object",
+        "[" * 5000 + "]" * 5000: "its arguments nests 5000 levels deep",
+        '{"x": NaN}': "its arguments is malformed JSON",
+        None: "messages[0].toolCalls[0] has an empty id",
+    }
+    for arguments, answer in refused.items():
+        assert answer.status_code == 422 and said[arguments] in answer.text, answer.text
+    # a user's blank message says nothing: no run, no model call
+    assert nothing[-1]["type"] == "RUN_ERROR" and nothing[-1]["code"] == "no_user_message"
+    assert len(seen) == 1
 
 
 @pytest.mark.slow  # a server in a process of its own, stopped by a signal

@@ -78,15 +78,21 @@ def test_a_prompt_on_a_terminal_that_hung_up_ends_as_the_input_does(
 
 
 def _blank_by_definition(text: str) -> bool:
-    """The definition, character by character: white space, format characters, and what shows
-    nothing alone."""
+    """The definition, character by character: white space, format and control characters (a
+    NUL alone was a reply: outside tester 150), and what shows nothing alone."""
     import unicodedata
 
     from workflow_engine._input import _shows_nothing
 
     return all(
-        c.isspace() or unicodedata.category(c) == "Cf" or _shows_nothing(ord(c)) for c in text
+        c.isspace() or unicodedata.category(c) in ("Cf", "Cc") or _shows_nothing(ord(c))
+        for c in text
     )
+
+
+def test_control_characters_alone_are_blank() -> None:
+    assert is_blank("\x00") and is_blank("\x00 \x07\x7f") and is_blank("\x00\u200b")
+    assert not is_blank("\x00a")
 
 
 @settings(max_examples=300, deadline=None)
