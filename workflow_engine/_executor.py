@@ -132,6 +132,17 @@ def resolve_handler(func: Callable[..., Awaitable[Any]], *, bound: bool) -> Hand
         params = params[1:]
     if not params:
         raise DefinitionError(f"handler {func.__qualname__} needs a message parameter")
+    extra = [
+        p.name
+        for p in params[2:]
+        if p.default is inspect.Parameter.empty
+        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    if extra:  # (it built, and every message failed it with a bare TypeError: tester 151)
+        raise DefinitionError(
+            f"handler {func.__qualname__} takes (message, ctx); its parameter(s) "
+            f"{', '.join(extra)} would never be given: give them defaults, or drop them"
+        )
     hints = _hints(func)
     explicit_in, explicit_out, explicit_wf = getattr(func, _HANDLER_MARK, (None, None, None))
     message_type = explicit_in if explicit_in is not None else hints.get(params[0].name, Any)
@@ -197,28 +208,66 @@ def _handler_members(cls: type) -> tuple[Any, ...]:
     """The ``@handler`` and ``@response_handler`` methods ``cls`` has now, nearest class first
     (one a subclass declares under the same name hides its base's)."""
     found = []
-    seen: set[str] = set()
+    seen: dict[str, type] = {}  # name → the nearest class that defines it
     for klass in cls.__mro__:
         for name, member in vars(klass).items():
-            if name not in seen and (
-                hasattr(member, _HANDLER_MARK) or hasattr(member, _RESPONSE_MARK)
-            ):
-                seen.add(name)
-                found.append(member)
+            if hasattr(member, _HANDLER_MARK) or hasattr(member, _RESPONSE_MARK):
+                if name not in seen:
+                    seen[name] = klass
+                    found.append(member)
+                elif not _is_handler(vars(seen[name])[name]):
+                    # a subclass's plain method over a handler: the base's ran, the override
+                    # never did, and nothing said so (outside tester 151)
+                    raise DefinitionError(
+                        f"{seen[name].__qualname__}.{name} overrides the handler "
+                        f"{klass.__qualname__}.{name} without @handler (or "
+                        "@response_handler), so it would never run: decorate it as its base is"
+                    )
+            else:
+                seen.setdefault(name, klass)
     return tuple(found)
 
 
+def _is_handler(member: Any) -> bool:
+    return hasattr(member, _HANDLER_MARK) or hasattr(member, _RESPONSE_MARK)
+
+
 def _refuse_twice_handled(specs: list[HandlerSpec]) -> None:
-    """Two handlers of one class for the very same message type: the first would take every
-    such message, the second never run (outside tester 149)."""
+    """Two handlers one class declares for the very same message type: the first would take
+    every such message, the second never run (outside tester 149). (A subclass's handler for
+    its base's type takes the base's place.)"""
     for i, spec in enumerate(specs):
         for other in specs[:i]:
-            if _same_type(other.message_type, spec.message_type):
+            if _one_class(other.name, spec.name) and _same_type(
+                other.message_type, spec.message_type
+            ):
                 raise DefinitionError(
                     f"handlers {other.name} and {spec.name} both take "
                     f"{type_name(spec.message_type)}: the first would take every such message "
                     "and the second never run; keep one"
                 )
+
+
+def _refuse_twice_answered(specs: list[ResponseHandlerSpec]) -> None:
+    """Two response handlers for the same request and answer types: the second never ran."""
+    for i, spec in enumerate(specs):
+        for other in specs[:i]:
+            if (
+                _one_class(other.name, spec.name)
+                and _same_type(other.request_type, spec.request_type)
+                and _same_type(other.response_type, spec.response_type)
+            ):
+                raise DefinitionError(
+                    f"response handlers {other.name} and {spec.name} both take requests of "
+                    f"{type_name(spec.request_type)} answered with "
+                    f"{type_name(spec.response_type)}: the second would never run; keep one"
+                )
+
+
+def _one_class(a: str, b: str) -> bool:
+    """Whether two handlers (by qualified name) are declared by one class: a subclass's
+    handler for its base's type, under another name, takes the base's place (an override)."""
+    return a.rpartition(".")[0] == b.rpartition(".")[0]
 
 
 def _same_type(a: Any, b: Any) -> bool:
@@ -256,6 +305,7 @@ class Executor:
                 else:
                     responses.append(_resolve_response_handler(member))
             _refuse_twice_handled(specs)
+            _refuse_twice_answered(responses)
             cls._handler_specs = tuple(specs)
             cls._response_specs = tuple(responses)
             cls._handler_members = members

@@ -446,3 +446,39 @@ def test_a_built_workflow_s_name_cannot_be_changed() -> None:
     with pytest.raises(AttributeError):
         workflow.name = "renamed"  # type: ignore[misc]
     assert workflow.name == "w"
+
+
+def test_handler_definitions_that_could_never_run_are_refused_at_build() -> None:
+    """Each built and then silently did something else (outside tester 151): a subclass's plain
+    method over a base's handler (the base's ran), a handler with a parameter no one gives
+    (every message failed it with a bare TypeError), two response handlers for one request and
+    answer (the second never ran)."""
+
+    class Base(Executor):
+        @handler
+        async def take(self, text: str, ctx: WorkflowContext[Never, str]) -> None: ...
+
+    class Overrides(Base):
+        async def take(self, text: str, ctx: WorkflowContext[Never, str]) -> None: ...  # type: ignore[override]
+
+    class Extra(Executor):
+        @handler
+        async def take(self, text: str, ctx: WorkflowContext[Never, str], more: int) -> None: ...
+
+    class AnswersTwice(Executor):
+        @handler
+        async def ask(self, text: str, ctx: WorkflowContext[Never, str]) -> None: ...
+
+        @response_handler
+        async def first(self, q: str, a: bool, ctx: WorkflowContext[Never, str]) -> None: ...
+
+        @response_handler
+        async def second(self, q: str, a: bool, ctx: WorkflowContext[Never, str]) -> None: ...
+
+    said = r"Overrides.take overrides the handler .*Base.take without @handler"
+    with pytest.raises(DefinitionError, match=said):
+        WorkflowBuilder("w", start=Overrides("o")).build()
+    with pytest.raises(DefinitionError, match=r"its parameter\(s\) more would never be given"):
+        WorkflowBuilder("w", start=Extra("e")).build()
+    with pytest.raises(DefinitionError, match=r"AnswersTwice.first and .*second both take"):
+        WorkflowBuilder("w", start=AnswersTwice("a")).build()
