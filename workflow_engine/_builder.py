@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import inspect
 import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, get_args, get_origin
@@ -141,6 +142,11 @@ class WorkflowBuilder:
         """Deliver each message to every target (or to the ids ``selection_func`` picks)."""
         if selection_func is not None:
             _check_callable(selection_func, "add_fan_out_edges: selection_func")
+            if inspect.iscoroutinefunction(selection_func):  # (never awaited: tester 151)
+                raise UsageError(
+                    "add_fan_out_edges: selection_func must be a plain function (it picks the "
+                    "targets as a message is routed), not an async one"
+                )
         given = _listed(targets, "add_fan_out_edges", "targets")
         ids = _distinct([self._node_id(t) for t in given], "add_fan_out_edges", "target")
         self._group("fan_out", [self._node_id(source)], ids, selection=selection_func)

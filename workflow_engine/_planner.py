@@ -12,6 +12,7 @@ verdicts in; everything else is decided here, deterministically:
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,6 +120,12 @@ def _selected(group: EdgeGroup, source_id: str, picked: Any) -> list[str]:
     ``None`` was a bare TypeError (outside tester 149)."""
     targets = ", ".join(repr(t) for t in group.targets)
     where = f"the selection of the fan-out {source_id!r} → {targets}"
+    if inspect.isawaitable(picked):  # (an async callable object: never awaited)
+        if inspect.iscoroutine(picked):
+            picked.close()
+        raise EdgeConditionError(
+            f"{where} returned an awaitable: a selection is a plain function", executor_id=source_id
+        )
     if isinstance(picked, str) or not isinstance(picked, list | tuple | set | frozenset):
         raise EdgeConditionError(
             f"{where} returned {shown(picked, 80)}: it returns a list of the ids of the targets "

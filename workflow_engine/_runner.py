@@ -92,13 +92,15 @@ class RunnableWorkflow(Protocol):
     """What the loop needs of a workflow (``Workflow`` provides it; the loop does not import
     it, so the two modules do not depend on each other)."""
 
-    signature: str
     graph: Graph
     codec: JsonCodec
     fallback_journal: InMemoryJournal
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def signature(self) -> str: ...
 
     def stored_type_name(self, annotation: Any) -> str: ...
 

@@ -11,6 +11,7 @@ import collections.abc
 import contextlib
 import difflib
 import json
+import typing
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -237,7 +238,7 @@ class Workflow:
                 for asker, answer_type in _answer_types(node):
                     self._check_answerable(asker, answer_type)
         self.codec: JsonCodec = codec or TaggedJsonCodec(self.registry)
-        self.signature = graph.signature()
+        self._signature = graph.signature()
         self._adapters: dict[str, AnswerAdapter] = {}
         self._admitted: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
         """Checkpoint id -> (a run's start message as ``admit`` encoded it, the copy it decoded
@@ -281,10 +282,13 @@ class Workflow:
             ) from None
         why = None
         for part in _parts_of(answer_type):
-            if part is type or get_origin(part) in (type, collections.abc.Callable):
+            if part in _NOT_STORABLE or get_origin(part) in (type, collections.abc.Callable):
                 why = f"{type_name(part)} holds classes or functions, which JSON cannot"
                 break
         for cls in concrete_classes(answer_type) if why is None else ():
+            if getattr(cls, "_is_protocol", False):  # (runtime_checkable or not)
+                why = f"{type_name(cls)} is a Protocol: an answer is stored as its fields"
+                break
             refused = self.registry.why_refused(cls)
             if refused is not None:
                 why = f"pydantic has no schema for {type_name(cls)} ({refused})"
@@ -297,6 +301,12 @@ class Workflow:
             )
 
     # --- introspection --------------------------------------------------------------------------
+
+    @property
+    def signature(self) -> str:
+        """The graph's fingerprint, which a stored run must match to be continued (read-only:
+        one set by hand let a run continue on another graph -- outside tester 151)."""
+        return self._signature
 
     @property
     def name(self) -> str:
@@ -1156,6 +1166,10 @@ def _reads_aliases(cls: type) -> bool:
     return bool(config.get("alias_generator")) or any(
         f.alias is not None or f.validation_alias is not None for f in fields.values()
     )
+
+
+_NOT_STORABLE = (type, collections.abc.Callable, typing.Callable)
+"""Answer types of classes or functions (bare; their subscripted forms by their origin)."""
 
 
 def _answer_types(node: Any) -> list[tuple[str, Any]]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any, Never, NewType, Protocol, TypedDict
+from typing import Annotated, Any, Never, NewType, Protocol, TypedDict, runtime_checkable
 
 import pytest
 from pydantic import BaseModel
@@ -349,6 +349,11 @@ class Sized(Protocol):
 UserId = NewType("UserId", int)
 
 
+@runtime_checkable
+class RuntimeSized(Protocol):
+    def size(self) -> int: ...
+
+
 def asking_for(answer_type: Any) -> Executor:
     """An executor that asks with ``request_info`` and takes answers of ``answer_type``."""
 
@@ -378,6 +383,8 @@ def asking_for(answer_type: Any) -> Executor:
         (Plain, "expects answers of .*Plain, which cannot be stored"),
         (type, "expects answers of type, which cannot be stored"),
         (Callable[[], int], "which cannot be stored: .*Callable.* holds classes or functions"),
+        (Callable, "which cannot be stored: .*Callable holds classes or functions"),
+        (RuntimeSized, "which cannot be stored: .*RuntimeSized is a Protocol"),
     ],
 )
 def test_an_answer_type_no_answer_can_have_is_refused_at_build(answer_type: Any, said: str) -> None:
@@ -439,13 +446,27 @@ def test_a_handler_whose_context_is_not_annotated_takes_a_bare_context() -> None
         WorkflowBuilder("w", start=Wrong("wrong")).build()
 
 
-def test_a_built_workflow_s_name_cannot_be_changed() -> None:
+def test_a_built_workflow_s_name_and_signature_cannot_be_changed() -> None:
     """Renamed after ``build()`` (or after ``register``), a workflow stored its runs under a
-    name no process had registered, or one the builder refuses (outside tester 147)."""
+    name no process had registered, or one the builder refuses (outside tester 147); a
+    signature set by hand let a run continue on another graph (outside tester 151)."""
     workflow = WorkflowBuilder("w", start=SendsText("start")).build()
     with pytest.raises(AttributeError):
         workflow.name = "renamed"  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        workflow.signature = "0" * 16  # type: ignore[misc]
     assert workflow.name == "w"
+
+
+async def _picks(message: Any, targets: list[str]) -> list[str]:
+    return targets
+
+
+def test_an_async_fan_out_selection_is_refused() -> None:
+    """It was never awaited: the run failed on "a coroutine" with a RuntimeWarning."""
+    start = SendsText("start")
+    with pytest.raises(UsageError, match="selection_func must be a plain function"):
+        WorkflowBuilder("w", start=start).add_fan_out_edges(start, [Sink("a")], _picks)
 
 
 def test_handler_definitions_that_could_never_run_are_refused_at_build() -> None:
