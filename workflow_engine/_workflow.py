@@ -983,7 +983,7 @@ class Workflow:
         if unknown:
             problems = "; ".join(
                 f"{path}: {cls if isinstance(cls, str) else display_name(cls, self.registry)} "
-                "has no such field"
+                f"has no such field{_meant(path, cls, self.registry)}"
                 for path, cls in unknown
             )
             raise ResponseTypeError(
@@ -1001,16 +1001,16 @@ class Workflow:
             entry = self.registry.entry_for_class(expected)
         except SerializationError:
             return []
-        if entry is None or entry.open or not entry.names or _reads_aliases(expected):
+        if entry is None or entry.open or not entry.names:
+            return []
+        keys = _keys_read(expected, entry.names)
+        if keys is None:
             return []
         said = []
         for key in data:
-            if isinstance(key, str) and key not in entry.names:
-                close = difflib.get_close_matches(key, entry.fields, n=1)
-                meant = f" (did you mean {close[0]!r}?)" if close else ""
-                said.append(
-                    f"{key}: {display_name(expected, self.registry)} has no such field{meant}"
-                )
+            if isinstance(key, str) and key not in keys:
+                said.append(f"{key}: {display_name(expected, self.registry)} has no such field")
+                said[-1] += did_you_mean(key, keys)
         return said
 
     async def _apply_answers(
@@ -1158,14 +1158,46 @@ def _distinct(annotations: list[Any]) -> list[Any]:
     return out
 
 
-def _reads_aliases(cls: type) -> bool:
-    """Whether a model (or pydantic dataclass) reads a field by a name of another spelling:
-    its keys cannot be told from its field names alone."""
+def _keys_read(cls: type, names: frozenset[str]) -> frozenset[str] | None:
+    """The keys a model (or dataclass) with fields ``names`` may read: its field names and
+    their plain aliases; None if it cannot be told (generated aliases, alias paths)."""
     fields = getattr(cls, "__pydantic_fields__", None) or {}
     config = getattr(cls, "model_config", None) or getattr(cls, "__pydantic_config__", {})
-    return bool(config.get("alias_generator")) or any(
-        f.alias is not None or f.validation_alias is not None for f in fields.values()
-    )
+    if config.get("alias_generator"):
+        return None
+    by_name = config.get("populate_by_name") or config.get("validate_by_name")
+    keys: set[str] = set()
+    for name in names:
+        field = fields.get(name)
+        aliases = (
+            [a for a in (field.alias, field.validation_alias) if a is not None] if field else []
+        )
+        if any(not isinstance(a, str) for a in aliases):  # (AliasChoices, AliasPath)
+            return None
+        if not aliases or by_name:  # (one read by its alias only: its name is no key)
+            keys.add(name)
+        keys.update(aliases)
+    return frozenset(keys)
+
+
+def _meant(path: str, cls: Any, registry: TypeRegistry) -> str:
+    """The field meant by the last key of ``path``, if ``cls`` has one close to it."""
+    if not isinstance(cls, type):
+        return ""
+    try:
+        entry = registry.entry_for_class(cls)
+    except SerializationError:
+        return ""
+    if entry is None or not entry.names:
+        return ""
+    keys = _keys_read(cls, entry.names)
+    return did_you_mean(path.rpartition(".")[2], keys) if keys is not None else ""
+
+
+def did_you_mean(key: str, keys: frozenset[str]) -> str:
+    """`` (did you mean 'x'?)`` for the key of ``keys`` closest to ``key``, if one is close."""
+    close = difflib.get_close_matches(key, sorted(keys - {key}), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 _NOT_STORABLE = (type, collections.abc.Callable, typing.Callable)

@@ -284,6 +284,11 @@ def test_a_typo_of_a_required_field_is_named_with_the_field_meant() -> None:
     with pytest.raises(ResponseTypeError) as refused:
         answer(Aliased, {"fullName": 5})
     assert "no such field" not in str(refused.value)
+    # the hint after a model's answer validated too, by the keys it reads (tester 151)
+    with pytest.raises(ResponseTypeError, match="reviwer: Decision has no such field .did you"):
+        answer(Decision, {"approved": True, "reviwer": "ann"})
+    with pytest.raises(ResponseTypeError, match="fulName: Aliased has no such field .did you"):
+        answer(Aliased, {"fullName": "Ann", "fulName": "x"})
 
 
 @pytest.mark.parametrize(
