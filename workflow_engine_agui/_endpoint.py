@@ -1658,9 +1658,11 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
         name = (names or {}).get(call_id, "")
         error = getattr(message, "error", None)
         result = FunctionResultContent(
-            call_id=call_id, name=name, result=content, error=error if error else None
+            call_id=call_id, name=name, result=_result_of(content), error=error if error else None
         )
         return ChatMessage(role="tool", contents=[result])
+    if role == "developer":  # (OpenAI's newer name for system instructions: it was dropped)
+        role = "system"
     if role not in ("user", "assistant", "system"):
         return None
     contents: list[Any] = []
@@ -1677,6 +1679,18 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
         if names is not None:
             names[call.id] = call.function.name
     return ChatMessage(role=role, contents=contents) if contents else None
+
+
+def _result_of(content: Any) -> Any:
+    """A tool message's content as the result it stands for: the stream sends a result as its
+    JSON text (``TOOL_CALL_RESULT``), so text read back as JSON is that value -- the model
+    saw a string result quoted (outside tester 150); other text is the result itself."""
+    if not isinstance(content, str):
+        return content
+    try:
+        return parse_json(content, what="a tool result")
+    except InputError:
+        return content
 
 
 def _arguments(call: Any, what: str = "a tool call's arguments") -> Any:

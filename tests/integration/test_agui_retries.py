@@ -936,6 +936,7 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
     call = {"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": '{"q": 1}'}}
     dangling = {"id": "c2", "type": "function", "function": {"name": "pay", "arguments": ""}}
     history = [
+        {"id": "d1", "role": "developer", "content": "Be brief."},
         {"id": "u1", "role": "user", "content": "look x up"},
         {"id": "a1", "role": "assistant", "content": None, "toolCalls": [call]},
         {"id": "a1b", "role": "assistant", "content": None, "toolCalls": [call]},  # (again)
@@ -955,18 +956,20 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
             sent = {
                 "threadId": "t2",
                 "runId": "r",
-                "messages": [{**history[1], "toolCalls": [bad]}],
+                "messages": [{**history[2], "toolCalls": [bad]}],
             }
             refused[arguments] = httpx.post(url, json=sent, timeout=30)
         blank = [{"id": "b", "role": "user", "content": " \u200b"}]
         nothing = post(url, threadId="t3", runId="r", messages=blank)
     called = {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": {"q": 1}}
-    found = {"type": "function_result", "call_id": "c1", "name": "lookup", "result": '"found x"'}
+    # (the result as it ran: the stream sent it as its JSON text)
+    found = {"type": "function_result", "call_id": "c1", "name": "lookup", "result": "found x"}
     paying = {"type": "function_call", "call_id": "c2", "name": "pay", "arguments": {}}
     missing = "no result: the conversation holds none for this call"
     unpaid = {"type": "function_result", "call_id": "c2", "name": "pay", "error": missing}
     assert seen == [
         [
+            ("system", [{"type": "text", "text": "Be brief."}]),  # (a developer's: as system's)
             ("user", [{"type": "text", "text": "look x up"}]),
             ("assistant", [called]),
             ("tool", [found]),
