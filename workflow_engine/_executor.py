@@ -136,7 +136,7 @@ def resolve_handler(func: Callable[..., Awaitable[Any]], *, bound: bool) -> Hand
         p.name
         for p in params[2:]
         if p.default is inspect.Parameter.empty
-        and p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
     ]
     if extra:  # (it built, and every message failed it with a bare TypeError: tester 151)
         raise DefinitionError(
@@ -172,7 +172,14 @@ def resolve_handler(func: Callable[..., Awaitable[Any]], *, bound: bool) -> Hand
 
 def _resolve_response_handler(func: Callable[..., Awaitable[Any]]) -> ResponseHandlerSpec:
     params = list(inspect.signature(func).parameters.values())[1:]
-    if len(params) != 3:
+    given = [  # (more with defaults, or *args / **kwargs, are the handler's own)
+        p
+        for p in params
+        if p.default is inspect.Parameter.empty
+        and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+    ]
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    if len(params) < 3 or len(given) > 3 or any(p.kind not in positional for p in params[:3]):
         raise DefinitionError(
             f"@response_handler {func.__qualname__} must take (original_request, response, ctx)"
         )
@@ -207,14 +214,15 @@ def _resolve_response_handler(func: Callable[..., Awaitable[Any]]) -> ResponseHa
 def _handler_members(cls: type) -> tuple[Any, ...]:
     """The ``@handler`` and ``@response_handler`` methods ``cls`` has now, nearest class first
     (one a subclass declares under the same name hides its base's)."""
-    found = []
+    found: list[Any] = []
     seen: dict[str, type] = {}  # name → the nearest class that defines it
     for klass in cls.__mro__:
         for name, member in vars(klass).items():
             if hasattr(member, _HANDLER_MARK) or hasattr(member, _RESPONSE_MARK):
                 if name not in seen:
                     seen[name] = klass
-                    found.append(member)
+                    if not any(member is other for other in found):  # (an alias of one)
+                        found.append(member)
                 elif not _is_handler(vars(seen[name])[name]):
                     # a subclass's plain method over a handler: the base's ran, the override
                     # never did, and nothing said so (outside tester 151)

@@ -31,7 +31,10 @@ class RequestPort:
         self.id = id
         self.request_type = request_type
         self.response_type = response_type
-        self._accepts = build_matcher(request_type)
+        try:
+            self._accepts = build_matcher(request_type)
+        except DefinitionError as exc:
+            raise DefinitionError(f"request port {id!r}: its request type: {exc}") from None
         try:  # (an answer type nothing can check: refused here, not as an edge's mismatch)
             build_matcher(response_type)
         except DefinitionError as exc:

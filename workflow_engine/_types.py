@@ -127,7 +127,8 @@ def build_matcher(tp: Any) -> Matcher:
             raise DefinitionError(
                 f"{type_name(tp)} is a Protocol not marked @runtime_checkable, so no value can "
                 "be checked against it at run time (a bare TypeError came from the first value "
-                "checked); mark it @typing.runtime_checkable, or use a class"
+                "checked); as a message type, mark it @typing.runtime_checkable; as an answer "
+                "type, use a pydantic model or a dataclass"
             )
         return lambda value: isinstance(value, tp)
     if isinstance(tp, typing.NewType):
@@ -208,7 +209,12 @@ def is_assignable(source: Any, target: Any) -> bool:
     _no_typeddict(target)
     if source is bool and target in (int, float):
         return False  # as at run time: a handler of int or float is not given True
-    return isinstance(source, type) and isinstance(target, type) and issubclass(source, target)
+    if not (isinstance(source, type) and isinstance(target, type)):
+        return False
+    try:
+        return issubclass(source, target)
+    except TypeError:  # a runtime-checkable Protocol with data members: values tell, not types
+        return True  # (it was a bare TypeError out of build(): outside tester 152)
 
 
 def _tuple_assignable(s_args: tuple[Any, ...], t_args: tuple[Any, ...]) -> bool:

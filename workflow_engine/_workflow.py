@@ -233,6 +233,11 @@ class Workflow:
             self._annotate(cls)
         for annotation in _distinct(seen):  # names settle once everything is registered
             self._name_annotation(annotation)
+            # and each class in it: ``request_info(data, Decision)`` answered by a handler of
+            # ``Decision | None`` failed the run as declared nowhere (outside tester 152)
+            for cls in concrete_classes(annotation):
+                if cls is not annotation:
+                    self._name_annotation(cls)
         if codec is None:  # (another codec may store what this one cannot)
             for node in graph.nodes.values():
                 for asker, answer_type in _answer_types(node):

@@ -503,3 +503,65 @@ def test_handler_definitions_that_could_never_run_are_refused_at_build() -> None
         WorkflowBuilder("w", start=Extra("e")).build()
     with pytest.raises(DefinitionError, match=r"AnswersTwice.first and .*second both take"):
         WorkflowBuilder("w", start=AnswersTwice("a")).build()
+
+
+@runtime_checkable
+class HasOk(Protocol):
+    ok: bool
+
+
+class Decision(BaseModel):
+    ok: bool
+
+
+class SendsDecision(Executor):
+    @handler
+    async def go(self, text: str, ctx: WorkflowContext[Decision]) -> None:
+        await ctx.send_message(Decision(ok=True))
+
+
+class TakesHasOk(Executor):
+    @handler
+    async def take(self, decision: HasOk, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(f"ok={decision.ok}")
+
+
+class AsksWithRoom(Executor):
+    """Asks for a ``Decision``; its answer handler takes ``Decision | None``, has a parameter
+    of its own with a default, and the ask is also reachable under an older name."""
+
+    @handler
+    async def ask(self, text: str, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.request_info(text, Decision)
+
+    older_name = ask
+
+    @response_handler
+    async def answered(
+        self,
+        question: str,
+        answer: Decision | None,
+        ctx: WorkflowContext[Never, str],
+        tag: str = "t",
+        **more: Any,
+    ) -> None:
+        await ctx.yield_output(f"{question}: {answer} {tag}")
+
+
+@pytest.mark.anyio
+async def test_what_the_new_checks_must_still_take() -> None:
+    """Valid workflows the checks refused (outside tester 152): a runtime-checkable Protocol
+    with data members as a message type (a bare TypeError out of build()), a handler under a
+    second name (two handlers "for one type"), a response handler with a defaulted parameter
+    or ``**kwargs`` of its own, and a request whose answer type appears only inside the
+    handler's annotation (``Decision | None``: the run failed as declared nowhere)."""
+    start = SendsDecision("start")
+    protocol = WorkflowBuilder("p", start=start).add_edge(start, TakesHasOk("take")).build()
+    assert (await protocol.run("x")).outputs == ["ok=True"]
+    asks = WorkflowBuilder("a", start=AsksWithRoom("asks")).build()
+    paused = await asks.run("q")
+    (request,) = paused.pending_requests
+    done = await asks.run(
+        checkpoint=paused.checkpoint, responses={request.request_id: {"ok": True}}
+    )
+    assert done.outputs == ["q: ok=True t"]
