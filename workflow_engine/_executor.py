@@ -218,7 +218,7 @@ def _handler_members(cls: type) -> tuple[Any, ...]:
     seen: dict[str, type] = {}  # name → the nearest class that defines it
     for klass in cls.__mro__:
         for name, member in vars(klass).items():
-            if hasattr(member, _HANDLER_MARK) or hasattr(member, _RESPONSE_MARK):
+            if _is_handler(member):
                 if name not in seen:
                     seen[name] = klass
                     if not any(member is other for other in found):  # (an alias of one)

@@ -1014,8 +1014,8 @@ class Workflow:
         said = []
         for key in data:
             if isinstance(key, str) and key not in keys:
-                said.append(f"{key}: {display_name(expected, self.registry)} has no such field")
-                said[-1] += did_you_mean(key, keys)
+                named = display_name(expected, self.registry)
+                said.append(f"{key}: {named} has no such field{_did_you_mean(key, keys)}")
         return said
 
     async def _apply_answers(
@@ -1196,10 +1196,10 @@ def _meant(path: str, cls: Any, registry: TypeRegistry) -> str:
     if entry is None or not entry.names:
         return ""
     keys = _keys_read(cls, entry.names)
-    return did_you_mean(path.rpartition(".")[2], keys) if keys is not None else ""
+    return _did_you_mean(path.rpartition(".")[2], keys) if keys is not None else ""
 
 
-def did_you_mean(key: str, keys: frozenset[str]) -> str:
+def _did_you_mean(key: str, keys: frozenset[str]) -> str:
     """`` (did you mean 'x'?)`` for the key of ``keys`` closest to ``key``, if one is close."""
     close = difflib.get_close_matches(key, sorted(keys - {key}), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
