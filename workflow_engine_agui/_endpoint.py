@@ -1557,7 +1557,9 @@ def _chat_of(messages: Sequence[Any]) -> list[tuple[Any, ChatMessage]]:
     its chat message (``_to_chat_message``)."""
     names: dict[str, str] = {}  # tool call id → the tool's name, for the results after it
     chat = [(m, c) for m in messages if (c := _to_chat_message(m, names)) is not None]
-    return _results_after_their_calls(chat) if names else chat
+    if names or any(said.role == "tool" for _, said in chat):
+        return _results_after_their_calls(chat)
+    return chat
 
 
 def _results_after_their_calls(
@@ -1862,8 +1864,8 @@ def check_ids(run_input: RunAgentInput, resume: Sequence[ResumeAnswer] = ()) -> 
                 "invalid_run_input",
                 f"{name} has {len(value)} characters; the limit is {MAX_ID_LENGTH}",
             )
+    check_tool_calls(run_input.messages)  # (first: the next reads the messages)
     _refuse_conflicting_ids(run_input.messages)
-    check_tool_calls(run_input.messages)
 
 
 def _refuse_conflicting_ids(messages: Sequence[Any]) -> None:
@@ -1895,6 +1897,8 @@ def _refuse_conflicting_ids(messages: Sequence[Any]) -> None:
 
 def _said_by_user(message: Any) -> str | None:
     """The words of a user's message (None: another role's, or no words)."""
+    if getattr(message, "role", None) != "user":
+        return None
     said = _to_chat_message(message)
     if said is None or said.role != "user" or not said.text.strip():
         return None

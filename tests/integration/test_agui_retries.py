@@ -956,18 +956,21 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
             sent = {
                 "threadId": "t2",
                 "runId": "r",
-                "messages": [{**history[2], "toolCalls": [bad]}],
+                "messages": [{**history[2], "toolCalls": [bad]}] * 2,  # (an id read twice, too)
             }
             refused[arguments] = httpx.post(url, json=sent, timeout=30)
         blank = [{"id": "b", "role": "user", "content": " \u200b"}]
         nothing = post(url, threadId="t3", runId="r", messages=blank)
+        # a result of no call, with no call at all in the history, is left out too
+        alone = [{"id": "t", "role": "tool", "content": "?", "toolCallId": "c7"}, history[-1]]
+        post(url, threadId="t4", runId="r", messages=alone)
     called = {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": {"q": 1}}
     # (the result as it ran: the stream sent it as its JSON text)
     found = {"type": "function_result", "call_id": "c1", "name": "lookup", "result": "found x"}
     paying = {"type": "function_call", "call_id": "c2", "name": "pay", "arguments": {}}
     missing = "no result: the conversation holds none for this call"
     unpaid = {"type": "function_result", "call_id": "c2", "name": "pay", "error": missing}
-    assert seen == [
+    assert seen[:1] == [
         [
             ("system", [{"type": "text", "text": "Be brief."}]),  # (a developer's: as system's)
             ("user", [{"type": "text", "text": "look x up"}]),
@@ -990,7 +993,7 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
         assert answer.status_code == 422 and said[arguments] in answer.text, answer.text
     # a user's blank message says nothing: no run, no model call
     assert nothing[-1]["type"] == "RUN_ERROR" and nothing[-1]["code"] == "no_user_message"
-    assert len(seen) == 1
+    assert len(seen) == 2 and seen[1] == [("user", [{"type": "text", "text": "thanks"}])]
 
 
 @pytest.mark.slow  # a server in a process of its own, stopped by a signal
