@@ -96,7 +96,8 @@ def create_app(
         async def require_token(request: Request, call_next):  # type: ignore[no-untyped-def]
             guarded = request.method != "OPTIONS" and request.url.path != "/health"
             if guarded and not secrets.compare_digest(bearer_token(request), expected):
-                return JSONResponse({"error": "unauthorized"}, status_code=401)
+                said = "this server needs its token: Authorization: Bearer <token>"
+                return JSONResponse({"error": "unauthorized", "message": said}, status_code=401)
             return await call_next(request)
 
     # added after the token check, so it wraps it: a 401 still carries CORS headers

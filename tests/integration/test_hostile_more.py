@@ -175,7 +175,10 @@ def test_a_bearer_header_that_is_not_ascii_is_a_401_not_a_500(tmp_path: Path) ->
                 timeout=30,
             )
             assert answer.status_code == 401, (value, answer.text)
-            assert answer.json() == {"error": "unauthorized"}
+            assert answer.json() == {  # (a message as every other refusal has: tester 153)
+                "error": "unauthorized",
+                "message": "this server needs its token: Authorization: Bearer <token>",
+            }
         assert (raw_state(db) if db.exists() else None) == before
         ok = Client(server.url, token="s3cret").start("/support", thread(), "Hello")
         assert ok.finished.outcome is not None

@@ -136,7 +136,13 @@ class WithPair(BaseModel):
     pair: Pair
 
 
+class Forbids(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message: str = ""
+
+
 ANSWER_TYPES = (
+    Forbids,
     Inner,
     InnerAllow,
     InnerIgnore,
@@ -273,6 +279,15 @@ def answer(answer_type: Any, data: Any) -> Any:
 def test_a_key_no_field_takes_is_refused(answer_type: Any, data: Any, refused: str) -> None:
     with pytest.raises(ResponseTypeError, match=refused):
         answer(answer_type, data)
+
+
+def test_a_key_a_model_forbids_is_said_once_with_the_field_meant() -> None:
+    """pydantic's "Extra inputs are not permitted" and the engine's own line both named it
+    (outside tester 153)."""
+    with pytest.raises(ResponseTypeError) as refused:
+        answer(Forbids, {"mesage": "hi"})
+    said = str(refused.value)
+    assert said.count("mesage") == 1 and "did you mean 'message'" in said, said
 
 
 def test_a_typo_of_a_required_field_is_named_with_the_field_meant() -> None:
