@@ -311,6 +311,9 @@ def run_output(
             asks = type(data).__name__
         else:
             asks = f"at {request.port_id}"
+        if in_doubt is None:  # what it waits for, as the inbox says (outside tester 153)
+            said = at_most(describe_request(data, request.port_id), MAX_SHOWN_CHARACTERS)
+            asks = f"{asks}: {said}"
         waiting.append((request.request_id, asks, in_doubt))
     said = None
     where: list[str] = []  # the recorded traceback's lines

@@ -294,6 +294,11 @@ def test_approve_and_reject_together_is_a_usage_error(cli: Cli) -> None:
 @pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
 def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     run_id, request_id = cli.start_paused()
+    # what the paused run waits for, as the inbox says it (it named the request's type only:
+    # outside tester 153)
+    waits = cli.expect(0, "runs", "show", run_id).out
+    said = f"waiting: {request_id} (ToolApprovalRequestContent: approve submit_refund("
+    assert said in flat(waits), waits
 
     malformed = cli.expect(2, "respond", request_id, "--data", "{not json")
     assert "malformed JSON" in malformed.error_line()
@@ -682,7 +687,7 @@ def test_runs_show_loads_neither_typer_nor_the_event_loop(cli: Cli, tmp_path: Pa
     loaded = {m.split(".")[0] for m in modules}
     skipped = {"typer", "click", "asyncio", "sqlalchemy", "rich", "networkx", "fastapi"}
     assert loaded.isdisjoint(skipped), sorted(loaded & skipped)
-    assert f"waiting: {request_id} (ToolApprovalRequestContent)" in printed
+    assert f"waiting: {request_id} (ToolApprovalRequestContent: approve submit_refund(" in printed
 
 
 class ServerProcess:

@@ -474,7 +474,7 @@ def test_runs_show_prints_what_the_command_proper_prints(databases: dict[str, Pa
             assert served_quickly(argv, env) == (0, quick[1]), argv
             shown += quick[1]
     for said in (
-        "(ToolApprovalRequestContent)",  # the demo's request, decoded
+        "(ToolApprovalRequestContent: approve submit_refund(",  # the demo's request, decoded
         "output: conversation completed (last agent: refund_agent)",  # the demo's output
         "note: workflow 'stepper' is not built here",
         "answered: ",
