@@ -905,7 +905,7 @@ class Runtime:
             chosen.append(run)
             if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
                 if cancelling:
-                    raise RunNotResumableError(f"run {run_id!r} is already {run.status.value}")
+                    raise RunNotResumableError(f"run {run_id!r} is already {_ended_as(run)}")
                 raise RunNotResumableError(
                     f"run {run_id!r} is {run.status.value}; nothing to resume"
                 )
@@ -1485,9 +1485,7 @@ class Runtime:
             # stored cancel (say, the command line cancelling an application's run)
             run = await self.store.get_run(run_id)
             if run.status in _ENDED:
-                raise RunNotResumableError(
-                    f"run {run_id!r} is already {run.status.value}"
-                ) from None
+                raise RunNotResumableError(f"run {run_id!r} is already {_ended_as(run)}") from None
             if run.live_owner(time.time()) is None:
                 raise _cancelled_only_by_its_workflow(exc, run_id) from None
             if await self.store.request_cancel(run_id) is False:
@@ -1669,6 +1667,12 @@ _MAX_CATCH_UPS = 100
 _CANCEL_ATTEMPTS = 10
 """How many times ``cancel`` tries again when the run came to rest as its worker was asked."""
 _ENDED = frozenset({WorkflowRunState.IDLE, WorkflowRunState.CANCELLED})
+
+
+def _ended_as(run: RunRecord) -> str:
+    """How a cancel says a run ended: ``finished`` (its status ``idle``, the engine's name for
+    it, read as "waiting": outside tester 153), else its status."""
+    return "finished (idle)" if run.status is WorkflowRunState.IDLE else run.status.value
 
 
 def _cancelled_only_by_its_workflow(

@@ -27,6 +27,7 @@ import contextlib
 import errno
 import inspect
 import os
+import string
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -445,6 +446,11 @@ async def _full_request_id(runtime: Runtime, given: str) -> str:
         return (await runtime.store.get_request(given)).request_id
     except UnknownRequestError:
         pass
+    request_id, dot, mac = given.partition(".")
+    if dot and request_id and mac and all(c in string.hexdigits for c in given.replace(".", "")):
+        # an AG-UI interrupt's id (the request id, a dot, a MAC), copied from a web client:
+        # this command line is the store's own (outside tester 153)
+        given = request_id
     given, ids = await _starting_with(runtime.store.request_ids, given)
     runs = list(await runtime.store.run_ids(given.lower())) if not ids and given else []
     if len(runs) == 1:  # a run's id where a request's goes (outside tester 113)

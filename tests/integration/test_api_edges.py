@@ -348,7 +348,7 @@ async def test_a_cancel_that_finds_the_run_at_rest_leaves_no_request_behind(
         tg.start_soon(execute)
         await admitted(outsider, "r")
         if then == "finish":
-            with pytest.raises(RunNotResumableError, match="'r' is already idle"):
+            with pytest.raises(RunNotResumableError, match="'r' is already finished .idle."):
                 await outsider.cancel("r")
         elif knows_workflow:
             info = await outsider.cancel("r")

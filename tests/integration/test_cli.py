@@ -316,7 +316,9 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     assert "--arguments goes with --approve" in alone.error_line()
 
     edited = ["--approve", "--arguments", '{"amount": 50}']
-    assert "answer stored" in cli.expect(0, "respond", request_id, *edited).out
+    # an AG-UI interrupt's id, copied from a web client, names its request (tester 153)
+    interrupt_id = f"{request_id}.{'ab' * 16}"
+    assert "answer stored" in cli.expect(0, "respond", interrupt_id, *edited).out
     assert "already had this answer" in cli.expect(0, "respond", request_id, *edited).out
     conflict = cli.expect(5, "respond", request_id, "--reject")
     assert "already answered with a different value" in conflict.error_line()
