@@ -1404,8 +1404,11 @@ class Runtime:
                     raise CheckpointNotFoundError(f"run {run_id!r} has no {where}")
         except CheckpointNotFoundError:
             await self.store.get_run(run_id)  # RunNotFoundError if it was pruned meanwhile
-            if chosen is not None and superstep is None:
-                raise CheckpointNotFoundError(f"run {run_id!r} has no {where}") from None
+            if chosen is not None and superstep is None:  # (pruned, or never its: tester 151)
+                raise CheckpointNotFoundError(
+                    f"run {run_id!r} has no {where}: none by that id is stored (a prune may "
+                    "have deleted it; history() lists what is kept)"
+                ) from None
             raise CheckpointNotFoundError(
                 f"run {run_id!r} has no {where} any more: it was pruned while being forked"
             ) from None

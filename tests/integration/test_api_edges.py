@@ -132,7 +132,8 @@ async def test_fork_by_checkpoint_id_takes_only_one_of_the_run_s_own(tmp_path: P
     [theirs, *_] = await runtime.history(other.run_id)
     for given in (theirs.checkpoint_id, "0" * 32):
         with pytest.raises(
-            CheckpointNotFoundError, match=f"run 'one' has no checkpoint '{given}'$"
+            CheckpointNotFoundError,
+            match=f"run 'one' has no checkpoint '{given}': none by that id is stored .a prune",
         ):
             await runtime.fork(one.run_id, checkpoint_id=given)
     await runtime.close()
