@@ -54,6 +54,7 @@ from ._ids import AmbiguousIdError, lowered_hex, match
 from ._listing import (
     Pending,
     answered_to_apply,
+    limited,
     may_be_in_doubt,
     person_status,
     requests_json_output,
@@ -171,6 +172,10 @@ DbOption = Annotated[
     typer.Option("--db", callback=_db_or_before, help=_DB_HELP),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+LimitOption = Annotated[
+    int | None,
+    typer.Option(min=0, help="At most this many (0: all).", metavar="N"),
+]
 # (metavar: errors name it as the usage shows it, RUN_ID, not the parameter's name)
 RunIdArgument = Annotated[
     str, typer.Argument(help="A run id, or any unique prefix of one.", metavar="RUN_ID")
@@ -1102,10 +1107,11 @@ def runs_list(
         ),
     ] = None,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
+    limit: LimitOption = None,
     db: DbOption = None,
     json_mode: JsonOption = False,
 ) -> None:
-    """List runs, oldest first."""
+    """List runs, oldest first (with --limit N, the N most recently updated)."""
     try:
         state, shown_only = status_filter(status)
     except ValueError as exc:
@@ -1123,15 +1129,23 @@ def runs_list(
             )
             if shown_only:
                 runs = [r for r in runs if person_status(r) == shown_only]
+            runs, left_out = limited(runs, limit, newest=True)
             filtered = status is not None or workflow is not None
             answered = await _answered_counts(runtime, runs if filtered else None)
             every = (
                 await _store_of(runtime).run_ids_beside([r.run_id for r in runs])
-                if filtered and runs and not json_mode
+                if (filtered or left_out) and runs and not json_mode
                 else None
             )
             if runs or json_mode or not damaged:  # ("No runs." where every run is damaged: no)
-                runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)()
+                runs_output(
+                    runs,
+                    answered,
+                    every,
+                    filtered=filtered,
+                    json_mode=json_mode,
+                    left_out=left_out,
+                )()
             return _said(damaged)
 
         return await _with_runtime(db, go, read_only=True)
@@ -1168,16 +1182,24 @@ def runs_show(
 
 
 @requests_app.command("list")
-def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
-    """Pending requests across all runs (approvals show the tool and its arguments)."""
+def requests_list(
+    limit: LimitOption = None, db: DbOption = None, json_mode: JsonOption = False
+) -> None:
+    """Pending requests across all runs, oldest first (approvals show the tool and its
+    arguments; with --limit N, the N waiting longest)."""
 
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             # No workflow is registered, so the data stays as stored; describe_request reads it.
             found, damaged = await _pending_tolerantly(runtime)
-            pending = [
-                Pending(r.request_id, r.run_id, r.workflow_name, r.port_id, r.data) for r in found
-            ]
+            pending, left_out = limited(
+                [
+                    Pending(r.request_id, r.run_id, r.workflow_name, r.port_id, r.data)
+                    for r in found
+                ],
+                limit,
+                newest=False,
+            )
             if json_mode:
                 code = _said(damaged)
                 requests_json_output(pending)()
@@ -1191,7 +1213,9 @@ def requests_list(db: DbOption = None, json_mode: JsonOption = False) -> None:
             store = _store_of(runtime)
             request_ids = await store.request_ids_beside([p.request_id for p in pending])
             run_ids = await store.run_ids_beside([p.run_id for p in pending])
-            requests_output(pending, in_doubt, waiting, request_ids, run_ids, bool(damaged))()
+            requests_output(
+                pending, in_doubt, waiting, request_ids, run_ids, bool(damaged), left_out
+            )()
             return code
 
         return await _with_runtime(db, go, read_only=True)

@@ -151,9 +151,11 @@ def runs_output(
     *,
     filtered: bool,
     json_mode: bool,
+    left_out: int = 0,
 ) -> Output:
     """``runs list``: ``runs`` (``RunRecord``), with ``answered`` (run → answers waiting);
-    ``every``: every run's id, for the shortest unique prefixes (None: ``runs`` are all)."""
+    ``every``: every run's id, for the shortest unique prefixes (None: ``runs`` are all);
+    ``left_out``: how many older runs ``--limit`` left out (said under the table)."""
     if json_mode:
         rows = [
             {
@@ -185,7 +187,23 @@ def runs_output(
         for r in runs
     ]
     headers = ["RUN", "WORKFLOW", "STATUS", "STEP", "UPDATED (UTC)"]
-    return lambda: print_table(headers, table, wrap=["UPDATED (UTC)"])
+
+    def show() -> None:
+        print_table(headers, table, wrap=["UPDATED (UTC)"])
+        if left_out:
+            print(f"({left_out:,} older not shown: --limit 0 lists them all)")
+
+    return show
+
+
+def limited(rows: Sequence[Any], limit: int | None, newest: bool) -> tuple[list[Any], int]:
+    """``rows`` cut to ``limit`` (None or 0: all) -- the last ones if ``newest``, else the
+    first -- and how many were left out: at 21,000 runs a listing took half a second and as
+    many lines (outside tester 147)."""
+    if not limit or len(rows) <= limit:
+        return list(rows), 0
+    kept = rows[-limit:] if newest else rows[:limit]
+    return list(kept), len(rows) - limit
 
 
 def requests_json_output(pending: Sequence[Pending]) -> Output:
@@ -212,6 +230,7 @@ def requests_output(
     request_ids: Sequence[str],
     run_ids: Sequence[str],
     damaged: bool = False,
+    left_out: int = 0,
 ) -> Output:
     """``requests list``: the inbox; then the interrupted runs with a step in doubt
     (``RunInfo``), and the resting runs with answers to apply (``(RunRecord, count)``).
@@ -234,6 +253,8 @@ def requests_output(
     def show() -> None:
         if table:
             print_table(["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"], table, wrap=["WAITING FOR"])
+            if left_out:
+                print(f"({left_out:,} newer not shown: --limit 0 lists them all)")
         elif not damaged:
             print("No pending requests.")
         say_in_doubt(in_doubt)

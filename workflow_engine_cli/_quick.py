@@ -28,8 +28,14 @@ if TYPE_CHECKING:
 
 _OPTIONS: dict[tuple[str, ...], dict[str, bool]] = {
     # option → whether it takes a value
-    ("runs", "list"): {"--status": True, "--workflow": True, "--db": True, "--json": False},
-    ("requests", "list"): {"--db": True, "--json": False},
+    ("runs", "list"): {
+        "--status": True,
+        "--workflow": True,
+        "--limit": True,
+        "--db": True,
+        "--json": False,
+    },
+    ("requests", "list"): {"--limit": True, "--db": True, "--json": False},
     ("runs", "show"): {"--db": True, "--json": False},
 }
 _ARGUMENTS = {("runs", "show"): 1}
@@ -196,7 +202,7 @@ def _database(options: dict[str, Any]) -> Path:
 
 def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
     """``runs list``, read and worked out; returns what prints it."""
-    from ._listing import person_status, runs_output, status_filter
+    from ._listing import limited, person_status, runs_output, status_filter
 
     status, workflow = options.get("--status"), options.get("--workflow")
     json_mode = bool(options.get("--json"))
@@ -210,15 +216,28 @@ def _runs(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
     runs = reader.list_runs(state, workflow, started=started)
     if shown_only:
         runs = [r for r in runs if person_status(r) == shown_only]
+    runs, left_out = limited(runs, _limit(options), newest=True)
     filtered = status is not None or workflow is not None
     # the answers waiting of the runs listed (of all of them, when all are)
     answered = reader.answered_counts([r.run_id for r in runs] if filtered else None)
     every = (
         reader.run_ids_beside([r.run_id for r in runs])
-        if filtered and runs and not json_mode
+        if (filtered or left_out) and runs and not json_mode
         else None
     )
-    return runs_output(runs, answered, every, filtered=filtered, json_mode=json_mode)
+    return runs_output(
+        runs, answered, every, filtered=filtered, json_mode=json_mode, left_out=left_out
+    )
+
+
+def _limit(options: dict[str, Any]) -> int | None:
+    """``--limit``'s value; one click would refuse is for the command line proper to say."""
+    given = options.get("--limit")
+    if given is None:
+        return None
+    if not (given.isascii() and given.isdigit()):
+        raise _NotQuick
+    return int(given)
 
 
 def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
@@ -226,6 +245,7 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
     from ._listing import (
         Pending,
         answered_to_apply,
+        limited,
         may_be_in_doubt,
         requests_json_output,
         requests_output,
@@ -244,10 +264,14 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
             raise _NotQuick
         return runs[run_id]
 
-    pending = [
-        Pending(r.request_id, r.run_id, run_of(r.run_id).workflow_name, r.port_id, r.data)
-        for r in requests
-    ]
+    pending, left_out = limited(
+        [
+            Pending(r.request_id, r.run_id, run_of(r.run_id).workflow_name, r.port_id, r.data)
+            for r in requests
+        ],
+        _limit(options),
+        newest=False,
+    )
     if options.get("--json"):
         return requests_json_output(pending)
     for record in reader.runs_journaled_past():  # (not every run in progress: tester 122)
@@ -260,7 +284,7 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
             waiting.append((record, count))
     request_ids = reader.request_ids_beside([p.request_id for p in pending])
     run_ids = reader.run_ids_beside([p.run_id for p in pending])
-    return requests_output(pending, [], waiting, request_ids, run_ids)
+    return requests_output(pending, [], waiting, request_ids, run_ids, left_out=left_out)
 
 
 def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:

@@ -221,7 +221,35 @@ LISTINGS = [
     ["runs", "list", "--workflow", "stepper"],
     ["runs", "list", "--workflow=nosuch"],
     ["runs", "list", "--json", "--workflow", "asking", "--status", "idle_with_pending_requests"],
+    ["runs", "list", "--limit", "2"],
+    ["runs", "list", "--limit=1", "--json"],
+    ["runs", "list", "--limit", "0"],
+    ["requests", "list", "--limit", "1"],
+    ["requests", "list", "--limit", "1", "--json"],
 ]
+
+
+def test_a_limit_lists_the_newest_runs_and_the_oldest_requests(
+    databases: dict[str, Path],
+) -> None:
+    """At 21,000 runs a listing took half a second and as many lines (outside tester 147):
+    ``--limit N`` lists the N runs updated last, the N requests waiting longest, and says how
+    many it left out."""
+    db = str(databases["full"])
+    runs = json.loads(served_quickly(["runs", "list", "--json", "--db", db], env_for())[1])
+    asks = json.loads(served_quickly(["requests", "list", "--json", "--db", db], env_for())[1])
+    assert len(runs) > 2 and len(asks) > 1
+    code, printed = served_quickly(["runs", "list", "--limit", "2", "--db", db], env_for())
+    lines = printed.splitlines()
+    assert code == 0 and len(lines) == 4, printed  # the header, 2 runs, what was left out
+    assert [line.split()[0] for line in lines[1:3]] == [
+        r["run_id"][: len(lines[1].split()[0])] for r in runs[-2:]
+    ]
+    assert lines[3] == f"({len(runs) - 2:,} older not shown: --limit 0 lists them all)"
+    code, printed = served_quickly(
+        ["requests", "list", "--limit=1", "--json", "--db", db], env_for()
+    )
+    assert code == 0 and json.loads(printed) == asks[:1]
 
 
 @pytest.mark.parametrize("argv", LISTINGS, ids=" ".join)
