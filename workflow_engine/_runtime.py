@@ -57,6 +57,7 @@ from ._errors import (
     shown,
 )
 from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState, WorkflowStatusEvent
+from ._executor import Executor
 from ._identity import derive_id, idempotency_key
 from ._journal import JournalStore, keeps_journal
 from ._pump import EventPump
@@ -513,6 +514,13 @@ class Runtime:
             )
         if owner is not None and (not isinstance(owner, str) or not owner.strip()):
             raise UsageError(f"owner must be non-empty text, not {shown(owner, 40)}")
+        if not all(callable(getattr(store, op, None)) for op in _STORE_OPERATIONS):
+            # (a path given for a store was taken, and every later call was a bare
+            # AttributeError, close() too: outside tester 155)
+            raise UsageError(
+                f"Runtime takes a run store -- SqliteStore(path) or InMemoryRunStore() -- not "
+                f"{type(store).__name__} ({shown(store, 60)})"
+            )
         self.store = store
         self.owner = owner or default_owner()
         self.lease_seconds = lease_seconds
@@ -640,6 +648,13 @@ class Runtime:
         (the runs stored by the first would resume on the second)."""
         if name is not None:
             name = check_id(name, "name", "register")
+        given: Any = workflow
+        if isinstance(given, type) and issubclass(given, Executor):  # (tester 155)
+            raise UsageError(
+                f"register: give a Workflow, or a function that builds one, not the executor "
+                f"class {given.__name__}: build a workflow that starts with it "
+                f"(WorkflowBuilder(name, start={given.__name__}(...)).build())"
+            )
         if isinstance(workflow, Workflow):
             built = workflow
         elif callable(workflow):
@@ -1667,6 +1682,8 @@ def _leaves(group: BaseExceptionGroup) -> list[BaseException]:
 _WAITING = WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
 _MAX_CATCH_UPS = 100
 """How many times one call resumes again for answers that arrived while it executed."""
+_STORE_OPERATIONS = ("admit", "commit", "get_run", "list_runs", "close")
+"""What ``Runtime`` calls on any store (the ``RunStore`` protocol's core)."""
 _CANCEL_ATTEMPTS = 10
 """How many times ``cancel`` tries again when the run came to rest as its worker was asked."""
 _ENDED = frozenset({WorkflowRunState.IDLE, WorkflowRunState.CANCELLED})

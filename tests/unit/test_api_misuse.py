@@ -311,3 +311,34 @@ async def test_an_error_naming_a_value_whose_repr_fails_still_says_what_was_wron
     ):
         with pytest.raises(UsageError):
             build()
+
+
+# --- outside tester 155 --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("store", ["runs.db", None, 5], ids=["a path", "None", "5"])
+def test_a_runtime_needs_a_store(store: Any) -> None:
+    """A path given for a store was taken, and every later call -- ``close()`` too -- was a
+    bare ``AttributeError``."""
+    with pytest.raises(UsageError, match="Runtime takes a run store -- SqliteStore"):
+        Runtime(store)
+
+
+async def test_prune_refuses_a_time_past_what_the_store_holds_as_a_float_too() -> None:
+    """``1e300`` and ``inf`` were taken (and deleted every finished run) where ``2**63`` was
+    refused."""
+    rt = runtime()
+    for when in (1e19, 1e300, float("inf"), float("-inf")):
+        with pytest.raises(UsageError, match="finished_before must be a time in seconds"):
+            await rt.prune(finished_before=when)
+
+
+def test_registering_an_executor_class_says_what_to_register() -> None:
+    """It was called as a factory: a bare ``TypeError`` (``__init__`` missing its id)."""
+    from workflow_engine import Executor
+
+    class Writer(Executor):
+        pass
+
+    with pytest.raises(UsageError, match="not the executor class Writer: build a workflow"):
+        runtime().register(Writer)  # type: ignore[arg-type]
