@@ -58,7 +58,7 @@ from workflow_engine.executors import (
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
 from ._hints import REPLY_PLACEHOLDER, Hints
-from ._term import Part, Terminal, visible
+from ._term import Part, Terminal, discard_typeahead, visible
 from ._views import (
     compact,
     describe_output,
@@ -171,7 +171,8 @@ def interruptible_input(prompt: str) -> str:
     a paste -- are discarded first: an approval is answered by a person who saw the question,
     never by type-ahead.
     """
-    discard_typeahead()
+    if prompt:  # (none: the terminal wrote it, having dropped the type-ahead first)
+        discard_typeahead()
     previous = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -230,16 +231,6 @@ def _rejoined(text: str) -> str:
         return text.encode(encoding, "surrogateescape").decode(encoding, "surrogateescape")
     except (UnicodeError, LookupError):  # (a surrogate no byte stands for: left as read)
         return text
-
-
-def discard_typeahead() -> None:
-    """Drop what the terminal holds that no one has read yet (nothing to do off a terminal:
-    piped answers are meant to be read in order)."""
-    if stdin_is_tty():
-        import termios
-
-        with contextlib.suppress(OSError, termios.error, ValueError):
-            termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
 
 
 @contextlib.contextmanager

@@ -87,6 +87,20 @@ def clean(text: str) -> str:
     return _CONTROL.sub("\N{REPLACEMENT CHARACTER}", text)
 
 
+def discard_typeahead() -> None:
+    """Drop what the terminal holds that no one has read yet (nothing to do off a terminal:
+    piped answers are meant to be read in order)."""
+    try:
+        on_a_terminal = sys.stdin.isatty()
+    except (AttributeError, ValueError):  # (closed: ``<&-``)
+        return
+    if on_a_terminal:
+        import termios
+
+        with contextlib.suppress(OSError, termios.error, ValueError):
+            termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
+
+
 def visible(text: str) -> str:
     """``text`` with every character that is not printable -- escape sequences, bell, NUL,
     carriage returns, line and paragraph separators, undecodable bytes -- written as an escape
@@ -252,6 +266,9 @@ class Terminal:
                 for p in parts
             )
         if not to_readline:  # not ours to use: written here, without readline's markers
+            # the type-ahead dropped before the prompt shows, not after: a message typed the
+            # moment it showed was dropped, with output in a file (outside tester 154)
+            discard_typeahead()
             self.out.write(prompt)
             self.out.flush()
             prompt = ""
