@@ -1007,15 +1007,7 @@ class Workflow:
         """The keys of ``data`` its model or dataclass has no field for, each said with the
         field meant if one is close: a typo of a required field was said only as that field
         missing (outside tester 149)."""
-        if not isinstance(data, dict) or not isinstance(expected, type):
-            return []
-        try:
-            entry = self.registry.entry_for_class(expected)
-        except SerializationError:
-            return []
-        if entry is None or entry.open or not entry.names:
-            return []
-        keys = _keys_read(expected, entry.names)
+        keys = _keys_taken(expected, self.registry) if isinstance(data, dict) else None
         if keys is None:
             return []
         said = []
@@ -1194,16 +1186,22 @@ def _keys_read(cls: type, names: frozenset[str]) -> frozenset[str] | None:
 
 def _meant(path: str, cls: Any, registry: TypeRegistry) -> str:
     """The field meant by the last key of ``path``, if ``cls`` has one close to it."""
+    keys = _keys_taken(cls, registry)
+    return _did_you_mean(path.rpartition(".")[2], keys) if keys is not None else ""
+
+
+def _keys_taken(cls: Any, registry: TypeRegistry) -> frozenset[str] | None:
+    """The keys a registered model or dataclass ``cls`` reads (``_keys_read``); None when it
+    is no such class, takes keys that are no field's (its own ``extra``), or cannot be told."""
     if not isinstance(cls, type):
-        return ""
+        return None
     try:
         entry = registry.entry_for_class(cls)
     except SerializationError:
-        return ""
-    if entry is None or not entry.names:
-        return ""
-    keys = _keys_read(cls, entry.names)
-    return _did_you_mean(path.rpartition(".")[2], keys) if keys is not None else ""
+        return None
+    if entry is None or entry.open or not entry.names:
+        return None
+    return _keys_read(cls, entry.names)
 
 
 def _did_you_mean(key: str, keys: frozenset[str]) -> str:
