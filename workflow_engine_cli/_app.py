@@ -699,8 +699,12 @@ def _interruptible(
             stopped_by = signum
             again = signal.SIGTERM if sigint_ignored else signal.SIGINT
             _signal_later(STOP_GRACE_SECONDS, again, grace_over)
-        # (at a prompt, which takes SIGINT even in a job that ignores it: stop at once)
-        if not sigint_ignored or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            # at a prompt (which takes SIGINT even in a job that ignores it): stop at once --
+            # a SIGINT sent to itself here reached the line editor's wait only at the next
+            # signal when this ran as the wait began (outside tester 154)
+            raise KeyboardInterrupt
+        if not sigint_ignored:
             os.kill(os.getpid(), signal.SIGINT)
         elif first and main_task is not None and not main_task.done():
             main_task.cancel()  # what the loop does on a first Ctrl-C: the run stops gracefully

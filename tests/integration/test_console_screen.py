@@ -28,6 +28,7 @@ from tests.integration.cli_harness import (
     ENGINE,
     SLOW_REPLY,
     Cli,
+    PtySession,
     ScreenSession,
     SlowModel,
     assert_in_doubt_asked,
@@ -927,6 +928,31 @@ def test_sigterm_at_a_prompt_of_a_background_job_stops_at_once(
     assert time.monotonic() - began < STOP_GRACE_SECONDS / 2, demo.screen_text()
     [run] = cli.json("runs", "list", "--json")
     assert run["status"] == "idle_with_pending_requests" and run["worker"] is None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_signal_sent_as_the_approval_prompt_shows_stops_at_once(
+    cli: Cli, signum: int
+) -> None:
+    """A SIGTERM sent the moment ``Approve?`` showed was ignored in 2 runs of 3
+    (outside tester 154): it arrived after Python last looked for signals and before the line
+    editor's wait began, and its handler ran only at the next signal -- a second SIGTERM. Sent
+    at once, six times over, each stops the demo, the run paused and its lease given back."""
+    for attempt in range(6):
+        # (the bytes as they come, no terminal emulator between: the signal follows at once)
+        demo = PtySession(
+            ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)], cli.env, cli.cwd,
+            controlling=True,
+        )  # fmt: skip
+        try:
+            demo.expect("Approve?")
+            demo.proc.send_signal(signum)
+            assert demo.wait(timeout=STOP_GRACE_SECONDS / 2) == 3, (attempt, demo.text)
+        finally:
+            demo.close()
+    runs = cli.json("runs", "list")
+    assert len(runs) == 6, runs
+    assert all(r["status"] == "idle_with_pending_requests" and r["worker"] is None for r in runs)
 
 
 @pytest.mark.parametrize("happened", [True, False])
