@@ -151,6 +151,23 @@ def run_concurrently(jobs: Sequence[tuple[Cli, Sequence[str], bool]]) -> list[Re
         return list(pool.map(lambda job: job[0].run(*job[1], db=job[2]), jobs))
 
 
+def wait_until_blocked_on_a_fifo(pid: int, timeout: float = 30.0) -> None:
+    """Wait until a thread of process ``pid`` waits to open a FIFO: the approved tool call is
+    under way, blocked on the FIFO ledger. (A fixed half-second sleep for it was a guess that a
+    loaded machine could prove wrong.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                if (task / "wchan").read_text() == "wait_for_partner":
+                    return
+            except OSError:  # (a thread that ended meanwhile)
+                continue
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"process {pid}: no thread waits on a FIFO within {timeout:g} s")
+        time.sleep(0.02)
+
+
 class PtySession:
     """One ``workflow-engine`` process whose stdin/stdout/stderr are a pseudo-terminal."""
 

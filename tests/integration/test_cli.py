@@ -40,6 +40,7 @@ from tests.integration.cli_harness import (
     assert_in_doubt_asked,
     flat,
     run_concurrently,
+    wait_until_blocked_on_a_fifo,
 )
 from workflow_engine.storage import SqliteStore
 from workflow_engine_cli._app import STOP_GRACE_SECONDS
@@ -880,7 +881,7 @@ def test_sigterm_stops_a_demo_started_with_sigint_ignored(cli: Cli) -> None:
             line = demo.stdout.readline().decode()
             assert line, seen
             seen += line
-        time.sleep(1)  # the call under way, blocked on the ledger
+        wait_until_blocked_on_a_fifo(demo.pid)  # the call under way, blocked on the ledger
         demo.send_signal(signal.SIGINT)  # (a Ctrl-C at the terminal: ignored, as it should be)
         time.sleep(0.5)
         assert demo.poll() is None
@@ -921,7 +922,7 @@ def test_sighup_still_tells_a_log_file_how_to_continue(cli: Cli, tmp_path: Path)
         while "approved" not in out.read_text():
             assert demo.poll() is None and time.monotonic() < deadline, out.read_text()
             time.sleep(0.1)
-        time.sleep(0.5)
+        wait_until_blocked_on_a_fifo(demo.pid)
         demo.send_signal(signal.SIGHUP)
         time.sleep(0.5)
         with open(cli.ledger_path, "wb"):  # the tool's read ends...
@@ -977,17 +978,23 @@ def test_serve_quits_on_a_third_ctrl_c_while_a_tool_hangs(cli: Cli) -> None:
     It quits now, exit 130, one line saying so; the call is asked about when continued."""
     anyio.run(_create_database, cli.db)
     os.mkfifo(cli.ledger_path)
-    server = ServerProcess(cli)
+    server = ServerProcess(cli, env={"PYTHONFAULTHANDLER": "1"})
     try:
         port = int(server.expect(r"AG-UI endpoints: http://127\.0\.0\.1:(\d+)/support")[1])
         client = approve_a_refund_that_hangs(port)
-        server.expect(r"POST /support")  # the resume's request, then the tool in its thread
-        time.sleep(0.5)
+        wait_until_blocked_on_a_fifo(server.proc.pid)  # the tool in its thread, on the ledger
         for expected in ("Waiting for connections to close", "interrupting 1 run"):
             server.proc.send_signal(signal.SIGINT)
             server.expect(expected)
         server.proc.send_signal(signal.SIGINT)
-        assert server.proc.wait(timeout=15) == 130
+        try:
+            code = server.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:  # (once in a loaded full run: say where it waits)
+            server.proc.send_signal(signal.SIGABRT)  # every thread's stack, into the log
+            server.proc.wait(timeout=10)
+            log = "".join(server.rest())
+            raise AssertionError(f"15 s after the third Ctrl-C:\n{log}") from None
+        assert code == 130
         client.join(timeout=30)
     finally:
         server.stop()
@@ -1013,8 +1020,7 @@ def test_serve_stopped_from_outside_while_a_tool_hangs_ends(cli: Cli, stop: str)
     try:
         found = re.search(r"http://127\.0\.0\.1:(\d+)/support", server.expect("/banking"))
         client = approve_a_refund_that_hangs(int(found[1]))
-        server.expect("POST /support")
-        time.sleep(1.0)  # the tool is in its thread, blocked on the ledger
+        wait_until_blocked_on_a_fifo(server.proc.pid)  # the tool in its thread, on the ledger
         if stop == "SIGHUP":
             server.hang_up()
         else:

@@ -34,6 +34,7 @@ from tests.integration.cli_harness import (
     assert_in_doubt_asked,
     flat,
     run_concurrently,
+    wait_until_blocked_on_a_fifo,
 )
 from workflow_engine_cli._app import STOP_GRACE_SECONDS
 from workflow_engine_cli._registry import open_runtime
@@ -750,7 +751,7 @@ def approve_a_refund_that_hangs(
         demo.expect_screen("is working")
     else:
         demo.settle()
-        time.sleep(0.5)  # (the call under way, blocked on the FIFO)
+        wait_until_blocked_on_a_fifo(demo.proc.pid)  # (the call under way, on the FIFO)
     return demo
 
 
@@ -1114,7 +1115,7 @@ def json_refund_that_hangs(
     deadline = time.monotonic() + 30
     while '"submit_refund"' not in log.read_text() and time.monotonic() < deadline:
         time.sleep(0.1)
-    time.sleep(0.5)  # (the call under way, blocked on the FIFO)
+    wait_until_blocked_on_a_fifo(demo.proc.pid)  # (the call under way, on the FIFO)
     return demo
 
 
