@@ -1111,10 +1111,15 @@ class Runtime:
                 "respond_all takes a mapping of request id to answer ({request_id: answer}), "
                 f"not a {type(answers).__name__}"
             )
-        for request_id in answers:
+        given = list(answers.items())  # (read once: a mapping of its own may differ twice)
+        for request_id, _ in given:
             check_id(request_id, "each request id", "respond_all")
         encoded = {}
-        for request_id, data in answers.items():
+        for request_id, data in given:
+            if request_id in encoded:  # (a dict cannot, a Mapping of one's own can: the last won)
+                raise UsageError(
+                    f"respond_all: request {request_id!r} is answered twice; give each once"
+                )
             encoded[request_id] = (await self._checked_answer(request_id, data))[1]
         outcomes = await self.store.answer_all(list(encoded.items()))
         return dict(zip(encoded, outcomes, strict=True))

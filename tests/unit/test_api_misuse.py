@@ -3,6 +3,7 @@ raw pydantic or attribute error, not a silently different run (outside tester 10
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +169,22 @@ async def test_misused_arguments_name_what_was_expected(tmp_path: Path) -> None:
     (asked,) = paused.pending_requests
     with pytest.raises(UsageError, match="respond_all takes a mapping"):
         await rt.respond_all([(asked.request_id, {"approved": True})])  # type: ignore[arg-type]
+
+    class Twice(Mapping[str, Any]):  # a mapping of its own that yields one id twice
+        def __getitem__(self, key: str) -> Any:
+            return {"approved": True}
+
+        def __iter__(self) -> Iterator[str]:
+            return iter([asked.request_id, asked.request_id])
+
+        def __len__(self) -> int:
+            return 2
+
+        def items(self) -> Any:  # (the two answers differ: the last one was kept, silently)
+            return [(asked.request_id, {"approved": True}), (asked.request_id, {"approved": 0})]
+
+    with pytest.raises(UsageError, match=f"request '{asked.request_id}' is answered twice"):
+        await rt.respond_all(Twice())
     with pytest.raises(UsageError, match=r"fork: superstep is a whole number \(int\), not str"):
         await rt.fork(paused.run_id, "1")  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="fork: give a superstep or a checkpoint_id, not both"):
