@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING, Any
 from ._hints import Hints
 from ._ids import short_ids
 from ._registry import workflow_names
-from ._term import Terminal, clean, format_table, is_live, terminal_columns, visible
+from ._term import (
+    Terminal,
+    clean,
+    format_table,
+    is_live,
+    terminal_columns,
+    visible,
+    visible_word,
+)
 from ._views import answer_data, describe_answer, describe_output, describe_request
 
 if TYPE_CHECKING:
@@ -352,7 +360,7 @@ def run_output(
 
     def show() -> None:
         term = Terminal()
-        term.line((f"Run {visible(full)}", "bold"), f"{title}superstep {info.superstep}")
+        term.line((f"Run {visible_word(full)}", "bold"), f"{title}superstep {info.superstep}")
         print_table(["#", "SUPERSTEP", "STATUS", "KIND", "AT (UTC)"], rows, wrap=["AT (UTC)"])
         if record.parent_run_id is not None:
             first = f" at superstep {history[0].superstep}" if history else ""

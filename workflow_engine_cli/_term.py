@@ -111,6 +111,15 @@ def visible(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def visible_word(text: str) -> str:
+    """``visible(text)``, quoted as ``repr`` quotes it when it begins or ends with whitespace:
+    on the screen that whitespace vanished (a run id ``"  lead"`` was shown as ``lead``, which
+    names no run), so the id could not be typed back."""
+    if text != text.strip():
+        return repr(text)
+    return visible(text)
+
+
 def _echoes() -> bool:
     """Whether what is typed is echoed (stdin is a terminal)."""
     try:
@@ -431,7 +440,7 @@ def format_table(
     # has its unprintable characters escaped, so an id is shown as it can be typed back
     free = [h in wrap for h in headers]
     cells = [
-        [clean(c).replace("\n", " ") if free[i] else visible(c) for i, c in enumerate(row)]
+        [clean(c).replace("\n", " ") if free[i] else visible_word(c) for i, c in enumerate(row)]
         for row in rows
     ]
     sizes = [[cell_width(c) for c in row] for row in cells]  # each cell measured once

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from ag_ui.core import EventType
@@ -33,6 +34,9 @@ from ag_ui.core import EventType
 from tests.integration.agui_harness import Client, Server, Stream, resolved, run_input, user
 from tests.integration.cli_harness import ENGINE, TIMEOUT, Cli, Result
 from tests.integration.hostile_harness import corrupt_request_data, default_server, server_log_clean
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import Runtime
+from workflow_engine.storage import SqliteStore
 
 # Subprocesses of the CLI or a server: `make test` runs these, `make test-fast` does not.
 pytestmark = pytest.mark.slow
@@ -501,6 +505,29 @@ def test_control_characters_in_ids_never_reach_the_terminal(tmp_path: Path) -> N
     assert cancelled.code == 0 and cancelled.out.startswith("Run support:ctl"), str(cancelled)
     missing = clean(run(cli, ["runs", "show", "no\x1b[2Jsuch"]))
     assert missing.code == 4 and "no\\x1b[2Jsuch" in missing.error_line()
+
+
+def test_an_id_with_whitespace_at_either_end_is_shown_quoted(tmp_path: Path) -> None:
+    """A run id ``"  lead"`` (any text is an id through the API) was shown as ``lead`` in
+    ``runs list``, ``requests list`` and ``runs show`` (outside tester 155): typed back, it
+    named no run. It is shown quoted, as it can be typed back."""
+
+    async def two_runs() -> None:
+        rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+        rt.register(stepper_workflow)
+        for run_id in ("  lead", "trail "):
+            await rt.run("stepper", 1, run_id=run_id)
+        await rt.close()
+
+    anyio.run(two_runs)
+    cli = Cli(tmp_path / "cli")
+    cli.db = tmp_path / "runs.db"
+    for command in (["runs", "list"], ["requests", "list"]):
+        listed = run(cli, command)
+        assert listed.code == 0 and "'  lead'" in listed.out, str(listed)
+        assert "'trail '" in listed.out, str(listed)
+    shown = run(cli, ["runs", "show", "  lead"])
+    assert shown.code == 0 and shown.out.startswith("Run '  lead' · stepper"), str(shown)
 
 
 # --- 6. bytes that are not UTF-8 at the prompts --------------------------------------------------
