@@ -864,7 +864,10 @@ class AGUIService:
             refused = None
         except AGUIError as exc:  # (said once no pending interrupt is what to say instead)
             message, refused = None, exc
-        if not cut_off and await self._retried(workflow, record, run_input, message):
+        if not cut_off and (
+            await self._retried(workflow, record, run_input, message)
+            or await self._retried(workflow, record, run_input, _before_replies(workflow, chat))
+        ):
             # the request that started the thread's newest run, sent again (a client retrying
             # after a lost response): report that run, do not start it a second time
             assert record is not None
@@ -1550,6 +1553,20 @@ def _users_of(chat: list[tuple[Any, ChatMessage]]) -> list[tuple[str | None, str
             given = getattr(message, "id", None)
             out.append((given if isinstance(given, str) and given else None, said.text))
     return out
+
+
+def _before_replies(workflow: Workflow, chat: list[tuple[Any, ChatMessage]]) -> Any:
+    """What the request would start a run with without the messages after its last user
+    message -- the assistant's replies (and their tools' results) a client kept from the
+    stream of the run that request started, sent again with it by a client retrying after a
+    connection that dropped mid-stream. None: there are none, or no user message."""
+    last_user = max((i for i, (_, said) in enumerate(chat) if said.role == "user"), default=None)
+    if last_user is None or last_user == len(chat) - 1:
+        return None
+    try:
+        return AGUIService._start_message(workflow, [c for _, c in chat[: last_user + 1]])
+    except AGUIError:
+        return None
 
 
 def _chat_of(messages: Sequence[Any]) -> list[tuple[Any, ChatMessage]]:

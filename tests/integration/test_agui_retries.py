@@ -725,6 +725,55 @@ def test_the_same_start_request_again_reports_its_run_instead_of_running_twice(
         assert send("t2", "r3", "refund 8")[-1]["code"] == "interrupts_pending"
 
 
+def streamed_history(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The assistant messages a client keeps from a run's stream (AG-UI's reference client
+    appends them to the thread's history): each text message, the tool calls with it."""
+    kept: dict[str, dict[str, Any]] = {}
+    calls: dict[str, dict[str, Any]] = {}
+    for e in events:
+        if e["type"] == "TEXT_MESSAGE_START":
+            kept[e["messageId"]] = {"id": e["messageId"], "role": "assistant", "content": ""}
+        elif e["type"] == "TEXT_MESSAGE_CONTENT":
+            kept[e["messageId"]]["content"] += e["delta"]
+        elif e["type"] == "TOOL_CALL_START":
+            parent = e.get("parentMessageId") or e["toolCallId"]
+            message = kept.setdefault(parent, {"id": parent, "role": "assistant"})
+            call = {"id": e["toolCallId"], "type": "function"}
+            call["function"] = {"name": e["toolCallName"], "arguments": ""}
+            message.setdefault("toolCalls", []).append(call)
+            calls[e["toolCallId"]] = call
+        elif e["type"] == "TOOL_CALL_ARGS":
+            calls[e["toolCallId"]]["function"]["arguments"] += e["delta"]
+    return list(kept.values())
+
+
+def test_a_start_sent_again_with_the_streamed_replies_kept_reports_its_run(
+    tmp_path: Path,
+) -> None:
+    """A client retrying a start whose response it read in part (its connection dropped after
+    the first events) sends the same ``runId`` and messages -- with the assistant's replies it
+    kept from the stream appended, as AG-UI's reference client keeps them. That was taken for a
+    new message: ``interrupts_pending`` (outside tester 153). It reports the run, as the same
+    request sent again does, and runs nothing again."""
+    calls: list[str] = []
+    with serving_target(tmp_path, refund_desk(calls), "/desk") as url:
+        user = {"id": "m1", "role": "user", "content": "refund 7"}
+        paused = post(url, threadId="t", runId="r1", messages=[user])
+        assert paused[-1]["outcome"]["type"] == "interrupt", paused[-1]
+        kept = streamed_history(paused)
+        assert kept and any("toolCalls" in m for m in kept), kept
+        again = post(url, threadId="t", runId="r1", messages=[user, *kept])
+        assert again[-1]["type"] == "RUN_FINISHED", again[-1]
+        assert again[-1]["outcome"] == paused[-1]["outcome"], again[-1]
+        # a new message after those replies is a new message still
+        more = {"id": "m2", "role": "user", "content": "refund 8"}
+        newer = post(url, threadId="t", runId="r2", messages=[user, *kept, more])
+        assert newer[-1]["code"] == "interrupts_pending", newer[-1]
+        # and the same history under another runId ("regenerate") is not the retry either
+        other = post(url, threadId="t", runId="r3", messages=[user, *kept])
+        assert other[-1]["code"] == "interrupts_pending", other[-1]
+
+
 def test_copies_of_a_start_request_sent_at_once_each_report_its_run_or_are_busy(
     tmp_path: Path,
 ) -> None:
