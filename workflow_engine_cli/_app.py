@@ -905,6 +905,12 @@ def resume(
                 file = visible(str(runtime.store.path))
                 where = f"run {full} · workflow {run.workflow_name} · db {file}"
                 term.line((f"resuming {where}", "dim"))
+                # what it goes on with: the answers given since (an approval's edits too --
+                # only the call's result showed, run with arguments no one saw: tester 153)
+                from ._views import describe_answer
+
+                for request in await runtime.store.list_requests(run_id=full, status="answered"):
+                    term.line(("  applying: ", "dim"), visible(describe_answer(request)))
             return await drive(runtime, full, policy, json_mode=json_mode, detach=False, term=term)
         finally:
             await runtime.close()

@@ -348,6 +348,11 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
 
     done = cli.expect(0, "resume", run_id)
     assert "Refund of 50.00 for order 12345 submitted." in done.out
+    # what it goes on with, before the call's result: only the result showed, run with
+    # arguments no one saw (outside tester 153)
+    applying = f'applying: {asks}request"}}): approved, with {{"amount": 50.0}}'
+    assert applying in flat(done.out), done.out
+    assert flat(done.out).index(applying) < flat(done.out).index("← submit_refund"), done.out
     [refund] = cli.ledger()
     assert refund["amount"] == 50.0  # the edited arguments, not the agent's 89.99
     # the same answer again (`50.0` is `50`, as JSON sees it): no `resume` to run any more (it
