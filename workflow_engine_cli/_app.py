@@ -27,6 +27,7 @@ import contextlib
 import errno
 import inspect
 import os
+import re
 import string
 import sys
 import time
@@ -49,7 +50,7 @@ from ._exits import (
     Exit,
     exit_code_for,
 )
-from ._hints import REPLY_PLACEHOLDER, DirectoryGone, Hints
+from ._hints import DATA_PLACEHOLDER, REPLY_PLACEHOLDER, DirectoryGone, Hints
 from ._ids import AmbiguousIdError, lowered_hex, match
 from ._listing import (
     Pending,
@@ -959,6 +960,12 @@ def respond(
     approve = True if approve_flag else False if reject_flag else None
     from workflow_engine._input import InputError, check_text, parse_json
 
+    if data is not None and data.strip() == DATA_PLACEHOLDER:  # a printed command, pasted
+        print_error(
+            f"replace {DATA_PLACEHOLDER} with the answer, as JSON in the form the pause said "
+            "(answer as JSON: ...); nothing was stored"
+        )
+        raise typer.Exit(EXIT_USAGE)
     try:
         if data is not None:
             answer: Any = parse_json(data, what="--data", max_bytes=MAX_ANSWER_BYTES)
@@ -973,7 +980,11 @@ def respond(
         else:
             answer = {"end": True}
     except InputError as exc:
-        print_error(str(exc))
+        said = str(exc)
+        if data is not None and re.search(r"\btrue\|false\b", data):
+            # the form's ``true|false``, pasted as it was said: one of the two is meant
+            said += " (true|false in the answer's form means one of them: write true or false)"
+        print_error(said)
         raise typer.Exit(EXIT_USAGE) from None
     if REPLY_PLACEHOLDER in (message, answer):  # a printed command, pasted as it was
         print_error(f"replace {REPLY_PLACEHOLDER} with what to say; nothing was stored")

@@ -57,7 +57,7 @@ from workflow_engine.executors import (
 )
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
-from ._hints import REPLY_PLACEHOLDER, Hints
+from ._hints import DATA_PLACEHOLDER, REPLY_PLACEHOLDER, Hints
 from ._term import Part, Terminal, discard_typeahead, visible
 from ._views import (
     compact,
@@ -834,7 +834,7 @@ _ANSWER_FLAGS: dict[str, tuple[str, ...]] = {
     # a person says whether the effect happened (it was offered --approve, which is refused)
     "InDoubtEffect": ("--data '{\"happened\": true}'", "--data '{\"happened\": false}'"),
 }
-_ANY_ANSWER = ("--data '<JSON>'",)  # an application's request: its answer type, as JSON
+_ANY_ANSWER = (f"--data '{DATA_PLACEHOLDER}'",)  # an application's request: its answer, as JSON
 
 
 CANCELLED_WITHOUT_ASKING = "the run was cancelled without asking whether it happened"

@@ -12,6 +12,11 @@ REPLY_PLACEHOLDER = "<your reply>"
 as an answer (pasted as printed, a placeholder was stored for good)."""
 
 
+DATA_PLACEHOLDER = "<JSON>"
+"""What a printed ``respond --data`` command holds where the answer goes (its form is said just
+above it: ``answer as JSON: ...``); ``respond`` says so rather than "malformed JSON"."""
+
+
 class Hints:
     """`` --db PATH`` when the command was given a database, so that a printed
     ``workflow-engine resume RUN`` continues the same run (else nothing)."""

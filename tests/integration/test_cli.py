@@ -375,6 +375,9 @@ BAD_INPUT: list[tuple[list[str], bool, int, str]] = [
     (["runs", "show", "nope"], True, 4, "no run 'nope'"),
     (["respond", "nope", "--approve"], True, 4, "no request 'nope'"),
     (["respond", "nope", "--data", "{bad"], True, 2, "malformed JSON"),
+    # a printed command pasted as it was: what to do, not "malformed JSON" (outside tester 153)
+    (["respond", "nope", "--data", "<JSON>"], True, 2, "replace <JSON> with the answer, as JSON"),
+    (["respond", "nope", "--data", '{"approved": true|false}'], True, 2, "write true or false"),
     (["respond", "nope"], True, 2, "exactly one of"),
     (["respond", "nope", "--approve", "--reject"], True, 2, "exactly one of"),
     (["respond", "nope", "--reject", "--arguments", "{}"], True, 2, "--arguments goes with"),
