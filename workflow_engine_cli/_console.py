@@ -778,6 +778,16 @@ def _ended_elsewhere(info: RunInfo, json_mode: bool, term: Terminal) -> int | No
 
 
 STOPPING = "stopping: a step under way finishes first · Ctrl-C again stops waiting"
+_STOPPING_SAID = [STOPPING]  # what the first stop says (see ``stopped_from_outside``)
+
+
+def stopped_from_outside(grace: float) -> None:
+    """The stop under way was asked for by SIGTERM (a process manager, ``timeout``), not a
+    Ctrl-C: the wait for a step under way ends by itself after ``grace`` seconds, which is
+    what to say -- "Ctrl-C again stops waiting" told no one there that it would (outside
+    tester 156)."""
+    said = f"{grace:g} s at most (Ctrl-C: now)"
+    _STOPPING_SAID[0] = f"stopping: a step under way finishes first · {said}"
 
 
 @contextlib.contextmanager
@@ -798,14 +808,14 @@ def stopping_said(term: Terminal, json_mode: bool = False) -> Iterator[None]:
 
     def say_it_on_stderr() -> None:
         with contextlib.suppress(OSError, ValueError):
-            print(STOPPING, file=sys.stderr, flush=True)
+            print(_STOPPING_SAID[0], file=sys.stderr, flush=True)
 
     def first_press(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGINT, previous)  # the next press goes on as it always did
         if json_mode:  # (not from a handler)
             loop.call_soon_threadsafe(say_it_on_stderr)
         else:
-            loop.call_soon_threadsafe(setattr, term, "status", STOPPING)
+            loop.call_soon_threadsafe(setattr, term, "status", _STOPPING_SAID[0])
         previous(signum, frame)
 
     signal.signal(signal.SIGINT, first_press)

@@ -1009,6 +1009,10 @@ def test_serve_quits_on_a_third_ctrl_c_while_a_tool_hangs(cli: Cli) -> None:
     log = "".join(server.rest())
     assert "Traceback" not in log, log
     assert log.rstrip().endswith("quitting now: runs still executing stop where they are"), log
+    # what a second Ctrl-C does here: uvicorn's own line said it quit (outside tester 156)
+    assert "CTRL+C to force quit" not in log, log
+    waiting = "Waiting for connections to close. (Ctrl-C or SIGTERM again stops the runs at "
+    assert f"{waiting}their last checkpoint; a third quits)" in log, log
     os.unlink(cli.ledger_path)
     [run] = cli.json("runs", "list")
     asked = cli.expect(3, "resume", run["run_id"])

@@ -792,6 +792,23 @@ def test_one_ctrl_c_waits_for_the_call_and_says_nothing_is_left_running(
     assert not cli.ledger()  # (the FIFO took the refund: it was not made again)
 
 
+def test_sigterm_while_a_tool_hangs_says_the_wait_ends_by_itself(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """SIGTERM (``timeout``, a process manager) while the approved refund hangs: the spinner
+    said "Ctrl-C again stops waiting", to no one there to press it, and not that the wait ends
+    by itself (outside tester 156). It says how long it waits at most (on 80 columns, beside
+    the seconds it has waited); Ctrl-C still ends it."""
+    demo = approve_a_refund_that_hangs(sessions, cli)
+    demo.proc.send_signal(signal.SIGTERM)
+    waits = f"stopping: a step under way finishes first · {STOP_GRACE_SECONDS:g} s at most"
+    demo.expect_screen(f"{waits} (Ctrl-C: now)")
+    demo.interrupt()
+    assert demo.wait(timeout=15) == 3, demo.screen_text()
+    assert "A call was still running" in flat(demo.screen_text())
+    os.unlink(cli.ledger_path)
+
+
 def test_ctrl_c_twice_while_a_tool_hangs_in_a_thread_ends_the_command(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
