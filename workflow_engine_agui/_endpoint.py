@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager, contextmanager, suppress
@@ -864,9 +865,26 @@ class AGUIService:
             refused = None
         except AGUIError as exc:  # (said once no pending interrupt is what to say instead)
             message, refused = None, exc
+        newest = run_input.messages[-1] if run_input.messages else None
+        if getattr(newest, "role", None) == "user" and _to_chat_message(newest) is None:
+            # the message sent now says nothing (blank, an image alone): the thread's earlier
+            # ones were answered again by a new run (outside tester 157)
+            message, refused = (
+                None,
+                AGUIError(
+                    "no_user_message",
+                    f"thread {thread_id}: the newest message has no words (blank, or no text "
+                    "part); there is nothing to answer",
+                ),
+            )
         if not cut_off and (
             await self._retried(workflow, record, run_input, message)
-            or await self._retried(workflow, record, run_input, _before_replies(workflow, chat))
+            or (
+                message is not None
+                and await self._retried(
+                    workflow, record, run_input, _before_replies(workflow, chat)
+                )
+            )
         ):
             # the request that started the thread's newest run, sent again (a client retrying
             # after a lost response): report that run, do not start it a second time
@@ -1674,6 +1692,7 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
         call_id = getattr(message, "tool_call_id", None)
         if not isinstance(call_id, str):
             return None
+        call_id = _model_call_id(call_id)
         name = (names or {}).get(call_id, "")
         error = getattr(message, "error", None)
         result = FunctionResultContent(
@@ -1690,14 +1709,31 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
         # run and reached the model, outside tester 150)
         contents.append(TextContent(text=content))
     for call in (getattr(message, "tool_calls", None) or ()) if role == "assistant" else ():
+        call_id = _model_call_id(call.id)
         contents.append(
             FunctionCallContent(
-                call_id=call.id, name=call.function.name, arguments=_arguments(call)
+                call_id=call_id, name=call.function.name, arguments=_arguments(call)
             )
         )
         if names is not None:
-            names[call.id] = call.function.name
+            names[call_id] = call.function.name
     return ChatMessage(role=role, contents=contents) if contents else None
+
+
+_MODEL_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+"""A tool call id every model's API takes: OpenAI's at most 40 characters, Anthropic's only
+letters, digits, ``_`` and ``-``."""
+
+
+def _model_call_id(sent: str) -> str:
+    """The id a model is given for a tool call a client's history names ``sent``: the stream
+    names a call by its run and the model's own id (``support:<thread>/<n>:call_1``, 60
+    characters), which a model's API refused when the history came back -- every later turn
+    of the thread failed (outside tester 157). An id a model takes is kept; any other is
+    named by its digest, the same for the call and its result at every turn."""
+    if _MODEL_CALL_ID.fullmatch(sent):
+        return sent
+    return "call_" + hashlib.sha256(sent.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _result_of(content: Any) -> Any:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import socket
 import sqlite3
 import threading
@@ -774,6 +775,27 @@ def test_a_start_sent_again_with_the_streamed_replies_kept_reports_its_run(
         assert other[-1]["code"] == "interrupts_pending", other[-1]
 
 
+def test_a_new_message_with_no_words_starts_nothing(tmp_path: Path) -> None:
+    """After a run finished, a request whose new message was blank (or an image alone) started
+    a new run on the thread's earlier messages, and the agent answered them again (outside
+    tester 157). It is ``no_user_message``, and nothing starts."""
+    calls: list[str] = []
+    with serving_target(tmp_path, refund_desk(calls), "/desk") as url:
+        first = {"id": "m1", "role": "user", "content": "where is 42"}
+        done = post(url, threadId="t", runId="r1", messages=[first])
+        assert done[-1]["type"] == "RUN_FINISHED" and calls == ["42"], done[-1]
+        kept = streamed_history(done)
+        picture = {"type": "data", "value": "iVBORw0KGgo=", "mimeType": "image/png"}
+        image = [{"type": "image", "source": picture}]
+        for n, content in enumerate([" ", "\u200b", "", image], start=2):
+            empty = {"id": f"m{n}", "role": "user", "content": content}
+            said = post(url, threadId="t", runId=f"r{n}", messages=[first, *kept, empty])
+            assert said[-1]["type"] == "RUN_ERROR", (content, said[-1])
+            assert said[-1]["code"] == "no_user_message", (content, said[-1])
+    assert calls == ["42"], calls  # (the agent did not look the order up again)
+    assert status_of(tmp_path) is WorkflowRunState.IDLE  # (one run: the first)
+
+
 def test_copies_of_a_start_request_sent_at_once_each_report_its_run_or_are_busy(
     tmp_path: Path,
 ) -> None:
@@ -1043,6 +1065,53 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
     # a user's blank message says nothing: no run, no model call
     assert nothing[-1]["type"] == "RUN_ERROR" and nothing[-1]["code"] == "no_user_message"
     assert len(seen) == 2 and seen[1] == [("user", [{"type": "text", "text": "thanks"}])]
+
+
+def test_the_tool_call_ids_a_client_sends_back_are_ids_a_model_s_api_takes(
+    tmp_path: Path,
+) -> None:
+    """The stream names each tool call by its run and the model's id (``help:t/0:call_1``, 60
+    characters in the support demo's runs), and a client sends those names back in the next
+    turn's history: the model was handed them as the calls' ids, which OpenAI's API refuses
+    past 40 characters (and Anthropic's outside ``[A-Za-z0-9_-]``) -- every later turn of the
+    thread failed (outside tester 157). The model gets a short id for each, the same for a call
+    and its result, and the same at every turn."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient, ToolCall, tool
+
+    seen: list[list[Any]] = []
+
+    def report(messages: Any) -> str:
+        seen.append([c for m in messages for c in m.contents if hasattr(c, "call_id")])
+        return "noted"
+
+    @tool
+    def look_up(order: str) -> str:
+        """Look an order up."""
+        return f"order {order}: shipped"
+
+    client = ScriptedChatClient(
+        [
+            Rule(user=r"where is (?P<o>\d+)", calls=[ToolCall("look_up", {"order": "{o}"})]),
+            Rule(after_tool="look_up", reply="It says: {result}"),
+            Rule(reply=report),
+        ]
+    )
+    thread = "a-thread-id-as-long-as-a-uuid-4b1e0c6e2f9a"
+    with serving_target(tmp_path, Agent("helper", "", client, [look_up]), "/help") as url:
+        first = {"id": "u1", "role": "user", "content": "where is 42"}
+        streamed = post(url, threadId=thread, runId="r1", messages=[first])
+        kept = streamed_history(streamed)
+        [sent_id] = [c["id"] for m in kept for c in m.get("toolCalls", [])]
+        assert len(sent_id) > 40, sent_id  # (what the stream names it: the run's scope too)
+        result = {"id": "t1", "role": "tool", "content": '"order 42: shipped"'}
+        history = [first, *kept, {**result, "toolCallId": sent_id}]
+        for turn in (2, 3):  # (the same history again, one more message each time)
+            more = [{"id": f"u{n}", "role": "user", "content": f"thanks {n}"} for n in (2, turn)]
+            post(url, threadId=thread, runId=f"r{turn}", messages=[*history, *more[: turn - 1]])
+    ids = [[c.call_id for c in contents] for contents in seen]
+    assert len(ids) == 2 and ids[0] == ids[1] and len(ids[0]) == 2, ids  # (a call, its result)
+    assert ids[0][0] == ids[0][1], ids
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", ids[0][0]), ids
 
 
 @pytest.mark.slow  # a server in a process of its own, stopped by a signal
