@@ -878,11 +878,11 @@ class AGUIService:
                 ),
             )
         if not cut_off and (
-            await self._retried(workflow, record, run_input, message)
+            await self._retried(workflow, record, run_input, message, chat)
             or (
                 message is not None
                 and await self._retried(
-                    workflow, record, run_input, _before_replies(workflow, chat)
+                    workflow, record, run_input, _before_replies(workflow, chat), chat
                 )
             )
         ):
@@ -1117,6 +1117,7 @@ class AGUIService:
         record: RunRecord | None,
         run_input: RunAgentInput,
         message: Any,
+        chat: list[tuple[Any, ChatMessage]],
     ) -> bool:
         """Whether this request is the one that started ``record`` (the thread's newest run),
         sent again, while that run rests (the caller has ruled out a run cut off by a server
@@ -1129,6 +1130,14 @@ class AGUIService:
             return False
         if not await self._started_with(workflow, record.run_id, message, run_input.run_id):
             return False
+        heard = await self._heard(workflow, record.run_id)
+        if heard is not None and heard.carried is not None:
+            # the same words are not the same request: each user message must be one that
+            # request sent, by its id (the same words under a new id are a new message, as
+            # in a resume: they got the run's report, its interrupt ids -- outside tester 157)
+            index = _carried_index(heard.carried)
+            if not all(_is_carried(i, _digest(text), index) for i, text in _users_of(chat)):
+                return False
         run_id = record.run_id
         if self._being_started(record) or record.live_owner(time.time()) is not None:
             again = await self.store.get_run(run_id)

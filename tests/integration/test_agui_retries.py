@@ -773,6 +773,11 @@ def test_a_start_sent_again_with_the_streamed_replies_kept_reports_its_run(
         # and the same history under another runId ("regenerate") is not the retry either
         other = post(url, threadId="t", runId="r3", messages=[user, *kept])
         assert other[-1]["code"] == "interrupts_pending", other[-1]
+        # nor the same words under another message id: a new message (it got the run's report,
+        # the interrupt ids with it -- outside tester 157)
+        renamed = post(url, threadId="t", runId="r1", messages=[{**user, "id": "m9"}])
+        assert renamed[-1]["code"] == "interrupts_pending", renamed[-1]
+    assert calls == [], calls  # (the refund was never approved: nothing ran)
 
 
 def test_a_new_message_with_no_words_starts_nothing(tmp_path: Path) -> None:
