@@ -1713,9 +1713,10 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
     if role not in ("user", "assistant", "system"):
         return None
     contents: list[Any] = []
-    if isinstance(content, str) and not (role == "user" and is_blank(content)):
+    if isinstance(content, str) and not is_blank(content):
         # (a user's blank message -- spaces, a zero-width space -- says nothing: it started a
-        # run and reached the model, outside tester 150)
+        # run and reached the model, outside tester 150; a blank system or assistant text
+        # reached it as an empty message, which some models' APIs refuse: tester 157)
         contents.append(TextContent(text=content))
     for call in (getattr(message, "tool_calls", None) or ()) if role == "assistant" else ():
         call_id = _model_call_id(call.id)

@@ -1020,6 +1020,8 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
         {"id": "t1", "role": "tool", "content": '"found x"', "toolCallId": "c1"},  # (late)
         {"id": "t0", "role": "tool", "content": "?", "toolCallId": "c9"},  # (of no call)
         {"id": "a3", "role": "assistant", "content": "Paying.", "toolCalls": [dangling]},
+        {"id": "s1", "role": "system", "content": " "},  # (blank: not read, as a user's)
+        {"id": "a4", "role": "assistant", "content": ""},
         {"id": "u2", "role": "user", "content": "thanks"},
     ]
     with serving_target(tmp_path, Agent("helper", "", client), "/help") as url:
