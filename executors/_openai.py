@@ -7,8 +7,10 @@ Works with OpenAI, Azure OpenAI (its v1 endpoint), Ollama, vLLM and llama.cpp's 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -54,23 +56,32 @@ class OpenAIChatClient:
 
     @staticmethod
     def to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
-        """Our messages as chat-completions messages (approval bookkeeping is not sent)."""
+        """Our messages as chat-completions messages (approval bookkeeping is not sent). Names
+        and ids are sent as the API takes them (``wire_name``, ``wire_call_id``); an assistant
+        message that said nothing -- a model's empty reply -- is not sent: the API refuses one
+        with neither text nor calls, and the conversation failed at every later turn."""
         wire: list[dict[str, Any]] = []
         for m in messages:
             if m.role == "tool" or m.function_results:
                 for r in m.function_results:
-                    wire.append({"role": "tool", "tool_call_id": r.call_id, "content": r.text})
+                    call_id = wire_call_id(r.call_id)
+                    wire.append({"role": "tool", "tool_call_id": call_id, "content": r.text})
                 continue
             if m.approval_requests or m.approval_responses:
                 continue
             if m.role == "assistant":
+                if not m.text and not m.function_calls:
+                    continue
                 entry: dict[str, Any] = {"role": "assistant", "content": m.text or None}
                 if m.function_calls:
                     entry["tool_calls"] = [
                         {
-                            "id": c.call_id,
+                            "id": wire_call_id(c.call_id),
                             "type": "function",
-                            "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                            "function": {
+                                "name": wire_name(c.name),
+                                "arguments": json.dumps(c.arguments),
+                            },
                         }
                         for c in m.function_calls
                     ]
@@ -85,9 +96,9 @@ class OpenAIChatClient:
             {
                 "type": "function",
                 "function": {
-                    "name": t.name,
+                    "name": wire_name(t.name),
                     "description": t.description,
-                    "parameters": t.parameters,
+                    "parameters": wire_schema(t.parameters),
                 },
             }
             for t in tools
@@ -141,6 +152,7 @@ class OpenAIChatClient:
         self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
     ) -> ChatResponse:
         completion = await self._create(self._request(messages, tools))
+        named = _named_back(tools)
         choice = completion.choices[0].message
         contents: list[Any] = []
         if choice.content:
@@ -152,9 +164,8 @@ class OpenAIChatClient:
             except ValueError:  # (not JSON; or a number past Python's digit limit)
                 arguments = {"__unparsed__": call.function.arguments}
             call_id = _unique_call_id(call.id, index, used)
-            contents.append(
-                FunctionCallContent(call_id=call_id, name=call.function.name, arguments=arguments)
-            )
+            name = named.get(call.function.name, call.function.name)
+            contents.append(FunctionCallContent(call_id=call_id, name=name, arguments=arguments))
         message = ChatMessage(role="assistant", contents=contents, message_id=completion.id)
         return ChatResponse(messages=[message])
 
@@ -162,6 +173,7 @@ class OpenAIChatClient:
         self, messages: Sequence[ChatMessage], *, tools: Sequence[ToolSpec] = ()
     ) -> AsyncIterator[ChatResponseUpdate]:
         stream = await self._create({**self._request(messages, tools), "stream": True})
+        named = _named_back(tools)
         call_ids: dict[int, str] = {}
         used: set[str] = set()
         async for chunk in self._named_breaks(stream):
@@ -179,9 +191,60 @@ class OpenAIChatClient:
                     kind="function_call",
                     message_id=chunk.id,
                     call_id=call_id,
-                    name=function.name if function and function.name else None,
+                    name=named.get(function.name, function.name)
+                    if function and function.name
+                    else None,
                     arguments_delta=function.arguments if function and function.arguments else "",
                 )
+
+
+_WIRE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+"""A tool name OpenAI's API takes (and Anthropic's, Ollama's...)."""
+_WIRE_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+"""A tool call id OpenAI's API takes (at most 40 characters; Anthropic's: no other characters)."""
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def wire_name(name: str) -> str:
+    """A tool's name as a model's API takes it: kept when it is one; otherwise each character
+    it refuses as ``_``, shortened, with a digest of the whole name, so that two names never
+    meet. An agent named "Refund Agent" gave the handoff tool ``handoff_to_Refund Agent``, a
+    ``<lambda>`` or ``bestätigen`` was a tool's name: the API refused every turn of such a run
+    (outside tester 158). The model's calls are read back under the tool's own name."""
+    if _WIRE_NAME.fullmatch(name):
+        return name
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:55] + "_" + _digest(name)[:8]
+
+
+def wire_call_id(call_id: str) -> str:
+    """A call id as a model's API takes it: kept when it is one, else ``call_<digest>`` (the
+    same for the call and its result)."""
+    if _WIRE_CALL_ID.fullmatch(call_id):
+        return call_id
+    return "call_" + _digest(call_id)[:32]
+
+
+def wire_schema(schema: Any) -> Any:
+    """A tool's parameters schema as the API takes it: an array schema with ``prefixItems``
+    (a tuple) and no ``items`` was refused ("array schema missing items"); it gets ``items``
+    allowing what its places allow."""
+    if isinstance(schema, list):
+        return [wire_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: wire_schema(value) for key, value in schema.items()}
+    places = out.get("prefixItems")
+    if isinstance(places, list) and places and "items" not in out:
+        out["items"] = places[0] if len(places) == 1 else {"anyOf": places}
+    return out
+
+
+def _named_back(tools: Sequence[ToolSpec]) -> dict[str, str]:
+    """Each offered tool's wire name -> its own name (for the calls a model makes)."""
+    return {wire_name(t.name): t.name for t in tools}
 
 
 def _unique_call_id(given: str | None, index: int, used: set[str]) -> str:

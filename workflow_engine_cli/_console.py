@@ -143,14 +143,16 @@ class EventPrinter:
             self._close_line()
             for call in self._calls.values():
                 name = call["name"] or "?"
-                if name.startswith("handoff_to_"):
-                    target = name.removeprefix("handoff_to_")
-                    self.term.line(("  ↪ handoff to ", "magenta"), (target, "bold magenta"))
-                else:
+                if not name.startswith("handoff_to_"):  # (a handoff: said once it is taken)
                     self.term.line((f"  → {name}({call['args']})", "yellow"), indent=4)
             self._calls.clear()
         elif event.kind == "function_result":
-            if (event.name or "").startswith("handoff_to_"):
+            name = event.name or ""
+            if name.startswith("handoff_to_") and not event.error:
+                # said as its result comes: a second handoff of one turn is not taken (its
+                # result says so), and it was shown as taken (outside tester 158)
+                target = name.removeprefix("handoff_to_")
+                self.term.line(("  ↪ handoff to ", "magenta"), (target, "bold magenta"))
                 return
             text = f"error: {event.error}" if event.error else compact(event.result)
             if len(text) > RESULT_CHARS:

@@ -38,6 +38,49 @@ def _reply(body: dict[str, Any]) -> dict[str, Any]:
     return {"content": f"echo: {last.get('content')}", "tool_calls": None}
 
 
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def refusals(body: dict[str, Any]) -> list[str]:
+    """What OpenAI's API refuses in a request (HTTP 400), of what the engine could send: a tool
+    name or call id it does not take, an assistant message with neither text nor calls, a
+    tool result that answers no call of the assistant message before it, an array schema with
+    ``prefixItems`` and no ``items``."""
+    said: list[str] = []
+    for tool in body.get("tools") or []:
+        name = tool["function"]["name"]
+        if not _NAME.fullmatch(name):
+            said.append(f"tools: name {name!r} does not match '^[a-zA-Z0-9_-]{{1,64}}$'")
+        said += [f"tools: {name}: {x}" for x in _schema_refusals(tool["function"]["parameters"])]
+    open_calls: set[str] = set()
+    for i, message in enumerate(body["messages"]):
+        if message["role"] == "assistant":
+            calls = message.get("tool_calls") or []
+            if not message.get("content") and not calls:
+                said.append(f"messages[{i}]: assistant message with neither content nor tool_calls")
+            for call in calls:
+                if not _CALL_ID.fullmatch(call["id"]):
+                    said.append(f"messages[{i}]: tool call id {call['id']!r} is not a valid id")
+                if not _NAME.fullmatch(call["function"]["name"]):
+                    said.append(f"messages[{i}]: tool call name {call['function']['name']!r}")
+            open_calls = {call["id"] for call in calls}
+        elif message["role"] == "tool" and message["tool_call_id"] not in open_calls:
+            said.append(f"messages[{i}]: tool message answers no preceding tool call")
+    return said
+
+
+def _schema_refusals(schema: Any) -> list[str]:
+    if isinstance(schema, list):
+        return [x for item in schema for x in _schema_refusals(item)]
+    if not isinstance(schema, dict):
+        return []
+    said = [x for value in schema.values() for x in _schema_refusals(value)]
+    if "prefixItems" in schema and "items" not in schema:
+        said.append("array schema missing items")
+    return said
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: FakeOpenAIServer
 
@@ -48,6 +91,16 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length", "0"))
         body = json.loads(self.rfile.read(length))
         self.server.requests.append(body)
+        refused = refusals(body)
+        if refused:  # (as OpenAI's API answers: 400, its error's shape)
+            error = {"message": "; ".join(refused), "type": "invalid_request_error"}
+            data = json.dumps({"error": error}).encode()
+            self.send_response(400)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+            return
         reply = _reply(body)
         completion_id = f"chatcmpl-{len(self.server.requests)}"
         if not body.get("stream"):

@@ -7,9 +7,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.integration.fake_openai import FakeOpenAIServer, sse_chunk
+from tests.integration.fake_openai import FakeOpenAIServer, refusals, sse_chunk
 from workflow_engine import WorkflowBuilder, WorkflowRunState
-from workflow_engine.executors import Agent, ChatMessage, OpenAIChatClient, tool
+from workflow_engine.executors import (
+    Agent,
+    ChatMessage,
+    FunctionCallContent,
+    FunctionResultContent,
+    OpenAIChatClient,
+    tool,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -102,3 +109,40 @@ async def test_a_reply_broken_off_mid_stream_names_the_endpoint_and_model() -> N
                 pass
     said = str(broke.value)
     assert f"{url}/ (model 'm') broke off its reply mid-stream" in said, said
+
+
+@tool(name="look up.order")  # (a name a model's API refuses: a space and a dot)
+def look_up_order(order_id: str, pair: tuple[int, str] | None = None) -> str:
+    """Look an order up."""
+    return f"order {order_id}: shipped"
+
+
+async def test_what_a_model_s_api_refuses_is_never_sent() -> None:
+    """A strict fake of OpenAI's API (400 for what it refuses) was sent: a model's empty reply
+    back as an assistant message with neither text nor calls (every later turn failed, for
+    good), a tool named as no API takes (``handoff_to_Refund Agent``, ``<lambda>``), a tuple's
+    schema without ``items``, and the long call ids of a client's history (outside testers 157
+    and 158). Each is sent as the API takes it, and the model's calls come back under the
+    tool's own name."""
+    with FakeOpenAIServer() as server:
+        client = OpenAIChatClient("m", base_url=server.base_url, api_key="k")
+        agent = Agent("desk", "You look orders up.", client, [look_up_order])
+        done = await WorkflowBuilder(name="desk", start=agent).build().run("where is 42")
+        assert done.status is WorkflowRunState.IDLE, done
+        assert done.outputs[0].text.startswith("The tool said: "), done.outputs
+        [offered] = server.requests[0]["tools"]
+        assert offered["function"]["name"].startswith("look_up_order_"), offered
+        long_id = "support:a-thread-id-as-long-as-a-uuid-4b1e/0:call_1"
+        call = FunctionCallContent(call_id=long_id, name="look up.order", arguments={})
+        result = FunctionResultContent(call_id=long_id, name="look up.order", result="shipped")
+        history = [
+            ChatMessage.user("hello"),
+            ChatMessage(role="assistant", contents=[]),  # (a model's empty reply)
+            ChatMessage.user("where is 7"),
+            ChatMessage(role="assistant", contents=[call]),
+            ChatMessage(role="tool", contents=[result]),
+        ]
+        reply = await client.get_response(history, tools=[look_up_order.spec])
+        assert reply.message.text == "The tool said: shipped", reply
+    for sent in server.requests:  # (the fake answered 400 to anything it refuses)
+        assert refusals(sent) == [], refusals(sent)

@@ -422,3 +422,36 @@ def test_a_printed_path_is_one_shell_word_that_bash_reads_back(text: str) -> Non
         ["bash", "-c", f"printf %s {quoted}"], capture_output=True, check=True
     ).stdout
     assert said == text.encode("utf-8")
+
+
+@pytest.mark.anyio
+async def test_a_second_handoff_of_a_turn_is_not_shown_as_taken(
+    live: tuple[Terminal, io.StringIO],
+) -> None:
+    """A model that calls two handoffs in one turn: the first is taken, the second answered
+    "not run" -- and the command line showed both as ``↪ handoff to``, the next agent speaking
+    under the second one's name (outside tester 158). A handoff is shown as its result comes."""
+    from workflow_engine.executors import Agent, HandoffBuilder, Rule, ScriptedChatClient, ToolCall
+    from workflow_engine_cli._console import EventPrinter
+
+    both = [ToolCall("handoff_to_refunds", {}), ToolCall("handoff_to_orders", {})]
+    triage = Agent("triage", client=ScriptedChatClient([Rule(reply="Passing you on.", calls=both)]))
+    refunds = Agent("refunds", client=ScriptedChatClient([Rule(reply="Refunds here.")]))
+    orders = Agent("orders", client=ScriptedChatClient([Rule(reply="Orders here.")]))
+    workflow = (
+        HandoffBuilder(name="desk", participants=[triage, refunds, orders])
+        .add_handoff(triage, [refunds, orders])
+        .with_start_agent(triage)
+        .build()
+    )
+    term, out = live
+    printer = EventPrinter(term, json_mode=False, codec=None)
+    async with workflow.run_stream("help") as stream:
+        async for event in stream:
+            printer.show(event)
+    printer.finish()
+    screen = rendered(out.getvalue(), columns=40, lines=30)
+    handoffs = [line for line in screen if "↪ handoff to" in line]
+    assert handoffs == ["  ↪ handoff to refunds"], screen
+    assert any("handoff_to_orders: error: not run" in line for line in screen), screen
+    assert any(line.startswith("refunds: Refunds here.") for line in screen), screen
