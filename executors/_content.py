@@ -6,7 +6,9 @@ All pydantic, all JSON: a conversation is checkpointed as it is, and a
 
 from __future__ import annotations
 
+import hashlib
 import json
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -173,3 +175,19 @@ def edited_arguments(
     if answer is None or answer.arguments is None:
         return dict(call.arguments)
     return {**call.arguments, **answer.arguments}
+
+
+_MODEL_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
+"""A tool call id every model's API takes: OpenAI's at most 40 characters, Anthropic's only
+letters, digits, ``_`` and ``-``."""
+
+
+def model_call_id(call_id: str) -> str:
+    """``call_id`` as every model's API takes it: kept when it is one, else ``call_<digest>``
+    -- the same for a call and its result, at every turn. The AG-UI stream names a call by its
+    run and the model's id (``support:<thread>/<n>:call_1``, 60 characters), a client sends
+    those back, and a model's API refused them: every later turn of the thread failed
+    (outside tester 157)."""
+    if _MODEL_CALL_ID.fullmatch(call_id):
+        return call_id
+    return "call_" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ._clients import ChatResponse, ChatResponseUpdate
-from ._content import ChatMessage, FunctionCallContent, TextContent
+from ._content import ChatMessage, FunctionCallContent, TextContent, model_call_id
 from ._tools import ToolSpec
 
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -57,14 +57,14 @@ class OpenAIChatClient:
     @staticmethod
     def to_wire(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
         """Our messages as chat-completions messages (approval bookkeeping is not sent). Names
-        and ids are sent as the API takes them (``wire_name``, ``wire_call_id``); an assistant
+        and ids are sent as the API takes them (``wire_name``, ``model_call_id``); an assistant
         message that said nothing -- a model's empty reply -- is not sent: the API refuses one
         with neither text nor calls, and the conversation failed at every later turn."""
         wire: list[dict[str, Any]] = []
         for m in messages:
             if m.role == "tool" or m.function_results:
                 for r in m.function_results:
-                    call_id = wire_call_id(r.call_id)
+                    call_id = model_call_id(r.call_id)
                     wire.append({"role": "tool", "tool_call_id": call_id, "content": r.text})
                 continue
             if m.approval_requests or m.approval_responses:
@@ -76,7 +76,7 @@ class OpenAIChatClient:
                 if m.function_calls:
                     entry["tool_calls"] = [
                         {
-                            "id": wire_call_id(c.call_id),
+                            "id": model_call_id(c.call_id),
                             "type": "function",
                             "function": {
                                 "name": wire_name(c.name),
@@ -200,8 +200,6 @@ class OpenAIChatClient:
 
 _WIRE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """A tool name OpenAI's API takes (and Anthropic's, Ollama's...)."""
-_WIRE_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
-"""A tool call id OpenAI's API takes (at most 40 characters; Anthropic's: no other characters)."""
 
 
 def _digest(text: str) -> str:
@@ -217,14 +215,6 @@ def wire_name(name: str) -> str:
     if _WIRE_NAME.fullmatch(name):
         return name
     return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:55] + "_" + _digest(name)[:8]
-
-
-def wire_call_id(call_id: str) -> str:
-    """A call id as a model's API takes it: kept when it is one, else ``call_<digest>`` (the
-    same for the call and its result)."""
-    if _WIRE_CALL_ID.fullmatch(call_id):
-        return call_id
-    return "call_" + _digest(call_id)[:32]
 
 
 def wire_schema(schema: Any) -> Any:

@@ -35,7 +35,6 @@ import hashlib
 import json
 import logging
 import math
-import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager, contextmanager, suppress
@@ -118,6 +117,7 @@ from workflow_engine.executors import (
     TextContent,
     ToolApprovalResponseContent,
 )
+from workflow_engine.executors._content import model_call_id
 from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
 
 from ._http import (
@@ -1701,7 +1701,7 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
         call_id = getattr(message, "tool_call_id", None)
         if not isinstance(call_id, str):
             return None
-        call_id = _model_call_id(call_id)
+        call_id = model_call_id(call_id)
         name = (names or {}).get(call_id, "")
         error = getattr(message, "error", None)
         result = FunctionResultContent(
@@ -1719,7 +1719,7 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
         # reached it as an empty message, which some models' APIs refuse: tester 157)
         contents.append(TextContent(text=content))
     for call in (getattr(message, "tool_calls", None) or ()) if role == "assistant" else ():
-        call_id = _model_call_id(call.id)
+        call_id = model_call_id(call.id)
         contents.append(
             FunctionCallContent(
                 call_id=call_id, name=call.function.name, arguments=_arguments(call)
@@ -1728,22 +1728,6 @@ def _to_chat_message(message: Any, names: dict[str, str] | None = None) -> ChatM
         if names is not None:
             names[call_id] = call.function.name
     return ChatMessage(role=role, contents=contents) if contents else None
-
-
-_MODEL_CALL_ID = re.compile(r"[A-Za-z0-9_-]{1,40}")
-"""A tool call id every model's API takes: OpenAI's at most 40 characters, Anthropic's only
-letters, digits, ``_`` and ``-``."""
-
-
-def _model_call_id(sent: str) -> str:
-    """The id a model is given for a tool call a client's history names ``sent``: the stream
-    names a call by its run and the model's own id (``support:<thread>/<n>:call_1``, 60
-    characters), which a model's API refused when the history came back -- every later turn
-    of the thread failed (outside tester 157). An id a model takes is kept; any other is
-    named by its digest, the same for the call and its result at every turn."""
-    if _MODEL_CALL_ID.fullmatch(sent):
-        return sent
-    return "call_" + hashlib.sha256(sent.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def _result_of(content: Any) -> Any:

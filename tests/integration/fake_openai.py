@@ -87,6 +87,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args: Any) -> None:
         pass
 
+    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length", "0"))
         body = json.loads(self.rfile.read(length))
@@ -94,12 +102,7 @@ class _Handler(BaseHTTPRequestHandler):
         refused = refusals(body)
         if refused:  # (as OpenAI's API answers: 400, its error's shape)
             error = {"message": "; ".join(refused), "type": "invalid_request_error"}
-            data = json.dumps({"error": error}).encode()
-            self.send_response(400)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._send_json(400, {"error": error})
             return
         reply = _reply(body)
         completion_id = f"chatcmpl-{len(self.server.requests)}"
@@ -117,12 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
                     }
                 ],
             }
-            data = json.dumps(payload).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._send_json(200, payload)
             return
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
