@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from ._content import ChatMessage, FunctionCallContent, TextContent
-from ._tools import ToolSpec
+from ._tools import UNPARSED, ToolSpec
 
 
 class ChatResponseUpdate(BaseModel):
@@ -87,9 +87,9 @@ def message_from_updates(updates: Sequence[ChatResponseUpdate]) -> ChatMessage:
         try:
             arguments = json.loads(raw)
         except ValueError:  # (not JSON; or a number past Python's digit limit)
-            arguments = {"__unparsed__": raw}
+            arguments = {UNPARSED: raw}
         if not isinstance(arguments, dict):
-            arguments = {"__unparsed__": raw}
+            arguments = {UNPARSED: raw}
         contents.append(
             FunctionCallContent(call_id=call_id, name=call["name"], arguments=arguments)
         )

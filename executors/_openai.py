@@ -17,7 +17,7 @@ from typing import Any
 
 from ._clients import ChatResponse, ChatResponseUpdate
 from ._content import ChatMessage, FunctionCallContent, TextContent, model_call_id
-from ._tools import ToolSpec
+from ._tools import UNPARSED, ToolSpec
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -162,7 +162,9 @@ class OpenAIChatClient:
             try:
                 arguments = json.loads(call.function.arguments or "{}")
             except ValueError:  # (not JSON; or a number past Python's digit limit)
-                arguments = {"__unparsed__": call.function.arguments}
+                arguments = {UNPARSED: call.function.arguments}
+            if not isinstance(arguments, dict):  # (a list, a string: no object of arguments)
+                arguments = {UNPARSED: call.function.arguments}
             call_id = _unique_call_id(call.id, index, used)
             name = named.get(call.function.name, call.function.name)
             contents.append(FunctionCallContent(call_id=call_id, name=name, arguments=arguments))

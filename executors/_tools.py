@@ -41,6 +41,11 @@ class ToolArgumentsError(ValueError):
     """Arguments that fail the tool's schema; the message is pydantic's, naming each field."""
 
 
+UNPARSED = "__unparsed__"
+"""The one key of the arguments a chat client read from a model's call that were not a JSON
+object (malformed, a list, a string): the text as it came, for the tool's refusal to quote."""
+
+
 class Tool:
     """A callable tool with a schema and an approval mode."""
 
@@ -100,6 +105,12 @@ class Tool:
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """The arguments as the function will receive them, or ``ToolArgumentsError``."""
+        if set(arguments) == {UNPARSED}:  # (the model is told what was wrong with them: it was
+            # told "order_id: Field required; __unparsed__: Extra inputs are not permitted")
+            raise ToolArgumentsError(
+                f"invalid arguments for tool {self.name!r}: not a JSON object: "
+                f"{str(arguments[UNPARSED])[:200]!r}"
+            )
         try:
             model = self.arguments_model.model_validate(arguments)
         except ValidationError as exc:

@@ -21,17 +21,20 @@ def _reply(body: dict[str, Any]) -> dict[str, Any]:
     if last["role"] == "tool":
         return {"content": f"The tool said: {last['content']}", "tool_calls": None}
     if tools:
-        digits = re.findall(r"\d+", last.get("content") or "")
+        said = last.get("content") or ""
+        digits = re.findall(r"\d+", said)
         tool = tools[0]["function"]
         props = list(tool["parameters"].get("properties", {}))
         arguments = {p: (digits[i] if i < len(digits) else "x") for i, p in enumerate(props)}
+        # "... #args:<text>": the call's arguments as that text, JSON or not (a model's slip)
+        raw = said.split("#args:", 1)[1] if "#args:" in said else json.dumps(arguments)
         return {
             "content": None,
             "tool_calls": [
                 {
                     "id": f"call_{len(messages)}",
                     "type": "function",
-                    "function": {"name": tool["name"], "arguments": json.dumps(arguments)},
+                    "function": {"name": tool["name"], "arguments": raw},
                 }
             ],
         }

@@ -146,3 +146,19 @@ async def test_what_a_model_s_api_refuses_is_never_sent() -> None:
         assert reply.message.text == "The tool said: shipped", reply
     for sent in server.requests:  # (the fake answered 400 to anything it refuses)
         assert refusals(sent) == [], refusals(sent)
+
+
+@pytest.mark.parametrize("raw", ["{bad", "[1, 2]", '"text"', "null"])
+async def test_arguments_that_are_not_a_json_object_are_said_so_to_the_model(raw: str) -> None:
+    """A model's call whose arguments were not a JSON object got "order_id: Field required;
+    __unparsed__: Extra inputs are not permitted" as its result (outside tester 158), and a
+    list or a string without streaming was a validation error of the client itself. The model
+    is told they are not a JSON object, quoting them."""
+    with FakeOpenAIServer() as server:
+        client = OpenAIChatClient("m", base_url=server.base_url, api_key="k")
+        agent = Agent("desk", "You look orders up.", client, [look_up_order])
+        done = await WorkflowBuilder(name="desk", start=agent).build().run(f"look #args:{raw}")
+        assert done.status is WorkflowRunState.IDLE, done
+        [said] = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+        assert "not a JSON object: " in said["content"] and "__unparsed__" not in said["content"]
+        assert repr(raw) in said["content"], said
