@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from ._content import ChatMessage, FunctionCallContent, TextContent
-from ._tools import UNPARSED, ToolSpec
+from ._tools import ToolSpec, call_arguments
 
 
 class ChatResponseUpdate(BaseModel):
@@ -83,13 +83,7 @@ def message_from_updates(updates: Sequence[ChatResponseUpdate]) -> ChatMessage:
     if text:
         contents.append(TextContent(text="".join(text)))
     for call_id, call in calls.items():
-        raw = "".join(call["args"]) or "{}"
-        try:
-            arguments = json.loads(raw)
-        except ValueError:  # (not JSON; or a number past Python's digit limit)
-            arguments = {UNPARSED: raw}
-        if not isinstance(arguments, dict):
-            arguments = {UNPARSED: raw}
+        arguments = call_arguments("".join(call["args"]))
         contents.append(
             FunctionCallContent(call_id=call_id, name=call["name"], arguments=arguments)
         )

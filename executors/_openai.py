@@ -17,7 +17,7 @@ from typing import Any
 
 from ._clients import ChatResponse, ChatResponseUpdate
 from ._content import ChatMessage, FunctionCallContent, TextContent, model_call_id
-from ._tools import UNPARSED, ToolSpec
+from ._tools import ToolSpec, call_arguments
 
 DEFAULT_MODEL = "gpt-4o-mini"
 
@@ -157,14 +157,9 @@ class OpenAIChatClient:
         contents: list[Any] = []
         if choice.content:
             contents.append(TextContent(text=choice.content))
-        used: set[str] = set()
+        used = _ids_in(messages)
         for index, call in enumerate(choice.tool_calls or []):
-            try:
-                arguments = json.loads(call.function.arguments or "{}")
-            except ValueError:  # (not JSON; or a number past Python's digit limit)
-                arguments = {UNPARSED: call.function.arguments}
-            if not isinstance(arguments, dict):  # (a list, a string: no object of arguments)
-                arguments = {UNPARSED: call.function.arguments}
+            arguments = call_arguments(call.function.arguments)
             call_id = _unique_call_id(call.id, index, used)
             name = named.get(call.function.name, call.function.name)
             contents.append(FunctionCallContent(call_id=call_id, name=name, arguments=arguments))
@@ -177,7 +172,7 @@ class OpenAIChatClient:
         stream = await self._create({**self._request(messages, tools), "stream": True})
         named = _named_back(tools)
         call_ids: dict[int, str] = {}
-        used: set[str] = set()
+        used = _ids_in(messages)
         async for chunk in self._named_breaks(stream):
             if not chunk.choices:
                 continue
@@ -222,7 +217,7 @@ def wire_name(name: str) -> str:
 def wire_schema(schema: Any) -> Any:
     """A tool's parameters schema as the API takes it: an array schema with ``prefixItems``
     (a tuple) and no ``items`` was refused ("array schema missing items"); it gets ``items``
-    allowing what its places allow."""
+    allowing what its places allow (an empty tuple's: any, it holds none)."""
     if isinstance(schema, list):
         return [wire_schema(item) for item in schema]
     if not isinstance(schema, dict):
@@ -231,12 +226,22 @@ def wire_schema(schema: Any) -> Any:
     places = out.get("prefixItems")
     if isinstance(places, list) and places and "items" not in out:
         out["items"] = places[0] if len(places) == 1 else {"anyOf": places}
+    elif out.get("type") == "array" and "items" not in out:  # (``tuple[()]``: no places)
+        out["items"] = {}
     return out
 
 
 def _named_back(tools: Sequence[ToolSpec]) -> dict[str, str]:
     """Each offered tool's wire name -> its own name (for the calls a model makes)."""
     return {wire_name(t.name): t.name for t in tools}
+
+
+def _ids_in(messages: Sequence[ChatMessage]) -> set[str]:
+    """The call ids the conversation holds: a model that numbers its calls from 0 in each reply
+    gave a new call the id of an earlier one, and the AG-UI stream sent the two as one call
+    (its arguments run together), which a client's history then could not send back (outside
+    tester 159). A call id is unique in its conversation."""
+    return {c.call_id for m in messages for c in m.function_calls}
 
 
 def _unique_call_id(given: str | None, index: int, used: set[str]) -> str:

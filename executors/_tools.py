@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
+import math
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, NewType, get_type_hints
@@ -44,6 +46,40 @@ class ToolArgumentsError(ValueError):
 UNPARSED = "__unparsed__"
 """The one key of the arguments a chat client read from a model's call that were not a JSON
 object (malformed, a list, a string): the text as it came, for the tool's refusal to quote."""
+
+
+def call_arguments(raw: str | None) -> dict[str, Any]:
+    """A model's call's arguments (JSON text) as the object they are -- or ``{UNPARSED: raw}``
+    when they are none a run can keep and send back: malformed, a list or a string, a ``NaN``
+    or a number past a float (JSON has neither: the model was sent ``NaN`` back at every later
+    turn), a lone surrogate (the model's step could not be stored, and a person was asked
+    whether the model call had happened: outside tester 159). The tool then says so to the
+    model, quoting the text (a lone surrogate in it written as its escape)."""
+    text = raw or "{}"
+    try:
+        value = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):  # (also a number past Python's digit limit)
+        value = None
+    if isinstance(value, dict) and _keepable(value):
+        return value
+    return {UNPARSED: text.encode("utf-8", "backslashreplace").decode("utf-8")}
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _keepable(value: Any) -> bool:
+    """No float that is not finite and no text with a lone surrogate, at any depth."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        return not any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return all(_keepable(k) and _keepable(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_keepable(item) for item in value)
+    return True
 
 
 class Tool:

@@ -28,11 +28,13 @@ def _reply(body: dict[str, Any]) -> dict[str, Any]:
         arguments = {p: (digits[i] if i < len(digits) else "x") for i, p in enumerate(props)}
         # "... #args:<text>": the call's arguments as that text, JSON or not (a model's slip)
         raw = said.split("#args:", 1)[1] if "#args:" in said else json.dumps(arguments)
+        # "... #id:<id>": the call's id (a server numbering its calls from 0 in each reply)
+        named = re.search(r"#id:(\S+)", said)
         return {
             "content": None,
             "tool_calls": [
                 {
-                    "id": f"call_{len(messages)}",
+                    "id": named[1] if named else f"call_{len(messages)}",
                     "type": "function",
                     "function": {"name": tool["name"], "arguments": raw},
                 }
@@ -79,7 +81,7 @@ def _schema_refusals(schema: Any) -> list[str]:
     if not isinstance(schema, dict):
         return []
     said = [x for value in schema.values() for x in _schema_refusals(value)]
-    if "prefixItems" in schema and "items" not in schema:
+    if ("prefixItems" in schema or schema.get("type") == "array") and "items" not in schema:
         said.append("array schema missing items")
     return said
 

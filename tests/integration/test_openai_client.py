@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -112,7 +113,7 @@ async def test_a_reply_broken_off_mid_stream_names_the_endpoint_and_model() -> N
 
 
 @tool(name="look up.order")  # (a name a model's API refuses: a space and a dot)
-def look_up_order(order_id: str, pair: tuple[int, str] | None = None) -> str:
+def look_up_order(order_id: str, pair: tuple[int, str] | None = None, none: tuple[()] = ()) -> str:
     """Look an order up."""
     return f"order {order_id}: shipped"
 
@@ -148,7 +149,15 @@ async def test_what_a_model_s_api_refuses_is_never_sent() -> None:
         assert refusals(sent) == [], refusals(sent)
 
 
-@pytest.mark.parametrize("raw", ["{bad", "[1, 2]", '"text"', "null"])
+NOT_AN_OBJECT = ["{bad", "[1, 2]", '"text"', "null"]
+NOT_KEPT = ['{"order_id": NaN}', '{"order_id": 1e999}', '{"order_id": "\\ud800"}']
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+@pytest.mark.parametrize("raw", NOT_AN_OBJECT + NOT_KEPT)
 async def test_arguments_that_are_not_a_json_object_are_said_so_to_the_model(raw: str) -> None:
     """A model's call whose arguments were not a JSON object got "order_id: Field required;
     __unparsed__: Extra inputs are not permitted" as its result (outside tester 158), and a
@@ -162,3 +171,34 @@ async def test_arguments_that_are_not_a_json_object_are_said_so_to_the_model(raw
         [said] = [m for m in server.requests[-1]["messages"] if m["role"] == "tool"]
         assert "not a JSON object: " in said["content"] and "__unparsed__" not in said["content"]
         assert repr(raw) in said["content"], said
+        # what is sent back is JSON: no NaN nor Infinity (they reached the model at every
+        # later turn), and a lone surrogate no longer fails the run (outside tester 159)
+        [sent] = [m for m in server.requests[-1]["messages"] if m.get("tool_calls")]
+        arguments = sent["tool_calls"][0]["function"]["arguments"]
+        assert isinstance(json.loads(arguments, parse_constant=_no_constant), dict), arguments
+        assert "Infinity" not in arguments, arguments
+
+
+async def test_a_call_id_a_model_used_before_is_not_used_again() -> None:
+    """A server that numbers its calls from 0 in each reply gave a new call the id of one
+    before it: the AG-UI stream sent the two as one call, its arguments run together, and a
+    client's history could not be sent back (outside tester 159). A call id is unique in its
+    conversation."""
+    call = FunctionCallContent(call_id="call_1", name="look up.order", arguments={})
+    result = FunctionResultContent(call_id="call_1", name="look up.order", result="shipped")
+    history = [
+        ChatMessage.user("where is 42"),
+        ChatMessage(role="assistant", contents=[call]),
+        ChatMessage(role="tool", contents=[result]),
+        ChatMessage.user("and 7? #id:call_1"),
+    ]
+    with FakeOpenAIServer() as server:
+        client = OpenAIChatClient("m", base_url=server.base_url, api_key="k")
+        reply = await client.get_response(history, tools=[look_up_order.spec])
+        streamed = [
+            u async for u in client.get_streaming_response(history, tools=[look_up_order.spec])
+        ]
+    [again] = reply.message.function_calls
+    assert again.call_id != "call_1", again
+    assert {u.call_id for u in streamed if u.call_id} - {"call_1"}, streamed
+    assert "call_1" not in {u.call_id for u in streamed}, streamed
