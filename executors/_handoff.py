@@ -56,10 +56,21 @@ HANDOFF_SEEN_KEY = "workflow_engine.handoff.seen"
 
 def ends_with_case_complete(conversation: Sequence[ChatMessage]) -> bool:
     """The seed's rule: the newest assistant message ends with "case complete."."""
+    said = said_since_the_user(conversation)
+    return said is not None and said.strip().lower().endswith("case complete.")
+
+
+def said_since_the_user(conversation: Sequence[ChatMessage]) -> str | None:
+    """The newest assistant text since the user last spoke (None: none). A model's empty reply
+    to a new message says nothing: the reply before it -- "... case complete." on a thread that
+    went on -- ended the new run as completed, the user's message unanswered (outside tester
+    159)."""
     for message in reversed(conversation):
+        if message.role == "user":
+            return None
         if message.role == "assistant" and message.text:
-            return message.text.strip().lower().endswith("case complete.")
-    return False
+            return message.text
+    return None
 
 
 class HandoffTurn(BaseModel):
@@ -321,10 +332,7 @@ class HandoffCoordinator(Executor):
                 )
             )
             return
-        last = next(
-            (m.text for m in reversed(conversation) if m.role == "assistant" and m.text),
-            "",
-        )
+        last = said_since_the_user(conversation) or ""
         await ctx.send_message(
             HandoffUserInputRequest(agent=result.agent, message=last, turn=result.turn)
         )

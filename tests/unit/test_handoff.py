@@ -7,6 +7,7 @@ import pytest
 from workflow_engine import Workflow, WorkflowRunResult, WorkflowRunState
 from workflow_engine.executors import (
     Agent,
+    ChatMessage,
     HandoffBuilder,
     HandoffOutcome,
     HandoffUserInputRequest,
@@ -203,3 +204,21 @@ async def test_an_agent_runs_on_a_user_s_text_as_well() -> None:
     agent = Agent("echo", "You echo.", ScriptedChatClient([Rule(reply="heard you")]))
     response = await agent.run("hello")
     assert response.messages[-1].text == "heard you"
+
+
+async def test_an_empty_reply_to_a_new_message_asks_the_user() -> None:
+    """A thread that went on after "... case complete.": the model's empty reply to the new
+    message left that old reply the newest with words, and the run ended completed, the
+    user's message unanswered (outside tester 159). Nothing was said since the user spoke:
+    the user is asked, and the question repeats nothing from before."""
+    agent = Agent("desk", client=ScriptedChatClient([Rule(reply="")]))
+    wf = HandoffBuilder(name="desk", participants=[agent]).with_start_agent(agent).build()
+    history = [
+        ChatMessage.user("first"),
+        ChatMessage.assistant("Done. case complete."),
+        ChatMessage.user("second"),
+    ]
+    result = await wf.run(history)
+    assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, result.outputs
+    (request,) = result.pending_requests
+    assert isinstance(request.data, HandoffUserInputRequest) and request.data.message == ""
