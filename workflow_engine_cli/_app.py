@@ -905,16 +905,25 @@ def resume(
                     talk.line((note, "dim"))
             register(runtime, [run.workflow_name], chosen)
             runtime.workflow(run.workflow_name)  # an application's: refused before "resuming"
-            if not json_mode and run.status not in _AT_REST and not busy:
-                file = visible(str(runtime.store.path))
-                where = f"run {full} · workflow {run.workflow_name} · db {file}"
-                term.line((f"resuming {where}", "dim"))
+            if run.status not in _AT_REST and not busy:
+                if not json_mode:
+                    file = visible(str(runtime.store.path))
+                    where = f"run {full} · workflow {run.workflow_name} · db {file}"
+                    term.line((f"resuming {where}", "dim"))
                 # what it goes on with: the answers given since (an approval's edits too --
-                # only the call's result showed, run with arguments no one saw: tester 153)
-                from ._views import describe_answer
+                # only the call's result showed, run with arguments no one saw: tester 153;
+                # with --json as a line of its own: tester 159)
+                import json
+
+                from ._views import answer_data, describe_answer
 
                 for request in await runtime.store.list_requests(run_id=full, status="answered"):
-                    term.line(("  applying: ", "dim"), visible(describe_answer(request)))
+                    if json_mode:
+                        line = {"type": "applying", "run_id": full}
+                        line.update(request_id=request.request_id, answer=answer_data(request))
+                        print(json.dumps(line), flush=True)
+                    else:
+                        term.line(("  applying: ", "dim"), visible(describe_answer(request)))
             return await drive(runtime, full, policy, json_mode=json_mode, detach=False, term=term)
         finally:
             await runtime.close()

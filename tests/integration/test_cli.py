@@ -365,6 +365,18 @@ def test_answers_are_validated_and_cannot_change(cli: Cli) -> None:
     assert cli.json("runs", "show", run_id)["answered_requests"] == []
 
 
+def test_resume_json_says_each_answer_it_applies(cli: Cli) -> None:
+    """``resume --json`` said nothing of the answers it went on with, where the text view says
+    ``applying: ...`` (outside tester 159): each is a line of its own, first."""
+    run_id, request_id = cli.start_paused()
+    cli.expect(0, "respond", request_id, "--approve", "--arguments", '{"amount": 50}')
+    done = cli.expect(0, "resume", run_id, "--json")
+    lines = [json.loads(line) for line in done.out.strip().splitlines()]
+    first = lines[0]
+    assert (first["type"], first["run_id"], first["request_id"]) == ("applying", run_id, request_id)
+    assert first["answer"]["approved"] is True and first["answer"]["arguments"] == {"amount": 50.0}
+
+
 # --- 3. bad input: one clear error line, the documented exit code, no traceback -----------------
 
 # (arguments, with --db, exit code, what the error line says); the database exists unless the
