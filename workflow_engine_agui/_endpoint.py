@@ -1606,6 +1606,43 @@ def _chat_of(messages: Sequence[Any]) -> list[tuple[Any, ChatMessage]]:
     return chat
 
 
+def _calls_told_apart(chat: list[tuple[Any, ChatMessage]]) -> list[tuple[Any, ChatMessage]]:
+    """``chat`` with a call that reuses an earlier call's id for another call (another tool or
+    other arguments: a model server numbering its calls from 0 in each reply) given an id of
+    its own, and the results paired with the calls of an id in order: the later call and its
+    result were read as a copy of the first and left out (outside tester 159). A copy of the
+    same call keeps its id (it is read once, see ``_results_after_their_calls``)."""
+    variants: dict[str, list[tuple[str, str]]] = {}  # id -> the different calls under it
+    answered: dict[str, int] = {}  # id -> results met
+    out: list[tuple[Any, ChatMessage]] = []
+    for message, said in chat:
+        renamed = False
+        contents = []
+        for content in said.contents:
+            if isinstance(content, FunctionCallContent):
+                seen = variants.setdefault(content.call_id, [])
+                call = (content.name, json.dumps(content.arguments, sort_keys=True, default=str))
+                if call not in seen:
+                    seen.append(call)
+                k = seen.index(call)
+                if k:
+                    content = content.model_copy(
+                        update={"call_id": model_call_id(f"{content.call_id}_{k}")}
+                    )
+                    renamed = True
+            elif isinstance(content, FunctionResultContent):
+                k = answered.get(content.call_id, 0)
+                answered[content.call_id] = k + 1
+                if 0 < k < len(variants.get(content.call_id, ())):
+                    content = content.model_copy(
+                        update={"call_id": model_call_id(f"{content.call_id}_{k}")}
+                    )
+                    renamed = True
+            contents.append(content)
+        out.append((message, said.model_copy(update={"contents": contents}) if renamed else said))
+    return out
+
+
 def _results_after_their_calls(
     chat: list[tuple[Any, ChatMessage]],
 ) -> list[tuple[Any, ChatMessage]]:
@@ -1615,6 +1652,7 @@ def _results_after_their_calls(
     that keeps no results), and a result of no call in the history is left out -- a model's
     API refuses a conversation otherwise, and a client sends the same history again with every
     message, so the thread would fail for good."""
+    chat = _calls_told_apart(chat)
     results: dict[str, tuple[Any, ChatMessage]] = {}
     for message, said in chat:
         if said.role == "tool":

@@ -1074,6 +1074,52 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
     assert len(seen) == 2 and seen[1] == [("user", [{"type": "text", "text": "thanks"}])]
 
 
+def test_two_calls_under_one_id_in_a_client_s_history_both_reach_the_model(
+    tmp_path: Path,
+) -> None:
+    """A model server that numbers its calls from 0 in each reply: two different calls of a
+    thread share an id. The later one and its result were read as a copy of the first and left
+    out: the model never saw them (outside tester 159). Each reaches it, under an id of its
+    own, its result after it; a copy of the same call is still read once."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient
+
+    seen: list[list[Any]] = []
+
+    def report(messages: Any) -> str:
+        seen.append(
+            [(m.role, c.model_dump(exclude_none=True)) for m in messages for c in m.contents]
+        )
+        return "noted"
+
+    def call(account: str) -> dict[str, Any]:
+        arguments = json.dumps({"account": account})
+        function = {"name": "get_balance", "arguments": arguments}
+        return {"id": "call_0", "type": "function", "function": function}
+
+    history = [
+        {"id": "u1", "role": "user", "content": "balance of A"},
+        {"id": "a1", "role": "assistant", "toolCalls": [call("A")]},
+        {"id": "t1", "role": "tool", "content": '"A = 1"', "toolCallId": "call_0"},
+        {"id": "u2", "role": "user", "content": "and B"},
+        {"id": "a2", "role": "assistant", "toolCalls": [call("B")]},
+        {"id": "a2b", "role": "assistant", "toolCalls": [call("B")]},  # (a copy: read once)
+        {"id": "t2", "role": "tool", "content": '"B = 2"', "toolCallId": "call_0"},
+        {"id": "u3", "role": "user", "content": "thanks"},
+    ]
+    client = ScriptedChatClient([Rule(reply=report)])
+    with serving_target(tmp_path, Agent("helper", "", client), "/help") as url:
+        post(url, threadId="t", runId="r", messages=history)
+    [said] = seen
+    calls = [c for role, c in said if c["type"] == "function_call"]
+    results = [c for role, c in said if c["type"] == "function_result"]
+    assert [c["arguments"] for c in calls] == [{"account": "A"}, {"account": "B"}], said
+    assert [r["result"] for r in results] == ["A = 1", "B = 2"], said
+    assert calls[0]["call_id"] != calls[1]["call_id"], calls
+    assert [r["call_id"] for r in results] == [c["call_id"] for c in calls], said
+    kinds = [c["type"] for _, c in said]
+    assert kinds.index("function_result") == kinds.index("function_call") + 1, kinds
+
+
 def test_the_tool_call_ids_a_client_sends_back_are_ids_a_model_s_api_takes(
     tmp_path: Path,
 ) -> None:
