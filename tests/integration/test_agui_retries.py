@@ -311,13 +311,11 @@ def streamed(
     url: str,
     body: dict[str, Any],
     store: ReadBeforeTheLease,
-    gate: threading.Event,
     events: list[dict[str, Any]],
     started: threading.Event,
 ) -> None:
     """POST ``body``, keeping its events: ``started`` once RUN_STARTED came (what it asks is
-    stored), ``store.seen`` and ``gate`` at the next event (its run's execution took the
-    lease)."""
+    stored), ``store.seen`` at the next event (its run's execution took the lease)."""
     with httpx.stream("POST", url, json=body, timeout=30) as response:
         for line in response.iter_lines():
             if not line.startswith("data:"):
@@ -327,7 +325,6 @@ def streamed(
                 started.set()
             elif len(events) == 2:
                 store.seen.set()
-                gate.set()
 
 
 def raced_by_a_message(
@@ -338,10 +335,14 @@ def raced_by_a_message(
     (the events of ``body``, those of the message)."""
     events: list[dict[str, Any]] = []
     started = threading.Event()
-    sender = threading.Thread(target=streamed, args=(url, body, store, gate, events, started))
+    sender = threading.Thread(target=streamed, args=(url, body, store, events, started))
     sender.start()
     assert started.wait(10), "the request was not taken"
     other = post(url, runId="r2", messages=[{"id": "m2", "role": "user", "content": "hi"}])
+    # the run goes on only once the message has decided: let go at the execution's first
+    # event, it could pause or end first on a loaded machine, and the message was then told
+    # what is true by then -- a new run (once in five CI runs)
+    gate.set()
     sender.join(timeout=30)
     assert store.seen.is_set(), events
     return events, other
