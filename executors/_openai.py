@@ -199,10 +199,6 @@ _WIRE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """A tool name OpenAI's API takes (and Anthropic's, Ollama's...)."""
 
 
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-
-
 def wire_name(name: str) -> str:
     """A tool's name as a model's API takes it: kept when it is one; otherwise each character
     it refuses as ``_``, shortened, with a digest of the whole name, so that two names never
@@ -211,7 +207,8 @@ def wire_name(name: str) -> str:
     (outside tester 158). The model's calls are read back under the tool's own name."""
     if _WIRE_NAME.fullmatch(name):
         return name
-    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:55] + "_" + _digest(name)[:8]
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)[:55] + "_" + digest
 
 
 def wire_schema(schema: Any) -> Any:

@@ -58,7 +58,7 @@ from workflow_engine.executors import (
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
 from ._hints import DATA_PLACEHOLDER, REPLY_PLACEHOLDER, Hints
-from ._term import Part, Terminal, discard_typeahead, visible
+from ._term import Part, Terminal, discard_typeahead, stdin_is_tty, visible
 from ._views import (
     compact,
     describe_output,
@@ -403,15 +403,6 @@ def enable_line_editing() -> None:
     """Arrow keys and history at the prompts (GNU readline, where Python has it)."""
     with contextlib.suppress(ImportError):
         import readline  # noqa: F401  (importing it is what makes input() use it)
-
-
-def stdin_is_tty() -> bool:
-    """stdin is a terminal (not when it is closed: ``<&-`` leaves ``sys.stdin`` None, and
-    every command that might ask failed with a traceback -- outside tester 113)."""
-    try:
-        return sys.stdin.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 @dataclass

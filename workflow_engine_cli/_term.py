@@ -90,11 +90,7 @@ def clean(text: str) -> str:
 def discard_typeahead() -> None:
     """Drop what the terminal holds that no one has read yet (nothing to do off a terminal:
     piped answers are meant to be read in order)."""
-    try:
-        on_a_terminal = sys.stdin.isatty()
-    except (AttributeError, ValueError):  # (closed: ``<&-``)
-        return
-    if on_a_terminal:
+    if stdin_is_tty():
         import termios
 
         with contextlib.suppress(OSError, termios.error, ValueError):
@@ -120,8 +116,10 @@ def visible_word(text: str) -> str:
     return visible(text)
 
 
-def _echoes() -> bool:
-    """Whether what is typed is echoed (stdin is a terminal)."""
+def stdin_is_tty() -> bool:
+    """stdin is a terminal -- so what is typed is echoed (not when it is closed: ``<&-`` leaves
+    ``sys.stdin`` None, and every command that might ask failed with a traceback -- outside
+    tester 113)."""
     try:
         return sys.stdin.isatty()
     except (AttributeError, ValueError):
@@ -262,7 +260,7 @@ class Terminal:
                 problem = f"byte 0x{exc.object[exc.start]:02x} is not UTF-8"
             if problem is None:
                 return answer
-            if not _echoes():  # no newline was echoed: the cursor is still after the prompt
+            if not stdin_is_tty():  # no newline was echoed: the cursor is still after the prompt
                 self.out.write("\n")
             self.line((f"  that line is not text ({problem}); type it again", "red"), indent=4)
 
