@@ -16,7 +16,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ._clients import ChatResponse, ChatResponseUpdate
-from ._content import ChatMessage, FunctionCallContent, TextContent, model_call_id
+from ._content import (
+    ChatMessage,
+    FunctionCallContent,
+    TextContent,
+    edited_arguments,
+    model_call_id,
+)
 from ._tools import ToolSpec, call_arguments
 
 DEFAULT_MODEL = "gpt-4o-mini"
@@ -59,23 +65,41 @@ class OpenAIChatClient:
         """Our messages as chat-completions messages (approval bookkeeping is not sent). Names
         and ids are sent as the API takes them (``wire_name``, ``model_call_id``); an assistant
         message that said nothing -- a model's empty reply -- is not sent: the API refuses one
-        with neither text nor calls, and the conversation failed at every later turn."""
+        with neither text nor calls, and the conversation failed at every later turn. A call
+        a reviewer edited is sent as it ran, its result saying what the model had proposed."""
         wire: list[dict[str, Any]] = []
+        sent_calls: dict[str, tuple[FunctionCallContent, dict[str, Any]]] = {}
+        proposed: dict[str, dict[str, Any]] = {}  # call id -> its arguments, a reviewer's edit
         for m in messages:
             if m.role == "tool" or m.function_results:
                 for r in m.function_results:
                     call_id = model_call_id(r.call_id)
-                    wire.append({"role": "tool", "tool_call_id": call_id, "content": r.text})
+                    content = r.text
+                    if r.call_id in proposed:
+                        content = _EDITED.format(json.dumps(proposed[r.call_id])) + content
+                    wire.append({"role": "tool", "tool_call_id": call_id, "content": content})
                 continue
             if m.approval_requests or m.approval_responses:
+                for answer in m.approval_responses:
+                    # the call as it ran, not as proposed: the model read the result of the
+                    # edited call as its own call's (outside tester 158)
+                    call_id = (answer.id or "").removeprefix("approval_")
+                    sent = sent_calls.get(call_id)
+                    if sent is not None and answer.approved and answer.arguments:
+                        call, entry = sent
+                        ran = edited_arguments(call, answer)
+                        if ran != call.arguments:
+                            entry["function"]["arguments"] = json.dumps(ran)
+                            proposed[call_id] = call.arguments
                 continue
             if m.role == "assistant":
                 if not m.text and not m.function_calls:
                     continue
                 entry: dict[str, Any] = {"role": "assistant", "content": m.text or None}
                 if m.function_calls:
-                    entry["tool_calls"] = [
-                        {
+                    entry["tool_calls"] = calls = []
+                    for c in m.function_calls:
+                        sent = {
                             "id": model_call_id(c.call_id),
                             "type": "function",
                             "function": {
@@ -83,8 +107,8 @@ class OpenAIChatClient:
                                 "arguments": json.dumps(c.arguments),
                             },
                         }
-                        for c in m.function_calls
-                    ]
+                        calls.append(sent)
+                        sent_calls[c.call_id] = (c, sent)
                 wire.append(entry)
             else:
                 wire.append({"role": m.role, "content": m.text})
@@ -194,6 +218,10 @@ class OpenAIChatClient:
                     arguments_delta=function.arguments if function and function.arguments else "",
                 )
 
+
+_EDITED = "(A reviewer edited this call's arguments before it ran; you had proposed {}.)\n"
+"""Said to the model before the result of a call that ran with a reviewer's edits (the call
+itself is sent with the arguments it ran with)."""
 
 _WIRE_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 """A tool name OpenAI's API takes (and Anthropic's, Ollama's...)."""

@@ -202,3 +202,36 @@ async def test_a_call_id_a_model_used_before_is_not_used_again() -> None:
     assert again.call_id != "call_1", again
     assert {u.call_id for u in streamed if u.call_id} - {"call_1"}, streamed
     assert "call_1" not in {u.call_id for u in streamed}, streamed
+
+
+async def test_a_call_a_reviewer_edited_reaches_the_model_as_it_ran() -> None:
+    """The model was sent the call it proposed beside the result of the edited one: it read
+    "refunded 4.0" as the outcome of its call for 10 (outside tester 158)."""
+    with FakeOpenAIServer() as server:
+        client = OpenAIChatClient("m", base_url=server.base_url, api_key="k")
+        agent = Agent("refunds", "You refund orders.", client, [submit_refund])
+        wf = WorkflowBuilder(name="refunds", start=agent).build()
+        paused = await wf.run("refund order 42 for 10")
+        (request,) = paused.pending_requests
+        done = await wf.run(
+            checkpoint=paused.checkpoint,
+            responses={request.request_id: {"approved": True, "arguments": {"amount": 4}}},
+        )
+        assert done.outputs[0].text.endswith("refunded 4.0 for 42")  # (the fake echoes it)
+        wire = server.requests[-1]["messages"]
+        assert [m["role"] for m in wire] == ["system", "user", "assistant", "tool"]
+        sent = json.loads(wire[2]["tool_calls"][0]["function"]["arguments"])
+        assert sent == {"order_id": "42", "amount": 4}
+        said = wire[3]["content"]
+        assert said.endswith("refunded 4.0 for 42")
+        assert "reviewer" in said and '"amount": "10"' in said  # what it proposed, changed
+        # a rejected call and an approval without edits are sent as proposed
+        paused = await wf.run("refund order 7 for 3")
+        (request,) = paused.pending_requests
+        await wf.run(
+            checkpoint=paused.checkpoint, responses={request.request_id: {"approved": False}}
+        )
+        wire = server.requests[-1]["messages"]
+        sent = json.loads(wire[2]["tool_calls"][0]["function"]["arguments"])
+        assert sent == {"order_id": "7", "amount": "3"}
+        assert "reviewer" not in wire[3]["content"]
