@@ -84,12 +84,12 @@ class OpenAIChatClient:
                     # the call as it ran, not as proposed: the model read the result of the
                     # edited call as its own call's (outside tester 158)
                     call_id = (answer.id or "").removeprefix("approval_")
-                    sent = sent_calls.get(call_id)
-                    if sent is not None and answer.approved and answer.arguments:
-                        call, entry = sent
+                    was = sent_calls.get(call_id)
+                    if was is not None and answer.approved and answer.arguments:
+                        call, sent_call = was
                         ran = edited_arguments(call, answer)
                         if ran != call.arguments:
-                            entry["function"]["arguments"] = json.dumps(ran)
+                            sent_call["function"]["arguments"] = json.dumps(ran)
                             proposed[call_id] = call.arguments
                 continue
             if m.role == "assistant":
@@ -99,7 +99,7 @@ class OpenAIChatClient:
                 if m.function_calls:
                     entry["tool_calls"] = calls = []
                     for c in m.function_calls:
-                        sent = {
+                        sent: dict[str, Any] = {
                             "id": model_call_id(c.call_id),
                             "type": "function",
                             "function": {
