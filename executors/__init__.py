@@ -45,6 +45,7 @@ if _typing.TYPE_CHECKING:  # what type checkers and IDEs see; at run time see ``
     )
     from ._host import AgentHostExecutor, AgentResponse, TurnToken, UserTurnRequest
     from ._openai import OpenAIChatClient
+    from ._reducers import ChatReducer, MessageCountingChatReducer
     from ._tools import (
         IdempotencyKey,
         Tool,
@@ -92,6 +93,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "_host": ("AgentHostExecutor", "AgentResponse", "TurnToken", "UserTurnRequest"),
     "_openai": ("OpenAIChatClient",),
+    "_reducers": ("ChatReducer", "MessageCountingChatReducer"),
     "_tools": (
         "IdempotencyKey",
         "Tool",
@@ -112,6 +114,7 @@ __all__ = [
     "AgentRunUpdateEvent",
     "ChatClient",
     "ChatMessage",
+    "ChatReducer",
     "ChatResponse",
     "ChatResponseUpdate",
     "Content",
@@ -124,6 +127,7 @@ __all__ = [
     "HandoffUserInputRequest",
     "HandoffUserResponse",
     "IdempotencyKey",
+    "MessageCountingChatReducer",
     "OpenAIChatClient",
     "Role",
     "Rule",

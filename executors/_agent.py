@@ -42,6 +42,7 @@ from ._content import (
     plain_result,
 )
 from ._events import AgentRunUpdateEvent
+from ._reducers import ChatReducer
 from ._tools import Tool, ToolArgumentsError, thread_slot
 
 if TYPE_CHECKING:
@@ -106,9 +107,16 @@ class Agent:
         description: str = "",
         max_round_trips: int = 8,
         raise_tool_errors: bool = False,
+        chat_reducer: ChatReducer | None = None,
     ) -> None:
         if client is None:
             raise UsageError(f"agent {name!r} needs a chat client")
+        if chat_reducer is not None and not callable(getattr(chat_reducer, "reduce", None)):
+            raise DefinitionError(
+                f"agent {name!r}: chat_reducer {chat_reducer!r} has no reduce(messages) method "
+                "(e.g. MessageCountingChatReducer(40))"
+            )
+        self.chat_reducer = chat_reducer
         self.name = name
         self.instructions = instructions
         self.client = client
@@ -213,6 +221,10 @@ class Agent:
         return response
 
     def _model_messages(self, conversation: Sequence[ChatMessage]) -> Sequence[ChatMessage]:
+        """What the model is sent: the instructions, then the conversation (as the agent's
+        ``chat_reducer`` picks it)."""
+        if self.chat_reducer is not None:
+            conversation = self.chat_reducer.reduce(conversation)
         if not self.instructions:
             return conversation
         system = [ChatMessage(role="system", contents=[TextContent(text=self.instructions)])]

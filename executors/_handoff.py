@@ -177,6 +177,7 @@ class HandoffParticipant(AgentHostExecutor):
             description=agent.description,
             max_round_trips=agent.max_round_trips,
             raise_tool_errors=agent.raise_tool_errors,
+            chat_reducer=agent.chat_reducer,
         )
         super().__init__(participant)
         self.routes = dict(routes)

@@ -15,6 +15,7 @@ from workflow_engine.executors import (
     ChatMessage,
     FunctionCallContent,
     FunctionResultContent,
+    MessageCountingChatReducer,
     OpenAIChatClient,
     tool,
 )
@@ -235,3 +236,32 @@ async def test_a_call_a_reviewer_edited_reaches_the_model_as_it_ran() -> None:
         sent = json.loads(wire[2]["tool_calls"][0]["function"]["arguments"])
         assert sent == {"order_id": "7", "amount": "3"}
         assert "reviewer" not in wire[3]["content"]
+
+
+@tool
+def refund_now(order_id: str, amount: float) -> str:
+    """Refund an order."""
+    return f"refunded {amount} for {order_id}"
+
+
+async def test_a_long_conversation_reaches_the_model_as_its_reducer_picks_it() -> None:
+    """A thread grows past a model's context window; with a reducer the model is sent the
+    newest messages, never a tool result without its call (the fake refuses one, as OpenAI
+    does)."""
+    with FakeOpenAIServer() as server:
+        client = OpenAIChatClient("m", base_url=server.base_url, api_key="k")
+        reducer = MessageCountingChatReducer(3)
+        agent = Agent("refunds", "You refund orders.", client, [refund_now], chat_reducer=reducer)
+        conversation: list[ChatMessage] = []
+        for n in range(1, 8):
+            conversation.append(ChatMessage.user(f"refund order {n} for {n}"))
+            conversation += (await agent.run(conversation)).messages
+        assert len(conversation) == 7 * 4  # user, call, result, reply
+        assert len(server.requests) == 7 * 2
+        for i, body in enumerate(server.requests):
+            wire = body["messages"]
+            assert wire[0] == {"role": "system", "content": "You refund orders."}
+            assert (3 if i > 1 else 1) <= len(wire) - 1 <= 4, wire
+        last = server.requests[-1]["messages"]
+        assert [m["role"] for m in last] == ["system", "user", "assistant", "tool"]
+        assert last[1]["content"] == "refund order 7 for 7"
