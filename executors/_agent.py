@@ -138,6 +138,13 @@ class Agent:
                 f"agent {self.name!r} has two tools named {t.name!r}: a model calls a tool by "
                 "its name, so give one another (@tool(name=...))"
             )
+        limit = getattr(self.client, "max_tools", None)
+        if type(limit) is int and t.name not in self.tools and len(self.tools) >= limit:
+            raise DefinitionError(
+                f"agent {self.name!r}: more than {limit} tools, the most its client "
+                f"({type(self.client).__name__}) may offer a model in one request; split them "
+                "among agents (a handoff's routes count as tools too)"
+            )
         self.tools[t.name] = t
 
     def as_executor(self, **options: Any) -> Any:

@@ -31,6 +31,10 @@ DEFAULT_MODEL = "gpt-4o-mini"
 class OpenAIChatClient:
     """A :class:`~executors.ChatClient` over the chat-completions wire format."""
 
+    max_tools = 128
+    """The most tools one request may offer (OpenAI's API refuses more): an agent with more is
+    refused when it is defined, not at each of its turns."""
+
     def __init__(
         self,
         model: str | None = None,

@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
 from tests.integration.fake_openai import FakeOpenAIServer, refusals, sse_chunk
-from workflow_engine import WorkflowBuilder, WorkflowRunState
+from workflow_engine import DefinitionError, WorkflowBuilder, WorkflowRunState
 from workflow_engine.executors import (
     Agent,
     ChatMessage,
     FunctionCallContent,
     FunctionResultContent,
+    HandoffBuilder,
     MessageCountingChatReducer,
     OpenAIChatClient,
     tool,
@@ -265,3 +267,23 @@ async def test_a_long_conversation_reaches_the_model_as_its_reducer_picks_it() -
         last = server.requests[-1]["messages"]
         assert [m["role"] for m in last] == ["system", "user", "assistant", "tool"]
         assert last[1]["content"] == "refund order 7 for 7"
+
+
+def test_an_agent_with_more_tools_than_the_api_takes_is_refused_when_defined() -> None:
+    """OpenAI's API refuses a request offering more than 128 tools: such an agent failed at
+    every turn (outside tester 159)."""
+
+    def numbered(n: int) -> Any:
+        def look(order_id: str) -> str:
+            return order_id
+
+        return tool(name=f"look_{n}")(look)
+
+    client = OpenAIChatClient("m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    tools = [numbered(n) for n in range(128)]
+    Agent("many", "", client, tools)  # (128: the most it takes)
+    with pytest.raises(DefinitionError, match="more than 128 tools"):
+        Agent("too_many", "", client, [*tools, numbered(128)])
+    full, other = Agent("full", "", client, tools), Agent("b", "", client)
+    with pytest.raises(DefinitionError, match="a handoff's routes count as tools too"):
+        HandoffBuilder(name="h", participants=[full, other]).add_handoff(full, [other]).build()
