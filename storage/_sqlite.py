@@ -1786,7 +1786,7 @@ class SqliteStore:
         # (partials, not closures: a closure's variables are cells, objects that every garbage
         # collection walks while the commit waits -- thousands of them with thousands of runs)
         after = functools.partial(self._after_commit, checkpoint, admission, seq, since, status)
-        how = (release, same_status, span_base_id, lease_seconds)
+        how = (release, same_status, span_base_id, lease_seconds, admission is not None)
         # (split before the write lock is taken: see ``with_split``)
         args = (checkpoint, how, run, with_split(body, self._chunking), request_rows)
         if admission is None:
@@ -1854,7 +1854,7 @@ class SqliteStore:
         self,
         conn: Conn,
         checkpoint: Checkpoint,
-        how: tuple[bool, bool, str | None, float],
+        how: tuple[bool, bool, str | None, float, bool],
         run: tuple,
         body: tuple,
         request_rows: list[tuple] | None,
@@ -1862,10 +1862,10 @@ class SqliteStore:
     ) -> _Committed:
         """The commit's rows (see ``_Committed``). ``how``: (release the lease, the status is
         what our last commit wrote, the checkpoint a span ``body`` is relative to, the lease's
-        length). The lease runs from now, when it is written: a wait for the lock (another
-        process writing) is not taken out of it."""
+        length, the run is admitted in this transaction). The lease runs from now, when it is
+        written: a wait for the lock (another process writing) is not taken out of it."""
         run_id = run[8]
-        release, same_status, span_base, lease_seconds = how
+        release, same_status, span_base, lease_seconds, admitting = how
         now = self.clock()
         run = (*run[:3], now, *run[4:7], now + lease_seconds, *run[8:])
         if span_base is not None and conn.execute(SQL_SPAN_BASE, (run_id,)).fetchone() != (
@@ -1931,9 +1931,11 @@ class SqliteStore:
         if run_id in self._journaled:
             conn.execute(SQL_JOURNAL_COMPACT, (run_id, checkpoint.superstep))
         # answers stored while this worker executed (this commit applied the ones it knew of):
-        # a run about to rest must go on instead of waiting for them
+        # a run about to rest must go on instead of waiting for them (none for a run admitted
+        # in this transaction: no one else has seen its requests)
         waiting = (
             checkpoint.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+            and not admitting
             and conn.execute(SQL_ANSWER_WAITING, (run_id,)).fetchone() is not None
         )
         self._fault("commit:inside")
