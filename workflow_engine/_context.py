@@ -296,6 +296,12 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
 
     def step_key(self, name: str) -> str:
         """The identity of step ``name`` of this handler invocation (see ``_identity``)."""
+        if not isinstance(name, str) or not name:
+            # (``1`` and ``"1"`` were one step: the second effect never ran, outside tester 166)
+            raise UsageError(
+                f"executor {self._step.executor_id!r}: step keys are non-empty text (str); got "
+                f"{name!r} ({type_name(type(name))})"
+            )
         scope = self._scope
         return step_key(scope.superstep, self._step.executor_id, self._delivery, name)
 

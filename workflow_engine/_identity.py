@@ -5,6 +5,8 @@ workflow's steps, Temporal uses history event ids). Here a step is named by
 
     superstep / executor / delivery / name
 
+(a ``/`` or ``%`` in the executor id or the delivery written ``%2F`` / ``%25``, so that no two
+steps share a name)
 * **delivery** -- the id of the message being handled. Every message gets one when it is created,
   derived from where it came from, never from timing or from what else is in flight:
   ``in.<superstep>.<k>`` (the k-th start message added at that superstep),
@@ -59,7 +61,18 @@ def delivery_id(send: str, target_id: str) -> str:
 
 
 def step_key(superstep: int, executor_id: str, delivery: str, name: str) -> str:
-    return f"{superstep}/{executor_id}/{delivery}/{name}"
+    """``superstep/executor/delivery/name``, one name for one step: a ``/`` in the executor id
+    or the delivery (a source's id) is written ``%2F`` and a ``%`` ``%25`` -- left as they
+    were, an executor ``a`` with key ``X/.../K`` and an executor ``a/...`` with key ``K`` were
+    one step, the second's effect never run and both handed one idempotency key (outside
+    tester 166). Ids without either character read as before."""
+    return f"{superstep}/{_part(executor_id)}/{_part(delivery)}/{name}"
+
+
+def _part(text: str) -> str:
+    if "/" in text or "%" in text:
+        return text.replace("%", "%25").replace("/", "%2F")
+    return text
 
 
 def derive_id(secret: str, *parts: str) -> str:

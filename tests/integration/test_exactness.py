@@ -26,6 +26,7 @@ from workflow_engine import (
     ResponseTypeError,
     RunBusyError,
     Runtime,
+    UsageError,
     WorkflowBuilder,
     WorkflowContext,
     WorkflowRunState,
@@ -1050,3 +1051,80 @@ async def test_a_lone_surrogate_in_an_error_or_a_key_fails_only_its_run(
     assert info.status is WorkflowRunState.FAILED
     assert info.error is not None and info.error["message"] == failed.error.message
     await fresh.close()
+
+
+class _Charger(Executor):
+    """Runs one effect under ``key`` and yields what it returned and the key it was handed."""
+
+    def __init__(self, id: str, key: str, ran: list[str]) -> None:
+        super().__init__(id)
+        self.key = key
+        self.ran = ran
+
+    @handler
+    async def go(self, m: str, ctx: WorkflowContext[Never, Any]) -> None:
+        handed = ctx.idempotency_key(self.key)
+
+        async def effect() -> str:
+            self.ran.append(self.id)
+            return f"{self.id} done"
+
+        await ctx.yield_output((await ctx.run_once(self.key, effect), handed))
+
+
+class _Fan(Executor):
+    @handler
+    async def go(self, m: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(m)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        # executor ids and keys holding the separators: each pair named one step (tester 166)
+        (("a", "X/1.0:src>a/1.0:src>a/X/K"), ("a/1.0:src>a/X", "K")),
+        # (the same once "/" is escaped, unless "%" is too)
+        (("a/1.0:src>a/X", "K"), ("a%2F1.0:src>a%2FX", "K")),
+    ],
+)
+async def test_steps_of_executors_and_keys_holding_separators_are_different_steps(
+    tmp_path: Path, first: tuple[str, str], second: tuple[str, str]
+) -> None:
+    ran: list[str] = []
+    src = _Fan("src")
+    one, two = _Charger(*first, ran), _Charger(*second, ran)
+    wf = WorkflowBuilder(name="separators", start=src).add_fan_out_edges(src, [one, two]).build()
+    runtime = Runtime(SqliteStore(tmp_path / "s.db"))
+    try:
+        name = runtime.register(wf)
+        result = await runtime.run(name, "go")
+    finally:
+        await runtime.close()
+    assert result.status is WorkflowRunState.IDLE, result.pending_requests
+    assert sorted(ran) == sorted([first[0], second[0]])
+    said = dict(result.outputs)
+    assert said.keys() == {f"{first[0]} done", f"{second[0]} done"}
+    assert len(set(said.values())) == 2  # two idempotency keys
+
+
+@pytest.mark.parametrize("key", [1, b"1", None, ""])
+async def test_a_step_key_that_is_not_text_is_refused(key: Any) -> None:
+    """``run_once(1, f)`` and ``run_once("1", g)`` were one step: ``g`` never ran and got
+    ``f``'s result (outside tester 166)."""
+    seen: list[str] = []
+
+    class Keyed(Executor):
+        @handler
+        async def go(self, m: str, ctx: WorkflowContext[Never, Any]) -> None:
+            try:
+                await ctx.run_once(key, lambda: "ran")
+            except UsageError as exc:
+                seen.append(str(exc))
+            try:
+                ctx.idempotency_key(key)
+            except UsageError as exc:
+                seen.append(str(exc))
+
+    await WorkflowBuilder(name="k", start=Keyed("k")).build().run("x")
+    assert len(seen) == 2, seen
+    assert all("step keys are non-empty text" in s for s in seen), seen
