@@ -183,7 +183,7 @@ def require_text(values: Collection[Any], at: str) -> None:
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise SerializationError(f"cannot encode {at}: {_unicode_problem(exc)}") from None
+            raise SerializationError(f"cannot encode {at}: {unicode_problem(exc)}") from None
 
 
 def _scalar_list_copy(value: list[Any], types: set[type], at: str) -> list[Any]:
@@ -204,7 +204,8 @@ def is_text(value: str) -> bool:
     return True
 
 
-def _unicode_problem(exc: UnicodeEncodeError) -> str:
+def unicode_problem(exc: UnicodeEncodeError) -> str:
+    """What a text that UTF-8 cannot hold holds, and what to do about it."""
     bad = exc.object[exc.start : exc.end]
     return (
         f"it holds text with a lone surrogate ({bad!r}), which is not valid Unicode and "
@@ -313,7 +314,7 @@ class TaggedJsonCodec:
         try:
             json.dumps(encoded, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise SerializationError(f"cannot encode {at}: {_unicode_problem(exc)}") from None
+            raise SerializationError(f"cannot encode {at}: {unicode_problem(exc)}") from None
         except ValueError as exc:  # (Python's limit on an int's digits: JSON readers' too)
             said = _too_long_int(at) if "digits" in str(exc) else f"cannot encode {at}: {exc}"
             raise SerializationError(said) from None

@@ -39,6 +39,7 @@ from ._codec import (
     is_text,
     read_back,
     stored_value_error,
+    unicode_problem,
 )
 from ._errors import (
     CheckpointNotFoundError,
@@ -961,11 +962,19 @@ class Workflow:
         try:
             if as_json := is_json_data(data, MAX_DEPTH):  # (a command line, a web page): strictly
                 try:
-                    text = json.dumps(data)
+                    text = json.dumps(data, ensure_ascii=False)
                 except ValueError:  # (an int past Python's digit limit: no reader reads it)
                     raise ResponseTypeError(
                         f"run {run_id!r}, request {request_id!r}: the answer holds {UNREADABLE_INT}"
                     ) from None
+                if not text.isascii():
+                    try:  # (escaped, a lone surrogate was "Invalid JSON" to the validator)
+                        text.encode("utf-8")
+                    except UnicodeEncodeError as exc:
+                        raise ResponseTypeError(
+                            f"run {run_id!r}, request {request_id!r}: the answer "
+                            f"{unicode_problem(exc)}"
+                        ) from None
                 value = adapter.validate_json(text)
             else:  # it holds Python values (a model, bytes, a date): as its type's own
                 value = adapter.validate_python(data)  # model_validate would take them

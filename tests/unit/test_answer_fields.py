@@ -352,3 +352,12 @@ def test_python_values_are_validated_as_the_type_would_validate_them() -> None:
     assert answer(WithPair, {"pair": Pair.ONE_TWO}) == WithPair(pair=Pair.ONE_TWO)
     with pytest.raises(ResponseTypeError, match="expected dict"):
         answer(dict[str, int], {1: 2})  # a key that is not text is refused, not made one
+
+
+@pytest.mark.parametrize("text", ["a\ud800b", "caf\udce9.txt"])
+def test_an_answer_holding_a_lone_surrogate_is_refused_by_name(text: str) -> None:
+    """It was refused as "Invalid JSON: unexpected end of hex escape", JSON the caller never
+    wrote (outside tester 166)."""
+    with pytest.raises(ResponseTypeError, match="holds text with a lone surrogate") as refused:
+        answer(Decision, {"approved": True, "reviewer": text})
+    assert "Invalid JSON" not in str(refused.value)
