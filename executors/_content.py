@@ -46,13 +46,16 @@ def plain_result(value: Any) -> Any:
     turn after the tool ran, and a resume ran the tool again (outside tester 109)."""
     try:
         plain = to_jsonable_python(value)
-        json.dumps(plain)  # (what ``text`` does with it)
+        # (what ``text`` does with it; as UTF-8, as it is stored: a file name decoded with
+        # surrogateescape failed the run after the tool ran, left in doubt -- tester 167)
+        json.dumps(plain, ensure_ascii=False).encode("utf-8")
         return plain
     except Exception:
         try:
-            return repr(value)
+            return repr(value)  # (it escapes a lone surrogate: text UTF-8 holds)
         except Exception:
-            return f"<a {type(value).__name__} that cannot be shown>"
+            kind = type(value).__name__
+            return f"<{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} that cannot be shown>"
 
 
 class FunctionResultContent(_Content):

@@ -383,6 +383,10 @@ class HandoffBuilder:
     ) -> None:
         self.name = name
         self.participants: dict[str, Agent] = {}
+        if isinstance(participants, (str, Agent)) or not isinstance(participants, Sequence):
+            raise UsageError(  # (a str was read letter by letter: AttributeError, tester 167)
+                f"HandoffBuilder: participants is a list of agents, not {participants!r}"
+            )
         for agent in participants:
             self.add_participant(agent)
         self.termination_condition = termination_condition or ends_with_case_complete
@@ -391,6 +395,8 @@ class HandoffBuilder:
         self._start: str | None = None
 
     def add_participant(self, agent: Agent) -> HandoffBuilder:
+        if not isinstance(agent, Agent):
+            raise UsageError(f"a handoff's participant is an Agent, not {agent!r}")
         if agent.name in self.participants:
             raise UsageError(f"two participants are named {agent.name!r}")
         if agent.name in (COORDINATOR_ID, USER_INPUT_PORT_ID):
@@ -399,6 +405,8 @@ class HandoffBuilder:
         return self
 
     def _name(self, agent: Agent | str) -> str:
+        if not isinstance(agent, (Agent, str)):
+            raise UsageError(f"{agent!r} is not a participant: name an Agent or its name")
         name = agent if isinstance(agent, str) else agent.name
         if name not in self.participants:
             raise UsageError(
@@ -414,6 +422,10 @@ class HandoffBuilder:
     ) -> HandoffBuilder:
         """Let ``source`` hand the conversation to each of ``targets``."""
         src = self._name(source)
+        if isinstance(targets, (str, Agent)):  # one target (a name was read letter by letter)
+            targets = [targets]
+        elif not isinstance(targets, Sequence):
+            raise UsageError(f"add_handoff: targets is a list of participants, not {targets!r}")
         routes = self._routes.setdefault(src, {})
         for target in targets:
             dst = self._name(target)

@@ -94,14 +94,7 @@ class Tool:
         approval_mode: ApprovalMode = "never_require",
         idempotent: bool = False,
     ) -> None:
-        if isinstance(approval_mode, str) and approval_mode not in (
-            "always_require",
-            "never_require",
-        ):
-            raise UsageError(
-                f"approval_mode must be 'always_require', 'never_require' or a predicate, "
-                f"not {approval_mode!r}"
-            )
+        _check_options(func, name, description, approval_mode, idempotent)
         self.func = func
         self.name = name or func.__name__
         doc = inspect.getdoc(func) or ""
@@ -113,16 +106,37 @@ class Tool:
         self.is_async = inspect.iscoroutinefunction(func)
         self.idempotency_param: str | None = None
         self.accepts_invocation_kwargs = False
+        self.positional: tuple[str, ...] = ()  # positional-only parameters, passed so
         hints = get_type_hints(func, include_extras=True)
         fields: dict[str, Any] = {}
         for param in inspect.signature(func).parameters.values():
             if param.kind is inspect.Parameter.VAR_KEYWORD:
                 self.accepts_invocation_kwargs = True  # receives function_invocation_kwargs
                 continue
+            if param.kind is inspect.Parameter.VAR_POSITIONAL:
+                # (its schema was a required property, and what a model put in it went to
+                # ``**kwargs``: outside tester 167)
+                raise UsageError(
+                    f"tool {self.name!r}: *{param.name} cannot be filled by a model, which names "
+                    f"every argument it passes; take a list instead ({param.name}: list[...])"
+                )
             annotation = hints.get(param.name, Any)
             if param.name == "idempotency_key" or annotation is IdempotencyKey:
+                if self.idempotency_param is not None:  # (one was never filled in)
+                    raise UsageError(
+                        f"tool {self.name!r}: two parameters take the idempotency key "
+                        f"({self.idempotency_param!r} and {param.name!r}); keep one"
+                    )
+                if annotation not in (IdempotencyKey, str, Any):
+                    raise UsageError(
+                        f"tool {self.name!r}: parameter {param.name!r} receives the idempotency "
+                        f"key, which is text: annotate it str or IdempotencyKey, not "
+                        f"{getattr(annotation, '__name__', annotation)!r}"
+                    )
                 self.idempotency_param = param.name
                 continue
+            if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+                self.positional += (param.name,)
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[param.name] = (annotation, default)
         # No infinity nor NaN: JSON, the format of every call a model or a person makes, has
@@ -188,12 +202,13 @@ class Tool:
             kwargs = {**invocation_kwargs, **kwargs}
         if self.idempotency_param is not None:
             kwargs[self.idempotency_param] = idempotency_key
+        args = [kwargs.pop(name) for name in self.positional]
         if not self.is_async:
             # a sync tool (blocking I/O, a slow computation) runs in a worker thread, so the
             # event loop keeps streaming, renewing leases and serving other runs meanwhile
-            call = functools.partial(_counted, functools.partial(self.func, **kwargs))
+            call = functools.partial(_counted, functools.partial(self.func, *args, **kwargs))
             return await anyio.to_thread.run_sync(call, limiter=thread_limiter)
-        result = self.func(**kwargs)
+        result = self.func(*args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
         return result
@@ -249,6 +264,39 @@ async def thread_slot(t: Tool | None) -> AsyncIterator[anyio.CapacityLimiter | N
         yield anyio.CapacityLimiter(1)  # the call's own: its thread is the token taken here
     finally:
         threads.release_on_behalf_of(borrower)
+
+
+def _check_options(
+    func: Any, name: Any, description: Any, approval_mode: Any, idempotent: Any
+) -> None:
+    """``@tool``'s options, checked when the tool is defined: ``approval_mode=5`` failed the
+    run at its first call with an empty ``AssertionError``, ``name=5`` with pydantic's error,
+    an async predicate was never awaited (every call held), a blank name was a tool's
+    (outside tester 167)."""
+    if not callable(func):
+        raise UsageError(f"@tool decorates a function, not {func!r}")
+    shown = name if name is not None else getattr(func, "__name__", func)
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise UsageError(f"@tool: name must be non-blank text, not {name!r}")
+    if description is not None and not isinstance(description, str):
+        raise UsageError(f"tool {shown!r}: description must be text, not {description!r}")
+    if type(idempotent) is not bool:
+        raise UsageError(f"tool {shown!r}: idempotent must be True or False, not {idempotent!r}")
+    if isinstance(approval_mode, str):
+        if approval_mode in ("always_require", "never_require"):
+            return
+    elif callable(approval_mode):
+        call = getattr(approval_mode, "__call__", None)  # noqa: B004 (an object's method too)
+        if inspect.iscoroutinefunction(approval_mode) or inspect.iscoroutinefunction(call):
+            raise UsageError(
+                f"tool {shown!r}: approval_mode's predicate must be a plain function (it is "
+                "asked before the call, not awaited), not an async one"
+            )
+        return
+    raise UsageError(
+        f"tool {shown!r}: approval_mode must be 'always_require', 'never_require' or a "
+        f"predicate, not {approval_mode!r}"
+    )
 
 
 def tool(

@@ -81,6 +81,9 @@ def said(result: Any) -> str:
         (self_holding, "{'id': 1, 'me': {...}}"),  # a dict that holds itself
         ({3, 1, 2}, "[1, 2, 3]"),  # JSON forms, as before
         (Decimal("1.50"), "1.50"),
+        # text with a lone surrogate (a file name decoded with surrogateescape: tester 167)
+        ({"name": b"caf\xe9.txt".decode("utf-8", "surrogateescape")}, "'caf\\udce9.txt'"),
+        (lambda: 10**5000, "<an int that cannot be shown>"),  # (past the digit limit: no repr)
     ],
 )
 async def test_a_result_json_cannot_hold_is_its_repr_and_the_tool_ran_once(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflow_engine import Workflow, WorkflowRunResult, WorkflowRunState
+from workflow_engine import UsageError, Workflow, WorkflowRunResult, WorkflowRunState
 from workflow_engine.executors import (
     Agent,
     ChatMessage,
@@ -129,6 +129,16 @@ def test_builder_refuses_bad_routes() -> None:
         builder.add_handoff(ping, [ping])
     with pytest.raises(ValueError, match="two participants"):
         builder.add_participant(ping)
+    # what is not a list of agents is said so (a str was read letter by letter: tester 167)
+    for participants in ("ab", ping, None, [ping, "pong"]):
+        with pytest.raises(UsageError, match="participant"):
+            HandoffBuilder("x", participants)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="not a participant: name an Agent"):
+        builder.add_handoff(ping, [3])  # type: ignore[list-item]
+    # one target given alone is that target, by name or as the agent
+    for one in ("pong", pong):
+        routes = HandoffBuilder("x", [ping, pong]).add_handoff(ping, one)._routes  # type: ignore[arg-type]
+        assert list(routes["ping"]) == ["pong"]
 
 
 def test_support_workflow_is_a_normal_visualisable_workflow() -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Any
 
 import pytest
 from pydantic import Field
 
+from workflow_engine import UsageError
 from workflow_engine.executors import (
     Agent,
     ChatMessage,
@@ -229,3 +230,67 @@ def test_an_argument_is_compared_as_a_value_not_as_stored_json() -> None:
     assert not same_argument("10", 10) and not same_argument([1, 2], [2, 1])
     assert not same_argument({"a": 1}, {"a": 1, "b": None})
     assert same_argument(Decimal("1.5"), Decimal("1.5")) and same_argument(None, None)
+
+
+def _varargs(a: int, *args: int, b: str = "x") -> str:
+    return "never"
+
+
+def _two_keys(a: IdempotencyKey, b: IdempotencyKey) -> str:
+    return "never"
+
+
+def _int_key(idempotency_key: int) -> str:
+    return "never"
+
+
+async def _asks(arguments: dict) -> bool:
+    return True
+
+
+class _AsyncPredicate:
+    async def __call__(self, arguments: dict) -> bool:
+        return True
+
+
+def _plain() -> str:
+    """A tool."""
+    return "ran"
+
+
+@pytest.mark.parametrize(
+    ("make", "refused"),
+    [
+        # each accepted, then failing at the first call (outside tester 167)
+        (lambda: tool(_varargs), r"\*args cannot be filled by a model"),
+        (lambda: tool(_two_keys), "two parameters take the idempotency key"),
+        (lambda: tool(_int_key), "annotate it str or IdempotencyKey"),
+        (lambda: tool(approval_mode=5)(_plain), "approval_mode must be"),
+        (lambda: tool(approval_mode=None)(_plain), "approval_mode must be"),
+        (lambda: tool(approval_mode="sometimes")(_plain), "approval_mode must be"),
+        (lambda: tool(approval_mode=_asks)(_plain), "must be a plain function"),
+        (lambda: tool(approval_mode=_AsyncPredicate())(_plain), "must be a plain function"),
+        (lambda: tool(name=5)(_plain), "name must be non-blank text"),
+        (lambda: tool(name="   ")(_plain), "name must be non-blank text"),
+        (lambda: tool(description=3)(_plain), "description must be text"),
+        (lambda: tool(idempotent="yes")(_plain), "idempotent must be True or False"),
+        (lambda: tool("not a function"), "decorates a function"),
+    ],
+)
+def test_a_tool_that_cannot_be_called_as_defined_is_refused_when_defined(
+    make: Any, refused: str
+) -> None:
+    with pytest.raises(UsageError, match=refused):
+        make()
+
+
+async def test_positional_only_parameters_are_passed_by_position() -> None:
+    """``def f(a, /)`` failed at every call: the model's arguments were passed by name."""
+
+    @tool
+    def add(a: int, b: int, /, c: int = 0) -> int:
+        """Add."""
+        return a + b + c
+
+    assert add.spec.parameters["required"] == ["a", "b"]
+    assert await add.invoke({"a": 1, "b": 2, "c": 3}, idempotency_key="k") == 6
