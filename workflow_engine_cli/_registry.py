@@ -123,6 +123,8 @@ class ChatModel:
     def __post_init__(self) -> None:
         import importlib.util
 
+        if self.config.provider != "scripted":
+            _check_endpoint(self.config.base_url)
         if self.config.provider != "scripted" and importlib.util.find_spec("openai") is None:
             raise ModelConfigError(
                 f"model {self.config.model!r} needs the openai extra (the 'openai' package is "
@@ -138,6 +140,29 @@ class ChatModel:
         # everything explicit: the client must not fill a gap from the environment
         return OpenAIChatClient(
             self.config.model, api_key=self.api_key or "not-needed", base_url=self.config.base_url
+        )
+
+
+def _check_endpoint(url: str | None) -> None:
+    """An endpoint a client can reach: ``http://[::1`` was an internal error (exit 1), and
+    ``notaurl`` or ``http://x:99999`` a run stored as failed (outside tester 167)."""
+    from urllib.parse import urlsplit
+
+    why = ""
+    try:
+        parts = urlsplit(url or "")
+        parts.port  # noqa: B018 (it raises for a port that is not one)
+    except ValueError as exc:
+        why = str(exc)
+    else:
+        if parts.scheme not in ("http", "https"):
+            why = "it does not start with http:// or https://"
+        elif not parts.hostname:
+            why = "it names no host"
+    if why:
+        raise ModelConfigError(
+            f"the model endpoint {visible(url or '')} (--base-url or OPENAI_BASE_URL) is not "
+            f"an address: {why}; e.g. http://localhost:8000/v1"
         )
 
 

@@ -245,6 +245,28 @@ def test_an_unreachable_endpoint_is_named_once(cli: Cli) -> None:
     assert said.count("✗") == 1 and f"cannot reach {url}" in said, str(failed)
 
 
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://[::1", "Invalid IPv6 URL"),  # (an internal error, exit 1: tester 167)
+        ("notaurl", "does not start with http"),  # (each a run stored as failed)
+        pytest.param("ftp://x/v1", "does not start with http", marks=pytest.mark.slow),
+        pytest.param("http://x:99999/v1", "Port out of range", marks=pytest.mark.slow),
+        pytest.param("http:///v1", "names no host", marks=pytest.mark.slow),
+    ],
+)
+def test_an_endpoint_that_is_not_an_address_is_refused_before_any_run(
+    cli: Cli, url: str, why: str
+) -> None:
+    refused = cli.expect(2, "demo", "handoff", "-m", REFUND, "--base-url", url, "--api-key", "k")
+    said = refused.out + refused.err
+    assert "is not an address" in said and why in said and "Traceback" not in said, said
+    assert "no database" in cli.expect(4, "runs", "list").err  # nothing stored, not even that
+    cli.env["OPENAI_BASE_URL"] = url
+    refused = cli.expect(2, "demo", "handoff", "-m", REFUND, "--api-key", "k")
+    assert why in refused.out + refused.err
+
+
 @pytest.mark.slow  # several processes in turn
 def test_a_run_whose_key_is_missing_is_refused_and_its_key_never_stored(
     cli: Cli, fake: FakeOpenAIServer
