@@ -15,8 +15,18 @@ import inspect
 import json
 import math
 import threading
+import types
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal, NewType, get_type_hints
+from typing import (
+    Annotated,
+    Any,
+    Literal,
+    NewType,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
@@ -127,7 +137,7 @@ class Tool:
                         f"tool {self.name!r}: two parameters take the idempotency key "
                         f"({self.idempotency_param!r} and {param.name!r}); keep one"
                     )
-                if annotation not in (IdempotencyKey, str, Any):
+                if not _takes_text(annotation):
                     raise UsageError(
                         f"tool {self.name!r}: parameter {param.name!r} receives the idempotency "
                         f"key, which is text: annotate it str or IdempotencyKey, not "
@@ -264,6 +274,18 @@ async def thread_slot(t: Tool | None) -> AsyncIterator[anyio.CapacityLimiter | N
         yield anyio.CapacityLimiter(1)  # the call's own: its thread is the token taken here
     finally:
         threads.release_on_behalf_of(borrower)
+
+
+def _takes_text(annotation: Any) -> bool:
+    """Whether a parameter so annotated takes a ``str`` (the idempotency key): ``str``,
+    ``IdempotencyKey``, ``Any``, or a union or ``Annotated`` of one (``str | None = None``)."""
+    if annotation in (IdempotencyKey, str, Any):
+        return True
+    if get_origin(annotation) is Annotated:
+        return _takes_text(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return any(_takes_text(arg) for arg in get_args(annotation))
+    return False
 
 
 def _check_options(

@@ -284,6 +284,16 @@ def test_a_tool_that_cannot_be_called_as_defined_is_refused_when_defined(
         make()
 
 
+async def test_an_idempotency_key_parameter_may_be_optional_text() -> None:
+    @tool
+    def book(what: str, idempotency_key: str | None = None) -> str:
+        """Book."""
+        return f"{what}:{idempotency_key}"
+
+    assert list(book.spec.parameters["properties"]) == ["what"]
+    assert await book.invoke({"what": "x"}, idempotency_key="k") == "x:k"
+
+
 async def test_positional_only_parameters_are_passed_by_position() -> None:
     """``def f(a, /)`` failed at every call: the model's arguments were passed by name."""
 
