@@ -32,6 +32,7 @@ import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from workflow_engine._errors import UsageError
+from workflow_engine._input import is_blank
 
 IdempotencyKey = NewType("IdempotencyKey", str)
 """Annotate a tool parameter with this to receive the call's idempotency key."""
@@ -298,7 +299,7 @@ def _check_options(
     if not callable(func):
         raise UsageError(f"@tool decorates a function, not {func!r}")
     shown = name if name is not None else getattr(func, "__name__", func)
-    if name is not None and (not isinstance(name, str) or not name.strip()):
+    if name is not None and (not isinstance(name, str) or is_blank(name)):
         raise UsageError(f"@tool: name must be non-blank text, not {name!r}")
     if description is not None and not isinstance(description, str):
         raise UsageError(f"tool {shown!r}: description must be text, not {description!r}")

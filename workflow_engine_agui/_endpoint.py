@@ -1611,7 +1611,12 @@ def _calls_told_apart(chat: list[tuple[Any, ChatMessage]]) -> list[tuple[Any, Ch
     other arguments: a model server numbering its calls from 0 in each reply) given an id of
     its own, and the results paired with the calls of an id in order: the later call and its
     result were read as a copy of the first and left out (outside tester 159). A copy of the
-    same call keeps its id (it is read once, see ``_results_after_their_calls``)."""
+    same call keeps its id (it is read once, see ``_results_after_their_calls``) -- and so does
+    the copy a resumed stream sends of a call a reviewer edited, which holds the arguments the
+    call ran with: calls of one tool under one id that have fewer results than calls are read
+    as one call, as it ran last (it was read as a second call with no result, a transfer that
+    never happened: outside tester 168)."""
+    as_ran = _edited_copies(chat)
     variants: dict[str, list[tuple[str, str]]] = {}  # id -> the different calls under it
     answered: dict[str, int] = {}  # id -> results met
     out: list[tuple[Any, ChatMessage]] = []
@@ -1619,7 +1624,12 @@ def _calls_told_apart(chat: list[tuple[Any, ChatMessage]]) -> list[tuple[Any, Ch
         renamed = False
         contents = []
         for content in said.contents:
-            if isinstance(content, FunctionCallContent):
+            if isinstance(content, FunctionCallContent) and content.call_id in as_ran:
+                ran = as_ran[content.call_id]
+                if content.arguments != ran:
+                    content = content.model_copy(update={"arguments": ran})
+                    renamed = True
+            elif isinstance(content, FunctionCallContent):
                 seen = variants.setdefault(content.call_id, [])
                 call = (content.name, json.dumps(content.arguments, sort_keys=True, default=str))
                 if call not in seen:
@@ -1640,6 +1650,28 @@ def _calls_told_apart(chat: list[tuple[Any, ChatMessage]]) -> list[tuple[Any, Ch
                     renamed = True
             contents.append(content)
         out.append((message, said.model_copy(update={"contents": contents}) if renamed else said))
+    return out
+
+
+def _edited_copies(chat: list[tuple[Any, ChatMessage]]) -> dict[str, dict[str, Any]]:
+    """The call ids the history holds several calls of one tool under, with fewer results
+    than calls: a call and the copy a resumed stream sent of it as a reviewer edited it. Each
+    -> the arguments of its last copy (those it ran with)."""
+    calls: dict[str, list[FunctionCallContent]] = {}
+    results: dict[str, int] = {}
+    for _, said in chat:
+        for content in said.contents:
+            if isinstance(content, FunctionCallContent):
+                calls.setdefault(content.call_id, []).append(content)
+            elif isinstance(content, FunctionResultContent):
+                results[content.call_id] = results.get(content.call_id, 0) + 1
+    out: dict[str, dict[str, Any]] = {}
+    for call_id, copies in calls.items():
+        if len(copies) < 2 or len({c.name for c in copies}) > 1:
+            continue
+        different = {json.dumps(c.arguments, sort_keys=True, default=str) for c in copies}
+        if len(different) > 1 and results.get(call_id, 0) < len(different):
+            out[call_id] = copies[-1].arguments
     return out
 
 

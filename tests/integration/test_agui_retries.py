@@ -1121,6 +1121,49 @@ def test_two_calls_under_one_id_in_a_client_s_history_both_reach_the_model(
     assert kinds.index("function_result") == kinds.index("function_call") + 1, kinds
 
 
+def test_a_call_and_its_edited_copy_in_a_client_s_history_are_one_call_as_it_ran(
+    tmp_path: Path,
+) -> None:
+    """A resumed stream sends a call a reviewer edited again, with the arguments it ran with,
+    and the reference client keeps both copies: the copy was read as a second call with no
+    result -- a transfer the model was told of that never happened (outside tester 168)."""
+    from workflow_engine.executors import Agent, Rule, ScriptedChatClient
+
+    seen: list[list[Any]] = []
+
+    def report(messages: Any) -> str:
+        seen.append(
+            [(m.role, c.model_dump(exclude_none=True)) for m in messages for c in m.contents]
+        )
+        return "noted"
+
+    def call(amount: float) -> dict[str, Any]:
+        arguments = json.dumps({"to": "bob", "amount": amount})
+        return {
+            "id": "call_7",
+            "type": "function",
+            "function": {"name": "transfer", "arguments": arguments},
+        }
+
+    history = [
+        {"id": "u1", "role": "user", "content": "move 300 to bob"},
+        {"id": "a1", "role": "assistant", "content": "Sure", "toolCalls": [call(300)]},
+        {"id": "a1b", "role": "assistant", "toolCalls": [call(250.0)]},  # (as it ran)
+        {"id": "t1", "role": "tool", "content": '"moved 250.0 to bob"', "toolCallId": "call_7"},
+        {"id": "a2", "role": "assistant", "content": "Done."},
+        {"id": "u2", "role": "user", "content": "what did you do?"},
+    ]
+    client = ScriptedChatClient([Rule(reply=report)])
+    with serving_target(tmp_path, Agent("helper", "", client), "/help") as url:
+        post(url, threadId="t", runId="r", messages=history)
+    [said] = seen
+    calls = [c for role, c in said if c["type"] == "function_call"]
+    results = [c for role, c in said if c["type"] == "function_result"]
+    assert [c["arguments"] for c in calls] == [{"to": "bob", "amount": 250.0}], said
+    assert [r.get("result") for r in results] == ["moved 250.0 to bob"], said
+    assert "error" not in results[0], said
+
+
 def test_the_tool_call_ids_a_client_sends_back_are_ids_a_model_s_api_takes(
     tmp_path: Path,
 ) -> None:

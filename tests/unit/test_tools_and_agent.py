@@ -272,6 +272,7 @@ def _plain() -> str:
         (lambda: tool(approval_mode=_AsyncPredicate())(_plain), "must be a plain function"),
         (lambda: tool(name=5)(_plain), "name must be non-blank text"),
         (lambda: tool(name="   ")(_plain), "name must be non-blank text"),
+        (lambda: tool(name="\u200b")(_plain), "name must be non-blank text"),
         (lambda: tool(description=3)(_plain), "description must be text"),
         (lambda: tool(idempotent="yes")(_plain), "idempotent must be True or False"),
         (lambda: tool("not a function"), "decorates a function"),
