@@ -533,6 +533,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     async def get_state(self, key: str, default: Any = None) -> Any:
         """This executor's durable state for ``key`` (a fresh copy; write back with set_state)."""
         step = self._step
+        if type(key) is not str:  # (5 or None read as "no value": outside tester 170)
+            _check_key(key, f"get_state in executor {self.executor_id!r}")
         if key in step.state_writes:
             return self._scope.codec.decode(step.state_writes[key])
         if key in step.state:
@@ -623,6 +625,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
     async def get_shared(self, key: str, default: Any = None) -> Any:
         """Shared state as committed at the last barrier, plus this handler's own writes."""
         step = self._step
+        if type(key) is not str:
+            _check_key(key, f"get_shared in executor {self.executor_id!r}")
         if key in step.shared_writes:
             return self._scope.codec.decode(step.shared_writes[key])
         scope = self._scope

@@ -655,7 +655,19 @@ class Workflow:
         store: CheckpointStore | None,
     ) -> Checkpoint:
         if checkpoint is not None:
+            if not isinstance(checkpoint, Checkpoint):  # (an AttributeError: tester 170)
+                hint = " -- read one from its JSON with Checkpoint.from_json(text)"
+                raise UsageError(
+                    f"checkpoint= takes a Checkpoint, not {type_name(type(checkpoint))}"
+                    + (hint if isinstance(checkpoint, str | bytes | dict) else "")
+                )
+            if checkpoint_id is not None:  # (the id was ignored)
+                raise UsageError("give checkpoint= or checkpoint_id=, not both")
             return checkpoint
+        if not isinstance(checkpoint_id, str):
+            raise UsageError(
+                f"checkpoint_id= is a checkpoint's id (text), not {type_name(type(checkpoint_id))}"
+            )
         if store is None:
             raise UsageError("checkpoint_id needs a checkpoint_store to load it from")
         assert checkpoint_id is not None
@@ -790,8 +802,16 @@ class Workflow:
         (idempotent)."""
         if isinstance(responses, Mapping):
             items = [ExternalResponse(k, v) for k, v in responses.items()]
+        elif isinstance(responses, str | bytes) or not isinstance(responses, Iterable):
+            items = [None]  # (said below)
         else:
             items = list(responses)
+        for item in items:  # (a list of ints was an AttributeError: outside tester 170)
+            if not isinstance(item, ExternalResponse) or not isinstance(item.request_id, str):
+                raise UsageError(
+                    f"run {state.run_id!r}: responses are a mapping of request id (text) to "
+                    f"answer, or ExternalResponses; got {shown(responses)}"
+                )
         accepted: dict[str, tuple[str, ExternalRequest, Any]] = {}
         for response in items:
             rid = response.request_id

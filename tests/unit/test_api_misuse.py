@@ -359,3 +359,41 @@ def test_registering_an_executor_class_says_what_to_register() -> None:
 
     with pytest.raises(UsageError, match="not the executor class Writer: build a workflow"):
         runtime().register(Writer)  # type: ignore[arg-type]
+
+
+async def test_a_checkpoint_or_responses_of_the_wrong_kind_are_usage_errors() -> None:
+    """A checkpoint's JSON text for the checkpoint, or a list of ints for the responses, was
+    an ``AttributeError`` (outside tester 170)."""
+    wf = stepper_workflow()
+    paused = await wf.run(0)
+    assert paused.pending_requests
+    text = paused.checkpoint.to_json()
+    with pytest.raises(UsageError, match=r"takes a Checkpoint, not str -- read one .*from_json"):
+        await wf.run(checkpoint=text)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="takes a Checkpoint, not dict"):
+        await wf.cancel(checkpoint={"a": 1})  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="not both"):
+        await wf.run(checkpoint=paused.checkpoint, checkpoint_id="x")
+    with pytest.raises(UsageError, match="checkpoint_id= is a checkpoint's id"):
+        await wf.run(checkpoint_id=5)  # type: ignore[arg-type]
+    for responses in ([42], "abc", 42, {5: True}):
+        with pytest.raises(UsageError, match="responses are a mapping of request id"):
+            await wf.run(checkpoint=paused.checkpoint, responses=responses)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("key", [5, None, b"k"])
+async def test_reading_state_with_a_key_that_is_not_text_is_a_usage_error(key: Any) -> None:
+    """``set_state(5, ...)`` was refused, ``get_state(5)`` said "no value" (tester 170)."""
+    said: list[str] = []
+
+    class Reads(Executor):
+        @handler
+        async def on(self, message: str, ctx: WorkflowContext[None]) -> None:
+            for read in (ctx.get_state, ctx.get_shared):
+                try:
+                    await read(key)
+                except UsageError as exc:
+                    said.append(str(exc))
+
+    await WorkflowBuilder(start=Reads("r")).build().run("go")
+    assert len(said) == 2 and all("state keys are text" in s for s in said), said

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated, Any, Never, NewType, Protocol, TypedDict, runtime_checkable
 
 import pytest
@@ -11,6 +12,7 @@ from typing_extensions import TypedDict as ExtTypedDict
 
 from workflow_engine import (
     Case,
+    Default,
     DefinitionError,
     DuplicateExecutorError,
     EdgeTypeMismatchError,
@@ -565,3 +567,73 @@ async def test_what_the_new_checks_must_still_take() -> None:
         checkpoint=paused.checkpoint, responses={request.request_id: {"ok": True}}
     )
     assert done.outputs == ["q: ok=True t"]
+
+
+@dataclass
+class _Event:
+    n: int = 0
+
+
+@dataclass
+class _Created(_Event):
+    pass
+
+
+@dataclass
+class _Deleted(_Event):
+    pass
+
+
+class _Emits(Executor):
+    @handler
+    async def emit(self, n: int, ctx: WorkflowContext[_Event]) -> None:
+        await ctx.send_message(_Created() if n else _Deleted())
+
+
+class _OnCreated(Executor):
+    @handler
+    async def on(self, e: _Created, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output("created")
+
+
+class _OnDeleted(Executor):
+    @handler
+    async def on(self, e: _Deleted, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output("deleted")
+
+
+@pytest.mark.anyio
+async def test_an_edge_from_a_base_class_sender_to_a_subclass_handler_carries_it() -> None:
+    """It was refused as one that "can never carry a message" (outside tester 170)."""
+    source = _Emits("source")
+    wf = (
+        WorkflowBuilder(start=source)
+        .register_types(_Created, _Deleted)
+        .add_switch_case_edge_group(
+            source,
+            [
+                Case(condition=lambda e: isinstance(e, _Created), target=_OnCreated("c")),
+                Default(target=_OnDeleted("d")),
+            ],
+        )
+        .build()
+    )
+    assert (await wf.run(1)).outputs == ["created"]
+    assert (await wf.run(0)).outputs == ["deleted"]
+
+
+def test_a_callable_answer_type_is_refused_as_a_definition_not_an_edge_mismatch() -> None:
+    """It was an ``EdgeTypeMismatchError`` naming the same type twice (outside tester 170)."""
+    from collections.abc import Callable
+
+    class TakesFunctions(Executor):
+        @handler
+        async def on(self, f: Callable[[int], int], ctx: WorkflowContext[Never]) -> None: ...
+
+    port = RequestPort("port", int, Callable[[int], int])
+    with pytest.raises(
+        DefinitionError, match="request port 'port' expects answers of .*which cannot be stored"
+    ):
+        WorkflowBuilder(start=Counter("c")).add_edge("c", port).add_edge(
+            port, TakesFunctions("t")
+        ).build()
