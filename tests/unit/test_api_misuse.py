@@ -397,3 +397,9 @@ async def test_reading_state_with_a_key_that_is_not_text_is_a_usage_error(key: A
 
     await WorkflowBuilder(start=Reads("r")).build().run("go")
     assert len(said) == 2 and all("state keys are text" in s for s in said), said
+
+
+@pytest.mark.parametrize("name", ["", "  ", 5])
+def test_a_type_tag_given_is_non_blank_text(name: Any) -> None:
+    with pytest.raises(UsageError, match="name= is a tag"):
+        WorkflowBuilder(start=Noop("n")).register_types(Noop, name=name)
