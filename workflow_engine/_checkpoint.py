@@ -795,7 +795,8 @@ class CheckpointSpan(_Versioned):
     one -- not every delta since the snapshot -- while each item is still stored about once.
     ``apply_span(base, span_of(cp, base)) == cp``."""
 
-    model_config = ConfigDict(frozen=True)
+    # (built when a run first writes or reads a span: a short run never does)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     _refuse_newer = field_validator("schema_version", mode="wrap")(_refuse_newer)
 

@@ -120,6 +120,10 @@ class InDoubtEffect(BaseModel):
     """The question a run asks when a journaled step started before a crash and recorded no
     result: did the effect happen? (A step declared idempotent is simply retried instead.)"""
 
+    # (its schema is built when a run first meets a step in doubt: most never do, and every
+    # process importing the engine paid for it -- issue 12's import figure)
+    model_config = ConfigDict(defer_build=True)
+
     executor_id: str
     step: str
     """The step's key within its handler invocation (e.g. ``tool#0`` or a ``run_once`` key)."""
@@ -140,6 +144,7 @@ class EffectResolution(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
+        defer_build=True,  # (as ``InDoubtEffect``'s)
         # what a client is shown as the answer's schema (not this docstring's markup)
         json_schema_extra={
             "description": 'Did the effect happen? {"happened": true, "result": ...} records '
