@@ -1321,6 +1321,10 @@ class AGUIService:
             scope.cancel()
         return len(scopes)
 
+    def executing(self) -> int:
+        """How many runs this endpoint is executing now."""
+        return sum(not task.done() for task in self._executing)
+
     async def drain(self) -> None:
         """Wait for every run this endpoint is executing (see ``_execute``) to end."""
         while self._executing:
@@ -1884,6 +1888,13 @@ def add_agui_endpoint(
                 415,
                 "unsupported_content_encoding",
                 f"send the body uncompressed (Content-Encoding {encoding[:40]!r} is not read)",
+            )
+        if len(request.headers.getlist("content-type")) > 1:  # (the first one was read: a
+            # JSON type then text/plain went through -- outside tester 171)
+            return refusal(
+                415,
+                "unsupported_media_type",
+                "a request names one Content-Type (application/json); this one names several",
             )
         if not is_json_media_type(given):
             said = f"this request says {given[:80]!r}" if given else "this request names none"

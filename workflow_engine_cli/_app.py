@@ -1587,10 +1587,12 @@ def serve(
 
     def stop(signum: int, frame: Any) -> None:
         if signum == signal.SIGHUP and not server.should_exit:
-            # its terminal closed: the log goes nowhere from now on, and no one is left to
-            # press Ctrl-C again: runs that have not paused within the grace are stopped where
-            # they are, and a tool call that hung in a thread is left after another
-            discard_output(sys.stdout, sys.stderr)
+            # its terminal closed: a log written there goes nowhere from now on (a file or a
+            # pipe keeps it: it stopped at "startup complete" -- outside tester 171), and no
+            # one is left to press Ctrl-C again: runs that have not paused within the grace
+            # are stopped where they are, and a tool call that hung in a thread is left after
+            # another
+            _silence_the_terminal()
             _signal_later(STOP_GRACE_SECONDS, signal.SIGTERM)
             _signal_later(2 * STOP_GRACE_SECONDS, signal.SIGTERM)
         server.should_exit = True  # (before uvicorn's own handlers are in place, or after)
@@ -1646,6 +1648,40 @@ def _patient_server(config: Any, services: list[Any]) -> Any:
                         handler.flush()
                 os._exit(130)
 
+        async def _wait_tasks_to_complete(self) -> None:
+            """uvicorn waits for every connection to close; one that carries no run -- a
+            client stalled mid-upload, or one that stopped reading its stream -- kept the
+            server from stopping for as long as the client liked, no run in progress (outside
+            tester 171). Once no run is executing, such connections get a grace, then are
+            closed (by a watcher beside uvicorn's own wait, which says what it waits for)."""
+            watcher = asyncio.get_running_loop().create_task(self._close_idle_connections())
+            try:
+                await super()._wait_tasks_to_complete()
+            finally:
+                watcher.cancel()
+
+        async def _close_idle_connections(self) -> None:
+            loop = asyncio.get_running_loop()
+            idle_since: float | None = None
+            while self.server_state.connections:
+                if any(service.executing() for service in services):
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = loop.time()
+                elif loop.time() - idle_since >= IDLE_CONNECTIONS_GRACE:
+                    left = list(self.server_state.connections)
+                    logging.getLogger("workflow_engine.cli").info(
+                        "closing %d connection(s) that carry no run (a client that stopped "
+                        "sending or reading)",
+                        len(left),
+                    )
+                    for connection in left:
+                        transport = getattr(connection, "transport", None)
+                        if transport is not None:
+                            transport.abort()
+                    return
+                await asyncio.sleep(0.1)
+
         def interrupt_runs(self) -> None:
             stopped = sum(service.interrupt() for service in services)
             logging.getLogger("workflow_engine.cli").info(
@@ -1676,6 +1712,9 @@ def _open_or_exit(db: Path | None) -> None:
         if stop.exit_code:
             raise
 
+
+IDLE_CONNECTIONS_GRACE = 5.0
+"""Seconds a stopping server keeps a connection that carries no run (see ``_patient_server``)."""
 
 SERVER_GC_THRESHOLD = 10_000
 

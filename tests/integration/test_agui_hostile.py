@@ -274,6 +274,11 @@ def test_doubled_origins_bad_ports_compressed_bodies_long_and_doubled_ids_are_re
     two = [json_type, ("content-encoding", "identity"), ("content-encoding", "gzip")]
     sent = httpx.post(f"{server.url}/support", content=gzip.compress(body), headers=two)
     refused_http(sent, 415, "unsupported_content_encoding")
+    # two Content-Types: the first was read, so JSON then text/plain went through (tester 171)
+    for other in ("text/plain", "application/x-www-form-urlencoded", "application/json"):
+        types = [json_type, ("content-type", other)]
+        sent = httpx.post(f"{server.url}/support", content=body, headers=types, timeout=30)
+        refused_http(sent, 415, "unsupported_media_type")
     long_ids = run_input(thread(), [user(REFUND)])
     for field, value in (
         ("runId", "r" * 100_000),

@@ -1078,6 +1078,50 @@ def test_serve_in_a_terminal_that_closes_stops_normally(cli: Cli) -> None:
         server.close()
 
 
+def test_serve_hung_up_keeps_logging_to_a_pipe(cli: Cli) -> None:
+    """SIGHUP silenced stdout and stderr whatever they were: a log written to a file or a pipe
+    stopped at "Application startup complete", the stop never said (outside tester 171). Only
+    a terminal that hung up is silenced."""
+    anyio.run(_create_database, cli.db)
+    server = ServerProcess(cli)
+    try:
+        server.expect(r"AG-UI endpoints: http://127\.0\.0\.1:(\d+)/support")
+        server.proc.send_signal(signal.SIGHUP)
+        assert server.proc.wait(timeout=30) == 0
+        said = "".join(server.rest())
+    finally:
+        server.stop()
+    assert "Shutting down" in said and said.rstrip().endswith("stopped"), said
+
+
+@pytest.mark.slow  # (the grace: 5 s)
+def test_serve_stops_though_a_client_stalls_mid_upload(cli: Cli) -> None:
+    """A client that sent half a request and then nothing kept ``serve`` from stopping after
+    SIGTERM, and after a second, with no run in progress: only the client's going away ended
+    it (outside tester 171). Such a connection gets a grace, then is closed."""
+    from workflow_engine_cli._app import IDLE_CONNECTIONS_GRACE
+
+    anyio.run(_create_database, cli.db)
+    server = ServerProcess(cli)
+    try:
+        port = int(server.expect(r"AG-UI endpoints: http://127\.0\.0\.1:(\d+)/support")[1])
+        body = json.dumps({"threadId": "t", "runId": "r", "messages": []}).encode()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as stalled:
+            head = (
+                b"POST /support HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+            )
+            stalled.sendall(head + body[:10])  # ... and nothing more
+            time.sleep(0.5)
+            server.proc.send_signal(signal.SIGTERM)
+            assert server.proc.wait(timeout=IDLE_CONNECTIONS_GRACE + 15) == 0
+        said = "".join(server.rest())
+    finally:
+        server.stop()
+    assert "closing 1 connection(s) that carry no run" in said, said
+    assert said.rstrip().endswith("stopped"), said
+
+
 def test_serve_listens_before_it_logs_its_endpoints() -> None:
     """The endpoints are logged while the app still starts (opens its store): a client that
     connects as soon as it reads them (a test, a health check) is queued, not refused. The
