@@ -94,6 +94,7 @@ class EventPrinter:
         self.failure: str | None = None  # the last failure shown (not shown twice)
         self._calls: dict[str, dict[str, Any]] = {}
         self.outputs_shown: list[Any] = []  # so that the summary at the end does not repeat them
+        self.said: dict[str, str] = {}  # agent -> the text of its latest message shown here
 
     def _close_line(self) -> None:
         if self._speaker is not None:
@@ -134,6 +135,8 @@ class EventPrinter:
                 self.term.begin((prefix, "bold cyan"), " ", indent=indent)
                 self._speaker = event.executor_id
                 text = text.lstrip()
+                self.said[event.executor_id] = ""
+            self.said[event.executor_id] += text
             self.term.write(text)
         elif event.kind == "function_call" and event.call_id:
             call = self._calls.setdefault(event.call_id, {"name": event.name, "args": ""})
@@ -417,6 +420,9 @@ class AnswerPolicy:
     read: Callable[[str], str] = field(default=interruptible_input)
     stopped: bool = False
     """Ctrl-C was pressed at a prompt: no further request is asked about."""
+    shown: EventPrinter | None = None
+    """What the run showed as it streamed (``drive`` sets it): a question it did not show on
+    the terminal asked on is said there before its prompt."""
 
     async def settle(self, request: ExternalRequest, submit: Submit) -> bool:
         """Answer ``request`` through ``submit``; False leaves it unanswered (the run pauses)."""
@@ -515,10 +521,21 @@ class AnswerPolicy:
             return True
         if not self.interactive:
             return False
+        if not self._showed(request.agent, request.message):
+            # (a resumed run, or the run's text gone to a file: "You (...):" asked a reply to a
+            # question not on the screen -- outside tester 172)
+            self.term.line((f"{request.agent}: ", "bold cyan"), request.message)
         reply = self._ask(("You", "bold green"), " (empty or /end to finish): ").strip()
         done = is_blank(reply) or reply == "/end"  # (invisible characters alone: empty)
         await submit({"end": True} if done else {"message": reply})
         return True
+
+    def _showed(self, agent: str, text: str) -> bool:
+        """Whether ``agent``'s ``text`` is what it last said on the terminal asked on."""
+        shown = self.shown
+        if shown is None or shown.term is not self.term:
+            return False
+        return "".join(shown.said.get(agent, "").split()).endswith("".join(text.split()))
 
     async def _in_doubt(self, question: InDoubtEffect, submit: Submit) -> bool:
         """A step that started before the run stopped: did it happen? Asked as y/n, the way a
@@ -652,6 +669,7 @@ async def drive(
     run = await runtime.store.get_run(run_id)
     codec = runtime.workflow(run.workflow_name).codec
     printer = EventPrinter(term, json_mode=json_mode, codec=codec)
+    policy.shown = printer
     try:
         return await _drive(runtime, run_id, policy, printer, json_mode, detach, term)
     except StorageError as exc:
@@ -727,9 +745,17 @@ async def _drive(
             except RequestAlreadyAnsweredError:
                 # answered meanwhile from elsewhere (another terminal's ``respond``): that
                 # answer stands, and the run goes on with it -- it said only "already answered
-                # with a different value", exit 5 (outside tester 113)
+                # with a different value", exit 5 (outside tester 113); and says what it is:
+                # the transcript read as if what was typed here had been sent (tester 172)
+                from ._views import describe_answer
+
+                stood = describe_answer(await runtime.get_request(request.request_id))
                 term.line(
-                    ("  another answer to this request was stored meanwhile; it stands", "yellow")
+                    (
+                        "  another answer to this request was stored meanwhile; it stands: ",
+                        "yellow",
+                    ),
+                    visible(stood),
                 )
         # (another terminal may have answered too -- the same way, or another: it stands --
         # and continued the run to its end meanwhile: a pause block then offered commands that

@@ -193,7 +193,8 @@ def test_an_answer_given_elsewhere_meanwhile_stands_and_the_run_goes_on(
 ) -> None:
     """At the approval prompt while another terminal rejected the call: the ``y`` typed here
     ended the command with "already answered with a different value", exit 5, and nothing
-    said how to go on (outside tester 113). The other answer stands; the run goes on."""
+    said how to go on (outside tester 113). The other answer stands, said as it is (the screen
+    read as if the ``y`` had been sent: tester 172); the run goes on."""
     demo = start_demo(sessions, cli)
     [asked] = cli.json("requests", "list", "--json")
     cli.expect(0, "respond", asked["request_id"], "--reject")
@@ -203,6 +204,8 @@ def test_an_answer_given_elsewhere_meanwhile_stands_and_the_run_goes_on(
         demo.screen(),
         [APPROVE, "another answer to this request was stored meanwhile; it stands", "rejected"],
     )
+    said = flat(demo.screen_text())
+    assert "it stands: approve submit_refund(" in said and "): rejected" in said, said
     demo.send("/end")
     assert demo.wait() == 0, demo.screen_text()
     assert cli.ledger() == []  # rejected: no refund
@@ -422,6 +425,7 @@ def test_review_prompt_shows_the_shape_and_asks_again(
     review.expect_prompt("Answer (JSON):")
     review.send('{"approved": false, "feedback": "add an example"}')
     review.expect_screen("version: 2")
+    review.expect_prompt("Answer (JSON):")  # (sent as "version: 2" showed, it could be dropped)
     review.send('{"approved": true}')
     assert review.wait() == 0, review.screen_text()
     screen = review.screen()
@@ -603,6 +607,23 @@ def test_with_its_output_in_a_file_the_approval_is_still_asked_on_the_screen(
     written = log.read_text()
     assert "refund_agent: Refund of 89.99 for order 12345 submitted." in written
     assert "Approve?" not in written and "finished" in written
+
+
+def test_with_its_output_in_a_file_a_reply_is_asked_with_its_question_on_the_screen(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``demo > file``: the agent's question went into the file, and the screen asked "You
+    (empty or /end to finish):" of nothing it showed (outside tester 172)."""
+    log = tmp_path / "transcript.txt"
+    demo = ScreenSession(["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, stdout=log)
+    sessions.append(demo)
+    demo.expect_screen("You:")
+    demo.send("hello")
+    demo.expect_screen("You (empty or /end to finish):")
+    in_order(demo.screen(), ["triage_agent:", "What can I do for you?", "You (empty"])
+    demo.send("/end")
+    assert demo.wait() == 0, demo.screen_text()
+    assert "What can I do for you?" in log.read_text()
 
 
 def test_with_its_output_in_a_file_a_message_typed_as_the_prompt_shows_is_read(
@@ -1361,3 +1382,29 @@ def test_an_ambiguous_prefix_lists_the_candidates(cli: Cli) -> None:
         assert result.code == 4, str(result)
         assert "no run 'abd'" in result.error_line()
     assert [r["status"] for r in cli.json("runs", "list")] == ["idle_with_pending_requests"] * 2
+
+
+def test_a_reply_is_asked_with_the_question_when_the_screen_does_not_show_it(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """``resume`` of a run paused at a reply asked "You (empty or /end to finish):" alone --
+    the agent's question was said in another session (outside tester 172). It is said before
+    the prompt; when the demo itself just streamed it, it is not said twice."""
+    cli.expect(3, "demo", "handoff", "-m", "hello", "--detach")
+    [asked] = cli.json("requests", "list", "--json")
+    question = "What can I do for you?"
+    assert question in json.dumps(asked), asked
+    resumed = open_screen(sessions, cli, "resume", asked["run_id"])
+    resumed.expect_screen("You (empty or /end to finish):")
+    in_order(resumed.screen(), ["triage_agent:", question, "You (empty or /end to finish):"])
+    resumed.send("/end")
+    assert resumed.wait() == 0, resumed.screen_text()
+
+    demo = open_screen(sessions, cli, "demo", "handoff")
+    demo.expect_screen("You:")
+    demo.send("hello")
+    demo.expect_screen("You (empty or /end to finish):")
+    demo.settle()
+    assert flat(demo.screen_text()).count(flat(question)) == 1, demo.screen_text()
+    demo.send("/end")
+    assert demo.wait() == 0, demo.screen_text()
