@@ -1075,13 +1075,9 @@ def test_the_tool_calls_and_results_of_a_client_s_history_reach_the_model(tmp_pa
     assert len(seen) == 2 and seen[1] == [("user", [{"type": "text", "text": "thanks"}])]
 
 
-def test_two_calls_under_one_id_in_a_client_s_history_both_reach_the_model(
-    tmp_path: Path,
-) -> None:
-    """A model server that numbers its calls from 0 in each reply: two different calls of a
-    thread share an id. The later one and its result were read as a copy of the first and left
-    out: the model never saw them (outside tester 159). Each reaches it, under an id of its
-    own, its result after it; a copy of the same call is still read once."""
+def what_the_model_is_sent(tmp_path: Path, history: list[dict[str, Any]]) -> list[Any]:
+    """What an agent served on AG-UI sends its model for a request carrying ``history``:
+    (role, content) pairs, each content as its JSON form."""
     from workflow_engine.executors import Agent, Rule, ScriptedChatClient
 
     seen: list[list[Any]] = []
@@ -1091,6 +1087,21 @@ def test_two_calls_under_one_id_in_a_client_s_history_both_reach_the_model(
             [(m.role, c.model_dump(exclude_none=True)) for m in messages for c in m.contents]
         )
         return "noted"
+
+    client = ScriptedChatClient([Rule(reply=report)])
+    with serving_target(tmp_path, Agent("helper", "", client), "/help") as url:
+        post(url, threadId="t", runId="r", messages=history)
+    [said] = seen
+    return said
+
+
+def test_two_calls_under_one_id_in_a_client_s_history_both_reach_the_model(
+    tmp_path: Path,
+) -> None:
+    """A model server that numbers its calls from 0 in each reply: two different calls of a
+    thread share an id. The later one and its result were read as a copy of the first and left
+    out: the model never saw them (outside tester 159). Each reaches it, under an id of its
+    own, its result after it; a copy of the same call is still read once."""
 
     def call(account: str) -> dict[str, Any]:
         arguments = json.dumps({"account": account})
@@ -1107,10 +1118,7 @@ def test_two_calls_under_one_id_in_a_client_s_history_both_reach_the_model(
         {"id": "t2", "role": "tool", "content": '"B = 2"', "toolCallId": "call_0"},
         {"id": "u3", "role": "user", "content": "thanks"},
     ]
-    client = ScriptedChatClient([Rule(reply=report)])
-    with serving_target(tmp_path, Agent("helper", "", client), "/help") as url:
-        post(url, threadId="t", runId="r", messages=history)
-    [said] = seen
+    said = what_the_model_is_sent(tmp_path, history)
     calls = [c for role, c in said if c["type"] == "function_call"]
     results = [c for role, c in said if c["type"] == "function_result"]
     assert [c["arguments"] for c in calls] == [{"account": "A"}, {"account": "B"}], said
@@ -1127,15 +1135,6 @@ def test_a_call_and_its_edited_copy_in_a_client_s_history_are_one_call_as_it_ran
     """A resumed stream sends a call a reviewer edited again, with the arguments it ran with,
     and the reference client keeps both copies: the copy was read as a second call with no
     result -- a transfer the model was told of that never happened (outside tester 168)."""
-    from workflow_engine.executors import Agent, Rule, ScriptedChatClient
-
-    seen: list[list[Any]] = []
-
-    def report(messages: Any) -> str:
-        seen.append(
-            [(m.role, c.model_dump(exclude_none=True)) for m in messages for c in m.contents]
-        )
-        return "noted"
 
     def call(amount: float) -> dict[str, Any]:
         arguments = json.dumps({"to": "bob", "amount": amount})
@@ -1153,10 +1152,7 @@ def test_a_call_and_its_edited_copy_in_a_client_s_history_are_one_call_as_it_ran
         {"id": "a2", "role": "assistant", "content": "Done."},
         {"id": "u2", "role": "user", "content": "what did you do?"},
     ]
-    client = ScriptedChatClient([Rule(reply=report)])
-    with serving_target(tmp_path, Agent("helper", "", client), "/help") as url:
-        post(url, threadId="t", runId="r", messages=history)
-    [said] = seen
+    said = what_the_model_is_sent(tmp_path, history)
     calls = [c for role, c in said if c["type"] == "function_call"]
     results = [c for role, c in said if c["type"] == "function_result"]
     assert [c["arguments"] for c in calls] == [{"to": "bob", "amount": 250.0}], said
