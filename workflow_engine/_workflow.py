@@ -799,18 +799,19 @@ class Workflow:
         """Check every answer before any is applied. Returns the new (id, request, value)s, in
         the order the requests were made; identical repeats of earlier answers are dropped
         (idempotent)."""
+        items: list[Any] | None = None
         if isinstance(responses, Mapping):
             items = [ExternalResponse(k, v) for k, v in responses.items()]
-        elif isinstance(responses, str | bytes) or not isinstance(responses, Iterable):
-            items = [None]  # (said below)
-        else:
+        elif isinstance(responses, Iterable) and not isinstance(responses, str | bytes):
             items = list(responses)
-        for item in items:  # (a list of ints was an AttributeError: outside tester 170)
-            if not isinstance(item, ExternalResponse) or not isinstance(item.request_id, str):
-                raise UsageError(
-                    f"run {state.run_id!r}: responses are a mapping of request id (text) to "
-                    f"answer, or ExternalResponses; got {shown(responses)}"
-                )
+        if items is None or not all(  # (a list of ints was an AttributeError: tester 170)
+            isinstance(item, ExternalResponse) and isinstance(item.request_id, str)
+            for item in items
+        ):
+            raise UsageError(
+                f"run {state.run_id!r}: responses are a mapping of request id (text) to answer, "
+                f"or ExternalResponses; got {shown(responses)}"
+            )
         accepted: dict[str, tuple[str, ExternalRequest, Any]] = {}
         for response in items:
             rid = response.request_id
