@@ -27,7 +27,7 @@ from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from workflow_engine import InDoubtEffect, StateItems
 from workflow_engine._errors import DefinitionError, UsageError
-from workflow_engine._events import exception_text
+from workflow_engine._events import exception_text, valid_text
 
 from ._clients import ChatClient, ChatResponseUpdate, message_from_updates
 from ._content import (
@@ -111,7 +111,9 @@ class Agent:
     ) -> None:
         if client is None:
             raise UsageError(f"agent {name!r} needs a chat client")
-        if chat_reducer is not None and not callable(getattr(chat_reducer, "reduce", None)):
+        if chat_reducer is not None and (
+            isinstance(chat_reducer, type) or not callable(getattr(chat_reducer, "reduce", None))
+        ):  # (the class itself failed the first turn: outside tester 173)
             raise DefinitionError(
                 f"agent {name!r}: chat_reducer {chat_reducer!r} has no reduce(messages) method "
                 "(e.g. MessageCountingChatReducer(40))"
@@ -402,11 +404,15 @@ class Agent:
                 thread_limiter=threads,
             )
         except ToolArgumentsError as exc:
-            return FunctionResultContent(call_id=call.call_id, name=call.name, error=str(exc))
+            return FunctionResultContent(
+                call_id=call.call_id, name=call.name, error=valid_text(str(exc))
+            )
         except Exception as exc:
             if self.raise_tool_errors:
                 raise
-            said = f"{type(exc).__name__}: {exception_text(exc)}"
+            # (a message quoting a file name decoded with surrogateescape failed the turn after
+            # the tool ran, the call left in doubt: outside tester 173)
+            said = valid_text(f"{type(exc).__name__}: {exception_text(exc)}")
             return FunctionResultContent(call_id=call.call_id, name=call.name, error=said)
         # (the tool ran: from here nothing may fail, or a resume would run it again)
         result = plain_result(value)

@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
+from workflow_engine._events import valid_text
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -52,7 +54,8 @@ def plain_result(value: Any) -> Any:
         return plain
     except Exception:
         try:
-            return repr(value)  # (it escapes a lone surrogate: text UTF-8 holds)
+            # (repr escapes a lone surrogate; a class's own __repr__ may not: tester 173)
+            return valid_text(repr(value))
         except Exception:
             kind = type(value).__name__
             return f"<{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind} that cannot be shown>"

@@ -31,6 +31,7 @@ from typing import (
 import anyio
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
+from workflow_engine._codec import is_text
 from workflow_engine._errors import UsageError
 from workflow_engine._input import is_blank
 
@@ -131,6 +132,8 @@ class Tool:
                     f"tool {self.name!r}: *{param.name} cannot be filled by a model, which names "
                     f"every argument it passes; take a list instead ({param.name}: list[...])"
                 )
+            if param.kind is inspect.Parameter.POSITIONAL_ONLY:
+                self.positional += (param.name,)  # (the key's too: tester 173)
             annotation = hints.get(param.name, Any)
             if param.name == "idempotency_key" or annotation is IdempotencyKey:
                 if self.idempotency_param is not None:  # (one was never filled in)
@@ -146,8 +149,6 @@ class Tool:
                     )
                 self.idempotency_param = param.name
                 continue
-            if param.kind is inspect.Parameter.POSITIONAL_ONLY:
-                self.positional += (param.name,)
             default = ... if param.default is inspect.Parameter.empty else param.default
             fields[param.name] = (annotation, default)
         # No infinity nor NaN: JSON, the format of every call a model or a person makes, has
@@ -299,7 +300,7 @@ def _check_options(
     if not callable(func):
         raise UsageError(f"@tool decorates a function, not {func!r}")
     shown = name if name is not None else getattr(func, "__name__", func)
-    if name is not None and (not isinstance(name, str) or is_blank(name)):
+    if name is not None and (not isinstance(name, str) or not is_text(name) or is_blank(name)):
         raise UsageError(f"@tool: name must be non-blank text, not {name!r}")
     if description is not None and not isinstance(description, str):
         raise UsageError(f"tool {shown!r}: description must be text, not {description!r}")

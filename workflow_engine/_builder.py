@@ -79,7 +79,9 @@ class WorkflowBuilder:
         """Allow values of these classes in state, messages or outputs beyond the annotations."""
         if name is not None and len(types) != 1:
             raise UsageError("name= can only be given when registering one type")
-        if name is not None and (not isinstance(name, str) or not name.strip()):
+        if name is not None and (
+            not isinstance(name, str) or not name.strip() or not is_text(name)
+        ):
             # (an empty one fell back to the class's own name, silently: outside tester 170)
             raise UsageError(f"register_types: name= is a tag (non-blank text), not {name!r}")
         for t in types:

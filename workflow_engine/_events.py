@@ -90,11 +90,11 @@ class ErrorDetails:
         except Exception:  # (an exception whose parts fail to print: the message still says)
             where = None
         return cls(
-            _text(type(exc).__name__),
-            _text(said),
-            _text(str(code)),
+            valid_text(type(exc).__name__),
+            valid_text(said),
+            valid_text(str(code)),
             executor_id,
-            _text(where) if where is not None else None,
+            valid_text(where) if where is not None else None,
         )
 
     def as_record(self) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def exception_text(exc: BaseException) -> str:
         )
 
 
-def _text(value: str) -> str:
+def valid_text(value: str) -> str:
     """``value`` as valid Unicode: a lone surrogate (a file name decoded with
     ``surrogateescape`` in a message) is written as its escape, so the error can be stored."""
     if value.isascii():

@@ -1386,6 +1386,13 @@ class Runtime:
                 f"fork: give a superstep or a checkpoint_id, not both ({superstep}, "
                 f"{checkpoint_id!r:.40})"
             )
+        if checkpoint_id is not None and (not isinstance(checkpoint_id, str) or not checkpoint_id):
+            # (history()'s CheckpointInfo was a raw SQLite binding error: outside tester 173)
+            hint = ": its .checkpoint_id" if hasattr(checkpoint_id, "checkpoint_id") else ""
+            raise UsageError(
+                f"fork: checkpoint_id is a checkpoint's id (non-empty text), not "
+                f"{type(checkpoint_id).__name__} ({checkpoint_id!r:.40}){hint}"
+            )
         run = await self.store.get_run(run_id)
         wf = self._workflow_for(run)
         where = (

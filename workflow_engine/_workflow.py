@@ -992,8 +992,8 @@ class Workflow:
                         text.encode("utf-8")
                     except UnicodeEncodeError as exc:
                         raise ResponseTypeError(
-                            f"run {run_id!r}, request {request_id!r}: the answer "
-                            f"{unicode_problem(exc)}"
+                            f"run {run_id!r}, request {request_id!r}: the answer cannot be "
+                            f"stored: {unicode_problem(exc)}"
                         ) from None
                 value = adapter.validate_json(text)
             else:  # it holds Python values (a model, bytes, a date): as its type's own

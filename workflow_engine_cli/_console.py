@@ -750,11 +750,8 @@ async def _drive(
                 from ._views import describe_answer
 
                 stood = describe_answer(await runtime.get_request(request.request_id))
-                term.line(
-                    (
-                        "  another answer to this request was stored meanwhile; it stands: ",
-                        "yellow",
-                    ),
+                policy.term.line(  # (where prompts go: with --json, not into the JSON lines)
+                    ("  another answer was stored meanwhile, and stands -- ", "yellow"),
                     visible(stood),
                 )
         # (another terminal may have answered too -- the same way, or another: it stands --

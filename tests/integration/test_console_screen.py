@@ -202,10 +202,10 @@ def test_an_answer_given_elsewhere_meanwhile_stands_and_the_run_goes_on(
     demo.expect_screen("You (empty or /end to finish):")
     in_order(
         demo.screen(),
-        [APPROVE, "another answer to this request was stored meanwhile; it stands", "rejected"],
+        [APPROVE, "another answer was stored meanwhile, and stands", "rejected"],
     )
     said = flat(demo.screen_text())
-    assert "it stands: approve submit_refund(" in said and "): rejected" in said, said
+    assert "and stands -- approve submit_refund(" in said and "): rejected" in said, said
     demo.send("/end")
     assert demo.wait() == 0, demo.screen_text()
     assert cli.ledger() == []  # rejected: no refund
@@ -1408,3 +1408,27 @@ def test_a_reply_is_asked_with_the_question_when_the_screen_does_not_show_it(
     assert flat(demo.screen_text()).count(flat(question)) == 1, demo.screen_text()
     demo.send("/end")
     assert demo.wait() == 0, demo.screen_text()
+
+
+def test_with_json_an_answer_that_stood_is_said_on_the_terminal_not_in_the_json(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``--json``: the line saying another answer stood went to stdout, plain text among the
+    JSON lines (outside tester 173). It goes where the prompts go."""
+    log = tmp_path / "lines.jsonl"
+    argv = ["demo", "handoff", "--json", "--db", str(cli.db)]
+    demo = ScreenSession(argv, cli.env, cli.cwd, stdout=log)
+    sessions.append(demo)
+    demo.expect_screen("You:")
+    demo.send(REFUND)
+    demo.expect_screen("Approve?")
+    demo.settle()
+    [asked] = cli.json("requests", "list", "--json")
+    cli.expect(0, "respond", asked["request_id"], "--reject")
+    demo.send("y")
+    demo.expect_screen("and stands --")
+    demo.expect_screen("You (empty or /end to finish):")
+    demo.send("/end")
+    assert demo.wait() == 0, demo.screen_text()
+    lines = log.read_text().splitlines()
+    assert lines and all(line.startswith("{") for line in lines), lines

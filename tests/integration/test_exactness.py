@@ -1128,3 +1128,30 @@ async def test_a_step_key_that_is_not_text_is_refused(key: Any) -> None:
     await WorkflowBuilder(name="k", start=Keyed("k")).build().run("x")
     assert len(seen) == 2, seen
     assert all("step keys are non-empty text" in s for s in seen), seen
+
+
+async def test_a_str_enum_key_is_the_step_of_its_value() -> None:
+    """``run_once(Kind.CHARGE)`` was named "Kind.CHARGE": the same step as a key spelt so, and
+    another than ``"charge"``, which it equals (outside tester 173)."""
+    import enum
+
+    class Kind(str, enum.Enum):  # noqa: UP042 (the case: its str() is "Kind.CHARGE")
+        CHARGE = "charge"
+
+    ran: list[str] = []
+
+    class Keyed(Executor):
+        @handler
+        async def go(self, m: str, ctx: WorkflowContext[Never, Any]) -> None:
+            def effect(name: str) -> Any:
+                return lambda: ran.append(name) or name
+
+            first = await ctx.run_once(Kind.CHARGE, effect("enum"))
+            again = await ctx.run_once("charge", effect("text"))
+            other = await ctx.run_once("Kind.CHARGE", effect("other"))
+            same = ctx.idempotency_key(Kind.CHARGE) == ctx.idempotency_key("charge")
+            await ctx.yield_output([first, again, other, same])
+
+    done = await WorkflowBuilder(name="k", start=Keyed("k")).build().run("x")
+    assert done.outputs == [["enum", "enum", "other", True]], done.outputs
+    assert ran == ["enum", "other"]

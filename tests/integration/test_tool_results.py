@@ -99,6 +99,35 @@ async def test_a_result_json_cannot_hold_is_its_repr_and_the_tool_ran_once(
     await rt.close()
 
 
+class _SaysSurrogate:
+    def __repr__(self) -> str:
+        return "caf\udce9"
+
+
+@pytest.mark.parametrize(
+    ("returns", "shown"),
+    [
+        # a message quoting a file name decoded as the OS gives it (outside tester 173)
+        (
+            ValueError("cannot read " + b"caf\xe9.txt".decode("utf-8", "surrogateescape")),
+            "caf\\udce9",
+        ),
+        (_SaysSurrogate, "caf\\udce9"),  # (a class's own __repr__)
+    ],
+)
+async def test_an_error_or_repr_holding_a_lone_surrogate_is_said_escaped(
+    tmp_path: Path, returns: Any, shown: str
+) -> None:
+    build, calls = payer(returns if isinstance(returns, BaseException) else (lambda: returns()))
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(build)
+    done = await rt.run("payer", "pay please")
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert shown in said(done)
+    assert calls == ["pay"]
+    await rt.close()
+
+
 @pytest.mark.parametrize("raise_tool_errors", [False, True])
 async def test_an_exception_that_cannot_say_what_it_is_is_recorded_all_the_same(
     tmp_path: Path, raise_tool_errors: bool

@@ -399,7 +399,18 @@ async def test_reading_state_with_a_key_that_is_not_text_is_a_usage_error(key: A
     assert len(said) == 2 and all("state keys are text" in s for s in said), said
 
 
-@pytest.mark.parametrize("name", ["", "  ", 5])
+@pytest.mark.parametrize("name", ["", "  ", 5, "\ud800"])
 def test_a_type_tag_given_is_non_blank_text(name: Any) -> None:
     with pytest.raises(UsageError, match="name= is a tag"):
         WorkflowBuilder(start=Noop("n")).register_types(Noop, name=name)
+
+
+@pytest.mark.parametrize("given", [5, b"x", "", "checkpoint info"])
+async def test_fork_takes_a_checkpoint_id_as_text(given: Any) -> None:
+    """``history()``'s ``CheckpointInfo`` given as the id was a raw SQLite binding error, and
+    ``""`` said the run had no latest checkpoint (outside tester 173)."""
+    rt = runtime()
+    run = await rt.run("stepper", 0)
+    [info, *_] = await rt.history(run.run_id)
+    with pytest.raises(UsageError, match="checkpoint_id is a checkpoint's id"):
+        await rt.fork(run.run_id, checkpoint_id=info if given == "checkpoint info" else given)

@@ -273,6 +273,7 @@ def _plain() -> str:
         (lambda: tool(name=5)(_plain), "name must be non-blank text"),
         (lambda: tool(name="   ")(_plain), "name must be non-blank text"),
         (lambda: tool(name="\u200b")(_plain), "name must be non-blank text"),
+        (lambda: tool(name="\ud800")(_plain), "name must be non-blank text"),
         (lambda: tool(description=3)(_plain), "description must be text"),
         (lambda: tool(idempotent="yes")(_plain), "idempotent must be True or False"),
         (lambda: tool("not a function"), "decorates a function"),
@@ -296,7 +297,15 @@ async def test_an_idempotency_key_parameter_may_be_optional_text() -> None:
 
 
 async def test_positional_only_parameters_are_passed_by_position() -> None:
-    """``def f(a, /)`` failed at every call: the model's arguments were passed by name."""
+    """``def f(a, /)`` failed at every call: the model's arguments were passed by name (the
+    idempotency key's too: outside tester 173)."""
+
+    @tool
+    def charge(amount: float, idempotency_key: str, /) -> str:
+        """Charge."""
+        return f"{amount}:{idempotency_key}"
+
+    assert await charge.invoke({"amount": 2}, idempotency_key="k") == "2.0:k"
 
     @tool
     def add(a: int, b: int, /, c: int = 0) -> int:
@@ -305,3 +314,12 @@ async def test_positional_only_parameters_are_passed_by_position() -> None:
 
     assert add.spec.parameters["required"] == ["a", "b"]
     assert await add.invoke({"a": 1, "b": 2, "c": 3}, idempotency_key="k") == 6
+
+
+def test_a_reducer_class_for_an_instance_is_refused_when_the_agent_is_defined() -> None:
+    """The class itself was taken, and failed the first turn (outside tester 173)."""
+    from workflow_engine import DefinitionError
+    from workflow_engine.executors import MessageCountingChatReducer
+
+    with pytest.raises(DefinitionError, match="MessageCountingChatReducer\\(40\\)"):
+        Agent("a", "", ScriptedChatClient([]), chat_reducer=MessageCountingChatReducer)  # type: ignore[arg-type]
