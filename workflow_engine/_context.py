@@ -304,6 +304,8 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             )
         if type(name) is not str:  # a str enum: its value ("Kind.CHARGE" made another step
             name = str.__str__(name)  # than "charge", equal to it: outside tester 173)
+        if not name.isascii():  # (a lone surrogate failed a durable commit, unnamed)
+            require_text((name,), f"the step key {name!r} of executor {self._step.executor_id!r}")
         scope = self._scope
         return step_key(scope.superstep, self._step.executor_id, self._delivery, name)
 

@@ -286,10 +286,9 @@ class Workflow:
                 f"checked against: {exc}"
             ) from None
         why = None
-        for part in _parts_of(answer_type):
-            if part in _NOT_STORABLE or get_origin(part) in (type, collections.abc.Callable):
-                why = f"{type_name(part)} holds classes or functions, which JSON cannot"
-                break
+        unstorable = _unstorable_part(answer_type, set())
+        if unstorable is not None:
+            why = f"{type_name(unstorable)} holds classes or functions, which JSON cannot"
         for cls in concrete_classes(answer_type) if why is None else ():
             if getattr(cls, "_is_protocol", False):  # (runtime_checkable or not)
                 why = f"{type_name(cls)} is a Protocol: an answer is stored as its fields"
@@ -1253,6 +1252,33 @@ def _answer_types(node: Any) -> list[tuple[str, Any]]:
         (f"@response_handler {spec.name} of executor {node.id!r}", spec.response_type)
         for spec in node.response_handlers
     ]
+
+
+def _unstorable_part(annotation: Any, seen: set[type]) -> Any | None:
+    """The part of ``annotation`` no answer can hold (a class or a function), looking into
+    the fields of the models and dataclasses in it too: an answer model with a ``Callable``
+    field was built, and no answer could ever be given (outside tester 173)."""
+    for part in _parts_of(annotation):
+        if part in _NOT_STORABLE or get_origin(part) in (type, collections.abc.Callable):
+            return part
+        if not isinstance(part, type) or part in seen:
+            continue
+        seen.add(part)
+        fields = getattr(part, "model_fields", None)
+        if isinstance(fields, dict):  # a pydantic model: its fields' annotations, resolved
+            inner = [f.annotation for f in fields.values()]
+        elif is_dataclass(part):
+            try:
+                inner = list(typing.get_type_hints(part).values())
+            except Exception:  # (a name it cannot resolve: left to the codec to say)
+                continue
+        else:
+            continue
+        for annotation_inside in inner:
+            found = _unstorable_part(annotation_inside, seen)
+            if found is not None:
+                return found
+    return None
 
 
 def _parts_of(annotation: Any) -> Iterator[Any]:

@@ -1155,3 +1155,22 @@ async def test_a_str_enum_key_is_the_step_of_its_value() -> None:
     done = await WorkflowBuilder(name="k", start=Keyed("k")).build().run("x")
     assert done.outputs == [["enum", "enum", "other", True]], done.outputs
     assert ran == ["enum", "other"]
+
+
+async def test_a_step_key_holding_a_lone_surrogate_is_refused_by_name() -> None:
+    """It was accepted in memory, and failed a durable commit without naming the key (outside
+    tester 173)."""
+    from workflow_engine import SerializationError
+
+    said: list[str] = []
+
+    class Keyed(Executor):
+        @handler
+        async def go(self, m: str, ctx: WorkflowContext[Never, Any]) -> None:
+            try:
+                await ctx.run_once("pay\ud800", lambda: "ran")
+            except SerializationError as exc:
+                said.append(str(exc))
+
+    await WorkflowBuilder(name="k", start=Keyed("k")).build().run("x")
+    assert len(said) == 1 and "the step key" in said[0] and "lone surrogate" in said[0], said

@@ -637,3 +637,26 @@ def test_a_callable_answer_type_is_refused_as_a_definition_not_an_edge_mismatch(
         WorkflowBuilder(start=Counter("c")).add_edge("c", port).add_edge(
             port, TakesFunctions("t")
         ).build()
+
+
+class _HoldsAFunction(BaseModel):
+    f: Callable[[], int]
+
+
+class _WrapsIt(BaseModel):
+    inner: list[_HoldsAFunction]
+
+
+class _TakesWrapped(Executor):
+    @handler
+    async def on(self, a: _WrapsIt, ctx: WorkflowContext[Never]) -> None: ...
+
+
+def test_an_answer_model_with_a_callable_field_is_refused_when_built() -> None:
+    """A ``Callable`` answer type was refused, a model holding one as a field was not: the
+    run asked, and no answer could ever be given (outside tester 173)."""
+    port = RequestPort("port", int, _WrapsIt)
+    with pytest.raises(DefinitionError, match=r"expects answers of .*_WrapsIt.*cannot be stored"):
+        WorkflowBuilder(start=Counter("c")).add_edge("c", port).add_edge(
+            port, _TakesWrapped("t")
+        ).build()
