@@ -38,6 +38,7 @@ from ._content import (
     TextContent,
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
+    approval_id,
     edited_arguments,
     plain_result,
 )
@@ -212,7 +213,7 @@ class Agent:
             guarded = [c for c in calls if self._needs_approval(c)]
             if guarded:
                 held = [
-                    ToolApprovalRequestContent(id=f"approval_{c.call_id}", function_call=c)
+                    ToolApprovalRequestContent(id=approval_id(c.call_id), function_call=c)
                     for c in guarded
                 ]
                 add(ChatMessage(role="assistant", contents=_contents(held), author_name=self.name))
@@ -324,7 +325,7 @@ class Agent:
         results = []
         ended_by: str | None = None  # the call of this batch that ends the turn (a handoff)
         for call in calls:
-            answer = answers.get(f"approval_{call.call_id}")
+            answer = answers.get(approval_id(call.call_id))
             if ended_by is not None and call.name in stop_after:
                 # one per turn: a second handoff was told it happened, and was not followed
                 # (outside tester 109)

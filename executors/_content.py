@@ -174,6 +174,11 @@ def same_argument(a: Any, b: Any) -> bool:
     return type(a) is type(b) and bool(a == b)
 
 
+def approval_id(call_id: str) -> str:
+    """The id of the approval request (and of its answer) that holds the call ``call_id``."""
+    return f"approval_{call_id}"
+
+
 def edited_arguments(
     call: FunctionCallContent, answer: ToolApprovalResponseContent | None
 ) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from ._content import (
     ChatMessage,
     FunctionCallContent,
     TextContent,
+    approval_id,
     edited_arguments,
     model_call_id,
 )
@@ -72,7 +73,7 @@ class OpenAIChatClient:
         with neither text nor calls, and the conversation failed at every later turn. A call
         a reviewer edited is sent as it ran, its result saying what the model had proposed."""
         wire: list[dict[str, Any]] = []
-        sent_calls: dict[str, tuple[FunctionCallContent, dict[str, Any]]] = {}
+        sent_calls: dict[str, tuple[FunctionCallContent, dict[str, Any]]] = {}  # by approval id
         proposed: dict[str, dict[str, Any]] = {}  # call id -> its arguments, a reviewer's edit
         for m in messages:
             if m.role == "tool" or m.function_results:
@@ -87,14 +88,13 @@ class OpenAIChatClient:
                 for answer in m.approval_responses:
                     # the call as it ran, not as proposed: the model read the result of the
                     # edited call as its own call's (outside tester 158)
-                    call_id = (answer.id or "").removeprefix("approval_")
-                    was = sent_calls.get(call_id)
+                    was = sent_calls.get(answer.id or "")
                     if was is not None and answer.approved and answer.arguments:
                         call, sent_call = was
                         ran = edited_arguments(call, answer)
                         if ran != call.arguments:
                             sent_call["function"]["arguments"] = json.dumps(ran)
-                            proposed[call_id] = call.arguments
+                            proposed[call.call_id] = call.arguments
                 continue
             if m.role == "assistant":
                 if not m.text and not m.function_calls:
@@ -112,7 +112,7 @@ class OpenAIChatClient:
                             },
                         }
                         calls.append(sent)
-                        sent_calls[c.call_id] = (c, sent)
+                        sent_calls[approval_id(c.call_id)] = (c, sent)
                 wire.append(entry)
             else:
                 wire.append({"role": m.role, "content": m.text})
