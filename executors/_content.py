@@ -128,6 +128,21 @@ class ChatMessage(BaseModel):
     author_name: str | None = None
     message_id: str | None = None
 
+    def __init__(self, role: Role, text: str | None = None, **fields: Any) -> None:
+        """``ChatMessage("user", text="hi")``, as in MAF: ``text`` is a text content, added
+        after any ``contents`` given (it was ignored, so a message was sent empty)."""
+        if text is not None:
+            if not isinstance(text, str):
+                raise TypeError(f"ChatMessage text= takes text, not {type(text).__name__}")
+            given = fields.get("contents")
+            fields["contents"] = [*(given or ()), TextContent(text=text)]
+        super().__init__(role=role, **fields)
+
+    # validation (a checkpoint read back, a model's JSON) sets the fields directly, as for a
+    # model without an ``__init__`` of its own: pydantic otherwise calls it for every message
+    # decoded, which doubled the cost of reading a conversation back
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     @classmethod
     def user(cls, text: str) -> ChatMessage:
         return cls(role="user", contents=[TextContent(text=text)])

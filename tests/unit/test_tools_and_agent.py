@@ -118,6 +118,25 @@ async def test_free_calls_run_and_the_model_continues() -> None:
     assert response.pending_approvals == []
 
 
+async def test_a_message_built_with_text_reaches_the_model() -> None:
+    """``ChatMessage("user", text=...)`` as MAF writes it: the text was silently dropped, so
+    the model was sent an empty message."""
+    agent = agent_with(
+        [
+            Rule(user=r"order (?P<id>\d+)", calls=[ToolCall("lookup", {"order_id": "{id}"})]),
+            Rule(after_tool="lookup", reply="Status: {result}"),
+        ]
+    )
+    response = await agent.run([ChatMessage("user", text="where is order 12?")])
+    assert response.text == 'Status: {"order_id": "12", "status": "shipped"}'
+    both = ChatMessage(role="assistant", contents=ChatMessage.user("a").contents, text="b")
+    assert [c.text for c in both.contents] == ["a", "b"]
+    with pytest.raises(TypeError, match="takes text, not int"):
+        ChatMessage("user", text=5)  # type: ignore[arg-type]
+    # reading messages back (a checkpoint, a model's JSON) does not go through that __init__
+    assert ChatMessage.__pydantic_custom_init__ is False
+
+
 async def test_a_guarded_call_holds_the_whole_batch_until_answered() -> None:
     agent = agent_with(
         [
