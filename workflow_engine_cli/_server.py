@@ -97,7 +97,12 @@ def create_app(
             guarded = request.method != "OPTIONS" and request.url.path != "/health"
             if guarded and not secrets.compare_digest(bearer_token(request), expected):
                 said = "this server needs its token: Authorization: Bearer <token>"
-                return JSONResponse({"error": "unauthorized", "message": said}, status_code=401)
+                # (RFC 9110: a 401 names the scheme it wants)
+                return JSONResponse(
+                    {"error": "unauthorized", "message": said},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="workflow-engine"'},
+                )
             return await call_next(request)
 
     # added after the token check, so it wraps it: a 401 still carries CORS headers

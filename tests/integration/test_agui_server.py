@@ -766,7 +766,9 @@ def test_token_and_cors_origin(tmp_path: Path) -> None:
     with Server(db=tmp_path / "runs.db", log=tmp_path / "server.log", args=args) as server:
         anonymous = Client(server.url)
         body = run_input(thread(), [user("Hello")])
-        assert anonymous.post("/support", body).status == 401
+        refused = anonymous.post("/support", body)
+        assert refused.status == 401
+        assert refused.headers["www-authenticate"].startswith("Bearer ")
         for header in ("Bearer wrong", "secret", "Basic c2VjcmV0", "Bearer secretx"):
             answer = anonymous.post("/support", body, headers={"authorization": header})
             assert answer.status == 401, header
