@@ -583,6 +583,58 @@ async def test_a_new_file_another_program_holds_locked_is_waited_for(tmp_path: P
         blocker.close()
 
 
+class _Slow(Executor):
+    """Sleeps ``seconds`` in its step, then passes the number on (or, at 0, yields it)."""
+
+    @handler
+    async def step(self, n: int, ctx: WorkflowContext[int, int]) -> None:
+        await anyio.sleep(0.3)
+        if n:
+            await ctx.send_message(n - 1)
+        else:
+            await ctx.yield_output(n)
+
+
+@pytest.mark.slow
+async def test_a_commit_a_held_lock_refuses_leaves_the_run_interrupted_to_resume(
+    tmp_path: Path,
+) -> None:
+    """Another writer holds the lock past the busy timeout while a superstep commits: the
+    caller gets ``StoreLockedError`` (once the lease is given back: that write waits the lock
+    out), and the run is not the one at fault -- it is left interrupted (in progress, no
+    error recorded, no live lease), and ``resume`` finishes it. The README said such a run
+    was recorded FAILED (outside tester 174)."""
+    db = tmp_path / "runs.db"
+    slow = _Slow("slow")
+    workflow = WorkflowBuilder("slow", start=slow).add_edge(slow, slow).build()
+    rt = Runtime(SqliteStore(db, busy_timeout=0.3))
+    rt.register(workflow)
+    blocker = sqlite3.connect(db, isolation_level=None)
+
+    async def lock_mid_step() -> None:
+        await anyio.sleep(0.45)  # inside the second superstep, whose commit comes at ~0.6 s
+        blocker.execute("BEGIN IMMEDIATE")
+        await anyio.sleep(1.05)  # past that commit's 0.3 s wait
+        blocker.execute("ROLLBACK")
+
+    refused: list[BaseException] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lock_mid_step)
+        try:
+            await rt.run("slow", 3, run_id="r")
+        except StoreLockedError as exc:
+            refused.append(exc)
+    assert [type(e) for e in refused] == [StoreLockedError], refused
+    blocker.close()
+    record = await rt.store.get_run("r")
+    assert record is not None
+    assert record.status is WorkflowRunState.IN_PROGRESS and record.error is None
+    assert record.live_owner(time.time()) is None
+    done = await rt.resume("r")
+    assert done.status is WorkflowRunState.IDLE and done.outputs == [0]
+    await rt.close()
+
+
 # --- values larger than SQLite stores ------------------------------------------------------------
 
 LIMIT = 50_000  # SQLite's per-value limit, lowered: it stands in for the real 1,000,000,000 bytes
