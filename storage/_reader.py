@@ -36,6 +36,7 @@ from ._schema import SCHEMA_VERSION, TABLES
 from ._sql import (
     REQUEST_COLUMNS,
     RUN_COLUMNS,
+    SQL_COUNT_REQUESTS,
     SQL_HISTORY,
     SQL_JOURNALED_AFTER,
     SQL_REQUEST_IDS_BESIDE,
@@ -48,6 +49,7 @@ from ._sql import (
     SQL_TABLE_NAMES,
     filtered,
     prefix_query,
+    runs_by_update,
     started_runs,
 )
 
@@ -199,6 +201,21 @@ class SqliteReader:
         )
         return listed_runs(self._conn, text, params, status is not None)
 
+    def runs_by_update(
+        self,
+        status: WorkflowRunState | None = None,
+        workflow: str | None = None,
+        *,
+        started: bool | None = None,
+        last: int | None = None,
+    ) -> tuple[list[RunRecord], int]:
+        """What ``runs list`` shows: runs least recently updated first (``last``: only the
+        ``last`` updated most recently), and how many runs the filters match in all."""
+        value = status.value if status is not None else None
+        text, count, params = runs_by_update(value, workflow, started, last)
+        records = listed_runs(self._conn, text, params, status is not None)
+        return records, self._conn.execute(count, params).fetchone()[0]
+
     def runs_with_pending(self) -> list[RunRecord]:
         """The runs that have pending requests (in no particular order)."""
         return [run_record(row) for row in fetch_rows(self._conn, SQL_RUNS_WITH_PENDING, ())]
@@ -250,17 +267,28 @@ class SqliteReader:
         return [checkpoint_info(run_id, row) for row in rows]
 
     def list_requests(
-        self, run_id: str | None = None, status: RequestStatus | None = "pending"
+        self,
+        run_id: str | None = None,
+        status: RequestStatus | None = "pending",
+        *,
+        limit: int | None = None,
     ) -> list[StoredRequest]:
-        """Requests in the order their runs asked them (``RunStore.list_requests``)."""
+        """Requests in the order their runs asked them (``RunStore.list_requests``); with
+        ``limit``, the first ``limit`` of them (``count_requests`` says how many there are)."""
         text, params = filtered(
             f"SELECT {REQUEST_COLUMNS} FROM requests",
             (("run_id", run_id), ("status", status)),
             "created_at, rowid",
         )
+        if limit is not None:
+            text += f" LIMIT {int(limit)}"
         if status == "pending" or (status is not None and run_id is not None):
             return requests_of_run(self._conn, text, params, run_id)
         return [stored_request(row) for row in fetch_rows(self._conn, text, params)]
+
+    def count_requests(self, status: RequestStatus) -> int:
+        """How many requests of ``status`` there are (of every run)."""
+        return self._conn.execute(SQL_COUNT_REQUESTS, (status,)).fetchone()[0]
 
     def journaled_after(self, run_id: str, superstep: int) -> bool:
         """Whether the run has journal entries of supersteps after ``superstep``: only such a

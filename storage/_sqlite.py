@@ -200,6 +200,7 @@ from ._sql import (
     SQL_TAKE_LEASE_TO_APPLY,
     filtered,
     prefix_query,
+    runs_by_update,
     started_runs,
 )
 from ._stored_lists import StoredLists, lists_bytes
@@ -2021,19 +2022,25 @@ class SqliteStore:
             *started_runs(started),
         )
 
-    async def list_runs_apart(
+    async def runs_by_update_apart(
         self,
         status: WorkflowRunState | None = None,
         workflow: str | None = None,
         *,
         started: bool | None = None,
-    ) -> tuple[list[RunRecord], list[StoreCorruptError]]:
-        """``list_runs``, and the errors naming the runs whose rows do not read instead of
-        failing at the first (what a person's listing shows: ``listed_runs_apart``)."""
-        text, params = self._runs_query(status, workflow, started)
-        return await self._run(
-            self._transaction, "BEGIN", listed_runs_apart, (text, params, status is not None)
-        )
+        last: int | None = None,
+    ) -> tuple[list[RunRecord], list[StoreCorruptError], int]:
+        """What ``runs list`` shows: runs least recently updated first (``last``: only the
+        ``last`` updated most recently), the errors naming those whose rows do not read
+        (``list_runs_apart``), and how many runs the filters match in all."""
+        value = WorkflowRunState(status).value if status is not None else None
+        text, count, params = runs_by_update(value, workflow, started, last)
+
+        def read(conn: Conn) -> tuple[list[RunRecord], list[StoreCorruptError], int]:
+            records, damaged = listed_runs_apart(conn, text, params, status is not None)
+            return records, damaged, conn.execute(count, params).fetchone()[0]
+
+        return await self._run(self._transaction, "BEGIN", read, ())
 
     async def run_ids(self, prefix: str = "") -> Sequence[str]:
         # (every id: maybe many, on the worker; those with a prefix, a range: a short read)

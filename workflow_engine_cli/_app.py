@@ -1144,7 +1144,8 @@ def runs_list(
     db: DbOption = None,
     json_mode: JsonOption = False,
 ) -> None:
-    """List runs, oldest first (with --limit N, the N most recently updated)."""
+    """List runs, the most recently updated last (with --limit N, only the N most recently
+    updated)."""
     try:
         state, shown_only = status_filter(status)
     except ValueError as exc:
@@ -1157,16 +1158,22 @@ def runs_list(
             started = None if shown_only is None else shown_only != "not_started"
             # every run whose row reads, and the damaged ones named: one hid all the others
             # (outside testers 137, 140)
-            runs, damaged = await _store_of(runtime).list_runs_apart(
-                state, workflow, started=started
-            )
-            if shown_only:
+            store = _store_of(runtime)
+            if shown_only:  # (which are interrupted: whether their worker lives, asked here)
+                runs, damaged, _ = await store.runs_by_update_apart(
+                    state, workflow, started=started
+                )
                 runs = [r for r in runs if person_status(r) == shown_only]
-            runs, left_out = limited(runs, limit, newest=True)
+                runs, left_out = limited(runs, limit, newest=True)
+            else:
+                runs, damaged, matched = await store.runs_by_update_apart(
+                    state, workflow, started=started, last=limit or None
+                )
+                left_out = max(0, matched - limit) if limit else 0
             filtered = status is not None or workflow is not None
             answered = await _answered_counts(runtime, runs if filtered else None)
             every = (
-                await _store_of(runtime).run_ids_beside([r.run_id for r in runs])
+                await store.run_ids_beside([r.run_id for r in runs])
                 if (filtered or left_out) and runs and not json_mode
                 else None
             )

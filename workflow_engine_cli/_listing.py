@@ -163,7 +163,8 @@ def runs_output(
 ) -> Output:
     """``runs list``: ``runs`` (``RunRecord``), with ``answered`` (run → answers waiting);
     ``every``: every run's id, for the shortest unique prefixes (None: ``runs`` are all);
-    ``left_out``: how many older runs ``--limit`` left out (said under the table)."""
+    ``left_out``: how many runs updated earlier ``--limit`` left out (said under the
+    table)."""
     if json_mode:
         rows = [
             {
@@ -199,7 +200,7 @@ def runs_output(
     def show() -> None:
         print_table(headers, table, wrap=["UPDATED (UTC)"])
         if left_out:
-            print(f"({left_out:,} older not shown: --limit 0 lists them all)")
+            print(f"({left_out:,} updated earlier not shown: --limit 0 lists them all)")
 
     return show
 

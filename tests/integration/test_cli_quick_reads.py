@@ -245,11 +245,48 @@ def test_a_limit_lists_the_newest_runs_and_the_oldest_requests(
     assert [line.split()[0] for line in lines[1:3]] == [
         r["run_id"][: len(lines[1].split()[0])] for r in runs[-2:]
     ]
-    assert lines[3] == f"({len(runs) - 2:,} older not shown: --limit 0 lists them all)"
+    assert lines[3] == f"({len(runs) - 2:,} updated earlier not shown: --limit 0 lists them all)"
     code, printed = served_quickly(
         ["requests", "list", "--limit=1", "--json", "--db", db], env_for()
     )
     assert code == 0 and json.loads(printed) == asks[:1]
+
+
+def test_the_run_updated_last_is_listed_last_and_kept_by_a_limit(tmp_path: Path) -> None:
+    """``runs list`` was in the order the runs were created, under a column saying when each
+    was updated, so ``--limit 1`` kept the run created last, called the run updated after it
+    "older", and a week-old chat still going never showed (outside tester 175). Runs are
+    listed by their last update, by both paths; ``requests list --limit`` reads only what
+    it shows."""
+    db = tmp_path / "runs.db"
+
+    async def make() -> tuple[str, str]:
+        runtime = Runtime(SqliteStore(db))
+        runtime.register(asking_workflow)
+        try:
+            first = await runtime.run("asking", "first")
+            second = await runtime.run("asking", "second")
+            await runtime.run("asking", "third")
+            await runtime.respond_and_resume(first.pending_requests[0].request_id, "done")
+            return first.run_id, second.run_id
+        finally:
+            await runtime.close()
+
+    first, second = anyio.run(make)
+    env = env_for()
+    for argv in (["runs", "list"], ["runs", "list", "--limit", "1"], ["requests", "list"]):
+        quick, proper = both([*argv, "--db", str(db)], env)
+        assert quick == proper and quick[0] == 0, (argv, quick, proper)
+    code, printed = served_quickly(["runs", "list", "--json", "--db", str(db)], env)
+    listed = [r["run_id"] for r in json.loads(printed)]
+    assert code == 0 and listed[0] == second and listed[-1] == first, listed
+    code, printed = served_quickly(["runs", "list", "--limit", "1", "--db", str(db)], env)
+    lines = printed.splitlines()
+    assert code == 0 and lines[1].split()[0] == first[: len(lines[1].split()[0])], printed
+    assert lines[2] == "(2 updated earlier not shown: --limit 0 lists them all)", printed
+    code, printed = served_quickly(["requests", "list", "--limit", "1", "--db", str(db)], env)
+    assert code == 0 and "second" in printed and "third" not in printed, printed
+    assert printed.splitlines()[-1] == "(1 newer not shown: --limit 0 lists them all)"
 
 
 @pytest.mark.parametrize("argv", LISTINGS, ids=" ".join)
