@@ -13,6 +13,7 @@ import contextlib
 import functools
 import inspect
 import json
+import logging
 import math
 import threading
 import types
@@ -34,6 +35,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 from workflow_engine._codec import is_text
 from workflow_engine._errors import UsageError
 from workflow_engine._input import is_blank
+
+log = logging.getLogger(__name__)
 
 IdempotencyKey = NewType("IdempotencyKey", str)
 """Annotate a tool parameter with this to receive the call's idempotency key."""
@@ -108,20 +111,31 @@ class Tool:
     ) -> None:
         _check_options(func, name, description, approval_mode, idempotent)
         self.func = func
-        self.name = name or func.__name__
+        self.name = name or _name_of(func)
         doc = inspect.getdoc(func) or ""
         self.description = description or doc.split("\n\n")[0].strip() or self.name
         self.approval_mode = approval_mode
         self.idempotent = idempotent
         """Safe to call again with the same idempotency key: if a crash leaves a call in doubt,
         it is retried; otherwise the run asks a person whether it happened."""
-        self.is_async = inspect.iscoroutinefunction(func)
+        call = getattr(func, "__call__", None)  # noqa: B004 (an object's ``async def __call__``)
+        self.is_async = inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(call)
         self.idempotency_param: str | None = None
         self.accepts_invocation_kwargs = False
         self.positional: tuple[str, ...] = ()  # positional-only parameters, passed so
-        hints = get_type_hints(func, include_extras=True)
+        hints = _hints_of(func, self.name)
         fields: dict[str, Any] = {}
+        # (a partial's keywords are given: not the model's to pass, nor to see)
+        given = func.keywords if isinstance(func, functools.partial) else {}
         for param in inspect.signature(func).parameters.values():
+            if param.name in given:
+                continue
+            if param.name.startswith("_"):  # (pydantic keeps such a field private: it was
+                # left out of the schema, and every call failed -- outside tester 176)
+                raise UsageError(
+                    f"tool {self.name!r}: parameter {param.name!r} starts with '_', which a "
+                    "tool's arguments cannot (their schema leaves it out); rename it"
+                )
             if param.kind is inspect.Parameter.VAR_KEYWORD:
                 self.accepts_invocation_kwargs = True  # receives function_invocation_kwargs
                 continue
@@ -175,24 +189,54 @@ class Tool:
             )
         try:
             model = self.arguments_model.model_validate(arguments)
+            problems = self._bools_for_numbers(arguments) if _holds_bool(arguments) else []
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
-                for e in exc.errors()
+            problems = exc.errors()
+        if problems:
+            said = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in problems
             )
-            raise ToolArgumentsError(
-                f"invalid arguments for tool {self.name!r}: {problems}"
-            ) from exc
+            raise ToolArgumentsError(f"invalid arguments for tool {self.name!r}: {said}")
         return {name: getattr(model, name) for name in type(model).model_fields}
 
+    def _bools_for_numbers(self, arguments: dict[str, Any]) -> list[Any]:
+        """Each ``true`` or ``false`` where the schema says a number, which it is not (pydantic
+        reads it as 1: a reviewer's edit ``"amount": true`` moved 1.00 EUR -- outside tester
+        176), as pydantic's errors. JSON's strict reading names them; its other refusals
+        (``"250"`` for a number, which a tool takes) are not this check's."""
+        try:
+            text = json.dumps(arguments)
+        except (TypeError, ValueError):  # (not JSON: nothing a model or a person sent)
+            return []
+        try:
+            self.arguments_model.model_validate_json(text, strict=True)
+        except ValidationError as exc:
+            return [
+                e
+                for e in exc.errors()
+                if type(e.get("input")) is bool and e["type"] in _NUMBER_ERRORS
+            ]
+        return []
+
     def needs_approval(self, arguments: dict[str, Any]) -> bool:
+        """Whether the call waits for a person. A predicate that raises asks one: it failed
+        the run, and every resume replayed the model's call into the same failure (outside
+        tester 176) -- a call that cannot be told safe is not run unasked."""
         mode = self.approval_mode
         if mode == "always_require":
             return True
         if mode == "never_require":
             return False
         assert callable(mode)
-        return bool(mode(arguments))
+        try:
+            return bool(mode(arguments))
+        except Exception:
+            log.warning(
+                "tool %r: its approval_mode predicate raised; the call waits for approval",
+                self.name,
+                exc_info=True,
+            )
+            return True
 
     async def invoke(
         self,
@@ -219,7 +263,11 @@ class Tool:
             # a sync tool (blocking I/O, a slow computation) runs in a worker thread, so the
             # event loop keeps streaming, renewing leases and serving other runs meanwhile
             call = functools.partial(_counted, functools.partial(self.func, *args, **kwargs))
-            return await anyio.to_thread.run_sync(call, limiter=thread_limiter)
+            (result,) = await anyio.to_thread.run_sync(call, limiter=thread_limiter)
+            if inspect.isawaitable(result):  # a plain function handing back a coroutine
+                # (it was the model's result, never awaited: the effect never happened)
+                result = await result
+            return result
         result = self.func(*args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
@@ -236,13 +284,14 @@ _IN_THREADS = [0]
 _IN_THREADS_LOCK = threading.Lock()
 
 
-def _counted(call: Callable[[], Any]) -> Any:
+def _counted(call: Callable[[], Any]) -> tuple[Any]:
     """``call()`` in its worker thread, counted while it runs (whatever became of its caller:
-    a command stopped meanwhile does not end it)."""
+    a command stopped meanwhile does not end it). Its result comes back in a tuple: trio
+    refuses a thread's coroutine result, which a plain function may hand back."""
     with _IN_THREADS_LOCK:
         _IN_THREADS[0] += 1
     try:
-        return call()
+        return (call(),)
     finally:
         with _IN_THREADS_LOCK:
             _IN_THREADS[0] -= 1
@@ -276,6 +325,43 @@ async def thread_slot(t: Tool | None) -> AsyncIterator[anyio.CapacityLimiter | N
         yield anyio.CapacityLimiter(1)  # the call's own: its thread is the token taken here
     finally:
         threads.release_on_behalf_of(borrower)
+
+
+_NUMBER_ERRORS = frozenset({"int_type", "float_type", "decimal_type", "complex_type"})
+
+
+def _holds_bool(value: Any) -> bool:
+    """Whether ``value`` (a call's arguments) holds a ``True`` or ``False`` at any depth."""
+    if type(value) is bool:
+        return True
+    if isinstance(value, dict):
+        return any(map(_holds_bool, value.values()))
+    if isinstance(value, list):
+        return any(map(_holds_bool, value))
+    return False
+
+
+def _name_of(func: Any) -> str:
+    """A tool's name when none is given: its function's (a ``functools.partial``'s
+    function's; a callable object's class's)."""
+    if isinstance(func, functools.partial):
+        return _name_of(func.func)
+    return getattr(func, "__name__", None) or type(func).__name__
+
+
+def _hints_of(func: Any, name: str) -> dict[str, Any]:
+    """The annotations of what the tool calls: a function, a ``functools.partial`` of one, or
+    an object's ``__call__`` (``get_type_hints`` refused the last two with a bare
+    ``TypeError``: outside tester 176)."""
+    target = func
+    while isinstance(target, functools.partial):
+        target = target.func
+    if not inspect.isroutine(target):
+        target = getattr(target, "__call__", target)  # noqa: B004
+    try:
+        return get_type_hints(target, include_extras=True)
+    except Exception as exc:  # (a name an annotation uses that does not exist, say)
+        raise UsageError(f"tool {name!r}: its annotations cannot be read: {exc}") from None
 
 
 def _takes_text(annotation: Any) -> bool:

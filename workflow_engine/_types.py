@@ -79,6 +79,22 @@ def _no_typeddict(tp: Any) -> None:
         )
 
 
+def takes_float(tp: Any) -> bool:
+    """Whether ``float`` is part of ``tp``: itself, or inside a union or a container's type
+    arguments -- where a matcher takes an int for a float, as Python's typing does."""
+    return tp is float or any(takes_float(arg) for arg in get_args(tp))
+
+
+def holds_int(value: Any) -> bool:
+    """Whether ``value`` is an int or a list, tuple, set or dict holding one (not a bool)."""
+    t = type(value)
+    if t is int:
+        return True
+    if t in (list, tuple, set, frozenset):
+        return any(map(holds_int, value))
+    return t is dict and any(map(holds_int, value.values()))
+
+
 def build_matcher(tp: Any) -> Matcher:
     """Compile an annotation into a fast runtime check ``value -> bool``."""
     if tp is Any or tp is object:

@@ -85,7 +85,7 @@ from ._requests import (
     RequestPort,
 )
 from ._runner import RunLoop, RunState, changes_of, new_checkpoint_id
-from ._types import build_matcher, concrete_classes, type_name
+from ._types import build_matcher, concrete_classes, holds_int, takes_float, type_name
 
 if TYPE_CHECKING:
     from ._graph import Graph
@@ -963,8 +963,11 @@ class Workflow:
         """Validate an answer against the expected type; JSON-shaped data is validated strictly,
         and may name only fields its type has."""
         if build_matcher(expected)(data):
-            return data
-        if isinstance(data, BaseModel) or (is_dataclass(data) and not isinstance(data, type)):
+            if not (holds_int(data) and takes_float(expected)):
+                return data
+            # else: as its type reads it, a float (a handler's ``price: float`` got the int
+            # 2, which a web page sends for 2.0 -- outside tester 176)
+        elif isinstance(data, BaseModel) or (is_dataclass(data) and not isinstance(data, type)):
             # (as JSON it would be its str(): pydantic would say "Input should be an object")
             raise ResponseTypeError(
                 f"run {run_id!r}, request {request_id!r}: expected "

@@ -226,7 +226,32 @@ class AskDictOfInt(Ask):
         await ctx.yield_output(answer)
 
 
+class AskFloat(Ask):
+    @response_handler
+    async def answered(self, question: str, answer: float, ctx: WorkflowContext[Never, Any]) -> Any:
+        await ctx.yield_output(answer)
+
+
+class AskFloats(Ask):
+    @response_handler
+    async def answered(
+        self, question: str, answer: list[float], ctx: WorkflowContext[Never, Any]
+    ) -> Any:
+        await ctx.yield_output(answer)
+
+
+class AskMaybeFloat(Ask):
+    @response_handler
+    async def answered(
+        self, question: str, answer: float | None, ctx: WorkflowContext[Never, Any]
+    ) -> Any:
+        await ctx.yield_output(answer)
+
+
 ASKERS: dict[Any, type[Ask]] = {
+    float: AskFloat,
+    list[float]: AskFloats,
+    float | None: AskMaybeFloat,
     dict[str, int]: AskDictOfInt,
     list[Inner]: AskListOfInner,
     dict[str, Inner]: AskDictOfInner,
@@ -361,3 +386,17 @@ def test_an_answer_holding_a_lone_surrogate_is_refused_by_name(text: str) -> Non
     with pytest.raises(ResponseTypeError, match="holds text with a lone surrogate") as refused:
         answer(Decision, {"approved": True, "reviewer": text})
     assert "Invalid JSON" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("answer_type", "data", "given"),
+    [(float, 2, 2.0), (list[float], [1, 2.5], [1.0, 2.5]), (float | None, 3, 3.0)],
+)
+def test_a_whole_number_answered_for_a_float_is_a_float(
+    answer_type: Any, data: Any, given: Any
+) -> None:
+    """A web page sends 2.0 as 2: the handler's ``price: float`` got the int, and failed on
+    what a float has (outside tester 176)."""
+    got = answer(answer_type, data)
+    assert got == given
+    assert {type(v) for v in (got if isinstance(got, list) else [got])} == {float}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Annotated, Any
 
@@ -53,6 +54,19 @@ def test_arguments_are_validated_before_any_call() -> None:
     with pytest.raises(ToolArgumentsError, match="surprise: Extra inputs"):
         lookup.validate({"order_id": "1", "surprise": True})
     assert refund.validate({"order_id": "1", "amount": "5"}) == {"order_id": "1", "amount": 5.0}
+    # a boolean is no number, however pydantic's lax reading takes it (an approval edited to
+    # "amount": true moved 1.00 EUR: outside tester 176) -- at any depth; text still is
+    for wrong, where in (
+        ({"order_id": "1", "amount": True}, "amount: Input should be a valid number"),
+        ({"order_id": "1", "amount": False}, "amount: Input should be a valid number"),
+        ({"counts": [1, True]}, r"counts\.1: Input should be a valid integer"),
+    ):
+        with pytest.raises(ToolArgumentsError, match=where):
+            (refund if "order_id" in wrong else _counting).validate(wrong)
+    assert _counting.validate({"counts": [1, "2"], "exact": True}) == {
+        "counts": [1, 2],
+        "exact": True,
+    }
     # JSON has no infinity nor NaN: the text pydantic would read as one is refused (an
     # approval edited to "Infinity" moved inf EUR)
     for endless in ("Infinity", "-inf", "NaN", float("inf"), float("nan")):
@@ -60,9 +74,19 @@ def test_arguments_are_validated_before_any_call() -> None:
             refund.validate({"order_id": "1", "amount": endless})
 
 
+@tool
+def _counting(counts: list[int], exact: bool = False) -> int:
+    """Count."""
+    return sum(counts)
+
+
 def test_conditional_approval_mode() -> None:
     assert not refund.needs_approval({"order_id": "1", "amount": 50})
     assert refund.needs_approval({"order_id": "1", "amount": 500})
+    # a predicate that raises asks a person: it failed the run, and each resume replayed the
+    # model's call into the same failure (outside tester 176)
+    fragile = tool(approval_mode=lambda args: 1 / 0)(_plain)
+    assert fragile.needs_approval({})
     with pytest.raises(ValueError, match="approval_mode"):
         tool(approval_mode="sometimes")(lambda: None)  # type: ignore[arg-type]
 
@@ -120,7 +144,7 @@ async def test_free_calls_run_and_the_model_continues() -> None:
 
 async def test_a_message_built_with_text_reaches_the_model() -> None:
     """``ChatMessage("user", text=...)`` as MAF writes it: the text was silently dropped, so
-    the model was sent an empty message."""
+    the model was sent an empty message (outside testers 158, 176)."""
     agent = agent_with(
         [
             Rule(user=r"order (?P<id>\d+)", calls=[ToolCall("lookup", {"order_id": "{id}"})]),
@@ -131,8 +155,11 @@ async def test_a_message_built_with_text_reaches_the_model() -> None:
     assert response.text == 'Status: {"order_id": "12", "status": "shipped"}'
     both = ChatMessage(role="assistant", contents=ChatMessage.user("a").contents, text="b")
     assert [c.text for c in both.contents] == ["a", "b"]
-    with pytest.raises(TypeError, match="takes text, not int"):
+    with pytest.raises(ValueError, match="takes text, not int"):
         ChatMessage("user", text=5)  # type: ignore[arg-type]
+    # validated from data too (outside tester 176: it became an empty message)
+    assert ChatMessage.model_validate({"role": "user", "text": "hi"}).text == "hi"
+    assert ChatMessage.model_validate_json('{"role": "user", "text": "hi"}').text == "hi"
     # reading messages back (a checkpoint, a model's JSON) does not go through that __init__
     assert ChatMessage.__pydantic_custom_init__ is False
 
@@ -277,6 +304,14 @@ def _plain() -> str:
     return "ran"
 
 
+def _private(_order_id: str) -> str:
+    return "never"
+
+
+def _unknown_annotation(order: NoSuchType) -> str:  # type: ignore[name-defined]  # noqa: F821
+    return "never"
+
+
 @pytest.mark.parametrize(
     ("make", "refused"),
     [
@@ -296,6 +331,9 @@ def _plain() -> str:
         (lambda: tool(description=3)(_plain), "description must be text"),
         (lambda: tool(idempotent="yes")(_plain), "idempotent must be True or False"),
         (lambda: tool("not a function"), "decorates a function"),
+        # left out of the schema, so no call could ever pass it (outside tester 176)
+        (lambda: tool(_private), "parameter '_order_id' starts with '_'"),
+        (lambda: tool(_unknown_annotation), "its annotations cannot be read"),
     ],
 )
 def test_a_tool_that_cannot_be_called_as_defined_is_refused_when_defined(
@@ -333,6 +371,36 @@ async def test_positional_only_parameters_are_passed_by_position() -> None:
 
     assert add.spec.parameters["required"] == ["a", "b"]
     assert await add.invoke({"a": 1, "b": 2, "c": 3}, idempotency_key="k") == 6
+
+
+class _Lookup:
+    """Look an order up."""
+
+    async def __call__(self, order_id: str) -> str:
+        return f"found {order_id}"
+
+
+async def _find(order_id: str, where: str) -> str:
+    return f"found {order_id} in {where}"
+
+
+def _finding_later(order_id: str) -> Any:
+    return _find(order_id, "a coroutine handed back")
+
+
+async def test_a_callable_object_a_partial_or_a_coroutine_handed_back_is_a_tool() -> None:
+    """An object with ``async def __call__`` and a ``functools.partial`` were refused with a
+    bare ``TypeError``; a plain function handing back a coroutine had it for its result,
+    never awaited -- the effect never happened, and the model was told it had (outside
+    tester 176)."""
+    for made, said in (
+        (tool(_Lookup()), "found 7"),
+        (tool(functools.partial(_find, where="the archive")), "found 7 in the archive"),
+        (tool(_finding_later), "found 7 in a coroutine handed back"),
+    ):
+        assert list(made.spec.parameters["properties"]) == ["order_id"], made
+        assert await made.invoke({"order_id": "7"}, idempotency_key="k") == said
+    assert tool(_Lookup()).name == "_Lookup" and tool(functools.partial(_find)).name == "_find"
 
 
 def test_a_reducer_class_for_an_instance_is_refused_when_the_agent_is_defined() -> None:
