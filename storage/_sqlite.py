@@ -153,6 +153,7 @@ from ._sql import (
     SQL_COMMIT_RUN_RELEASE_NO_CANCEL,
     SQL_COMMIT_RUN_RELEASE_UNLESS_CANCEL,
     SQL_COMMIT_RUN_SAYING_CANCEL,
+    SQL_COUNT_REQUESTS,
     SQL_DOOMED,
     SQL_DOOMED_RUN_NO,
     SQL_DROP_BEFORE,
@@ -2138,17 +2139,30 @@ class SqliteStore:
         return stored_request(row), run_record(row[12:])
 
     async def list_requests(
-        self, run_id: str | None = None, status: RequestStatus | None = "pending"
+        self,
+        run_id: str | None = None,
+        status: RequestStatus | None = "pending",
+        *,
+        limit: int | None = None,
     ) -> Sequence[StoredRequest]:
+        """``RunStore.list_requests``; with ``limit``, the first ``limit`` of them alone are
+        read (``count_requests`` says how many there are)."""
         text, params = filtered(
             f"SELECT {REQUEST_COLUMNS} FROM requests",
             (("run_id", run_id), ("status", status)),
             "created_at, rowid",  # the order the run asked them in (rows go in in that order)
         )
+        if limit is not None:
+            text += f" LIMIT {int(limit)}"
         if status == "pending" or (status is not None and run_id is not None):
             return await self._run(self._transaction, None, requests_of_run, (text, params, run_id))
         rows = await self._run(self._transaction, None, _fetch_all, (text, params))
         return [stored_request(r) for r in rows]
+
+    async def count_requests(self, status: RequestStatus) -> int:
+        """How many requests of ``status`` there are (of every run)."""
+        row = await self._query(_fetch_one, SQL_COUNT_REQUESTS, (status,))
+        return int(row[0])
 
     async def request_ids(self, prefix: str = "") -> Sequence[str]:
         read = self._read if prefix else self._run  # (as ``run_ids``)

@@ -923,14 +923,25 @@ def decode_stored(codec: JsonCodec, data: JSONValue, run_id: str, what: str) -> 
 
 def stored_value_error(exc: Exception, where: str) -> WorkflowError:
     """The error for a stored value that does not decode (``where``: which run and record)."""
-    if isinstance(exc, NoLongerFitsError | UnregisteredTypeError):
-        # (a type's fields or its registration changed; a stored record, written whole and
-        # read back at once when it was stored, rarely damages into valid JSON of that shape)
+    if isinstance(exc, UnregisteredTypeError):
+        # (a subclass registered when first stored is found again only among the imported
+        # subclasses of the class it extends: one whose module this process did not import
+        # yet was blamed on a change of the code -- outside tester 178)
+        return StoredTypeChangedError(
+            f"{where} does not fit the workflow's types as this process knows them: {exc}. "
+            "A class the workflow's annotations do not name (a subclass) is found again only "
+            "once its module is imported: import it (or register it, "
+            "WorkflowBuilder.register_types) before resuming; else the code changed since it "
+            "was stored (a class renamed or removed?): continue the run with the code it "
+            "started with"
+        )
+    if isinstance(exc, NoLongerFitsError):
+        # (a type's fields changed; a stored record, written whole and read back at once
+        # when it was stored, rarely damages into valid JSON of that shape)
         return StoredTypeChangedError(
             f"{where} does not fit the workflow's types as its code defines them now: {exc}. "
-            "The code changed since it was stored (a field added, removed or renamed, or a "
-            "class no longer registered?): continue the run with the code it started with; "
-            "else the record is damaged"
+            "The code changed since it was stored (a field added, removed or renamed?): "
+            "continue the run with the code it started with; else the record is damaged"
         )
     return StoreCorruptError(f"{where} does not decode: {exc}")
 

@@ -81,6 +81,19 @@ def derive_id(secret: str, *parts: str) -> str:
     return hmac.digest(secret.encode(), message, "sha256")[:16].hex()
 
 
+def branch_secret(secret: str, answers: list[tuple[str, str]]) -> str:
+    """The step secret of a branch: a checkpoint continued without a store, ``answers``
+    ((request id, answer digest), in the order the requests were made) applied to it.
+
+    Without a store a checkpoint may be continued more than once. Answered the same way, the
+    continuations are one branch re-executed (a retry): the same secret, so the same request
+    ids and idempotency keys. Answered otherwise, they are different branches whose steps are
+    different effects: they shared one key, and an outside service that books each key once
+    dropped the second branch's charge (outside tester 178). With a store, history is linear
+    (a checkpoint continues once) and the secret is the run's own."""
+    return derive_id(secret, "branch", *(f"{rid}={digest}" for rid, digest in answers))
+
+
 def idempotency_key(secret: str, run_id: str, step: str) -> str:
     """The key a step hands an outside service: ``<run id>:<opaque id of the step>``."""
     return f"{run_id}:{derive_id(secret, 'effect', run_id, step)}"
@@ -89,6 +102,7 @@ def idempotency_key(secret: str, run_id: str, step: str) -> str:
 __all__ = [
     "INPUT_SOURCE",
     "answer_send_id",
+    "branch_secret",
     "delivery_id",
     "derive_id",
     "idempotency_key",

@@ -24,6 +24,7 @@ from ._checkpoint import (
     Checkpoint,
     CheckpointChanges,
     CheckpointStore,
+    answer_digest,
     answer_has_digest,
     canonical_answer,
     integral_numbers,
@@ -69,6 +70,7 @@ from ._executor import Executor
 from ._identity import (
     INPUT_SOURCE,
     answer_send_id,
+    branch_secret,
     derive_id,
     input_message_id,
     new_step_secret,
@@ -542,6 +544,10 @@ class Workflow:
             raise RunNotResumableError(f"run {state.run_id!r} was cancelled")
         loop = RunLoop(self, state, emit, store, limit)
         answers = self.validate_responses(state, responses or {})
+        if answers and store is None:  # (see ``branch_secret``)
+            encode = self.codec.encode
+            digests = [(rid, answer_digest(encode(value))) for rid, _, value in answers]
+            state.secret = branch_secret(state.secret, digests)
         changed = bool(answers)
         state.status = WorkflowRunState.IN_PROGRESS
         # Where the store keeps every answer until a commit applies it (``respond``), applying

@@ -1231,15 +1231,7 @@ def requests_list(
     async def body() -> int:
         async def go(runtime: Runtime) -> int:
             # No workflow is registered, so the data stays as stored; describe_request reads it.
-            found, damaged = await _pending_tolerantly(runtime)
-            pending, left_out = limited(
-                [
-                    Pending(r.request_id, r.run_id, r.workflow_name, r.port_id, r.data)
-                    for r in found
-                ],
-                limit,
-                newest=False,
-            )
+            pending, damaged, left_out = await _pending_tolerantly(runtime, limit)
             if json_mode:
                 code = _said(damaged)
                 requests_json_output(pending)()
@@ -1275,14 +1267,29 @@ def _said(errors: Sequence[WorkflowError]) -> int:
     return code
 
 
-async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[WorkflowError]]:
-    """Every pending request, and the errors of runs whose requests cannot be read: one
-    damaged request row stopped the whole inbox (outside tester 106). Only then is each run
-    read on its own, so that the others are still listed."""
+async def _pending_tolerantly(
+    runtime: Runtime, limit: int | None
+) -> tuple[list[Pending], list[WorkflowError], int]:
+    """The pending requests (the first ``limit``), the errors of runs whose requests cannot
+    be read, and how many ``limit`` left out: one damaged request row stopped the whole inbox
+    (outside tester 106). Only then is each run read on its own, so that the others are
+    still listed. With a limit, only the requests shown are read (every one was, then cut:
+    1.1 s for 20 of 53,000, outside tester 175)."""
     from workflow_engine import RunNotFoundError, StoreCorruptError
 
     try:
-        return list(await runtime.pending_requests()), []
+        if limit:
+            store = _store_of(runtime)
+            listed = await store.list_requests(status="pending", limit=limit)
+            names = {}
+            for r in listed:
+                if r.run_id not in names:
+                    names[r.run_id] = (await store.get_run(r.run_id)).workflow_name
+            pending = [
+                Pending(r.request_id, r.run_id, names[r.run_id], r.port_id, r.data) for r in listed
+            ]
+            return pending, [], max(0, await store.count_requests("pending") - limit)
+        return _as_pending(await runtime.pending_requests()), [], 0
     except (StoreCorruptError, RunNotFoundError):
         pass
     found: list[Any] = []
@@ -1299,7 +1306,13 @@ async def _pending_tolerantly(runtime: Runtime) -> tuple[list[Any], list[Workflo
             damaged.append(exc)
         except RunNotFoundError as exc:  # (its run's row gone: tester 134)
             damaged.append(_gone_yet_named(exc, "pending requests"))
-    return found, damaged
+    pending, left_out = limited(_as_pending(found), limit, newest=False)
+    return pending, damaged, left_out
+
+
+def _as_pending(found: Sequence[Any]) -> list[Pending]:
+    """``PendingRequest`` s as the inbox lists them."""
+    return [Pending(r.request_id, r.run_id, r.workflow_name, r.port_id, r.data) for r in found]
 
 
 def _gone_yet_named(exc: WorkflowError, by: str) -> WorkflowError:

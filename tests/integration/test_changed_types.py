@@ -261,3 +261,106 @@ async def test_a_class_that_reads_its_old_field_names_continues_the_run(tmp_path
         assert done.outputs == ["read back Note(text='kept', times=1)"]
     finally:
         await new.close()
+
+
+_SUBCLASS_APP = {
+    "base.py": """
+from pydantic import BaseModel
+
+
+class Base(BaseModel):
+    x: int
+""",
+    "hidden.py": """
+from base import Base
+
+
+class Hidden(Base):  # named by no annotation: registered when first stored
+    secret: str = "s"
+""",
+    "app.py": """
+import json
+import sys
+from typing import Never
+
+import anyio
+
+from base import Base
+from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
+from workflow_engine.storage import SqliteStore
+
+
+class Src(Executor):
+    @handler
+    async def go(self, m: str, ctx: WorkflowContext[Base]) -> None:
+        import hidden  # (imported only here: a new process has not, until this runs)
+
+        await ctx.send_message(hidden.Hidden(x=1, secret="kept"))
+
+
+class Dst(Executor):
+    @handler
+    async def got(self, m: Base, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(repr(m))
+
+
+def build():
+    src = Src("src")
+    return WorkflowBuilder(name="hid", start=src).add_edge(src, Dst("dst")).build()
+
+
+async def main(db: str, how: str) -> None:
+    if how == "imported":
+        import hidden  # noqa: F401
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(build)
+    try:
+        if how == "start":
+            result = await runtime.run("hid", "go", run_id="r1", max_supersteps=1)
+        else:
+            result = await runtime.resume("r1")
+        print(json.dumps({"outputs": result.outputs}))
+    except Exception as exc:
+        print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+    finally:
+        await runtime.close()
+
+
+anyio.run(main, sys.argv[1], sys.argv[2])
+""",
+}
+
+
+@pytest.mark.slow
+def test_a_subclass_whose_module_a_new_process_has_not_imported_is_named_so(
+    tmp_path: Path,
+) -> None:
+    """A subclass no annotation names is registered when first stored, and found again in a
+    new process among the imported subclasses of the class it extends. The resume said "the
+    code changed since it was stored" -- it had not (outside tester 178): it says to import
+    the class's module, and with it imported the run goes on."""
+    import json
+    import subprocess
+    import sys
+
+    for name, text in _SUBCLASS_APP.items():
+        (tmp_path / name).write_text(text)
+    db = str(tmp_path / "runs.db")
+
+    def app(how: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "app.py", db, how],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert app("start") == {"outputs": []}
+    stranded = app("resume")
+    assert stranded["error"] == "StoredTypeChangedError", stranded
+    assert "names type 'Hidden'" in stranded["message"]
+    assert "found again only once its module is imported" in stranded["message"]
+    assert app("imported") == {"outputs": ["Hidden(x=1, secret='kept')"]}

@@ -1174,3 +1174,46 @@ async def test_a_step_key_holding_a_lone_surrogate_is_refused_by_name() -> None:
 
     await WorkflowBuilder(name="k", start=Keyed("k")).build().run("x")
     assert len(said) == 1 and "the step key" in said[0] and "lone surrogate" in said[0], said
+
+
+class _Charge(Executor):
+    """Asks how much to charge, then charges it under one step, handing the key to a ledger."""
+
+    def __init__(self, booked: dict[str, float]) -> None:
+        super().__init__("charge")
+        self.booked = booked  # (the payment service: one charge per idempotency key)
+
+    @handler
+    async def ask(self, order: str, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.request_info(order, float)
+
+    @response_handler
+    async def answered(self, order: str, amount: float, ctx: WorkflowContext[Never, str]) -> None:
+        key = ctx.idempotency_key("pay")
+
+        async def pay() -> str:
+            self.booked.setdefault(key, amount)
+            return f"charged {self.booked[key]}"
+
+        await ctx.yield_output(await ctx.run_once("pay", pay))
+
+
+async def test_one_saved_pause_answered_two_ways_without_a_store_is_two_branches() -> None:
+    """Without a store a checkpoint may be continued more than once. Answered 10 and then 99,
+    both continuations handed the charge one idempotency key: the payment service booked 10
+    once and the second branch was told of a 99 charge that never happened (outside tester
+    178). Branches answered differently hand out different keys; the same answer again (a
+    retry) the same key."""
+    booked: dict[str, float] = {}
+    wf = WorkflowBuilder(name="charge", start=_Charge(booked)).build()
+    paused = await wf.run("order 7")
+    saved = paused.checkpoint.to_json()
+    (request,) = paused.pending_requests
+    outputs = []
+    for amount in (10.0, 99.0, 10.0):
+        again = await wf.run(
+            checkpoint=Checkpoint.from_json(saved), responses={request.request_id: amount}
+        )
+        outputs.append(again.outputs)
+    assert outputs == [["charged 10.0"], ["charged 99.0"], ["charged 10.0"]]
+    assert sorted(booked.values()) == [10.0, 99.0]  # the retry booked nothing more
