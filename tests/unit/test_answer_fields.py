@@ -186,78 +186,30 @@ class Ask(Executor):
 # a type expression (not a class) must be the annotation of the handler its answer goes to
 
 
-class AskListOfInner(Ask):
-    @response_handler
+def asker_of(answer_type: Any) -> type[Ask]:
+    """An ``Ask`` whose response handler is annotated with ``answer_type``."""
+
     async def answered(
-        self, question: str, answer: list[Inner], ctx: WorkflowContext[Never, Any]
+        self: Ask, question: str, answer: Any, ctx: WorkflowContext[Never, Any]
     ) -> Any:
         await ctx.yield_output(answer)
 
-
-class AskDictOfInner(Ask):
-    @response_handler
-    async def answered(
-        self, question: str, answer: dict[str, Inner], ctx: WorkflowContext[Never, Any]
-    ) -> Any:
-        await ctx.yield_output(answer)
+    answered.__annotations__["answer"] = answer_type
+    return type(f"AskFor{len(ASKERS)}", (Ask,), {"answered": response_handler(answered)})
 
 
-class AskListOfInnerAllow(Ask):
-    @response_handler
-    async def answered(
-        self, question: str, answer: list[InnerAllow], ctx: WorkflowContext[Never, Any]
-    ) -> Any:
-        await ctx.yield_output(answer)
-
-
-class AskEitherInner(Ask):
-    @response_handler
-    async def answered(
-        self, question: str, answer: InnerAllow | Inner, ctx: WorkflowContext[Never, Any]
-    ) -> Any:
-        await ctx.yield_output(answer)
-
-
-class AskDictOfInt(Ask):
-    @response_handler
-    async def answered(
-        self, question: str, answer: dict[str, int], ctx: WorkflowContext[Never, Any]
-    ) -> Any:
-        await ctx.yield_output(answer)
-
-
-class AskFloat(Ask):
-    @response_handler
-    async def answered(self, question: str, answer: float, ctx: WorkflowContext[Never, Any]) -> Any:
-        await ctx.yield_output(answer)
-
-
-class AskFloats(Ask):
-    @response_handler
-    async def answered(
-        self, question: str, answer: list[float], ctx: WorkflowContext[Never, Any]
-    ) -> Any:
-        await ctx.yield_output(answer)
-
-
-class AskMaybeFloat(Ask):
-    @response_handler
-    async def answered(
-        self, question: str, answer: float | None, ctx: WorkflowContext[Never, Any]
-    ) -> Any:
-        await ctx.yield_output(answer)
-
-
-ASKERS: dict[Any, type[Ask]] = {
-    float: AskFloat,
-    list[float]: AskFloats,
-    float | None: AskMaybeFloat,
-    dict[str, int]: AskDictOfInt,
-    list[Inner]: AskListOfInner,
-    dict[str, Inner]: AskDictOfInner,
-    list[InnerAllow]: AskListOfInnerAllow,
-    InnerAllow | Inner: AskEitherInner,
-}
+ASKERS: dict[Any, type[Ask]] = {}
+for _expression in (
+    dict[str, int],
+    list[Inner],
+    dict[str, Inner],
+    list[InnerAllow],
+    InnerAllow | Inner,
+    float,
+    list[float],
+    float | None,
+):
+    ASKERS[_expression] = asker_of(_expression)
 
 
 def answer(answer_type: Any, data: Any) -> Any:
