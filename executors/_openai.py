@@ -201,9 +201,11 @@ class OpenAIChatClient:
         named = _named_back(tools)
         call_ids: dict[int, str] = {}
         used = _ids_in(messages)
+        finished = False
         async for chunk in self._named_breaks(stream):
             if not chunk.choices:
                 continue
+            finished = finished or chunk.choices[0].finish_reason is not None
             delta = chunk.choices[0].delta
             if delta.content:
                 yield ChatResponseUpdate(kind="text", message_id=chunk.id, text=delta.content)
@@ -221,6 +223,14 @@ class OpenAIChatClient:
                     else None,
                     arguments_delta=function.arguments if function and function.arguments else "",
                 )
+        if not finished:
+            # a server that frames its stream by closing the connection, stopped mid-reply:
+            # the stream just ended, and the half reply was kept as the model's whole one
+            # (outside tester 177); every reply ends with a chunk that says why it ended
+            raise ConnectionError(
+                f"{self._where()} broke off its reply mid-stream: the stream ended before the "
+                "reply said it was finished (no finish_reason)"
+            )
 
 
 _EDITED = "(A reviewer edited this call's arguments before it ran; you had proposed {}.)\n"

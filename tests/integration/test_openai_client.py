@@ -75,9 +75,11 @@ async def test_agent_in_a_workflow_over_http_with_approval() -> None:
 
 
 class BreaksOffMidReply(ThreadingHTTPServer):
-    """An endpoint that streams the start of a reply, then drops the connection."""
+    """An endpoint that streams the start of a reply, then drops the connection: a body said
+    to be longer than what came, or (``framed=False``) one whose end is the connection's, as
+    HTTP allows -- the stream then just ends, with no chunk saying the reply finished."""
 
-    def __init__(self) -> None:
+    def __init__(self, framed: bool = True) -> None:
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
                 pass
@@ -86,7 +88,10 @@ class BreaksOffMidReply(ThreadingHTTPServer):
                 self.rfile.read(int(self.headers.get("content-length", "0")))
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
-                self.send_header("content-length", "100000")  # more than will come
+                if framed:
+                    self.send_header("content-length", "100000")  # more than will come
+                else:
+                    self.send_header("connection", "close")
                 self.end_headers()
                 self.wfile.write(sse_chunk({"content": "Let me"}))
                 self.wfile.flush()
@@ -103,9 +108,12 @@ class BreaksOffMidReply(ThreadingHTTPServer):
         self.server_close()
 
 
-async def test_a_reply_broken_off_mid_stream_names_the_endpoint_and_model() -> None:
-    """It said only "Connection error." (outside tester 63): not which endpoint nor model."""
-    with BreaksOffMidReply() as server:
+@pytest.mark.parametrize("framed", [True, False])
+async def test_a_reply_broken_off_mid_stream_names_the_endpoint_and_model(framed: bool) -> None:
+    """It said only "Connection error." (outside tester 63): not which endpoint nor model. A
+    stream whose end is the connection's was taken for the whole reply: the half reply was
+    stored and the run went on (outside tester 177)."""
+    with BreaksOffMidReply(framed) as server:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         client = OpenAIChatClient("m", base_url=url, api_key="k")
         with pytest.raises(ConnectionError) as broke:
