@@ -921,8 +921,9 @@ class Runtime:
             if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
                 if cancelling:
                     raise RunNotResumableError(f"run {run_id!r} is already {_ended_as(run)}")
+                # ("is idle" read as waiting: outside testers 153, 177)
                 raise RunNotResumableError(
-                    f"run {run_id!r} is {run.status.value}; nothing to resume"
+                    f"run {run_id!r} is already {_ended_as(run)}; nothing to resume"
                 )
 
         return chosen, check
@@ -1702,8 +1703,8 @@ _ENDED = frozenset({WorkflowRunState.IDLE, WorkflowRunState.CANCELLED})
 
 
 def _ended_as(run: RunRecord) -> str:
-    """How a cancel says a run ended: ``finished`` (its status ``idle``, the engine's name for
-    it, read as "waiting": outside tester 153), else its status."""
+    """How a cancel or a resume says a run ended: ``finished`` (its status ``idle``, the
+    engine's name for it, read as "waiting": outside tester 153), else its status."""
     return "finished (idle)" if run.status is WorkflowRunState.IDLE else run.status.value
 
 

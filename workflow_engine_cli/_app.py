@@ -209,9 +209,15 @@ def _prompt_stopped_by(signals: list[int]) -> Iterator[None]:
 
 def _silence_the_terminal() -> bool:
     """Point stdout and stderr at /dev/null where they write to a terminal (one that hung up:
-    a write would fail); a file or a pipe (a script's log) keeps what is said. True if stderr
-    was silenced."""
+    a write would fail); a file or a pipe (a script's log) keeps what is said -- stdout's
+    too, where only stdout wrote to the terminal (``demo 2> log``: how to continue went to the
+    closed window, and the log kept nothing -- outside tester 177). True if stderr was
+    silenced."""
     on_terminal = [s for s in (sys.stdout, sys.stderr) if _is_a_terminal(s)]
+    if on_terminal == [sys.stdout]:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+            return False
     if on_terminal:
         discard_output(*on_terminal)
     return sys.stderr in on_terminal

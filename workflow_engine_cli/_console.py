@@ -96,6 +96,16 @@ class EventPrinter:
         self.outputs_shown: list[Any] = []  # so that the summary at the end does not repeat them
         self.said: dict[str, str] = {}  # agent -> the text of its latest message shown here
 
+    def just_said(self, output: Any) -> bool:
+        """Whether ``output`` is an agent's reply whose last message is the last thing that
+        agent said on this screen: a summary line repeating it said it twice (outside tester
+        177). A reply shown by an earlier process is still summed up."""
+        if not isinstance(output, AgentResponse):
+            return False
+        replies = [m.text for m in output.messages if m.role == "assistant" and m.text]
+        shown = self.said.get(output.agent_name)
+        return bool(replies) and shown is not None and replies[-1].strip() == shown.strip()
+
     def _close_line(self) -> None:
         if self._speaker is not None:
             self.term.end()
@@ -525,10 +535,18 @@ class AnswerPolicy:
             # (a resumed run, or the run's text gone to a file: "You (...):" asked a reply to a
             # question not on the screen -- outside tester 172)
             self.term.line((f"{request.agent}: ", "bold cyan"), request.message)
-        reply = self._ask(("You", "bold green"), " (empty or /end to finish): ").strip()
-        done = is_blank(reply) or reply == "/end"  # (invisible characters alone: empty)
-        await submit({"end": True} if done else {"message": reply})
-        return True
+        while True:
+            typed = self._ask(("You", "bold green"), " (empty or /end to finish): ")
+            reply = typed.strip()
+            if typed and is_blank(typed):  # spaces, invisible characters: a stray key, which
+                # ended the conversation for good (outside tester 177), as the API refuses it
+                self.term.line(
+                    "A blank reply is no message: press Enter alone (or type /end) to finish."
+                )
+                continue
+            done = not reply or reply == "/end"
+            await submit({"end": True} if done else {"message": reply})
+            return True
 
     def _showed(self, agent: str, text: str) -> bool:
         """Whether ``agent``'s ``text`` is what it last said on the terminal asked on."""
@@ -709,7 +727,7 @@ async def _drive(
         if result.status is WorkflowRunState.IDLE:
             if not json_mode:
                 for output in result.outputs:
-                    if output not in printer.outputs_shown:
+                    if output not in printer.outputs_shown and not printer.just_said(output):
                         term.line((f"✓ {describe_output(output)}", "bold green"))
                 term.line(f"Run {visible(run_id)} finished.")
             return EXIT_DONE
@@ -724,9 +742,10 @@ async def _drive(
                     print(json.dumps(line), flush=True)
                 return EXIT_FAILED
             term.line((f"Run {visible(run_id)} ended {result.status.value}.", "red"))
-            if not cancelled:
-                command = f"workflow-engine resume {visible(run_id)}{Hints.db}"
-                term.line(f"Resuming retries it: `{command}`.")
+            if not cancelled:  # (the command whole, as "Continue with:" has it: broken at
+                # the window's edge, a copy of it ran ``--db`` without its path -- tester 177)
+                term.line("Resuming retries it:")
+                term.whole(f"  workflow-engine resume {visible(run_id)}{Hints.db}")
             for effect in in_doubt:
                 show_in_doubt(term, effect, then=CANCELLED_WITHOUT_ASKING)
             return EXIT_FAILED

@@ -180,6 +180,7 @@ class PtySession:
         term: str = "dumb",
         size: tuple[int, int] | None = None,  # (columns, lines)
         stdout: Path | None = None,  # a file instead of the terminal (``> file``)
+        stderr: Path | None = None,  # a file instead of the terminal (``2> file``)
         controlling: bool = False,  # the terminal is the process's controlling terminal
         sigint_ignored: bool = False,  # started as a script's background job (``cmd &``) is
     ) -> None:
@@ -190,6 +191,7 @@ class PtySession:
         self.master = master
         self.raw = b""
         out = stdout.open("wb") if stdout is not None else None
+        err = stderr.open("wb") if stderr is not None else None
         # by default the child leads a session of its own, with no controlling terminal shared
         # with the test runner; ``controlling``: it leads one whose controlling terminal is this
         # PTY (util-linux ``setsid --ctty``), so closing the window hangs it up as a real one
@@ -197,7 +199,7 @@ class PtySession:
             ["setsid", "--ctty", str(ENGINE), *args] if controlling else [str(ENGINE), *args],
             stdin=slave,
             stdout=out if out is not None else slave,
-            stderr=slave,
+            stderr=err if err is not None else slave,
             env={**env, "TERM": term},
             cwd=cwd,
             close_fds=True,
@@ -205,8 +207,9 @@ class PtySession:
             preexec_fn=_ignore_sigint if sigint_ignored else None,
         )
         os.close(slave)  # ours; the master sees EOF once the child is gone
-        if out is not None:
-            out.close()  # the child has its own
+        for mine in (out, err):
+            if mine is not None:
+                mine.close()  # the child has its own
 
     @property
     def text(self) -> str:
@@ -295,6 +298,7 @@ class ScreenSession(PtySession):
         lines: int = 40,
         term: str = "xterm-256color",
         stdout: Path | None = None,
+        stderr: Path | None = None,
         controlling: bool = False,
         sigint_ignored: bool = False,
     ) -> None:
@@ -309,6 +313,7 @@ class ScreenSession(PtySession):
             term=term,
             size=(columns, lines),
             stdout=stdout,
+            stderr=stderr,
             controlling=controlling,
             sigint_ignored=sigint_ignored,
         )
@@ -384,9 +389,11 @@ SLOW_REPLY = (
 
 class SlowModel(ThreadingHTTPServer):
     """An OpenAI-compatible endpoint that thinks for a while, then streams its answer a word at
-    a time, slowly enough for the spinner to tick before and while it speaks."""
+    a time, slowly enough for the spinner to tick before and while it speaks. ``broken``: it
+    stops after three words and closes the connection, which ends its stream (a server
+    stopped mid-reply)."""
 
-    def __init__(self, think: float = 0.6, per_word: float = 0.05) -> None:
+    def __init__(self, think: float = 0.6, per_word: float = 0.05, broken: bool = False) -> None:
         model = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -397,11 +404,17 @@ class SlowModel(ThreadingHTTPServer):
                 self.rfile.read(int(self.headers.get("content-length", "0")))
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
+                if broken:
+                    self.send_header("connection", "close")
                 self.end_headers()
                 time.sleep(model.think)
-                for word in re.findall(r"\S+\s*", SLOW_REPLY):
+                words = re.findall(r"\S+\s*", SLOW_REPLY)
+                for word in words[:3] if broken else words:
                     self.chunk({"content": word})
                     time.sleep(model.per_word)
+                if broken:
+                    self.close_connection = True
+                    return
                 self.chunk({}, "stop")
                 self.wfile.write(b"data: [DONE]\n\n")
 

@@ -466,7 +466,7 @@ def test_runs_list_and_cancel(cli: Cli) -> None:
     assert f"Run {paused_id} cancelled." in cli.expect(0, "cancel", paused_id).out
     assert "was cancelled" in cli.expect(5, "respond", request_id, "--approve").error_line()
     refused = cli.expect(5, "resume", paused_id)
-    assert "is cancelled" in refused.error_line()
+    assert "is already cancelled; nothing to resume" in refused.error_line()
     assert "resuming" not in refused.out  # refused, not announced first (outside tester)
     assert [r["status"] for r in cli.json("runs", "list")] == ["idle", "cancelled"]
     assert len(cli.ledger()) == 1  # the first run's refund only

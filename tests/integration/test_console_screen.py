@@ -34,6 +34,7 @@ from tests.integration.cli_harness import (
     assert_in_doubt_asked,
     flat,
     run_concurrently,
+    strip_ansi,
     wait_until_blocked_on_a_fifo,
 )
 from workflow_engine_cli._app import STOP_GRACE_SECONDS
@@ -137,6 +138,25 @@ def test_demo_approved_shows_every_agent_line(cli: Cli, sessions: list[ScreenSes
     assert (refund["kind"], refund["amount"]) == ("refund", 89.99)
 
 
+@pytest.mark.parametrize("name", ["banking", "transfer"])
+def test_an_agents_last_reply_is_said_once(
+    cli: Cli, sessions: list[ScreenSession], name: str
+) -> None:
+    """The run's output is the agent's reply, which the screen had just shown: a summary line
+    said it again (outside tester 177)."""
+    demo = open_screen(sessions, cli, "demo", name)
+    demo.expect_screen("You:")
+    demo.send("")  # (the sample message)
+    demo.expect_screen("Approve?")
+    demo.send("y")
+    assert demo.wait() == 0, demo.screen_text()
+    rows = [row for row in demo.screen() if row]
+    [finished] = [i for i, row in enumerate(rows) if row.endswith(" finished.")]
+    agent, _, reply = rows[finished - 1].partition(": ")  # the reply, then the run's end
+    assert agent in ("bank_agent", "banking_assistant") and reply, demo.screen_text()
+    assert not [row for row in rows if row.startswith("✓") and reply in row], demo.screen_text()
+
+
 def test_end_ends_the_chat_at_a_terminal_too(cli: Cli, sessions: list[ScreenSession]) -> None:
     """``--end``: end the conversation when no ``--reply`` is left -- it asked for a reply at a
     terminal anyway (outside tester 142)."""
@@ -145,6 +165,22 @@ def test_end_ends_the_chat_at_a_terminal_too(cli: Cli, sessions: list[ScreenSess
     screen = demo.screen_text()
     assert "conversation ended by user" in flat(screen), screen
     assert "/end to finish" not in screen, screen
+
+
+def test_a_blank_reply_is_asked_again_not_taken_for_the_end(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """A stray space at the reply prompt ended the conversation for good, where the API
+    refuses such a reply (outside tester 177): it is asked again; Enter alone ends it."""
+    demo = open_screen(sessions, cli, "demo", "handoff", "-m", "hi")
+    demo.expect_screen("You (empty or /end to finish):")
+    demo.send("   ")
+    said = "A blank reply is no message: press Enter alone (or type /end) to finish."
+    demo.expect_screen(f"{said} You (empty or /end to finish):")  # asked again
+    assert "conversation ended" not in demo.screen_text()
+    demo.send("")
+    assert demo.wait() == 0, demo.screen_text()
+    assert "conversation ended by user" in flat(demo.screen_text())
 
 
 def test_an_approval_is_never_answered_by_type_ahead(
@@ -492,6 +528,30 @@ def test_the_spinner_leaves_nothing_behind_in_a_very_narrow_window(
         assert demo.wait() == 0, demo.screen_text()
 
 
+def test_a_reply_cut_off_fails_the_turn_and_says_the_resume_whole(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """The model's server stopped mid-reply, its stream ending with the connection: the half
+    reply was stored as the agent's whole one and the run asked for the user's answer to it.
+    The turn fails, and the command that retries it is written whole -- it was broken at the
+    window's edge, so a copy of it ran ``--db`` without its path (outside tester 177)."""
+    db = tmp_path / "a-database-path-long-enough-to-reach-the-edge" / "runs.db"
+    db.parent.mkdir()
+    with SlowModel(think=0.2, broken=True) as model:
+        url = f"http://127.0.0.1:{model.server_address[1]}/v1"
+        demo = ScreenSession(
+            ["demo", "handoff", "-m", "hi", "--model", "slow", "--base-url", url,
+             "--api-key", "k", "--db", str(db)],
+            cli.env, cli.cwd, columns=60,
+        )  # fmt: skip
+        sessions.append(demo)
+        assert demo.wait() == 1, demo.screen_text()
+    said = demo.screen_text()
+    assert "broke off its reply mid-stream" in flat(said), said
+    (run_id,) = re.findall(r"Run ([0-9a-f]{32}) ended failed", flat(said))
+    assert f"workflow-engine resume {run_id} --db {db}".encode() in demo.raw, said
+
+
 def test_keys_typed_while_an_agent_works_are_not_echoed_into_its_text(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
@@ -678,6 +738,25 @@ def test_a_terminal_closed_at_a_prompt_leaves_how_to_continue_in_the_log(
     demo.hang_up()
     assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 10) == 3
     written = log.read_text()
+    said = ["is paused, waiting for input.", "asks: approve submit_refund(", "--approve"]
+    in_order(written.splitlines(), [*said, "--reject", "workflow-engine resume"])
+
+
+def test_a_terminal_closed_at_a_prompt_leaves_how_to_continue_in_the_error_log(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``demo 2> log``, the window closed at the approval prompt: what says how to continue
+    went to the closed terminal (stdout), and the log kept nothing (outside tester 177). What
+    stdout would still say goes to the log."""
+    log = tmp_path / "errors.txt"
+    argv = ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)]
+    demo = ScreenSession(argv, cli.env, cli.cwd, stderr=log, controlling=True)
+    sessions.append(demo)
+    demo.expect_screen("Approve?")
+    time.sleep(0.3)  # (in the line editor)
+    demo.hang_up()
+    assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 10) == 3
+    written = strip_ansi(log.read_text())  # (styled for the terminal it was meant for)
     said = ["is paused, waiting for input.", "asks: approve submit_refund(", "--approve"]
     in_order(written.splitlines(), [*said, "--reject", "workflow-engine resume"])
 
