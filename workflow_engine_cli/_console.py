@@ -880,6 +880,11 @@ _ANSWER_FLAGS: dict[str, tuple[str, ...]] = {
     "InDoubtEffect": ("--data '{\"happened\": true}'", "--data '{\"happened\": false}'"),
 }
 _ANY_ANSWER = (f"--data '{DATA_PLACEHOLDER}'",)  # an application's request: its answer, as JSON
+_SAID_AS_ASKED = frozenset(
+    {"ToolApprovalRequestContent", "HandoffUserInputRequest", "UserTurnRequest"}
+)
+"""The requests a pause block says in words (``asks:``): an approval's call, an agent's
+question."""
 
 
 CANCELLED_WITHOUT_ASKING = "the run was cancelled without asking whether it happened"
@@ -921,7 +926,8 @@ def print_paused(
             asked += f"; answer: {getattr(expected, '__name__', None) or expected}"
             schema = _schema(expected)
         term.line(f"  request {request.request_id} ({asked})")
-        if isinstance(request.data, ToolApprovalRequestContent):  # what would be approved
+        if asked in _SAID_AS_ASKED:  # what would be approved, what the agent asked
+            # (a reply's question was missing: outside tester 177)
             term.line(("  asks: ", "dim"), visible(describe_request(request.data)), indent=4)
         if schema:  # its JSON's shape: a guess did it before (tester 76)
             term.line(("  answer as JSON: ", "dim"), shape(schema), indent=4)

@@ -87,6 +87,8 @@ def describe_request(data: Any, port_id: str = "") -> str:
             return f"approve {call['name']}({compact(call.get('arguments', {}))})"
         if "agent" in value and "message" in value:
             return f"reply to {value['agent']}: {value['message']}"
+        if value.keys() == {"agent_name", "text"}:  # (``AgentHostExecutor(ask_user=True)``)
+            return f"reply to {value['agent_name']}: {value['text']}"
         if {"executor_id", "step", "idempotency_key", "question"} <= value.keys():
             # a step in doubt (an ``InDoubtEffect``): the question, not its fields (tester 67)
             effect = SimpleNamespace(**value)

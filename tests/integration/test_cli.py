@@ -203,6 +203,8 @@ def test_conversation_continues_across_processes(cli: Cli) -> None:
     # --reject without --end and no terminal: no one to ask, so the run pauses at "your turn".
     paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--reject")
     assert "(HandoffUserInputRequest)" in paused.out
+    # the question is said, as an approval's call is (outside tester 177: it was missing)
+    assert "asks: reply to refund_agent:" in flat(paused.out), paused.out
     [pending] = cli.json("requests", "list")
     assert pending["what"].startswith("reply to refund_agent:")
     assert "did not submit the refund" in pending["what"]
