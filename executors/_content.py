@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_core import to_jsonable_python
@@ -149,10 +149,16 @@ class ChatMessage(BaseModel):
         if type(data) is dict and "text" in data:
             data = dict(data)
             text = data.pop("text")
+            if text is None:  # (as ``ChatMessage("user", text=None)``: no text)
+                return data
             if not isinstance(text, str):
                 raise ValueError(f"ChatMessage text takes text, not {type(text).__name__}")
             data["contents"] = [*(data.get("contents") or ()), TextContent(text=text)]
         return data
+
+    __workflow_input_keys__: ClassVar[tuple[str, ...]] = ("text",)
+    """Keys its data may hold beside its fields (``_text_as_content`` reads them): an answer
+    ``{"role": "user", "text": ...}`` is not refused as naming no field."""
 
     @classmethod
     def user(cls, text: str) -> ChatMessage:

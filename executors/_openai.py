@@ -226,10 +226,11 @@ class OpenAIChatClient:
         if not finished:
             # a server that frames its stream by closing the connection, stopped mid-reply:
             # the stream just ended, and the half reply was kept as the model's whole one
-            # (outside tester 177); every reply ends with a chunk that says why it ended
+            # (outside tester 177). OpenAI's API ends every reply with a chunk that says why
+            # it ended; a server that never says so is told from one that stopped by nothing
             raise ConnectionError(
-                f"{self._where()} broke off its reply mid-stream: the stream ended before the "
-                "reply said it was finished (no finish_reason)"
+                f"{self._where()} broke off its reply mid-stream, or does not say when a reply "
+                "ends: the stream ended with no chunk giving its finish_reason"
             )
 
 

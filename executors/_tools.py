@@ -18,6 +18,7 @@ import math
 import threading
 import types
 from collections.abc import AsyncIterator, Awaitable, Callable
+from decimal import Decimal
 from typing import (
     Annotated,
     Any,
@@ -130,12 +131,6 @@ class Tool:
         for param in inspect.signature(func).parameters.values():
             if param.name in given:
                 continue
-            if param.name.startswith("_"):  # (pydantic keeps such a field private: it was
-                # left out of the schema, and every call failed -- outside tester 176)
-                raise UsageError(
-                    f"tool {self.name!r}: parameter {param.name!r} starts with '_', which a "
-                    "tool's arguments cannot (their schema leaves it out); rename it"
-                )
             if param.kind is inspect.Parameter.VAR_KEYWORD:
                 self.accepts_invocation_kwargs = True  # receives function_invocation_kwargs
                 continue
@@ -168,10 +163,7 @@ class Tool:
         # No infinity nor NaN: JSON, the format of every call a model or a person makes, has
         # neither, yet pydantic reads the text "Infinity" as one (an approval edited to
         # "Infinity" moved inf EUR: outside tester 113)
-        config = ConfigDict(extra="forbid", allow_inf_nan=False)
-        self.arguments_model: type[BaseModel] = create_model(
-            f"{self.name}_arguments", __config__=config, **fields
-        )
+        self.arguments_model = _arguments_model(self.name, fields)
 
     @property
     def spec(self) -> ToolSpec:
@@ -189,7 +181,7 @@ class Tool:
             )
         try:
             model = self.arguments_model.model_validate(arguments)
-            problems = self._bools_for_numbers(arguments) if _holds_bool(arguments) else []
+            problems = self._bools_for_numbers(arguments, model) if _holds_bool(arguments) else []
         except ValidationError as exc:
             problems = exc.errors()
         if problems:
@@ -199,24 +191,16 @@ class Tool:
             raise ToolArgumentsError(f"invalid arguments for tool {self.name!r}: {said}")
         return {name: getattr(model, name) for name in type(model).model_fields}
 
-    def _bools_for_numbers(self, arguments: dict[str, Any]) -> list[Any]:
-        """Each ``true`` or ``false`` where the schema says a number, which it is not (pydantic
-        reads it as 1: a reviewer's edit ``"amount": true`` moved 1.00 EUR -- outside tester
-        176), as pydantic's errors. JSON's strict reading names them; its other refusals
-        (``"250"`` for a number, which a tool takes) are not this check's."""
-        try:
-            text = json.dumps(arguments)
-        except (TypeError, ValueError):  # (not JSON: nothing a model or a person sent)
-            return []
-        try:
-            self.arguments_model.model_validate_json(text, strict=True)
-        except ValidationError as exc:
-            return [
-                e
-                for e in exc.errors()
-                if type(e.get("input")) is bool and e["type"] in _NUMBER_ERRORS
-            ]
-        return []
+    @staticmethod
+    def _bools_for_numbers(arguments: dict[str, Any], model: BaseModel) -> list[Any]:
+        """Each ``true`` or ``false`` the arguments' model read as something else -- a number,
+        a number's ``Literal``, an ``IntEnum`` member -- which it is not (pydantic reads it
+        as 1: a reviewer's edit ``"amount": true`` moved 1.00 EUR -- outside testers 176,
+        179), as errors in pydantic's shape (``loc``, ``msg``)."""
+        return [
+            {"loc": place, "msg": f"Input should be a valid {kind}, not a boolean"}
+            for place, kind in _bools_read_otherwise(arguments, model, ())
+        ]
 
     def needs_approval(self, arguments: dict[str, Any]) -> bool:
         """Whether the call waits for a person. A predicate that raises asks one: it failed
@@ -327,7 +311,54 @@ async def thread_slot(t: Tool | None) -> AsyncIterator[anyio.CapacityLimiter | N
         threads.release_on_behalf_of(borrower)
 
 
-_NUMBER_ERRORS = frozenset({"int_type", "float_type", "decimal_type", "complex_type"})
+def _arguments_model(name: str, fields: dict[str, Any]) -> type[BaseModel]:
+    """The model that validates a tool's arguments. A parameter it cannot hold as a field is
+    refused: one starting with ``_`` (pydantic keeps it private) or named as a model's own
+    attribute (``model_config``) was left out of the schema, so no call could pass it
+    (outside testers 176, 179); one pydantic refuses outright is said by name."""
+    # No infinity nor NaN: JSON, the format of every call a model or a person makes, has
+    # neither, yet pydantic reads the text "Infinity" as one (an approval edited to
+    # "Infinity" moved inf EUR: outside tester 113)
+    config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    try:
+        model = create_model(f"{name}_arguments", __config__=config, **fields)
+    except Exception as exc:  # (a name in pydantic's protected namespace, ``model_validate``)
+        raise UsageError(f"tool {name!r}: its parameters cannot be a schema: {exc}") from None
+    left_out = [field for field in fields if field not in model.model_fields]
+    if left_out:
+        raise UsageError(
+            f"tool {name!r}: parameter {left_out[0]!r} cannot be one of a model's arguments "
+            "(a name starting with '_', or one of pydantic's own, is left out of the schema); "
+            "rename it"
+        )
+    return model
+
+
+_MISSING: Any = object()
+
+
+def _bools_read_otherwise(given: Any, got: Any, place: tuple) -> list[tuple[tuple, str]]:
+    """Where a boolean in ``given`` (arguments as sent) is not one in ``got`` (as validated),
+    and what it became: walked side by side through dicts (a model's fields, a dataclass's,
+    a dict's keys) and lists."""
+    if type(given) is bool:
+        if type(got) is bool:
+            return []
+        kind = "number" if isinstance(got, int | float | Decimal) else type(got).__name__
+        return [(place, kind)]
+    found: list[tuple[tuple, str]] = []
+    if isinstance(given, dict):
+        for key, value in given.items():
+            if isinstance(got, dict):
+                inner = got.get(key, _MISSING)
+            else:  # a model's or a dataclass's field (by its name)
+                inner = getattr(got, key, _MISSING) if isinstance(key, str) else _MISSING
+            if inner is not _MISSING:
+                found += _bools_read_otherwise(value, inner, (*place, key))
+    elif isinstance(given, list) and isinstance(got, list | tuple) and len(given) == len(got):
+        for index, (value, inner) in enumerate(zip(given, got, strict=True)):
+            found += _bools_read_otherwise(value, inner, (*place, index))
+    return found
 
 
 def _holds_bool(value: Any) -> bool:

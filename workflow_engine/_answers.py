@@ -101,6 +101,10 @@ def _fields_by_key(cls: type) -> Keys | None:
             attributes[name] = name
         for key in keys:
             attributes[key] = name
+    # keys a class reads beside its fields (a ``before`` validator's): declared by the class,
+    # as its stored name is (``__workflow_type__``)
+    for key in getattr(cls, "__workflow_input_keys__", ()):
+        attributes.setdefault(key, key)
     return "extra" not in config, attributes, hints
 
 

@@ -81,17 +81,18 @@ def derive_id(secret: str, *parts: str) -> str:
     return hmac.digest(secret.encode(), message, "sha256")[:16].hex()
 
 
-def branch_secret(secret: str, answers: list[tuple[str, str]]) -> str:
-    """The step secret of a branch: a checkpoint continued without a store, ``answers``
-    ((request id, answer digest), in the order the requests were made) applied to it.
+def branch_secret(secret: str, given: list[tuple[str, str]]) -> str:
+    """The step secret of a branch: a checkpoint continued without a store with what was
+    ``given`` to it ((request id, answer digest) in the order the requests were made, then
+    ("message", its digest) for a new message).
 
-    Without a store a checkpoint may be continued more than once. Answered the same way, the
+    Without a store a checkpoint may be continued more than once. Given the same, the
     continuations are one branch re-executed (a retry): the same secret, so the same request
-    ids and idempotency keys. Answered otherwise, they are different branches whose steps are
+    ids and idempotency keys. Given otherwise, they are different branches whose steps are
     different effects: they shared one key, and an outside service that books each key once
-    dropped the second branch's charge (outside tester 178). With a store, history is linear
-    (a checkpoint continues once) and the secret is the run's own."""
-    return derive_id(secret, "branch", *(f"{rid}={digest}" for rid, digest in answers))
+    dropped the second branch's charge (outside testers 178, 179). With a store, history is
+    linear (a checkpoint continues once) and the secret is the run's own."""
+    return derive_id(secret, "branch", *(f"{what}={digest}" for what, digest in given))
 
 
 def idempotency_key(secret: str, run_id: str, step: str) -> str:

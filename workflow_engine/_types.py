@@ -85,14 +85,15 @@ def takes_float(tp: Any) -> bool:
     return tp is float or any(takes_float(arg) for arg in get_args(tp))
 
 
-def holds_int(value: Any) -> bool:
-    """Whether ``value`` is an int or a list, tuple, set or dict holding one (not a bool)."""
+def holds_int(value: Any, at_least: int = 0) -> bool:
+    """Whether ``value`` is an int or a list, tuple, set or dict holding one (not a bool), of
+    ``at_least`` that size."""
     t = type(value)
     if t is int:
-        return True
+        return abs(value) >= at_least
     if t in (list, tuple, set, frozenset):
-        return any(map(holds_int, value))
-    return t is dict and any(map(holds_int, value.values()))
+        return any(holds_int(item, at_least) for item in value)
+    return t is dict and any(holds_int(item, at_least) for item in value.values())
 
 
 def build_matcher(tp: Any) -> Matcher:

@@ -93,6 +93,8 @@ if TYPE_CHECKING:
     from ._graph import Graph
 
 _NO_MESSAGE: Any = object()
+_PAST_FLOATS = 2**1024
+"""The smallest whole number a float cannot hold (``sys.float_info.max`` is just below)."""
 _PRIMITIVE_TYPES: dict[str, Any] = {
     t.__name__: t for t in (int, float, str, bool, bytes, list, dict, type(None))
 }
@@ -544,10 +546,15 @@ class Workflow:
             raise RunNotResumableError(f"run {state.run_id!r} was cancelled")
         loop = RunLoop(self, state, emit, store, limit)
         answers = self.validate_responses(state, responses or {})
-        if answers and store is None:  # (see ``branch_secret``)
+        if message is not _NO_MESSAGE:
+            self._check_start(message)
+        if store is None and (answers or message is not _NO_MESSAGE):  # (``branch_secret``:
+            # a new message makes a branch as an answer does -- outside tester 179)
             encode = self.codec.encode
-            digests = [(rid, answer_digest(encode(value))) for rid, _, value in answers]
-            state.secret = branch_secret(state.secret, digests)
+            given = [(rid, answer_digest(encode(value))) for rid, _, value in answers]
+            if message is not _NO_MESSAGE:
+                given.append(("message", answer_digest(encode(message))))
+            state.secret = branch_secret(state.secret, given)
         changed = bool(answers)
         state.status = WorkflowRunState.IN_PROGRESS
         # Where the store keeps every answer until a commit applies it (``respond``), applying
@@ -566,7 +573,6 @@ class Workflow:
         if answers:
             added = await self._apply_answers(loop, answers)
         if message is not _NO_MESSAGE:
-            self._check_start(message)
             state.inbox.append(self._input_envelope(state, message))
             changed = True
         if changed:
@@ -972,7 +978,13 @@ class Workflow:
             if not (holds_int(data) and takes_float(expected)):
                 return data
             # else: as its type reads it, a float (a handler's ``price: float`` got the int
-            # 2, which a web page sends for 2.0 -- outside tester 176)
+            # 2, which a web page sends for 2.0 -- outside tester 176), unless no float holds
+            # it (``10**400`` became infinity: tester 179)
+            if holds_int(data, _PAST_FLOATS):
+                raise ResponseTypeError(
+                    f"run {run_id!r}, request {request_id!r}: the answer holds a number too "
+                    f"large for a float ({display_name(expected, self.registry)} expected)"
+                )
         elif isinstance(data, BaseModel) or (is_dataclass(data) and not isinstance(data, type)):
             # (as JSON it would be its str(): pydantic would say "Input should be an object")
             raise ResponseTypeError(

@@ -88,7 +88,7 @@ from ._registry import (
     workflow_factories,
     workflow_names,
 )
-from ._term import clean, visible
+from ._term import clean, visible, write_plainly
 
 if TYPE_CHECKING:
     import socket
@@ -217,6 +217,7 @@ def _silence_the_terminal() -> bool:
     if on_terminal == [sys.stdout]:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+            write_plainly()  # (a log: no escape codes)
             return False
     if on_terminal:
         discard_output(*on_terminal)

@@ -56,7 +56,8 @@ def bearer_token(request: Request) -> bytes:
     """The credential of an ``Authorization: Bearer <token>`` header (b"" if there is none).
     The scheme's name is matched in any case (RFC 7235): ``bearer`` and ``BEARER`` work."""
     scheme, _, credential = authorization(request).partition(b" ")
-    return credential if scheme.lower() == b"bearer" else b""
+    # (RFC 9110: one or more spaces after the scheme -- two were refused, outside tester 179)
+    return credential.lstrip(b" ") if scheme.lower() == b"bearer" else b""
 
 
 def create_app(

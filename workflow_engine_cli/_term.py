@@ -53,6 +53,15 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2
 _TOKENS = re.compile(r"\n|[^\S\n]+|\S+")
 
 
+_PLAIN = [False]
+
+
+def write_plainly() -> None:
+    """From now on every :class:`Terminal` writes plain lines: the terminal hung up, and its
+    output goes to a log (escape codes were written into it: outside tester 179)."""
+    _PLAIN[0] = True
+
+
 def is_live(stream: TextIO) -> bool:
     """Colours, wrapping and a spinner: only for a real terminal that wants them."""
     if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
@@ -169,8 +178,8 @@ class Terminal:
 
     def __init__(self, out: TextIO | None = None, *, live: bool | None = None) -> None:
         self.out = out if out is not None else sys.stdout
-        self.live = is_live(self.out) if live is None else live
-        self._wraps = self.live or (live is None and _on_a_terminal(self.out))
+        self._live = is_live(self.out) if live is None else live
+        self._wraps = self._live or (live is None and _on_a_terminal(self.out))
         self._lock = threading.RLock()
         self._column = 0  # cursor column on the current screen line
         self._open = False  # a line was begun and not ended
@@ -191,6 +200,12 @@ class Terminal:
         if not self._wraps:
             return 0
         return max(terminal_columns(self.out) - 1, 20)
+
+    @property
+    def live(self) -> bool:
+        """Whether it writes for a terminal (styles, a spinner) -- not once that terminal
+        hung up and what it would show goes to a log instead (see ``write_plainly``)."""
+        return self._live and not _PLAIN[0]
 
     def line(self, *parts: Part, indent: int = 2) -> None:
         """Write one whole line (closing any open one first)."""
@@ -385,6 +400,8 @@ class Terminal:
         frame = 0
         while not stop.wait(0.1):
             with self._lock:
+                if not self.live:  # (the terminal hung up: a log gets no frames)
+                    return
                 if self._open or self._column or self._status is None:
                     continue  # a line is open: the arriving text is the progress
                 elapsed = int(time.monotonic() - self._status_since)
@@ -404,7 +421,8 @@ class Terminal:
 
     def _erase_spinner(self) -> None:
         if self._spinner_drawn:
-            self.out.write(_ERASE_LINE)
+            if self.live:  # (on the terminal it was drawn on, not in a log)
+                self.out.write(_ERASE_LINE)
             self._spinner_drawn = False
 
 

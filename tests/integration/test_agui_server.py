@@ -776,6 +776,11 @@ def test_token_and_cors_origin(tmp_path: Path) -> None:
 
         stream = Client(server.url, token="secret").post("/support", body)
         assert stream.status == 200
+        spaced = {"authorization": "Bearer  secret"}  # (RFC 9110: 1*SP; tester 179)
+        assert (
+            anonymous.post("/support", run_input(thread(), [user("Hi")]), headers=spaced).status
+            == 200
+        )
         assert stream.finished.outcome.type == "interrupt"  # triage asks what it can do
 
         preflight = httpx.options(f"{server.url}/support", headers=PREFLIGHT)

@@ -1217,3 +1217,37 @@ async def test_one_saved_pause_answered_two_ways_without_a_store_is_two_branches
         outputs.append(again.outputs)
     assert outputs == [["charged 10.0"], ["charged 99.0"], ["charged 10.0"]]
     assert sorted(booked.values()) == [10.0, 99.0]  # the retry booked nothing more
+
+
+class _ChargeEach(Executor):
+    """Charges each amount it is sent under one step, booking by idempotency key."""
+
+    def __init__(self, booked: dict[str, float]) -> None:
+        super().__init__("charge")
+        self.booked = booked
+
+    @handler
+    async def charge(self, amount: float, ctx: WorkflowContext[Never, str]) -> None:
+        key = ctx.idempotency_key("pay")
+
+        async def pay() -> str:
+            self.booked.setdefault(key, amount)
+            return f"charged {self.booked[key]}"
+
+        await ctx.yield_output(await ctx.run_once("pay", pay))
+
+
+async def test_one_saved_checkpoint_sent_two_messages_without_a_store_is_two_branches() -> None:
+    """The same with a new message instead of an answer: 10, then 99, sent to one finished
+    run's checkpoint shared one key, and the 99 charge was booked as the 10 (outside tester
+    179)."""
+    booked: dict[str, float] = {}
+    wf = WorkflowBuilder(name="charge", start=_ChargeEach(booked)).build()
+    done = await wf.run(1.0)
+    saved = done.checkpoint.to_json()
+    outputs = []
+    for amount in (10.0, 99.0, 10.0):
+        again = await wf.run(amount, checkpoint=Checkpoint.from_json(saved))
+        outputs.append(again.outputs)
+    assert outputs == [["charged 10.0"], ["charged 99.0"], ["charged 10.0"]]
+    assert sorted(booked.values()) == [1.0, 10.0, 99.0]

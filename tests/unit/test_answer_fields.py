@@ -11,11 +11,11 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import date
-from typing import Any, Never
+from typing import Any, ClassVar, Never
 
 import anyio
 import pytest
-from pydantic import AliasPath, BaseModel, ConfigDict, Field, RootModel
+from pydantic import AliasPath, BaseModel, ConfigDict, Field, RootModel, model_validator
 from pydantic.alias_generators import to_camel
 from typing_extensions import TypedDict
 
@@ -141,7 +141,23 @@ class Forbids(BaseModel):
     message: str = ""
 
 
+class Note(BaseModel):
+    """Reads ``text`` beside its field, as ``ChatMessage`` does, and says so."""
+
+    lines: list[str] = []
+    __workflow_input_keys__: ClassVar[tuple[str, ...]] = ("text",)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "text" in data:
+            data = {**data, "lines": [*data.get("lines", []), data["text"]]}
+            del data["text"]
+        return data
+
+
 ANSWER_TYPES = (
+    Note,
     Forbids,
     Inner,
     InnerAllow,
@@ -352,3 +368,18 @@ def test_a_whole_number_answered_for_a_float_is_a_float(
     got = answer(answer_type, data)
     assert got == given
     assert {type(v) for v in (got if isinstance(got, list) else [got])} == {float}
+
+
+def test_a_key_a_class_declares_it_reads_is_not_refused() -> None:
+    """``{"role": "user", "text": "hi"}`` answered for a ``ChatMessage`` was refused as
+    naming no field, though the class reads it (outside tester 179); a typo still is."""
+    assert answer(Note, {"text": "hi"}) == Note(lines=["hi"])
+    with pytest.raises(ResponseTypeError, match="txet: Note has no such field"):
+        answer(Note, {"txet": "hi"})
+
+
+def test_a_whole_number_too_large_for_a_float_is_refused() -> None:
+    """It became infinity (outside tester 179)."""
+    with pytest.raises(ResponseTypeError, match="a number too large for a float"):
+        answer(float, 10**400)
+    assert answer(float, 2**1023) == float(2**1023)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import Field
@@ -59,14 +60,22 @@ def test_arguments_are_validated_before_any_call() -> None:
     for wrong, where in (
         ({"order_id": "1", "amount": True}, "amount: Input should be a valid number"),
         ({"order_id": "1", "amount": False}, "amount: Input should be a valid number"),
-        ({"counts": [1, True]}, r"counts\.1: Input should be a valid integer"),
+        ({"counts": [1, True]}, r"counts\.1: Input should be a valid number, not a boolean"),
+        # a Literal of numbers and an IntEnum take True as 1 too (outside tester 179)
+        ({"counts": [1], "level": True}, "level: Input should be a valid number, not a"),
+        ({"counts": [1], "size": True}, "size: Input should be a valid number, not a"),
     ):
         with pytest.raises(ToolArgumentsError, match=where):
             (refund if "order_id" in wrong else _counting).validate(wrong)
     assert _counting.validate({"counts": [1, "2"], "exact": True}) == {
         "counts": [1, 2],
         "exact": True,
+        "level": 1,
+        "size": _Size.SMALL,
     }
+    # a value JSON cannot hold beside it (bytes, from Python) hid the boolean (tester 179)
+    with pytest.raises(ToolArgumentsError, match="amount: Input should be a valid number"):
+        _paying.validate({"amount": True, "note": b"abc"})
     # JSON has no infinity nor NaN: the text pydantic would read as one is refused (an
     # approval edited to "Infinity" moved inf EUR)
     for endless in ("Infinity", "-inf", "NaN", float("inf"), float("nan")):
@@ -74,10 +83,23 @@ def test_arguments_are_validated_before_any_call() -> None:
             refund.validate({"order_id": "1", "amount": endless})
 
 
+class _Size(enum.IntEnum):
+    SMALL = 1
+    LARGE = 2
+
+
 @tool
-def _counting(counts: list[int], exact: bool = False) -> int:
+def _counting(
+    counts: list[int], exact: bool = False, level: Literal[1, 2] = 1, size: _Size = _Size.SMALL
+) -> int:
     """Count."""
     return sum(counts)
+
+
+@tool
+def _paying(amount: float, note: bytes = b"") -> str:
+    """Pay."""
+    return "paid"
 
 
 def test_conditional_approval_mode() -> None:
@@ -312,6 +334,30 @@ def _unknown_annotation(order: NoSuchType) -> str:  # type: ignore[name-defined]
     return "never"
 
 
+def _configured(order_id: str, model_config: str) -> str:
+    return "never"
+
+
+def _protected(model_validate: int) -> str:
+    return "never"
+
+
+def test_underscored_parameters_the_engine_fills_are_still_taken() -> None:
+    """``**_kw`` (forwarded props) and ``_key: IdempotencyKey`` are never the model's: the
+    check of names starting with '_' refused them (outside tester 179)."""
+
+    def forwarded(a: int, **_kw: Any) -> str:
+        return "ran"
+
+    def keyed(a: int, _key: IdempotencyKey) -> str:
+        return "ran"
+
+    assert tool(forwarded).accepts_invocation_kwargs
+    assert tool(keyed).idempotency_param == "_key"
+    for made in (tool(forwarded), tool(keyed)):
+        assert list(made.spec.parameters["properties"]) == ["a"]
+
+
 @pytest.mark.parametrize(
     ("make", "refused"),
     [
@@ -331,8 +377,10 @@ def _unknown_annotation(order: NoSuchType) -> str:  # type: ignore[name-defined]
         (lambda: tool(description=3)(_plain), "description must be text"),
         (lambda: tool(idempotent="yes")(_plain), "idempotent must be True or False"),
         (lambda: tool("not a function"), "decorates a function"),
-        # left out of the schema, so no call could ever pass it (outside tester 176)
-        (lambda: tool(_private), "parameter '_order_id' starts with '_'"),
+        # left out of the schema, so no call could ever pass it (outside testers 176, 179)
+        (lambda: tool(_private), "parameter '_order_id' cannot be one of a model's arguments"),
+        (lambda: tool(_configured), "parameter 'model_config' cannot be one of a model's"),
+        (lambda: tool(_protected), "its parameters cannot be a schema: Field 'model_validate'"),
         (lambda: tool(_unknown_annotation), "its annotations cannot be read"),
     ],
 )
