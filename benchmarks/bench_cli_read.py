@@ -7,10 +7,12 @@ what a person waits for), with its bytecode cached as for an installed package. 
 run interleaved, so a busy minute slows all of them alike; the figure is the median of ``-r``
 rounds.
 
-Two databases: one paused run with its request (the inbox of a quiet day), and the same plus
+Three databases: one paused run with its request (the inbox of a quiet day), the same plus
 ``-n`` runs cut off before their first superstep committed (``Runtime.start`` only: as many
 runs as a crashed server leaves interrupted), which ``requests list`` checks for steps in
-doubt. The floor beside them is the bare interpreter (``python -c pass``).
+doubt, and ``--busy`` runs each paused at its request (a busy inbox), listed with
+``--limit 20`` (which reads only what it shows: at 100,000 runs it read every one, outside
+tester 175). The floor beside them is the bare interpreter (``python -c pass``).
 
 Target (issue 12): a read-only command in at most 300 ms.
 """
@@ -53,6 +55,17 @@ async def fill(path: Path, interrupted: int) -> str:
     return paused
 
 
+async def fill_busy(path: Path, paused: int) -> None:
+    """``paused`` runs, each waiting at its request."""
+    runtime = Runtime(SqliteStore(path))
+    name = runtime.register(build_review())
+    try:
+        for _ in range(paused):
+            await runtime.run(name, START_MESSAGE)
+    finally:
+        await runtime.close()
+
+
 def demo_run(db: Path, env: dict[str, str]) -> str:
     """The id of a support-demo run started in ``db``, paused at its approval."""
     argv = [sys.executable, "-c", CLI, "--db", str(db), "demo", "handoff", "--detach"]
@@ -73,10 +86,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=1000, help="interrupted runs in the large database")
     parser.add_argument("-r", "--repeats", type=int, default=7)
+    parser.add_argument("--busy", type=int, default=20_000, help="paused runs in the busy database")
     args = parser.parse_args()
     with temp_dir("bench-cli") as tmp:
-        small, large = tmp / "small.db", tmp / "large.db"
+        small, large, busy = tmp / "small.db", tmp / "large.db", tmp / "busy.db"
         paused = {small: anyio.run(fill, small, 0), large: anyio.run(fill, large, args.n)}
+        anyio.run(fill_busy, busy, args.busy)
         env = import_env(tmp / "pycache")
         cases: dict[str, list[str]] = {"bare interpreter": [sys.executable, "-c", "pass"]}
         for label, argv in COMMANDS.items():
@@ -85,6 +100,9 @@ def main() -> None:
                 continue
             for db in (small, large):
                 cases[f"{label} @ {db.stem}"] = [sys.executable, "-c", CLI, *argv, "--db", str(db)]
+        for label in ("runs list", "requests list"):
+            argv = [*COMMANDS[label], "--limit", "20", "--db", str(busy)]
+            cases[f"{label} --limit 20 @ busy"] = [sys.executable, "-c", CLI, *argv]
         for db in (small, large):  # (the paused run's timeline)
             show = ["runs", "show", paused[db], "--db", str(db)]
             cases[f"runs show @ {db.stem}"] = [sys.executable, "-c", CLI, *show]
@@ -100,7 +118,7 @@ def main() -> None:
     print(
         f"CLI read-only commands, fresh process, spawn to exit (median of {args.repeats}, "
         f"interleaved; bytecode cached): small = 1 paused run, large = + {args.n:,} "
-        "interrupted runs"
+        f"interrupted runs, busy = {args.busy:,} runs paused at their requests"
     )
     for label, figure in median.items():
         print(f"  {label}: {figure:.0f} ms")

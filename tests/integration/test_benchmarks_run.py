@@ -24,7 +24,7 @@ SMALLEST = {
     "bench_w5_throughput.py": ["--runs", "5", "-r", "1", "-c", "5"],
     "bench_w6_conversation.py": ["-n", "10", "-r", "1"],
     "bench_floor.py": ["-n", "10", "-r", "1"],
-    "bench_cli_read.py": ["-n", "3", "-r", "1"],
+    "bench_cli_read.py": ["-n", "3", "-r", "1", "--busy", "3"],
     "bench_agui_thread.py": ["-n", "5"],
     "profile_kernel.py": ["w1", "-n", "10", "--limit", "3"],
     "profile_durable.py": ["w5", "--runs", "5", "--no-profile"],
