@@ -191,16 +191,31 @@ class Tool:
             raise ToolArgumentsError(f"invalid arguments for tool {self.name!r}: {said}")
         return {name: getattr(model, name) for name in type(model).model_fields}
 
-    @staticmethod
-    def _bools_for_numbers(arguments: dict[str, Any], model: BaseModel) -> list[Any]:
+    def _bools_for_numbers(self, arguments: dict[str, Any], model: BaseModel) -> list[Any]:
         """Each ``true`` or ``false`` the arguments' model read as something else -- a number,
         a number's ``Literal``, an ``IntEnum`` member -- which it is not (pydantic reads it
         as 1: a reviewer's edit ``"amount": true`` moved 1.00 EUR -- outside testers 176,
-        179), as errors in pydantic's shape (``loc``, ``msg``)."""
-        return [
-            {"loc": place, "msg": f"Input should be a valid {kind}, not a boolean"}
+        179, 180), as errors in pydantic's shape (``loc``, ``msg``). Two readings find them:
+        the arguments walked beside what they became (a ``Literal``, an ``IntEnum``), and
+        JSON's strict reading, which takes no boolean for a number wherever it stands (an
+        aliased field, a dict's number keys, a set); its other refusals (``"250"`` for a
+        number, which a tool takes) are not this check's."""
+        found: dict[tuple, Any] = {
+            place: {"loc": place, "msg": f"Input should be a valid {kind}, not a boolean"}
             for place, kind in _bools_read_otherwise(arguments, model, ())
-        ]
+        }
+        try:  # (a value JSON cannot hold, from Python -- bytes -- as its repr: only where the
+            # booleans stand matters here)
+            text = json.dumps(arguments, default=repr)
+            self.arguments_model.model_validate_json(text, strict=True)
+        except (TypeError, ValueError) as exc:  # (ValidationError is a ValueError)
+            if isinstance(exc, ValidationError):
+                for e in exc.errors():
+                    place = tuple(e["loc"])  # (a union's say each branch: one is enough)
+                    said = any(place[:i] in found for i in range(1, len(place) + 1))
+                    if type(e.get("input")) is bool and not said:
+                        found[place] = {"loc": place, "msg": e["msg"]}
+        return list(found.values())
 
     def needs_approval(self, arguments: dict[str, Any]) -> bool:
         """Whether the call waits for a person. A predicate that raises asks one: it failed

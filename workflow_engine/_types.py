@@ -11,8 +11,11 @@ questions about them, all without I/O:
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import dataclasses
 import enum
+import math
 import types
 import typing
 from collections.abc import Callable, Iterator
@@ -94,6 +97,26 @@ def holds_int(value: Any, at_least: int = 0) -> bool:
     if t in (list, tuple, set, frozenset):
         return any(holds_int(item, at_least) for item in value)
     return t is dict and any(holds_int(item, at_least) for item in value.values())
+
+
+def holds_infinity(value: Any, depth: int = 64) -> bool:
+    """Whether ``value`` is an infinite float, or holds one: in a list, tuple, set, deque or
+    dict, or a pydantic model's or a dataclass's field, down to ``depth``."""
+    if isinstance(value, float):
+        return math.isinf(value)
+    if depth <= 0 or isinstance(value, type):
+        return False
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, list | tuple | set | frozenset | collections.deque):
+        items = value
+    elif dataclasses.is_dataclass(value):
+        items = (getattr(value, f.name, None) for f in dataclasses.fields(value))
+    elif hasattr(type(value), "__pydantic_fields__"):  # (a model: its fields' values)
+        items = vars(value).values()
+    else:
+        return False
+    return any(holds_infinity(item, depth - 1) for item in items)
 
 
 def build_matcher(tp: Any) -> Matcher:

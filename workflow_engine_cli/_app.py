@@ -173,9 +173,12 @@ DbOption = Annotated[
     typer.Option("--db", callback=_db_or_before, help=_DB_HELP),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+MAX_LIMIT = 2**63 - 1
+"""The largest ``--limit`` (SQLite's largest integer: past it, the database said "datatype
+mismatch", exit 6 -- outside tester 180)."""
 LimitOption = Annotated[
     int | None,
-    typer.Option(min=0, help="At most this many (0: all).", metavar="N"),
+    typer.Option(min=0, max=MAX_LIMIT, help="At most this many (0: all).", metavar="N"),
 ]
 # (metavar: errors name it as the usage shows it, RUN_ID, not the parameter's name)
 RunIdArgument = Annotated[

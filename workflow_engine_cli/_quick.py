@@ -239,8 +239,8 @@ def _limit(options: dict[str, Any]) -> int | None:
     given = options.get("--limit")
     if given is None:
         return None
-    if not (given.isascii() and given.isdigit()):
-        raise _NotQuick
+    if not (given.isascii() and given.isdigit()) or int(given) > 2**63 - 1:
+        raise _NotQuick  # (the command line proper says what --limit takes)
     return int(given)
 
 

@@ -692,6 +692,19 @@ def test_an_empty_db_is_a_usage_error(argv: list[str]) -> None:
     assert "--db needs the name of a file; it was given empty" in quick[2]
 
 
+@pytest.mark.parametrize("listing", ["runs", "requests"])
+@pytest.mark.parametrize("limit", ["9223372036854775808", "99999999999999999999"])
+def test_a_limit_past_what_the_store_counts_is_a_usage_error(
+    databases: dict[str, Path], listing: str, limit: str
+) -> None:
+    """SQLite said "datatype mismatch", exit 6, as if the database were damaged (outside
+    tester 180)."""
+    argv = [listing, "list", "--limit", limit, "--db", str(databases["full"])]
+    quick, proper = both(argv, env_for())
+    assert quick == proper and quick[0] == 2, quick
+    assert "less than or equal to 9223372036854775807" in quick[2], quick[2]
+
+
 def test_a_quick_listing_writes_nothing_beside_the_database(
     databases: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -76,6 +76,19 @@ def test_arguments_are_validated_before_any_call() -> None:
     # a value JSON cannot hold beside it (bytes, from Python) hid the boolean (tester 179)
     with pytest.raises(ToolArgumentsError, match="amount: Input should be a valid number"):
         _paying.validate({"amount": True, "note": b"abc"})
+    # an aliased field, a dict's number keys, a set (outside tester 180)
+    for wrong, where in (
+        ({"amt": True}, "amt: Input should be a valid number"),
+        ({"amt": 1, "weights": {"7": False}}, "weights.7: Input should be a valid number"),
+        ({"amt": 1, "ids": [2, True]}, "ids.1: Input should be a valid integer"),
+    ):
+        with pytest.raises(ToolArgumentsError, match=where):
+            _shaped.validate(wrong)
+    assert _shaped.validate({"amt": "2", "weights": {"7": 1}, "ids": [2]}) == {
+        "amount": 2.0,
+        "weights": {7: 1.0},
+        "ids": {2},
+    }
     # JSON has no infinity nor NaN: the text pydantic would read as one is refused (an
     # approval edited to "Infinity" moved inf EUR)
     for endless in ("Infinity", "-inf", "NaN", float("inf"), float("nan")):
@@ -100,6 +113,16 @@ def _counting(
 def _paying(amount: float, note: bytes = b"") -> str:
     """Pay."""
     return "paid"
+
+
+@tool
+def _shaped(
+    amount: Annotated[float, Field(alias="amt")],
+    weights: dict[int, float] | None = None,
+    ids: set[int] | None = None,
+) -> str:
+    """Weigh."""
+    return "weighed"
 
 
 def test_conditional_approval_mode() -> None:
