@@ -342,6 +342,18 @@ class AgentHostExecutor(Executor):
                 f"this approval names call {response.id!r}, but the request is for "
                 f"{request.id!r} ({request.function_call.name})"
             )
+        named = response.function_call
+        if named is not None and named.call_id != request.function_call.call_id:
+            raise UsageError(
+                f"this approval names call {named.call_id!r} ({named.name}), but the request "
+                f"is for {request.function_call.call_id!r} ({request.function_call.name})"
+            )
+        if response.id is not None or named is not None:
+            # which call it answers is the request's to say (the host fills it in): kept, an
+            # answer made by ``create_response`` and a bare ``{"approved": true}`` were two
+            # answers -- a conflict, or two branches' keys (outside tester 181)
+            bare = response.model_copy(update={"id": None, "function_call": None})
+            return self.validate_response(request, bare) or bare
         if not response.approved and response.arguments is not None:
             return response.model_copy(update={"arguments": None})
         if response.approved and response.arguments is not None:

@@ -204,9 +204,9 @@ class Tool:
             place: {"loc": place, "msg": f"Input should be a valid {kind}, not a boolean"}
             for place, kind in _bools_read_otherwise(arguments, model, ())
         }
-        try:  # (a value JSON cannot hold, from Python -- bytes -- as its repr: only where the
-            # booleans stand matters here)
-            text = json.dumps(arguments, default=repr)
+        try:  # (a value JSON cannot hold, from Python -- bytes -- as its repr, a set as a
+            # list: only where the booleans stand matters here)
+            text = json.dumps(arguments, default=_json_shaped)
             self.arguments_model.model_validate_json(text, strict=True)
         except (TypeError, ValueError) as exc:  # (ValidationError is a ValueError)
             if isinstance(exc, ValidationError):
@@ -346,6 +346,12 @@ def _arguments_model(name: str, fields: dict[str, Any]) -> type[BaseModel]:
             "(a name starting with '_', or one of pydantic's own, is left out of the schema); "
             "rename it"
         )
+    try:  # (what the model is shown: a Callable parameter has none, and failed the run)
+        model.model_json_schema()
+    except Exception as exc:
+        raise UsageError(
+            f"tool {name!r}: its parameters have no JSON schema to show a model: {exc}"
+        ) from None
     return model
 
 
@@ -353,36 +359,63 @@ _MISSING: Any = object()
 
 
 def _bools_read_otherwise(given: Any, got: Any, place: tuple) -> list[tuple[tuple, str]]:
-    """Where a boolean in ``given`` (arguments as sent) is not one in ``got`` (as validated),
-    and what it became: walked side by side through dicts (a model's fields, a dataclass's,
-    a dict's keys) and lists."""
+    """Where a boolean in ``given`` (arguments as sent) became a number in ``got`` (as
+    validated) -- an int, a float, a ``Decimal``, an ``IntEnum`` member -- and what it became;
+    walked side by side through dicts (their keys too), a model's or dataclass's fields, lists,
+    tuples and sets. A boolean a type reads as something else of its own (an enum whose values
+    are booleans, a validator's shorthand) is that type's business (outside tester 181)."""
     if type(given) is bool:
-        if type(got) is bool:
-            return []
-        kind = "number" if isinstance(got, int | float | Decimal) else type(got).__name__
-        return [(place, kind)]
+        return [] if type(got) is bool else _as_number(got, place)
     found: list[tuple[tuple, str]] = []
     if isinstance(given, dict):
+        pairs: Any = None
+        if isinstance(got, dict) and len(got) == len(given):  # (in order: keys may be read
+            pairs = zip(given.items(), got.items(), strict=True)  # as numbers, "7" -> 7)
         for key, value in given.items():
-            if isinstance(got, dict):
+            if pairs is not None:
+                (_, _), (read_key, inner) = next(pairs)
+                if type(key) is bool and type(read_key) is not bool:
+                    found += _as_number(read_key, (*place, key))
+            elif isinstance(got, dict):
                 inner = got.get(key, _MISSING)
             else:  # a model's or a dataclass's field (by its name)
                 inner = getattr(got, key, _MISSING) if isinstance(key, str) else _MISSING
             if inner is not _MISSING:
                 found += _bools_read_otherwise(value, inner, (*place, key))
-    elif isinstance(given, list) and isinstance(got, list | tuple) and len(given) == len(got):
-        for index, (value, inner) in enumerate(zip(given, got, strict=True)):
-            found += _bools_read_otherwise(value, inner, (*place, index))
+    elif isinstance(given, list | tuple) and isinstance(got, list | tuple):
+        if len(given) == len(got):
+            for index, (value, inner) in enumerate(zip(given, got, strict=True)):
+                found += _bools_read_otherwise(value, inner, (*place, index))
+    elif (
+        isinstance(given, set | frozenset)
+        and isinstance(got, set | frozenset)
+        and any(type(item) is bool for item in given)
+        and not any(type(item) is bool for item in got)
+    ):
+        found += _as_number(next(iter(got), None), place)  # ({True, 2} -> {1, 2})
     return found
 
 
+def _json_shaped(value: Any) -> Any:
+    """What ``json.dumps`` writes for a value it does not know (see ``_bools_for_numbers``)."""
+    return list(value) if isinstance(value, set | frozenset) else repr(value)
+
+
+def _as_number(got: Any, place: tuple) -> list[tuple[tuple, str]]:
+    """``[(place, "number")]`` if a boolean became the number ``got``, else ``[]``."""
+    if isinstance(got, int | float | Decimal) and type(got) is not bool:
+        return [(place, "number")]
+    return []
+
+
 def _holds_bool(value: Any) -> bool:
-    """Whether ``value`` (a call's arguments) holds a ``True`` or ``False`` at any depth."""
+    """Whether ``value`` (a call's arguments) holds a ``True`` or ``False`` at any depth: in
+    a dict (a key too), a list, a tuple or a set (an edit made in Python holds any of them)."""
     if type(value) is bool:
         return True
     if isinstance(value, dict):
-        return any(map(_holds_bool, value.values()))
-    if isinstance(value, list):
+        return any(map(_holds_bool, value)) or any(map(_holds_bool, value.values()))
+    if isinstance(value, list | tuple | set | frozenset):
         return any(map(_holds_bool, value))
     return False
 

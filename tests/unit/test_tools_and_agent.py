@@ -5,10 +5,11 @@ from __future__ import annotations
 import enum
 import functools
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 import pytest
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from workflow_engine import UsageError
 from workflow_engine.executors import (
@@ -17,6 +18,7 @@ from workflow_engine.executors import (
     IdempotencyKey,
     Rule,
     ScriptedChatClient,
+    ToolApprovalResponseContent,
     ToolArgumentsError,
     ToolCall,
     message_from_updates,
@@ -89,6 +91,20 @@ def test_arguments_are_validated_before_any_call() -> None:
         "weights": {7: 1.0},
         "ids": {2},
     }
+    # from Python: a set, a tuple, a dict's keys (outside tester 181)
+    for wrong, where in (
+        ({"amt": 1, "ids": {True, 2}}, "ids: Input should be a valid number"),
+        ({"amt": 1, "weights": {True: 0.5}}, "weights.True: Input should be a valid number"),
+        ({"amt": 1, "ids": (2, True)}, r"ids\.1: Input should be a valid integer"),
+    ):
+        with pytest.raises(ToolArgumentsError, match=where):
+            _shaped.validate(wrong)
+    # a boolean a type reads as its own (an enum of booleans, a validator's shorthand) is
+    # still taken: the check refused every such value (outside tester 181)
+    assert _deploying.validate({"mode": True, "confirm": False}) == {
+        "mode": _Mode.LIVE,
+        "confirm": "no",
+    }
     # JSON has no infinity nor NaN: the text pydantic would read as one is refused (an
     # approval edited to "Infinity" moved inf EUR)
     for endless in ("Infinity", "-inf", "NaN", float("inf"), float("nan")):
@@ -113,6 +129,21 @@ def _counting(
 def _paying(amount: float, note: bytes = b"") -> str:
     """Pay."""
     return "paid"
+
+
+class _Mode(enum.Enum):
+    LIVE = True
+    DRY_RUN = False
+
+
+def _yes_or_no(value: Any) -> Any:
+    return ("yes" if value else "no") if type(value) is bool else value
+
+
+@tool
+def _deploying(mode: _Mode, confirm: Annotated[str, BeforeValidator(_yes_or_no)]) -> str:
+    """Deploy."""
+    return "deployed"
 
 
 @tool
@@ -244,6 +275,41 @@ async def test_a_guarded_call_holds_the_whole_batch_until_answered() -> None:
     assert re.fullmatch(r"done: 1:120\.0:[0-9a-f]{32}", approved.text)
 
 
+async def test_an_approval_made_by_create_response_is_the_bare_approval() -> None:
+    """``create_response(True)`` names the call it answers; ``{"approved": true}`` (the
+    command line, AG-UI) does not: stored, they were two answers -- the second a conflict
+    (outside tester 181). The call it answers is the request's to say."""
+    from workflow_engine import AnswerOutcome, ResponseTypeError, Runtime, WorkflowBuilder
+    from workflow_engine.storage import InMemoryRunStore
+
+    agent = agent_with(
+        [Rule(user="refund", calls=[ToolCall("refund", {"order_id": "1", "amount": "500"})])]
+    )
+    runtime = Runtime(InMemoryRunStore())
+    name = runtime.register(WorkflowBuilder(name="refunds", start=agent).build())
+    try:
+        for first, then in (
+            (lambda held: held.create_response(True), {"approved": True}),
+            (lambda held: {"approved": True}, None),  # (then create_response, below)
+        ):
+            paused = await runtime.run(name, "refund order 1")
+            (request,) = paused.pending_requests
+            held = request.data
+            assert await runtime.respond(request.request_id, first(held)) == AnswerOutcome.STORED
+            again = then if then is not None else held.create_response(True)
+            assert await runtime.respond(request.request_id, again) == AnswerOutcome.DUPLICATE
+        paused = await runtime.run(name, "refund order 1")
+        (request,) = paused.pending_requests
+        other = request.data.function_call.model_copy(update={"call_id": "another"})
+        with pytest.raises(ResponseTypeError, match="names call 'another'"):
+            await runtime.respond(
+                request.request_id,
+                ToolApprovalResponseContent(approved=True, function_call=other),
+            )
+    finally:
+        await runtime.close()
+
+
 async def test_tool_errors_and_unknown_tools_become_results_the_model_sees() -> None:
     @tool
     def broken() -> str:
@@ -357,6 +423,10 @@ def _unknown_annotation(order: NoSuchType) -> str:  # type: ignore[name-defined]
     return "never"
 
 
+def _callable_parameter(how: Callable[[int], int]) -> str:
+    return "never"
+
+
 def _configured(order_id: str, model_config: str) -> str:
     return "never"
 
@@ -405,6 +475,8 @@ def test_underscored_parameters_the_engine_fills_are_still_taken() -> None:
         (lambda: tool(_configured), "parameter 'model_config' cannot be one of a model's"),
         (lambda: tool(_protected), "its parameters cannot be a schema: Field 'model_validate'"),
         (lambda: tool(_unknown_annotation), "its annotations cannot be read"),
+        # no JSON schema to show the model: the run failed at its first turn (tester 181)
+        (lambda: tool(_callable_parameter), "its parameters have no JSON schema"),
     ],
 )
 def test_a_tool_that_cannot_be_called_as_defined_is_refused_when_defined(
