@@ -721,42 +721,26 @@ def test_with_its_output_in_a_file_a_message_typed_as_the_prompt_shows_is_read(
             log.close()
 
 
+@pytest.mark.parametrize("redirected", ["stdout", "stderr"])
 def test_a_terminal_closed_at_a_prompt_leaves_how_to_continue_in_the_log(
-    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path, redirected: str
 ) -> None:
     """``demo > log`` at the approval prompt, then the window closed: the read from the hung-up
     terminal failed (EIO) instead of ending the input, and the log kept nothing of how to
     continue (outside tester 113). It ends as Ctrl-D does: the log says it, request by
-    request."""
-    log = tmp_path / "transcript.txt"
+    request. With ``demo 2> log`` what says how to continue went to the closed terminal
+    (stdout), and the log kept nothing (outside tester 177): it goes to the log, in plain
+    lines (tester 179: with escape codes)."""
+    log = tmp_path / "log.txt"
     argv = ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)]
-    demo = ScreenSession(argv, cli.env, cli.cwd, stdout=log, controlling=True)
+    demo = ScreenSession(argv, cli.env, cli.cwd, controlling=True, **{redirected: log})
     sessions.append(demo)
     demo.expect_screen("Approve?")
     time.sleep(0.3)  # (in the line editor)
     demo.hang_up()
     assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 10) == 3
     written = log.read_text()
-    said = ["is paused, waiting for input.", "asks: approve submit_refund(", "--approve"]
-    in_order(written.splitlines(), [*said, "--reject", "workflow-engine resume"])
-
-
-def test_a_terminal_closed_at_a_prompt_leaves_how_to_continue_in_the_error_log(
-    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
-) -> None:
-    """``demo 2> log``, the window closed at the approval prompt: what says how to continue
-    went to the closed terminal (stdout), and the log kept nothing (outside tester 177). What
-    stdout would still say goes to the log."""
-    log = tmp_path / "errors.txt"
-    argv = ["demo", "handoff", "-m", REFUND, "--db", str(cli.db)]
-    demo = ScreenSession(argv, cli.env, cli.cwd, stderr=log, controlling=True)
-    sessions.append(demo)
-    demo.expect_screen("Approve?")
-    time.sleep(0.3)  # (in the line editor)
-    demo.hang_up()
-    assert demo.proc.wait(timeout=STOP_GRACE_SECONDS + 10) == 3
-    written = log.read_text()
-    assert "\x1b" not in written, written  # plain lines in a log (outside tester 179)
+    assert "\x1b" not in written, written
     said = ["is paused, waiting for input.", "asks: approve submit_refund(", "--approve"]
     in_order(written.splitlines(), [*said, "--reject", "workflow-engine resume"])
 

@@ -1189,13 +1189,18 @@ class _Charge(Executor):
 
     @response_handler
     async def answered(self, order: str, amount: float, ctx: WorkflowContext[Never, str]) -> None:
-        key = ctx.idempotency_key("pay")
+        await ctx.yield_output(await _pay_once(ctx, self.booked, amount))
 
-        async def pay() -> str:
-            self.booked.setdefault(key, amount)
-            return f"charged {self.booked[key]}"
 
-        await ctx.yield_output(await ctx.run_once("pay", pay))
+async def _pay_once(ctx: WorkflowContext[Any, Any], booked: dict[str, float], amount: float) -> str:
+    """Charge ``amount`` as one step, the payment service booking each idempotency key once."""
+    key = ctx.idempotency_key("pay")
+
+    async def pay() -> str:
+        booked.setdefault(key, amount)
+        return f"charged {booked[key]}"
+
+    return await ctx.run_once("pay", pay)
 
 
 async def test_one_saved_pause_answered_two_ways_without_a_store_is_two_branches() -> None:
@@ -1228,13 +1233,7 @@ class _ChargeEach(Executor):
 
     @handler
     async def charge(self, amount: float, ctx: WorkflowContext[Never, str]) -> None:
-        key = ctx.idempotency_key("pay")
-
-        async def pay() -> str:
-            self.booked.setdefault(key, amount)
-            return f"charged {self.booked[key]}"
-
-        await ctx.yield_output(await ctx.run_once("pay", pay))
+        await ctx.yield_output(await _pay_once(ctx, self.booked, amount))
 
 
 async def test_one_saved_checkpoint_sent_two_messages_without_a_store_is_two_branches() -> None:
