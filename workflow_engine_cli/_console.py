@@ -96,15 +96,18 @@ class EventPrinter:
         self.outputs_shown: list[Any] = []  # so that the summary at the end does not repeat them
         self.said: dict[str, str] = {}  # agent -> the text of its latest message shown here
 
+    def said_last(self, agent: str, text: str) -> bool:
+        """Whether ``text`` is what ``agent`` last said here (white space aside)."""
+        return "".join(self.said.get(agent, "").split()).endswith("".join(text.split()))
+
     def just_said(self, output: Any) -> bool:
         """Whether ``output`` is an agent's reply whose last message is the last thing that
         agent said on this screen: a summary line repeating it said it twice (outside tester
         177). A reply shown by an earlier process is still summed up."""
-        if not isinstance(output, AgentResponse):
+        if not isinstance(output, AgentResponse) or output.agent_name not in self.said:
             return False
         replies = [m.text for m in output.messages if m.role == "assistant" and m.text]
-        shown = self.said.get(output.agent_name)
-        return bool(replies) and shown is not None and replies[-1].strip() == shown.strip()
+        return bool(replies) and self.said_last(output.agent_name, replies[-1])
 
     def _close_line(self) -> None:
         if self._speaker is not None:
@@ -551,9 +554,7 @@ class AnswerPolicy:
     def _showed(self, agent: str, text: str) -> bool:
         """Whether ``agent``'s ``text`` is what it last said on the terminal asked on."""
         shown = self.shown
-        if shown is None or shown.term is not self.term:
-            return False
-        return "".join(shown.said.get(agent, "").split()).endswith("".join(text.split()))
+        return shown is not None and shown.term is self.term and shown.said_last(agent, text)
 
     async def _in_doubt(self, question: InDoubtEffect, submit: Submit) -> bool:
         """A step that started before the run stopped: did it happen? Asked as y/n, the way a
