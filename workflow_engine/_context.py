@@ -23,10 +23,12 @@ from typing_extensions import TypeVar
 from ._codec import (
     _PRIMITIVES,
     TaggedJsonCodec,
+    _scalar_list_copy,
     decode_stored,
     encode_checked,
     require_text,
     snapshot,
+    starts_with,
 )
 from ._errors import (
     DefinitionError,
@@ -114,7 +116,7 @@ class StateItems(Sequence[Any]):
         n = len(old)
         if old is new:
             self._values = earlier._values
-        elif n and len(new) >= n and new[:n] == old:
+        elif n and starts_with(new, old):  # (exactly: ``True == 1``, ``-0.0 == 0.0``)
             self._values = earlier._values[:n] + self._values[n:]
         return self
 
@@ -655,7 +657,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 # scan, and whether it holds a bool (True == 1: then ``==`` on it is not exact)
                 if step.flat_writes is None:
                     step.flat_writes = {}
-                step.shared_writes[key] = step.flat_writes[key] = value.copy()
+                step.shared_writes[key] = step.flat_writes[key] = _scalar_list_copy(
+                    value, kinds, f"shared state {key!r}"
+                )
                 if bool in kinds:
                     if step.exact_writes:
                         step.exact_writes.discard(key)

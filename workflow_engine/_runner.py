@@ -265,6 +265,10 @@ class RunLoop:
         self.unsaved: CheckpointChanges | None = None
         """Changes made before the first superstep and not committed yet (answers applied where
         the store keeps them): the next commit includes them."""
+        self.encoded_requests: dict[str, RequestRecord] = {}
+        """Without a store: the pending requests as encoded when their superstep ended, before
+        their events went out (a stream's consumer that changes a request's data in place
+        changes what it was shown, not what the run asked -- outside tester 185)."""
 
     def ensure_checkpoint(self) -> Checkpoint:
         """The checkpoint matching the current state (built now if the run had no store)."""
@@ -342,7 +346,7 @@ class RunLoop:
         too keeps its record there (a request never changes, and its id names it), so only
         new ones are encoded -- a run waiting on 1,000 requests encoded all of them at every
         checkpoint."""
-        kept = previous.pending_requests if previous is not None else {}
+        kept = previous.pending_requests if previous is not None else self.encoded_requests
         enc, name_of = self.codec.encode, self.workflow.stored_type_name
         records = {}
         for request_id, request in self.state.pending.items():
@@ -354,6 +358,8 @@ class RunLoop:
         checkpoint is built once, when the run rests (see ``ensure_checkpoint``)."""
         if self.store is None:
             self._dirty = True
+            if changes is not None and changes.requests_added:
+                self.encoded_requests = self._pending_records(None)
             return
         if self.unsaved is not None:
             changes = joined_changes(self.unsaved, changes or NO_CHANGES)

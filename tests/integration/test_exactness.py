@@ -923,23 +923,31 @@ async def test_text_that_is_not_valid_unicode_fails_the_run_with_the_error_recor
     FAILED run with and without a store, the error recorded -- not a run left ``in_progress``
     whose every resume fails to save (outside tester)."""
 
+    name = b"caf\xe9".decode("utf-8", "surrogateescape")
+
     class Namer(Executor):
         @handler
-        async def go(self, message: str, ctx: WorkflowContext[Never, Any]) -> None:
-            await ctx.yield_output(b"caf\xe9".decode("utf-8", "surrogateescape"))
+        async def go(self, where: str, ctx: WorkflowContext[Never, Any]) -> None:
+            if where == "output":
+                await ctx.yield_output(name)
+            elif where == "state":
+                await ctx.set_state("files", [name])
+            else:  # a list of plain values in shared state (outside tester 185: not checked)
+                await ctx.set_shared("files", ["a", name])
 
     def build() -> Any:
         return WorkflowBuilder(name="namer", start=Namer("namer")).build()
 
-    plain = await build().run("m")
-    assert plain.status is WorkflowRunState.FAILED and plain.error is not None
-    assert "lone surrogate" in plain.error.message
     runtime = open_runtime(tmp_path / "runs.db", build)
-    result = await runtime.run("namer", "m")
-    assert result.status is WorkflowRunState.FAILED
-    info = await runtime.get_run(result.run_id)
-    assert info.status is WorkflowRunState.FAILED
-    assert info.error is not None and "lone surrogate" in info.error["message"]
+    for where in ("output", "state", "shared"):
+        plain = await build().run(where)
+        assert plain.status is WorkflowRunState.FAILED and plain.error is not None, where
+        assert "lone surrogate" in plain.error.message, (where, plain.error.message)
+        result = await runtime.run("namer", where)
+        assert result.status is WorkflowRunState.FAILED, where
+        info = await runtime.get_run(result.run_id)
+        assert info.status is WorkflowRunState.FAILED
+        assert info.error is not None and "lone surrogate" in info.error["message"], where
     await runtime.close()
 
 

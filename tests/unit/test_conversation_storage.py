@@ -256,6 +256,37 @@ def test_a_view_takes_preloaded_items_only_for_the_very_objects_it_ends_with() -
     assert others == short == ["a-1", "a-2", "b-1", "b-2"]
 
 
+class Retyper(Executor):
+    """Reads a list through a view, rewrites it with equal items of other types, then reads
+    it again through a view that reuses the first (outside tester 185)."""
+
+    view: Any = None
+
+    @handler
+    async def on_step(self, step: int, ctx: WorkflowContext[int, Any]) -> None:
+        if step == 0:
+            await ctx.set_state("flags", [1, 2.0, 0.0, 3])
+        elif step == 1:
+            self.view = await ctx.get_state_items("flags")
+            list(self.view)  # every item decoded
+            await ctx.set_state("flags", [True, 2, -0.0, 3, False])
+        else:
+            again = await ctx.get_state_items("flags", reuse=self.view)
+            await ctx.yield_output(list(again))
+            return
+        await ctx.send_message(step + 1)
+
+
+def test_a_reused_view_keeps_only_items_stored_exactly_as_they_were() -> None:
+    retyper = Retyper("r")
+    wf = WorkflowBuilder("retype", start=retyper).add_edge(retyper, retyper).build()
+    result = anyio.run(wf.run, 0)
+    (items,) = result.outputs
+    assert items == [True, 2, -0.0, 3, False]
+    assert [type(i) for i in items] == [bool, int, float, int, bool]
+    assert str(items[2]) == "-0.0"
+
+
 class Meddler:
     """A chat client that changes the messages it is given in place, then fails once."""
 

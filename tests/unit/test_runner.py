@@ -692,3 +692,37 @@ async def test_an_answer_applied_long_ago_is_a_digest_and_still_exact() -> None:
         await wf.run(checkpoint=final, responses={rid: {"approved": True, "note": "x"}})
     with pytest.raises(RequestAlreadyAnsweredError, match=rid):
         await wf.run(checkpoint=final, responses={rid: {"approved": "maybe"}})
+
+
+class Asks(BaseModel):
+    items: list[str]
+
+
+class AskOnce(Executor):
+    @handler
+    async def go(self, message: str, ctx: WorkflowContext[Never, list[str]]) -> None:
+        await ctx.request_info(Asks(items=["refund 10 EUR"]), Approval)
+
+    @response_handler
+    async def done(self, asked: Asks, answer: Approval, ctx: WorkflowContext[Never, Any]) -> None:
+        await ctx.yield_output(asked.items)
+
+
+@pytest.mark.parametrize("stored", [False, True])
+async def test_a_stream_consumer_changing_a_request_changes_what_it_was_shown_only(
+    stored: bool,
+) -> None:
+    """A page decorating the request it shows, in place: the run, stored or not, asked the
+    question as it was when its superstep ended (outside tester 185: without a store, the
+    change became the checkpoint's, and the response handler got it)."""
+    wf = WorkflowBuilder("asks", start=AskOnce("a")).build()
+    stream = wf.run_stream("x", checkpoint_store=InMemoryCheckpointStore() if stored else None)
+    async for event in stream:
+        if isinstance(event, RequestInfoEvent):
+            event.request.data.items.append("(rendered)")
+    paused = stream.result
+    assert paused.checkpoint is not None
+    answer = {paused.pending_requests[0].request_id: {"approved": True}}
+    for checkpoint in (paused.checkpoint, Checkpoint.from_json(paused.checkpoint.to_json())):
+        done = await wf.run(checkpoint=checkpoint, responses=answer)
+        assert done.outputs == [["refund 10 EUR"]]
