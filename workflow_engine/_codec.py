@@ -73,7 +73,16 @@ from ._errors import (
     UnregisteredTypeError,
     WorkflowError,
 )
-from ._registry import DATACLASS, ENUM, MODEL, NAMEDTUPLE, ROOT, TypeEntry, TypeRegistry
+from ._registry import (
+    DATACLASS,
+    ENUM,
+    MODEL,
+    NAMEDTUPLE,
+    ROOT,
+    AmbiguousTagError,
+    TypeEntry,
+    TypeRegistry,
+)
 from ._stored_items import StoredItem, resolved
 from ._types import type_name
 
@@ -934,6 +943,14 @@ def stored_value_error(exc: Exception, where: str) -> WorkflowError:
             "WorkflowBuilder.register_types) before resuming; else the code changed since it "
             "was stored (a class renamed or removed?): continue the run with the code it "
             "started with"
+        )
+    if isinstance(exc, AmbiguousTagError):
+        # (a module imported since, holding a class of the same name: not damage -- outside
+        # tester 185)
+        return StoredTypeChangedError(
+            f"{where} does not decode in this process: {exc}; the stored value is intact -- "
+            "resume it where only the class that stored it is imported, or name that class "
+            "as it was stored (register_types(cls, name=...)) and the other otherwise"
         )
     if isinstance(exc, NoLongerFitsError):
         # (a type's fields changed; a stored record, written whole and read back at once

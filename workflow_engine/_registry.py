@@ -174,6 +174,11 @@ class TypeEntry:
         return []
 
 
+class AmbiguousTagError(SerializationError):
+    """A stored type name that several imported, unregistered subclasses answer to: what was
+    stored is fine; this process cannot tell which class wrote it."""
+
+
 class TypeRegistry:
     """The closed set of classes a workflow may decode, keyed by a stable tag."""
 
@@ -283,7 +288,7 @@ class TypeRegistry:
                 c for c in self._subclasses() if tag == default_tag(c) or tag in legacy_tags(c)
             ]
             if len(found) > 1:
-                raise SerializationError(self._ambiguous(tag, found))
+                raise AmbiguousTagError(self._ambiguous(tag, found))
             return self._register_found(found[0]) if found else None
 
     # internals ----------------------------------------------------------------------------------

@@ -1090,15 +1090,19 @@ class Workflow:
         sends: list[Send] = []
         for rid, request, value in answers:
             del state.pending[rid]
+            encoded = encode(value)
             record: dict[str, Any] = {
-                "data": encode(value),
+                "data": encoded,
                 "response_type": self.stored_type_name(request.response_type),
             }
             if request.effect_key is not None:
                 await self._resolve_effect(loop, request, value)
-            elif request.from_port:
-                encoded = encode(value)  # the message is a snapshot, like every sent message
-                copy = self.codec.decode(encoded)
+                state.answered[rid] = record
+                continue
+            # the handler gets a copy, like every message: not the caller's object, which a
+            # retry would send again as the handler left it (outside tester 185)
+            copy = self.codec.decode(encoded)
+            if request.from_port:
                 sends.append(Send(request.port_id, copy, None, answer_send_id(rid), encoded))
             else:
                 record["request"] = {
@@ -1108,7 +1112,14 @@ class Workflow:
                     "superstep": request.superstep,
                 }
                 state.inbox.append(
-                    Envelope(request.port_id, request.port_id, value, request, answer_send_id(rid))
+                    Envelope(
+                        request.port_id,
+                        request.port_id,
+                        copy,
+                        request,
+                        answer_send_id(rid),
+                        encoded,
+                    )
                 )
             state.answered[rid] = record
         if not sends:

@@ -726,3 +726,32 @@ async def test_a_stream_consumer_changing_a_request_changes_what_it_was_shown_on
     for checkpoint in (paused.checkpoint, Checkpoint.from_json(paused.checkpoint.to_json())):
         done = await wf.run(checkpoint=checkpoint, responses=answer)
         assert done.outputs == [["refund 10 EUR"]]
+
+
+class Edits(BaseModel):
+    items: list[str]
+
+
+class EditsTwice(Executor):
+    @handler
+    async def go(self, message: str, ctx: WorkflowContext[Never, list[str]]) -> None:
+        await ctx.request_info(Asks(items=["which?"]), Edits)
+
+    @response_handler
+    async def done(self, asked: Asks, answer: Edits, ctx: WorkflowContext[Never, Any]) -> None:
+        await ctx.yield_output(list(answer.items))
+        answer.items.append("added by the handler")
+
+
+async def test_a_response_handler_gets_a_copy_of_the_answer_not_the_callers_object() -> None:
+    """Without a store the handler got the caller's own object: a handler changing it changed
+    the caller's, and a retry of the same checkpoint sent the changed answer (outside tester
+    185). Every message is a copy; an answer is too."""
+    wf = WorkflowBuilder("edits", start=EditsTwice("e")).build()
+    paused = await wf.run("x")
+    mine = Edits(items=["a"])
+    answer = {paused.pending_requests[0].request_id: mine}
+    first = await wf.run(checkpoint=paused.checkpoint, responses=answer)
+    again = await wf.run(checkpoint=paused.checkpoint, responses=answer)
+    assert mine.items == ["a"]
+    assert first.outputs == again.outputs == [["a"]]
