@@ -1247,16 +1247,23 @@ def requests_list(
                 requests_json_output(pending)()
                 return code
             # (each damaged run is said for itself, the others listed: testers 106, 133, 134)
-            in_doubt, unreadable = await _runs_in_doubt(runtime)
+            in_doubt, unreadable, in_doubt_left = await _runs_in_doubt(runtime, limit)
             damaged.extend(unreadable)
-            waiting, unreadable = await _runs_answered(runtime)
+            waiting, unreadable, answered_left = await _runs_answered(runtime, limit)
             damaged.extend(unreadable)
             code = _said(damaged)  # said first: a long list would scroll them away
             store = _store_of(runtime)
             request_ids = await store.request_ids_beside([p.request_id for p in pending])
             run_ids = await store.run_ids_beside([p.run_id for p in pending])
             requests_output(
-                pending, in_doubt, waiting, request_ids, run_ids, bool(damaged), left_out
+                pending,
+                in_doubt,
+                waiting,
+                request_ids,
+                run_ids,
+                bool(damaged),
+                left_out,
+                (in_doubt_left, answered_left),
             )()
             return code
 
@@ -1332,11 +1339,15 @@ def _gone_yet_named(exc: WorkflowError, by: str) -> WorkflowError:
     return StoreCorruptError(f"{exc}, yet {by} name it: damaged")
 
 
-async def _runs_in_doubt(runtime: Runtime) -> tuple[list[Any], list[WorkflowError]]:
+async def _runs_in_doubt(
+    runtime: Runtime, limit: int | None
+) -> tuple[list[Any], list[WorkflowError], int]:
     """Interrupted runs with a step in doubt: no request asks about it until a resume does,
     but a person looking at the inbox should know a question is coming (tester 69). And the
     errors of runs that cannot be read to tell: one damaged journal entry hid every other
-    run's requests (outside tester 133)."""
+    run's requests (outside tester 133). With a ``limit``, the first that many, and how many
+    interrupted runs were left unread (every one was read, and listed: 3 s and 20,000 lines
+    for ``--limit 1`` after a crash, outside tester 182)."""
     from workflow_engine import StoreCorruptError
 
     # Only a run with journal entries after its latest checkpoint can have a step in doubt:
@@ -1348,17 +1359,21 @@ async def _runs_in_doubt(runtime: Runtime) -> tuple[list[Any], list[WorkflowErro
     try:
         journaled = await _store_of(runtime).runs_journaled_past()
     except StoreCorruptError as exc:  # (a run row of those the query reads: tester 134)
-        return [], [exc]
-    for record in journaled:
-        if may_be_in_doubt(record):
-            try:
-                info = await runtime.get_run(record.run_id)
-            except StoreCorruptError as exc:
-                damaged.append(exc)
-                continue
-            if info.effects_in_doubt:
-                found.append(info)
-    return found, damaged
+        return [], [exc], 0
+    interrupted = [record for record in journaled if may_be_in_doubt(record)]
+    read = 0
+    for record in interrupted:
+        if limit and len(found) == limit:
+            break
+        read += 1
+        try:
+            info = await runtime.get_run(record.run_id)
+        except StoreCorruptError as exc:
+            damaged.append(exc)
+            continue
+        if info.effects_in_doubt:
+            found.append(info)
+    return found, damaged, len(interrupted) - read
 
 
 async def _answered_counts(runtime: Runtime, runs: Sequence[Any] | None) -> dict[str, int]:
@@ -1369,16 +1384,22 @@ async def _answered_counts(runtime: Runtime, runs: Sequence[Any] | None) -> dict
 
 
 async def _runs_answered(
-    runtime: Runtime,
-) -> tuple[list[tuple[Any, int]], list[WorkflowError]]:
+    runtime: Runtime, limit: int | None
+) -> tuple[list[tuple[Any, int]], list[WorkflowError], int]:
     """Resting runs with answers stored and not applied (no live worker applies them): they
     wait for ``resume``, with no request left pending to say so (tester 74). (run, answers);
-    and the errors of such runs whose rows are damaged (one hid every request: tester 134)."""
+    and the errors of such runs whose rows are damaged (one hid every request: tester 134);
+    and, with a ``limit``, how many runs with answers stored were left unread."""
     from workflow_engine import RunNotFoundError, StoreCorruptError
 
     found = []
     damaged: list[WorkflowError] = []
-    for run_id, count in (await _answered_counts(runtime, None)).items():
+    counts = await _answered_counts(runtime, None)
+    read = 0
+    for run_id, count in counts.items():
+        if limit and len(found) == limit:
+            break
+        read += 1
         try:
             record = await runtime.store.get_run(run_id)
         except StoreCorruptError as exc:
@@ -1389,7 +1410,7 @@ async def _runs_answered(
             continue
         if answered_to_apply(record):
             found.append((record, count))
-    return found, damaged
+    return found, damaged, len(counts) - read
 
 
 MAX_ANSWER_BYTES = 1_000_000

@@ -240,12 +240,14 @@ def requests_output(
     run_ids: Sequence[str],
     damaged: bool = False,
     left_out: int = 0,
+    runs_left_out: tuple[int, int] = (0, 0),
 ) -> Output:
     """``requests list``: the inbox; then the interrupted runs with a step in doubt
     (``RunInfo``), and the resting runs with answers to apply (``(RunRecord, count)``).
     ``request_ids`` and ``run_ids``: every one stored, for the shortest unique prefixes.
     ``damaged``: some requests could not be read (said on stderr): an empty inbox is not
-    said to be empty."""
+    said to be empty. ``left_out``: the requests ``--limit`` left out; ``runs_left_out``:
+    the runs it left out of the two lists after."""
     table: list[list[str]] = []
     if pending:
         short_request, short_run = short_ids(request_ids), short_ids(run_ids)
@@ -263,13 +265,24 @@ def requests_output(
         if table:
             print_table(["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"], table, wrap=["WAITING FOR"])
             if left_out:
-                print(f"({left_out:,} newer not shown: --limit 0 lists them all)")
+                print(f"({left_out:,} newer not shown: {_ALL})")
         elif not damaged:
             print("No pending requests.")
         say_in_doubt(in_doubt)
+        if runs_left_out[0]:
+            print(f"({_more(runs_left_out[0], 'interrupted run')} not shown: {_ALL})")
         say_answered(waiting)
+        if runs_left_out[1]:
+            print(f"({_more(runs_left_out[1], 'run')} with answers stored not shown: {_ALL})")
 
     return show
+
+
+_ALL = "--limit 0 lists them all"
+
+
+def _more(count: int, what: str) -> str:
+    return f"{count:,} more {what}{'' if count == 1 else 's'}"
 
 
 def _stored_in_doubt(data: Any) -> Any:

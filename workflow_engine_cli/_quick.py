@@ -281,13 +281,27 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
         if may_be_in_doubt(record):
             raise _NotQuick  # (whether a step is in doubt takes folding its checkpoints)
     waiting = []
-    for run_id, count in reader.answered_counts().items():
+    counts = reader.answered_counts()
+    read = 0
+    for run_id, count in counts.items():
+        if limit and len(waiting) == limit:
+            break  # the rest counted, not read (all were, and listed: outside tester 182)
+        read += 1
         record = run_of(run_id)
         if answered_to_apply(record):
             waiting.append((record, count))
     request_ids = reader.request_ids_beside([p.request_id for p in pending])
     run_ids = reader.run_ids_beside([p.run_id for p in pending])
-    return requests_output(pending, [], waiting, request_ids, run_ids, left_out=left_out)
+    answered_left = len(counts) - read
+    return requests_output(
+        pending,
+        [],
+        waiting,
+        request_ids,
+        run_ids,
+        left_out=left_out,
+        runs_left_out=(0, answered_left),
+    )
 
 
 def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:

@@ -485,6 +485,37 @@ def test_the_inbox_names_the_interrupted_run_with_a_step_in_doubt(
     assert "in doubt: " in printed, printed
 
 
+def test_a_limit_lists_as_many_runs_in_doubt_and_runs_answered_and_counts_the_rest(
+    databases: dict[str, Path], tmp_path: Path
+) -> None:
+    """``requests list --limit N`` read and printed every interrupted run and every run with
+    answers stored, whatever N: 3 s and 20,000 lines for ``--limit 1`` after a crash left
+    5,000 runs in doubt (outside tester 182). N of each, and how many more."""
+    db = tmp_path / "crashed.db"
+    for _ in range(3):
+        started = subprocess.run(
+            [sys.executable, str(EFFECT_SCRIPT), "start", str(db), str(tmp_path / "ledger.txt")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert started.returncode == 3, started.stderr[-2000:]
+    env = env_for()
+    code, printed, _ = both(["requests", "list", "--limit", "1", "--db", str(db)], env)[1]
+    assert code == 0 and printed.count("interrupted: run ") == 1, printed
+    assert "(2 more interrupted runs not shown: --limit 0 lists them all)" in printed, printed
+    code, printed, _ = both(["requests", "list", "--limit", "2", "--db", str(db)], env)[1]
+    assert printed.count("interrupted: run ") == 2 and "(1 more interrupted run" in printed
+    code, printed, _ = both(["requests", "list", "--db", str(db)], env)[1]
+    assert printed.count("interrupted: run ") == 3 and "not shown" not in printed, printed
+    full = ["requests", "list", "--limit", "1", "--db", str(databases["full"])]
+    quick, proper = both(full, env)
+    assert quick == proper and quick[0] == 0
+    assert proper[1].count("answered: ") == 1, proper[1]
+    assert "(2 more runs with answers stored not shown: --limit 0" in proper[1], proper[1]
+
+
 @pytest.mark.parametrize(
     ("name", "argv"),
     [
