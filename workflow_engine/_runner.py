@@ -71,6 +71,7 @@ from ._graph import Graph
 from ._identity import derive_id, idempotency_key, send_id
 from ._journal import InMemoryJournal, JournalStore, keeps_journal
 from ._planner import NOT_ENCODED, Envelope, Send, deliver, edge_failed, plan_superstep
+from ._pump import waits_for_its_reader
 from ._requests import EffectResolution, ExternalRequest, InDoubtEffect
 
 log = logging.getLogger("workflow_engine.runner")
@@ -252,6 +253,7 @@ class RunLoop:
         # point this continuation starts from is the boundary that honours it
         self.cancel_requested = bool(getattr(store, "cancel_requested", False))
         self._cancel_scope: anyio.CancelScope | None = None
+        self._reader = waits_for_its_reader(emit)  # (a stream's: see ``BACKLOG``)
         self._dirty = False
         self._executing = False
         self.journal: JournalStore = store if keeps_journal(store) else workflow.fallback_journal
@@ -431,6 +433,8 @@ class RunLoop:
                 # cancellation and went on to its end (outside testers 90 and 91). (Without a
                 # store nothing is lost by running on.)
                 await anyio.lowlevel.checkpoint_if_cancelled()
+            if self._reader is not None and self._reader.behind:
+                await self._reader.caught_up()
         if self.cancel_requested:
             return None
         s.status = s.resting_status()

@@ -60,7 +60,7 @@ from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState, WorkflowStat
 from ._executor import Executor
 from ._identity import derive_id, idempotency_key
 from ._journal import JournalStore, keeps_journal
-from ._pump import EventPump
+from ._pump import EventPump, waits_for_its_reader
 from ._requests import ExternalResponse, InDoubtEffect
 from ._run_info import RunInfo, decoding_workflow, may_have_effects_in_doubt, run_info_of
 from ._store import (
@@ -1069,9 +1069,12 @@ class Runtime:
                     checkpoint_store=sink,
                     max_supersteps=max_supersteps,
                 )
+                reader = waits_for_its_reader(emit)
                 async with _kept_alive(sink), self._store_failure_recorded(sink), stream:
                     async for event in stream:
                         emit(event)
+                        if reader is not None and reader.behind:  # (see ``BACKLOG``)
+                            await reader.caught_up()
                 result = stream.result
                 assert result is not None
                 await self._record_outcome(sink, result)
