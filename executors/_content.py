@@ -41,13 +41,38 @@ class FunctionCallContent(_Content):
         return json.dumps(self.arguments, sort_keys=True)
 
 
+MAX_NESTING = 64
+"""How deep the arrays and objects of a tool's result, or of a model's call's arguments, may
+nest to be kept as they are (a checkpoint nests them a few levels deeper still, and refuses
+past 180): deeper, a result is kept as its ``repr``, arguments as their text."""
+
+
+def nests_within(value: Any, limit: int = MAX_NESTING) -> bool:
+    """Whether the lists and dicts of ``value`` (JSON's form) nest at most ``limit`` deep."""
+    level: list[Any] = [value]
+    for _ in range(limit + 1):
+        inner: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                inner.extend(item.values())
+            elif isinstance(item, list):
+                inner.extend(item)
+        if not inner:
+            return True
+        level = inner
+    return False
+
+
 def plain_result(value: Any) -> Any:
     """What a tool returned, as the model reads it and a checkpoint stores it: its JSON form (a
     model, a set, a ``Decimal``, a datetime as JSON), else its ``repr`` -- never an error. A
     result JSON cannot hold (bytes that are not UTF-8, a dict that holds itself) failed the
-    turn after the tool ran, and a resume ran the tool again (outside tester 109)."""
+    turn after the tool ran, and a resume ran the tool again (outside tester 109); so did one
+    nesting deeper than a checkpoint holds (outside tester 184)."""
     try:
         plain = to_jsonable_python(value)
+        if not nests_within(plain):
+            raise ValueError("nests too deep")
         # (what ``text`` does with it; as UTF-8, as it is stored: a file name decoded with
         # surrogateescape failed the run after the tool ran, left in doubt -- tester 167)
         json.dumps(plain, ensure_ascii=False).encode("utf-8")

@@ -37,6 +37,8 @@ from workflow_engine._codec import is_text
 from workflow_engine._errors import UsageError
 from workflow_engine._input import is_blank
 
+from ._content import nests_within
+
 log = logging.getLogger(__name__)
 
 IdempotencyKey = NewType("IdempotencyKey", str)
@@ -66,7 +68,8 @@ object (malformed, a list, a string): the text as it came, for the tool's refusa
 
 def call_arguments(raw: str | None) -> dict[str, Any]:
     """A model's call's arguments (JSON text) as the object they are -- or ``{UNPARSED: raw}``
-    when they are none a run can keep and send back: malformed, a list or a string, a ``NaN``
+    when they are none a run can keep and send back: malformed, a list or a string, nesting
+    deeper than ``MAX_NESTING`` (the model's step failed at every resume: tester 184), a ``NaN``
     or a number past a float (JSON has neither: the model was sent ``NaN`` back at every later
     turn), a lone surrogate (the model's step could not be stored, and a person was asked
     whether the model call had happened: outside tester 159). The tool then says so to the
@@ -76,7 +79,7 @@ def call_arguments(raw: str | None) -> dict[str, Any]:
         value = json.loads(text, parse_constant=_no_constant)
     except (ValueError, RecursionError):  # (also a number past Python's digit limit)
         value = None
-    if isinstance(value, dict) and _keepable(value):
+    if isinstance(value, dict) and nests_within(value) and _keepable(value):
         return value
     return {UNPARSED: text.encode("utf-8", "backslashreplace").decode("utf-8")}
 

@@ -69,6 +69,13 @@ def payer(returns: Any, *, raise_tool_errors: bool = False) -> tuple[Any, list[s
     return build, calls
 
 
+def nested(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def said(result: Any) -> str:
     [reply] = result.outputs
     return str(getattr(reply, "text", reply))
@@ -93,6 +100,10 @@ class _SaysSurrogate:
         # holding such text: each failed the turn after the tool ran (outside tester 173)
         (ValueError("no " + b"caf\xe9".decode("utf-8", "surrogateescape")), "caf\\udce9"),
         (_SaysSurrogate, "caf\\udce9"),
+        # nesting deeper than a checkpoint holds (a parse tree): it failed the turn, and a
+        # person who said the call had not happened saw it run again (outside tester 184)
+        (lambda: {"tree": nested(200)}, "{'tree': [[[["),
+        ({"tree": nested(60)}, '{"tree": [[[['),  # (as JSON, within the limit)
     ],
 )
 async def test_a_result_json_cannot_hold_is_its_repr_and_the_tool_ran_once(
@@ -178,4 +189,51 @@ async def test_a_plain_function_is_a_step_too(tmp_path: Path) -> None:
     done = await rt.run("charger", 7)
     assert done.status is WorkflowRunState.IDLE, done.error
     assert done.outputs == ["charged 7 / charged 7"] and charged == [7]
+    await rt.close()
+
+
+@pytest.mark.parametrize("depth", [200, 900])
+async def test_a_call_whose_arguments_nest_too_deep_is_refused_to_the_model(
+    tmp_path: Path, depth: int
+) -> None:
+    """A model's call whose arguments nest deeper than a checkpoint holds failed the model's
+    step, at every resume (outside tester 184): they are kept as their text, which the tool
+    refuses to the model, and the run goes on."""
+    from workflow_engine.executors import ChatResponseUpdate
+
+    ran: list[Any] = []
+
+    @tool
+    def save(doc: Any) -> str:
+        """Save a document."""
+        ran.append(doc)
+        return "saved"
+
+    class Deep:
+        async def get_response(self, messages: Any, *, tools: Any = ()) -> Never:
+            raise NotImplementedError
+
+        async def get_streaming_response(self, messages: Any, *, tools: Any = ()) -> Any:
+            if messages[-1].role == "user":
+                raw = '{"doc": ' + "[" * depth + '"x"' + "]" * depth + "}"
+                yield ChatResponseUpdate(
+                    kind="function_call",
+                    message_id="m1",
+                    call_id="c1",
+                    name="save",
+                    arguments_delta=raw,
+                )
+            else:
+                yield ChatResponseUpdate(
+                    kind="text",
+                    message_id="m2",
+                    text=" ".join(r.text for r in messages[-1].function_results)[:200],
+                )
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(lambda: WorkflowBuilder("deep", start=Agent("a", "", Deep(), [save])).build())
+    done = await rt.run("deep", "save it")
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert ran == []
+    assert "invalid arguments" in said(done), said(done)
     await rt.close()
