@@ -25,7 +25,7 @@ message and state, which made a long chat's storage grow with the square of its 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -42,7 +42,7 @@ from workflow_engine import (
 from workflow_engine._errors import DefinitionError, UsageError
 from workflow_engine._input import is_blank
 
-from ._agent import Agent
+from ._agent import Agent, AgentRunResponse
 from ._content import ChatMessage, ToolApprovalRequestContent, ToolApprovalResponseContent
 from ._host import AgentHostExecutor, AgentResponse, read_message, stored_message
 from ._tools import Tool
@@ -201,10 +201,30 @@ class HandoffParticipant(AgentHostExecutor):
     ) -> None:
         await self._record_approval(request, response, ctx)
 
+    async def turn_done(
+        self,
+        ctx: WorkflowContext[Any, Any],
+        held: Sequence[ChatMessage],
+        response: AgentRunResponse,
+    ) -> None:
+        # (handing on needs the conversation's length and what the next node has not seen:
+        # built whole, it decoded every stored message at a turn in a new process -- 18 ms at
+        # 1,000 turns, outside tester 184)
+        await self._hand_on(ctx, response.messages, _Continued(held, response.messages))
+
     async def deliver(self, ctx: WorkflowContext[Any, Any], result: AgentResponse) -> None:
+        await self._hand_on(ctx, result.messages, result.conversation)
+
+    async def _hand_on(
+        self,
+        ctx: WorkflowContext[Any, Any],
+        said: Sequence[ChatMessage],
+        conversation: _Continued | list[ChatMessage],
+    ) -> None:
+        """Hand the conversation (this agent's, so the whole: it just spoke) on: to the agent
+        the turn (``said``) handed off to, else to the coordinator -- the part it has not seen."""
         turn = await ctx.get_state("turn", 0)
-        target = _handoff_target(result.messages, self.routes)
-        conversation = result.conversation  # this agent's, so the whole: it just spoke
+        target = _handoff_target(said, self.routes)
         seen = await ctx.get_shared(HANDOFF_SEEN_KEY, {})
         seen[self.id] = len(conversation)
         if target is not None and turn + 1 < self.turn_limit:
@@ -231,6 +251,29 @@ class HandoffParticipant(AgentHostExecutor):
             ),
             target_id=COORDINATOR_ID,
         )
+
+
+class _Continued(Sequence[ChatMessage]):
+    """A conversation held (a lazy view of the stored one) and a turn's messages after it, read
+    only where sliced."""
+
+    def __init__(self, held: Sequence[ChatMessage], said: Sequence[ChatMessage]) -> None:
+        self._held, self._said = held, said
+
+    def __len__(self) -> int:
+        return len(self._held) + len(self._said)
+
+    @overload
+    def __getitem__(self, index: int) -> ChatMessage: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ChatMessage]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if not isinstance(index, slice):
+            n = len(self._held)
+            i = index + len(self) if index < 0 else index
+            return self._held[i] if i < n else self._said[i - n]
+        start, stop, step = index.indices(len(self))
+        return [self[i] for i in range(start, stop, step)]
 
 
 def _seen_by(seen: dict[str, int], node: str, conversation: Sequence[ChatMessage]) -> int:

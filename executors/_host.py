@@ -49,7 +49,9 @@ from workflow_engine._input import is_blank
 from ._events import AgentRunUpdateEvent
 
 if TYPE_CHECKING:
-    from ._agent import Agent
+    from collections.abc import Sequence
+
+    from ._agent import Agent, AgentRunResponse
 from ._content import (
     ChatMessage,
     FunctionCallContent,
@@ -459,10 +461,20 @@ class AgentHostExecutor(Executor):
             ask = UserTurnRequest(agent_name=self.agent.name, text=response.text)
             await ctx.request_info(ask, str)
             return
+        await self.turn_done(ctx, conversation, response)
+
+    async def turn_done(
+        self,
+        ctx: WorkflowContext[Any, Any],
+        held: Sequence[ChatMessage],
+        response: AgentRunResponse,
+    ) -> None:
+        """A finished turn: ``response``, with the conversation (``held``, then the turn's
+        messages), goes on (``deliver``)."""
         result = AgentResponse(
             agent_name=self.agent.name,
             messages=response.messages,
-            conversation=[*conversation, *response.messages],
+            conversation=[*held, *response.messages],
             pending_approvals=response.pending_approvals,
         )
         await self.deliver(ctx, result)
