@@ -51,6 +51,8 @@ CHUNK_CHARS = 2048
 """Characters of text a chunk holds at least, doubling its items until it does (but the last)."""
 CHUNKED_VERSION = 6
 """The checkpoint schema version a chunked row says at least (see ``CHECKPOINT_SCHEMA_VERSION``)."""
+BIG_ITEM_CHUNKS = 4
+"""An item of more than this many ``CHUNK_CHARS`` ends its chunk (see ``_cut``)."""
 FANOUT = 32
 """Chunks named by one index chunk (and the most a place names itself)."""
 INDEX = "i"
@@ -185,16 +187,26 @@ def split(
 def _cut(array: list[Any], chunk_items: int, chunk_chars: int) -> Iterable[str]:
     """The texts of ``array``'s chunks: from its start, each ``chunk_items`` items, or twice,
     four times... as many while that is fewer than ``chunk_chars`` characters (a chunk of 32
-    numbers is a few bytes: its row would weigh more). Where one ends depends only on the
+    numbers is a few bytes: its row would weigh more) -- or fewer, up to an item of more than
+    ``BIG_ITEM_CHUNKS`` chunks' characters, which ends its chunk (a chunk is rewritten until
+    it is full: a 300 KB message pasted into a thread was stored again by the next 8 runs,
+    each writing it three times -- outside tester 184). Where one ends depends only on the
     items from where it starts: an array grown at its end is cut as before, up to its last
     chunk."""
     first = 0
+    big = BIG_ITEM_CHUNKS * chunk_chars
     while first < len(array):
         size = chunk_items
         chunk = to_json(array[first : first + size]).decode()
         while len(chunk) < chunk_chars and first + size < len(array):
             size *= 2
             chunk = to_json(array[first : first + size]).decode()
+        if len(chunk) > big:  # (an item that big, if any, ends the chunk)
+            for end, item in enumerate(array[first : first + size - 1], first + 1):
+                if len(to_json(item).decode()) > big:
+                    size = end - first
+                    chunk = to_json(array[first:end]).decode()
+                    break
         yield chunk
         first += size
 

@@ -12,7 +12,7 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from pydantic_core import to_json
 
-from workflow_engine.storage._chunks import assemble, chunk_digest, split
+from workflow_engine.storage._chunks import BIG_ITEM_CHUNKS, assemble, chunk_digest, split
 
 # (a quarter in the fast tier, which has a minute: 100 took 4.9 s of it)
 EXAMPLES = 50 if os.environ.get("PROPERTY_EXAMPLES") == "half" else 200
@@ -66,10 +66,16 @@ def test_a_split_row_is_put_back_together_exactly(row: dict[str, Any]) -> None:
     # the top level's long arrays are out (nested ones travel inside their array's chunks)
     left = json.loads(stored)
     assert not any(type(v) is list and len(v) >= LONG for v in left.values())
-    for place in places:  # each chunk of items but the last: PER_CHUNK items, doubled while short
+    # each chunk of items but the last: PER_CHUNK items, doubled while short -- or fewer, up
+    # to a big item (``BIG_ITEM_CHUNKS`` chunks' characters), which ends it
+    for place in places:
         leaves = levels_of(place, chunks)[0]
         for key in leaves[:-1]:
             items = json.loads(chunks[key])
+            sizes = [len(to_json(item).decode()) for item in items]
+            assert not any(size > BIG_ITEM_CHUNKS * CHARS for size in sizes[:-1]), items
+            if sizes[-1] > BIG_ITEM_CHUNKS * CHARS:
+                continue
             assert len(items) in {PER_CHUNK * 2**j for j in range(12)}, items
             half = to_json(items[: len(items) // 2]).decode()
             assert len(items) == PER_CHUNK or len(half) < CHARS
@@ -115,3 +121,22 @@ def test_a_string_like_the_place_mark_does_not_confuse_the_split() -> None:
     parts = split(text, LONG, PER_CHUNK, CHARS, FANOUT)
     assert parts is not None and assemble(*parts) == text
     assert len(parts[1]) == 2
+
+
+def test_a_big_item_ends_its_chunk_so_later_runs_do_not_store_it_again() -> None:
+    """A chunk is rewritten until it is full: a 300 KB message pasted into an AG-UI thread
+    was stored again by each of the next runs whose arrays ended in its chunk (outside tester
+    184). An item past ``BIG_ITEM_CHUNKS`` chunks' characters ends its chunk: every array
+    grown after it stores it in the same chunk."""
+    big = "x" * (BIG_ITEM_CHUNKS * CHARS + 1)
+    holding: set[str] = set()
+    history: list[Any] = [f"m{i}" for i in range(LONG)] + [big]
+    for n in range(8):  # the thread grows a message a run
+        parts = split(to_json({"conversation": history}).decode(), LONG, 8, CHARS, FANOUT)
+        assert parts is not None
+        _, places, chunks = parts
+        for key in levels_of(places[0], chunks)[-1]:
+            if big in chunks[key]:
+                holding.add(key)
+        history.append(f"after {n}")
+    assert len(holding) == 1, holding
