@@ -26,7 +26,7 @@ T = TypeVar("T")
 Producer = Callable[[Callable[[T], None]], Awaitable[None]]
 
 BACKLOG = 128
-"""Events a stream holds unread before its run waits for the consumer, at the end of its next
+"""Events a stream holds unread before its run waits for the consumer, before its next
 superstep. A consumer slower than the run so bounds how far the run gets ahead of what it has
 seen: the events a crash leaves unseen, and what the stream holds in memory (a 30,000-superstep
 run finished while its consumer was at superstep 4,000, every event held: outside tester 182).

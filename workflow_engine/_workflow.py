@@ -77,7 +77,7 @@ from ._identity import (
 )
 from ._journal import InMemoryJournal
 from ._planner import Envelope, Send, accepts
-from ._pump import EventPump
+from ._pump import Emitter, EventPump
 from ._registry import display_name, schema_refusal
 from ._requests import (
     EffectResolution,
@@ -191,19 +191,27 @@ class WorkflowRunStream:
         if self._pump is not None:
             await self._pump.close()
 
+    def wait_for_reader(self, reader: Emitter[Any]) -> None:
+        """Have the run wait for ``reader`` too (see ``BACKLOG``): the reader of a stream
+        this one's events are passed on to (a ``Runtime`` stream's)."""
+        self._handle.readers.append(reader)
+
 
 @dataclass
 class _StreamHandle:
-    """The stream's run loop once it exists, and whether it was closed before that."""
+    """The stream's run loop once it exists, whether it was closed before that, and the
+    readers of streams its events are passed on to."""
 
     loop: RunLoop | None = None
     cancel_early: bool = False
+    readers: list[Emitter[Any]] = field(default_factory=list)
 
 
 def _producer(workflow: Workflow, prepare: Any, handle: _StreamHandle) -> Any:
     async def produce(emit: Any) -> None:
         loop, store = await prepare(emit)
         handle.loop = loop
+        loop.readers.extend(handle.readers)
         if handle.cancel_early:
             loop.cancel()
         await workflow._drive(loop, store, emit)

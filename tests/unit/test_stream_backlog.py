@@ -6,16 +6,22 @@ events unseen by any stream (outside tester 182)."""
 
 from __future__ import annotations
 
+from typing import Never
+
 import anyio
 import pytest
 
 from workflow_engine import (
     Executor,
+    RequestInfoEvent,
     Runtime,
     SuperstepCompletedEvent,
     WorkflowBuilder,
     WorkflowContext,
+    WorkflowEvent,
+    WorkflowRunState,
     handler,
+    response_handler,
 )
 from workflow_engine._pump import BACKLOG
 from workflow_engine.storage import InMemoryRunStore
@@ -82,3 +88,64 @@ async def test_a_runtime_stream_waits_for_a_slow_reader() -> None:
     assert stream.result is not None and stream.result.outputs == [STEPS]
     assert ahead <= BACKLOG, ahead  # (two streams in a row: the run's, and the runtime's)
     await runtime.close()
+
+
+class Chatter(WorkflowEvent):
+    """An event of the run's own (an agent's text as it is generated, say)."""
+
+
+class AskAfter(Executor):
+    """Counts to 3, then says a lot and asks a person."""
+
+    @handler
+    async def step(self, n: int, ctx: WorkflowContext[int]) -> None:
+        if n < 3:
+            await ctx.send_message(n + 1)
+            return
+        for _ in range(2 * BACKLOG):
+            await ctx.add_event(Chatter())
+        await ctx.request_info(f"asked at {n}", bool)
+
+    @response_handler
+    async def answered(self, asked: str, answer: bool, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output(f"{asked}: {answer}")
+
+
+def asking() -> object:
+    ask = AskAfter("ask")
+    return WorkflowBuilder("asking", start=ask).add_edge(ask, ask).build()
+
+
+@pytest.mark.parametrize("close", [False, True])
+async def test_a_run_at_rest_gives_its_lease_back_and_keeps_its_events_for_a_slow_reader(
+    close: bool,
+) -> None:
+    """The run waits for its reader at a superstep's end; once at rest it gives its lease back
+    at once, and every event it committed stays readable -- after ``Runtime.close()`` too.
+    (The first bound waited where the runtime passes events on: a paused run kept its lease
+    while its reader lagged, and a closing runtime dropped the events not passed on yet --
+    outside tester 186.)"""
+    runtime = Runtime(InMemoryRunStore())
+    runtime.register(asking)
+    run_id = await runtime.start("asking", 0)
+    events = []
+    async with runtime.resume_stream(run_id) as stream:
+        events.append(await stream.__anext__())
+        with anyio.fail_after(10):
+            while True:  # (the reader reads nothing meanwhile)
+                record = await runtime.store.get_run(run_id)
+                if (
+                    record.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS
+                    and not record.owner
+                ):
+                    break
+                await anyio.sleep(0.01)
+        if close:
+            await runtime.close()
+        events.extend([event async for event in stream])
+    asked = [e for e in events if isinstance(e, RequestInfoEvent)]
+    assert len(asked) == 1 and asked[0].request.data == "asked at 3"
+    if not close:
+        done = await runtime.respond_and_resume(asked[0].request.request_id, True)
+        assert done.outputs == ["asked at 3: True"]
+        await runtime.close()
