@@ -119,6 +119,7 @@ from workflow_engine.executors import (
 )
 from workflow_engine.executors._content import model_call_id
 from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
+from workflow_engine.executors._tools import call_arguments
 
 from ._http import (
     AGUIError,
@@ -1816,33 +1817,26 @@ def _result_of(content: Any) -> Any:
         return content
 
 
-def _arguments(call: Any, what: str = "a tool call's arguments") -> Any:
-    """A client's tool call's arguments (JSON text) as what they are (``{}`` for none), read
-    within the body's limits: nesting 5,000 deep in the string was a RecursionError and a 500,
-    a NaN or a lone surrogate was taken (outside tester 150). Checked by ``check_tool_calls``
-    before anything runs."""
+def _arguments(call: Any) -> dict[str, Any]:
+    """A client's tool call's arguments (JSON text), read as a model's are (``call_arguments``):
+    the object they are (``{}`` for none), or -- malformed, not an object, nesting past 64
+    levels, a NaN, a lone surrogate -- their text, kept as such. The stream sends such a call
+    of the model's as the text the model gave, and the client sends it back with the thread's
+    history: refused, it ended the thread for good (outside tester 187); read otherwise, it
+    would not be the call the conversation holds."""
     text = call.function.arguments
-    return parse_json(text, what=what) if text and text.strip() else {}
+    return call_arguments(text) if text and text.strip() else {}
 
 
 def check_tool_calls(messages: Sequence[Any]) -> None:
-    """An assistant's tool call whose arguments are not a JSON object is refused (422): the
-    model's calls are objects of arguments, and one the client altered cannot be read back."""
+    """An assistant's tool call with no id is refused (422): its result could not name it."""
     for i, message in enumerate(messages):
         if getattr(message, "role", None) != "assistant":
             continue
         for j, call in enumerate(getattr(message, "tool_calls", None) or ()):
-            where = f"messages[{i}].toolCalls[{j}]"
             if not call.id:
-                raise AGUIError("invalid_run_input", f"{where} has an empty id")
-            try:
-                arguments = _arguments(call, f"{where} ({call.id!r}): its arguments")
-            except InputError as exc:
-                raise AGUIError("invalid_run_input", str(exc)) from None
-            if not isinstance(arguments, dict):
                 raise AGUIError(
-                    "invalid_run_input",
-                    f"{where} ({call.id!r}): its arguments are not a JSON object",
+                    "invalid_run_input", f"messages[{i}].toolCalls[{j}] has an empty id"
                 )
 
 
