@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 
     from ._agent import Agent, AgentRunResponse
 from ._content import (
+    MAX_NESTING,
     ChatMessage,
     FunctionCallContent,
     FunctionResultContent,
@@ -60,6 +61,7 @@ from ._content import (
     ToolApprovalRequestContent,
     ToolApprovalResponseContent,
     edited_arguments,
+    nests_within,
     plain_result,
     same_argument,
 )
@@ -359,6 +361,13 @@ class AgentHostExecutor(Executor):
         if not response.approved and response.arguments is not None:
             return response.model_copy(update={"arguments": None})
         if response.approved and response.arguments is not None:
+            if not nests_within(response.arguments):
+                # (a model's call that deep is refused to it: one a person edits in would be
+                # run, then fail to be stored at every resume -- outside tester 187)
+                raise ValueError(
+                    f"the edited arguments of call {request.function_call.call_id!r} "
+                    f"({request.function_call.name}) nest deeper than {MAX_NESTING} levels"
+                )
             call = request.function_call
             proposed = dict(call.arguments)
             runs_with = edited_arguments(call, response)

@@ -237,3 +237,41 @@ async def test_a_call_whose_arguments_nest_too_deep_is_refused_to_the_model(
     assert ran == []
     assert "invalid arguments" in said(done), said(done)
     await rt.close()
+
+
+async def test_an_edit_nesting_too_deep_is_refused_when_answering(tmp_path: Path) -> None:
+    """A reviewer's edit nesting past 64 levels was taken: the approved tool ran, and its call
+    could not be stored -- the run failed at every resume (outside tester 187). It is refused
+    when answering, as a model's call that deep is refused to the model; nothing ran."""
+    from workflow_engine import ResponseTypeError
+
+    ran: list[Any] = []
+
+    @tool(approval_mode="always_require")
+    def save(doc: Any) -> str:
+        """Save a document."""
+        ran.append(doc)
+        return "saved"
+
+    def build() -> Any:
+        model = ScriptedChatClient(
+            [
+                Rule(user="save", calls=[ToolCall("save", {"doc": "x"})]),
+                Rule(after_tool="save", reply="Result: {result}"),
+            ]
+        )
+        return WorkflowBuilder(name="saver", start=Agent("saver", "", model, [save])).build()
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(build)
+    paused = await rt.run("saver", "save it")
+    (asked,) = paused.pending_requests
+    deep = {"approved": True, "arguments": {"doc": nested(70)}}
+    with pytest.raises(ResponseTypeError, match="nest deeper than 64 levels"):
+        await rt.respond_and_resume(asked.request_id, deep)
+    assert ran == []
+    shallow = {"approved": True, "arguments": {"doc": nested(60)}}
+    done = await rt.respond_and_resume(asked.request_id, shallow)
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert ran == [nested(60)]
+    await rt.close()
