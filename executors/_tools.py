@@ -37,7 +37,7 @@ from workflow_engine._codec import is_text
 from workflow_engine._errors import UsageError
 from workflow_engine._input import is_blank
 
-from ._content import nests_within
+from ._content import MAX_NESTING, nests_within
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,8 @@ class Tool:
         if set(arguments) == {UNPARSED}:  # (the model is told what was wrong with them: it was
             # told "order_id: Field required; __unparsed__: Extra inputs are not permitted")
             raise ToolArgumentsError(
-                f"invalid arguments for tool {self.name!r}: not a JSON object: "
+                f"invalid arguments for tool {self.name!r}: not a JSON object of arguments "
+                f"(malformed, not an object, a NaN, or nesting past {MAX_NESTING} levels): "
                 f"{str(arguments[UNPARSED])[:200]!r}"
             )
         try:
