@@ -5,7 +5,10 @@ the COMMIT that made it durable."""
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Never
@@ -442,3 +445,30 @@ async def test_a_reader_that_pins_the_wal_is_said_in_the_log(
         await _lifecycles(runtime, 400)  # released: copied back, nothing more said
     assert not [r for r in caplog.records if "read transaction open" in r.getMessage()]
     await runtime.close()
+
+
+SCRIPT = Path(__file__).with_name("full_disk_group.py")
+
+
+@pytest.mark.slow
+def test_a_commit_the_disk_cannot_hold_fails_only_its_own_run(tmp_path: Path) -> None:
+    """On a nearly full disk, twenty small runs committed in the transaction of one run whose
+    output the disk could not hold: SQLite ended the transaction at its COMMIT, and all but
+    two small runs failed with "disk is full" (outside tester 183). Each write of a failed
+    group is tried alone: the big run fails, the others finish. A real full disk: a 3 MB
+    tmpfs mounted in a mount namespace of the test's own."""
+    where = tmp_path / "small"
+    where.mkdir()
+    mount = f"mount -t tmpfs -o size=3m tmpfs {where}"
+    run = f'{mount} && exec "$0" {SCRIPT} {where} 600000 2000000'
+    done = subprocess.run(
+        ["unshare", "-m", "sh", "-c", run, sys.executable],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    ended = json.loads(done.stdout.strip().splitlines()[-1])
+    assert ended.pop("big") in ("failed", "StorageError"), ended
+    assert set(ended.values()) == {"idle"}, ended
