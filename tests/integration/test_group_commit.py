@@ -472,3 +472,37 @@ def test_a_commit_the_disk_cannot_hold_fails_only_its_own_run(tmp_path: Path) ->
     ended = json.loads(done.stdout.strip().splitlines()[-1])
     assert ended.pop("big") in ("failed", "StorageError"), ended
     assert set(ended.values()) == {"idle"}, ended
+
+
+async def test_a_commit_of_megabytes_runs_on_the_worker_thread(tmp_path: Path) -> None:
+    """A commit of a 200 MB output held the event loop -- every other run, stream and lease
+    renewal of the process -- for 2.9 s, SQLite writing it on the loop's thread (outside tester
+    183). A row of megabytes is written on the store's worker thread; small ones stay on the
+    loop's (a hop costs more than their commit)."""
+    import threading
+
+    from workflow_engine import Executor, Runtime, WorkflowBuilder, handler
+
+    class Says(Executor):
+        @handler
+        async def say(self, size: int, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output("x" * size)
+
+    store = SqliteStore(tmp_path / "runs.db")
+    runtime = Runtime(store)
+    runtime.register(lambda: WorkflowBuilder("says", start=Says("says")).build())
+    await runtime.list_runs()
+    written: dict[int, int] = {}  # row size -> the thread that inserted it
+
+    def traced(statement: str) -> None:
+        if statement.startswith("INSERT INTO checkpoints"):
+            written[len(statement)] = threading.get_ident()
+
+    store._conn.set_trace_callback(traced)  # type: ignore[union-attr]
+    loop_thread = threading.get_ident()
+    for size in (100, 3_000_000):
+        result = await runtime.run("says", size)
+        assert result.outputs == ["x" * size]
+    assert written[min(written)] == loop_thread
+    assert written[max(written)] != loop_thread, sorted(written)
+    await runtime.close()
