@@ -295,9 +295,12 @@ SQL_JOURNALED_AFTER = "SELECT 1 FROM journal WHERE run_id = ? AND superstep > ? 
 SQL_RUNS_JOURNALED_PAST = (
     f"SELECT {RUN_COLUMNS} FROM runs WHERE status = 'in_progress' AND EXISTS (SELECT 1 FROM "
     "journal WHERE journal.run_id = runs.run_id AND (journal.superstep > runs.superstep OR "
-    "typeof(runs.superstep) != 'integer')) ORDER BY created_at, run_id"
-)  # the runs that may have a step in doubt: ``journaled_after`` of each in progress, in one
-# (one whose superstep is damaged too, to be said)
+    "typeof(runs.superstep) != 'integer') AND (NOT json_valid(journal.value) OR "
+    "json_type(journal.value, '$.value') IS NULL)) ORDER BY created_at, run_id"
+)  # the runs that may have a step in doubt: an intent with no result (a result is replayed)
+# journaled after the latest checkpoint, in one query (one whose superstep or entry is
+# damaged too, to be said); a run stopped after its steps' results were journaled is not one
+# of them (it was counted as one: outside tester 186)
 SQL_COUNT_REQUESTS = "SELECT count(*) FROM requests WHERE status = ?"
 SQL_RUNS_WITH_PENDING = (
     f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN "

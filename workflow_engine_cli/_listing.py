@@ -273,7 +273,9 @@ def requests_output(
             print(f"({_more(runs_left_out[0], 'interrupted run')} not shown: {_ALL})")
         say_answered(waiting)
         if runs_left_out[1]:
-            print(f"({_more(runs_left_out[1], 'run')} with answers stored not shown: {_ALL})")
+            # (counted, not read: a live worker may be applying some -- outside tester 186)
+            left = _more(runs_left_out[1], "run")
+            print(f"({left} with answers stored not read: --limit 0 lists those waiting)")
 
     return show
 
