@@ -52,7 +52,7 @@ CHUNK_CHARS = 2048
 CHUNKED_VERSION = 6
 """The checkpoint schema version a chunked row says at least (see ``CHECKPOINT_SCHEMA_VERSION``)."""
 BIG_ITEM_CHUNKS = 4
-"""An item of more than this many ``CHUNK_CHARS`` ends its chunk (see ``_cut``)."""
+"""An item of more than this many ``CHUNK_CHARS`` (in UTF-8 bytes) ends its chunk (``_cut``)."""
 FANOUT = 32
 """Chunks named by one index chunk (and the most a place names itself)."""
 INDEX = "i"
@@ -188,11 +188,11 @@ def _cut(array: list[Any], chunk_items: int, chunk_chars: int) -> Iterable[str]:
     """The texts of ``array``'s chunks: from its start, each ``chunk_items`` items, or twice,
     four times... as many while that is fewer than ``chunk_chars`` characters (a chunk of 32
     numbers is a few bytes: its row would weigh more) -- or fewer, up to an item of more than
-    ``BIG_ITEM_CHUNKS`` chunks' characters, which ends its chunk (a chunk is rewritten until
-    it is full: a 300 KB message pasted into a thread was stored again by the next 8 runs,
-    each writing it three times -- outside tester 184). Where one ends depends only on the
-    items from where it starts: an array grown at its end is cut as before, up to its last
-    chunk."""
+    ``BIG_ITEM_CHUNKS`` chunks' characters (in UTF-8 bytes), which ends its chunk (a chunk is
+    rewritten until it is full: a 300 KB message pasted into a thread was stored again by the
+    next 8 runs, each writing it three times -- outside tester 184). Where one ends depends
+    only on the items from where it starts: an array grown at its end is cut as before, up to
+    its last chunk."""
     first = 0
     big = BIG_ITEM_CHUNKS * chunk_chars
     while first < len(array):
@@ -201,9 +201,10 @@ def _cut(array: list[Any], chunk_items: int, chunk_chars: int) -> Iterable[str]:
         while len(chunk) < chunk_chars and first + size < len(array):
             size *= 2
             chunk = to_json(array[first : first + size]).decode()
-        if len(chunk) > big:  # (an item that big, if any, ends the chunk)
+        if 4 * len(chunk) > big:  # (an item that big, if any, ends the chunk; in UTF-8:
+            # its bytes are what is stored again -- 7,000 emoji are 28 KB, outside tester 187)
             for end, item in enumerate(array[first : first + size - 1], first + 1):
-                if len(to_json(item).decode()) > big:
+                if len(to_json(item)) > big:
                     size = end - first
                     chunk = to_json(array[first:end]).decode()
                     break
