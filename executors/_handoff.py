@@ -297,11 +297,18 @@ async def _catch_up(
     if not start <= have <= start + len(news.messages):
         raise ValueError(
             f"handoff: {ctx.executor_id!r} holds {have} messages of the conversation, but the "
-            f"{type(news).__name__} from {news.agent!r} continues it from message {start}"
+            f"{type(news).__name__} from {_sender(news)!r} continues it from message {start}"
         )
     fresh = news.messages[have - start :]
     if fresh:
         await ctx.append_state("conversation", [stored_message(m) for m in fresh])
+
+
+def _sender(news: HandoffTurn | HandoffTurnResult) -> str:
+    """Who sent ``news``: a result's agent; a turn's handing agent, else the coordinator."""
+    if isinstance(news, HandoffTurnResult):
+        return news.agent
+    return news.handed_from or COORDINATOR_ID
 
 
 def _handoff_target(messages: Sequence[ChatMessage], routes: dict[str, str]) -> str | None:
@@ -338,12 +345,33 @@ class HandoffCoordinator(Executor):
     async def _start(
         self, ctx: WorkflowContext[HandoffTurn], conversation: list[ChatMessage]
     ) -> None:
+        held = await self._conversation(ctx)
+        if len(held):
+            await self._continue(ctx, conversation)
+            return
         await ctx.set_state("active", self.start_agent)
         await ctx.set_state("conversation", [stored_message(m) for m in conversation])
         n = len(conversation)
         await ctx.set_shared(HANDOFF_SEEN_KEY, {COORDINATOR_ID: n, self.start_agent: n})
         await ctx.send_message(
             HandoffTurn(agent=self.start_agent, messages=conversation),
+            target_id=self.start_agent,
+        )
+
+    async def _continue(self, ctx: WorkflowContext[HandoffTurn], said: list[ChatMessage]) -> None:
+        """A new message after the chat ended (``run(message, checkpoint=...)``): the chat goes
+        on with it, from the start agent, its turns counted anew (it failed the run: the start
+        agent held the conversation the message did not continue -- outside tester 187)."""
+        await ctx.append_state("conversation", [stored_message(m) for m in said])
+        conversation = await self._conversation(ctx)
+        seen = await ctx.get_shared(HANDOFF_SEEN_KEY, {})
+        start = _seen_by(seen, self.start_agent, conversation)
+        seen[COORDINATOR_ID] = seen[self.start_agent] = len(conversation)
+        await ctx.set_shared(HANDOFF_SEEN_KEY, seen)
+        await ctx.set_state("active", self.start_agent)
+        await ctx.set_state("turn", 0)
+        await ctx.send_message(
+            HandoffTurn(agent=self.start_agent, messages=conversation[start:], start=start),
             target_id=self.start_agent,
         )
 

@@ -232,3 +232,45 @@ async def test_an_empty_reply_to_a_new_message_asks_the_user() -> None:
     assert result.status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS, result.outputs
     (request,) = result.pending_requests
     assert isinstance(request.data, HandoffUserInputRequest) and request.data.message == ""
+
+
+@pytest.mark.parametrize("ended", ["completed", "ended_by_user"])
+async def test_a_new_message_after_the_chat_ended_goes_on_with_the_whole_conversation(
+    ended: str,
+) -> None:
+    """``run(message, checkpoint=...)`` after a handoff chat ended -- a chat's next turn, as
+    the README says -- failed the run: the start agent held the conversation, and the
+    coordinator started it over (outside tester 187). The chat goes on from the start agent
+    with the new message after the whole conversation."""
+    wf = build_support_workflow()
+    if ended == "completed":
+        first, _ = await drive(wf, "I want a refund for order 12345")
+    else:
+        first, _ = await drive(wf, "What's the weather like?", replies=[])
+    (before,) = first.outputs
+    assert before.status == ended
+    after, asked = await drive_on(wf, first, "What's the weather like?", replies=["thanks"])
+    assert after.status is WorkflowRunState.IDLE, after.error
+    (outcome,) = after.outputs
+    assert asked == ["input:triage_agent"]
+    held = [(m.role, m.text) for m in before.conversation]
+    assert [(m.role, m.text) for m in outcome.conversation][: len(held)] == held
+    users = [m.text for m in outcome.conversation if m.role == "user" and m.text]
+    assert users[-2:] == ["What's the weather like?", "thanks"]
+    assert outcome.status == "completed"
+
+
+async def drive_on(
+    wf: Workflow, ended: WorkflowRunResult, message: str, *, replies: list[str]
+) -> tuple[WorkflowRunResult, list[str]]:
+    """``drive``, continuing the checkpoint of ``ended`` with ``message``."""
+    replies = list(replies)
+    asked: list[str] = []
+    result = await wf.run(message, checkpoint=ended.checkpoint)
+    while result.pending_requests:
+        (request,) = result.pending_requests
+        assert isinstance(request.data, HandoffUserInputRequest)
+        asked.append(f"input:{request.data.agent}")
+        answer = {"message": replies.pop(0)} if replies else {"end": True}
+        result = await wf.run(checkpoint=result.checkpoint, responses={request.request_id: answer})
+    return result, asked
