@@ -1323,6 +1323,9 @@ async def _pending_tolerantly(
             damaged.append(exc)
         except RunNotFoundError as exc:  # (its run's row gone: tester 134)
             damaged.append(_gone_yet_named(exc, "pending requests"))
+    # (waiting longest first, as the listing is otherwise: read run by run, they were in the
+    # order of the runs' ids -- outside tester 186)
+    found.sort(key=lambda r: (r.created_at, r.request_id))
     pending, left_out = limited(_as_pending(found), limit, newest=False)
     return pending, damaged, left_out
 

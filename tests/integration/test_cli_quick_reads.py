@@ -1200,3 +1200,30 @@ def test_a_table_s_short_ids_are_unique_among_ids_it_does_not_show(tmp_path: Pat
         assert run_id in shown  # (its whole id: all but the last character is shared)
         if argv[0] == "requests":
             assert f"{request_id[:21]} " in shown and f"{request_id[:20]} " not in shown
+
+
+def test_a_damaged_request_leaves_the_others_listed_oldest_first(tmp_path: Path) -> None:
+    """With one request row damaged, the others were read run by run and listed in the order
+    of the runs' ids: ``--limit 2`` showed two of them at random and called the older ones it
+    left out "newer" (outside tester 186). They are listed waiting longest first."""
+    db = tmp_path / "runs.db"
+
+    async def make() -> None:
+        runtime = Runtime(SqliteStore(db))
+        runtime.register(asking_workflow)
+        try:
+            for word in ("first", "second", "third", "fourth", "fifth"):
+                await runtime.run("asking", word)
+        finally:
+            await runtime.close()
+
+    anyio.run(make)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute(
+            "UPDATE requests SET status = 'wat' WHERE request_id = "
+            "(SELECT request_id FROM requests ORDER BY created_at DESC LIMIT 1)"
+        )
+    code, printed, said = both(["requests", "list", "--limit", "2", "--db", str(db)], env_for())[1]
+    assert code == 6 and "damaged" in said, said
+    shown = [w for w in ("first", "second", "third", "fourth") if w in printed]
+    assert shown == ["first", "second"], printed
