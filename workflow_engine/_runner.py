@@ -415,7 +415,7 @@ class RunLoop:
         s = self.state
         steps = 0
         while s.inbox and not s.in_doubt():
-            if any(reader.behind for reader in self.readers):
+            if self.readers and any(reader.behind for reader in self.readers):
                 # before the next superstep, not after the last: a run at rest never waits
                 # (it gives its lease back at once -- outside tester 186)
                 for reader in self.readers:
