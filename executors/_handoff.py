@@ -324,6 +324,10 @@ def _handoff_target(messages: Sequence[ChatMessage], routes: dict[str, str]) -> 
 class HandoffCoordinator(Executor):
     """Starts the conversation, asks the user between turns and decides when it ends."""
 
+    takes_input_while_waiting = False
+    """A new message waits until the chat's questions are answered (see ``Workflow.run``):
+    mid-turn, its agents hold more of the conversation than the coordinator."""
+
     def __init__(
         self, start_agent: str, termination: TerminationCondition, turn_limit: int
     ) -> None:

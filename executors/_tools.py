@@ -180,7 +180,8 @@ class Tool:
             # told "order_id: Field required; __unparsed__: Extra inputs are not permitted")
             raise ToolArgumentsError(
                 f"invalid arguments for tool {self.name!r}: not a JSON object of arguments "
-                f"(malformed, not an object, a NaN, or nesting past {MAX_NESTING} levels): "
+                "this engine keeps (malformed, not an object, a NaN, a number past a float or "
+                f"past 4,300 digits, a lone surrogate, or nesting past {MAX_NESTING} levels): "
                 f"{str(arguments[UNPARSED])[:200]!r}"
             )
         try:

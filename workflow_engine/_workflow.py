@@ -560,6 +560,19 @@ class Workflow:
         state = self.restore(cp)
         if state.status in (WorkflowRunState.CANCELLED,):
             raise RunNotResumableError(f"run {state.run_id!r} was cancelled")
+        if message is not _NO_MESSAGE and state.pending:
+            start = self.graph.nodes[self.graph.start_id]
+            if not getattr(start, "takes_input_while_waiting", True):
+                # (a handoff chat's new message mid-turn failed the run for good: outside
+                # tester 189) -- refused before anything runs or is stored
+                waiting = ", ".join(sorted(state.pending)[:3])
+                raise UsageError(
+                    f"run {state.run_id!r} waits for answers to {len(state.pending)} "
+                    f"request(s) ({waiting}{', ...' if len(state.pending) > 3 else ''}): "
+                    f"{self.graph.start_id!r} takes a new message only once they are "
+                    "answered -- answer "
+                    "them (responses=...), then send it"
+                )
         loop = RunLoop(self, state, emit, store, limit)
         answers = self.validate_responses(state, responses or {})
         if message is not _NO_MESSAGE:

@@ -274,3 +274,35 @@ async def drive_on(
         answer = {"message": replies.pop(0)} if replies else {"end": True}
         result = await wf.run(checkpoint=result.checkpoint, responses={request.request_id: answer})
     return result, asked
+
+
+@pytest.mark.parametrize("waiting_for", ["an approval", "a reply"])
+async def test_a_new_message_while_the_chat_waits_is_refused_and_changes_nothing(
+    waiting_for: str,
+) -> None:
+    """Sent while the chat waited for an approval, a new message failed the run for good
+    (the approval used up, every resume failing); while it waited for the user's reply, it
+    ended the chat and left the question open (outside tester 189). It is refused before
+    anything runs; the chat goes on when the question is answered."""
+    from workflow_engine import InMemoryCheckpointStore
+
+    wf = build_support_workflow()
+    store = InMemoryCheckpointStore()
+    said = "I want a refund for order 12345" if waiting_for == "an approval" else "Hello"
+    paused = await wf.run(said, checkpoint_store=store)
+    (request,) = paused.pending_requests
+    before = await store.latest(paused.run_id)
+    with pytest.raises(UsageError, match="waits for answers to 1 request"):
+        await wf.run("Where is my order?", checkpoint=paused.checkpoint, checkpoint_store=store)
+    with pytest.raises(UsageError, match="takes a new message only once they are answered"):
+        await wf.run("Where is my order?", checkpoint=paused.checkpoint)
+    assert await store.latest(paused.run_id) == before
+    answer = {"approved": True} if waiting_for == "an approval" else {"end": True}
+    done = await wf.run(
+        checkpoint=paused.checkpoint,
+        responses={request.request_id: answer},
+        checkpoint_store=store,
+    )
+    assert done.status is WorkflowRunState.IDLE, done.error
+    (outcome,) = done.outputs
+    assert outcome.status == ("completed" if waiting_for == "an approval" else "ended_by_user")
