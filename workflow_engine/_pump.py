@@ -79,6 +79,8 @@ class EventPump(Generic[T]):
     def __init__(self, produce: Producer[T]) -> None:
         send, self._receive = anyio.create_memory_object_stream[T](math.inf)
         emitter = self._emitter = Emitter(send.send_nowait)
+        self.unread: list[T] = []
+        """What the producer emitted and no one read, once the pump is closed."""
 
         async def run() -> None:
             async with send:
@@ -113,11 +115,17 @@ class EventPump(Generic[T]):
         return self._task.done()
 
     async def close(self) -> None:
-        """Cancel the producer (if it still runs) and wait until it has cleaned up."""
+        """Cancel the producer (if it still runs) and wait until it has cleaned up. What it
+        emitted and no one read is kept (``unread``)."""
         if not self._closed:
             self._closed = True
             self._task.cancel()
             await self._task.wait()
+            while True:
+                try:
+                    self.unread.append(self._receive.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
             self._receive.close()
 
     def __del__(self) -> None:

@@ -415,17 +415,19 @@ class RunLoop:
         s = self.state
         steps = 0
         while s.inbox and not s.in_doubt():
-            if self.readers and any(reader.behind for reader in self.readers):
-                # before the next superstep, not after the last: a run at rest never waits
-                # (it gives its lease back at once -- outside tester 186)
-                for reader in self.readers:
-                    await reader.caught_up()
             if self.cancel_requested:
                 return None
             if steps >= self.max_supersteps:
                 s.status = WorkflowRunState.MAX_SUPERSTEPS_REACHED
                 self.emit(WorkflowStatusEvent(s.status))
                 return s.status
+            if self.readers and any(reader.behind for reader in self.readers):
+                # before the next superstep, not after the last: a run at rest -- its limit
+                # reached too -- never waits (it gives its lease back at once: outside
+                # testers 186, 188)
+                await self._wait_for_readers()
+                if self.cancel_requested:
+                    return None
             steps += 1
             if not await self.superstep():
                 if self.cancel_requested:
@@ -446,6 +448,18 @@ class RunLoop:
         s.status = s.resting_status()
         self.emit(WorkflowStatusEvent(s.status))
         return s.status
+
+    async def _wait_for_readers(self) -> None:
+        """Wait until the streams' readers have caught up (see ``BACKLOG``). A cancel another
+        process stored meanwhile is asked for then, and honoured before the next superstep
+        (the run went on with one more: outside tester 188)."""
+        for reader in self.readers:
+            await reader.caught_up()
+        renew = getattr(self.store, "renew_once", None)
+        if renew is not None:
+            await renew()
+        if getattr(self.store, "cancel_requested", False):
+            self.cancel_requested = True
 
     async def finish_cancelled(self) -> WorkflowRunState:
         s = self.state

@@ -1073,11 +1073,21 @@ class Runtime:
                 if reader is not None:  # the run waits for this stream's reader too
                     stream.wait_for_reader(reader)
                 async with _kept_alive(sink), self._store_failure_recorded(sink), stream:
-                    async for event in stream:
-                        # (never waiting here: a run at rest gives its lease back at once,
-                        # and a closing runtime's stream keeps every event committed --
-                        # outside tester 186)
-                        emit(event)
+                    try:
+                        async for event in stream:
+                            # (never waiting here: a run at rest gives its lease back at
+                            # once -- outside tester 186)
+                            emit(event)
+                    except BaseException:
+                        # cut off (``close()``, a deadline): what the run emitted and this
+                        # did not pass on yet goes on all the same -- committed outputs were
+                        # lost for good (outside tester 188)
+                        with contextlib.suppress(
+                            anyio.BrokenResourceError, anyio.ClosedResourceError
+                        ):
+                            for event in stream.unread():  # (unless the reader is gone too)
+                                emit(event)
+                        raise
                 result = stream.result
                 assert result is not None
                 await self._record_outcome(sink, result)

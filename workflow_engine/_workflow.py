@@ -191,6 +191,11 @@ class WorkflowRunStream:
         if self._pump is not None:
             await self._pump.close()
 
+    def unread(self) -> list[WorkflowEvent]:
+        """Once closed, the events the run emitted that were not read (see ``Runtime``'s
+        stream, which passes them on when it is cut off)."""
+        return self._pump.unread if self._pump is not None else []
+
     def wait_for_reader(self, reader: Emitter[Any]) -> None:
         """Have the run wait for ``reader`` too (see ``BACKLOG``): the reader of a stream
         this one's events are passed on to (a ``Runtime`` stream's)."""
