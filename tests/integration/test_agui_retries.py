@@ -802,6 +802,7 @@ def test_a_new_message_with_no_words_starts_nothing(tmp_path: Path) -> None:
     assert status_of(tmp_path) is WorkflowRunState.IDLE  # (one run: the first)
 
 
+@pytest.mark.slow  # (about 2 s of the fast tier's minute; `make test` runs it)
 def test_copies_of_a_start_request_sent_at_once_each_report_its_run_or_are_busy(
     tmp_path: Path,
 ) -> None:

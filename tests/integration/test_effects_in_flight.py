@@ -253,6 +253,7 @@ class GathersEight(Executor):
         await ctx.yield_output("+".join(await asyncio.gather(*steps)))
 
 
+@pytest.mark.slow  # (a sweep of close() moments; `make test` runs it)
 async def test_closing_the_runtime_at_any_moment_leaves_no_unstarted_step_in_doubt(
     tmp_path: Path,
 ) -> None:

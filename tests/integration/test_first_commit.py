@@ -199,6 +199,7 @@ async def test_a_failing_first_superstep_is_recorded_failed(tmp_path: Path) -> N
     assert run.error is not None and "the first superstep fails" in str(run.error)
 
 
+@pytest.mark.slow  # (about 2 s of the fast tier's minute; `make test` runs it)
 async def test_a_first_superstep_cut_off_leaves_the_run_interrupted(tmp_path: Path) -> None:
     """A caller's timeout, or ``close()``, ends the execution before the first commit: the run
     is written then (unleased, in progress), as the old admission left it, and resumes."""

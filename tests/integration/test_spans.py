@@ -396,6 +396,7 @@ def keeper_workflow():
     )
 
 
+@pytest.mark.slow  # (2 s of the fast tier's minute; `make test` runs it)
 async def test_a_value_set_once_is_not_stored_again_by_every_span(tmp_path: Path) -> None:
     """Spans leave out what their base holds unchanged: storage stays about the state once per
     snapshot plus the deltas (outside tester: every span stored a big value again, and their

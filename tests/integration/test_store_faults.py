@@ -378,6 +378,7 @@ async def test_a_read_only_directory_says_why_even_reading_needs_it(tmp_path: Pa
     ],
     ids=["tables", "other-case", "view", "index"],
 )
+@pytest.mark.slow  # (3 s of the fast tier's minute; `make test` runs it)
 async def test_another_program_s_tables_by_our_names_are_refused_untouched(
     tmp_path: Path, schema: list[str], table: str
 ) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 from typing import Any
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 from pydantic_core import to_json
@@ -81,6 +82,7 @@ def test_a_split_row_is_put_back_together_exactly(row: dict[str, Any]) -> None:
             assert len(items) == PER_CHUNK or len(half) < CHARS
 
 
+@pytest.mark.slow  # (2 s of the fast tier's minute; `make test` runs it)
 @settings(max_examples=EXAMPLES, deadline=None)
 @given(st.lists(value, min_size=LONG, max_size=60), st.lists(value, min_size=1, max_size=10))
 def test_an_array_grown_at_its_end_shares_its_full_chunks(

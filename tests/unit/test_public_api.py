@@ -94,6 +94,7 @@ def test_kernel_imports_nothing_from_executors_or_storage() -> None:
     assert offenders == []
 
 
+@pytest.mark.slow  # (about 2 s of the fast tier's minute; `make test` runs it)
 def test_packages_install_under_the_project_name_only() -> None:
     """``executors``/``storage`` are ``workflow_engine.executors``/``workflow_engine.storage``:
     nothing imports them (or the examples) under a generic top-level name."""
