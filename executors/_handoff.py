@@ -268,12 +268,12 @@ class _Continued(Sequence[ChatMessage]):
     @overload
     def __getitem__(self, index: slice) -> list[ChatMessage]: ...
     def __getitem__(self, index: int | slice) -> Any:
-        if not isinstance(index, slice):
-            n = len(self._held)
-            i = index + len(self) if index < 0 else index
-            return self._held[i] if i < n else self._said[i - n]
-        start, stop, step = index.indices(len(self))
-        return [self[i] for i in range(start, stop, step)]
+        at = range(len(self))[index]  # (negative indices and slices as a list takes them)
+        return [self._at(i) for i in at] if isinstance(at, range) else self._at(at)
+
+    def _at(self, i: int) -> ChatMessage:
+        n = len(self._held)
+        return self._held[i] if i < n else self._said[i - n]
 
 
 def _seen_by(seen: dict[str, int], node: str, conversation: Sequence[ChatMessage]) -> int:
@@ -366,17 +366,24 @@ class HandoffCoordinator(Executor):
         """A new message after the chat ended (``run(message, checkpoint=...)``): the chat goes
         on with it, from the start agent, its turns counted anew (it failed the run: the start
         agent held the conversation the message did not continue -- outside tester 187)."""
+        await ctx.set_state("active", self.start_agent)
+        await ctx.set_state("turn", 0)
+        await self._said_to(ctx, said, self.start_agent, 0)
+
+    async def _said_to(
+        self, ctx: WorkflowContext[HandoffTurn, Any], said: list[ChatMessage], agent: str, turn: int
+    ) -> None:
+        """The user ``said`` this: append it to the conversation, and hand ``agent`` the part
+        of it the agent has not seen."""
         await ctx.append_state("conversation", [stored_message(m) for m in said])
         conversation = await self._conversation(ctx)
         seen = await ctx.get_shared(HANDOFF_SEEN_KEY, {})
-        start = _seen_by(seen, self.start_agent, conversation)
-        seen[COORDINATOR_ID] = seen[self.start_agent] = len(conversation)
+        start = _seen_by(seen, agent, conversation)
+        seen[COORDINATOR_ID] = seen[agent] = len(conversation)
         await ctx.set_shared(HANDOFF_SEEN_KEY, seen)
-        await ctx.set_state("active", self.start_agent)
-        await ctx.set_state("turn", 0)
         await ctx.send_message(
-            HandoffTurn(agent=self.start_agent, messages=conversation[start:], start=start),
-            target_id=self.start_agent,
+            HandoffTurn(agent=agent, messages=conversation[start:], start=start, turn=turn),
+            target_id=agent,
         )
 
     async def _conversation(self, ctx: WorkflowContext[Any, Any]) -> StateItems:
@@ -431,18 +438,7 @@ class HandoffCoordinator(Executor):
                 )
             )
             return
-        await ctx.append_state(
-            "conversation", [stored_message(ChatMessage.user(reply.message or ""))]
-        )
-        conversation = await self._conversation(ctx)
-        seen = await ctx.get_shared(HANDOFF_SEEN_KEY, {})
-        start = _seen_by(seen, active, conversation)
-        seen[COORDINATOR_ID] = seen[active] = len(conversation)
-        await ctx.set_shared(HANDOFF_SEEN_KEY, seen)
-        await ctx.send_message(
-            HandoffTurn(agent=active, messages=conversation[start:], start=start, turn=turn),
-            target_id=active,
-        )
+        await self._said_to(ctx, [ChatMessage.user(reply.message or "")], active, turn)
 
 
 class HandoffBuilder:

@@ -575,8 +575,7 @@ class Workflow:
                     f"run {state.run_id!r} waits for answers to {len(state.pending)} "
                     f"request(s) ({waiting}{', ...' if len(state.pending) > 3 else ''}): "
                     f"{self.graph.start_id!r} takes a new message only once they are "
-                    "answered -- answer "
-                    "them (responses=...), then send it"
+                    "answered -- answer them (responses=...), then send it"
                 )
         loop = RunLoop(self, state, emit, store, limit)
         answers = self.validate_responses(state, responses or {})
