@@ -277,10 +277,10 @@ _PAGE = 4096
 _WAL_SIZE_LIMIT = 64 * 1024 * 1024
 """A WAL file that grew past this (a burst) is truncated back to it when it restarts."""
 _HEAVY_ROW = 250_000
-"""Characters of a checkpoint row from which its commit goes to the worker thread (see
-``_in_write``): up to 1 MB in UTF-8 (990,000 emoji, 4 MB, stayed on the loop while the limit
-counted characters as bytes: outside tester 188), a few ms of SQLite's work that the loop's
-other tasks need not wait for; a hop costs far less than that."""
+"""Characters of a checkpoint row, a step's journaled result or an answer from which its write
+goes to the worker thread (see ``_in_write``): up to 1 MB in UTF-8 (990,000 emoji, 4 MB, stayed
+on the loop while the limit counted characters as bytes: outside tester 188), a few ms of
+SQLite's work that the loop's other tasks need not wait for; a hop costs far less than that."""
 _TURN = 0.002
 """Seconds of the event loop's time after which an operation on the loop's thread lets other
 tasks run first (see ``SqliteStore._turn_due``)."""
@@ -1536,6 +1536,7 @@ class SqliteStore:
             check,
             after=after,
             abandoned=self._give_back_taken,
+            heavy=len(text) > _HEAVY_ROW,
         )
         if outcome is AnswerOutcome.STORED:
             self._fault("answer:after")
@@ -2210,7 +2211,8 @@ class SqliteStore:
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
         text = _answer_json(request_id, answer)
         self._fault("answer:before")
-        outcome, _ = await self._in_write(self._answer, request_id, text)
+        heavy = len(text) > _HEAVY_ROW
+        outcome, _ = await self._in_write(self._answer, request_id, text, heavy=heavy)
         if outcome is AnswerOutcome.STORED:
             self._fault("answer:after")
         return outcome
@@ -2218,7 +2220,10 @@ class SqliteStore:
     async def answer_all(self, answers: Sequence[tuple[str, Any]]) -> Sequence[AnswerOutcome]:
         texts = [(request_id, _answer_json(request_id, answer)) for request_id, answer in answers]
         self._fault("answer:before")
-        outcomes: Sequence[AnswerOutcome] = await self._in_write(self._answer_all, texts)
+        heavy = sum(len(text) for _, text in texts) > _HEAVY_ROW
+        outcomes: Sequence[AnswerOutcome] = await self._in_write(
+            self._answer_all, texts, heavy=heavy
+        )
         if AnswerOutcome.STORED in outcomes:
             self._fault("answer:after")
         return outcomes
@@ -2325,7 +2330,11 @@ class SqliteStore:
         text = stored_json(entry)
         self._journaled.add(run_id)
         self._fault("intent:before")
-        await self._in_write(self._journal_write, run_id, key, text, superstep, lease, False)
+        await self._in_write(
+            self._journal_write,
+            *(run_id, key, text, superstep, lease, False),
+            heavy=len(text) > _HEAVY_ROW,
+        )
         self._fault("intent:after")
 
     async def journal_put(
@@ -2342,7 +2351,9 @@ class SqliteStore:
         self._journaled.add(run_id)
         self._fault("journal:before")
         stored = await self._in_write(
-            self._journal_write, run_id, key, text, superstep, lease, True
+            self._journal_write,
+            *(run_id, key, text, superstep, lease, True),
+            heavy=len(text) > _HEAVY_ROW,
         )
         self._fault("journal:after")
         return load_json(stored, run_id, f"journal entry {key!r}")
