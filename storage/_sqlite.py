@@ -1096,6 +1096,11 @@ class SqliteStore:
             self._wrote(len(live))
         settled = []
         for write, (result, error) in zip(live, outcomes, strict=True):
+            if isinstance(error, _Busy) and self._worker is not None:  # (see ``_each_alone``)
+                loop = asyncio.get_running_loop()
+                done = functools.partial(_answer, write)
+                self._worker.submit(loop, self._patiently, (self._write_one, (write,)), done)
+                continue
             if error is None and write.after is not None:
                 try:
                     result = write.after(result)
@@ -1119,18 +1124,27 @@ class SqliteStore:
         failed as a whole with ``failure`` (rolled back: nothing of it was written). SQLite
         ends a transaction for what one write alone may cause -- a full disk, at its COMMIT --
         and every run of the group failed with it (outside tester 183: 18 small runs, for one
-        that stored 4 MB). Alone, each write fails or not for itself. A write that finds the
-        lock taken meanwhile gets the group's failure; so do all once the store is closed."""
+        that stored 4 MB). Alone, each write fails or not for itself. One that finds the lock
+        taken meanwhile (another process writing) waits for it as any write does: here, on
+        the worker thread, up to ``busy_timeout``; on the loop's, its outcome is a ``_Busy``,
+        and ``_write_batch`` hands it to the worker (it got the group's failure, outside
+        tester 188). All get the group's failure once the store is closed."""
         if len(live) == 1 or self._conn is None:
             return [(None, failure)] * len(live)
         outcomes: list[tuple[Any, BaseException | None]] = []
+        deadline = time.monotonic() + self.busy_timeout
         for write in live:
             try:
-                outcomes.append(
-                    (self._transaction("BEGIN IMMEDIATE", write.body, write.args), None)
-                )
-            except _Busy:
-                outcomes.append((None, failure))
+                while True:
+                    try:
+                        result = self._transaction("BEGIN IMMEDIATE", write.body, write.args)
+                        break
+                    except _Busy:
+                        if self._impatient or time.monotonic() >= deadline:
+                            raise
+                outcomes.append((result, None))
+            except _Busy as busy:
+                outcomes.append((None, busy if self._impatient else self._locked()))
             except Exception as exc:
                 outcomes.append((None, exc))
             else:

@@ -11,8 +11,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Never
+from typing import Any, Never
 
+import anyio
 import pytest
 
 from tests.integration.workflows import Answer, stepper_workflow
@@ -567,3 +568,61 @@ async def test_a_big_step_result_or_answer_is_written_on_the_worker_thread(tmp_p
         assert len(big) == 2 and not any(big), (kind, statements)
         assert small and all(small), (kind, statements)
     await runtime.close()
+
+
+async def test_a_write_retried_alone_waits_for_another_writers_lock(tmp_path: Path) -> None:
+    """After SQLite ended a group commit's transaction as a whole (a full disk at its COMMIT),
+    each write is tried alone; one that then found another process's write lock got the
+    group's failure -- a run that fitted failed "disk is full" (outside tester 188). It waits
+    for the lock as any write does. (SQLite ending the transaction is simulated at the store's
+    fault point inside the group; the lock is a real second connection's, held 0.3 s.)"""
+    import sys
+    import threading
+
+    from workflow_engine import Executor, Runtime, WorkflowBuilder, handler
+
+    class Says(Executor):
+        @handler
+        async def say(self, n: int, ctx: WorkflowContext[Never, int]) -> None:
+            await ctx.yield_output(n)
+
+    db = tmp_path / "runs.db"
+    other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    ended_group: list[bool] = []
+
+    def in_a_group() -> bool:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name == "_write_batch":
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+    def fault(point: str) -> None:
+        if point != "commit:inside" or ended_group or not in_a_group():
+            return
+        ended_group.append(True)
+        store._conn.execute("ROLLBACK")  # type: ignore[union-attr]  # (SQLite ends it all)
+        other.execute("BEGIN IMMEDIATE")  # another writer takes the lock meanwhile ...
+        threading.Timer(0.3, other.execute, ("COMMIT",)).start()  # ... for 0.3 s
+        raise sqlite3.OperationalError("database or disk is full")
+
+    store = SqliteStore(db, fault_hook=fault)
+    runtime = Runtime(store)
+    runtime.register(lambda: WorkflowBuilder("says", start=Says("says")).build())
+    await runtime.list_runs()
+    ended: dict[int, Any] = {}
+
+    async def run(n: int) -> None:
+        try:
+            ended[n] = (await runtime.run("says", n)).outputs
+        except Exception as exc:
+            ended[n] = repr(exc)
+
+    async with anyio.create_task_group() as group:
+        for n in range(8):
+            group.start_soon(run, n)
+    assert ended_group, "no group commit was formed"
+    assert ended == {n: [n] for n in range(8)}, ended
+    await runtime.close()
+    other.close()
