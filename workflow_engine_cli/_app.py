@@ -50,7 +50,13 @@ from ._exits import (
     Exit,
     exit_code_for,
 )
-from ._hints import DATA_PLACEHOLDER, REPLY_PLACEHOLDER, DirectoryGone, Hints
+from ._hints import (
+    DATA_PLACEHOLDER,
+    REPLY_PLACEHOLDER,
+    DirectoryGone,
+    Hints,
+    resume_command,
+)
 from ._ids import AmbiguousIdError, lowered_hex, match
 from ._listing import (
     Pending,
@@ -767,8 +773,8 @@ def _interruptible(
                         "A call was still running: it may yet complete. `resume` asks "
                         "whether it did."
                     )
-                where = escape(f"{run_id}{Hints.db}")  # a path may hold [markup]
-                term.print(f"Continue with: workflow-engine resume {where}")
+                command = escape(resume_command(run_ids[-1]))  # a path may hold [markup]
+                term.print(f"Continue with: {command}")
             else:
                 term.print("\nInterrupted before a run started.")
         # nothing to resume without a run: a quit, as a signal would end any program (tester
@@ -785,11 +791,11 @@ def _interruptible(
         if stop.exit_code == EXIT_BROKEN_PIPE and run_ids:
             # the reader of its output went away (``| head``): the run stopped where it was,
             # which stdout can no longer say -- stderr still may (outside tester 106)
-            where = escape(f"{visible(run_ids[-1])}{Hints.db}")
+            command = escape(resume_command(run_ids[-1]))
             with contextlib.suppress(OSError, ValueError):
                 err_console().print(
                     f"Output closed: run {visible(run_ids[-1])} stopped where it was. "
-                    f"Continue with: workflow-engine resume {where}",
+                    f"Continue with: {command}",
                     soft_wrap=True,
                 )
         raise
@@ -807,7 +813,7 @@ def _say_interrupted_as_json(run_ids: list[str], running: bool) -> None:
     line: dict[str, Any] = {"type": "interrupted", "run_id": run_ids[-1] if run_ids else None}
     if run_ids:
         line["call_running"] = running
-        line["continue_with"] = f"workflow-engine resume {run_ids[-1]}{Hints.db}"
+        line["continue_with"] = resume_command(run_ids[-1])
     print(json.dumps(line), flush=True)
 
 
@@ -1032,7 +1038,7 @@ def respond(
             note = "already had this answer" if outcome.value == "duplicate" else "answer stored"
             # the command whole on a line of its own, as a pause prints it: quoted in
             # backticks, the line pasted into a shell ran it as a substitution (tester 106)
-            print(f"{note}; continue with:\n  workflow-engine resume {clean(run.run_id)}{Hints.db}")
+            print(f"{note}; continue with:\n  {resume_command(run.run_id)}")
             return EXIT_DONE
 
         return await _with_runtime(db, go)

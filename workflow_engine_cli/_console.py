@@ -57,7 +57,7 @@ from workflow_engine.executors import (
 )
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
-from ._hints import DATA_PLACEHOLDER, REPLY_PLACEHOLDER, Hints
+from ._hints import DATA_PLACEHOLDER, REPLY_PLACEHOLDER, respond_command, resume_command
 from ._term import Part, Terminal, discard_typeahead, stdin_is_tty, visible
 from ._views import (
     compact,
@@ -698,7 +698,7 @@ async def drive(
             term.line((f"✗ {exc}", "bold red"))
         term.line(
             f"Nothing committed is lost: once the storage is usable again, continue with "
-            f"`workflow-engine resume {visible(run_id)}{Hints.db}`."
+            f"`{resume_command(run_id)}`."
         )
         raise Exit(exit_code_for(exc)) from None
 
@@ -746,7 +746,7 @@ async def _drive(
             if not cancelled:  # (the command whole, as "Continue with:" has it: broken at
                 # the window's edge, a copy of it ran ``--db`` without its path -- tester 177)
                 term.line("Resuming retries it:")
-                term.whole(f"  workflow-engine resume {visible(run_id)}{Hints.db}")
+                term.whole(f"  {resume_command(run_id)}")
             for effect in in_doubt:
                 show_in_doubt(term, effect, then=CANCELLED_WITHOUT_ASKING)
             return EXIT_FAILED
@@ -916,7 +916,7 @@ def print_paused(
     if not pending:  # (each answered from elsewhere meanwhile: the run waits for a resume)
         term.line((f"Run {visible(run_id)} is paused, its requests answered.", "bold"))
         term.line("Continue with:")
-        term.whole(f"  workflow-engine resume {visible(run_id)}{Hints.db}")
+        term.whole(f"  {resume_command(run_id)}")
         return
     term.line((f"Run {visible(run_id)} is paused, waiting for input.", "bold"))
     for request in pending:
@@ -943,9 +943,9 @@ def print_paused(
     )
     term.line("Answer with one of:" if len(choices) > 1 else "Answer with:")
     for flags in choices:
-        term.whole(f"  workflow-engine respond {request_id} {flags}{Hints.db}")
+        term.whole(f"  {respond_command(request_id, flags)}")
     term.line("then continue with:")
-    term.whole(f"  workflow-engine resume {visible(run_id)}{Hints.db}")
+    term.whole(f"  {resume_command(run_id)}")
 
 
 def make_policy(

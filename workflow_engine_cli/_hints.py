@@ -85,17 +85,44 @@ def _absolute(db: Path, named_by: str) -> Path:
 
 def shell_quoted(text: str) -> str:
     """``text`` as one shell word that survives being printed: ``shlex.quote``, or, for text
-    with control characters (a tab, a newline), bash's ``$'...'`` with them escaped -- printed
-    raw, a tab became spaces and a newline split the command (tester 77)."""
-    if not any(map(_is_control, text)):
+    with characters that do not print (a tab, a newline, an escape, a line separator), bash's
+    ``$'...'`` with them escaped -- printed raw, a tab became spaces and a newline split the
+    command (tester 77)."""
+    if text.isprintable():
         return shlex.quote(text)
     escaped = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+    return "$'" + "".join(escaped.get(c) or _escape_unprintable(c) for c in text) + "'"
+
+
+def _escape_unprintable(c: str) -> str:
+    if c.isprintable():
+        return c
+    code = ord(c)
     return (
-        "$'"
-        + "".join(escaped.get(c) or (f"\\x{ord(c):02x}" if _is_control(c) else c) for c in text)
-        + "'"
+        f"\\x{code:02x}"
+        if code < 0x80
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
     )
 
 
-def _is_control(c: str) -> bool:
-    return ord(c) < 32 or ord(c) == 127
+def resume_command(run_id: str) -> str:
+    """The command that continues run ``run_id``, to paste: the id one shell word (a web client
+    picks an AG-UI thread's id, which is in its run's: printed bare, a ``$(...)`` in it ran
+    when the line was pasted -- outside tester 191), after ``--`` if it begins with a dash
+    (else it reads as an option)."""
+    return _command("resume", run_id)
+
+
+def respond_command(request_id: str, flags: str) -> str:
+    """The command that answers request ``request_id`` with ``flags``, to paste (as
+    :func:`resume_command`)."""
+    return _command("respond", request_id, flags)
+
+
+def _command(name: str, target: str, flags: str = "") -> str:
+    word = shell_quoted(target)
+    if target.startswith("-"):
+        return f"workflow-engine {name}{Hints.db} {flags + ' ' if flags else ''}-- {word}"
+    return f"workflow-engine {name} {word} {flags + ' ' if flags else ''}".rstrip() + Hints.db

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from ._hints import Hints
+from ._hints import resume_command
 from ._ids import short_ids
 from ._registry import workflow_names
 from ._term import (
     Terminal,
-    clean,
     format_table,
     is_live,
     terminal_columns,
@@ -471,4 +470,4 @@ def say_resume(
         term.line(label, f"{text}its application can {does} (`Runtime.resume`)")
         return
     term.line(label, f"{text}{does} with:")
-    term.whole(f"  workflow-engine resume {clean(run_id)}{Hints.db}")
+    term.whole(f"  {resume_command(run_id)}")

@@ -652,3 +652,58 @@ def test_run_ids_of_other_cases_are_never_taken_for_one_another(tmp_path: Path) 
         assert wrong.code == 4 and "no run 'ORDER-1'" in wrong.error_line(), str(wrong)
     assert cli.expect(0, "runs", "show", "Order-1").out.startswith("Run Order-1 ")
     assert store_state(cli.db) == before
+
+
+@pytest.mark.parametrize(
+    "run_id", ["$(touch PWNED)", "my order", "-rf", "tab\tid", "right\u202eleft", "it's `x`"]
+)
+def test_a_printed_command_names_a_hostile_run_id_as_one_shell_word(
+    tmp_path: Path, run_id: str
+) -> None:
+    """A run id is the application's to choose (an AG-UI client's thread id is in its run's),
+    and the commands printed to continue a run named it bare: pasted, ``$(touch PWNED)`` ran,
+    ``my order`` was two arguments, ``-rf`` an option (outside tester 191). Each printed
+    command, pasted into bash as printed, names the run and runs nothing else."""
+    import anyio
+
+    from workflow_engine import Runtime
+    from workflow_engine.storage import SqliteStore
+    from workflow_engine_cli.demos.review_loop import build_workflow
+
+    cli = Cli(tmp_path)
+
+    async def make() -> str:
+        runtime = Runtime(SqliteStore(cli.db))
+        runtime.register(build_workflow)
+        paused = await runtime.run("review_loop", "a topic", run_id=run_id)
+        await runtime.close()
+        return paused.pending_requests[0].request_id
+
+    request_id = anyio.run(make)
+    env = {**cli.env, "PATH": f"{ENGINE.parent}{os.pathsep}{cli.env.get('PATH', '')}"}
+
+    def pasted(line: str) -> subprocess.CompletedProcess[str]:
+        assert line.startswith("  workflow-engine "), line
+        return subprocess.run(
+            ["bash", "-c", line], capture_output=True, text=True, env=env, cwd=cli.cwd,
+            stdin=subprocess.DEVNULL, timeout=TIMEOUT, check=False,
+        )  # fmt: skip
+
+    # a pause, as `resume` without a terminal prints it: how to answer, how to continue
+    paused = cli.run("resume", "--db", str(cli.db), "--", run_id, db=False)
+    said = (paused.out + paused.err).splitlines()
+    continue_with = said[said.index("then continue with:") + 1]
+    again = pasted(continue_with)
+    assert again.returncode == 3, (continue_with, again.stderr)  # the same run, paused
+    assert continue_with in (again.stdout + again.stderr).splitlines(), again.stdout
+    # an answer stored, and how to apply it (`respond`, then `runs show`)
+    answered = cli.expect(0, "respond", request_id, "--data", '{"approved": true}')
+    [apply_with] = [line for line in answered.out.splitlines() if line.startswith("  ")]
+    shown = cli.expect(0, "runs", "show", "--db", str(cli.db), "--", run_id, db=False)
+    shown = shown.out.splitlines()
+    assert shown[shown.index("then: apply it with:") + 1] == apply_with, shown
+    done = pasted(apply_with)
+    assert done.returncode in (0, 3), (apply_with, done.stderr)
+    assert not (cli.cwd / "PWNED").exists()
+    record = cli.expect(0, "runs", "show", "--json", "--db", str(cli.db), "--", run_id, db=False)
+    assert json.loads(record.out)["answered_requests"] == []  # applied
