@@ -26,6 +26,7 @@ from ._codec import (
     _scalar_list_copy,
     decode_stored,
     encode_checked,
+    is_text,
     require_text,
     snapshot,
     starts_with,
@@ -410,6 +411,11 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             if entry is not None and "value" in entry:
                 return codec.decode(entry["value"])
             if entry is not None and not idempotent:
+                # (one question for the step, however often a handler calls it again: each
+                # call said it anew -- outside tester 193)
+                for doubt in self._step.in_doubt:
+                    if doubt.step_key == name:
+                        raise doubt
                 doubt = EffectInDoubtError(
                     f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} "
                     "started before the run stopped (a crash, a kill, an interruption) and "
@@ -421,6 +427,7 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
                 self._step.in_doubt.append(doubt)
                 raise doubt
             wrote_intent = False
+            said = None
             try:
                 if entry is None and not idempotent:
                     wrote_intent = True
@@ -462,14 +469,16 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             except SerializationError as exc:
                 # the effect happened and nothing can record it: its intent stays, so the step
                 # is in doubt and a person is asked -- told here that it did run (tester 68)
-                said = type(exc)(
+                unstored = type(exc)(
                     f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} ran, "
                     f"but its result cannot be stored ({exc}); the step stays in doubt, and a "
                     "resume asks whether it happened: it did (answer with a result the "
                     "workflow can store)"
                 )
-                said.__dict__.update(exc.__dict__)
-                raise said from exc
+                unstored.__dict__.update(exc.__dict__)
+                if not idempotent:
+                    self._unrecorded(key, name, said, unstored)
+                raise unstored from exc
             # the effect happened: record it even if the caller is being cancelled right now.
             # Awaited as the effect was: a shield does not hold off asyncio's own cancellation,
             # which an ``asyncio.gather`` passes on from its host task (under load, the second
@@ -483,17 +492,29 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
             except StorageError as exc:
                 # a full disk, a lost lease: the effect happened and its result is not recorded,
                 # so the step stays in doubt -- the caller is told it ran (outside tester 146)
-                said = type(exc)(
+                unrecorded = type(exc)(
                     f"run {scope.run_id!r}: step {key!r} of executor {self.executor_id!r} ran, "
                     f"but its result was not recorded ({exc}); the step stays in doubt, and a "
                     "resume asks whether it happened: it did"
                 )
-                said.__dict__.update(exc.__dict__)
-                raise said from exc
+                unrecorded.__dict__.update(exc.__dict__)
+                if not idempotent:
+                    self._unrecorded(key, name, said, unrecorded)
+                raise unrecorded from exc
             stopped = stopped or late
             if stopped is not None:  # the caller was cancelled while the effect ran: now
                 raise stopped
         return codec.decode(stored["value"])
+
+    def _unrecorded(self, key: str, name: str, description: Any, raised: Exception) -> None:
+        """Step ``key`` ran and its result is not recorded (``raised`` tells the handler so):
+        it is in doubt. Its superstep asks about it even if the handler catches ``raised``
+        -- it went on as if nothing had run, and the run committed with no one asked (outside
+        tester 193); a handler that lets ``raised`` through fails the run with it, and the
+        resume asks."""
+        doubt = EffectInDoubtError(str(raised), step_key=name, description=description, step=key)
+        doubt.raised = raised
+        self._step.in_doubt.append(doubt)
 
     async def send_message(self, message: TOut, target_id: str | None = None) -> None:
         """Send ``message`` along this executor's outgoing edges (or to one successor)."""
@@ -767,15 +788,18 @@ as (the invocation's ``ExecutorStep`` id, step name)."""
 def _for_people(description: Any) -> Any:
     """A step's ``description`` as plain JSON, stored with its intent and shown to the person
     asked about it: a model, a dataclass, a date or a set as their JSON form; anything else
-    that JSON cannot hold (NaN, a cycle) as its ``repr``. It failed durable runs only, with
-    a bare "not JSON serializable" (tester 68)."""
-    if description is None or isinstance(description, str | bool | int):
+    that JSON cannot hold (NaN, a cycle) or a store cannot (text with a lone surrogate: a
+    file name decoded with ``surrogateescape``) as its ``repr``. They failed durable runs only,
+    with a bare "not JSON serializable" (tester 68), or a lone surrogate named nowhere (193)."""
+    if description is None or isinstance(description, bool | int):
+        return description
+    if isinstance(description, str) and is_text(description):
         return description
     from pydantic_core import to_jsonable_python
 
     try:
         plain = to_jsonable_python(description, fallback=repr)
-        json.dumps(plain, allow_nan=False)
+        json.dumps(plain, allow_nan=False, ensure_ascii=False).encode("utf-8")
     except (ValueError, TypeError, RecursionError):
         try:
             return repr(description)

@@ -160,6 +160,9 @@ class EffectInDoubtError(ExecutionError):
         self.description = description
         self.step = step or step_key.rsplit("/", 1)[-1]
         """The step's own key (``run_once``'s), which may hold a "/" as ``step_key`` does."""
+        self.raised: BaseException | None = None
+        """The error the step's caller was given instead, if any (its effect ran and its
+        result could not be recorded): the run fails with that one if it is not caught."""
 
 
 class RunNotResumableError(ExecutionError):

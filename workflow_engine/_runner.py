@@ -252,6 +252,10 @@ class RunLoop:
         # a cancel stored while no worker could honour it (its worker died mid-superstep): the
         # point this continuation starts from is the boundary that honours it
         self.cancel_requested = bool(getattr(store, "cancel_requested", False))
+        self.cut_off: Sequence[InDoubtEffect] = getattr(store, "cut_off_steps", ())
+        """The steps the superstep after this continuation's checkpoint journaled an intent for
+        and no result, before the run stopped (a crash): asked about before it runs again (the
+        runtime finds them; see ``_ask_about_cut_off``)."""
         self._cancel_scope: anyio.CancelScope | None = None
         reader = waits_for_its_reader(emit)
         self.readers: list[Emitter[Any]] = [reader] if reader is not None else []
@@ -489,6 +493,9 @@ class RunLoop:
         s = self.state
         number = s.superstep + 1
         self.emit(SuperstepStartedEvent(number))
+        if self.cut_off:
+            await self._ask_about_cut_off(number)
+            return True
         plan = plan_superstep(self.graph, s.inbox)
         scope = StepScope(
             s.run_id,
@@ -560,9 +567,33 @@ class RunLoop:
             emit(RequestInfoEvent(request))
         return True
 
+    async def _ask_about_cut_off(self, number: int) -> None:
+        """The steps of superstep ``number`` that the run stopped in the middle of (their intent
+        journaled, no result): asked about before the superstep runs again. Re-executed, it
+        asked only about those its code took again -- one a fix deployed between the crash and
+        the resume renamed, or another branch skipped, was never asked about, its intent
+        deleted with the superstep's commit, its effect (a charge) made again under a new name
+        (outside tester 193) -- and it ran new effects before asking."""
+        cut_off, self.cut_off = self.cut_off, ()
+        in_doubt: list[tuple[str, BaseException]] = []
+        for effect in cut_off:
+            doubt = EffectInDoubtError(
+                f"run {self.state.run_id!r}: step {effect.step!r} of executor "
+                f"{effect.executor_id!r} started before the run stopped (a crash, a kill, an "
+                "interruption) and recorded no result",
+                step_key=effect.step_key,
+                description=effect.description,
+                step=effect.step,
+            )
+            self.emit(failed_event(effect.executor_id, doubt))
+            in_doubt.append((effect.executor_id, doubt))
+        in_doubt.sort(key=self._graph_position)
+        await self._ask_about_effects(number, in_doubt)
+
     def _graph_position(self, failure: tuple[str, BaseException]) -> int:
         """Where a failed step's executor stands in the graph (failures are raised in order)."""
-        return self.graph.order[failure[0]]
+        # (a step cut off before a crash may be of an executor the graph no longer has)
+        return self.graph.order.get(failure[0], len(self.graph.order))
 
     async def _invoke_ordered(
         self,
@@ -669,7 +700,7 @@ class RunLoop:
         # tester 60); and each one found -- siblings in a gather too -- is asked at once
         in_doubt = []  # (a loop: see ``_barrier``)
         for doubt in step.in_doubt:
-            if doubt is not failure:
+            if doubt is not failure and doubt.raised is not failure:
                 in_doubt.append(doubt)
         if failure is not None:
             failures.append((executor_id, failure))

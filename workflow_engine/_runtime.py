@@ -176,6 +176,9 @@ class _LeasedStore:
         was stored): the rested run is cancelled next, as its requester was promised."""
         self.before: RunRecord | None = None
         """The run as it was before this lease was taken (its status and error)."""
+        self.cut_off_steps: Sequence[InDoubtEffect] = ()
+        """The steps the run stopped in the middle of (their intent journaled, no result): the
+        runner asks about each its next superstep does not take again (``RunLoop.cut_off``)."""
         self.committed = False
         """A checkpoint was committed under this lease."""
         self.workflow = workflow
@@ -783,6 +786,9 @@ class Runtime:
         of the function that makes it, objects that every garbage collection walks while the
         run waits for its commits -- with thousands of runs in flight, half the CPU.)"""
         checkpoint, answers = await self._start_point(wf, sink, loaded)
+        before = sink.before
+        if before is not None and may_have_effects_in_doubt(before, time.time()):
+            sink.cut_off_steps = await _effects_cut_off(self.store, checkpoint)
         return await self._drive(wf, sink, checkpoint, answers, max_supersteps)
 
     async def _executing_then_released(

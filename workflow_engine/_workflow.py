@@ -662,14 +662,20 @@ class Workflow:
         """
         self.restore(source)  # validates signature and codec
         secret = new_step_secret()
-        rekey = {rid: derive_id(secret, "fork", new_run_id, rid) for rid in source.pending_requests}
+        # (a question whether one of the source's steps happened is not the fork's: its steps
+        # are new, under keys of its own, and run again -- the fork asked about the source's
+        # effect, by the source's key, outside tester 193)
+        asked = {rid: r for rid, r in source.pending_requests.items() if r.kind != "effect"}
+        rekey = {rid: derive_id(secret, "fork", new_run_id, rid) for rid in asked}
         pending = {
             rekey[rid]: record.model_copy(update={"request_id": rekey[rid]})
-            for rid, record in source.pending_requests.items()
+            for rid, record in asked.items()
         }
         status = source.status
         if status in (WorkflowRunState.FAILED, WorkflowRunState.MAX_SUPERSTEPS_REACHED):
             status = WorkflowRunState.IN_PROGRESS
+        elif status is WorkflowRunState.IDLE_WITH_PENDING_REQUESTS and not pending:
+            status = WorkflowRunState.IN_PROGRESS  # (its superstep runs again)
         return source.model_copy(
             update={
                 "checkpoint_id": new_checkpoint_id(),
