@@ -1665,8 +1665,9 @@ def serve(
     before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with contextlib.suppress(KeyboardInterrupt):
+            shown = f"[{host}]" if ":" in host else host  # (an IPv6 address in a URL)
             logging.getLogger("workflow_engine.cli").info(
-                "AG-UI endpoints: http://%s:%d/support and /banking", host, bound
+                "AG-UI endpoints: http://%s:%d/support and /banking", shown, bound
             )
             server.run(sockets=[sock])
     finally:
@@ -1833,7 +1834,10 @@ def _listen(host: str, port: int) -> socket.socket:
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # TCP by name: asyncio sets TCP_NODELAY on the connections of a listener whose protocol is
+    # IPPROTO_TCP only -- with 0, Nagle's algorithm and the client's delayed ACK held every
+    # response on a kept-alive connection about 40 ms (outside tester 190)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT is ok
         sock.bind((host, port))

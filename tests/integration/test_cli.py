@@ -804,6 +804,30 @@ def test_serve_logs_each_request_and_a_busy_port_is_one_error(cli: Cli) -> None:
         assert server.stop() == 0, "".join(server.log)
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_serve_answers_a_kept_alive_connection_at_once(cli: Cli, host: str) -> None:
+    """Its listener was made with protocol 0, and asyncio sets TCP_NODELAY only on the
+    connections of an IPPROTO_TCP one: Nagle's algorithm and the client's delayed ACK held
+    every response on a kept-alive connection about 40 ms -- each request a browser or httpx
+    sent after the first (outside tester 190). And the endpoints it logs for an IPv6 address
+    are URLs a client takes (``http://::1:PORT`` is none)."""
+    anyio.run(_create_database, cli.db)
+    server = ServerProcess(cli, "--host", host)
+    try:
+        url = server.expect(r"AG-UI endpoints: (http://\S+)/support")[1]
+        assert url.startswith("http://[::1]:" if host == "::1" else "http://127.0.0.1:"), url
+        with httpx.Client(base_url=url, timeout=10) as client:
+            took = []
+            for _ in range(8):
+                start = time.perf_counter()
+                assert client.get("/health").status_code == 200
+                took.append(time.perf_counter() - start)
+        # (the fastest of them: with the stall every one after the first takes 40 ms or more)
+        assert min(took[1:]) < 0.03, took
+    finally:
+        assert server.stop() == 0, "".join(server.log)
+
+
 def test_serve_stopped_by_sigterm_is_a_normal_stop(cli: Cli) -> None:
     """A process manager stops the server with SIGTERM: it drains as on Ctrl-C, logs that it
     stopped, and exits 0 (it exited 143, without the line: outside tester 58)."""
