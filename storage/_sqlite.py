@@ -676,6 +676,35 @@ class SqliteStore:
             # a store dropped without close() must not leave its threads behind
             self._finalizer = weakref.finalize(self, _stop, worker, checkpointer)
 
+    async def check_tables(self) -> None:
+        """Read the first entry of every table and index -- their root pages and first leaves:
+        damage there is said now, naming the table (``StoreCorruptError``), not at the first
+        write that meets it -- after a person typed a message, say, and the demo's agents ran
+        (outside tester 191). Cheap (a few pages each); damage elsewhere in the file is found
+        when a read or write meets it (``PRAGMA quick_check`` reads every page)."""
+        await self._query(self._read_each_tree)
+
+    def _read_each_tree(self, conn: Conn) -> None:
+        trees = conn.execute(
+            "SELECT type, name, tbl_name FROM sqlite_master WHERE type IN ('table', 'index') "
+            "ORDER BY type DESC, name"
+        ).fetchall()
+        for kind, name, table in trees:
+            try:
+                if kind == "table":
+                    conn.execute(f'SELECT 1 FROM "{name}" NOT INDEXED LIMIT 1').fetchall()
+                    continue
+                columns = conn.execute(f'PRAGMA index_info("{name}")').fetchall()
+                if columns and columns[0][2] is not None:  # (not an expression's index)
+                    first = columns[0][2]
+                    conn.execute(
+                        f'SELECT "{first}" FROM "{table}" INDEXED BY "{name}" '
+                        f'ORDER BY "{first}" LIMIT 1'
+                    ).fetchall()
+            except SQLITE_FAILURES as exc:
+                damage = self._translate(exc)
+                raise type(damage)(f"{damage} (its {kind} {name})") from exc
+
     async def close(self) -> None:
         worker = self._worker
         if worker is not None and worker.pending:

@@ -282,6 +282,7 @@ def _database_usable(db: Path | None) -> None:
         if os.path.lexists(path):
             try:
                 await store.open()
+                await store.check_tables()  # (a damaged table said now, not after the run)
             finally:
                 await store.close()
             return
@@ -1250,6 +1251,8 @@ def requests_list(
             pending, damaged, left_out = await _pending_tolerantly(runtime, limit)
             if json_mode:
                 code = _said(damaged)
+                if damaged and not pending:  # nothing read: no list (`[]` said "none waits",
+                    return code  # to a script reading stdout -- outside tester 191)
                 requests_json_output(pending)()
                 return code
             # (each damaged run is said for itself, the others listed: testers 106, 133, 134)
@@ -1763,6 +1766,7 @@ def _open_or_exit(db: Path | None) -> None:
         store = SqliteStore(db)
         try:
             await store.open()
+            await store.check_tables()
         finally:
             await store.close()
         return 0

@@ -707,3 +707,54 @@ def test_a_printed_command_names_a_hostile_run_id_as_one_shell_word(
     assert not (cli.cwd / "PWNED").exists()
     record = cli.expect(0, "runs", "show", "--json", "--db", str(cli.db), "--", run_id, db=False)
     assert json.loads(record.out)["answered_requests"] == []  # applied
+
+
+def test_an_inbox_that_cannot_be_read_prints_no_json_list(tmp_path: Path) -> None:
+    """With the ``requests`` table's root page damaged, ``requests list --json`` printed a
+    whole ``[]`` -- "nothing waits", to a script reading stdout -- then failed, exit 6
+    (outside tester 191). Nothing read: no list, as ``runs list --json`` does."""
+    cli = Cli(tmp_path)
+    cli.start_paused()
+    damage_the_root_of(cli.db, "requests")
+    for args in (["requests", "list"], ["requests", "list", "--json"]):
+        failed = cli.run(*args)
+        assert failed.code == 6, str(failed)
+        assert failed.out == "", str(failed)
+        assert "damaged" in failed.error_line() or "malformed" in failed.error_line()
+
+
+def damage_the_root_of(db: Path, table: str) -> None:
+    """Overwrite the head of ``table``'s root page (its b-tree's header) with garbage."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        root = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,))
+        (page,) = root.fetchone()
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    with open(db, "r+b") as file:
+        file.seek((page - 1) * size)
+        file.write(bytes(range(256)) * 2)
+
+
+def test_a_damaged_table_is_said_before_the_demo_asks_and_before_serve_listens(
+    tmp_path: Path,
+) -> None:
+    """The demo asked for the first message on a database whose ``requests`` table was
+    damaged, ran three agent turns with it, then said so, exit 6; ``serve`` listened and would
+    have failed requests (outside tester 191): each reads the first entry of every table and
+    index first."""
+    from tests.integration.cli_harness import PtySession
+
+    cli = Cli(tmp_path)
+    cli.start_paused()
+    damage_the_root_of(cli.db, "requests")
+    demo = PtySession(["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd)
+    try:
+        assert demo.wait() == 6, demo.text
+        assert "You:" not in demo.text, demo.text
+        assert "is damaged" in demo.text and "requests" in demo.text, demo.text
+    finally:
+        demo.close()
+    served = cli.run("serve", "--port", "0")
+    assert served.code == 6, str(served)
+    assert "(its table requests)" in served.error_line()
