@@ -34,6 +34,9 @@ class RunInfo:
     outputs: list[Any] = field(default_factory=list)
     pending_requests: list[ExternalRequest] = field(default_factory=list)
     """The requests waiting for an answer (one answered, not yet applied by the run, is not)."""
+    answered_requests: list[str] = field(default_factory=list)
+    """The ids of its requests answered and not applied yet: they wait for ``resume`` (a
+    process that stored them may have stopped before it resumed the run)."""
     error: dict[str, Any] | None = None
     parent_run_id: str | None = None
     cancel_requested: bool = False
@@ -87,6 +90,7 @@ def run_info_of(
     rows (read when not decoding: what is stored, as stored, not hidden, not guessed at)."""
     outputs: list[Any] = []
     pending: list[ExternalRequest] = []
+    waiting: list[str] = []
     if checkpoint is not None and workflow is not None:
         outputs = [
             workflow.decode_stored(
@@ -96,6 +100,7 @@ def run_info_of(
         ]
         pending = list(workflow.restore(checkpoint).pending.values())
         taken = set(answered)
+        waiting = [r.request_id for r in pending if r.request_id in taken]
         pending = [r for r in pending if r.request_id not in taken]
     elif checkpoint is not None:
         outputs = list(checkpoint.outputs)
@@ -112,6 +117,8 @@ def run_info_of(
             )
             for r in stored_pending
         ]
+        asked = checkpoint.pending_requests
+        waiting = [request_id for request_id in answered if request_id in asked]
     return RunInfo(
         run_id=run.run_id,
         workflow_name=run.workflow_name,
@@ -121,6 +128,7 @@ def run_info_of(
         updated_at=run.updated_at,
         outputs=outputs,
         pending_requests=pending,
+        answered_requests=waiting,
         error=run.error,
         parent_run_id=run.parent_run_id,
         cancel_requested=run.cancel_requested,

@@ -1255,10 +1255,10 @@ class Runtime:
         wf = decoding_workflow(self._workflows.get(run.workflow_name), run, checkpoint)
         answered: list[StoredRequest] = []
         stored: Sequence[StoredRequest] = ()
-        if checkpoint is not None and wf is not None:
-            if checkpoint.pending_requests:  # an answered one waits for the run, not a person
-                answered = list(await self.store.list_requests(run_id, status="answered"))
-        elif checkpoint is not None:
+        if checkpoint is not None and checkpoint.pending_requests:
+            # an answered one waits for the run (a resume), not a person
+            answered = list(await self.store.list_requests(run_id, status="answered"))
+        if checkpoint is not None and wf is None:
             stored = await self.store.list_requests(run_id, status="pending")
         in_doubt: list[InDoubtEffect] = []
         if checkpoint is not None and may_have_effects_in_doubt(run, time.time()):
@@ -1277,7 +1277,12 @@ class Runtime:
             # is shown as stored, as one whose graph changed is (outside tester 96)
             stored = await self.store.list_requests(run_id, status="pending")
             return run_info_of(
-                run, checkpoint, None, stored_pending=stored, effects_in_doubt=in_doubt
+                run,
+                checkpoint,
+                None,
+                answered=[r.request_id for r in answered],
+                stored_pending=stored,
+                effects_in_doubt=in_doubt,
             )
 
     @_while_open("runs were not listed")

@@ -7,6 +7,7 @@ as if nothing had run: the code deployed before the resume named the step differ
 customer charged twice, under two keys); a handler caught the "ran, but its result cannot be
 stored" error and went on; or caught the "was not recorded" error of a failed write. And a
 fork of a run paused on such a question asked about the source's effect, by the source's key.
+Likewise an answer stored and not applied is never lost from view (the last test).
 """
 
 from __future__ import annotations
@@ -222,3 +223,46 @@ async def test_a_fork_of_a_run_asking_about_an_effect_runs_the_step_as_its_own(
     [still] = (await runtime.get_run("r")).pending_requests
     assert still.request_id == question.request_id
     await runtime.close()
+
+
+async def test_a_run_whose_answers_wait_for_a_resume_says_so(tmp_path: Path) -> None:
+    """A process that stored an answer and stopped before resuming left a run that the
+    documented queries showed as merely paused -- no pending request, no answer waiting -- so
+    a recovery loop left it paused for good (outside tester 192). ``get_run`` names the
+    answers waiting, and the store lists them."""
+    from workflow_engine import RequestPort
+
+    class Ask(Executor):
+        @handler
+        async def ask(self, topic: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.send_message(topic)
+
+    class End(Executor):
+        @handler
+        async def end(self, approved: bool, ctx: WorkflowContext[Never, bool]) -> None:
+            await ctx.yield_output(approved)
+
+    def build() -> Any:
+        ask, end = Ask("ask"), End("end")
+        port = RequestPort("review", request_type=str, response_type=bool)
+        return WorkflowBuilder("review", start=ask).add_edge(ask, port).add_edge(port, end).build()
+
+    db = tmp_path / "runs.db"
+    first = Runtime(SqliteStore(db))
+    first.register(build)
+    paused = await first.run("review", "a topic", run_id="r")
+    [request] = paused.pending_requests
+    await first.respond(request.request_id, True)
+    await first.close()  # (stopped before its resume)
+
+    later = Runtime(SqliteStore(db))
+    later.register(build)
+    info = await later.get_run("r")
+    assert (info.status, info.pending_requests) == (WAITING, [])
+    assert info.answered_requests == [request.request_id]
+    waiting = {r.run_id for r in await later.store.list_requests(status="answered")}
+    assert waiting == {"r"}
+    done = await later.resume("r")
+    assert done.outputs == [True]
+    assert (await later.get_run("r")).answered_requests == []
+    await later.close()
