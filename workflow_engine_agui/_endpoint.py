@@ -924,11 +924,18 @@ class AGUIService:
                         **held_calls(workflow, checkpoint, stored, stored_answers),
                     }
                 return Turn(record.run_id, key, held)
+            if record.status is WorkflowRunState.IN_PROGRESS:
+                what = "was cut off when the server stopped"
+            else:  # (resting, with answers stored that it has not applied: tester 190)
+                what = (
+                    "has answers to its interrupts stored that it has not applied yet (given "
+                    "elsewhere -- the command line, another server -- or by a request cut off "
+                    "when a server stopped)"
+                )
             raise AGUIError(
                 "run_interrupted",
-                f"thread {thread_id}: its run {current} was cut off when the server stopped; "
-                "send the request that started it (or the resume it was given) again to "
-                "continue it, before a new message",
+                f"thread {thread_id}: its run {current} {what}; send the request that started "
+                "it (or the resume it was given) again to continue it, before a new message",
             )
         key = new_interrupt_key()
         shared: dict[str, Any] = {

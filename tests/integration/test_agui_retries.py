@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from tests.integration.agui_harness import in_process
 from workflow_engine import (
     Executor,
+    Runtime,
     StorageError,
     WorkflowBuilder,
     WorkflowContext,
@@ -1267,3 +1268,36 @@ def test_the_start_of_a_failed_run_sent_again_says_what_failed(tmp_path: Path) -
     assert "cannot handle 'this'" in first[-1]["message"]
     assert "cannot handle 'this'" in again[-1]["message"], again[-1]
     assert again[-1]["code"] == first[-1]["code"]
+
+
+def test_a_thread_whose_interrupt_was_answered_elsewhere_says_so_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    """An operator answered the thread's interrupt from outside (``Runtime.respond``, as the
+    command line's ``respond`` does): the client's next message was told its run "was cut off
+    when the server stopped", which never happened (outside tester 190). It is told the
+    answers wait to be applied; the request that started the run, sent again, applies them."""
+    gate, faults = threading.Event(), Faults()
+    gate.set()
+    with serving(tmp_path, gate, faults) as url:
+        start = {"id": "m", "role": "user", "content": "ship"}
+        resume = resume_of(post(url, messages=[start]))
+
+        async def answer_elsewhere() -> None:
+            runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+            runtime.register(WorkflowBuilder(name="asker", start=Asker(gate)).build())
+            (request,) = await runtime.pending_requests()
+            await runtime.respond(request.request_id, {"ok": False})
+            await runtime.close()
+
+        anyio.run(answer_elsewhere)
+        refused = post(url, messages=[start, {"id": "m2", "role": "user", "content": "and?"}])
+        assert refused[-1]["code"] == "run_interrupted", refused[-1]
+        message = refused[-1]["message"]
+        assert "has answers to its interrupts stored that it has not applied" in message
+        assert "was cut off when the server stopped" not in message, message
+        conflict = post(url, resume=resume)  # (the client's own, other answer: the first stands)
+        assert conflict[-1]["code"] == "request_conflict", conflict[-1]
+        again = post(url, messages=[start])
+    assert again[-1]["type"] == "RUN_FINISHED", again[-1]
+    assert again[-1]["result"]["outputs"][0]["data"] == "ship: no"
