@@ -275,3 +275,51 @@ async def test_an_edit_nesting_too_deep_is_refused_when_answering(tmp_path: Path
     assert done.status is WorkflowRunState.IDLE, done.error
     assert ran == [nested(60)]
     await rt.close()
+
+
+async def test_two_replies_of_a_model_server_that_reuses_its_ids_are_two_messages(
+    tmp_path: Path,
+) -> None:
+    """Some model servers reuse their completion ids (Ollama draws ``chatcmpl-N`` from 999; a
+    proxy may always say the same): an agent's two replies in one run went out under one
+    ``messageId``, and a client that finds messages by id showed them as one (outside tester
+    190). Each reply's id is made the run's own by its step; the stored messages keep it."""
+    from workflow_engine.executors import AgentRunUpdateEvent, ChatResponseUpdate
+
+    @tool
+    def look_up(order: str) -> str:
+        """Look an order up."""
+        return f"order {order}: shipped"
+
+    class SameIds:
+        async def get_response(self, messages: Any, *, tools: Any = ()) -> Never:
+            raise NotImplementedError
+
+        async def get_streaming_response(self, messages: Any, *, tools: Any = ()) -> Any:
+            if messages[-1].role == "user":
+                yield ChatResponseUpdate(kind="text", message_id="chatcmpl-1", text="Looking.")
+                yield ChatResponseUpdate(
+                    kind="function_call",
+                    message_id="chatcmpl-1",
+                    call_id="call_0",
+                    name="look_up",
+                    arguments_delta='{"order": "7"}',
+                )
+            else:
+                yield ChatResponseUpdate(kind="text", message_id="chatcmpl-1", text="Shipped.")
+
+    rt = Runtime(SqliteStore(tmp_path / "runs.db"))
+    rt.register(lambda: WorkflowBuilder("ids", start=Agent("a", "", SameIds(), [look_up])).build())
+    done = await rt.run("ids", "where is order 7?")
+    assert done.status is WorkflowRunState.IDLE, done.error
+    texts = [e for e in done.events if isinstance(e, AgentRunUpdateEvent) and e.kind == "text"]
+    assert [e.text for e in texts] == ["Looking.", "Shipped."]
+    first, second = (e.message_id for e in texts)
+    assert first != second and first.startswith("chatcmpl-1"), (first, second)
+    ended = [
+        e.message_id
+        for e in done.events
+        if isinstance(e, AgentRunUpdateEvent) and e.kind == "message_end"
+    ]
+    assert ended == [first, second]
+    await rt.close()
