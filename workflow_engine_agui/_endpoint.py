@@ -35,6 +35,7 @@ import hashlib
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager, contextmanager, suppress
@@ -156,6 +157,8 @@ from ._interrupts import (
 __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 
 log = logging.getLogger(__name__)
+_WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
+"""A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
 
 WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
@@ -741,7 +744,7 @@ class AGUIService:
             log.warning("thread %r: RUN_ERROR %s: %r", thread_id, exc.code, message)
             for out in translator.close_all():
                 yield out
-            yield RunErrorEvent(message=message, code=exc.code)
+            yield RunErrorEvent(message=self._for_clients(message), code=exc.code)
         except Exception as exc:  # a bug: the client still gets a well-formed end of stream
             log.exception("AG-UI run on thread %r failed", thread_id)
             for out in translator.close_all():
@@ -750,6 +753,18 @@ class AGUIService:
                 message=f"internal error ({type(exc).__name__}); see the server log",
                 code="internal_error",
             )
+
+    def _for_clients(self, message: str) -> str:
+        """An error's message as any client may read it: without what only the server's
+        operator needs -- a worker's token (its host and process id) and the database's path,
+        which the log keeps (outside tester 190)."""
+        message = _WORKER_TOKEN.sub(r"\1", message)
+        path = getattr(self.store, "path", None)
+        if path is not None:
+            named = str(path)
+            message = message.replace(f"database {named}", "database")
+            message = message.replace(named, "the database")
+        return message
 
     async def _prepare(
         self,
@@ -1986,7 +2001,7 @@ def check_ids(run_input: RunAgentInput, resume: Sequence[ResumeAnswer] = ()) -> 
     named += [(f"messages[{i}].id", m.id) for i, m in enumerate(run_input.messages)]
     # an interrupt id is a request id, a dot and a MAC: one far longer is no interrupt id, and
     # was echoed whole in the error that said so (outside tester 111)
-    named += [(f"resume[{i}].interruptId", a.interrupt_id) for i, a in enumerate(resume)]
+    named += [(f"{a.where}.interruptId", a.interrupt_id) for a in resume]
     for name, value in named:
         if isinstance(value, str) and len(value) > MAX_ID_LENGTH:
             raise AGUIError(

@@ -194,6 +194,9 @@ class ResumeAnswer:
     """The same interrupt's payload in the other place (``forwardedProps.command.resume``),
     when it is written differently: the same answer or not is told once the answer's type is
     known (a bare string and ``{"message": ...}`` for a chat turn are one answer)."""
+    where: str = "resume[0]"
+    """The entry as the client wrote it (``forwardedProps.command.resume[2]``): what a
+    refusal of it names."""
 
 
 def _in_doubt_message(question: InDoubtEffect) -> str:
@@ -221,7 +224,11 @@ def normalize_resume(body: dict[str, Any]) -> list[ResumeAnswer] | None:
     other. ``body["resume"]`` is rewritten to the list form, so that ``RunAgentInput``
     validates whichever was sent."""
     top, nested = _resume_places(body)
-    parsed = [_parse_resume(raw) for raw in (top, nested) if raw is not None]
+    parsed = [
+        _parse_resume(raw, where)
+        for raw, where in ((top, "resume"), (nested, "forwardedProps.command.resume"))
+        if raw is not None
+    ]
     if not parsed:
         return None
     for _, answers in parsed:  # (in each place: one was taken, the other left unchecked)
@@ -272,12 +279,14 @@ def _resume_places(body: dict[str, Any]) -> tuple[Any, Any]:
     return body.get("resume"), nested
 
 
-def _parse_resume(raw: Any) -> tuple[list[Any], list[ResumeAnswer]]:
-    """One place's answers, in the list form and as ``ResumeAnswer``s."""
+def _parse_resume(raw: Any, where: str = "resume") -> tuple[list[Any], list[ResumeAnswer]]:
+    """One place's answers (``where``: the place, as a refusal names it), in the list form
+    and as ``ResumeAnswer``s."""
     if isinstance(raw, dict):
         items = raw.get("interrupts")
         if not isinstance(items, list):
-            raise AGUIError("invalid_resume", "resume must be a list or {interrupts: [...]}")
+            raise AGUIError("invalid_resume", f"{where} must be a list or {{interrupts: [...]}}")
+        where += ".interrupts"
         raw = [
             {
                 "interruptId": i.get("id") if isinstance(i, dict) else None,
@@ -289,20 +298,39 @@ def _parse_resume(raw: Any) -> tuple[list[Any], list[ResumeAnswer]]:
             for i in items
         ]
     if not isinstance(raw, list):
-        raise AGUIError("invalid_resume", "resume must be a list of entries or {interrupts: [...]}")
+        raise AGUIError(
+            "invalid_resume", f"{where} must be a list of entries or {{interrupts: [...]}}"
+        )
     answers = []
-    for entry in raw:
+    for i, entry in enumerate(raw):
         if not isinstance(entry, dict):
-            raise AGUIError("invalid_resume", "each resume entry must be an object")
+            raise AGUIError("invalid_resume", f"{where}[{i}] must be an object")
         interrupt_id = entry.get("interruptId", entry.get("interrupt_id"))
         status = entry.get("status", "resolved")
-        if not isinstance(interrupt_id, str) or status not in ("resolved", "cancelled"):
+        # (which entry, and what of it: "each entry needs interruptId and status" said
+        # neither -- outside tester 190)
+        if not isinstance(interrupt_id, str):
             raise AGUIError(
                 "invalid_resume",
-                "each resume entry needs interruptId and status resolved|cancelled",
+                f"{where}[{i}].interruptId must be an interrupt's id (a string), not "
+                f"{'missing' if interrupt_id is None else _json_kind(interrupt_id)}",
             )
-        answers.append(ResumeAnswer(interrupt_id, status, entry.get("payload")))
+        if status not in ("resolved", "cancelled"):
+            raise AGUIError(
+                "invalid_resume",
+                f"{where}[{i}].status must be resolved or cancelled, not {_shown(status)}",
+            )
+        answers.append(
+            ResumeAnswer(interrupt_id, status, entry.get("payload"), where=f"{where}[{i}]")
+        )
     return raw, answers
+
+
+def _shown(value: Any) -> str:
+    """A client's value quoted in a refusal: short, its kind if it is no text."""
+    if isinstance(value, str):
+        return repr(value if len(value) <= 40 else value[:40] + "...")
+    return _json_kind(value)
 
 
 def _written_alike(top: list[ResumeAnswer], nested: list[ResumeAnswer]) -> None:

@@ -488,6 +488,31 @@ def test_a_resume_answering_one_interrupt_twice_is_refused(client: Client, serve
     assert store_state(server.db) == before
 
 
+def test_a_refused_resume_entry_is_named_where_the_client_wrote_it(
+    client: Client, server: Server
+) -> None:
+    """ "each resume entry needs interruptId and status resolved|cancelled" said neither which
+    entry nor what of it; an over-long id sent in ``forwardedProps.command.resume`` was
+    refused as ``resume[0].interruptId``, a field the client did not send (outside tester
+    190)."""
+    thread_id = thread()
+    interrupt = pause(client, thread_id)
+    before = store_state(server.db)
+    good = resolved(interrupt.id, {"accepted": True})[0]
+    cases = [
+        (client.resume("/support", thread_id, [good, {**good, "interruptId": 5}]),
+         "resume[1].interruptId must be an interrupt's id (a string), not a number"),
+        (client.resume("/support", thread_id, [{**good, "status": "approved"}]),
+         "resume[0].status must be resolved or cancelled, not 'approved'"),
+        (client.resume_forwarded("/support", thread_id, [{**good, "interruptId": "x" * 300}]),
+         "forwardedProps.command.resume[0].interruptId"),
+    ]  # fmt: skip
+    for stream, said in cases:
+        assert stream.status == 422, stream.describe()
+        assert said in stream.body["message"], stream.body
+    assert store_state(server.db) == before
+
+
 # --- 3. deeply nested JSON ----------------------------------------------------------------------
 
 DEPTH = 50_000

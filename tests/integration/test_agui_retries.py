@@ -228,11 +228,12 @@ def test_a_message_sent_while_a_resume_starts_is_run_busy_not_interrupted(
     assert first[0][-1]["result"]["outputs"][0]["data"] == "ship: yes"
 
 
-def test_a_resume_that_finds_the_run_leased_by_a_worker_elsewhere_names_that_worker(
-    tmp_path: Path,
+def test_a_resume_that_finds_the_run_leased_by_a_worker_elsewhere_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A run another worker (another server, on another host) holds: ``run_busy`` names that
-    worker. It said "another request", as if this server executed it."""
+    """A run another worker (another server, on another host) holds: ``run_busy`` says it is
+    another worker -- it said "another request", as if this server executed it -- and the
+    server's log names that worker."""
     gate, faults = threading.Event(), Faults()
     gate.set()
     with serving(tmp_path, gate, faults) as url:
@@ -247,7 +248,10 @@ def test_a_resume_that_finds_the_run_leased_by_a_worker_elsewhere_names_that_wor
         refused = post(url, resume=resume)
     assert refused[-1]["type"] == "RUN_ERROR" and refused[-1]["code"] == "run_busy", refused[-1]
     message = refused[-1]["message"]
-    assert "another worker (elsewhere:4242:token)" in message, message
+    # (the worker's token -- its host and process id -- is the server's log's, not any
+    # client's to read: outside tester 190)
+    assert "another worker" in message and "elsewhere:4242" not in message, message
+    assert "another worker (elsewhere:4242:token)" in caplog.text
 
 
 def test_messages_sent_at_once_on_one_thread_start_one_run(tmp_path: Path) -> None:
@@ -1301,3 +1305,28 @@ def test_a_thread_whose_interrupt_was_answered_elsewhere_says_so_and_goes_on(
         again = post(url, messages=[start])
     assert again[-1]["type"] == "RUN_FINISHED", again[-1]
     assert again[-1]["result"]["outputs"][0]["data"] == "ship: no"
+
+
+def test_a_storage_error_reaches_the_client_without_the_database_path(tmp_path: Path) -> None:
+    """A store's error names its file -- for the server's operator; any client read it too
+    (outside tester 190: "cannot write the database /srv/.../runs.db: disk I/O error")."""
+    db = tmp_path / "runs.db"
+
+    def broken_disk(point: str) -> None:
+        if point == "commit:inside":
+            raise StorageError(f"cannot write the database {db}: disk I/O error")
+
+    app = FastAPI()
+    store = SqliteStore(db, fault_hook=broken_disk)
+    add_agui_endpoint(
+        app, WorkflowBuilder(name="asker", start=Asker(threading.Event())).build(), store=store
+    )
+    with in_process(app) as port:
+        failed = post(
+            f"http://127.0.0.1:{port}/", messages=[{"id": "m", "role": "user", "content": "x"}]
+        )
+    anyio.run(store.close)
+    assert failed[-1]["type"] == "RUN_ERROR", failed[-1]
+    message = failed[-1]["message"]
+    assert "cannot write the database: disk I/O error" in message, message
+    assert str(tmp_path) not in message, message
