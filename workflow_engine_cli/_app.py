@@ -649,7 +649,7 @@ def demo(
                 file = visible(str(runtime.store.path))  # (a newline in it broke the line)
                 shown = f"run {visible(run_id)} · workflow {workflow} · db {file}"
                 term.line((shown, "dim"))
-                if not typed:
+                if not typed or talk is not term:  # (typed elsewhere: `demo > log`)
                     term.line(("You: ", "bold green"), first, indent=5)
             return await drive(
                 runtime, run_id, policy, json_mode=json_mode, detach=detach, term=term

@@ -462,6 +462,14 @@ class AnswerPolicy:
     def _ask(self, *prompt: Part) -> str:
         return self.term.ask(self.read, *prompt)
 
+    def _noted(self, *parts: Part, indent: int = 4) -> None:
+        """The person's answer, in the run's transcript too when that is not where they were
+        asked (``demo > log``: the file read as a conversation with the person's side left
+        out -- their replies, their decisions; outside tester 191)."""
+        shown = self.shown
+        if shown is not None and shown.term is not self.term and not shown.json_mode:
+            shown.term.line(*parts, indent=indent)
+
     def _problem(self, text: str) -> None:
         self.term.line((f"  {_WHERE.sub('', text)}", "red"), indent=4)
 
@@ -483,9 +491,11 @@ class AnswerPolicy:
             choice = choice.strip().lower()
             if choice in ("y", "yes"):
                 await submit({"approved": True})
+                self._noted(("Approval: ", "bold"), f"{shown} approved")
                 return True
             if choice in ("n", "no"):
                 await submit({"approved": False})
+                self._noted(("Approval: ", "bold"), f"{shown} rejected")
                 return True
             if choice in ("e", "edit"):
                 if await self._edit(call.name, call.arguments, submit):
@@ -521,6 +531,7 @@ class AnswerPolicy:
             # what runs, beside the model's call shown above (edits override, the rest stays)
             edited = compact({**arguments, **edits})
             self.term.line(("  runs as: ", "dim"), f"{tool}({edited})", indent=4)
+            self._noted(("Approval: ", "bold"), f"approved as {tool}({edited})")
             return True
 
     async def _user_input(self, request: HandoffUserInputRequest, submit: Submit) -> bool:
@@ -549,6 +560,8 @@ class AnswerPolicy:
                 continue
             done = not reply or reply == "/end"
             await submit({"end": True} if done else {"message": reply})
+            if not done:
+                self._noted(("You: ", "bold green"), reply, indent=5)
             return True
 
     def _showed(self, agent: str, text: str) -> bool:
@@ -568,6 +581,7 @@ class AnswerPolicy:
             choice = self._ask(("Did it happen? ", "bold"), choices).strip().lower()
             if choice in ("n", "no"):
                 await submit({"happened": False})
+                self._noted(("Did it happen? ", "bold"), "no")
                 return True
             if choice in ("y", "yes"):
                 break
@@ -580,6 +594,7 @@ class AnswerPolicy:
                 self._problem(f'{exc}; text starting with {raw[0]} goes in quotes: "..."')
                 continue
             await submit({"happened": True, "result": None if raw == "" else result})
+            self._noted(("Did it happen? ", "bold"), f"yes{f', with {raw}' if raw else ''}")
             return True
 
     async def _other(self, request: ExternalRequest, submit: Submit) -> bool:
@@ -608,6 +623,7 @@ class AnswerPolicy:
             except ResponseTypeError as exc:
                 self._problem(str(exc))
                 continue
+            self._noted(("Answer: ", "bold"), raw)
             return True
 
 

@@ -666,6 +666,12 @@ def test_with_its_output_in_a_file_the_approval_is_still_asked_on_the_screen(
     written = log.read_text()
     assert "refund_agent: Refund of 89.99 for order 12345 submitted." in written
     assert "Approve?" not in written and "finished" in written
+    # the person's side too, in order: the file read as a conversation without it (outside
+    # tester 191: neither the typed message nor the decision was in it)
+    in_order(
+        [written],
+        ["You: I want a refund for order 12345", "Approval: submit_refund(", ") approved"],
+    )
 
 
 def test_with_its_output_in_a_file_a_reply_is_asked_with_its_question_on_the_screen(
@@ -680,9 +686,25 @@ def test_with_its_output_in_a_file_a_reply_is_asked_with_its_question_on_the_scr
     demo.send("hello")
     demo.expect_screen("You (empty or /end to finish):")
     in_order(demo.screen(), ["triage_agent:", "What can I do for you?", "You (empty"])
+    demo.send("please refund my order 12345")
+    demo.expect_screen("Approve?")
+    demo.send("n")
+    demo.expect_prompt("You (empty or /end to finish):")
     demo.send("/end")
     assert demo.wait() == 0, demo.screen_text()
-    assert "What can I do for you?" in log.read_text()
+    written = log.read_text()
+    assert "What can I do for you?" in written
+    # the person's side too (outside tester 191: the typed reply and the decision were not)
+    in_order(
+        [written],
+        [
+            "You: hello",
+            "What can I do for you?",
+            "You: please refund my order 12345",
+            "Approval: submit_refund(",
+            ") rejected",
+        ],
+    )
 
 
 def test_with_its_output_in_a_file_a_message_typed_as_the_prompt_shows_is_read(
