@@ -1263,27 +1263,16 @@ class Runtime:
         in_doubt: list[InDoubtEffect] = []
         if checkpoint is not None and may_have_effects_in_doubt(run, time.time()):
             in_doubt = await _effects_cut_off(self.store, checkpoint)
+        waiting = [r.request_id for r in answered]
+        shown = functools.partial(
+            run_info_of, run, checkpoint, answered=waiting, effects_in_doubt=in_doubt
+        )
         try:
-            return run_info_of(
-                run,
-                checkpoint,
-                wf,
-                answered=[r.request_id for r in answered],
-                stored_pending=stored,
-                effects_in_doubt=in_doubt,
-            )
+            return shown(wf, stored_pending=stored)
         except StoredTypeChangedError:
             # a stored value the code no longer reads as its type (a field changed): the run
             # is shown as stored, as one whose graph changed is (outside tester 96)
-            stored = await self.store.list_requests(run_id, status="pending")
-            return run_info_of(
-                run,
-                checkpoint,
-                None,
-                answered=[r.request_id for r in answered],
-                stored_pending=stored,
-                effects_in_doubt=in_doubt,
-            )
+            return shown(None, stored_pending=await self.store.list_requests(run_id))
 
     @_while_open("runs were not listed")
     async def list_runs(
