@@ -70,11 +70,6 @@ UpdateSink = Callable[["AgentRunUpdateEvent"], Awaitable[None]]
 REJECTED = "The user rejected this tool call; it was not executed."
 
 
-def _own_id(message_id: str, step: str) -> str:
-    """``message_id`` (a model server's) with ``step`` after it: unique in the run."""
-    return f"{message_id}/{step}" if message_id and step else message_id
-
-
 async def _no_journal(
     kind: str,
     fn: Callable[[str], Awaitable[Any]],
@@ -252,13 +247,9 @@ class Agent:
         prompt = self._model_messages(Joined.copy_of(conversation))
         asked = False
 
-        async def call(key: str) -> ChatMessage:
+        async def call(_key: str) -> ChatMessage:
             nonlocal asked
             asked = True
-            # the model server's message id, made the run's own by the step's key: some
-            # servers reuse theirs (Ollama draws from 999), and two replies of an agent under
-            # one id were one message to a client that finds messages by id (tester 190)
-            step = key.rsplit(":", 1)[-1][:12]
             updates: list[ChatResponseUpdate] = []
             async for update in self.client.get_streaming_response(prompt, tools=specs):
                 updates.append(update)
@@ -267,7 +258,7 @@ class Agent:
                         AgentRunUpdateEvent(
                             executor_id=self.name,
                             kind=update.kind,
-                            message_id=_own_id(update.message_id, step),
+                            message_id=update.message_id,
                             text=update.text,
                             call_id=update.call_id,
                             name=update.name,
@@ -276,10 +267,10 @@ class Agent:
                     )
             message = message_from_updates(updates)
             if on_update is not None and updates:
-                said_as = _own_id(updates[0].message_id, step)
-                await on_update(AgentRunUpdateEvent(self.name, "message_end", message_id=said_as))
-            own = _own_id(message.message_id, step) if message.message_id else None
-            return message.model_copy(update={"author_name": self.name, "message_id": own})
+                await on_update(
+                    AgentRunUpdateEvent(self.name, "message_end", message_id=updates[0].message_id)
+                )
+            return message.model_copy(update={"author_name": self.name})
 
         # asking a model again is harmless: a call cut off by a crash is simply asked again
         message = await journal("model", call, idempotent=True)

@@ -1157,7 +1157,9 @@ class SqliteStore:
         taken meanwhile (another process writing) waits for it as any write does: here, on
         the worker thread, up to ``busy_timeout``; on the loop's, its outcome is a ``_Busy``,
         and ``_write_batch`` hands it to the worker (it got the group's failure, outside
-        tester 188). All get the group's failure once the store is closed."""
+        tester 188). All get the group's failure once the store is closed. So a write's body
+        may run twice: it, and what it calls (a runtime's ``check``), must leave nothing
+        behind in Python but its result."""
         if len(live) == 1 or self._conn is None:
             return [(None, failure)] * len(live)
         outcomes: list[tuple[Any, BaseException | None]] = []

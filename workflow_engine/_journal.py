@@ -20,7 +20,11 @@ mid-step, or was cancelled or failed), among which an intent is an effect in dou
 
 from __future__ import annotations
 
-from typing import Any, Protocol, TypeGuard, runtime_checkable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard, runtime_checkable
+
+if TYPE_CHECKING:
+    from ._requests import InDoubtEffect
 
 
 @runtime_checkable
@@ -65,6 +69,14 @@ class InMemoryJournal:
     async def journal_clear(self, run_id: str, key: str) -> None:
         self._entries.pop((run_id, key), None)
 
+    async def journal_after(self, run_id: str, superstep: int) -> list[tuple[str, Any]]:
+        """The entries ``(key, entry)`` of supersteps after ``superstep``."""
+        return [
+            (key, entry)
+            for (run, key), entry in self._entries.items()
+            if run == run_id and _superstep(key) > superstep
+        ]
+
     def compact(self, run_id: str, through_superstep: int) -> None:
         """Drop entries of supersteps up to ``through_superstep`` (they are committed)."""
         doomed = [
@@ -90,3 +102,39 @@ def keeps_journal(store: object) -> TypeGuard[JournalStore]:
     if known is None:
         known = _JOURNAL_KEEPERS[kind] = isinstance(store, JournalStore)
     return known
+
+
+def cut_off_steps(
+    entries: Iterable[tuple[str, Any]],
+    secret: str,
+    run_id: str,
+    answered_elsewhere: Callable[[str], bool] | None = None,
+) -> list[InDoubtEffect]:
+    """The intents among a superstep's journal ``entries`` that have no result: steps whose
+    effect may have happened before the run stopped. ``answered_elsewhere(key)``: a person
+    already said what happened to step ``key`` (left out)."""
+    from ._identity import idempotency_key
+    from ._requests import InDoubtEffect
+
+    found = []
+    for key, entry in entries:
+        if not isinstance(entry, dict) or "value" in entry:
+            continue  # (a result: the effect happened and was recorded)
+        if answered_elsewhere is not None and answered_elsewhere(key):
+            continue
+        executor_id = entry.get("executor")
+        if not isinstance(executor_id, str):  # an intent journaled before executors were named
+            executor_id = key.split("/")[1] if key.count("/") >= 3 else ""
+        step = entry.get("step")
+        if not isinstance(step, str):  # (journaled before steps were named)
+            step = key.rsplit("/", 1)[-1]
+        found.append(
+            InDoubtEffect(
+                executor_id=executor_id,
+                step=step,
+                description=entry.get("intent"),
+                step_key=key,
+                idempotency_key=idempotency_key(secret, run_id, key) if secret else "",
+            )
+        )
+    return found

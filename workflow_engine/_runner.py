@@ -252,7 +252,7 @@ class RunLoop:
         # a cancel stored while no worker could honour it (its worker died mid-superstep): the
         # point this continuation starts from is the boundary that honours it
         self.cancel_requested = bool(getattr(store, "cancel_requested", False))
-        self.cut_off: Sequence[InDoubtEffect] = getattr(store, "cut_off_steps", ())
+        self.cut_off: Sequence[InDoubtEffect] | None = getattr(store, "cut_off_steps", None)
         """The steps the superstep after this continuation's checkpoint journaled an intent for
         and no result, before the run stopped (a crash): asked about before it runs again (the
         runtime finds them; see ``_ask_about_cut_off``)."""
@@ -574,7 +574,7 @@ class RunLoop:
         the resume renamed, or another branch skipped, was never asked about, its intent
         deleted with the superstep's commit, its effect (a charge) made again under a new name
         (outside tester 193) -- and it ran new effects before asking."""
-        cut_off, self.cut_off = self.cut_off, ()
+        cut_off, self.cut_off = self.cut_off or (), ()
         in_doubt: list[tuple[str, BaseException]] = []
         for effect in cut_off:
             doubt = EffectInDoubtError(
@@ -700,7 +700,8 @@ class RunLoop:
         # tester 60); and each one found -- siblings in a gather too -- is asked at once
         in_doubt = []  # (a loop: see ``_barrier``)
         for doubt in step.in_doubt:
-            if doubt is not failure and doubt.raised is not failure:
+            # (one whose error the handler let through fails the run: see ``_unrecorded``)
+            if doubt is not failure and (doubt.raised is None or doubt.raised is not failure):
                 in_doubt.append(doubt)
         if failure is not None:
             failures.append((executor_id, failure))

@@ -75,7 +75,7 @@ from ._identity import (
     input_message_id,
     new_step_secret,
 )
-from ._journal import InMemoryJournal
+from ._journal import InMemoryJournal, cut_off_steps
 from ._planner import Envelope, Send, accepts
 from ._pump import Emitter, EventPump
 from ._registry import display_name, schema_refusal
@@ -614,6 +614,13 @@ class Workflow:
                 loop.unsaved = applied
             else:
                 await loop.commit(applied)
+        if loop.cut_off is None and store is not None:
+            # the steps a continuation that stopped (a crash) left in doubt, asked about
+            # before its superstep runs again (a runtime says which: ``cut_off_steps``)
+            listing = getattr(loop.journal, "journal_after", None)
+            if listing is not None:
+                entries = await listing(loop.journal_run, cp.superstep)
+                loop.cut_off = cut_off_steps(entries, state.secret, state.run_id)
         return loop, store
 
     def admit(

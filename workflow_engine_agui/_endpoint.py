@@ -88,6 +88,7 @@ from workflow_engine import (
     SerializationError,
     StoreCorruptError,
     StoredRequest,
+    SuperstepStartedEvent,
     TypeRegistry,
     UnknownRequestError,
     Workflow,
@@ -258,10 +259,17 @@ class EventTranslator:
     open_calls: list[str] = field(default_factory=list)
     started_calls: set[str] = field(default_factory=set)
     started_text: set[str] = field(default_factory=set)
+    superstep: int = 0
+    replies: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The model replies under way: (agent, the model server's message id) -> its id here."""
+    reply_ids: set[str] = field(default_factory=set)
+    """Every reply's id this stream gave."""
 
     def translate(self, event: WorkflowEvent) -> list[BaseEvent]:
         out: list[BaseEvent] = []
-        if isinstance(event, ExecutorInvokedEvent):
+        if isinstance(event, SuperstepStartedEvent):
+            self.superstep = event.superstep
+        elif isinstance(event, ExecutorInvokedEvent):
             self.open_steps.append(event.executor_id)
             out.append(StepStartedEvent(step_name=event.executor_id))
         elif isinstance(event, ExecutorCompletedEvent | ExecutorFailedEvent):
@@ -297,7 +305,8 @@ class EventTranslator:
     def _agent(self, event: AgentRunUpdateEvent) -> list[BaseEvent]:
         out: list[BaseEvent] = []
         call_id = f"{self.scope}:{event.call_id}" if event.call_id else None
-        message_id = f"{self.scope}:{event.executor_id}:{event.message_id}"
+        replied = event.kind in ("text", "function_call", "message_end")
+        message_id = self._reply_id(event) if replied else ""
         if event.kind == "text" and event.text:
             if self.open_text != message_id:
                 out += self._close_text()
@@ -330,6 +339,26 @@ class EventTranslator:
                 )
             )
         return out
+
+    def _reply_id(self, event: AgentRunUpdateEvent) -> str:
+        """A model reply's ``messageId``: the run's, the superstep's and the model server's
+        id -- some servers reuse theirs (Ollama draws ``chatcmpl-N`` from 999), and two
+        replies under one id were one message to a client that finds messages by id
+        (outside tester 190) -- numbered on if the superstep had one by that id already.
+        The same events give the same ids (a superstep streamed again after a failure)."""
+        raw = (event.executor_id, event.message_id)
+        reply = self.replies.get(raw)
+        if reply is None:
+            base = f"{self.scope}:{event.executor_id}:{self.superstep}:{event.message_id}"
+            reply, n = base, 1
+            while reply in self.reply_ids:
+                n += 1
+                reply = f"{base}#{n}"
+            self.replies[raw] = reply
+            self.reply_ids.add(reply)
+        if event.kind == "message_end":
+            del self.replies[raw]
+        return reply
 
     def _replay(self, agent_call_id: str, call_id: str, name: str | None) -> list[BaseEvent]:
         """An earlier request's call, sent again so that its result has a call in this stream."""

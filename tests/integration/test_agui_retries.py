@@ -1330,3 +1330,44 @@ def test_a_storage_error_reaches_the_client_without_the_database_path(tmp_path: 
     message = failed[-1]["message"]
     assert "cannot write the database: disk I/O error" in message, message
     assert str(tmp_path) not in message, message
+
+
+def test_a_model_server_that_reuses_its_ids_still_gives_each_reply_its_own_message(
+    tmp_path: Path,
+) -> None:
+    """Some model servers reuse their completion ids (Ollama draws ``chatcmpl-N`` from 999): an
+    agent's two replies in one stream went out under one ``messageId``, and a client that
+    finds messages by id showed them as one (outside tester 190). Each reply has its own; a
+    reply in a later superstep too."""
+    from workflow_engine.executors import Agent, ChatResponseUpdate, tool
+
+    @tool
+    def look_up(order: str) -> str:
+        """Look an order up."""
+        return f"order {order}: shipped"
+
+    class SameIds:
+        async def get_response(self, messages: Any, *, tools: Any = ()) -> Any:
+            raise NotImplementedError
+
+        async def get_streaming_response(self, messages: Any, *, tools: Any = ()) -> Any:
+            if messages[-1].role == "user":
+                yield ChatResponseUpdate(kind="text", message_id="chatcmpl-1", text="Looking.")
+                yield ChatResponseUpdate(
+                    kind="function_call",
+                    message_id="chatcmpl-1",
+                    call_id="call_0",
+                    name="look_up",
+                    arguments_delta='{"order": "7"}',
+                )
+            else:
+                yield ChatResponseUpdate(kind="text", message_id="chatcmpl-1", text="Shipped.")
+
+    with serving_target(tmp_path, Agent("a", "", SameIds(), [look_up]), "/agent") as url:
+        first = said(url, "t", "m1", "where is order 7?")
+        second = said(url, "t", "m2", "and order 8?")
+    for events in (first, second):
+        assert events[-1]["type"] == "RUN_FINISHED", events[-1]
+    starts = [e["messageId"] for e in first + second if e["type"] == "TEXT_MESSAGE_START"]
+    assert len(starts) == 4 and len(set(starts)) == 4, starts
+    assert all("chatcmpl-1" in m for m in starts), starts

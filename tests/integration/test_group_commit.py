@@ -626,3 +626,75 @@ async def test_a_write_retried_alone_waits_for_another_writers_lock(tmp_path: Pa
     assert ended == {n: [n] for n in range(8)}, ended
     await runtime.close()
     other.close()
+
+
+async def test_answers_and_resumes_retried_alone_after_a_failed_group_go_on(
+    tmp_path: Path,
+) -> None:
+    """A group commit SQLite ended as a whole is written again one write at a time -- so each
+    write's body runs twice. The runtime's check, run inside a resume's lease-taking write,
+    appended the run it read to a list each time: every ``respond_and_resume`` of the group
+    failed with ``ValueError: too many values to unpack``, its run leased to no one for 30 s
+    (outside tester 196). (SQLite ending the group is simulated at the store's fault point
+    inside an answer's write, in the group.)"""
+    import sys
+
+    from workflow_engine import RequestPort, Runtime, WorkflowBuilder, handler
+
+    class Ask(Executor):
+        @handler
+        async def ask(self, topic: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.send_message(topic)
+
+    class End(Executor):
+        @handler
+        async def end(self, approved: bool, ctx: WorkflowContext[Never, bool]) -> None:
+            await ctx.yield_output(approved)
+
+    def build() -> Workflow:
+        ask, end = Ask("ask"), End("end")
+        port = RequestPort("review", request_type=str, response_type=bool)
+        return WorkflowBuilder("review", start=ask).add_edge(ask, port).add_edge(port, end).build()
+
+    ended_group: list[bool] = []
+    answered_in_group: list[bool] = []
+
+    def in_a_group() -> bool:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_name == "_write_batch":
+                return True
+            frame = frame.f_back  # type: ignore[assignment]
+        return False
+
+    def fault(point: str) -> None:
+        if point != "answer:inside" or ended_group or not in_a_group():
+            return
+        answered_in_group.append(True)
+        if len(answered_in_group) == 3:  # (two writes of the group ran whole before it)
+            ended_group.append(True)
+            store._conn.execute("ROLLBACK")  # type: ignore[union-attr]
+            raise sqlite3.OperationalError("database or disk is full")
+
+    store = SqliteStore(tmp_path / "runs.db")
+    runtime = Runtime(store)
+    runtime.register(build)
+    asked = []
+    for n in range(6):
+        paused = await runtime.run("review", f"topic {n}")
+        asked.append(paused.pending_requests[0].request_id)
+    store.fault_hook = fault
+    ended: dict[str, Any] = {}
+
+    async def answer(request_id: str) -> None:
+        try:
+            ended[request_id] = (await runtime.respond_and_resume(request_id, True)).outputs
+        except Exception as exc:
+            ended[request_id] = repr(exc)
+
+    async with anyio.create_task_group() as group:
+        for request_id in asked:
+            group.start_soon(answer, request_id)
+    assert ended_group, "no group commit was formed"
+    assert ended == {request_id: [True] for request_id in asked}, ended
+    await runtime.close()

@@ -60,13 +60,15 @@ def killed_inside_the_charge(db: Path, ledger: Path) -> None:
     assert [e["step"] for e in ledger_of(ledger)] == ["charge"]
 
 
+@pytest.mark.parametrize("resume", ["resume", "resume_stream"])
 @pytest.mark.parametrize("step_name", ["charge", "charge_card"])
 async def test_a_step_cut_off_by_a_crash_is_asked_about_before_anything_runs_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_name: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step_name: str, resume: str
 ) -> None:
     """Resumed by code that calls the step as before, or names it ``charge_card`` (a fix
     deployed between the crash and the resume): either way the run asks about ``charge``
-    first, and nothing is charged meanwhile."""
+    first, and nothing is charged meanwhile -- on the streamed resume too, the command line's
+    and the AG-UI server's (it ran the renamed step, outside tester 194)."""
     db, ledger = tmp_path / "runs.db", tmp_path / "ledger.jsonl"
     killed_inside_the_charge(db, ledger)
     monkeypatch.setenv("LEDGER", str(ledger))
@@ -74,7 +76,14 @@ async def test_a_step_cut_off_by_a_crash_is_asked_about_before_anything_runs_aga
     runtime = Runtime(SqliteStore(db))
     runtime.register(renamed_step_workflow.build)
     [listed] = (await runtime.get_run("r")).effects_in_doubt
-    paused = await runtime.resume("r")
+    if resume == "resume":
+        paused = await runtime.resume("r")
+    else:
+        stream = runtime.resume_stream("r")
+        async for _ in stream:
+            pass
+        assert stream.result is not None
+        paused = stream.result
     assert paused.status is WAITING, paused.error
     [question] = paused.pending_requests
     assert isinstance(question.data, InDoubtEffect)
@@ -266,3 +275,51 @@ async def test_a_run_whose_answers_wait_for_a_resume_says_so(tmp_path: Path) -> 
     assert done.outputs == [True]
     assert (await later.get_run("r")).answered_requests == []
     await later.close()
+
+
+class Killed(BaseException):
+    """Stands for the process dying inside an effect (it is no ``Exception``)."""
+
+
+@pytest.mark.parametrize("then", ["calls it again", "catches it", "skips it"])
+async def test_a_workflow_continued_from_its_store_asks_about_a_step_cut_off(then: str) -> None:
+    """Without a runtime, a workflow continued from its checkpoint store after an effect was
+    cut off asked only when the code called the step again and let its error through: a
+    handler that caught it, or code that no longer called it, committed as if nothing had run
+    (outside tester 194)."""
+    from workflow_engine import InMemoryCheckpointStore
+
+    charged: list[str] = []
+    mode = {"kill": True, "then": then}
+
+    class Charges(Executor):
+        @handler
+        async def charge(self, order: str, ctx: WorkflowContext[Never, str]) -> None:
+            async def effect() -> str:
+                charged.append(order)
+                if mode["kill"]:
+                    raise Killed
+                return "receipt"
+
+            if not mode["kill"] and mode["then"] == "skips it":
+                await ctx.yield_output("skipped")
+                return
+            try:
+                receipt = await ctx.run_once("charge", effect, description="charge 10 EUR")
+            except Exception:
+                if mode["then"] != "catches it":
+                    raise
+                receipt = "fallback"
+            await ctx.yield_output(receipt)
+
+    workflow = WorkflowBuilder("charges", start=Charges("card")).build()
+    store = InMemoryCheckpointStore()
+    with pytest.raises(Killed):
+        await workflow.run("order 7", checkpoint_store=store, run_id="r")
+    latest = await store.latest("r")
+    mode["kill"] = False
+    asked = await workflow.run(checkpoint=latest, checkpoint_store=store)
+    assert asked.status is WAITING, (asked.status, asked.outputs)
+    [question] = asked.pending_requests
+    assert isinstance(question.data, InDoubtEffect) and question.data.step == "charge"
+    assert charged == ["order 7"]
