@@ -677,29 +677,40 @@ class SqliteStore:
             self._finalizer = weakref.finalize(self, _stop, worker, checkpointer)
 
     async def check_tables(self) -> None:
-        """Read the first entry of every table and index -- their root pages and first leaves:
-        damage there is said now, naming the table (``StoreCorruptError``), not at the first
-        write that meets it -- after a person typed a message, say, and the demo's agents ran
-        (outside tester 191). Cheap (a few pages each); damage elsewhere in the file is found
-        when a read or write meets it (``PRAGMA quick_check`` reads every page)."""
+        """Read the first entry of each of this store's tables and indexes -- their root pages
+        and first leaves, the entry's header decoded: damage there is said now, naming the
+        table (``StoreCorruptError``), not at the first write that meets it -- after a person
+        typed a message, say, and the demo's agents ran (outside tester 191). Cheap (a few
+        pages each); damage elsewhere in the file is found when a read or write meets it
+        (``PRAGMA quick_check`` reads every page). Tables and indexes of others are left
+        alone (an operator's partial index for a report is no damage: outside tester 196)."""
         await self._query(self._read_each_tree)
 
     def _read_each_tree(self, conn: Conn) -> None:
         trees = conn.execute(
-            "SELECT type, name, tbl_name FROM sqlite_master WHERE type IN ('table', 'index') "
-            "ORDER BY type DESC, name"
+            "SELECT type, name, tbl_name, sql FROM sqlite_master "
+            "WHERE type IN ('table', 'index') ORDER BY type DESC, name"
         ).fetchall()
-        for kind, name, table in trees:
+        for kind, name, table, sql in trees:
+            if table not in TABLES:
+                continue
             try:
                 if kind == "table":
-                    conn.execute(f'SELECT 1 FROM "{name}" NOT INDEXED LIMIT 1').fetchall()
+                    info = conn.execute(f"PRAGMA table_info({_quoted(name)})")
+                    columns = [row[1] for row in info]
+                    # (each column's type: the entry's header decoded, not its long values)
+                    types = ", ".join(f"typeof({_quoted(c)})" for c in columns) or "1"
+                    query = f"SELECT {types} FROM {_quoted(name)} NOT INDEXED LIMIT 1"
+                    conn.execute(query).fetchall()
                     continue
-                columns = conn.execute(f'PRAGMA index_info("{name}")').fetchall()
+                if sql is not None and " WHERE " in sql.upper():
+                    continue  # (a partial index: not ours, nor one a plain ORDER BY can use)
+                columns = conn.execute(f"PRAGMA index_info({_quoted(name)})").fetchall()
                 if columns and columns[0][2] is not None:  # (not an expression's index)
-                    first = columns[0][2]
+                    first = _quoted(columns[0][2])
                     conn.execute(
-                        f'SELECT "{first}" FROM "{table}" INDEXED BY "{name}" '
-                        f'ORDER BY "{first}" LIMIT 1'
+                        f"SELECT typeof({first}) FROM {_quoted(table)} "
+                        f"INDEXED BY {_quoted(name)} ORDER BY {first} LIMIT 1"
                     ).fetchall()
             except SQLITE_FAILURES as exc:
                 damage = self._translate(exc)
@@ -2621,6 +2632,11 @@ def _close_quietly(conn: Conn | None) -> None:
 
 def _fetch_one(conn: Conn, text: str, params: Sequence[Any]) -> tuple | None:
     return conn.execute(text, params).fetchone()
+
+
+def _quoted(name: str) -> str:
+    """An SQL identifier, quoted."""
+    return '"' + name.replace('"', '""') + '"'
 
 
 def _fetch_all(conn: Conn, text: str, params: Sequence[Any]) -> list[tuple]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import struct
 import subprocess
 import uuid
 from collections.abc import Sequence
@@ -758,3 +759,51 @@ def test_a_damaged_table_is_said_before_the_demo_asks_and_before_serve_listens(
     served = cli.run("serve", "--port", "0")
     assert served.code == 6, str(served)
     assert "(its table requests)" in served.error_line()
+
+
+def test_check_tables_leaves_others_tables_alone_and_decodes_the_first_entry(
+    tmp_path: Path,
+) -> None:
+    """An operator's partial index (no plain ORDER BY can use it) or a table whose name needs
+    quoting made ``check_tables`` call a healthy database damaged, and ``serve`` refused to
+    start; damage inside the first entry of a table (a column's type byte) went unseen
+    (outside tester 196)."""
+    import anyio
+
+    from workflow_engine import StoreCorruptError
+    from workflow_engine.storage import SqliteStore
+
+    cli = Cli(tmp_path)
+    cli.start_paused()
+    with sqlite3.connect(cli.db) as conn:
+        conn.execute("CREATE INDEX app_open ON runs(updated_at) WHERE status != 'idle'")
+        conn.execute('CREATE TABLE "app""notes" (x)')
+    conn.close()
+
+    async def check() -> None:
+        async with SqliteStore(cli.db) as store:
+            await store.check_tables()
+
+    anyio.run(check)
+    with sqlite3.connect(cli.db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (page,) = conn.execute(
+            "SELECT rootpage FROM sqlite_master WHERE name = 'requests'"
+        ).fetchone()
+        (size,) = conn.execute("PRAGMA page_size").fetchone()
+    conn.close()
+    data = bytearray(cli.db.read_bytes())
+    start = (page - 1) * size
+    assert data[start] == 0x0D  # a table leaf: its one cell is the pending request's row
+    (cell,) = struct.unpack(">H", data[start + 8 : start + 10])
+    at = start + cell
+    for _ in range(2):  # past the payload's size and the rowid (varints)
+        while data[at] & 0x80:
+            at += 1
+        at += 1
+    header_size = data[at]  # (one byte: a few columns)
+    assert header_size < 0x80 and data[at + 2] < 0x80  # the 2nd column's type is one byte
+    data[at + 2] = 10  # the record's second column: serial type 10 (reserved)
+    cli.db.write_bytes(bytes(data))
+    with pytest.raises(StoreCorruptError, match=r"\(its table requests\)"):
+        anyio.run(check)
