@@ -1299,6 +1299,7 @@ class SqliteStore:
             with_split(rows[1], self._chunking),
             rows[2],
             after=self._admitted(checkpoint, row_bytes(rows[1])),
+            heavy=row_bytes(rows[1]) > _HEAVY_ROW,  # (a 60 MB message: outside tester 196)
         )
         self._fault("admit:after")
 
@@ -1325,6 +1326,7 @@ class SqliteStore:
             lease_seconds,
             after=self._admitted(checkpoint, row_bytes(rows[1]), lease_seconds),
             abandoned=lambda expires: self._give_back(Lease(checkpoint.run_id, owner, 1, expires)),
+            heavy=row_bytes(rows[1]) > _HEAVY_ROW,
         )
         self._fault("admit:after")
         return Lease(checkpoint.run_id, owner, 1, expires_at)
@@ -1880,7 +1882,7 @@ class SqliteStore:
         how = (release, same_status, span_base_id, lease_seconds, admission is not None)
         # (split before the write lock is taken: see ``with_split``)
         args = (checkpoint, how, run, with_split(body, self._chunking), request_rows)
-        heavy = row_bytes(body) > _HEAVY_ROW
+        heavy = row_bytes(body) + (admission.size if admission is not None else 0) > _HEAVY_ROW
         if admission is None:
             done = await self._in_write(
                 self._commit_rows, *args, status_rows, after=after, heavy=heavy
