@@ -904,7 +904,9 @@ _SAID_AS_ASKED = frozenset(
 question."""
 
 
-CANCELLED_WITHOUT_ASKING = "the run was cancelled without asking whether it happened"
+CANCELLED_WITHOUT_ASKING = "the run was cancelled before anyone said whether it happened"
+"""(Whether or not it had asked: "without asking" was false of a run cancelled while its
+question waited -- outside tester 194.)"""
 RESUME_ASKS = "`resume` asks whether it happened"
 
 

@@ -142,7 +142,7 @@ def in_doubt_said(effect: Any) -> str:
     return (
         f"{who}{describe_effect(effect)} started before the run stopped (a crash, a kill, an "
         "interruption; a process frozen past its lease, which may still complete it) and "
-        "recorded no result"
+        "recorded no result -- or ran and its result could not be stored"
     )
 
 

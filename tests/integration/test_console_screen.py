@@ -1176,7 +1176,7 @@ def test_a_run_cancelled_with_a_call_in_doubt_says_so(
         assert f"Run {run_id} ended cancelled." in said.out
     told = flat(said.out)
     assert "⚠ in doubt: refund_agent's call submit_refund(" in told, said.out
-    assert "was cancelled without asking whether it happened" in told
+    assert "was cancelled before anyone said whether it happened" in told
     [key] = re.findall(r"by its idempotency key: (\S+)", told)
     assert key.startswith(f"{run_id}:")
     shown = cli.expect(0, "runs", "show", run_id)
