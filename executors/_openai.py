@@ -208,7 +208,7 @@ class OpenAIChatClient:
             finished = finished or chunk.choices[0].finish_reason is not None
             delta = chunk.choices[0].delta
             if delta.content:
-                yield ChatResponseUpdate(kind="text", message_id=chunk.id, text=delta.content)
+                yield ChatResponseUpdate(kind="text", message_id=chunk.id or "", text=delta.content)
             for call in delta.tool_calls or []:
                 call_id = call_ids.get(call.index)
                 if call_id is None:
@@ -216,7 +216,7 @@ class OpenAIChatClient:
                 function = call.function
                 yield ChatResponseUpdate(
                     kind="function_call",
-                    message_id=chunk.id,
+                    message_id=chunk.id or "",
                     call_id=call_id,
                     name=named.get(function.name, function.name)
                     if function and function.name

@@ -160,6 +160,9 @@ __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 log = logging.getLogger(__name__)
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
+_URL = re.compile(r"\b([a-zA-Z][\w+.-]*://)([^\s/@'\"]*@)?([^\s?#'\"]*)(\?[^\s#'\"]*)?")
+"""A URL in an error (a model server's endpoint): its user and password, and its query
+string (``?api-key=...``), are the server's to know (outside tester 195)."""
 
 WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
@@ -260,8 +263,8 @@ class EventTranslator:
     started_calls: set[str] = field(default_factory=set)
     started_text: set[str] = field(default_factory=set)
     superstep: int = 0
-    replies: dict[tuple[str, str], str] = field(default_factory=dict)
-    """The model replies under way: (agent, the model server's message id) -> its id here."""
+    replies: dict[str, str] = field(default_factory=dict)
+    """The model reply under way of each agent (until its ``message_end``) -> its id here."""
     reply_ids: set[str] = field(default_factory=set)
     """Every reply's id this stream gave."""
 
@@ -346,7 +349,8 @@ class EventTranslator:
         replies under one id were one message to a client that finds messages by id
         (outside tester 190) -- numbered on if the superstep had one by that id already.
         The same events give the same ids (a superstep streamed again after a failure)."""
-        raw = (event.executor_id, event.message_id)
+        raw = event.executor_id  # (one reply until its end, whatever ids its chunks carry:
+        # a server may give each chunk its own, or none -- outside tester 195)
         reply = self.replies.get(raw)
         if reply is None:
             base = f"{self.scope}:{event.executor_id}:{self.superstep}:{event.message_id}"
@@ -788,6 +792,7 @@ class AGUIService:
         operator needs -- a worker's token (its host and process id) and the database's path,
         which the log keeps (outside tester 190)."""
         message = _WORKER_TOKEN.sub(r"\1", message)
+        message = _URL.sub(r"\1\3", message)
         path = getattr(self.store, "path", None)
         if path is not None:
             named = str(path)

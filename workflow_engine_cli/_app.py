@@ -767,7 +767,7 @@ def _interruptible(
             if silenced and json_mode:
                 pass  # (said on stdout as JSON, above)
             elif run_ids:
-                run_id = visible(run_ids[-1])
+                run_id = escape(visible(run_ids[-1]))  # (an id of "[/]": markup -- tester 195)
                 term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
                 if running:  # (what the second Ctrl-C stopped waiting for)
                     term.print(
@@ -795,7 +795,7 @@ def _interruptible(
             command = escape(resume_command(run_ids[-1]))
             with contextlib.suppress(OSError, ValueError):
                 err_console().print(
-                    f"Output closed: run {visible(run_ids[-1])} stopped where it was. "
+                    f"Output closed: run {escape(visible(run_ids[-1]))} stopped where it was. "
                     f"Continue with: {command}",
                     soft_wrap=True,
                 )
@@ -925,7 +925,8 @@ def resume(
             if run.status not in _AT_REST and not busy:
                 if not json_mode:
                     file = visible(str(runtime.store.path))
-                    where = f"run {full} · workflow {run.workflow_name} · db {file}"
+                    shown = visible(run.workflow_name)
+                    where = f"run {visible(full)} · workflow {shown} · db {file}"
                     term.line((f"resuming {where}", "dim"))
                 # what it goes on with: the answers given since (an approval's edits too --
                 # only the call's result showed, run with arguments no one saw: tester 153;
@@ -1599,6 +1600,8 @@ def serve(
     if token is not None and (problem := token_problem(token)) is not None:
         print_error(f"--token (or WORKFLOW_ENGINE_TOKEN) {problem}")
         raise typer.Exit(EXIT_USAGE)
+    if host.startswith("[") and host.endswith("]"):  # an IPv6 address as URLs write it
+        host = host[1:-1]
     if not is_loopback(host) and not token:
         print_error(
             f"binding {host} exposes the server beyond this machine; "
@@ -1625,7 +1628,7 @@ def serve(
     except OSError as exc:
         reason = exc.strerror or str(exc)
         print_error(
-            f"cannot listen on {host}:{port}: {reason}"
+            f"cannot listen on {f'[{host}]' if ':' in host else host}:{port}: {reason}"
             + (" (another server is using it; pick another --port)" if _in_use(exc) else "")
         )
         raise typer.Exit(EXIT_CANNOT_LISTEN) from None

@@ -712,10 +712,10 @@ async def drive(
             raise
         if str(exc) != printer.failure:  # else its step's failure said it already
             term.line((f"✗ {exc}", "bold red"))
-        term.line(
-            f"Nothing committed is lost: once the storage is usable again, continue with "
-            f"`{resume_command(run_id)}`."
-        )
+        # (the command whole on a line of its own: wrapped, a pasted one ran `--db` without
+        # its path -- outside tester 195)
+        term.line("Nothing committed is lost: once the storage is usable again, continue with:")
+        term.whole(f"  {resume_command(run_id)}")
         raise Exit(exit_code_for(exc)) from None
 
 

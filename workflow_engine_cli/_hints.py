@@ -95,16 +95,11 @@ def shell_quoted(text: str) -> str:
 
 
 def _escape_unprintable(c: str) -> str:
+    """``c`` as ``$'...'`` writes it: as its UTF-8 bytes (``\\u202e`` is read as text outside
+    a UTF-8 locale, ``LC_ALL=C``: the pasted id named no run -- outside tester 195)."""
     if c.isprintable():
         return c
-    code = ord(c)
-    return (
-        f"\\x{code:02x}"
-        if code < 0x80
-        else f"\\u{code:04x}"
-        if code < 0x10000
-        else f"\\U{code:08x}"
-    )
+    return "".join(f"\\x{b:02x}" for b in c.encode("utf-8", "surrogateescape"))
 
 
 def resume_command(run_id: str) -> str:

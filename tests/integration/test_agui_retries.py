@@ -1332,13 +1332,22 @@ def test_a_storage_error_reaches_the_client_without_the_database_path(tmp_path: 
     assert str(tmp_path) not in message, message
 
 
+@pytest.mark.parametrize("ids", ["reused", "empty", "one per chunk"])
 def test_a_model_server_that_reuses_its_ids_still_gives_each_reply_its_own_message(
-    tmp_path: Path,
+    tmp_path: Path, ids: str
 ) -> None:
     """Some model servers reuse their completion ids (Ollama draws ``chatcmpl-N`` from 999): an
     agent's two replies in one stream went out under one ``messageId``, and a client that
-    finds messages by id showed them as one (outside tester 190). Each reply has its own; a
-    reply in a later superstep too."""
+    finds messages by id showed them as one (outside tester 190); a server that sends none
+    did the same, and one that gives each chunk its own made every word a message (195).
+    Each reply has its own id, whole; a reply in a later superstep too."""
+    chunk_ids = iter(range(1_000_000))
+
+    def server_id() -> str:
+        if ids == "one per chunk":
+            return f"chunk-{next(chunk_ids)}"
+        return "chatcmpl-1" if ids == "reused" else ""
+
     from workflow_engine.executors import Agent, ChatResponseUpdate, tool
 
     @tool
@@ -1352,16 +1361,18 @@ def test_a_model_server_that_reuses_its_ids_still_gives_each_reply_its_own_messa
 
         async def get_streaming_response(self, messages: Any, *, tools: Any = ()) -> Any:
             if messages[-1].role == "user":
-                yield ChatResponseUpdate(kind="text", message_id="chatcmpl-1", text="Looking.")
+                for word in ("Looking", " it", " up."):
+                    yield ChatResponseUpdate(kind="text", message_id=server_id(), text=word)
                 yield ChatResponseUpdate(
                     kind="function_call",
-                    message_id="chatcmpl-1",
+                    message_id=server_id(),
                     call_id="call_0",
                     name="look_up",
                     arguments_delta='{"order": "7"}',
                 )
             else:
-                yield ChatResponseUpdate(kind="text", message_id="chatcmpl-1", text="Shipped.")
+                for word in ("Shipped", "."):
+                    yield ChatResponseUpdate(kind="text", message_id=server_id(), text=word)
 
     with serving_target(tmp_path, Agent("a", "", SameIds(), [look_up]), "/agent") as url:
         first = said(url, "t", "m1", "where is order 7?")
@@ -1370,4 +1381,32 @@ def test_a_model_server_that_reuses_its_ids_still_gives_each_reply_its_own_messa
         assert events[-1]["type"] == "RUN_FINISHED", events[-1]
     starts = [e["messageId"] for e in first + second if e["type"] == "TEXT_MESSAGE_START"]
     assert len(starts) == 4 and len(set(starts)) == 4, starts
-    assert all("chatcmpl-1" in m for m in starts), starts
+    assert text_of(first) == "Looking it up.Shipped.", text_of(first)
+
+
+def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
+    tmp_path: Path,
+) -> None:
+    """A model client's error names its endpoint -- with the user, password and query string
+    an operator wrote into it (``OPENAI_BASE_URL``): every client read them in RUN_ERROR
+    (outside tester 195). The URL is said without them; the server's log keeps them."""
+
+    class Unreachable(Executor):
+        @handler
+        async def ask(self, text: str, ctx: WorkflowContext[str]) -> None:
+            raise ConnectionError(
+                "cannot reach http://svc:hunter2@10.0.0.7:8000/v1?api-key=AZ-SECRET "
+                "(model 'internal'): Connection error."
+            )
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, WorkflowBuilder(name="u", start=Unreachable("u")).build(), store=store)
+    with in_process(app) as port:
+        said = {"id": "m", "role": "user", "content": "x"}
+        failed = post(f"http://127.0.0.1:{port}/", messages=[said])
+    anyio.run(store.close)
+    assert failed[-1]["type"] == "RUN_ERROR", failed[-1]
+    message = failed[-1]["message"]
+    assert "cannot reach http://10.0.0.7:8000/v1 (model 'internal')" in message, message
+    assert "hunter2" not in message and "AZ-SECRET" not in message, message

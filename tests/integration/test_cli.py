@@ -1367,7 +1367,10 @@ def test_a_store_that_refuses_a_write_says_once_how_to_continue(cli: Cli) -> Non
         blocker.close()
     said = flat(refused.out + refused.err)
     assert said.count("stayed locked by another writer") == 1, str(refused)
-    assert f"continue with `workflow-engine resume {run_id} --db {cli.db}`" in said, str(refused)
+    # the command whole on a line of its own (wrapped, a pasted one ran `--db` alone: 195)
+    lines = refused.out.splitlines()
+    i = lines.index("Nothing committed is lost: once the storage is usable again, continue with:")
+    assert lines[i + 1] == f"  workflow-engine resume {run_id} --db {cli.db}", str(refused)
     done = cli.expect(0, "resume", run_id)
     assert "finished." in done.out
     assert len(cli.ledger()) == 1

@@ -656,7 +656,8 @@ def test_run_ids_of_other_cases_are_never_taken_for_one_another(tmp_path: Path) 
 
 
 @pytest.mark.parametrize(
-    "run_id", ["$(touch PWNED)", "my order", "-rf", "tab\tid", "right\u202eleft", "it's `x`"]
+    "run_id",
+    ["$(touch PWNED)", "my order", "-rf", "tab\tid", "right\u202eleft", "it's `x`", "new\nline"],
 )
 def test_a_printed_command_names_a_hostile_run_id_as_one_shell_word(
     tmp_path: Path, run_id: str
@@ -682,6 +683,7 @@ def test_a_printed_command_names_a_hostile_run_id_as_one_shell_word(
 
     request_id = anyio.run(make)
     env = {**cli.env, "PATH": f"{ENGINE.parent}{os.pathsep}{cli.env.get('PATH', '')}"}
+    env["LC_ALL"] = "C"  # (outside a UTF-8 locale bash read $'\u202e' as text: tester 195)
 
     def pasted(line: str) -> subprocess.CompletedProcess[str]:
         assert line.startswith("  workflow-engine "), line
@@ -693,6 +695,8 @@ def test_a_printed_command_names_a_hostile_run_id_as_one_shell_word(
     # a pause, as `resume` without a terminal prints it: how to answer, how to continue
     paused = cli.run("resume", "--db", str(cli.db), "--", run_id, db=False)
     said = (paused.out + paused.err).splitlines()
+    # no line of it is forged by the id (a newline in it printed raw: outside tester 195)
+    assert not any(line.startswith("line") for line in said), said
     continue_with = said[said.index("then continue with:") + 1]
     again = pasted(continue_with)
     assert again.returncode == 3, (continue_with, again.stderr)  # the same run, paused
