@@ -60,6 +60,7 @@ def killed_inside_the_charge(db: Path, ledger: Path) -> None:
     assert [e["step"] for e in ledger_of(ledger)] == ["charge"]
 
 
+@pytest.mark.slow  # a process SIGKILLed inside the charge
 @pytest.mark.parametrize("resume", ["resume", "resume_stream"])
 @pytest.mark.parametrize("step_name", ["charge", "charge_card"])
 async def test_a_step_cut_off_by_a_crash_is_asked_about_before_anything_runs_again(
@@ -208,6 +209,7 @@ async def test_a_description_with_a_lone_surrogate_is_kept_as_its_repr(tmp_path:
     await runtime.close()
 
 
+@pytest.mark.slow  # a process SIGKILLed inside the charge
 async def test_a_fork_of_a_run_asking_about_an_effect_runs_the_step_as_its_own(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
