@@ -781,6 +781,8 @@ def test_check_tables_leaves_others_tables_alone_and_decodes_the_first_entry(
     cli.start_paused()
     with sqlite3.connect(cli.db) as conn:
         conn.execute("CREATE INDEX app_open ON runs(updated_at) WHERE status != 'idle'")
+        # (typed over two lines in the sqlite3 shell: 198)
+        conn.execute("CREATE INDEX app_idle ON requests(created_at)\nWHERE(status = 'x')")
         conn.execute('CREATE TABLE "app""notes" (x)')
     conn.close()
 
