@@ -325,3 +325,23 @@ async def test_a_workflow_continued_from_its_store_asks_about_a_step_cut_off(the
     [question] = asked.pending_requests
     assert isinstance(question.data, InDoubtEffect) and question.data.step == "charge"
     assert charged == ["order 7"]
+
+
+async def test_a_description_of_an_integer_past_what_json_reads_is_kept_as_it_can_be(
+    tmp_path: Path,
+) -> None:
+    """A bare integer of more than 4,300 digits as a step's description failed the durable
+    run, naming nothing, at every resume (outside tester 197); in a dict it was kept."""
+
+    class Counts(Executor):
+        @handler
+        async def count(self, how: str, ctx: WorkflowContext[Never, str]) -> None:
+            said = await ctx.run_once("count", lambda: "counted", description=10**5000)
+            await ctx.yield_output(said)
+
+    runtime = Runtime(SqliteStore(tmp_path / "runs.db"))
+    runtime.register(lambda: WorkflowBuilder("counts", start=Counts("c")).build())
+    done = await runtime.run("counts", "x")
+    assert done.status is WorkflowRunState.IDLE, done.error
+    assert done.outputs == ["counted"]
+    await runtime.close()
