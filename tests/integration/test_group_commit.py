@@ -16,7 +16,12 @@ from typing import Any, Never
 import anyio
 import pytest
 
-from tests.integration.workflows import Answer, stepper_workflow
+from tests.integration.workflows import (
+    Answer,
+    in_a_group_commit,
+    review_workflow,
+    stepper_workflow,
+)
 from workflow_engine import (
     CheckpointStoreError,
     Executor,
@@ -576,7 +581,6 @@ async def test_a_write_retried_alone_waits_for_another_writers_lock(tmp_path: Pa
     group's failure -- a run that fitted failed "disk is full" (outside tester 188). It waits
     for the lock as any write does. (SQLite ending the transaction is simulated at the store's
     fault point inside the group; the lock is a real second connection's, held 0.3 s.)"""
-    import sys
     import threading
 
     from workflow_engine import Executor, Runtime, WorkflowBuilder, handler
@@ -590,16 +594,8 @@ async def test_a_write_retried_alone_waits_for_another_writers_lock(tmp_path: Pa
     other = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
     ended_group: list[bool] = []
 
-    def in_a_group() -> bool:
-        frame = sys._getframe(1)
-        while frame is not None:
-            if frame.f_code.co_name == "_write_batch":
-                return True
-            frame = frame.f_back  # type: ignore[assignment]
-        return False
-
     def fault(point: str) -> None:
-        if point != "commit:inside" or ended_group or not in_a_group():
+        if point != "commit:inside" or ended_group or not in_a_group_commit():
             return
         ended_group.append(True)
         store._conn.execute("ROLLBACK")  # type: ignore[union-attr]  # (SQLite ends it all)
@@ -637,38 +633,13 @@ async def test_answers_and_resumes_retried_alone_after_a_failed_group_go_on(
     failed with ``ValueError: too many values to unpack``, its run leased to no one for 30 s
     (outside tester 196). (SQLite ending the group is simulated at the store's fault point
     inside an answer's write, in the group.)"""
-    import sys
-
-    from workflow_engine import RequestPort, Runtime, WorkflowBuilder, handler
-
-    class Ask(Executor):
-        @handler
-        async def ask(self, topic: str, ctx: WorkflowContext[str]) -> None:
-            await ctx.send_message(topic)
-
-    class End(Executor):
-        @handler
-        async def end(self, approved: bool, ctx: WorkflowContext[Never, bool]) -> None:
-            await ctx.yield_output(approved)
-
-    def build() -> Workflow:
-        ask, end = Ask("ask"), End("end")
-        port = RequestPort("review", request_type=str, response_type=bool)
-        return WorkflowBuilder("review", start=ask).add_edge(ask, port).add_edge(port, end).build()
+    from workflow_engine import Runtime
 
     ended_group: list[bool] = []
     answered_in_group: list[bool] = []
 
-    def in_a_group() -> bool:
-        frame = sys._getframe(1)
-        while frame is not None:
-            if frame.f_code.co_name == "_write_batch":
-                return True
-            frame = frame.f_back  # type: ignore[assignment]
-        return False
-
     def fault(point: str) -> None:
-        if point != "answer:inside" or ended_group or not in_a_group():
+        if point != "answer:inside" or ended_group or not in_a_group_commit():
             return
         answered_in_group.append(True)
         if len(answered_in_group) == 3:  # (two writes of the group ran whole before it)
@@ -678,7 +649,7 @@ async def test_answers_and_resumes_retried_alone_after_a_failed_group_go_on(
 
     store = SqliteStore(tmp_path / "runs.db")
     runtime = Runtime(store)
-    runtime.register(build)
+    runtime.register(review_workflow)
     asked = []
     for n in range(6):
         paused = await runtime.run("review", f"topic {n}")

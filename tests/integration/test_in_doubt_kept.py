@@ -22,6 +22,7 @@ from typing import Any, Never
 import pytest
 
 from tests.integration import renamed_step_workflow
+from tests.integration.workflows import review_workflow
 from workflow_engine import (
     EffectInDoubtEvent,
     Executor,
@@ -241,33 +242,16 @@ async def test_a_run_whose_answers_wait_for_a_resume_says_so(tmp_path: Path) -> 
     documented queries showed as merely paused -- no pending request, no answer waiting -- so
     a recovery loop left it paused for good (outside tester 192). ``get_run`` names the
     answers waiting, and the store lists them."""
-    from workflow_engine import RequestPort
-
-    class Ask(Executor):
-        @handler
-        async def ask(self, topic: str, ctx: WorkflowContext[str]) -> None:
-            await ctx.send_message(topic)
-
-    class End(Executor):
-        @handler
-        async def end(self, approved: bool, ctx: WorkflowContext[Never, bool]) -> None:
-            await ctx.yield_output(approved)
-
-    def build() -> Any:
-        ask, end = Ask("ask"), End("end")
-        port = RequestPort("review", request_type=str, response_type=bool)
-        return WorkflowBuilder("review", start=ask).add_edge(ask, port).add_edge(port, end).build()
-
     db = tmp_path / "runs.db"
     first = Runtime(SqliteStore(db))
-    first.register(build)
+    first.register(review_workflow)
     paused = await first.run("review", "a topic", run_id="r")
     [request] = paused.pending_requests
     await first.respond(request.request_id, True)
     await first.close()  # (stopped before its resume)
 
     later = Runtime(SqliteStore(db))
-    later.register(build)
+    later.register(review_workflow)
     info = await later.get_run("r")
     assert (info.status, info.pending_requests) == (WAITING, [])
     assert info.answered_requests == [request.request_id]

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Never
 
 import anyio
 import pytest
@@ -132,6 +132,36 @@ def failing_with_a_question_workflow() -> Workflow:
 def exploding_workflow() -> Workflow:
     e = Exploder("exploder")
     return WorkflowBuilder(name="exploding", start=e).add_edge(e, e).build()
+
+
+class _Asks(Executor):
+    @handler
+    async def ask(self, topic: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.send_message(topic)
+
+
+class _Yields(Executor):
+    @handler
+    async def end(self, approved: bool, ctx: WorkflowContext[Never, bool]) -> None:
+        await ctx.yield_output(approved)
+
+
+def review_workflow() -> Workflow:
+    """``review``: a topic asks the ``review`` port (str -> bool); the answer is the output."""
+    ask, end = _Asks("ask"), _Yields("end")
+    port = RequestPort("review", request_type=str, response_type=bool)
+    return WorkflowBuilder("review", start=ask).add_edge(ask, port).add_edge(port, end).build()
+
+
+def in_a_group_commit() -> bool:
+    """Whether the caller runs inside a group commit of a ``SqliteStore`` (its write is one of
+    several in one transaction): for a fault hook that simulates SQLite ending the group."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_write_batch":
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 async def cancel_stored_then_worker_died(store: RunStore, run_id: str) -> None:
