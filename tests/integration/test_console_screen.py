@@ -219,7 +219,8 @@ def test_an_answer_the_store_refuses_says_how_to_continue(
     text = flat(demo.screen_text())
     assert code == 6, text
     assert text.count("stayed locked by another writer") == 1, text
-    assert "continue with `workflow-engine resume" in text, text
+    # the command on a line of its own, whole (after "continue with:", not in backticks)
+    assert "continue with: workflow-engine resume" in text, text
     assert cli.ledger() == []
 
 
