@@ -282,7 +282,9 @@ class Agent:
         """Stream a reply the journal kept (a superstep retried after a failure, or after a
         crash) as the model streamed it first: whoever watches this run sees what the agent
         said, not only the tool calls that follow from it."""
-        message_id = message.message_id or f"msg_{uuid.uuid4().hex[:16]}"
+        # (the model server's id, as streamed first -- none is none: a random one made the
+        # replayed reply another message to a client, outside tester 199)
+        message_id = message.message_id or ""
         for content in message.contents:
             if isinstance(content, TextContent):
                 update = AgentRunUpdateEvent(

@@ -160,7 +160,7 @@ __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 log = logging.getLogger(__name__)
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
-_URL = re.compile(r"\b([a-zA-Z][\w+.-]*://)([^\s/@'\"]*@)?([^\s?#'\"]*)(\?[^\s#'\"]*)?")
+_URL = re.compile(r"([a-zA-Z][\w+.-]*://)([^\s/'\"]*@)?([^\s?#'\"]*)([?#][^\s'\"]*)?")
 """A URL in an error (a model server's endpoint): its user and password, and its query
 string (``?api-key=...``), are the server's to know (outside tester 195)."""
 
@@ -777,7 +777,9 @@ class AGUIService:
             log.warning("thread %r: RUN_ERROR %s: %r", thread_id, exc.code, message)
             for out in translator.close_all():
                 yield out
-            yield RunErrorEvent(message=self._for_clients(message), code=exc.code)
+            # (said whole, then cut: cut first, a URL's password could be left half -- 199)
+            told = bounded(self._for_clients(str(exc)))
+            yield RunErrorEvent(message=told, code=exc.code)
         except Exception as exc:  # a bug: the client still gets a well-formed end of stream
             log.exception("AG-UI run on thread %r failed", thread_id)
             for out in translator.close_all():

@@ -74,7 +74,6 @@ from ._output import (
     closed_output_refused,
     discard_output,
     err_console,
-    escape,
     flush_output,
     output_failed,
     prepare_output,
@@ -767,15 +766,17 @@ def _interruptible(
             if silenced and json_mode:
                 pass  # (said on stdout as JSON, above)
             elif run_ids:
-                run_id = escape(visible(run_ids[-1]))  # (an id of "[/]": markup -- tester 195)
-                term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.")
+                # as plain text: an id is no markup nor emoji code (an id of "[/]" crashed,
+                # ":warning:" became an emoji in the command to paste -- testers 195, 199)
+                plain = {"markup": False, "emoji": False, "highlight": False}
+                run_id = visible(run_ids[-1])
+                term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.", **plain)
                 if running:  # (what the second Ctrl-C stopped waiting for)
                     term.print(
                         "A call was still running: it may yet complete. `resume` asks "
                         "whether it did."
                     )
-                command = escape(resume_command(run_ids[-1]))  # a path may hold [markup]
-                term.print(f"Continue with: {command}")
+                term.print(f"Continue with: {resume_command(run_ids[-1])}", **plain)
             else:
                 term.print("\nInterrupted before a run started.")
         # nothing to resume without a run: a quit, as a signal would end any program (tester
@@ -792,12 +793,15 @@ def _interruptible(
         if stop.exit_code == EXIT_BROKEN_PIPE and run_ids:
             # the reader of its output went away (``| head``): the run stopped where it was,
             # which stdout can no longer say -- stderr still may (outside tester 106)
-            command = escape(resume_command(run_ids[-1]))
+            command = resume_command(run_ids[-1])
             with contextlib.suppress(OSError, ValueError):
                 err_console().print(
-                    f"Output closed: run {escape(visible(run_ids[-1]))} stopped where it was. "
+                    f"Output closed: run {visible(run_ids[-1])} stopped where it was. "
                     f"Continue with: {command}",
                     soft_wrap=True,
+                    markup=False,
+                    emoji=False,
+                    highlight=False,
                 )
         raise
     finally:

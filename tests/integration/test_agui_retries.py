@@ -1396,7 +1396,9 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
         async def ask(self, text: str, ctx: WorkflowContext[str]) -> None:
             raise ConnectionError(
                 "cannot reach http://svc:hunter2@10.0.0.7:8000/v1?api-key=AZ-SECRET "
-                "(model 'internal'): Connection error."
+                "(model 'internal'): Connection error. Also https://al:p@ss@h2/v1#t=FRAG, and "
+                + "x" * 1980
+                + " http://u:CUTPASSWORD@h3/v1"  # (past the message's bound: 199)
             )
 
     app = FastAPI()
@@ -1409,4 +1411,80 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
     assert failed[-1]["type"] == "RUN_ERROR", failed[-1]
     message = failed[-1]["message"]
     assert "cannot reach http://10.0.0.7:8000/v1 (model 'internal')" in message, message
-    assert "hunter2" not in message and "AZ-SECRET" not in message, message
+    for secret in ("hunter2", "AZ-SECRET", "ss@h2", "FRAG", "CUTPASS"):
+        assert secret not in message, (secret, message)
+
+
+def test_a_reply_replayed_after_a_failure_keeps_its_message_id_when_the_server_gives_none(
+    tmp_path: Path,
+) -> None:
+    """A model server that sends no message ids: a superstep retried after a failure replayed
+    its journaled reply under a random id (a second message to the client), and the new reply
+    took the id the client already held for the first (outside tester 199)."""
+    from workflow_engine.executors import Agent, ChatResponseUpdate, tool
+
+    failed_once: list[bool] = []
+
+    @tool(approval_mode="always_require")
+    def refund(order: str) -> str:
+        """Refund an order."""
+        return f"refunded {order}"
+
+    @tool
+    def notify(order: str) -> str:
+        """Tell the customer."""
+        return f"told {order}"
+
+    class NoIds:
+        async def get_response(self, messages: Any, *, tools: Any = ()) -> Any:
+            raise NotImplementedError
+
+        async def get_streaming_response(self, messages: Any, *, tools: Any = ()) -> Any:
+            said = [m for m in messages if m.role == "tool"]  # (results so far)
+            if len(said) == 0:
+                yield ChatResponseUpdate(
+                    kind="function_call",
+                    message_id="",
+                    call_id="call_0",
+                    name="refund",
+                    arguments_delta='{"order": "7"}',
+                )
+            elif len(said) == 1:  # (after the approval: a reply, and a free call)
+                yield ChatResponseUpdate(kind="text", message_id="", text="Refunded.")
+                yield ChatResponseUpdate(
+                    kind="function_call",
+                    message_id="",
+                    call_id="call_1",
+                    name="notify",
+                    arguments_delta='{"order": "7"}',
+                )
+            else:
+                if not failed_once:
+                    failed_once.append(True)
+                    raise RuntimeError("the model server answered 500")
+                yield ChatResponseUpdate(kind="text", message_id="", text="All done.")
+
+    agent = Agent("helper", "", NoIds(), [refund, notify])
+    with serving_target(tmp_path, agent, "/helper") as url:
+        paused = said(url, "t", "r", "refund order 7")
+        (first,) = paused[-1]["outcome"]["interrupts"]
+        approve = [
+            {"interruptId": first["id"], "status": "resolved", "payload": {"accepted": True}}
+        ]
+        failed = post(url, threadId="t", runId="r2", resume=approve)
+        retried = post(url, threadId="t", runId="r3", resume=approve)
+    assert failed[-1]["type"] == "RUN_ERROR", failed[-1]
+    assert retried[-1]["type"] == "RUN_FINISHED", retried[-1]
+
+    def texts(events: list[dict[str, Any]]) -> dict[str, str]:
+        ids = {e["messageId"]: "" for e in events if e["type"] == "TEXT_MESSAGE_START"}
+        for e in events:
+            if e["type"] == "TEXT_MESSAGE_CONTENT":
+                ids[e["messageId"]] += e["delta"]
+        return ids
+
+    before, after = texts(failed), texts(retried)
+    assert list(before.values()) == ["Refunded."], before
+    (reply_id,) = before
+    assert after.get(reply_id) == "Refunded.", (before, after)  # the same message, replayed
+    assert sorted(after.values()) == ["All done.", "Refunded."], after

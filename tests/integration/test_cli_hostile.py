@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import sqlite3
 import struct
 import subprocess
@@ -813,3 +814,37 @@ def test_check_tables_leaves_others_tables_alone_and_decodes_the_first_entry(
     cli.db.write_bytes(bytes(data))
     with pytest.raises(StoreCorruptError, match=r"\(its table requests\)"):
         anyio.run(check)
+
+
+@pytest.mark.parametrize("run_id", [":warning:", "a]b[c", "x[/]y"])
+def test_the_closed_pipe_message_names_a_run_id_of_markup_as_written(
+    tmp_path: Path, run_id: str
+) -> None:
+    """The message said when the reader of the output went away printed the run id through
+    rich's markup: ``x[/]y`` crashed it, ``:warning:`` became an emoji in the command to
+    paste, and ``a]b[c`` swallowed the command (outside testers 195, 199)."""
+    import anyio
+
+    from workflow_engine import Runtime
+    from workflow_engine.storage import SqliteStore
+    from workflow_engine_cli.demos.review_loop import build_workflow
+
+    cli = Cli(tmp_path)
+
+    async def make() -> None:
+        runtime = Runtime(SqliteStore(cli.db))
+        runtime.register(build_workflow)
+        await runtime.run("review_loop", "a topic", run_id=run_id)
+        await runtime.close()
+
+    anyio.run(make)
+    quoted = shlex.quote(run_id)
+    line = f"{ENGINE} resume --db {cli.db} -- {quoted} | (exec 0<&-; true)"
+    done = subprocess.run(
+        ["bash", "-c", line], capture_output=True, text=True, env=cli.env, cwd=cli.cwd,
+        stdin=subprocess.DEVNULL, timeout=TIMEOUT, check=False,
+    )  # fmt: skip
+    assert "Traceback" not in done.stderr, done.stderr
+    said = " ".join(done.stderr.split())
+    assert f"Output closed: run {run_id} stopped where it was." in said, done.stderr
+    assert f"Continue with: workflow-engine resume {quoted} --db {cli.db}" in said, done.stderr
