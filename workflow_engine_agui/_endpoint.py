@@ -161,8 +161,8 @@ log = logging.getLogger(__name__)
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
 _URL = re.compile(r"([a-zA-Z][\w+.-]*://)([^\s/'\"]*@)?([^\s?#'\"]*)([?#][^\s'\"]*)?")
-"""A URL in an error (a model server's endpoint): its user and password, and its query
-string (``?api-key=...``), are the server's to know (outside tester 195)."""
+"""A URL in an error (a model server's endpoint): its user and password, its query string
+(``?api-key=...``) and fragment are the server's to know (outside testers 195, 199)."""
 
 WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
@@ -772,13 +772,13 @@ class AGUIService:
                 result=run_result(result.outputs, workflow.registry),
             )
         except (AGUIError, WorkflowError) as exc:
-            message = bounded(str(exc))
+            text = str(exc)
             # (the message may quote what a client sent: %r keeps its line breaks off the log)
-            log.warning("thread %r: RUN_ERROR %s: %r", thread_id, exc.code, message)
+            log.warning("thread %r: RUN_ERROR %s: %r", thread_id, exc.code, bounded(text))
             for out in translator.close_all():
                 yield out
-            # (said whole, then cut: cut first, a URL's password could be left half -- 199)
-            told = bounded(self._for_clients(str(exc)))
+            # (cleaned whole, then cut: cut first, a URL's password could be left half -- 199)
+            told = bounded(self._for_clients(text))
             yield RunErrorEvent(message=told, code=exc.code)
         except Exception as exc:  # a bug: the client still gets a well-formed end of stream
             log.exception("AG-UI run on thread %r failed", thread_id)

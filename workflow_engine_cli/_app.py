@@ -667,6 +667,12 @@ _DEFAULT_MESSAGES = {
 }
 
 
+_PLAIN: dict[str, Any] = {"markup": False, "emoji": False, "highlight": False}
+"""How rich prints a line that holds a run id: as plain text, no markup nor emoji code (an id
+of "[/]" crashed the line, ":warning:" became an emoji in the command to paste -- outside
+testers 195, 199)."""
+
+
 def _interruptible(
     body: Callable[[], Awaitable[int]], run_ids: list[str], *, json_mode: bool = False
 ) -> None:
@@ -766,17 +772,14 @@ def _interruptible(
             if silenced and json_mode:
                 pass  # (said on stdout as JSON, above)
             elif run_ids:
-                # as plain text: an id is no markup nor emoji code (an id of "[/]" crashed,
-                # ":warning:" became an emoji in the command to paste -- testers 195, 199)
-                plain = {"markup": False, "emoji": False, "highlight": False}
                 run_id = visible(run_ids[-1])
-                term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.", **plain)
+                term.print(f"\nInterrupted: run {run_id} keeps its last checkpoint.", **_PLAIN)
                 if running:  # (what the second Ctrl-C stopped waiting for)
                     term.print(
                         "A call was still running: it may yet complete. `resume` asks "
                         "whether it did."
                     )
-                term.print(f"Continue with: {resume_command(run_ids[-1])}", **plain)
+                term.print(f"Continue with: {resume_command(run_ids[-1])}", **_PLAIN)
             else:
                 term.print("\nInterrupted before a run started.")
         # nothing to resume without a run: a quit, as a signal would end any program (tester
@@ -799,9 +802,7 @@ def _interruptible(
                     f"Output closed: run {visible(run_ids[-1])} stopped where it was. "
                     f"Continue with: {command}",
                     soft_wrap=True,
-                    markup=False,
-                    emoji=False,
-                    highlight=False,
+                    **_PLAIN,
                 )
         raise
     finally:
