@@ -160,9 +160,14 @@ __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 log = logging.getLogger(__name__)
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
-_URL = re.compile(r"([a-zA-Z][\w+.-]*://)([^\s/'\"]*@)?([^\s?#'\"]*)([?#][^\s'\"]*)?")
+_URL = re.compile(
+    r"((?:[a-zA-Z][\w+.-]*:)?(?<![^\s'\"(<=:])(?://|\\/\\/)|(?<![\w.+-])[mM][aA][iI][lL][tT][oO]:)"
+    r"([^\s/'\"]*@)?([^\s?#'\"]*)([?#][^\s'\"]*)?"
+)
 """A URL in an error (a model server's endpoint): its user and password, its query string
-(``?api-key=...``) and fragment are the server's to know (outside testers 195, 199)."""
+(``?api-key=...``) and fragment are the server's to know (outside testers 195, 199) -- written
+with a scheme, without one (``//user:password@host``), with its slashes escaped as JSON writes
+them (``http:\\/\\/``), or as ``mailto:``."""
 
 WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0

@@ -1605,8 +1605,12 @@ def serve(
     if token is not None and (problem := token_problem(token)) is not None:
         print_error(f"--token (or WORKFLOW_ENGINE_TOKEN) {problem}")
         raise typer.Exit(EXIT_USAGE)
+    given = host
     if host.startswith("[") and host.endswith("]"):  # an IPv6 address as URLs write it
         host = host[1:-1]
+    if (problem := _host_problem(host)) is not None:
+        print_error(f"--host {given!r} {problem}")
+        raise typer.Exit(EXIT_USAGE)
     if not is_loopback(host) and not token:
         print_error(
             f"binding {host} exposes the server beyond this machine; "
@@ -1837,6 +1841,29 @@ def _says_what_ctrl_c_does(record: Any) -> bool:
 
 LISTEN_BACKLOG = 2048
 """Connections the kernel queues before the server accepts them (uvicorn's default)."""
+
+
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def _host_problem(host: str) -> str | None:
+    """What is wrong with ``--host`` as an address to bind (None: an IP address or a host
+    name). ``[::1`` reached the socket and was told "cannot listen on [[::1]", exit 7."""
+    import ipaddress
+
+    if not host:
+        return "is empty (0.0.0.0 binds every IPv4 interface, :: every IPv6 one)"
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return None
+    if ":" in host or "[" in host or "]" in host:
+        return "is not an IPv6 address (write it as ::1 or [::1])"
+    if len(host) > 253 or _HOST_NAME.fullmatch(host) is None:
+        return "is not an IP address or a host name"
+    return None
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -1389,7 +1389,8 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
 ) -> None:
     """A model client's error names its endpoint -- with the user, password and query string
     an operator wrote into it (``OPENAI_BASE_URL``): every client read them in RUN_ERROR
-    (outside tester 195). The URL is said without them; the server's log keeps them."""
+    (outside tester 195), and then when written as JSON writes it, without a scheme or as
+    ``mailto:`` (199). The URL is said without them; the server's log keeps them."""
 
     class Unreachable(Executor):
         @handler
@@ -1397,6 +1398,8 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
             raise ConnectionError(
                 "cannot reach http://svc:hunter2@10.0.0.7:8000/v1?api-key=AZ-SECRET "
                 "(model 'internal'): Connection error. Also https://al:p@ss@h2/v1#t=FRAG, and "
+                + ' (as JSON: {"url": "http:\\/\\/js:JSONPASS@h4\\/v1?k=JSONKEY"}, bare: '
+                + "//bare:BAREPASS@h5/v1, mail: mailto:ops:MAILPASS@h6?subject=MAILSUBJ) "
                 + "x" * 1980
                 + " http://u:CUTPASSWORD@h3/v1"  # (past the message's bound: 199)
             )
@@ -1411,7 +1414,10 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
     assert failed[-1]["type"] == "RUN_ERROR", failed[-1]
     message = failed[-1]["message"]
     assert "cannot reach http://10.0.0.7:8000/v1 (model 'internal')" in message, message
-    for secret in ("hunter2", "AZ-SECRET", "ss@h2", "FRAG", "CUTPASS"):
+    assert '"http:\\/\\/h4\\/v1"}, bare: //h5/v1, mail: mailto:h6 ' in message, message
+    for secret in ("hunter2", "AZ-SECRET", "ss@h2", "FRAG", "CUTPASS", "JSONPASS", "JSONKEY"):
+        assert secret not in message, (secret, message)
+    for secret in ("BAREPASS", "MAILPASS", "MAILSUBJ"):
         assert secret not in message, (secret, message)
 
 

@@ -848,3 +848,25 @@ def test_the_closed_pipe_message_names_a_run_id_of_markup_as_written(
     said = " ".join(done.stderr.split())
     assert f"Output closed: run {run_id} stopped where it was." in said, done.stderr
     assert f"Continue with: workflow-engine resume {quoted} --db {cli.db}" in said, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "said"),
+    [
+        ("[::1", "is not an IPv6 address (write it as ::1 or [::1])"),
+        ("::1]", "is not an IPv6 address"),
+        ("[[::1]]", "is not an IPv6 address"),
+        ("", "is empty"),
+        ("local host", "is not an IP address or a host name"),
+        ("-x.example", "is not an IP address or a host name"),
+    ],
+)
+def test_serve_refuses_a_host_that_is_no_address_before_it_listens(
+    tmp_path: Path, host: str, said: str
+) -> None:
+    """``serve --host '[::1'`` (a bracket missing) reached the socket: "cannot listen on
+    [[::1]:8000", exit 7 -- as if the address were busy (outside tester 199)."""
+    cli = Cli(tmp_path)
+    result = cli.run("serve", "--host", host, "--port", "0")
+    assert result.code == 2, str(result)
+    assert f"--host {host!r} {said}" in result.error_line(), str(result)
