@@ -531,6 +531,7 @@ class Runtime:
         self._factories: dict[str, WorkflowFactory] = {}
         self._workflows: dict[str, Workflow] = {}
         self._releasing: set[asyncio.Task[None]] = set()  # leases being given back
+        self._unreleased: dict[str, Lease] = {}  # leases the store could not take back
         self._executing: set[anyio.CancelScope] = set()  # runs executing here (close stops them)
         self._calls = 0  # calls using the store now (``close()`` waits for them)
         self._calls_over: list[anyio.Event] = []  # set when they are all over
@@ -625,6 +626,8 @@ class Runtime:
                 if not isinstance(exc, StorageError) or sink.lease.run_id in str(exc):
                     raise
                 run_id = sink.lease.run_id
+                if stored:  # given back at close() if the store takes it by then (198)
+                    self._unreleased[run_id] = sink.lease
                 left = max(0.0, sink.lease.expires_at - time.time())
                 said = (
                     f"run {run_id!r}: its lease could not be given back, so other processes "
@@ -1597,11 +1600,32 @@ class Runtime:
                 await over.wait()
             if self._releasing:
                 await asyncio.wait(set(self._releasing))
+            await self._release_the_unreleased()
             await self.store.close()
             self._closed = True
         finally:
             self._close_done = None
             done.set()
+
+    async def _release_the_unreleased(self) -> None:
+        """Give back, once more, the leases whose release the store refused (a full disk):
+        by now it may take them, and another process need not wait for them to run out
+        (outside tester 198). A lease another execution took meanwhile is left alone: the
+        store releases a run only for the owner that holds it."""
+        unreleased, self._unreleased = self._unreleased, {}
+        for run_id, lease in unreleased.items():
+            try:
+                with anyio.CancelScope(shield=True):
+                    await self.store.release(lease)
+            except Exception as exc:
+                left = max(0.0, lease.expires_at - time.time())
+                log.warning(
+                    "run %r: its lease could not be given back at close either; other "
+                    "processes can take the run once it runs out (in %.0f s): %s",
+                    run_id,
+                    left,
+                    exc,
+                )
 
     def _call_over(self) -> None:
         self._calls -= 1

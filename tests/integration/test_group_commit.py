@@ -704,3 +704,43 @@ async def test_a_run_admitted_with_a_message_of_megabytes_is_written_on_the_work
         on_loop[size] = {loop for _, loop in admitted}  # (one transaction: its rows together)
     assert on_loop == {100: {True}, 3_000_000: {False}}, on_loop
     await runtime.close()
+
+
+async def test_a_lease_the_full_disk_kept_is_given_back_at_close_once_there_is_room(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The disk could not take a run's release; room came back before the runtime closed,
+    but ``close()`` did not try again: another process was told the run was busy until the
+    lease ran out (30 s; outside tester 198). Closing gives it back; a lease whose release
+    still fails at close is said in the log."""
+    db = tmp_path / "runs.db"
+    full = True
+
+    def hook(point: str) -> None:
+        if point in ("commit:inside", "release:before") and full:
+            raise StorageError("database or disk is full")
+
+    for room_before_close in (True, False):
+        rt = Runtime(SqliteStore(db, fault_hook=hook))
+        rt.register(lambda: stepper_workflow(pause_at=99, stop_at=3))
+        run_id = await rt.start("stepper", 1)
+        full = True
+        with pytest.raises(StorageError, match="disk is full"):
+            await rt.resume(run_id)
+        full = not room_before_close
+        with caplog.at_level("WARNING", logger="workflow_engine.runtime"):
+            await rt.close()
+        full = False
+        other = Runtime(SqliteStore(db))  # (what another process reads: the stored lease)
+        other.register(lambda: stepper_workflow(pause_at=99, stop_at=3))
+        record = await other.store.get_run(run_id)
+        said = [r.getMessage() for r in caplog.records if "at close either" in r.getMessage()]
+        if room_before_close:
+            assert record.owner is None, record
+            assert said == []
+            done = await other.resume(run_id)
+            assert done.outputs == ["done: seen=[1, 2, 3] total=6"], done
+        else:
+            assert record.owner is not None  # still leased: the store took nothing
+            assert len(said) == 1 and repr(run_id) in said[0], said
+        await other.close()
