@@ -281,6 +281,12 @@ _HEAVY_ROW = 250_000
 goes to the worker thread (see ``_in_write``): up to 1 MB in UTF-8 (990,000 emoji, 4 MB, stayed
 on the loop while the limit counted characters as bytes: outside tester 188), a few ms of
 SQLite's work that the loop's other tasks need not wait for; a hop costs far less than that."""
+_BIG_IN_A_GROUP = _HEAVY_ROW // 16
+"""Characters from which a write under ``_HEAVY_ROW`` counts toward its group's size: a group
+whose big values add up past ``_HEAVY_ROW`` commits on the worker thread (149 writes of a
+megabyte held the loop 436 ms: outside tester 196). Small writes do not count: a group of a
+thousand runs' commits stays on the loop -- on the worker, the writes that arrive while it is
+busy are not grouped, and runs resumed at once went at half the rate."""
 _TURN = 0.002
 """Seconds of the event loop's time after which an operation on the loop's thread lets other
 tasks run first (see ``SqliteStore._turn_due``)."""
@@ -580,6 +586,7 @@ class SqliteStore:
         self._impatient = False  # running on the event loop: a busy lock goes to the worker
         self._on_worker = threading.local()  # (``slicing``: in ``_patiently``'s wait)
         self._batch: list[_Write] | None = None  # writes joining the next group commit
+        self._batch_size = 0  # the characters its big values add up to (``_BIG_IN_A_GROUP``)
         self._opener: asyncio.Task[Any] | None = None  # whose write opened the batch
         self._checkpointer: _Checkpointer | None = None
         self._opening = anyio.Lock()
@@ -970,7 +977,7 @@ class SqliteStore:
         *args: Any,
         after: Callable[[Any], Any] | None = None,
         abandoned: Abandoned | None = None,
-        heavy: bool = False,
+        size: int = 0,
     ) -> Any:
         """``body(conn, *args)`` in a write transaction, then ``after(result)`` once it is
         committed; the awaited value is what ``after`` returns (else ``body``'s result). A
@@ -982,9 +989,11 @@ class SqliteStore:
         tasks that arrive until the next iteration share one transaction (each in a SAVEPOINT
         of its own, so one that fails -- a lost lease -- fails alone). Every caller is
         answered only after that COMMIT returned. A busy lock, a busy
-        worker, a ``heavy`` write (megabytes: a 200 MB one held every other task of the loop
-        for 2.9 s, outside tester 183), or another async library: the worker thread runs it
-        (waiting up to ``busy_timeout``).
+        worker, a heavy write (``size``: the characters of the big values it stores, past
+        ``_HEAVY_ROW``; a 200 MB one held every other task of the loop for 2.9 s, outside
+        tester 183), a group whose writes' sizes add up past it (149 of a megabyte each held
+        the loop 436 ms: 196), or another async library: the worker thread runs it (waiting up
+        to ``busy_timeout``).
         """
         self._refuse_if_read_only()
         worker = await self._started()
@@ -995,15 +1004,18 @@ class SqliteStore:
             if not worker.pending and self._turn_due():
                 await asyncio.sleep(0)
         write = _Write(body, args, after, abandoned)
-        if loop is not None and not worker.pending and not heavy:
+        if loop is not None and not worker.pending and size <= _HEAVY_ROW:
             task = asyncio.current_task(loop)
             if self._batch is None:  # the first write of this loop iteration: at once
                 self._batch = []
+                self._batch_size = 0
                 self._opener = task
                 loop.call_soon(self._flush)
             elif task is not self._opener:  # another task's: joins the next group commit
                 write.future = loop.create_future()
                 self._batch.append(write)
+                if size > _BIG_IN_A_GROUP:
+                    self._batch_size += size
                 # (cancelled before the batch commits, the write is left out of it)
                 return await given_up_on(write.future, abandoned)
             # (the same task writing again: no one waits on its previous write, so at once)
@@ -1045,7 +1057,7 @@ class SqliteStore:
         if worker is None:
             _settle_all(batch, StorageError(f"database {self.path}: the store is closed"))
             return
-        if not worker.pending:
+        if not worker.pending and self._batch_size <= _HEAVY_ROW:
             try:
                 self._on_loop(self._write_batch, (batch,))
                 return
@@ -1305,7 +1317,7 @@ class SqliteStore:
             with_split(rows[1], self._chunking),
             rows[2],
             after=self._admitted(checkpoint, row_bytes(rows[1])),
-            heavy=row_bytes(rows[1]) > _HEAVY_ROW,  # (a 60 MB message: outside tester 196)
+            size=row_bytes(rows[1]),  # (a 60 MB message: outside tester 196)
         )
         self._fault("admit:after")
 
@@ -1332,7 +1344,7 @@ class SqliteStore:
             lease_seconds,
             after=self._admitted(checkpoint, row_bytes(rows[1]), lease_seconds),
             abandoned=lambda expires: self._give_back(Lease(checkpoint.run_id, owner, 1, expires)),
-            heavy=row_bytes(rows[1]) > _HEAVY_ROW,
+            size=row_bytes(rows[1]),
         )
         self._fault("admit:after")
         return Lease(checkpoint.run_id, owner, 1, expires_at)
@@ -1600,7 +1612,7 @@ class SqliteStore:
             check,
             after=after,
             abandoned=self._give_back_taken,
-            heavy=len(text) > _HEAVY_ROW,
+            size=len(text),
         )
         if outcome is AnswerOutcome.STORED:
             self._fault("answer:after")
@@ -1888,10 +1900,10 @@ class SqliteStore:
         how = (release, same_status, span_base_id, lease_seconds, admission is not None)
         # (split before the write lock is taken: see ``with_split``)
         args = (checkpoint, how, run, with_split(body, self._chunking), request_rows)
-        heavy = row_bytes(body) + (admission.size if admission is not None else 0) > _HEAVY_ROW
+        size = row_bytes(body) + (admission.size if admission is not None else 0)
         if admission is None:
             done = await self._in_write(
-                self._commit_rows, *args, status_rows, after=after, heavy=heavy
+                self._commit_rows, *args, status_rows, after=after, size=size
             )
         else:
             abandoned = functools.partial(self._admission_abandoned, lease)
@@ -1902,7 +1914,7 @@ class SqliteStore:
                 status_rows,
                 after=after,
                 abandoned=abandoned,
-                heavy=heavy,
+                size=size,
             )
         cancel, waiting, expires_at = done[0], done[1], done[4]
         self._fault("commit:after")
@@ -2275,8 +2287,7 @@ class SqliteStore:
     async def answer(self, request_id: str, answer: Any) -> AnswerOutcome:
         text = _answer_json(request_id, answer)
         self._fault("answer:before")
-        heavy = len(text) > _HEAVY_ROW
-        outcome, _ = await self._in_write(self._answer, request_id, text, heavy=heavy)
+        outcome, _ = await self._in_write(self._answer, request_id, text, size=len(text))
         if outcome is AnswerOutcome.STORED:
             self._fault("answer:after")
         return outcome
@@ -2284,10 +2295,8 @@ class SqliteStore:
     async def answer_all(self, answers: Sequence[tuple[str, Any]]) -> Sequence[AnswerOutcome]:
         texts = [(request_id, _answer_json(request_id, answer)) for request_id, answer in answers]
         self._fault("answer:before")
-        heavy = sum(len(text) for _, text in texts) > _HEAVY_ROW
-        outcomes: Sequence[AnswerOutcome] = await self._in_write(
-            self._answer_all, texts, heavy=heavy
-        )
+        size = sum(len(text) for _, text in texts)
+        outcomes: Sequence[AnswerOutcome] = await self._in_write(self._answer_all, texts, size=size)
         if AnswerOutcome.STORED in outcomes:
             self._fault("answer:after")
         return outcomes
@@ -2397,7 +2406,7 @@ class SqliteStore:
         await self._in_write(
             self._journal_write,
             *(run_id, key, text, superstep, lease, False),
-            heavy=len(text) > _HEAVY_ROW,
+            size=len(text),
         )
         self._fault("intent:after")
 
@@ -2417,7 +2426,7 @@ class SqliteStore:
         stored = await self._in_write(
             self._journal_write,
             *(run_id, key, text, superstep, lease, True),
-            heavy=len(text) > _HEAVY_ROW,
+            size=len(text),
         )
         self._fault("journal:after")
         return load_json(stored, run_id, f"journal entry {key!r}")
