@@ -462,13 +462,21 @@ class AnswerPolicy:
     def _ask(self, *prompt: Part) -> str:
         return self.term.ask(self.read, *prompt)
 
+    def _transcript(self) -> Terminal | None:
+        """Where the run is written when that is not where the person is asked (``demo >
+        log``), else None."""
+        shown = self.shown
+        if shown is not None and shown.term is not self.term and not shown.json_mode:
+            return shown.term
+        return None
+
     def _noted(self, *parts: Part, indent: int = 4) -> None:
         """The person's answer, in the run's transcript too when that is not where they were
         asked (``demo > log``: the file read as a conversation with the person's side left
         out -- their replies, their decisions; outside tester 191)."""
-        shown = self.shown
-        if shown is not None and shown.term is not self.term and not shown.json_mode:
-            shown.term.line(*parts, indent=indent)
+        transcript = self._transcript()
+        if transcript is not None:
+            transcript.line(*parts, indent=indent)
 
     def _problem(self, text: str) -> None:
         self.term.line((f"  {_WHERE.sub('', text)}", "red"), indent=4)
@@ -575,6 +583,8 @@ class AnswerPolicy:
         if not self.interactive:
             return False
         show_in_doubt(self.term, question)
+        if (transcript := self._transcript()) is not None:  # (what the answer below answers)
+            show_in_doubt(transcript, question)
         width = self.term.width
         choices = _IN_DOUBT_CHOICES if not width or width >= _IN_DOUBT_ROOM else "[y/n]: "
         while True:
@@ -603,9 +613,11 @@ class AnswerPolicy:
             return False
         schema = _schema(request.response_type)
         kind = _answer_kind(schema)
-        self.term.line((f"Request {request.port_id}", "bold"), " is waiting for an answer:")
-        for label, value in _fields(request.data):
-            self.term.line(f"  {label}: " if label else "  ", value, indent=4)
+        transcript = self._transcript()  # (the question too: "Answer: ..." alone said little)
+        for term in (self.term, transcript) if transcript is not None else (self.term,):
+            term.line((f"Request {request.port_id}", "bold"), " is waiting for an answer:")
+            for label, value in _fields(request.data):
+                term.line(f"  {label}: " if label else "  ", value, indent=4)
         hint = {"bool": "y/n", "text": "text"}.get(kind, "JSON")
         if kind == "json" and schema:
             self.term.line(("  answer as JSON: ", "dim"), shape(schema), indent=4)

@@ -708,6 +708,41 @@ def test_with_its_output_in_a_file_a_reply_is_asked_with_its_question_on_the_scr
     )
 
 
+def test_with_its_output_in_a_file_the_transcript_keeps_what_each_answer_answered(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``demo review > file``: the file kept the person's answers -- ``Answer: {"approved":
+    false, ...}`` twice -- but not the drafts they judged (outside tester 195). The request
+    and its data go to the file too, before the answer."""
+    log = tmp_path / "transcript.txt"
+    demo = ScreenSession(["demo", "review", "--db", str(cli.db)], cli.env, cli.cwd, stdout=log)
+    sessions.append(demo)
+    demo.expect_screen("You:")
+    demo.send("")
+    demo.expect_prompt("Answer (JSON):")
+    demo.send('{"approved": false, "feedback": "shorter"}')
+    demo.expect_screen("version: 2")
+    demo.expect_prompt("Answer (JSON):")
+    demo.send('{"approved": true}')
+    assert demo.wait() == 0, demo.screen_text()
+    written = log.read_text()
+    assert "answer as JSON" not in written  # (how to answer: for the screen only)
+    in_order(
+        [written],
+        [
+            "Request review is waiting for an answer:",
+            "version: 1",
+            "text: A short note about durable workflows.",
+            'Answer: {"approved": false, "feedback": "shorter"}',
+            "Request review is waiting for an answer:",
+            "version: 2",
+            "(revised: shorter)",
+            'Answer: {"approved": true}',
+            "Published v2",
+        ],
+    )
+
+
 def test_with_its_output_in_a_file_a_message_typed_as_the_prompt_shows_is_read(
     cli: Cli, tmp_path: Path
 ) -> None:
@@ -1114,6 +1149,35 @@ def test_a_call_in_doubt_is_asked_as_a_question(
     assert len(refunds) == (0 if happened else 1), refunds
     if happened:
         assert '← submit_refund: "refund RF-7 made by hand"' in resume.screen_text()
+
+
+def test_with_its_output_in_a_file_a_call_in_doubt_is_in_the_transcript_with_its_answer(
+    cli: Cli, sessions: list[ScreenSession], tmp_path: Path
+) -> None:
+    """``resume > file`` of a run whose refund was cut off: the file said "Did it happen?
+    no" of nothing it showed -- the call and the key to look it up by were on the screen
+    only (outside tester 195). Both go to the file, before the answer."""
+    demo = approve_a_refund_that_hangs(sessions, cli)
+    stop_twice(demo)
+    os.unlink(cli.ledger_path)
+    [run] = cli.json("runs", "list", "--json")
+    log = tmp_path / "transcript.txt"
+    argv = ["resume", run["run_id"], "--db", str(cli.db)]
+    resume = ScreenSession(argv, cli.env, cli.cwd, stdout=log)
+    sessions.append(resume)
+    resume.expect_screen("Did it happen? [y]es / [n]o (it runs again):")
+    resume.send("n")
+    assert resume.wait() == 0, resume.screen_text()
+    written = flat(log.read_text())
+    in_order(
+        [written],
+        [
+            "In doubt: refund_agent's call submit_refund({",
+            "Look it up in the service it called by its idempotency key: ",
+            "Did it happen? no",
+            f"Run {run['run_id']} finished.",
+        ],
+    )
 
 
 def test_resume_json_says_a_call_in_doubt_as_such_not_as_a_failure(
