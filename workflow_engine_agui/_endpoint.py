@@ -173,6 +173,9 @@ WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
 NOTHING_TO_DO = "<nothing to do>"
 MAX_ID_LENGTH = 256
+MAX_UNREAD_EVENTS = 2_000
+"""Events a stream holds for a client that does not read them before it is cut off: the run
+goes on, its events are no longer kept for that client."""
 """The most characters of a thread, run, message or interrupt id a request may name."""
 
 
@@ -532,9 +535,12 @@ class AGUIService:
         store: RunStore,
         namespace: str = "",
         run_state: Mapping[str, Any] | None = None,
+        max_unread_events: int = MAX_UNREAD_EVENTS,
     ) -> None:
         self.target = target
         self.store = store
+        self.max_unread_events = max_unread_events
+        """Events a client may leave unread before its stream is cut off (see ``_execute``)."""
         self.namespace = namespace
         """Keeps endpoints sharing a store apart: run ids are ``<namespace>:<thread>/<n>``."""
         self.run_state = dict(run_state or {})
@@ -1338,8 +1344,13 @@ class AGUIService:
         ``_Ended``, arrive on the returned stream. A client that goes away (a closed tab, a
         dropped connection) stops reading, not the run: an approved tool call finishes and
         the run goes on to its next pause or end, as it does when the server is stopped
-        gracefully. It used to be cancelled mid-step, its tool call left in doubt."""
+        gracefully. It used to be cancelled mid-step, its tool call left in doubt. A client
+        connected but not reading is left behind the same way once ``max_unread_events`` wait
+        for it: every event of the run was kept for it (a run of 60 MB of events finished
+        while its client read nothing, the server holding them all); its stream then ends
+        with ``RUN_ERROR`` (``client_too_slow``) after what it holds."""
         send, receive = anyio.create_memory_object_stream[WorkflowEvent | _Ended](math.inf)
+        limit = self.max_unread_events
 
         # ``interrupt`` cancels this scope, not the task: a task cancelled before it began
         # never ran its body, so its client waited for an end that never came, its run kept
@@ -1349,17 +1360,36 @@ class AGUIService:
         async def execute() -> None:
             stream = runtime.resume_stream(run_id)
             ended = _Ended()
+            left_behind = False  # the client fell ``limit`` events behind: none kept since
             with send, self._started(run_id, placeholder):
                 try:
                     with scope:
                         async with aclosing(stream):
                             async for event in stream:
                                 self._starting.discard(run_id)  # its first event: lease taken
+                                if left_behind:
+                                    continue
+                                if send.statistics().current_buffer_used >= limit:
+                                    left_behind = True
+                                    log.warning(
+                                        "run %r: its client left %d events unread; the run "
+                                        "goes on without its stream",
+                                        run_id,
+                                        limit,
+                                    )
+                                    continue
                                 with suppress(anyio.BrokenResourceError):  # no one reads now
                                     send.send_nowait(event)
                         ended.result = stream.result
                 except Exception as exc:  # the relay reports it (RUN_ERROR)
                     ended.error = exc
+                if left_behind and ended.error is None:
+                    ended.error = AGUIError(
+                        "client_too_slow",
+                        f"this stream fell {limit} events behind run {run_id}, which went on "
+                        "without it (not every event was sent); post to the thread again to "
+                        "read where the run rests",
+                    )
                 if receive_closed(send):
                     if ended.error is not None:
                         said = str(ended.error)
@@ -1914,6 +1944,7 @@ def add_agui_endpoint(
     max_depth: int = MAX_JSON_DEPTH,
     keepalive_seconds: float = KEEPALIVE_SECONDS,
     run_state: Mapping[str, Any] | None = None,
+    max_unread_events: int = MAX_UNREAD_EVENTS,
 ) -> AGUIService:
     """Serve ``target`` (a workflow, a ``workflow_factory(thread_id)`` or an agent) at ``path``.
 
@@ -1921,6 +1952,9 @@ def add_agui_endpoint(
     is not ``application/json`` (415), larger than ``max_body_bytes`` (413), nested deeper than
     ``max_depth`` or not valid text (400), not JSON or not a valid ``RunAgentInput`` (422).
     ``run_state``: shared state each new run starts with (JSON-encodable by the workflow).
+    ``max_unread_events``: how far a client may fall behind its run's events before its stream
+    ends (``RUN_ERROR`` ``client_too_slow``; the run goes on, and the thread says where it
+    rests).
     Which origins may call is the app's policy (see ``workflow_engine_cli._server``).
     """
     namespace = path.strip("/").replace("/", "_")
@@ -1932,7 +1966,11 @@ def add_agui_endpoint(
     if namespace in taken:  # e.g. /a/b and /a_b: their threads' run ids would collide
         raise ValueError(f"another AG-UI endpoint of this app already uses run ids {namespace!r}")
     taken.add(namespace)
-    service = AGUIService(AGUIWorkflow.of(target, workflow_factory), store, namespace, run_state)
+    if max_unread_events < 1:
+        raise ValueError(f"max_unread_events must be at least 1, not {max_unread_events}")
+    service = AGUIService(
+        AGUIWorkflow.of(target, workflow_factory), store, namespace, run_state, max_unread_events
+    )
     encoder = EventEncoder()
 
     @app.post(path)

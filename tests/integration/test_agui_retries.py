@@ -1494,3 +1494,70 @@ def test_a_reply_replayed_after_a_failure_keeps_its_message_id_when_the_server_g
     (reply_id,) = before
     assert after.get(reply_id) == "Refunded.", (before, after)  # the same message, replayed
     assert sorted(after.values()) == ["All done.", "Refunded."], after
+
+
+def test_a_client_that_does_not_read_is_left_behind_and_the_run_goes_on(tmp_path: Path) -> None:
+    """A client that posted and then read nothing: the server kept every event of its run for
+    it -- 60 MB for a run of 3,000 supersteps, memory growing with the run (outside tester
+    202's round). Past ``max_unread_events`` the stream stops keeping them; the run goes on
+    to its end, and the client, reading at last, gets what was kept and then ``RUN_ERROR``
+    ``client_too_slow``; posting to the thread again says where the run rests."""
+
+    class Loud(Executor):
+        @handler
+        async def go(self, n: int, ctx: WorkflowContext[int, str]) -> None:
+            await ctx.yield_output("x" * 20_000)  # (past what the sockets' buffers hold)
+            if n < 600:
+                await ctx.send_message(n + 1)
+
+    class Start(Executor):
+        @handler
+        async def start(self, text: str, ctx: WorkflowContext[int]) -> None:
+            await ctx.send_message(1)
+
+    start, loud = Start("start"), Loud("loud")
+    workflow = (
+        WorkflowBuilder(name="loud", start=start)
+        .add_edge(start, loud)
+        .add_edge(loud, loud)
+        .with_max_supersteps(700)
+        .build()
+    )
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, workflow, "/", store=store, max_unread_events=50)
+    go = {"id": "m", "role": "user", "content": "go"}
+    body = json.dumps({"threadId": "t", "runId": "r", "messages": [go]}).encode()
+    with in_process(app) as port:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", port))
+        head = "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        sock.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        deadline = time.monotonic() + 60
+        status, row = None, None
+        while time.monotonic() < deadline:  # (nothing read meanwhile)
+            with contextlib.suppress(sqlite3.OperationalError):  # (not made yet)
+                db = sqlite3.connect(f"file:{tmp_path / 'runs.db'}?mode=ro", uri=True)
+                with contextlib.closing(db):
+                    row = db.execute("SELECT status, superstep FROM runs").fetchone()
+                status = row and row[0]
+            if status == "idle":
+                break
+            time.sleep(0.2)
+        assert status == "idle", row  # it finished with its client reading nothing
+        sock.settimeout(30)
+        raw = b""
+        while b'"RUN_ERROR"' not in raw:
+            chunk = sock.recv(1 << 20)
+            assert chunk, raw[-500:]
+            raw += chunk
+        sock.close()
+        events = [json.loads(line[5:]) for line in raw.decode().splitlines() if line[:5] == "data:"]
+        assert events[-1]["type"] == "RUN_ERROR" and events[-1]["code"] == "client_too_slow"
+        assert "post to the thread again" in events[-1]["message"], events[-1]
+        outputs = [e for e in events if e["type"] == "CUSTOM"]
+        assert len(outputs) < 600, len(outputs)  # not every event was kept for it
+        again = post(f"http://127.0.0.1:{port}/", messages=[go])
+        assert again[-1]["type"] == "RUN_FINISHED", again[-1]
+    anyio.run(store.close)
