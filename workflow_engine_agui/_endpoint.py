@@ -173,10 +173,10 @@ WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
 NOTHING_TO_DO = "<nothing to do>"
 MAX_ID_LENGTH = 256
+"""The most characters of a thread, run, message or interrupt id a request may name."""
 MAX_UNREAD_EVENTS = 2_000
 """Events a stream holds for a client that does not read them before it is cut off: the run
 goes on, its events are no longer kept for that client."""
-"""The most characters of a thread, run, message or interrupt id a request may name."""
 
 
 @dataclass
