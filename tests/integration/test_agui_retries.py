@@ -1499,9 +1499,10 @@ def test_a_reply_replayed_after_a_failure_keeps_its_message_id_when_the_server_g
 def test_a_client_that_does_not_read_is_left_behind_and_the_run_goes_on(tmp_path: Path) -> None:
     """A client that posted and then read nothing: the server kept every event of its run for
     it -- 60 MB for a run of 3,000 supersteps, memory growing with the run (left open since
-    an earlier round of outside testers). Past ``max_unread_events`` the stream stops keeping them; the run goes on
-    to its end, and the client, reading at last, gets what was kept and then ``RUN_ERROR``
-    ``client_too_slow``; posting to the thread again says where the run rests."""
+    an earlier round of outside testers). Past ``max_unread_events`` the stream stops keeping
+    them; the run goes on to its end, and the client, reading at last, gets what was kept and
+    then ``RUN_ERROR`` ``client_too_slow``; posting to the thread again says where the run
+    rests."""
 
     class Loud(Executor):
         @handler
