@@ -281,12 +281,13 @@ _HEAVY_ROW = 250_000
 goes to the worker thread (see ``_in_write``): up to 1 MB in UTF-8 (990,000 emoji, 4 MB, stayed
 on the loop while the limit counted characters as bytes: outside tester 188), a few ms of
 SQLite's work that the loop's other tasks need not wait for; a hop costs far less than that."""
-_BIG_IN_A_GROUP = _HEAVY_ROW // 16
-"""Characters from which a write under ``_HEAVY_ROW`` counts toward its group's size: a group
-whose big values add up past ``_HEAVY_ROW`` commits on the worker thread (149 writes of a
-megabyte held the loop 436 ms: outside tester 196). Small writes do not count: a group of a
-thousand runs' commits stays on the loop -- on the worker, the writes that arrive while it is
-busy are not grouped, and runs resumed at once went at half the rate."""
+_HEAVY_GROUP = 32 * _HEAVY_ROW
+"""Characters from which a group commit goes to the worker thread (see ``_in_write``): writes
+each under ``_HEAVY_ROW`` but many in one group held the loop (149 of a megabyte: 436 ms,
+outside tester 196; 1,692 of 14 KB: 176 ms, tester 200). Not lower: on the worker, the writes
+that arrive while it is busy are not grouped -- with every write counted against
+``_HEAVY_ROW``, runs resumed 200 at once went at half the rate -- and W5's largest group, 1,999
+runs' commits of a small checkpoint each, stores 3,161,387."""
 _TURN = 0.002
 """Seconds of the event loop's time after which an operation on the loop's thread lets other
 tasks run first (see ``SqliteStore._turn_due``)."""
@@ -586,7 +587,7 @@ class SqliteStore:
         self._impatient = False  # running on the event loop: a busy lock goes to the worker
         self._on_worker = threading.local()  # (``slicing``: in ``_patiently``'s wait)
         self._batch: list[_Write] | None = None  # writes joining the next group commit
-        self._batch_size = 0  # the characters its big values add up to (``_BIG_IN_A_GROUP``)
+        self._batch_size = 0  # the characters its writes store (``_HEAVY_GROUP``)
         self._opener: asyncio.Task[Any] | None = None  # whose write opened the batch
         self._checkpointer: _Checkpointer | None = None
         self._opening = anyio.Lock()
@@ -991,9 +992,9 @@ class SqliteStore:
         answered only after that COMMIT returned. A busy lock, a busy
         worker, a heavy write (``size``: the characters of the big values it stores, past
         ``_HEAVY_ROW``; a 200 MB one held every other task of the loop for 2.9 s, outside
-        tester 183), a group whose writes' sizes add up past it (149 of a megabyte each held
-        the loop 436 ms: 196), or another async library: the worker thread runs it (waiting up
-        to ``busy_timeout``).
+        tester 183), a group whose writes' sizes add up past ``_HEAVY_GROUP`` (149 of a
+        megabyte each held the loop 436 ms: 196), or another async library: the worker
+        thread runs it (waiting up to ``busy_timeout``).
         """
         self._refuse_if_read_only()
         worker = await self._started()
@@ -1014,8 +1015,7 @@ class SqliteStore:
             elif task is not self._opener:  # another task's: joins the next group commit
                 write.future = loop.create_future()
                 self._batch.append(write)
-                if size > _BIG_IN_A_GROUP:
-                    self._batch_size += size
+                self._batch_size += size
                 # (cancelled before the batch commits, the write is left out of it)
                 return await given_up_on(write.future, abandoned)
             # (the same task writing again: no one waits on its previous write, so at once)
@@ -1057,7 +1057,7 @@ class SqliteStore:
         if worker is None:
             _settle_all(batch, StorageError(f"database {self.path}: the store is closed"))
             return
-        if not worker.pending and self._batch_size <= _HEAVY_ROW:
+        if not worker.pending and self._batch_size <= _HEAVY_GROUP:
             try:
                 self._on_loop(self._write_batch, (batch,))
                 return
