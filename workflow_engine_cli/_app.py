@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import inspect
+import ipaddress
 import os
 import re
 import string
@@ -1591,7 +1592,7 @@ def serve(
 
         from workflow_engine_agui._http import normalize_origin
 
-        from ._server import create_app, is_loopback, token_problem
+        from ._server import create_app, token_problem
     except ImportError as exc:
         print_error(
             f"serve needs the server extra ({exc.name or exc} is not installed): "
@@ -1606,14 +1607,22 @@ def serve(
         print_error(f"--token (or WORKFLOW_ENGINE_TOKEN) {problem}")
         raise typer.Exit(EXIT_USAGE)
     given = host
-    if host.startswith("[") and host.endswith("]"):  # an IPv6 address as URLs write it
-        host = host[1:-1]
     if (problem := _host_problem(host)) is not None:
         print_error(f"--host {given!r} {problem}")
         raise typer.Exit(EXIT_USAGE)
-    if not is_loopback(host) and not token:
+    host = host.removeprefix("[").removesuffix("]")  # (an IPv6 address as URLs write it)
+    try:
+        family, address = _bind_address(host)
+    except OSError as exc:
+        print_error(f"cannot listen on {_in_url(host)}:{port}: {exc.strerror or exc}")
+        raise typer.Exit(EXIT_CANNOT_LISTEN) from None
+    if (problem := _address_problem(address)) is not None:
+        print_error(f"--host {given!r} {problem}")
+        raise typer.Exit(EXIT_USAGE)
+    if not ipaddress.ip_address(address.partition("%")[0]).is_loopback and not token:
+        named = host if host == address else f"{host} ({address})"
         print_error(
-            f"binding {host} exposes the server beyond this machine; "
+            f"binding {named} exposes the server beyond this machine; "
             "set --token (or WORKFLOW_ENGINE_TOKEN)"
         )
         raise typer.Exit(EXIT_USAGE)
@@ -1633,11 +1642,11 @@ def serve(
     _open_or_exit(db)
     _configure_logging(level)
     try:
-        sock = _listen(host, port)
+        sock = _listen(family, address, port)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         print_error(
-            f"cannot listen on {f'[{host}]' if ':' in host else host}:{port}: {reason}"
+            f"cannot listen on {_in_url(host)}:{port}: {reason}"
             + (" (another server is using it; pick another --port)" if _in_use(exc) else "")
         )
         raise typer.Exit(EXIT_CANNOT_LISTEN) from None
@@ -1680,9 +1689,8 @@ def serve(
     before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         with contextlib.suppress(KeyboardInterrupt):
-            shown = f"[{host}]" if ":" in host else host  # (an IPv6 address in a URL)
             logging.getLogger("workflow_engine.cli").info(
-                "AG-UI endpoints: http://%s:%d/support and /banking", shown, bound
+                "AG-UI endpoints: http://%s:%d/support and /banking", _in_url(host), bound
             )
             server.run(sockets=[sock])
     finally:
@@ -1843,43 +1851,88 @@ LISTEN_BACKLOG = 2048
 """Connections the kernel queues before the server accepts them (uvicorn's default)."""
 
 
-_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+_HOST_NAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(?:\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*")
+_WITH_PORT = re.compile(r"[^:\[\]]*:[0-9]+|\[[^\]]*\]:[0-9]+")
 
 
 def _host_problem(host: str) -> str | None:
-    """What is wrong with ``--host`` as an address to bind (None: an IP address or a host
-    name). ``[::1`` reached the socket and was told "cannot listen on [[::1]", exit 7."""
-    import ipaddress
-
+    """What is wrong with ``--host`` as written (None: an IP address, IPv6 in brackets or not,
+    or a host name). ``[::1`` reached the socket and was told "cannot listen on [[::1]",
+    exit 7; ``127.0.0.1:8000`` was told it is no IPv6 address (outside testers 199, 200)."""
     if not host:
         return "is empty (0.0.0.0 binds every IPv4 interface, :: every IPv6 one)"
+    if "://" in host:
+        return "is a URL: give the host alone (e.g. 127.0.0.1), the port with --port"
+    if _WITH_PORT.fullmatch(host):
+        return "holds a port: give the host alone, the port with --port"
+    bracketed = host.startswith("[") and host.endswith("]")
+    inner = host[1:-1] if bracketed else host
     try:
-        ipaddress.ip_address(host)
+        found = ipaddress.ip_address(inner)
     except ValueError:
-        pass
-    else:
+        found = None
+    if bracketed:
+        return (
+            None
+            if found is not None and found.version == 6
+            else ("is not an IPv6 address (brackets hold one, as in [::1])")
+        )
+    if found is not None:
         return None
     if ":" in host or "[" in host or "]" in host:
         return "is not an IPv6 address (write it as ::1 or [::1])"
-    if len(host) > 253 or _HOST_NAME.fullmatch(host) is None:
+    name = host.removesuffix(".")  # (one trailing dot: the same name, fully qualified)
+    if len(name) > 253 or _HOST_NAME.fullmatch(name) is None:
         return "is not an IP address or a host name"
     return None
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def _bind_address(host: str) -> tuple[int, str]:
+    """The address family and numeric address ``host`` is bound at: itself if it is one, else
+    what the name resolves to -- an IPv4 address if it has one (``localhost``: 127.0.0.1, as
+    before), else its IPv6 address (a name with an IPv6 address alone was bound as IPv4 and
+    failed, outside tester 200). ``OSError`` if it resolves to nothing."""
+    import socket
+
+    try:
+        found = ipaddress.ip_address(host.partition("%")[0])
+    except ValueError:
+        pass
+    else:
+        return (socket.AF_INET6 if found.version == 6 else socket.AF_INET), host
+    addresses = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    ordered = sorted(addresses, key=lambda a: a[0] != socket.AF_INET)
+    family, address = ordered[0][0], str(ordered[0][4][0])
+    return family, address
+
+
+def _address_problem(address: str) -> str | None:
+    """An address no one can reach a server at (it was bound, and its URL logged)."""
+    found = ipaddress.ip_address(address.partition("%")[0])
+    if found.is_multicast:
+        return f"is a multicast address ({address}), not one of this machine's"
+    if found == ipaddress.IPv4Address("255.255.255.255"):
+        return "is the broadcast address, not one of this machine's"
+    return None
+
+
+def _in_url(host: str) -> str:
+    return f"[{host}]" if ":" in host else host  # (an IPv6 address in a URL)
+
+
+def _listen(family: int, address: str, port: int) -> socket.socket:
     """A listening socket for uvicorn, so that a busy port is our one-line error, not its exit
     3. It listens at once: a client that connects as soon as the endpoints are logged waits in
     the backlog while the app starts (opens its store), instead of being refused."""
     import socket
 
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     # TCP by name: asyncio sets TCP_NODELAY on the connections of a listener whose protocol is
     # IPPROTO_TCP only -- with 0, Nagle's algorithm and the client's delayed ACK held every
     # response on a kept-alive connection about 40 ms (outside tester 190)
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: TIME_WAIT is ok
-        sock.bind((host, port))
+        sock.bind((address, port))
         sock.listen(LISTEN_BACKLOG)
     except OSError:
         sock.close()

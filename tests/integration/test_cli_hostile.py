@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import sqlite3
 import struct
 import subprocess
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.integration.cli_harness import ENGINE, TIMEOUT, Cli, Result
@@ -859,14 +862,60 @@ def test_the_closed_pipe_message_names_a_run_id_of_markup_as_written(
         ("", "is empty"),
         ("local host", "is not an IP address or a host name"),
         ("-x.example", "is not an IP address or a host name"),
+        ("127.0.0.1:8000", "holds a port: give the host alone, the port with --port"),
+        ("[::1]:8000", "holds a port"),
+        ("http://127.0.0.1", "is a URL: give the host alone"),
+        ("[127.0.0.1]", "is not an IPv6 address (brackets hold one, as in [::1])"),
+        ("224.0.0.1", "is a multicast address (224.0.0.1), not one of this machine's"),
+        ("255.255.255.255", "is the broadcast address"),
     ],
 )
 def test_serve_refuses_a_host_that_is_no_address_before_it_listens(
     tmp_path: Path, host: str, said: str
 ) -> None:
     """``serve --host '[::1'`` (a bracket missing) reached the socket: "cannot listen on
-    [[::1]:8000", exit 7 -- as if the address were busy (outside tester 199)."""
+    [[::1]:8000", exit 7 -- as if the address were busy (outside tester 199); a host with a
+    port was told it is no IPv6 address, and a multicast or broadcast address was bound and
+    its URL logged, a URL no one can reach (tester 200)."""
     cli = Cli(tmp_path)
     result = cli.run("serve", "--host", host, "--port", "0")
     assert result.code == 2, str(result)
     assert f"--host {host!r} {said}" in result.error_line(), str(result)
+
+
+def _serve_with_hosts(tmp_path: Path, hosts: str, *args: str) -> subprocess.Popen[str]:
+    """``serve`` in a mount namespace of its own whose /etc/hosts holds ``hosts``."""
+    hosts_file = tmp_path / "hosts"
+    hosts_file.write_text(hosts)
+    serve = [str(ENGINE), "serve", *args, "--db", str(tmp_path / "runs.db")]
+    script = f'mount --bind {hosts_file} /etc/hosts && exec "$@"'
+    return subprocess.Popen(
+        ["unshare", "-m", "sh", "-c", script, "sh", *serve],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_serve_decides_on_a_token_by_the_address_a_name_binds(tmp_path: Path) -> None:
+    """``serve --host any.localhost`` was taken for loopback by its name and served without
+    a token on every interface, the hosts file saying 0.0.0.0 (outside tester 200). The
+    address a name resolves to decides; a name with an IPv6 address alone is bound there
+    (it was bound as IPv4, and failed)."""
+    public = _serve_with_hosts(tmp_path, "0.0.0.0 any.localhost\n", "--host", "any.localhost")
+    out, err = public.communicate(timeout=30)
+    assert public.returncode == 2, (out, err)
+    assert "binding any.localhost (0.0.0.0) exposes the server beyond this machine" in err, err
+    only_v6 = _serve_with_hosts(tmp_path, "::1 v6only\n", "--host", "v6only", "--port", "0")
+    try:
+        deadline = time.monotonic() + 30
+        said = ""
+        while "AG-UI endpoints" not in said and time.monotonic() < deadline:
+            assert only_v6.stderr is not None
+            said += only_v6.stderr.readline()
+            assert only_v6.poll() is None, said
+        port = int(re.search(r"http://v6only:(\d+)/support", said)[1])  # type: ignore[index]
+        assert httpx.get(f"http://[::1]:{port}/health", timeout=10).status_code == 200
+    finally:
+        only_v6.terminate()
+        only_v6.communicate(timeout=30)
