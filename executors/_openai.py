@@ -14,6 +14,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from ._clients import ChatResponse, ChatResponseUpdate
 from ._content import (
@@ -154,9 +155,16 @@ class OpenAIChatClient:
             raise ConnectionError(f"cannot reach {self._where()}: {exc}") from exc
 
     def _where(self) -> str:
-        """The endpoint and model, as errors name them."""
-        endpoint = getattr(self._client, "base_url", None) or "the model endpoint"
-        return f"{endpoint} (model {self.model!r})"
+        """The endpoint and model, as errors name them: the endpoint without a user, password,
+        query string or fragment written into it (``OPENAI_BASE_URL``) -- errors are stored
+        with the run and told to AG-UI clients (a password holding ``'`` reached them all:
+        outside tester 200)."""
+        endpoint = getattr(self._client, "base_url", None)
+        if not endpoint:
+            return f"the model endpoint (model {self.model!r})"
+        parts = urlsplit(str(endpoint))
+        host = parts.netloc.rpartition("@")[2]
+        return f"{urlunsplit((parts.scheme, host, parts.path, '', ''))} (model {self.model!r})"
 
     async def _named_breaks(self, stream: Any) -> AsyncIterator[Any]:
         """The chunks of a streamed reply; a connection that breaks off mid-reply is named in

@@ -53,6 +53,7 @@ MODEL_STATE_KEY = "workflow_engine_cli.model"
 KEY_ENV = "OPENAI_API_KEY"
 DEFAULT_BASE_URL = "https://api.openai.com/v1"  # the openai package's own default
 _RECORD_FIELDS = ("provider", "model", "base_url", "api_key_env")
+_URL_ENV = "OPENAI_BASE_URL"
 
 
 class ModelConfigError(Exception):
@@ -67,15 +68,22 @@ class ModelConfig:
     provider: str = "scripted"  # "scripted" (offline rules) or "openai" (any compatible endpoint)
     model: str | None = None
     base_url: str | None = None
+    """The endpoint without a user, password, query string or fragment written into it."""
     api_key_env: str | None = None
+    base_url_env: str | None = None
+    """Where a later command finds the endpoint whole when ``base_url`` left parts of it out
+    (a password in the URL was stored with the run, and said in every error: outside tester
+    200): ``OPENAI_BASE_URL``, or ``--base-url`` given again. None: ``base_url`` is whole."""
 
     def record(self) -> dict[str, str | None]:
-        return {name: getattr(self, name) for name in _RECORD_FIELDS}
+        fields = (*_RECORD_FIELDS, "base_url_env") if self.base_url_env else _RECORD_FIELDS
+        return {name: getattr(self, name) for name in fields}
 
     @classmethod
     def from_record(cls, value: Any) -> ModelConfig | None:
         """The config ``value`` records, or None when it is not a well-formed record."""
-        if not isinstance(value, dict) or set(value) != set(_RECORD_FIELDS):
+        known = (set(_RECORD_FIELDS), {*_RECORD_FIELDS, "base_url_env"})
+        if not isinstance(value, dict) or set(value) not in known:
             return None
         if not all(v is None or isinstance(v, str) for v in value.values()):
             return None
@@ -92,7 +100,27 @@ class ModelConfig:
         # a run records only that it needs a key (never the key, nor where it was typed): a
         # later command takes it from --api-key or from this variable
         key = f"a key: --api-key or ${self.api_key_env}" if self.api_key_env else "no key"
+        if self.base_url_env:
+            key += f"; the URL's credentials: --base-url or ${self.base_url_env}"
         return f"model {self.model} at {self.base_url} ({key})"
+
+    @classmethod
+    def of_endpoint(cls, model: str, endpoint: str, key: str | None) -> ModelConfig:
+        """The record of a real model at ``endpoint`` (whole: with any credentials in it)."""
+        public = public_url(endpoint)
+        hidden = _URL_ENV if public != endpoint else None
+        return cls("openai", model, public, KEY_ENV if key else None, hidden)
+
+
+def public_url(url: str) -> str:
+    """``url`` without its user, password, query string and fragment."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # (not a URL: refused by ``_check_endpoint``, said as it is)
+        return url
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 SCRIPTED = ModelConfig()
@@ -119,12 +147,16 @@ class ChatModel:
 
     config: ModelConfig = SCRIPTED
     api_key: str | None = field(default=None, repr=False)
+    endpoint: str | None = field(default=None, repr=False)
+    """The endpoint whole, when the record leaves parts of it out (never stored)."""
 
     def __post_init__(self) -> None:
         import importlib.util
 
+        if self.endpoint == self.config.base_url:  # (whole in the record: nothing apart)
+            object.__setattr__(self, "endpoint", None)
         if self.config.provider != "scripted":
-            _check_endpoint(self.config.base_url)
+            _check_endpoint(self.endpoint or self.config.base_url)
         if self.config.provider != "scripted" and importlib.util.find_spec("openai") is None:
             raise ModelConfigError(
                 f"model {self.config.model!r} needs the openai extra (the 'openai' package is "
@@ -139,7 +171,9 @@ class ChatModel:
 
         # everything explicit: the client must not fill a gap from the environment
         return OpenAIChatClient(
-            self.config.model, api_key=self.api_key or "not-needed", base_url=self.config.base_url
+            self.config.model,
+            api_key=self.api_key or "not-needed",
+            base_url=self.endpoint or self.config.base_url,
         )
 
 
@@ -177,8 +211,8 @@ def model_for_start(flags: ModelFlags, env: Mapping[str, str]) -> ChatModel:
     if flags.offline or not (flags.model or base_url or key):
         return ChatModel()
     model = flags.model or env.get("OPENAI_MODEL") or DEFAULT_MODEL
-    config = ModelConfig("openai", model, base_url or DEFAULT_BASE_URL, KEY_ENV if key else None)
-    return ChatModel(config, key)
+    endpoint = base_url or DEFAULT_BASE_URL
+    return ChatModel(ModelConfig.of_endpoint(model, endpoint, key), key, endpoint)
 
 
 def model_for_resume(
@@ -208,21 +242,24 @@ def model_for_resume(
     if flags.model or flags.base_url:
         real = recorded if recorded.provider == "openai" else None
         model = flags.model or (real.model if real else env.get("OPENAI_MODEL") or DEFAULT_MODEL)
-        base_url = flags.base_url or (
-            real.base_url if real else env.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        endpoint = flags.base_url or (
+            _recorded_endpoint(real, env, started)
+            if real
+            else env.get(_URL_ENV) or DEFAULT_BASE_URL
         )
         key = flags.api_key or env.get(KEY_ENV) or None
-        config = ModelConfig("openai", model, base_url, KEY_ENV if key else None)
+        config = ModelConfig.of_endpoint(model, endpoint, key)
         note = None if config == recorded else f"{started}; continuing on {config.describe()}"
-        return ChatModel(config, key), note
+        return ChatModel(config, key, endpoint), note
     if recorded.provider == "scripted":
         return ChatModel(), None
-    env_url = env.get("OPENAI_BASE_URL")
-    if env_url and env_url.rstrip("/") != (recorded.base_url or "").rstrip("/"):
+    env_url = env.get(_URL_ENV)
+    if env_url and public_url(env_url).rstrip("/") != (recorded.base_url or "").rstrip("/"):
         raise ModelConfigError(
-            f"{started}, but OPENAI_BASE_URL is {env_url}; resume with --base-url (and --model) "
-            "to choose the endpoint, or with --offline for the scripted model"
+            f"{started}, but OPENAI_BASE_URL is {public_url(env_url)}; resume with --base-url "
+            "(and --model) to choose the endpoint, or with --offline for the scripted model"
         )
+    endpoint = _recorded_endpoint(recorded, env, started)
     key = flags.api_key
     if recorded.api_key_env and not key:
         key = env.get(recorded.api_key_env) or None
@@ -231,7 +268,22 @@ def model_for_resume(
                 f"{started}, but ${recorded.api_key_env} is not set; set it or pass --api-key, "
                 "or resume with --model/--base-url (another model) or --offline (the scripted one)"
             )
-    return ChatModel(recorded, key), None
+    return ChatModel(recorded, key, endpoint), None
+
+
+def _recorded_endpoint(recorded: ModelConfig, env: Mapping[str, str], started: str) -> str:
+    """The endpoint a run recorded, whole: from ``$OPENAI_BASE_URL`` when the record left
+    its credentials out (it must be that endpoint)."""
+    base_url = recorded.base_url or DEFAULT_BASE_URL
+    if not recorded.base_url_env:
+        return base_url
+    whole = env.get(recorded.base_url_env)
+    if whole and public_url(whole).rstrip("/") == base_url.rstrip("/"):
+        return whole
+    raise ModelConfigError(
+        f"{started}, but its URL's credentials are not stored with it and "
+        f"${recorded.base_url_env} does not hold that endpoint; set it, or pass --base-url"
+    )
 
 
 def recorded_model(run_id: str, checkpoint: Checkpoint | None) -> ModelConfig | None:

@@ -75,6 +75,40 @@ def test_the_record_names_the_key_and_never_holds_it() -> None:
     assert ModelConfig.from_record(SCRIPTED.record()) == SCRIPTED
 
 
+def test_the_record_leaves_an_endpoints_credentials_out() -> None:
+    """An endpoint written with a user, password or query string (``OPENAI_BASE_URL``) was
+    recorded whole -- stored with the run, the README saying the record holds nothing
+    secret (outside tester 200). The record keeps the endpoint without them, and says where
+    a later command finds it whole; the client still gets it whole."""
+    whole = "https://alice:it's-hunter2@models.example/v1?api-key=SECRETKEY#frag"
+    chosen = model_for_start(ModelFlags(model="m"), {"OPENAI_BASE_URL": whole, KEY_ENV: "k"})
+    record = chosen.config.record()
+    assert record["base_url"] == "https://models.example/v1", record
+    assert record["base_url_env"] == "OPENAI_BASE_URL"
+    for secret in ("alice", "hunter2", "SECRETKEY", "frag"):
+        assert secret not in json.dumps(record) and secret not in chosen.config.describe()
+    client = chosen.client()
+    assert client is not None and "hunter2" in str(client._client.base_url)  # type: ignore[attr-defined]
+    recorded = ModelConfig.from_record(record)
+    assert recorded == chosen.config
+    # resumed: whole again from the environment, if it names that endpoint
+    again, note = model_for_resume(
+        "r1", recorded, ModelFlags(), {"OPENAI_BASE_URL": whole, KEY_ENV: "k"}
+    )
+    assert note is None and again.endpoint == whole
+    switched, _ = model_for_resume(
+        "r1", recorded, ModelFlags(model="m2"), {"OPENAI_BASE_URL": whole, KEY_ENV: "k"}
+    )
+    assert switched.endpoint == whole and switched.config.model == "m2"
+    for env in ({KEY_ENV: "k"}, {"OPENAI_BASE_URL": "https://u:p@models.example/v2", KEY_ENV: "k"}):
+        with pytest.raises(ModelConfigError) as refused:
+            model_for_resume("r1", recorded, ModelFlags(), env)
+        assert "p@" not in str(refused.value) and "hunter2" not in str(refused.value)
+        assert "--base-url" in str(refused.value), str(refused.value)
+    given, _ = model_for_resume("r1", recorded, ModelFlags(base_url=whole), {KEY_ENV: "k"})
+    assert given.endpoint == whole and given.config == recorded
+
+
 @pytest.mark.parametrize(
     ("recorded", "flags", "env", "expected"),
     [
@@ -243,6 +277,24 @@ def test_an_unreachable_endpoint_is_named_once(cli: Cli) -> None:
     failed = cli.expect(1, "demo", "handoff", "-m", REFUND, "--base-url", url)
     said = failed.out + failed.err
     assert said.count("✗") == 1 and f"cannot reach {url}" in said, str(failed)
+
+
+def test_an_unreachable_endpoint_is_named_without_its_credentials(cli: Cli) -> None:
+    """The error of an endpoint written with a user, password and query string named it
+    whole: stored with the run, and sent in every AG-UI client's ``RUN_ERROR`` -- a
+    password holding ``'`` passed the server's scrubbing (outside tester 200)."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        where = f"127.0.0.1:{probe.getsockname()[1]}/v1"
+    url = f"http://alice:it's-hunter2@{where}?api-key=SECRETKEY#frag"
+    failed = cli.expect(1, "demo", "handoff", "-m", REFUND, "--base-url", url, "--api-key", "k")
+    [run] = cli.json("runs", "list", "--json")
+    shown = cli.expect(0, "runs", "show", run["run_id"])
+    stored = b"".join(p.read_bytes() for p in cli.db.parent.glob(cli.db.name + "*"))
+    for said in (failed.out + failed.err, shown.out, stored.decode("utf-8", "replace")):
+        assert f"cannot reach http://{where}" in said, said
+        for secret in ("alice", "hunter2", "SECRETKEY", "#frag"):
+            assert secret not in said, (secret, said)
 
 
 @pytest.mark.parametrize(
