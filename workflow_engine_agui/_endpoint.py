@@ -154,21 +154,13 @@ from ._interrupts import (
     run_key,
     split_interrupt_id,
 )
+from ._redaction import without_credentials
 
 __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 
 log = logging.getLogger(__name__)
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
-_URL = re.compile(
-    r"((?:[a-zA-Z][\w+.-]*:)?(?<![^\s'\"(<=:])(?://|\\/\\/)|(?<![\w.+-])[mM][aA][iI][lL][tT][oO]:)"
-    r"([^\s/'\"]*@)?([^\s?#'\"]*)([?#][^\s'\"]*)?"
-)
-"""A URL in an error (a model server's endpoint): its user and password, its query string
-(``?api-key=...``) and fragment are the server's to know (outside testers 195, 199) -- written
-with a scheme, without one (``//user:password@host``), with its slashes escaped as JSON writes
-them (``http:\\/\\/``), or as ``mailto:``."""
-
 WorkflowFactory = Callable[[str], Workflow]
 KEEPALIVE_SECONDS = 10.0
 NOTHING_TO_DO = "<nothing to do>"
@@ -805,7 +797,7 @@ class AGUIService:
         operator needs -- a worker's token (its host and process id) and the database's path,
         which the log keeps (outside tester 190)."""
         message = _WORKER_TOKEN.sub(r"\1", message)
-        message = _URL.sub(r"\1\3", message)
+        message = without_credentials(message)  # (a URL's user, password, query: 195-200)
         path = getattr(self.store, "path", None)
         if path is not None:
             named = str(path)
