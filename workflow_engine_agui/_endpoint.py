@@ -2011,27 +2011,40 @@ def add_agui_endpoint(
 
         async def sse() -> AsyncIterator[str]:
             events = service.stream(run_input, resume)
-            send, receive = anyio.create_memory_object_stream[BaseEvent | None](64)
+            relayed: asyncio.Queue[BaseEvent | None] = asyncio.Queue(64)  # None: its end
+            # (cancelled as a scope, not as a task: what the request stores is shielded from
+            # a client that hangs up meanwhile, and asyncio's ``task.cancel()`` is not)
+            relaying = anyio.CancelScope()
 
             async def pump() -> None:
-                async with send, aclosing(events):
-                    async for event in events:
-                        await send.send(event)
+                with relaying:
+                    async with aclosing(events):
+                        async for event in events:
+                            await relayed.put(event)
+                    await relayed.put(None)
 
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(pump)
-                async with receive:
-                    while True:
-                        with anyio.move_on_after(keepalive_seconds) as waited:
-                            try:
-                                event = await receive.receive()
-                            except anyio.EndOfStream:
-                                return
-                        if waited.cancelled_caught:
-                            yield ": keep-alive\n\n"
-                            continue
-                        if event is not None:
-                            yield encode_event(encoder, event)
+            # a task of its own, not a task group held across this generator's ``yield``s: a
+            # middleware (``serve --token``'s, any ``@app.middleware("http")``) drops it when
+            # the client hangs up, to be closed from another task, and leaving the group
+            # there raised "exit cancel scope in a different task" -- a traceback in the log
+            # for about every other closed tab (outside tester 202). (An asyncio queue, not a
+            # memory stream: a dropped generator's stream warned that it was left open.)
+            pumping = asyncio.get_running_loop().create_task(pump())
+            pumping.add_done_callback(_said_if_it_failed)
+            try:
+                while True:
+                    with anyio.move_on_after(keepalive_seconds) as waited:
+                        event = await relayed.get()
+                    if waited.cancelled_caught:
+                        if pumping.done() and relayed.empty():
+                            return  # (it failed: said in the log)
+                        yield ": keep-alive\n\n"
+                        continue
+                    if event is None:
+                        return
+                    yield encode_event(encoder, event)
+            finally:
+                relaying.cancel()  # (the run goes on: it executes in a task of its own)
 
         return StreamingResponse(
             sse(),
@@ -2042,6 +2055,12 @@ def add_agui_endpoint(
 
     _drain_at_shutdown(app, service)
     return service
+
+
+def _said_if_it_failed(task: asyncio.Task[None]) -> None:
+    """A stream's relay that raised (a bug: the service turns every failure into events)."""
+    if not task.cancelled() and (failure := task.exception()) is not None:
+        log.error("an AG-UI stream's relay failed", exc_info=failure)
 
 
 def _drain_at_shutdown(app: FastAPI, service: AGUIService) -> None:

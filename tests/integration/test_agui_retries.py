@@ -1562,3 +1562,78 @@ def test_a_client_that_does_not_read_is_left_behind_and_the_run_goes_on(tmp_path
         again = post(f"http://127.0.0.1:{port}/", messages=[go])
         assert again[-1]["type"] == "RUN_FINISHED", again[-1]
     anyio.run(store.close)
+
+
+HANG_UPS = 60
+
+
+def test_clients_that_hang_up_leave_no_traceback_behind_a_middleware(tmp_path: Path) -> None:
+    """Behind a middleware (``serve --token``'s, or any ``@app.middleware("http")``) a client
+    that read ``RUN_STARTED`` and hung up -- a closed tab -- logged "Exception in ASGI
+    application" with a traceback about every other time: the stream was closed from another
+    task than the one that entered its task group (outside tester 202). None now; each run
+    still pauses on its question, its lease given back."""
+    import logging
+
+    class Asks(Executor):
+        @handler
+        async def ask(self, text: str, ctx: WorkflowContext[str]) -> None:
+            await anyio.sleep(0.05)  # (the client is gone by now)
+            await ctx.request_info(text, str)
+
+        @response_handler
+        async def answered(self, asked: str, said: str, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output(said)
+
+    app = FastAPI()
+
+    @app.middleware("http")
+    async def stamped(request: Any, call_next: Any) -> Any:
+        response = await call_next(request)
+        response.headers["x-stamp"] = "1"
+        return response
+
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, WorkflowBuilder(name="asks", start=Asks("asks")).build(), store=store)
+    said: list[logging.LogRecord] = []
+
+    class Kept(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.ERROR or record.exc_info:
+                said.append(record)
+
+    kept = Kept()
+    watched = [logging.getLogger(name) for name in ("uvicorn.error", "asyncio", "")]
+    for logger in watched:
+        logger.addHandler(kept)
+    try:
+        with in_process(app) as port, httpx.Client(timeout=30) as http:
+            for n in range(HANG_UPS):
+                body = {"threadId": f"t{n}", "runId": "r", "messages": [user_said("hi")]}
+                with http.stream("POST", f"http://127.0.0.1:{port}/", json=body) as stream:
+                    for line in stream.iter_lines():
+                        if "RUN_STARTED" in line:
+                            break  # (and hang up)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                with contextlib.suppress(sqlite3.OperationalError):
+                    db = sqlite3.connect(f"file:{tmp_path / 'runs.db'}?mode=ro", uri=True)
+                    with contextlib.closing(db):
+                        rows = db.execute("SELECT status, owner FROM runs").fetchall()
+                    if len(rows) == HANG_UPS and all(
+                        r == ("idle_with_pending_requests", None) for r in rows
+                    ):
+                        break
+                time.sleep(0.1)
+            assert len(rows) == HANG_UPS and set(rows) == {("idle_with_pending_requests", None)}, (
+                rows
+            )
+    finally:
+        for logger in watched:
+            logger.removeHandler(kept)
+    anyio.run(store.close)
+    assert not said, [r.getMessage() for r in said]
+
+
+def user_said(text: str) -> dict[str, str]:
+    return {"id": f"m-{text}", "role": "user", "content": text}
