@@ -501,9 +501,19 @@ class _Heard:
     carried: list[Any] | None
     answers: list[Any]
 
+    def size(self) -> int:
+        """About the bytes it holds: a carried message is a list of two strings (about 200
+        bytes beside its id's characters)."""
+        carried = self.carried or ()
+        return sum(200 + len(str(m[0] or "")) for m in carried) + 100 * len(self.answers)
+
 
 _HEARD_KEPT = 10_000
 """Finished runs whose ``_Heard`` a server keeps."""
+_HEARD_BYTES = 64 * 1024 * 1024
+"""About the most bytes those ``_Heard`` hold: a full-history client records every message of
+the thread with each run, so a thread of 10,000 messages kept 2.3 MB more with each run, and
+10,000 runs could hold gigabytes (outside tester 202)."""
 _STARTED_BY_KEPT = 10_000
 """Runs whose starting request's ``runId`` a server keeps (``AGUIService._started_by``)."""
 
@@ -550,6 +560,7 @@ class AGUIService:
         """Runs being executed (``_execute``), each with the scope ``interrupt`` cancels: held
         here so that a task is never collected."""
         self._heard_of: collections.OrderedDict[str, _Heard] = collections.OrderedDict()
+        self._heard_bytes = 0  # (what they hold, about: ``_HEARD_BYTES``)
         """Finished runs' ``_Heard``, by run id (least recently used first)."""
         self._started_by: collections.OrderedDict[str, str] = collections.OrderedDict()
         """The AG-UI ``runId`` of the request that started a run here, by the id of the run's
@@ -1294,9 +1305,16 @@ class AGUIService:
             [r.answer for r in requests if _typed(r.response_type)],
         )
         if run.status in (WorkflowRunState.IDLE, WorkflowRunState.CANCELLED):
+            before = self._heard_of.pop(run_id, None)
+            if before is not None:
+                self._heard_bytes -= before.size()
             self._heard_of[run_id] = heard
-            while len(self._heard_of) > _HEARD_KEPT:
-                self._heard_of.popitem(last=False)
+            self._heard_bytes += heard.size()
+            while len(self._heard_of) > _HEARD_KEPT or (
+                self._heard_bytes > _HEARD_BYTES and len(self._heard_of) > 1
+            ):
+                _, gone = self._heard_of.popitem(last=False)
+                self._heard_bytes -= gone.size()
         return heard
 
     async def _replayed(

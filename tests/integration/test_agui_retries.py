@@ -1637,3 +1637,50 @@ def test_clients_that_hang_up_leave_no_traceback_behind_a_middleware(tmp_path: P
 
 def user_said(text: str) -> dict[str, str]:
     return {"id": f"m-{text}", "role": "user", "content": text}
+
+
+def test_what_finished_runs_heard_is_kept_within_a_bound_of_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full-history client sends the thread's every message with each request, and each run
+    records them: the server's memory of what finished runs heard grew 2.3 MB a run on a
+    thread of 10,000 messages, bounded only by the count of runs (outside tester 202). It is
+    bounded by bytes too (here made small), and what it forgot is read again when needed: a
+    resume carrying the whole history is not taken for one bringing a new message."""
+    import workflow_engine_agui._endpoint as endpoint
+
+    monkeypatch.setattr(endpoint, "_HEARD_BYTES", 60_000)
+
+    class Asks(Executor):
+        @handler
+        async def ask(self, text: str, ctx: WorkflowContext[str]) -> None:
+            await ctx.request_info(text, str)
+
+        @response_handler
+        async def answered(self, asked: str, said: str, ctx: WorkflowContext[Never, str]) -> None:
+            await ctx.yield_output(said)
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    workflow = WorkflowBuilder(name="asks", start=Asks("asks")).build()
+    service = add_agui_endpoint(app, workflow, store=store)
+    history = [user_said(f"old {n}") for n in range(100)]
+    with in_process(app) as port:
+        url = f"http://127.0.0.1:{port}/"
+        for turn in range(12):
+            history.append(user_said(f"turn {turn}"))
+            paused = post(url, threadId="t", runId=f"r{turn}", messages=history)
+            (interrupt,) = paused[-1]["outcome"]["interrupts"]
+            answer = [{"interruptId": interrupt["id"], "status": "resolved", "payload": "ok"}]
+            done = post(
+                url,
+                threadId="t",
+                runId=f"a{turn}",
+                messages=history,
+                forwardedProps={"command": {"resume": answer}},
+            )
+            assert done[-1]["type"] == "RUN_FINISHED", done[-1]
+        sizes = [h.size() for h in service._heard_of.values()]
+        assert 0 < service._heard_bytes <= 60_000, (service._heard_bytes, sizes)
+        assert 1 < len(service._heard_of) < 11, sizes
+    anyio.run(store.close)
