@@ -676,7 +676,6 @@ async def test_a_run_admitted_with_a_message_of_megabytes_is_written_on_the_work
 ) -> None:
     """A run's admission was always written on the loop's thread: a 60 MB message held the
     loop's other tasks 0.27 s in SQLite alone (outside tester 196)."""
-    import threading
 
     from workflow_engine import Executor, Runtime, WorkflowBuilder, handler
 
@@ -689,14 +688,7 @@ async def test_a_run_admitted_with_a_message_of_megabytes_is_written_on_the_work
     runtime = Runtime(store)
     runtime.register(lambda: WorkflowBuilder("counts", start=Counts("counts")).build())
     await runtime.list_runs()
-    admitted: list[tuple[int, bool]] = []  # (statement size, on the loop's thread)
-
-    def traced(statement: str) -> None:
-        if statement.startswith("INSERT INTO checkpoints"):
-            admitted.append((len(statement), threading.get_ident() == loop_thread))
-
-    store._conn.set_trace_callback(traced)  # type: ignore[union-attr]
-    loop_thread = threading.get_ident()
+    admitted = checkpoint_inserts(store)
     on_loop = {}
     for size in (100, 3_000_000):
         admitted.clear()
@@ -754,7 +746,6 @@ async def test_a_group_of_big_writes_commits_on_the_worker_thread(tmp_path: Path
     in one group commit: 149 outputs of a megabyte held the event loop 436 ms (outside tester
     196). A group whose writes add up past its line commits on the worker; a group of small
     writes on the loop (the worker would not group the writes that arrive meanwhile)."""
-    import threading
 
     class Says(Executor):
         @handler
@@ -765,14 +756,7 @@ async def test_a_group_of_big_writes_commits_on_the_worker_thread(tmp_path: Path
     runtime = Runtime(store)
     runtime.register(lambda: WorkflowBuilder("says", start=Says("says")).build())
     await runtime.list_runs()
-    inserted: list[tuple[int, bool]] = []  # (statement size, on the loop's thread)
-
-    def traced(statement: str) -> None:
-        if statement.startswith("INSERT INTO checkpoints"):
-            inserted.append((len(statement), threading.get_ident() == loop_thread))
-
-    store._conn.set_trace_callback(traced)  # type: ignore[union-attr]
-    loop_thread = threading.get_ident()
+    inserted = checkpoint_inserts(store)
     # (small first: a big group's WAL is then checkpointed there; 14,000 characters each:
     # under what a first version counted -- 1,692 such writes held the loop 176 ms, tester 200)
     for size, runs in ((10, 40), (240_000, 40), (14_000, 700)):
@@ -787,3 +771,19 @@ async def test_a_group_of_big_writes_commits_on_the_worker_thread(tmp_path: Path
         else:
             assert all(on_loop), "a group of small writes left the loop"
     await runtime.close()
+
+
+def checkpoint_inserts(store: SqliteStore) -> list[tuple[int, bool]]:
+    """From now on, each checkpoint row ``store`` inserts: (its statement's size, whether it
+    ran on this -- the event loop's -- thread)."""
+    import threading
+
+    loop_thread = threading.get_ident()
+    inserted: list[tuple[int, bool]] = []
+
+    def traced(statement: str) -> None:
+        if statement.startswith("INSERT INTO checkpoints"):
+            inserted.append((len(statement), threading.get_ident() == loop_thread))
+
+    store._conn.set_trace_callback(traced)  # type: ignore[union-attr]
+    return inserted
