@@ -1155,7 +1155,7 @@ def test_serve_listens_before_it_logs_its_endpoints() -> None:
     the first request (the cause of a flaky run of the test above)."""
     from workflow_engine_cli._app import _listen
 
-    sock = _listen("127.0.0.1", 0)
+    sock = _listen(socket.AF_INET, "127.0.0.1", 0)
     try:
         with socket.create_connection(sock.getsockname(), timeout=5):
             accepted, _ = sock.accept()
