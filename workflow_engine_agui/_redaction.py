@@ -4,29 +4,42 @@ An error raised by a step -- a tool, a model client, a library under them -- may
 whole: a model endpoint's user and password, an ``?api-key=...``. A ``RUN_ERROR`` goes to every
 client of the thread, so the server says such URLs without their user, password, query string
 and fragment; its log keeps the text whole. The text is the exception's own, in whatever form
-the code that raised it wrote the URL -- with or without a scheme, inside quotes or brackets,
-several in a row, escaped as JSON or ``repr`` write it, percent-encoded -- so each of those is
-read here, and what is not part of a URL (the punctuation after it) is left as it was.
+the code that raised it wrote the URL -- with or without a scheme, glued to the words before
+it, inside quotes or brackets, several in a row, escaped as JSON or ``repr`` write it,
+percent-encoded (once or twice) inside another URL, or ``user:password@host`` alone as httpx
+names a proxy -- so each of those is read here. Only what is cleaned changes: the text around
+a URL, and a URL that holds nothing to leave out, stay as they were written (a ``%3d`` in a
+format string, a ``\\/`` in a regex, the punctuation after a URL).
 """
 
 from __future__ import annotations
 
 import re
 
-_ESCAPED = re.compile(r"\\+(?:/|u00(2[fF3]|40|3[aAfFdD]|26))")
-"""A ``/`` escaped as JSON may write it (``\\/``, doubled by ``repr``), or one of the
-characters that delimit a URL's parts written as ``\\u00XX``."""
-_PERCENT = re.compile(r"%(2[fF]|3[aA]|40|3[fF]|23|26|3[dD])")
-"""A URL's delimiters percent-encoded (a URL inside another one's query string)."""
+_SLASHES = r"(?://|(?:\\+/){2}|(?:\\+u002[fF]){2}|(?:%(?:25)*2[fF]){2})"
+"""A URL's ``//``: as written, escaped as JSON (``\\/``, doubled by ``repr``) or ``\\u002f``,
+or percent-encoded (``%2F``, ``%252F``...)."""
 _URL_START = re.compile(
-    r"(?:\b[a-zA-Z][\w+.-]*:|(?<![^\s'\"(<\[{=,;|`]))//"
-    r"|(?<![\w.+-])(?i:mailto|sips?|xmpp|im|pres):(?=[^\s@]*@)"
+    r"(?::|\\+u003[aA]|%(?:25)*3[aA])"
+    + _SLASHES
+    + r"|(?<![A-Za-z0-9_/:.\\%-])//"
+    + r"|(?<![A-Za-z.+-])(?i:mailto|sips?|xmpp|im|pres):(?=[^\s@]*@)"
 )
-"""Where a URL begins: ``scheme://``, a bare ``//`` after a space, quote, bracket or
-separator, or a scheme whose user comes without ``//`` (``mailto:user@host``). (A password
-holding ``//`` after one of those may end its URL early: RFC 3986 has no ``/`` in a password.)"""
-_URL_END = re.compile(r"[\s\"<>`]")
+"""Where a URL's host (or user) begins: after ``:`` and its ``//`` in any of those forms (the
+scheme before it is left as it is, whatever it is glued to: ``连接https://``, ``1https://``),
+after a bare ``//`` that follows no ASCII word (nor ``/``: a path's ``/tmp//x``), or after a
+scheme whose user comes without ``//`` (``mailto:user@host``). (A password holding ``//`` after
+one of those may end its URL early: RFC 3986 has no ``/`` in a password.)"""
+_URL_END = re.compile(r"[\s\"<>`\u3000-\u303f\uff00-\uffef]")
+"""What ends a URL: a space, a quote or bracket that cannot be in one, CJK punctuation."""
 _QUERY = re.compile(r"[?#]")
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_ESCAPE = re.compile(r"\\+(?:/|u([0-9A-Fa-f]{4}))")
+_USER_ALONE = re.compile(
+    r"(?<![^\s'\"(<\[{=,;|`])[^\s:@/'\"()<>\[\]]+:[^\s@'\"/]+@(?=[A-Za-z0-9\[])"
+)
+"""``user:password@`` before a host with no scheme or ``//`` (httpx's ``URL('user:pw@h:3128')``
+for a proxy written without one)."""
 _PATH_QUERY = re.compile(r"(?<![^\s'\"(\[{=:,])(/[^\s?#\"'<>]*)\?([^\s\"<>]*=[^\s\"<>]*)")
 """A path without a scheme or host whose query string holds a value (``url:
 /v1/chat?api-key=...``, as urllib3 writes it)."""
@@ -37,8 +50,6 @@ _TRAILING = "'\".,;:!?)]}>"
 def without_credentials(text: str) -> str:
     """``text`` with every URL in it said without its user, password, query string and
     fragment."""
-    text = _ESCAPED.sub(_unescaped, text)
-    text = _PERCENT.sub(lambda m: chr(int(m[1], 16)), text)
     out: list[str] = []
     at = 0
     starts = [m.span() for m in _URL_START.finditer(text)]
@@ -51,18 +62,39 @@ def without_credentials(text: str) -> str:
         query = _QUERY.search(text, rest, end)
         if following < (query.start() if query else end):  # the next URL starts first
             end = following
-        out.append(text[at:rest])
-        out.append(_cleaned(text[rest:end]))
+        out.append(text[at:start])
+        out.append(_cleaned(text[start:rest], text[rest:end]))
         at = end
     out.append(text[at:])
-    return _PATH_QUERY.sub(lambda m: m[1] + _given_back("?" + m[2]), "".join(out))
+    cleaned = _USER_ALONE.sub("", "".join(out))
+    return _PATH_QUERY.sub(lambda m: m[1] + _given_back("?" + m[2]), cleaned)
 
 
-def _unescaped(match: re.Match[str]) -> str:
-    return "/" if match[1] is None else chr(int(match[1], 16))
+def _cleaned(opening: str, rest: str) -> str:
+    """A URL from its ``://`` (``opening``, as written) without what it must not show. An
+    escaped or percent-encoded one is read as what it encodes, and said so, decoded, when
+    something was left out; as written when nothing was (and a plain one is never decoded:
+    ``%23`` in a password is part of the password, not a fragment)."""
+    if opening in ("://", "//") or opening.endswith(":"):
+        return opening + _kept(rest)
+    decoded = _decoded(rest)
+    kept = _kept(decoded)
+    return opening + rest if kept == decoded else "://" + kept
 
 
-def _cleaned(rest: str) -> str:
+def _decoded(rest: str) -> str:
+    """``rest`` read as the URL it encodes: JSON-escaped, percent-encoded (up to thrice)."""
+    text = rest
+    for _ in range(3):
+        unescaped = _ESCAPE.sub(lambda m: "/" if m[1] is None else chr(int(m[1], 16)), text)
+        unescaped = _PERCENT.sub(lambda m: chr(int(m[1], 16)), unescaped)
+        if unescaped == text:
+            break
+        text = unescaped
+    return text
+
+
+def _kept(rest: str) -> str:
     """What follows a URL's ``//`` (or ``mailto:``): its host and path, without the user and
     password before them or the query string and fragment after them -- and with what ended
     the sentence after it."""

@@ -6,8 +6,10 @@ the code that raised it wrote -- a model client, urllib3, a ``repr`` of a JSON b
 
 from __future__ import annotations
 
+import urllib.parse
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from workflow_engine_agui._redaction import without_credentials
@@ -40,6 +42,16 @@ CLEANED = [
     ("https://al:p@ss@h2/v1#t=SECRET", "https://h2/v1"),
     ("postgresql+psycopg2://u:SECRET@db:5432/x", "postgresql+psycopg2://db:5432/x"),
     ("https://u:SECRET@[fe80::1%25eth0]:1/x", "https://[fe80::1%25eth0]:1/x"),
+    # (outside tester 203: a password percent-encoded as RFC 3986 has it, httpx's proxy URL
+    # without a scheme, a URL glued to the words before it, one encoded twice)
+    ("url 'https://al:SECRET%23x@llm.example/v1/chat'", "url 'https://llm.example/v1/chat'"),
+    ("https://svc:SECRET%3FKey@proxy:8443/v1", "https://proxy:8443/v1"),
+    ("redis://default:2024%2FSECRET@cache:6379/0", "redis://cache:6379/0"),
+    ("URL('alice:SECRET@proxy.corp.example:3128')", "URL('proxy.corp.example:3128')"),
+    ("连接https://al:SECRET@api.example/v1失败", "连接https://api.example/v1失败"),
+    ("1https://u:SECRET@h and éhttps://u:SECRET@h", "1https://h and éhttps://h"),
+    ("https%253A%252F%252Fal%253ASECRET%2540h", "https://h"),
+    ("请求 https://h/v1?x=SECRET\uff0c请检查配置", "请求 https://h/v1\uff0c请检查配置"),
 ]
 
 KEPT = [
@@ -52,6 +64,10 @@ KEPT = [
     "http://h/v1/users/bob@example.com",
     "http://[::1]:8080/v1",
     "ValueError: expected 3 items, got 2",
+    "printf format '%3d' and '%40s' and '%23.2f'",  # (decoded everywhere once: tester 203)
+    "regex '^a\\/b$' and '\\u0026' and C:\\temp\\u0040home",
+    '{"url": "http:\\/\\/h\\/v1"}',  # (an escaped URL with nothing to leave out: as written)
+    "meet at 10:30 @room and error: x@y",
 ]
 
 
@@ -88,14 +104,19 @@ _SECRET_CHARS = st.sampled_from("abcXYZ019-._~!$&'()*+,;=:%/@")
             "mailto:ops:{s}@host",
             '{{"u": "http:\\/\\/user:{s}@host\\/v1"}}',
             "url: /v1/chat?key={s}",
+            "https%3A%2F%2Fuser%3A{e}%40host%2Fv1",
+            "URL('user:{p}@proxy.example:3128')",
         ]
     ),
-    before=st.sampled_from(["", "cannot reach ", "(", "[", "'", "x,", "= "]),
+    before=st.sampled_from(["", "cannot reach ", "(", "[", "'", "x,", "= ", "连接", "1"]),
     after=st.sampled_from(["", " (model 'm')", ")", "]", "'", ",http://h2/", ". Retry?"]),
 )
 def test_no_secret_of_a_url_reaches_a_client(
     secret: str, form: str, before: str, after: str
 ) -> None:
-    said = before + form.format(s=secret, u=secret.replace("/", "")) + after
+    assume(not (form.startswith("//") and before[-1:].isascii() and before[-1:].isalnum()))
+    plain = "".join(c for c in secret if c not in "/@'")  # (a proxy's: no scheme to go by)
+    encoded = urllib.parse.quote(secret, safe="")
+    said = before + form.format(s=secret, u=secret.replace("/", ""), e=encoded, p=plain) + after
     told = without_credentials(said)
     assert "SECRETQ" not in told, (said, told)
