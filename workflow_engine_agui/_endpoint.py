@@ -109,6 +109,7 @@ from workflow_engine._input import (
     is_blank,
     parse_json,
 )
+from workflow_engine._redaction import without_credentials
 from workflow_engine._store import default_owner, forget_ended_owner, holder_of, owner_ended
 from workflow_engine.executors import (
     Agent,
@@ -154,7 +155,6 @@ from ._interrupts import (
     run_key,
     split_interrupt_id,
 )
-from ._redaction import without_credentials
 
 __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 

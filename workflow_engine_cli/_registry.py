@@ -113,14 +113,11 @@ class ModelConfig:
 
 
 def public_url(url: str) -> str:
-    """``url`` without its user, password, query string and fragment."""
-    from urllib.parse import urlsplit, urlunsplit
+    """``url`` without its user and password (and any query string or fragment: only in one
+    ``_check_endpoint`` refuses, which must not show them either)."""
+    from workflow_engine._redaction import without_credentials
 
-    try:
-        parts = urlsplit(url)
-    except ValueError:  # (not a URL: refused by ``_check_endpoint``, said as it is)
-        return url
-    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
+    return without_credentials(url)
 
 
 SCRIPTED = ModelConfig()
@@ -193,10 +190,14 @@ def _check_endpoint(url: str | None) -> None:
             why = "it does not start with http:// or https://"
         elif not parts.hostname:
             why = "it names no host"
+        elif parts.query or parts.fragment or url.endswith(("?", "#")):
+            # (the client adds its paths to the endpoint: .../v1?api-version=x/chat/completions,
+            # a run stored that failed at its first call -- outside tester 203)
+            why = "it holds a query string or fragment, which the client's paths would follow"
     if why:
         raise ModelConfigError(
-            f"the model endpoint {visible(url or '')} (--base-url or OPENAI_BASE_URL) is not "
-            f"an address: {why}; e.g. http://localhost:8000/v1"
+            f"the model endpoint {visible(public_url(url or ''))} (--base-url or "
+            f"OPENAI_BASE_URL) is not an address: {why}; e.g. http://localhost:8000/v1"
         )
 
 
@@ -256,8 +257,9 @@ def model_for_resume(
     env_url = env.get(_URL_ENV)
     if env_url and public_url(env_url).rstrip("/") != (recorded.base_url or "").rstrip("/"):
         raise ModelConfigError(
-            f"{started}, but OPENAI_BASE_URL is {public_url(env_url)}; resume with --base-url "
-            "(and --model) to choose the endpoint, or with --offline for the scripted model"
+            f"{started}, but OPENAI_BASE_URL is {visible(public_url(env_url))}; resume with "
+            "--base-url (and --model) to choose the endpoint, or with --offline for the "
+            "scripted model"
         )
     endpoint = _recorded_endpoint(recorded, env, started)
     key = flags.api_key
@@ -278,11 +280,18 @@ def _recorded_endpoint(recorded: ModelConfig, env: Mapping[str, str], started: s
     if not recorded.base_url_env:
         return base_url
     whole = env.get(recorded.base_url_env)
-    if whole and public_url(whole).rstrip("/") == base_url.rstrip("/"):
-        return whole
+    if whole:
+        same = public_url(whole).rstrip("/") == base_url.rstrip("/")
+        if same and whole != public_url(whole):
+            return whole
+        # (the endpoint without its credentials was taken, and the run went on without them:
+        # outside tester 203)
+        said = "names that endpoint without them" if same else "names another endpoint"
+    else:
+        said = "is not set"
     raise ModelConfigError(
-        f"{started}, but its URL's credentials are not stored with it and "
-        f"${recorded.base_url_env} does not hold that endpoint; set it, or pass --base-url"
+        f"{started}, but its URL's credentials are not stored with it, and "
+        f"${recorded.base_url_env} {said}; set it to the endpoint with them, or pass --base-url"
     )
 
 

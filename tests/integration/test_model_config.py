@@ -80,12 +80,12 @@ def test_the_record_leaves_an_endpoints_credentials_out() -> None:
     recorded whole -- stored with the run, the README saying the record holds nothing
     secret (outside tester 200). The record keeps the endpoint without them, and says where
     a later command finds it whole; the client still gets it whole."""
-    whole = "https://alice:it's-hunter2@models.example/v1?api-key=SECRETKEY#frag"
+    whole = "https://alice:it's-hunter2@models.example/v1"
     chosen = model_for_start(ModelFlags(model="m"), {"OPENAI_BASE_URL": whole, KEY_ENV: "k"})
     record = chosen.config.record()
     assert record["base_url"] == "https://models.example/v1", record
     assert record["base_url_env"] == "OPENAI_BASE_URL"
-    for secret in ("alice", "hunter2", "SECRETKEY", "frag"):
+    for secret in ("alice", "hunter2"):
         assert secret not in json.dumps(record) and secret not in chosen.config.describe()
     client = chosen.client()
     assert client is not None and "hunter2" in str(client._client.base_url)  # type: ignore[attr-defined]
@@ -100,11 +100,18 @@ def test_the_record_leaves_an_endpoints_credentials_out() -> None:
         "r1", recorded, ModelFlags(model="m2"), {"OPENAI_BASE_URL": whole, KEY_ENV: "k"}
     )
     assert switched.endpoint == whole and switched.config.model == "m2"
-    for env in ({KEY_ENV: "k"}, {"OPENAI_BASE_URL": "https://u:p@models.example/v2", KEY_ENV: "k"}):
+    # the variable unset, naming another endpoint, or this one without its credentials (it
+    # was taken, and the run went on without them: outside tester 203)
+    for url, said in (
+        (None, "is not set"),
+        ("https://u:p@models.example/v2", "OPENAI_BASE_URL is https://models.example/v2;"),
+        ("https://models.example/v1", "names that endpoint without them"),
+    ):
+        env = {KEY_ENV: "k", **({"OPENAI_BASE_URL": url} if url else {})}
         with pytest.raises(ModelConfigError) as refused:
             model_for_resume("r1", recorded, ModelFlags(), env)
         assert "p@" not in str(refused.value) and "hunter2" not in str(refused.value)
-        assert "--base-url" in str(refused.value), str(refused.value)
+        assert said in str(refused.value) and "--base-url" in str(refused.value)
     given, _ = model_for_resume("r1", recorded, ModelFlags(base_url=whole), {KEY_ENV: "k"})
     assert given.endpoint == whole and given.config == recorded
 
@@ -286,15 +293,26 @@ def test_an_unreachable_endpoint_is_named_without_its_credentials(cli: Cli) -> N
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         where = f"127.0.0.1:{probe.getsockname()[1]}/v1"
-    url = f"http://alice:it's-hunter2@{where}?api-key=SECRETKEY#frag"
+    url = f"http://alice:it's-hunter2@{where}"
     failed = cli.expect(1, "demo", "handoff", "-m", REFUND, "--base-url", url, "--api-key", "k")
     [run] = cli.json("runs", "list", "--json")
     shown = cli.expect(0, "runs", "show", run["run_id"])
     stored = b"".join(p.read_bytes() for p in cli.db.parent.glob(cli.db.name + "*"))
     for said in (failed.out + failed.err, shown.out, stored.decode("utf-8", "replace")):
         assert f"cannot reach http://{where}" in said, said
-        for secret in ("alice", "hunter2", "SECRETKEY", "#frag"):
+        for secret in ("alice", "hunter2"):
             assert secret not in said, (secret, said)
+    # an endpoint with a query string: refused before anything is stored (the client adds
+    # its paths after the query: every call failed), and said without the secrets
+    for odd in (
+        f"{url}?api-version=SECRETKEY",
+        f"{url}#FRAGX",
+        "http://al:PASSWD@127.0.0.1:99999/v1",
+    ):
+        refused = cli.expect(2, "demo", "handoff", "-m", REFUND, "--base-url", odd)
+        for secret in ("alice", "hunter2", "SECRETKEY", "FRAGX", "PASSWD"):
+            assert secret not in refused.out + refused.err, (secret, str(refused))
+    assert len(cli.json("runs", "list", "--json")) == 1
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,10 @@
-"""Credentials out of the text of an error before a client reads it.
+"""Credentials out of text that people other than the operator read: errors, endpoints.
 
 An error raised by a step -- a tool, a model client, a library under them -- may name a URL
-whole: a model endpoint's user and password, an ``?api-key=...``. A ``RUN_ERROR`` goes to every
-client of the thread, so the server says such URLs without their user, password, query string
-and fragment; its log keeps the text whole. The text is the exception's own, in whatever form
+whole: a model endpoint's user and password, an ``?api-key=...``. An AG-UI ``RUN_ERROR`` goes to
+every client of the thread, so the server says such URLs without their user, password, query
+string and fragment (its log keeps the text whole); the command line says a model endpoint so,
+and a run records it so. The text is the exception's own, in whatever form
 the code that raised it wrote the URL -- with or without a scheme, glued to the words before
 it, inside quotes or brackets, several in a row, escaped as JSON or ``repr`` write it,
 percent-encoded (once or twice) inside another URL, or ``user:password@host`` alone as httpx
@@ -97,17 +98,17 @@ def _decoded(rest: str) -> str:
 def _kept(rest: str) -> str:
     """What follows a URL's ``//`` (or ``mailto:``): its host and path, without the user and
     password before them or the query string and fragment after them -- and with what ended
-    the sentence after it."""
-    cut = len(rest)
-    for mark in "?#":
-        found = rest.find(mark)
-        if found >= 0:
-            cut = min(cut, found)
-    head, tail = rest[:cut], rest[cut:]
-    at = head.rfind("@")
-    if at >= 0 and _is_user(head[:at]):
-        head = head[at + 1 :]
-    return head + _given_back(tail)
+    the sentence after it. The user and password end at the last ``@`` that follows them (a
+    password may hold ``@``, and ``#`` or ``?`` where it was not encoded)."""
+    at = rest.rfind("@")
+    while at >= 0 and not _is_user(rest[:at]):
+        at = rest.rfind("@", 0, at)
+    if at >= 0:
+        rest = rest[at + 1 :]
+    query = _QUERY.search(rest)
+    if query is None:
+        return rest
+    return rest[: query.start()] + _given_back(rest[query.start() :])
 
 
 def _is_user(before: str) -> bool:
