@@ -14,7 +14,8 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+
+from workflow_engine._redaction import without_credentials
 
 from ._clients import ChatResponse, ChatResponseUpdate
 from ._content import (
@@ -162,9 +163,7 @@ class OpenAIChatClient:
         endpoint = getattr(self._client, "base_url", None)
         if not endpoint:
             return f"the model endpoint (model {self.model!r})"
-        parts = urlsplit(str(endpoint))
-        host = parts.netloc.rpartition("@")[2]
-        return f"{urlunsplit((parts.scheme, host, parts.path, '', ''))} (model {self.model!r})"
+        return f"{without_credentials(str(endpoint))} (model {self.model!r})"
 
     async def _named_breaks(self, stream: Any) -> AsyncIterator[Any]:
         """The chunks of a streamed reply; a connection that breaks off mid-reply is named in
