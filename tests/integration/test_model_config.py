@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cli_harness import Cli, Result, base_env
+from tests.integration.cli_harness import ENGINE, Cli, Result, base_env
 from tests.integration.fake_openai import FakeOpenAIServer
 from workflow_engine import Checkpoint, StoreCorruptError
 from workflow_engine.executors import OpenAIChatClient
@@ -439,3 +439,39 @@ def test_runs_started_by_the_server_record_their_model(
     with sqlite3.connect(db) as raw:
         bodies = [row[0] for row in raw.execute("SELECT body FROM checkpoints WHERE seq = 0")]
     assert bodies and all(MODEL_STATE_KEY in b and '"scripted"' in b for b in bodies)
+
+
+def test_the_server_log_names_each_model_call_without_the_endpoint_credentials(
+    tmp_path: Path, fake: FakeOpenAIServer
+) -> None:
+    """``serve`` logs httpx's line for each call to the model endpoint at ``info``: with the
+    user and password written into ``OPENAI_BASE_URL``, once a call (outside tester 203)."""
+    import subprocess
+    import time
+
+    import httpx
+
+    from tests.integration.agui_harness import free_port
+
+    port = free_port()
+    url = fake.base_url.replace("http://", "http://alice:SECRETPW@")
+    env = {**base_env(tmp_path / "ledger.jsonl"), "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "k"}
+    serve = [str(ENGINE), "serve", "--port", str(port), "--db", str(tmp_path / "db")]
+    server = subprocess.Popen(serve, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/health", timeout=2)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        said = {"id": "m1", "role": "user", "content": "Where is order 12345?"}
+        body = {"threadId": "t1", "runId": "r1", "messages": [said]}
+        reply = httpx.post(f"http://127.0.0.1:{port}/support", json=body, timeout=30)
+        assert reply.status_code == 200 and "RUN_FINISHED" in reply.text, reply.text[-500:]
+    finally:
+        server.terminate()
+        _, log = server.communicate(timeout=30)
+    assert "HTTP Request: POST http://127.0.0.1:" in log, log
+    assert "SECRETPW" not in log and "alice" not in log, log
