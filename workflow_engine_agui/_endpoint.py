@@ -169,6 +169,10 @@ MAX_ID_LENGTH = 256
 MAX_UNREAD_EVENTS = 2_000
 """Events a stream holds for a client that does not read them before it is cut off: the run
 goes on, its events are no longer kept for that client."""
+STALLED_SECONDS = 2.0
+"""How long a client with ``max_unread_events`` unread may take none of them before it is cut
+off: one that reads at full speed but behind a burst (6,000 chunks of one reply, through a
+middleware) is not (outside tester 203) -- unless it falls 20 times as far behind."""
 
 
 @dataclass
@@ -1356,9 +1360,10 @@ class AGUIService:
         the run goes on to its next pause or end, as it does when the server is stopped
         gracefully. It used to be cancelled mid-step, its tool call left in doubt. A client
         connected but not reading is left behind the same way once ``max_unread_events`` wait
-        for it: every event of the run was kept for it (a run of 60 MB of events finished
-        while its client read nothing, the server holding them all); its stream then ends
-        with ``RUN_ERROR`` (``client_too_slow``) after what it holds."""
+        for it and it took none for ``STALLED_SECONDS``: every event of the run was kept for
+        it (a run of 60 MB of events finished while its client read nothing, the server
+        holding them all); its stream then ends with ``RUN_ERROR`` (``client_too_slow``)
+        after what it holds."""
         send, receive = anyio.create_memory_object_stream[WorkflowEvent | _Ended](math.inf)
         limit = self.max_unread_events
 
@@ -1371,6 +1376,8 @@ class AGUIService:
             stream = runtime.resume_stream(run_id)
             ended = _Ended()
             left_behind = False  # the client fell ``limit`` events behind: none kept since
+            sent = taken = 0  # events sent to the client's stream, and taken from it
+            reading_at = time.monotonic()  # when it last took one, ``limit`` behind
             with send, self._started(run_id, placeholder):
                 try:
                     with scope:
@@ -1379,17 +1386,23 @@ class AGUIService:
                                 self._starting.discard(run_id)  # its first event: lease taken
                                 if left_behind:
                                     continue
-                                if send.statistics().current_buffer_used >= limit:
-                                    left_behind = True
-                                    log.warning(
-                                        "run %r: its client left %d events unread; the run "
-                                        "goes on without its stream",
-                                        run_id,
-                                        limit,
-                                    )
-                                    continue
+                                unread = send.statistics().current_buffer_used
+                                if unread >= limit:
+                                    now = time.monotonic()
+                                    if sent - unread != taken:  # it reads: not stalled
+                                        taken, reading_at = sent - unread, now
+                                    if now - reading_at >= STALLED_SECONDS or unread >= 20 * limit:
+                                        left_behind = True
+                                        log.warning(
+                                            "run %r: its client left %d events unread; the "
+                                            "run goes on without its stream",
+                                            run_id,
+                                            unread,
+                                        )
+                                        continue
                                 with suppress(anyio.BrokenResourceError):  # no one reads now
                                     send.send_nowait(event)
+                                    sent += 1
                         ended.result = stream.result
                 except Exception as exc:  # the relay reports it (RUN_ERROR)
                     ended.error = exc
