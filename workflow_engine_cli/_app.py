@@ -1592,7 +1592,7 @@ def serve(
 
         from workflow_engine_agui._http import normalize_origin
 
-        from ._server import create_app, token_problem
+        from ._server import create_app, is_loopback, token_problem
     except ImportError as exc:
         print_error(
             f"serve needs the server extra ({exc.name or exc} is not installed): "
@@ -1651,6 +1651,10 @@ def serve(
         )
         raise typer.Exit(EXIT_CANNOT_LISTEN) from None
     bound = sock.getsockname()[1]
+    # without a token only loopback names are answered (DNS rebinding): a name that resolves to
+    # loopback without being one (the machine's own, ``127.1``) is said as its address -- its
+    # URL was logged and every POST to it refused (outside tester 203)
+    named = host if token or is_loopback(host) else address
     try:
         app_ = create_app(db, token=token, cors_origins=cors_origin, max_body_bytes=max_body_bytes)
     except ModelConfigError as exc:
@@ -1690,7 +1694,7 @@ def serve(
     try:
         with contextlib.suppress(KeyboardInterrupt):
             logging.getLogger("workflow_engine.cli").info(
-                "AG-UI endpoints: http://%s:%d/support and /banking", _in_url(host), bound
+                "AG-UI endpoints: http://%s:%d/support and /banking", _in_url(named), bound
             )
             server.run(sockets=[sock])
     finally:

@@ -919,3 +919,31 @@ def test_serve_decides_on_a_token_by_the_address_a_name_binds(tmp_path: Path) ->
     finally:
         only_v6.terminate()
         only_v6.communicate(timeout=30)
+
+
+def test_serve_logs_a_url_its_guard_answers_for_a_loopback_name_it_does_not_know(
+    tmp_path: Path,
+) -> None:
+    """``serve --host 127.1`` (or the machine's own name, resolving to 127.0.0.1) logged
+    ``http://127.1:PORT``, and every POST to that URL was refused ``host_not_allowed``: without
+    a token only loopback names are answered (outside tester 203). It logs the address."""
+    serve = [str(ENGINE), "serve", "--host", "127.1", "--port", "0", "--db", str(tmp_path / "db")]
+    server = subprocess.Popen(serve, stderr=subprocess.PIPE, text=True, env=Cli(tmp_path).env)
+    try:
+        said = ""
+        deadline = time.monotonic() + 30
+        while "AG-UI endpoints" not in said and time.monotonic() < deadline:
+            assert server.stderr is not None
+            said += server.stderr.readline()
+        found = re.search(r"AG-UI endpoints: (http://\S+)/support", said)
+        assert found and found[1].startswith("http://127.0.0.1:"), said
+        body = {
+            "threadId": "t",
+            "runId": "r",
+            "messages": [{"id": "m", "role": "user", "content": "hi"}],
+        }
+        reply = httpx.post(f"{found[1]}/support", json=body, timeout=30)
+        assert reply.status_code == 200, reply.text
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
