@@ -273,10 +273,10 @@ class Terminal:
                 problem = text_problem(answer)
             except UnicodeDecodeError as exc:  # a stdin not set to surrogateescape
                 problem = f"byte 0x{exc.object[exc.start]:02x} is not UTF-8"
+                if not stdin_is_tty():  # nothing was echoed: the cursor is after the prompt
+                    self.out.write("\n")
             if problem is None:
                 return answer
-            if not stdin_is_tty():  # no newline was echoed: the cursor is still after the prompt
-                self.out.write("\n")
             self.line((f"  that line is not text ({problem}); type it again", "red"), indent=4)
 
     def _ask_once(self, read: Callable[[str], str], parts: Sequence[Part]) -> str:
@@ -306,6 +306,11 @@ class Terminal:
         finally:
             with self._lock:
                 self._column = 0
+        if not stdin_is_tty():  # (answers piped in: nothing echoed them -- the next line ran
+            # on after the prompt, and a transcript kept no answer: outside tester 203)
+            with contextlib.suppress(OSError):
+                self.out.write(f"{clean(answer)}\n")
+                self.out.flush()
         return answer
 
     def _prompt_part(self, text: str, style: str, to_readline: bool = True) -> str:

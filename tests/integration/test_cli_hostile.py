@@ -914,7 +914,7 @@ def test_serve_decides_on_a_token_by_the_address_a_name_binds(tmp_path: Path) ->
             assert only_v6.stderr is not None
             said += only_v6.stderr.readline()
             assert only_v6.poll() is None, said
-        port = int(re.search(r"http://v6only:(\d+)/support", said)[1])  # type: ignore[index]
+        port = int(re.search(r"http://\[::1\]:(\d+)/support", said)[1])  # type: ignore[index]
         assert httpx.get(f"http://[::1]:{port}/health", timeout=10).status_code == 200
     finally:
         only_v6.terminate()
