@@ -1453,3 +1453,19 @@ def test_printed_commands_name_the_database_by_its_absolute_path(cli: Cli, tmp_p
         cwd=elsewhere,
     )
     assert pasted.returncode == 0 and "answer stored" in pasted.stdout, pasted
+
+
+def test_answers_piped_to_interactive_are_in_its_output(cli: Cli) -> None:
+    """``printf ... | demo review --interactive > out``: nothing echoed the answers read from
+    the pipe, so the output kept none of them and the next line ran on after each prompt
+    ("You: run 5c56..."; outside tester 203). Each answer follows its prompt."""
+    answers = 'durable workflows\n{"approved": false, "feedback": "shorter"}\n{"approved": true}\n'
+    argv = [str(ENGINE), "demo", "review", "--interactive", "--db", str(cli.db)]
+    done = subprocess.run(
+        argv, input=answers, capture_output=True, text=True, env=cli.env, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert "You: durable workflows" in lines, done.stdout
+    assert 'Answer (JSON): {"approved": false, "feedback": "shorter"}' in lines, done.stdout
+    assert 'Answer (JSON): {"approved": true}' in lines, done.stdout
