@@ -487,17 +487,7 @@ async def test_a_commit_of_megabytes_runs_on_the_worker_thread(tmp_path: Path) -
     loop's (a hop costs more than their commit)."""
     import threading
 
-    from workflow_engine import Executor, Runtime, WorkflowBuilder, handler
-
-    class Says(Executor):
-        @handler
-        async def say(self, size: int, ctx: WorkflowContext[Never, str]) -> None:
-            await ctx.yield_output("x" * size)
-
-    store = SqliteStore(tmp_path / "runs.db")
-    runtime = Runtime(store)
-    runtime.register(lambda: WorkflowBuilder("says", start=Says("says")).build())
-    await runtime.list_runs()
+    store, runtime = await says_runtime(tmp_path)
     written: dict[int, int] = {}  # row size -> the thread that inserted it
 
     def traced(statement: str) -> None:
@@ -747,15 +737,7 @@ async def test_a_group_of_big_writes_commits_on_the_worker_thread(tmp_path: Path
     196). A group whose writes add up past its line commits on the worker; a group of small
     writes on the loop (the worker would not group the writes that arrive meanwhile)."""
 
-    class Says(Executor):
-        @handler
-        async def say(self, size: int, ctx: WorkflowContext[Never, str]) -> None:
-            await ctx.yield_output("x" * size)
-
-    store = SqliteStore(tmp_path / "runs.db")
-    runtime = Runtime(store)
-    runtime.register(lambda: WorkflowBuilder("says", start=Says("says")).build())
-    await runtime.list_runs()
+    store, runtime = await says_runtime(tmp_path)
     inserted = checkpoint_inserts(store)
     # (small first: a big group's WAL is then checkpointed there; 14,000 characters each:
     # under what a first version counted -- 1,692 such writes held the loop 176 ms, tester 200)
@@ -787,3 +769,20 @@ def checkpoint_inserts(store: SqliteStore) -> list[tuple[int, bool]]:
 
     store._conn.set_trace_callback(traced)  # type: ignore[union-attr]
     return inserted
+
+
+class Says(Executor):
+    """Outputs ``size`` characters."""
+
+    @handler
+    async def say(self, size: int, ctx: WorkflowContext[Never, str]) -> None:
+        await ctx.yield_output("x" * size)
+
+
+async def says_runtime(tmp_path: Path) -> tuple[SqliteStore, Runtime]:
+    """A runtime with workflow ``says`` over a store on a file in ``tmp_path``, opened."""
+    store = SqliteStore(tmp_path / "runs.db")
+    runtime = Runtime(store)
+    runtime.register(lambda: WorkflowBuilder("says", start=Says("says")).build())
+    await runtime.list_runs()
+    return store, runtime
