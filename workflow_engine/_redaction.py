@@ -31,19 +31,28 @@ scheme before it is left as it is, whatever it is glued to: ``连接https://``, 
 after a bare ``//`` that follows no ASCII word (nor ``/``: a path's ``/tmp//x``), or after a
 scheme whose user comes without ``//`` (``mailto:user@host``). (A password holding ``//`` after
 one of those may end its URL early: RFC 3986 has no ``/`` in a password.)"""
-_URL_END = re.compile(r"[\s\"<>`\u3000-\u303f\uff00-\uffef]")
-"""What ends a URL: a space, a quote or bracket that cannot be in one, CJK punctuation."""
+_URL_END = re.compile(r"[\s\"<>`\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff5b-\uff65]")
+"""What ends a URL: a space, a quote or bracket that cannot be in one, CJK punctuation (not a
+full-width letter: a password may hold one)."""
+_HOST_START = re.compile(r"[\w~-]|%[0-9A-Fa-f]{2}|\[[0-9A-Fa-f:]|\\")
+"""How what follows a URL's ``//`` begins: a host or user -- not a regex's ``([^/?#]+)`` nor a
+format string's ``%s`` (outside tester 204: both were cut as if they were URLs)."""
+_SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-%")
 _QUERY = re.compile(r"[?#]")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 _ESCAPE = re.compile(r"\\+(?:/|u([0-9A-Fa-f]{4}))")
 _USER_ALONE = re.compile(
-    r"(?<![^\s'\"(<\[{=,;|`])[^\s:@/'\"()<>\[\]]+:[^\s@'\"/]+@(?=[A-Za-z0-9\[])"
+    r"(?<![^\s'\"(<\[{=,;|`])[^\s:@/'\"()<>\[\]]+:[^\s'\"/]+@"
+    r"(?=(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+(?![\w.]))"
 )
-"""``user:password@`` before a host with no scheme or ``//`` (httpx's ``URL('user:pw@h:3128')``
-for a proxy written without one)."""
-_PATH_QUERY = re.compile(r"(?<![^\s'\"(\[{=:,])(/[^\s?#\"'<>]*)\?([^\s\"<>]*=[^\s\"<>]*)")
-"""A path without a scheme or host whose query string holds a value (``url:
-/v1/chat?api-key=...``, as urllib3 writes it)."""
+"""``user:password@host:port`` with no scheme or ``//`` (httpx's ``URL('user:pw@h:3128')`` for
+a proxy written without one) -- a port after the host: ``npm:react@18.2.0``, ``Contact:bob@
+example.com`` or ``python:3.12-slim@sha256:4c2c`` are no credentials (tester 204)."""
+_PATH_QUERY = re.compile(
+    r"(?<![^\s'\"(\[{=:,])([^\s?#\"'<>]*/[^\s?#\"'<>]*)\?([^\s\"<>]*=[^\s\"<>]*)"
+)
+"""A path without a scheme (``url: /v1/chat?api-key=...``, as urllib3 writes it; or
+``api.example.com/v1?key=...``) whose query string holds a value."""
 _TRAILING = "'\".,;:!?)]}>"
 """What may follow a URL in prose and is not part of it."""
 
@@ -54,12 +63,13 @@ def without_credentials(text: str) -> str:
     out: list[str] = []
     at = 0
     starts = [m.span() for m in _URL_START.finditer(text)]
+    starts = [(start, rest) for start, rest in starts if _HOST_START.match(text, rest)]
     for i, (start, rest) in enumerate(starts):
         if start < at:  # (inside the URL before it: its query's ``redirect=http://...``)
             continue
         ended = _URL_END.search(text, rest)
         end = ended.start() if ended else len(text)
-        following = starts[i + 1][0] if i + 1 < len(starts) else end
+        following = next((f for f, _ in starts[i + 1 :] if _separated(text, f)), end)
         query = _QUERY.search(text, rest, end)
         if following < (query.start() if query else end):  # the next URL starts first
             end = following
@@ -69,6 +79,19 @@ def without_credentials(text: str) -> str:
     out.append(text[at:])
     cleaned = _USER_ALONE.sub("", "".join(out))
     return _PATH_QUERY.sub(lambda m: m[1] + _given_back("?" + m[2]), cleaned)
+
+
+def _separated(text: str, start: int) -> bool:
+    """Whether the URL opening at ``start`` is one of its own -- its scheme after a space,
+    quote, bracket or separator (``h1,http://...``) -- not part of the URL before it (an
+    encoded ``%3A%2F%2F`` in its password: tester 204)."""
+    at = start
+    while at > 0 and text[at - 1] in _SCHEME_CHARS:
+        at -= 1
+    if at == 0:
+        return True
+    before = text[at - 1]
+    return before.isspace() or before in ",;|'\"()[]{}<>=`" or not before.isascii()
 
 
 def _cleaned(opening: str, rest: str) -> str:
@@ -119,7 +142,12 @@ def _is_user(before: str) -> bool:
     if slash < 0:
         return True
     colon = before.find(":")
-    return 0 <= colon < slash and not before[colon + 1 : slash].isdigit()
+    if not 0 <= colon < slash:
+        return False
+    name = before[:colon]
+    # digits after a host's name are its port; after a user's, its password (tester 204)
+    is_host = "." in name or name == "localhost" or name.startswith("[")
+    return not (is_host and before[colon + 1 : slash].isdigit())
 
 
 def _given_back(dropped: str) -> str:

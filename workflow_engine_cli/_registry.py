@@ -16,6 +16,7 @@ answers never changes the graph, so the run's signature holds either way.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -184,7 +185,11 @@ def _check_endpoint(url: str | None) -> None:
         parts = urlsplit(url or "")
         parts.port  # noqa: B018 (it raises for a port that is not one)
     except ValueError as exc:
-        why = str(exc)
+        # (urllib quotes what it could not read as a port: with a password holding an
+        # unencoded "#", "?" or "/", that is the password -- printed: outside tester 204)
+        why = re.sub(r" as '.*'", "", str(exc))
+        if "could not be cast" in why:
+            why += " (a password holding '#', '?' or '/' is written percent-encoded)"
     else:
         if parts.scheme not in ("http", "https"):
             why = "it does not start with http:// or https://"

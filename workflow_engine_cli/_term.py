@@ -309,7 +309,7 @@ class Terminal:
         if not stdin_is_tty():  # (answers piped in: nothing echoed them -- the next line ran
             # on after the prompt, and a transcript kept no answer: outside tester 203)
             with contextlib.suppress(OSError):
-                self.out.write(f"{clean(answer)}\n")
+                self.out.write(f"{clean(answer.rstrip(chr(13)))}\n")  # (a CRLF line's \r)
                 self.out.flush()
         return answer
 

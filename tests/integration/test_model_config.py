@@ -308,6 +308,9 @@ def test_an_unreachable_endpoint_is_named_without_its_credentials(cli: Cli) -> N
         f"{url}?api-version=SECRETKEY",
         f"{url}#FRAGX",
         "http://al:PASSWD@127.0.0.1:99999/v1",
+        # (a password with an unencoded "#" or "/": urllib quoted it as the port: tester 204)
+        "https://bob:PASSWD#x@api.example.com/v1",
+        "https://bob:PASSWD/x@api.example.com/v1",
     ):
         refused = cli.expect(2, "demo", "handoff", "-m", REFUND, "--base-url", odd)
         for secret in ("alice", "hunter2", "SECRETKEY", "FRAGX", "PASSWD"):

@@ -52,6 +52,13 @@ CLEANED = [
     ("1https://u:SECRET@h and éhttps://u:SECRET@h", "1https://h and éhttps://h"),
     ("https%253A%252F%252Fal%253ASECRET%2540h", "https://h"),
     ("请求 https://h/v1?x=SECRET\uff0c请检查配置", "请求 https://h/v1\uff0c请检查配置"),
+    # (outside tester 204)
+    ("proxy bob:p@SECRET@proxy.local:3128", "proxy proxy.local:3128"),
+    ("https://bob:x%3A%2F%2FSECRET@h.example", "https://h.example"),
+    ("https://bob:\uff53SECRET@h.example", "https://h.example"),
+    ("api.example.com/v1/chat?api-key=SECRET now", "api.example.com/v1/chat now"),
+    ("url=v1/chat?api-key=SECRET", "url=v1/chat"),
+    ("https://bob:123/SECRET@h/v1", "https://h/v1"),
 ]
 
 KEPT = [
@@ -60,7 +67,7 @@ KEPT = [
     "tried <http://h1/a?x=1>,<http://h2/b>",
     "is it at http://h/v1? Is the server running?",
     "path /tmp//x?y and a//b@c and error: x@y and file:///etc/passwd",
-    "http://h:8080/users/bob@example.com/x",
+    "http://h.example:8080/users/bob@example.com/x",
     "http://h/v1/users/bob@example.com",
     "http://[::1]:8080/v1",
     "ValueError: expected 3 items, got 2",
@@ -68,6 +75,13 @@ KEPT = [
     "regex '^a\\/b$' and '\\u0026' and C:\\temp\\u0040home",
     '{"url": "http:\\/\\/h\\/v1"}',  # (an escaped URL with nothing to leave out: as written)
     "meet at 10:30 @room and error: x@y",
+    # (outside tester 204: package and image references, an email after a word, a regex and a
+    # format string were cut as credentials or URLs)
+    "npm:react@18.2.0 could not be resolved",
+    "image python:3.12-slim@sha256:4c2c2b0a not found",
+    "asset:logo@2x.png missing; Contact:bob@example.com; user:group@2x",
+    "regex ^https?:\\/\\/([^/?#]+) and pattern 'https?://[^/?#]+'",
+    "format '%s://%s:%s@%s'",
 ]
 
 
