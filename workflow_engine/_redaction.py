@@ -34,9 +34,10 @@ one of those may end its URL early: RFC 3986 has no ``/`` in a password.)"""
 _URL_END = re.compile(r"[\s\"<>`\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff5b-\uff65]")
 """What ends a URL: a space, a quote or bracket that cannot be in one, CJK punctuation (not a
 full-width letter: a password may hold one)."""
-_HOST_START = re.compile(r"[\w~-]|%[0-9A-Fa-f]{2}|\[[0-9A-Fa-f:]|\\")
-"""How what follows a URL's ``//`` begins: a host or user -- not a regex's ``([^/?#]+)`` nor a
-format string's ``%s`` (outside tester 204: both were cut as if they were URLs)."""
+_HOST_START = re.compile(r"[\w~:-]|%[0-9A-Fa-f]{2}|\[[0-9A-Fa-f:]")
+"""How what follows a URL's ``//`` begins: a host or user (an empty one: ``redis://:pw@h``) --
+not a regex's ``([^/?#]+)`` or ``\\w+:\\w+@``, nor a format string's ``%s`` (outside testers
+204, 205: they were cut as if they were URLs)."""
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-%")
 _QUERY = re.compile(r"[?#]")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -49,7 +50,8 @@ _USER_ALONE = re.compile(
 a proxy written without one) -- a port after the host: ``npm:react@18.2.0``, ``Contact:bob@
 example.com`` or ``python:3.12-slim@sha256:4c2c`` are no credentials (tester 204)."""
 _PATH_QUERY = re.compile(
-    r"(?<![^\s'\"(\[{=:,])([^\s?#\"'<>]*/[^\s?#\"'<>]*)\?([^\s\"<>]*=[^\s\"<>]*)"
+    r"(?<![^\s'\"(\[{=:,])((?:/|[\w.-]+(?::[0-9]+)?/)[^\s?#\"'<>]*)"
+    r"\?([\w.~%-]+=[^\s\"<>]*)"
 )
 """A path without a scheme (``url: /v1/chat?api-key=...``, as urllib3 writes it; or
 ``api.example.com/v1?key=...``) whose query string holds a value."""
@@ -91,7 +93,8 @@ def _separated(text: str, start: int) -> bool:
     if at == 0:
         return True
     before = text[at - 1]
-    return before.isspace() or before in ",;|'\"()[]{}<>=`" or not before.isascii()
+    # (a ``/``: a URL in another's path -- an archive's, a proxy's: tester 205)
+    return before.isspace() or before in ",;|'\"()[]{}<>=`/" or not before.isascii()
 
 
 def _cleaned(opening: str, rest: str) -> str:

@@ -175,6 +175,19 @@ class ChatModel:
         )
 
 
+def _shown_endpoint(url: str) -> str:
+    """An endpoint that is no address, as a refusal says it: without anything before its last
+    ``@`` either, where no URL's user and password could be told apart (``http:/bob:pw@h``,
+    ``http:///bob:pw@h``: outside tester 205)."""
+    shown = public_url(url)
+    if "@" not in shown:
+        return shown
+    scheme, colon, _ = shown.partition(":")
+    return (
+        f"{scheme}{colon}…@{shown.rpartition('@')[2]}" if colon else f"…@{shown.rpartition('@')[2]}"
+    )
+
+
 def _check_endpoint(url: str | None) -> None:
     """An endpoint a client can reach: ``http://[::1`` was an internal error (exit 1), and
     ``notaurl`` or ``http://x:99999`` a run stored as failed (outside tester 167)."""
@@ -201,7 +214,7 @@ def _check_endpoint(url: str | None) -> None:
             why = "it holds a query string or fragment, which the client's paths would follow"
     if why:
         raise ModelConfigError(
-            f"the model endpoint {visible(public_url(url or ''))} (--base-url or "
+            f"the model endpoint {visible(_shown_endpoint(url or ''))} (--base-url or "
             f"OPENAI_BASE_URL) is not an address: {why}; e.g. http://localhost:8000/v1"
         )
 

@@ -311,6 +311,10 @@ def test_an_unreachable_endpoint_is_named_without_its_credentials(cli: Cli) -> N
         # (a password with an unencoded "#" or "/": urllib quoted it as the port: tester 204)
         "https://bob:PASSWD#x@api.example.com/v1",
         "https://bob:PASSWD/x@api.example.com/v1",
+        # (an empty user, a slash too few or too many: tester 205)
+        "http://:PASSWD@127.0.0.1:99999",
+        "http:/bob:PASSWD@host",
+        "http:///bob:PASSWD@host",
     ):
         refused = cli.expect(2, "demo", "handoff", "-m", REFUND, "--base-url", odd)
         for secret in ("alice", "hunter2", "SECRETKEY", "FRAGX", "PASSWD"):

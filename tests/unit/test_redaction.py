@@ -59,6 +59,16 @@ CLEANED = [
     ("api.example.com/v1/chat?api-key=SECRET now", "api.example.com/v1/chat now"),
     ("url=v1/chat?api-key=SECRET", "url=v1/chat"),
     ("https://bob:123/SECRET@h/v1", "https://h/v1"),
+    # (outside tester 205: an empty user, a URL in another's path)
+    ("for url 'https://:SECRET@api.example/v1/chat'", "for url 'https://api.example/v1/chat'"),
+    (
+        "connecting to redis://:SECRET@redis.example:6379/0.",
+        "connecting to redis://redis.example:6379/0.",
+    ),
+    (
+        "https://web.archive.org/web/2020/https://bob:SECRET@api.example/x",
+        "https://web.archive.org/web/2020/https://api.example/x",
+    ),
 ]
 
 KEPT = [
@@ -82,6 +92,10 @@ KEPT = [
     "asset:logo@2x.png missing; Contact:bob@example.com; user:group@2x",
     "regex ^https?:\\/\\/([^/?#]+) and pattern 'https?://[^/?#]+'",
     "format '%s://%s:%s@%s'",
+    # (outside tester 205: patterns in a validation error, a lookahead, code)
+    "String should match pattern '^postgres://\\w+:\\w+@[\\w.]+/\\w+$'",
+    "pattern '^redis://\\S+@\\S+:\\d+$' and no match for ^/v1/?(?=[a-z])",
+    "Traceback line 3: fn(a=1)/2?b=3",
 ]
 
 
