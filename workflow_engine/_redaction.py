@@ -4,13 +4,13 @@ An error raised by a step -- a tool, a model client, a library under them -- may
 whole: a model endpoint's user and password, an ``?api-key=...``. An AG-UI ``RUN_ERROR`` goes to
 every client of the thread, so the server says such URLs without their user, password, query
 string and fragment (its log keeps the text whole); the command line says a model endpoint so,
-and a run records it so. The text is the exception's own, in whatever form
-the code that raised it wrote the URL -- with or without a scheme, glued to the words before
-it, inside quotes or brackets, several in a row, escaped as JSON or ``repr`` write it,
-percent-encoded (once or twice) inside another URL, or ``user:password@host`` alone as httpx
-names a proxy -- so each of those is read here. Only what is cleaned changes: the text around
-a URL, and a URL that holds nothing to leave out, stay as they were written (a ``%3d`` in a
-format string, a ``\\/`` in a regex, the punctuation after a URL).
+and a run records it so. The text is the exception's own, in whatever form the code that
+raised it wrote the URL -- with or without a scheme, glued to the words before it, inside
+quotes or brackets, several in a row, one in another's path, escaped as JSON or ``repr`` write
+it, percent-encoded (once or twice) inside another URL, or ``user:password@host:port`` alone
+as httpx names a proxy -- so each of those is read here. Only what is cleaned changes: the
+text around a URL, and a URL that holds nothing to leave out, stay as they were written (a
+``%3d`` in a format string, a ``\\/`` in a regex, the punctuation after a URL).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ _HOST_START = re.compile(r"[\w~:-]|%[0-9A-Fa-f]{2}|\[[0-9A-Fa-f:]")
 not a regex's ``([^/?#]+)`` or ``\\w+:\\w+@``, nor a format string's ``%s`` (outside testers
 204, 205: they were cut as if they were URLs)."""
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-%")
+"""What a scheme (or its percent-encoded ``:``) is written with (see ``_separated``)."""
 _QUERY = re.compile(r"[?#]")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 _ESCAPE = re.compile(r"\\+(?:/|u([0-9A-Fa-f]{4}))")
