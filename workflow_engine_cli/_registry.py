@@ -212,6 +212,11 @@ def _check_endpoint(url: str | None) -> None:
             # (the client adds its paths to the endpoint: .../v1?api-version=x/chat/completions,
             # a run stored that failed at its first call -- outside tester 203)
             why = "it holds a query string or fragment, which the client's paths would follow"
+        elif any(c.isspace() for c in parts.netloc) or ".." in parts.hostname:
+            # (a run was stored, and failed at its first call: outside tester 205)
+            why = "its host is not a name: it holds a space or an empty label"
+        elif parts.port == 0:
+            why = "port 0 is no port a server listens on"
     if why:
         raise ModelConfigError(
             f"the model endpoint {visible(_shown_endpoint(url or ''))} (--base-url or "
