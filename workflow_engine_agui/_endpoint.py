@@ -1380,31 +1380,18 @@ class AGUIService:
         async def execute() -> None:
             stream = runtime.resume_stream(run_id)
             ended = _Ended()
-            left_behind, why = False, ""  # the client fell behind (why): none kept since
-            sent = taken = 0  # events sent to the client's stream, and taken from it
-            reading_at = time.monotonic()  # when it last took one, ``limit`` behind
+            pace = _ClientPace(limit)
+            why: str | None = None  # why the client was left behind: no event kept since
             with send, self._started(run_id, placeholder):
                 try:
                     with scope:
                         async with aclosing(stream):
                             async for event in stream:
                                 self._starting.discard(run_id)  # its first event: lease taken
-                                if left_behind:
-                                    continue
-                                unread = send.statistics().current_buffer_used
-                                if unread >= limit:
-                                    now = time.monotonic()
-                                    if sent - unread != taken:  # it reads: not stalled
-                                        taken, reading_at = sent - unread, now
-                                    stalled = now - reading_at >= STALLED_SECONDS
-                                    if stalled or unread >= _BEHIND_AT_MOST * limit:
-                                        left_behind = True
-                                        why = (
-                                            f"took none of {unread} unread events for "
-                                            f"{STALLED_SECONDS:g} s"
-                                            if stalled
-                                            else f"fell {unread} events behind"
-                                        )
+                                if why is None:
+                                    unread = send.statistics().current_buffer_used
+                                    why = pace.left_behind(unread)
+                                    if why is not None:
                                         log.warning(
                                             "run %r: its client left %d events unread; the "
                                             "run goes on without its stream",
@@ -1412,13 +1399,13 @@ class AGUIService:
                                             unread,
                                         )
                                         continue
-                                with suppress(anyio.BrokenResourceError):  # no one reads now
-                                    send.send_nowait(event)
-                                    sent += 1
+                                    with suppress(anyio.BrokenResourceError):  # no one reads
+                                        send.send_nowait(event)
+                                        pace.sent += 1
                         ended.result = stream.result
                 except Exception as exc:  # the relay reports it (RUN_ERROR)
                     ended.error = exc
-                if left_behind and ended.error is None:
+                if why is not None and ended.error is None:
                     ended.error = AGUIError(
                         "client_too_slow",
                         f"this stream {why} of run {run_id}, which went on without it (not "
@@ -2098,6 +2085,33 @@ def add_agui_endpoint(
 
     _drain_at_shutdown(app, service)
     return service
+
+
+class _ClientPace:
+    """How far a stream's client is behind its run's events (see ``_execute``)."""
+
+    __slots__ = ("limit", "reading_at", "sent", "taken")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.sent = 0  # events sent to the client's stream
+        self.taken = 0  # of them, taken by the client when last looked at
+        self.reading_at = time.monotonic()  # when it was last seen taking one
+
+    def left_behind(self, unread: int) -> str | None:
+        """Why the client is to be left behind with ``unread`` events waiting for it -- it took
+        none of ``limit`` for ``STALLED_SECONDS``, or fell ``_BEHIND_AT_MOST`` times as far
+        behind; None: it keeps up."""
+        if unread < self.limit:
+            return None
+        now = time.monotonic()
+        if self.sent - unread != self.taken:  # it reads: not stalled
+            self.taken, self.reading_at = self.sent - unread, now
+        if now - self.reading_at >= STALLED_SECONDS:
+            return f"took none of {unread} unread events for {STALLED_SECONDS:g} s"
+        if unread >= _BEHIND_AT_MOST * self.limit:
+            return f"fell {unread} events behind"
+        return None
 
 
 def _said_if_it_failed(task: asyncio.Task[None]) -> None:

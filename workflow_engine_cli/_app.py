@@ -1616,10 +1616,11 @@ def serve(
     except OSError as exc:
         print_error(f"cannot listen on {_in_url(host)}:{port}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_CANNOT_LISTEN) from None
-    if (problem := _address_problem(address)) is not None:
+    bound_ip = ipaddress.ip_address(address.partition("%")[0])
+    if (problem := _address_problem(bound_ip)) is not None:
         print_error(f"--host {given!r} {problem}")
         raise typer.Exit(EXIT_USAGE)
-    if not ipaddress.ip_address(address.partition("%")[0]).is_loopback and not token:
+    if not bound_ip.is_loopback and not token:
         named = host if host == address else f"{host} ({address})"
         print_error(
             f"binding {named} exposes the server beyond this machine; "
@@ -1886,12 +1887,8 @@ def _host_problem(host: str) -> str | None:
         found = ipaddress.ip_address(inner)
     except ValueError:
         found = None
-    if bracketed:
-        return (
-            None
-            if found is not None and found.version == 6
-            else ("is not an IPv6 address (brackets hold one, as in [::1])")
-        )
+    if bracketed and (found is None or found.version != 6):
+        return "is not an IPv6 address (brackets hold one, as in [::1])"
     if found is not None:
         return None
     if ":" in host or "[" in host or "]" in host:
@@ -1921,11 +1918,10 @@ def _bind_address(host: str) -> tuple[int, str]:
     return family, address
 
 
-def _address_problem(address: str) -> str | None:
+def _address_problem(found: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str | None:
     """An address no one can reach a server at (it was bound, and its URL logged)."""
-    found = ipaddress.ip_address(address.partition("%")[0])
     if found.is_multicast:
-        return f"is a multicast address ({address}), not one of this machine's"
+        return f"is a multicast address ({found}), not one of this machine's"
     if found == ipaddress.IPv4Address("255.255.255.255"):
         return "is the broadcast address, not one of this machine's"
     return None

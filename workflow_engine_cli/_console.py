@@ -614,7 +614,7 @@ class AnswerPolicy:
         schema = _schema(request.response_type)
         kind = _answer_kind(schema)
         transcript = self._transcript()  # (the question too: "Answer: ..." alone said little)
-        for term in (self.term, transcript) if transcript is not None else (self.term,):
+        for term in [self.term] if transcript is None else [self.term, transcript]:
             term.line((f"Request {request.port_id}", "bold"), " is waiting for an answer:")
             for label, value in _fields(request.data):
                 term.line(f"  {label}: " if label else "  ", value, indent=4)

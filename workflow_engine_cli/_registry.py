@@ -182,10 +182,9 @@ def _shown_endpoint(url: str) -> str:
     shown = public_url(url)
     if "@" not in shown:
         return shown
-    scheme, colon, _ = shown.partition(":")
-    return (
-        f"{scheme}{colon}…@{shown.rpartition('@')[2]}" if colon else f"…@{shown.rpartition('@')[2]}"
-    )
+    head, colon, _ = shown.partition(":")
+    scheme = head + colon if colon else ""
+    return f"{scheme}…@{shown.rpartition('@')[2]}"
 
 
 def _check_endpoint(url: str | None) -> None:
@@ -304,8 +303,9 @@ def _recorded_endpoint(recorded: ModelConfig, env: Mapping[str, str], started: s
         return base_url
     whole = env.get(recorded.base_url_env)
     if whole:
-        same = public_url(whole).rstrip("/") == base_url.rstrip("/")
-        if same and whole != public_url(whole):
+        public = public_url(whole)
+        same = public.rstrip("/") == base_url.rstrip("/")
+        if same and whole != public:
             return whole
         # (the endpoint without its credentials was taken, and the run went on without them:
         # outside tester 203)
