@@ -424,7 +424,7 @@ class SlowModel(ThreadingHTTPServer):
 
         super().__init__(("127.0.0.1", 0), Handler)
         self.think, self.per_word = think, per_word
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.01,), daemon=True)
 
     def __enter__(self) -> SlowModel:
         self.thread.start()

@@ -163,7 +163,8 @@ class FakeOpenAIServer(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.requests: list[dict[str, Any]] = []
-        self._thread = threading.Thread(target=self.serve_forever, daemon=True)
+        # polled every 10 ms: shutdown() waits for the next poll (0.5 s by default, per test)
+        self._thread = threading.Thread(target=self.serve_forever, args=(0.01,), daemon=True)
 
     @property
     def base_url(self) -> str:

@@ -1496,6 +1496,7 @@ def test_a_reply_replayed_after_a_failure_keeps_its_message_id_when_the_server_g
     assert sorted(after.values()) == ["All done.", "Refunded."], after
 
 
+@pytest.mark.slow  # (~7 s: the run must outlast STALLED_SECONDS with its client silent)
 def test_a_client_that_does_not_read_is_left_behind_and_the_run_goes_on(tmp_path: Path) -> None:
     """A client that posted and then read nothing: the server kept every event of its run for
     it -- 60 MB for a run of 3,000 supersteps, memory growing with the run (left open since

@@ -211,7 +211,7 @@ class RefusingEndpoint(ThreadingHTTPServer):
                 self.wfile.write(body.encode())
 
         super().__init__(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.serve_forever, args=(0.01,), daemon=True)
         self.thread.start()
 
     @property

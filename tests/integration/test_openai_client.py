@@ -100,7 +100,7 @@ class BreaksOffMidReply(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
 
     def __enter__(self) -> BreaksOffMidReply:
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(target=self.serve_forever, args=(0.01,), daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
