@@ -17,10 +17,10 @@ from pydantic import ValidationError
 from workflow_engine import Checkpoint, CheckpointDelta
 from workflow_engine._checkpoint import (
     CHECKPOINT_SCHEMA_VERSION,
-    CheckpointSpan,
     apply_deltas,
     apply_span,
     newer_version_refusal,
+    read_span,
     version_refusal,
 )
 from workflow_engine._errors import CheckpointVersionError, StoreCorruptError, shown
@@ -160,7 +160,7 @@ def fold_chain(
                     put_lists_back(snapshot, where_lists, lists, list_items, stored)
             elif kind == "span" and snapshot is not None:
                 # it holds everything up to it: deltas before it (none are read) are moot
-                span = CheckpointSpan.model_validate_json(body)
+                span = read_span(body)
                 # (what it is applied to was parsed or built by this fold: extended in place)
                 snapshot, deltas = apply_span(snapshot, span, consume_base=True), []
                 recorded = span.written_before

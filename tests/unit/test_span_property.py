@@ -11,7 +11,13 @@ from hypothesis import strategies as st
 
 from tests.unit.retyping import retyped
 from workflow_engine import Checkpoint, WorkflowRunState
-from workflow_engine._checkpoint import CheckpointSpan, MessageRecord, apply_span, span_of
+from workflow_engine._checkpoint import (
+    CheckpointSpan,
+    MessageRecord,
+    apply_span,
+    read_span,
+    span_of,
+)
 
 leaf = st.one_of(
     st.integers(-2, 2),
@@ -112,6 +118,7 @@ def test_a_span_rebuilds_its_checkpoint_exactly(data: st.DataObject) -> None:
     assert span is not None
     event(f"messages kept: {len(span.messages_kept)}")
     stored = CheckpointSpan.model_validate_json(span.model_dump_json())
+    assert read_span(span.model_dump_json()) == stored  # as a store's fold reads it
     assert apply_span(base, stored).model_dump_json() == cp.model_dump_json()
     # as a fold applies it: to a base of its own (parsed), extended in place
     parsed_base = Checkpoint.model_validate_json(base.model_dump_json())
