@@ -31,7 +31,7 @@ MAX_STORED_DEPTH = 256
 levels, so anything deeper was not written by the engine -- and ``json.loads`` recurses once per
 level, so a column of ``[[[[...`` would otherwise end in ``RecursionError``."""
 
-_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?')  # (one left open: read once, see _input)
 _BRACKET = re.compile(r"[\[\]{}]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abcdefABCDEF]")
 

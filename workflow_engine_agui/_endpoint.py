@@ -125,6 +125,7 @@ from workflow_engine.executors._host import INVOCATION_KWARGS_KEY
 from workflow_engine.executors._tools import call_arguments
 
 from ._http import (
+    MESSAGE_CHARS,
     AGUIError,
     ClientGoneError,
     bounded,
@@ -159,6 +160,8 @@ from ._interrupts import (
 __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 
 log = logging.getLogger(__name__)
+_READ_PAST = 8_192
+"""How far past what a client is shown of an error the server reads it (``_for_clients``)."""
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
 WorkflowFactory = Callable[[str], Workflow]
@@ -800,8 +803,7 @@ class AGUIService:
             log.warning("thread %r: RUN_ERROR %s: %r", thread_id, exc.code, bounded(text))
             for out in translator.close_all():
                 yield out
-            # (cleaned whole, then cut: cut first, a URL's password could be left half -- 199)
-            told = bounded(self._for_clients(text))
+            told = self._for_clients(text)
             yield RunErrorEvent(message=told, code=exc.code)
         except Exception as exc:  # a bug: the client still gets a well-formed end of stream
             log.exception("AG-UI run on thread %r failed", thread_id)
@@ -812,18 +814,24 @@ class AGUIService:
                 code="internal_error",
             )
 
-    def _for_clients(self, message: str) -> str:
+    def _for_clients(self, whole: str) -> str:
         """An error's message as any client may read it: without what only the server's
         operator needs -- a worker's token (its host and process id) and the database's path,
-        which the log keeps (outside tester 190)."""
-        message = _WORKER_TOKEN.sub(r"\1", message)
+        which the log keeps (outside tester 190) -- and cut to ``MESSAGE_CHARS``.
+
+        Cleaned, then cut: cut first, a URL's password could be left half (tester 199). Only
+        ``_READ_PAST`` characters past the cut are read -- the message may quote what a client
+        sent, a megabyte (tester 207) -- so a URL begun before the cut whose user and password
+        run on past that would be shown as written up to the cut."""
+        read = whole[: MESSAGE_CHARS + _READ_PAST]
+        message = _WORKER_TOKEN.sub(r"\1", read)
         message = without_credentials(message)  # (a URL's user, password, query: 195-200)
         path = getattr(self.store, "path", None)
         if path is not None:
             named = str(path)
             message = message.replace(f"database {named}", "database")
             message = message.replace(named, "the database")
-        return message
+        return bounded(message, left_out=len(whole) - len(read))
 
     async def _prepare(
         self,

@@ -1592,7 +1592,7 @@ def serve(
 
         from workflow_engine_agui._http import normalize_origin
 
-        from ._server import create_app, is_loopback, token_problem
+        from ._server import create_app, is_loopback, token_problem, unmapped
     except ImportError as exc:
         print_error(
             f"serve needs the server extra ({exc.name or exc} is not installed): "
@@ -1616,7 +1616,7 @@ def serve(
     except OSError as exc:
         print_error(f"cannot listen on {_in_url(host)}:{port}: {exc.strerror or exc}")
         raise typer.Exit(EXIT_CANNOT_LISTEN) from None
-    bound_ip = ipaddress.ip_address(address.partition("%")[0])
+    bound_ip = unmapped(ipaddress.ip_address(address.partition("%")[0]))
     if (problem := _address_problem(bound_ip)) is not None:
         print_error(f"--host {given!r} {problem}")
         raise typer.Exit(EXIT_USAGE)

@@ -24,9 +24,9 @@ from fastapi.responses import JSONResponse
 
 from workflow_engine.storage import SqliteStore
 from workflow_engine_agui import add_agui_endpoint
-from workflow_engine_agui._http import BrowserGuard, is_loopback
+from workflow_engine_agui._http import BrowserGuard, is_loopback, unmapped
 
-__all__ = ["authorization", "create_app", "is_loopback", "token_problem"]
+__all__ = ["authorization", "create_app", "is_loopback", "token_problem", "unmapped"]
 
 
 def token_problem(token: str) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -543,6 +544,48 @@ def test_deeply_nested_json_is_a_400(client: Client, server: Server, where: str)
     assert store_state(server.db) == before
     ok = client.post("/support", json.loads(shallow.replace('"@"', nested(40))))
     assert ok.status == 200 and ok.last.type == EventType.RUN_FINISHED
+
+
+def _while_answering(server: Server, attack: Any) -> Any:
+    """``attack()``'s answer, with ``/health`` asked while the server handles it: answered in
+    seconds, not after the attack."""
+    answers: list[Any] = []
+    worker = threading.Thread(target=lambda: answers.append(attack()), daemon=True)
+    worker.start()
+    time.sleep(0.2)  # (the attack's bytes are in)
+    health = httpx.get(f"{server.url}/health", timeout=5)
+    assert health.status_code == 200, health.text
+    worker.join(timeout=30)
+    assert answers, "the attack was not answered in 30 s"
+    return answers[0]
+
+
+def test_text_a_pattern_could_read_again_and_again_holds_no_one_up(
+    client: Client, server: Server
+) -> None:
+    """Bodies under the size limit whose reading took time growing with the square of their
+    length, on the server's one loop: a JSON string left open (120 KB of ``\\"`` held every
+    client 45 s), and a resume payload's unexpected key that the RUN_ERROR quotes (300 KB of
+    ``a:,a:`` read 46 s for URLs to clean: outside tester 207). Each is answered at once, and
+    ``/health`` meanwhile."""
+    before = store_state(server.db)
+    open_string = b'"' + b'\\"' * 300_000
+    answer = _while_answering(server, lambda: post_raw(server, open_string, JSON))
+    refused_http(answer, 422, "malformed_json")
+    assert store_state(server.db) == before
+    thread_id = thread()
+    interrupt = pause(client, thread_id)
+    key = "a:" + ",a:" * 150_000
+    payload = {"accepted": True, key: 1}
+    stream = _while_answering(
+        server, lambda: client.resume("/support", thread_id, resolved(interrupt.id, payload))
+    )
+    refused_stream(stream, "invalid_resume_payload")
+    message = stream.events[-1].message
+    assert "unexpected key" in message and message.endswith(" more characters)"), message[-80:]
+    assert len(message) < 2_100, len(message)
+    done = client.resume("/support", thread_id, resolved(interrupt.id, {"accepted": True}))
+    assert done.last.type == EventType.RUN_FINISHED, done.describe()
 
 
 # --- 4. lone surrogates and bytes that are not UTF-8 --------------------------------------------

@@ -951,3 +951,35 @@ def test_serve_logs_a_url_its_guard_answers_for_a_loopback_name_it_does_not_know
     finally:
         server.terminate()
         server.communicate(timeout=30)
+
+
+def test_serve_takes_an_ipv4_loopback_address_written_as_ipv6_for_loopback(
+    tmp_path: Path,
+) -> None:
+    """``::ffff:127.0.0.1`` is 127.0.0.1, which Python 3.11 does not read as loopback: ``serve
+    --host`` refused it without a token ("exposes the server beyond this machine"), and a
+    request to ``http://[::ffff:127.0.0.1]:PORT`` was refused ``host_not_allowed`` (outside
+    tester 207). It is served, and answered, as loopback."""
+    db = str(tmp_path / "db")
+    serve = [str(ENGINE), "serve", "--host", "::ffff:127.0.0.1", "--port", "0", "--db", db]
+    server = subprocess.Popen(serve, stderr=subprocess.PIPE, text=True, env=Cli(tmp_path).env)
+    try:
+        said = ""
+        deadline = time.monotonic() + 30
+        while "AG-UI endpoints" not in said and time.monotonic() < deadline:
+            assert server.stderr is not None
+            line = server.stderr.readline()
+            assert line or server.poll() is None, said
+            said += line
+        found = re.search(r"AG-UI endpoints: (http://\S+)/support", said)
+        assert found and found[1].startswith("http://[::ffff:127.0.0.1]:"), said
+        body = {
+            "threadId": "t",
+            "runId": "r",
+            "messages": [{"id": "m", "role": "user", "content": "hi"}],
+        }
+        reply = httpx.post(f"{found[1]}/support", json=body, timeout=30)
+        assert reply.status_code == 200, reply.text
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
