@@ -176,6 +176,9 @@ class _LeasedStore:
         was stored): the rested run is cancelled next, as its requester was promised."""
         self.before: RunRecord | None = None
         """The run as it was before this lease was taken (its status and error)."""
+        self.applying = False
+        """The lease was taken to apply answers to a paused run, which the store marked
+        ``in_progress`` as it took it (see ``RunStore.acquire_latest``)."""
         self.cut_off_steps: Sequence[InDoubtEffect] | None = None
         """The steps the run stopped in the middle of (their intent journaled, no result): the
         runner asks about them before its next superstep (``RunLoop.cut_off``); None: not
@@ -865,9 +868,11 @@ class Runtime:
 
     async def _restore_status(self, sink: _LeasedStore) -> None:
         """Give the run back the status it had before ``sink``'s lease (nothing ran under it):
-        it is not left looking interrupted."""
+        it is not left looking interrupted. Taken for any other reason than to apply answers,
+        the lease did not change it, and the run is not written: a refused resume made it the
+        run updated last (outside tester 206)."""
         before = sink.before
-        if before is not None and before.status is not WorkflowRunState.IN_PROGRESS:
+        if before is not None and sink.applying:
             with anyio.CancelScope(shield=True), contextlib.suppress(WorkflowError):
                 sink.lease = await self.store.set_status(sink.lease, before.status, before.error)
 
@@ -916,6 +921,7 @@ class Runtime:
         wf, before = chosen
         sink = self._sink(wf, lease, streaming=streaming)
         sink.before = before
+        sink.applying = bool(answered) and before.status is _WAITING
         return wf, sink, (checkpoint, answered)
 
     def _resumable(
@@ -1199,6 +1205,7 @@ class Runtime:
         wf, before = chosen
         sink = self._sink(wf, lease)
         sink.before = before
+        sink.applying = bool(answered) and before.status is _WAITING
         loaded = (checkpoint, answered)
         execute = functools.partial(self._execute_from, wf, sink, loaded, max_supersteps)
         result = await self._executing_then_released(sink, execute)

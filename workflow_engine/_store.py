@@ -327,7 +327,9 @@ class RunStore(Protocol):
         check: Callable[[RunRecord], None] | None = None,
     ) -> Acquired:
         """What resuming needs, atomically: the run, its lease, its latest checkpoint and its
-        answered requests. ``check(run)`` runs first; whatever it raises aborts, nothing written."""
+        answered requests. ``check(run)`` runs first; whatever it raises aborts, nothing written.
+        A run resting paused with answers waiting is marked ``in_progress`` as its lease is
+        taken (it runs from now on, to apply them); no other status changes."""
         ...
 
     async def answer_and_acquire(

@@ -10,6 +10,7 @@ run as stored (``decoded=False``); nothing is written; and the code the run star
 continues it.
 """
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -380,3 +381,70 @@ def test_a_subclass_whose_module_a_new_process_has_not_imported_is_named_so(
     assert "fits several subclasses" in both["message"], both
     assert "the stored value is intact" in both["message"], both
     assert app("imported") == {"outputs": ["Hidden(x=1, secret='kept')"]}
+
+
+def question_class(*, field_added: bool) -> type[BaseModel]:
+    class Question(BaseModel):  # (one name, one place: the same class to the workflow's graph)
+        __workflow_type__ = "Question"
+        text: str
+        if field_added:
+            urgent: bool
+
+    return Question
+
+
+def asker(question: type[BaseModel]) -> WorkflowBuilder:
+    class Asker(Executor):
+        @handler
+        async def ask(self, text: str, ctx: WorkflowContext[str, str]) -> None:
+            await ctx.request_info(question.model_construct(text=text), bool)
+
+        @response_handler
+        async def answered(
+            self,
+            asked: question,  # type: ignore[valid-type]
+            ok: bool,
+            ctx: WorkflowContext[str, str],
+        ) -> None:
+            await ctx.yield_output(f"{asked.text}: {ok}")  # type: ignore[attr-defined]
+
+    return WorkflowBuilder("asker", start=Asker("asker")).register_types(question)
+
+
+async def test_a_resume_refused_for_a_changed_question_writes_nothing(tmp_path: Path) -> None:
+    """A paused run whose question's class gained a field: ``respond`` and ``resume`` are
+    refused, and the run's row was written all the same (its status again, with a new update
+    time: it moved to the end of ``runs list`` as the run updated last -- outside tester 206).
+    It is left as it was; the code the run started with answers and continues it."""
+    db = tmp_path / "runs.db"
+    old = Runtime(SqliteStore(db))
+    old.register(lambda: asker(question_class(field_added=False)).build())
+    try:
+        paused = await old.run("asker", "refund order 7?")
+        (request,) = paused.pending_requests
+    finally:
+        await old.close()
+
+    new = Runtime(SqliteStore(db))
+    new.register(lambda: asker(question_class(field_added=True)).build())
+    try:
+        before = await new.store.get_run(paused.run_id)
+        with pytest.raises(StoredTypeChangedError):
+            await new.respond(request.request_id, True)
+        for _ in range(2):
+            with pytest.raises(StoredTypeChangedError) as raised:
+                await new.resume(paused.run_id)
+            assert "urgent" in str(raised.value), raised.value
+        after = await new.store.get_run(paused.run_id)
+        # (but for its count of leases taken, which fences writers: each took one)
+        assert dataclasses.replace(after, version=before.version) == before
+    finally:
+        await new.close()
+
+    old = Runtime(SqliteStore(db))
+    old.register(lambda: asker(question_class(field_added=False)).build())
+    try:
+        done = await old.respond_and_resume(request.request_id, True)
+        assert done.outputs == ["refund order 7?: True"], (done.status, done.error)
+    finally:
+        await old.close()
