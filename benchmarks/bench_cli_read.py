@@ -12,7 +12,10 @@ Three databases: one paused run with its request (the inbox of a quiet day), the
 runs as a crashed server leaves interrupted), which ``requests list`` checks for steps in
 doubt, and ``--busy`` runs each paused at its request (a busy inbox), listed with
 ``--limit 20`` (which reads only what it shows: at 100,000 runs it read every one, outside
-tester 175). The floor beside them is the bare interpreter (``python -c pass``).
+tester 175). And the small one plus a run killed (SIGKILL) in the middle of a step, which
+``requests list`` and ``runs show`` then tell is in doubt, reading its checkpoints and journal
+(outside tester 208: 0.37 s, the command line proper's runtime loaded for it), and ``runs show``
+of an id that names no run. The floor beside them is the bare interpreter (``python -c pass``).
 
 Target (issue 12): a read-only command in at most 300 ms.
 """
@@ -20,6 +23,8 @@ Target (issue 12): a read-only command in at most 300 ms.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -66,6 +71,43 @@ async def fill_busy(path: Path, paused: int) -> None:
         await runtime.close()
 
 
+CUT_OFF = """
+import sys, anyio
+from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
+from workflow_engine.storage import SqliteStore
+
+class Charges(Executor):
+    @handler
+    async def charge(self, text: str, ctx: WorkflowContext[str]) -> None:
+        await ctx.run_once("charge", lambda: anyio.sleep_forever(), description="charge 10")
+
+async def main():
+    runtime = Runtime(SqliteStore(sys.argv[1]))
+    runtime.register(WorkflowBuilder("charges", start=Charges("charges")).build())
+    await runtime.run("charges", "go")
+
+anyio.run(main)
+"""
+
+
+def cut_off_run(db: Path, env: dict[str, str]) -> str:
+    """The id of a run killed (SIGKILL) while a step's effect was under way, in ``db``."""
+    child = subprocess.Popen([sys.executable, "-c", CUT_OFF, str(db)], cwd=ROOT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            with contextlib.suppress(sqlite3.OperationalError):  # (not made yet)
+                with contextlib.closing(sqlite3.connect(db)) as conn:
+                    row = conn.execute("SELECT run_id FROM journal").fetchone()
+                if row is not None:
+                    return str(row[0])
+        raise SystemExit("the effect never started")
+    finally:
+        child.kill()
+        child.wait()
+
+
 def demo_run(db: Path, env: dict[str, str]) -> str:
     """The id of a support-demo run started in ``db``, paused at its approval."""
     argv = [sys.executable, "-c", CLI, "--db", str(db), "demo", "handoff", "--detach"]
@@ -75,11 +117,13 @@ def demo_run(db: Path, env: dict[str, str]) -> str:
     return paused[0].split()[1]
 
 
-def wall(argv: list[str], env: dict[str, str]) -> float:
-    """Seconds from spawning ``argv`` to its exit (it must succeed)."""
+def wall(argv: list[str], env: dict[str, str], refused: bool = False) -> float:
+    """Seconds from spawning ``argv`` to its exit (it must succeed, or exit 4: ``refused``)."""
     t = time.perf_counter()
-    subprocess.run(argv, cwd=ROOT, env=env, check=True, capture_output=True)
-    return time.perf_counter() - t
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, check=False)
+    seconds = time.perf_counter() - t
+    assert done.returncode == (4 if refused else 0), (argv, done.stderr)
+    return seconds
 
 
 def main() -> None:
@@ -108,12 +152,22 @@ def main() -> None:
             cases[f"runs show @ {db.stem}"] = [sys.executable, "-c", CLI, *show]
         demo = ["runs", "show", demo_run(small, env), "--db", str(small)]
         cases["runs show (demo run) @ small"] = [sys.executable, "-c", CLI, *demo]
+        doubt = tmp / "doubt.db"  # (small's paused run, and one cut off)
+        anyio.run(fill, doubt, 0)
+        cut_off = cut_off_run(doubt, env)
+        for label, argv in (
+            ("requests list @ small + a run in doubt", ["requests", "list"]),
+            ("runs show (the run in doubt) @ small + it", ["runs", "show", cut_off]),
+        ):
+            cases[label] = [sys.executable, "-c", CLI, *argv, "--db", str(doubt)]
+        no_run = [sys.executable, "-c", CLI, "runs", "show", "nosuch", "--db", str(small)]
+        cases["runs show (no such run) @ small"] = no_run
         for argv in cases.values():  # warm-up: bytecode written, files in the page cache
-            wall(argv, env)
+            wall(argv, env, argv is no_run)
         samples: dict[str, list[float]] = {label: [] for label in cases}
         for _ in range(args.repeats):
             for label, argv in cases.items():
-                samples[label].append(wall(argv, env))
+                samples[label].append(wall(argv, env, argv is no_run))
     median = {label: statistics.median(s) * 1e3 for label, s in samples.items()}
     print(
         f"CLI read-only commands, fresh process, spawn to exit (median of {args.repeats}, "

@@ -19,14 +19,16 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._records import (
     answered_counts,
     decode_text,
     fetch_rows,
     ids_beside,
+    journal_entries,
     listed_runs,
+    request_id_of,
     requests_of_run,
     run_id_of,
     run_record,
@@ -38,7 +40,9 @@ from ._sql import (
     RUN_COLUMNS,
     SQL_COUNT_REQUESTS,
     SQL_HISTORY,
+    SQL_JOURNAL_AFTER,
     SQL_JOURNALED_AFTER,
+    SQL_REQUEST_IDS,
     SQL_REQUEST_IDS_BESIDE,
     SQL_RUN,
     SQL_RUN_IDS,
@@ -238,6 +242,11 @@ class SqliteReader:
         text, params = prefix_query(SQL_RUN_IDS, prefix)
         return [run_id_of(row) for row in fetch_rows(self._conn, text, params)]
 
+    def request_ids(self, prefix: str = "") -> list[str]:
+        """The ids of the requests whose id starts with ``prefix`` (all: ""), sorted."""
+        text, params = prefix_query(SQL_REQUEST_IDS, prefix)
+        return [request_id_of(row) for row in fetch_rows(self._conn, text, params)]
+
     def run_ids_beside(self, run_ids: Iterable[str]) -> list[str]:
         """``run_ids`` with the stored run ids next to each (``_records.ids_beside``)."""
         return ids_beside(self._conn, SQL_RUN_IDS_BESIDE, run_ids)
@@ -289,6 +298,12 @@ class SqliteReader:
     def count_requests(self, status: RequestStatus) -> int:
         """How many requests of ``status`` there are (of every run)."""
         return self._conn.execute(SQL_COUNT_REQUESTS, (status,)).fetchone()[0]
+
+    def journal_after(self, run_id: str, superstep: int) -> list[tuple[str, Any]]:
+        """The entries ``(key, entry)`` of supersteps after ``superstep``, oldest first
+        (``SqliteStore.journal_after``)."""
+        rows = fetch_rows(self._conn, SQL_JOURNAL_AFTER, (run_id, superstep))
+        return journal_entries(run_id, rows)
 
     def journaled_after(self, run_id: str, superstep: int) -> bool:
         """Whether the run has journal entries of supersteps after ``superstep``: only such a

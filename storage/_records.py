@@ -307,3 +307,16 @@ def stored_request(row: Sequence[Any]) -> StoredRequest:
         created_at=checked_time(row[10], run_id, f"the created_at of {where}"),
         answered_at=checked_time(row[11], run_id, f"the answered_at of {where}", optional=True),
     )
+
+
+def journal_entries(run_id: str, rows: Sequence[tuple[Any, Any]]) -> list[tuple[str, Any]]:
+    """A run's journal rows ``(key, value)`` as ``(key, entry)``, each checked."""
+    entries = []
+    for key, text in rows:
+        if type(key) is not str:  # (every key is a step's name: text)
+            raise StoreCorruptError(
+                f"run {run_id!r}: a journal entry's key is damaged ({shown(key)}, not a "
+                "step's name)"
+            )
+        entries.append((key, load_json(text, run_id, f"journal entry {key!r}")))
+    return entries

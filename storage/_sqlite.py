@@ -115,6 +115,7 @@ from ._records import (
     answered_counts,
     decode_text,
     ids_beside,
+    journal_entries,
     lease_columns,
     listed_runs,
     listed_runs_apart,
@@ -2386,15 +2387,7 @@ class SqliteStore:
     async def journal_after(self, run_id: str, superstep: int) -> Sequence[tuple[str, Any]]:
         """The entries ``(key, entry)`` of supersteps after ``superstep``, oldest first."""
         rows = await self._query(_fetch_all, SQL_JOURNAL_AFTER, (run_id, superstep))
-        entries = []
-        for key, text in rows:
-            if type(key) is not str:  # (every key is a step's name: text)
-                raise StoreCorruptError(
-                    f"run {run_id!r}: a journal entry's key is damaged ({shown(key)}, not a "
-                    "step's name)"
-                )
-            entries.append((key, load_json(text, run_id, f"journal entry {key!r}")))
-        return entries
+        return journal_entries(run_id, rows)
 
     async def journal_intent(
         self, run_id: str, key: str, entry: Any, superstep: int, *, lease: Lease | None = None

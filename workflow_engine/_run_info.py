@@ -8,11 +8,14 @@ same records to :func:`run_info_of`, so they cannot differ in what they show.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import functools
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._events import WorkflowRunState
+from ._identity import derive_id
+from ._journal import cut_off_steps
 from ._requests import ExternalRequest, InDoubtEffect
 
 if TYPE_CHECKING:
@@ -64,6 +67,42 @@ def decoding_workflow(
     ):
         return None
     return workflow
+
+
+def effects_cut_off(
+    checkpoint: Checkpoint,
+    entries: Sequence[tuple[str, Any]],
+    requests: Iterable[StoredRequest],
+) -> list[InDoubtEffect]:
+    """The steps that journaled an intent and no result in the superstep that never committed
+    (the run stopped mid-step, or was cancelled before that superstep ran again), of the
+    journal ``entries`` after ``checkpoint`` and the run's stored ``requests``.
+
+    A superstep's journal entries are deleted when it commits, so those left after the last
+    checkpoint belong to the one that did not; a cancelled run commits nothing more."""
+    if not entries:
+        return []
+    run_id, secret = checkpoint.run_id, checkpoint.step_secret
+    # (a cancel marks a question cancelled even if it was answered: its answer stays)
+    asked = {r.request_id: r.answer is not None or r.status == "answered" for r in requests}
+    applied = checkpoint.answered_requests.keys() | checkpoint.answered_digests.keys()
+    said = functools.partial(_said_what_happened, secret, run_id, asked=asked, applied=applied)
+    return cut_off_steps(entries, secret, run_id, said if secret else None)
+
+
+def _said_what_happened(
+    secret: str, run_id: str, key: str, *, asked: Mapping[str, bool], applied: Collection[str]
+) -> bool:
+    """A person answered the question about step ``key`` and the run never applied the answer
+    (it was cancelled first): they know what happened. The questions about one step are
+    numbered (see ``RunLoop._ask_about_effects``); an answer applied belongs to an earlier
+    intent, since the step only runs again once it is."""
+    n = 0
+    while (request_id := derive_id(secret, "in-doubt", run_id, key, str(n))) in asked:
+        if asked[request_id] and request_id not in applied:
+            return True
+        n += 1
+    return False
 
 
 def may_have_effects_in_doubt(run: RunRecord, now: float) -> bool:

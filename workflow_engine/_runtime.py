@@ -21,7 +21,6 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
-    Collection,
     Iterator,
     Mapping,
     Sequence,
@@ -58,11 +57,16 @@ from ._errors import (
 )
 from ._events import ErrorDetails, WorkflowEvent, WorkflowRunState, WorkflowStatusEvent
 from ._executor import Executor
-from ._identity import derive_id
-from ._journal import JournalStore, cut_off_steps, keeps_journal
+from ._journal import JournalStore, keeps_journal
 from ._pump import EventPump, waits_for_its_reader
 from ._requests import ExternalResponse, InDoubtEffect
-from ._run_info import RunInfo, decoding_workflow, may_have_effects_in_doubt, run_info_of
+from ._run_info import (
+    RunInfo,
+    decoding_workflow,
+    effects_cut_off,
+    may_have_effects_in_doubt,
+    run_info_of,
+)
 from ._store import (
     LARGEST_COUNT,
     AnswerOutcome,
@@ -1848,38 +1852,13 @@ class RuntimeRunStream:
 
 
 async def _effects_cut_off(store: RunStore, checkpoint: Checkpoint) -> list[InDoubtEffect]:
-    """The steps that journaled an intent and no result in the superstep that never committed
-    (the run stopped mid-step, or was cancelled before that superstep ran again).
-
-    A superstep's journal entries are deleted when it commits, so those left after the last
-    checkpoint belong to the one that did not; a cancelled run commits nothing more."""
+    """The steps of the run in doubt (``effects_cut_off``), read from ``store``."""
     listing = getattr(store, "journal_after", None)
     if listing is None:  # a store without a durable journal keeps none of this
         return []
-    run_id, secret = checkpoint.run_id, checkpoint.step_secret
-    entries = await listing(run_id, checkpoint.superstep)
+    entries = await listing(checkpoint.run_id, checkpoint.superstep)
     if not entries:
         return []
-    # (a cancel marks a question cancelled even if it was answered: its answer stays)
-    asked = {
-        r.request_id: r.answer is not None or r.status == "answered"
-        for r in await store.list_requests(run_id, status=None)
-    }
-    applied = checkpoint.answered_requests.keys() | checkpoint.answered_digests.keys()
-    said = functools.partial(_said_what_happened, secret, run_id, asked=asked, applied=applied)
-    return cut_off_steps(entries, secret, run_id, said if secret else None)
-
-
-def _said_what_happened(
-    secret: str, run_id: str, key: str, *, asked: Mapping[str, bool], applied: Collection[str]
-) -> bool:
-    """A person answered the question about step ``key`` and the run never applied the answer
-    (it was cancelled first): they know what happened. The questions about one step are
-    numbered (see ``RunLoop._ask_about_effects``); an answer applied belongs to an earlier
-    intent, since the step only runs again once it is."""
-    n = 0
-    while (request_id := derive_id(secret, "in-doubt", run_id, key, str(n))) in asked:
-        if asked[request_id] and request_id not in applied:
-            return True
-        n += 1
-    return False
+    return effects_cut_off(
+        checkpoint, entries, await store.list_requests(checkpoint.run_id, status=None)
+    )

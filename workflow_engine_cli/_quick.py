@@ -5,12 +5,12 @@ A listing is what a person runs most, and a fresh process spent most of a second
 the other commands need. This module takes the common forms of these commands (the options
 they document, read as click reads them), reads the file through a read-only snapshot
 (``SqliteReader``) and prints through ``_listing``, as the commands do; ``runs show`` works the
-run out with the runtime's own function (``run_info_of``), building the run's workflow if the
-command line builds it, as the command does. Anything else -- help, a usage error, another
-command, a run id that names no run or several, a database the snapshot does not read as it is
-(see ``reading_uri``), or one with a run whose step in doubt is to be explained -- returns None
-before a byte is printed, and the command line proper (``_app``) runs the command and says what
-it has to say.
+run out with the runtime's own functions (``run_info_of``, ``effects_cut_off``), building the
+run's workflow if the command line builds it, as the command does, and says as it does that an
+id names no run or several. Anything else -- help, a usage error, another command, a request's
+id given for a run's, a database the snapshot does not read as it is (see ``reading_uri``) --
+returns None before a byte is printed, and the command line proper (``_app``) runs the command
+and says what it has to say.
 """
 
 from __future__ import annotations
@@ -98,16 +98,17 @@ def version_line() -> str:
     return f"workflow-engine {installed}"
 
 
-def _printed(show: Callable[[], None]) -> int:
-    """Run ``show`` and flush: the exit code (a reader gone or a full disk said as such)."""
+def _printed(show: Callable[[], int | None]) -> int:
+    """Run ``show`` and flush: the exit code it says (None: done), or that of a reader gone
+    or a full disk."""
     try:
-        show()
+        code = show()
     except OSError as exc:
         failed = output_failed(exc)
         if failed is None:
             raise
         return failed
-    return int(flush_output(EXIT_DONE))
+    return int(flush_output(EXIT_DONE if code is None else code))
 
 
 def _parse(argv: Sequence[str]) -> tuple[tuple[str, ...], dict[str, Any]] | None:
@@ -277,9 +278,17 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
     ]
     if options.get("--json"):
         return requests_json_output(pending)
-    for record in reader.runs_journaled_past():  # (not every run in progress: tester 122)
-        if may_be_in_doubt(record):
-            raise _NotQuick  # (whether a step is in doubt takes folding its checkpoints)
+    # (not every run in progress: tester 122)
+    interrupted = [r for r in reader.runs_journaled_past() if may_be_in_doubt(r)]
+    in_doubt, read = [], 0
+    for record in interrupted:  # (whether a step is in doubt takes folding its checkpoints)
+        if limit and len(in_doubt) == limit:
+            break  # (the rest counted, not read: outside tester 182)
+        read += 1
+        info = _run_info(reader, record.run_id, None)
+        if info.effects_in_doubt:
+            in_doubt.append(info)
+    in_doubt_left = len(interrupted) - read
     waiting = []
     counts = reader.answered_counts()
     read = 0
@@ -295,24 +304,18 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
     answered_left = len(counts) - read
     return requests_output(
         pending,
-        [],
+        in_doubt,
         waiting,
         request_ids,
         run_ids,
         left_out=left_out,
-        runs_left_out=(0, answered_left),
+        runs_left_out=(in_doubt_left, answered_left),
     )
 
 
 def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
     """``runs show``, read and worked out; returns what prints it."""
-    import time
-
-    from workflow_engine._run_info import (
-        decoding_workflow,
-        may_have_effects_in_doubt,
-        run_info_of,
-    )
+    from workflow_engine._run_info import decoding_workflow
 
     from ._ids import lowered_hex
     from ._listing import run_output
@@ -320,35 +323,80 @@ def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
 
     (given,) = options["arguments"]
     found = reader.run_and_latest(given) if given else None
-    if found is None:  # a unique prefix, as the command reads it (else its error says why)
+    if found is None:  # a unique prefix, as the command reads it
         ids = reader.run_ids(given) if given else []
         lowered = lowered_hex(given) if not ids else None
         if lowered is not None:  # (hex in capitals: read as the command does, tester 122)
-            ids = reader.run_ids(lowered)
-        found = reader.run_and_latest(ids[0]) if len(ids) == 1 else None
+            found_lowered = reader.run_ids(lowered)
+            given, ids = (lowered, found_lowered) if found_lowered else (given, ids)
+        if len(ids) != 1:  # none or several: said as the command says it (its runtime took
+            return _no_single_run(reader, given, ids, options)  # ~0.3 s: tester 208)
+        found = reader.run_and_latest(ids[0])
         if found is None:
             raise _NotQuick
     record, checkpoint = found
     run_id = record.run_id
-    if (
-        checkpoint is not None
-        and may_have_effects_in_doubt(record, time.time())
-        and reader.journaled_after(run_id, checkpoint.superstep)
-    ):
-        raise _NotQuick  # (which steps are in doubt: the runtime reads the journal for that)
     workflow = None
     if record.workflow_name in workflow_names():  # (as ``_run_for`` registers it)
         built = workflow_factory(record.workflow_name)()
         workflow = decoding_workflow(built, record, checkpoint)
-    answered = reader.list_requests(run_id, status="answered")
+    info = _run_info(reader, run_id, workflow, found)
+    history = reader.history(run_id)
+    shown = [] if record.status.is_terminal else reader.list_requests(run_id, status="answered")
+    return run_output(info, record, history, shown, json_mode=bool(options.get("--json")))
+
+
+def _no_single_run(
+    reader: SqliteReader, given: str, ids: list[str], options: dict[str, Any]
+) -> Callable[[], int]:
+    """What ``runs show`` says of an id that names no run, or several (``_app._full_run_id``)."""
+    from ._exits import EXIT_NOT_FOUND, EXIT_USAGE
+    from ._ids import AmbiguousIdError
+    from ._output import print_error
+
+    if ids:
+        said, code = str(AmbiguousIdError("run", given, ids)), EXIT_USAGE
+    elif given and reader.request_ids(given.lower()):
+        raise _NotQuick  # (the id of a request, or a prefix of some: the command says which)
+    else:
+        said, code = f"no run {given!r} in {_database(options)}", EXIT_NOT_FOUND
+
+    def show() -> int:
+        print_error(said)
+        return code
+
+    return show
+
+
+def _run_info(
+    reader: SqliteReader, run_id: str, workflow: Any, found: tuple[Any, Any] | None = None
+) -> Any:
+    """What ``Runtime.get_run`` says of the run (``found``: its record and latest checkpoint,
+    read already), its steps in doubt too: the command line proper took ~0.3 s more to load
+    the runtime for them (outside tester 208)."""
+    import time
+
+    from workflow_engine._run_info import effects_cut_off, may_have_effects_in_doubt, run_info_of
+
+    found = found or reader.run_and_latest(run_id)
+    if found is None:
+        raise _NotQuick  # (gone meanwhile: the command line proper says so)
+    record, checkpoint = found
+    answered = []
+    if checkpoint is not None and checkpoint.pending_requests:
+        answered = [r.request_id for r in reader.list_requests(run_id, status="answered")]
+    in_doubt = []
+    if checkpoint is not None and may_have_effects_in_doubt(record, time.time()):
+        entries = reader.journal_after(run_id, checkpoint.superstep)
+        if entries:
+            asked = reader.list_requests(run_id, status=None)
+            in_doubt = effects_cut_off(checkpoint, entries, asked)
     stored = reader.list_requests(run_id) if checkpoint is not None and workflow is None else []
-    info = run_info_of(
+    return run_info_of(
         record,
         checkpoint,
         workflow,
-        answered=[r.request_id for r in answered],
+        answered=answered,
+        effects_in_doubt=in_doubt,
         stored_pending=stored,
     )
-    history = reader.history(run_id)
-    shown = [] if record.status.is_terminal else answered
-    return run_output(info, record, history, shown, json_mode=bool(options.get("--json")))
