@@ -161,8 +161,13 @@ def fold_chain(
             elif kind == "span" and snapshot is not None:
                 # it holds everything up to it: deltas before it (none are read) are moot
                 span = read_span(body)
-                # (what it is applied to was parsed or built by this fold: extended in place)
-                snapshot, deltas = apply_span(snapshot, span, consume_base=True), []
+                try:
+                    # (what it is applied to was parsed or built by this fold: extended in place)
+                    snapshot, deltas = apply_span(snapshot, span, consume_base=True), []
+                except (KeyError, TypeError, IndexError) as exc:  # (a name its base lacks)
+                    raise ValueError(
+                        f"it does not fit the checkpoint before it ({type(exc).__name__} {exc})"
+                    ) from exc
                 recorded = span.written_before
             elif kind == "delta" and snapshot is not None:
                 deltas.append(CheckpointDelta.model_validate_json(body))

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from itertools import islice
 from typing import (
+    Annotated,
     Any,
     Literal,
     Protocol,
@@ -25,7 +26,15 @@ from typing import (
     runtime_checkable,
 )
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from annotated_types import Ge
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    field_validator,
+)
 from pydantic_core import SchemaValidator, core_schema
 
 from ._codec import (
@@ -814,20 +823,21 @@ class CheckpointSpan(_Versioned):
     base_id: str
     checkpoint: Checkpoint
     """The checkpoint, with each value counted below cut to the items after the kept ones."""
-    executor_state_kept: dict[str, dict[str, int]] = Field(default_factory=_new_dict)
-    shared_state_kept: dict[str, int] = Field(default_factory=_new_dict)
+    # (counts are never negative: a damaged one would cut a list short, and read on)
+    executor_state_kept: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=_new_dict)
+    shared_state_kept: dict[str, NonNegativeInt] = Field(default_factory=_new_dict)
     executor_state_same: dict[str, list[str]] = Field(default_factory=_new_dict)
     """Per executor, the keys whose values are the base's (``None`` in ``checkpoint``, where
     they keep their place among the keys)."""
     shared_state_same: list[str] = Field(default_factory=_new_list)
-    outputs_kept: int = 0
-    cancelled_kept: int = 0
-    digests_kept: int = 0
-    messages_kept: list[tuple[int, str, int, int]] = Field(
+    outputs_kept: NonNegativeInt = 0
+    cancelled_kept: NonNegativeInt = 0
+    digests_kept: NonNegativeInt = 0
+    messages_kept: list[tuple[NonNegativeInt, str, NonNegativeInt, NonNegativeInt]] = Field(
         default_factory=_new_list, exclude_if=_empty
     )
     """Messages whose list field keeps items of the base's messages (``message_prefixes``)."""
-    written_before: int = Field(0, exclude_if=_empty)
+    written_before: NonNegativeInt = Field(0, exclude_if=_empty)
     """What its store had written for the run since the last snapshot, before this span (bytes
     of rows): a store whose snapshot policy counts them reads it back after a restart, since
     the deltas this span stands for are not read again. 0: not recorded."""
@@ -853,7 +863,7 @@ def read_span(body: str) -> CheckpointSpan:
 def _span_validator() -> SchemaValidator:
     fields = {}
     for name, field in CheckpointSpan.model_fields.items():
-        schema = _core_schema_of(field.annotation)
+        schema = _constrained(_core_schema_of(field.annotation), field.metadata)
         if name == "schema_version":
             schema = core_schema.no_info_wrap_validator_function(
                 functools.partial(_refuse_newer, CheckpointSpan), schema
@@ -870,6 +880,8 @@ def _core_schema_of(annotation: Any) -> core_schema.CoreSchema:
     """The core schema pydantic makes of a span field's type (of the types a span's fields
     have: a new one is refused here, by name, the first time a span is read)."""
     args = get_args(annotation)
+    if get_origin(annotation) is Annotated:
+        return _constrained(_core_schema_of(args[0]), args[1:])
     if annotation is int:
         return core_schema.int_schema()
     if annotation is str:
@@ -883,6 +895,15 @@ def _core_schema_of(annotation: Any) -> core_schema.CoreSchema:
     if get_origin(annotation) is tuple and ... not in args:
         return core_schema.tuple_schema([_core_schema_of(arg) for arg in args])
     raise TypeError(f"read_span: no core schema for a span field of type {annotation!r}")
+
+
+def _constrained(schema: Any, marks: Sequence[Any]) -> Any:
+    """``schema`` with the constraints pydantic reads from ``marks`` (of those a span has)."""
+    for mark in marks:
+        if not (isinstance(mark, Ge) and schema["type"] == "int"):
+            raise TypeError(f"read_span: no core schema for a span field's {mark!r}")
+        schema = {**schema, "ge": mark.ge}
+    return schema
 
 
 _MISSING: Any = object()

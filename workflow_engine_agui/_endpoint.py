@@ -160,8 +160,8 @@ from ._interrupts import (
 __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 
 log = logging.getLogger(__name__)
-_READ_PAST = 8_192
-"""How far past what a client is shown of an error the server reads it (``_for_clients``)."""
+_WORDS = re.compile(r"\S+|\s+")
+"""A text's words and the white space between them, in order."""
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
 WorkflowFactory = Callable[[str], Workflow]
@@ -819,19 +819,27 @@ class AGUIService:
         operator needs -- a worker's token (its host and process id) and the database's path,
         which the log keeps (outside tester 190) -- and cut to ``MESSAGE_CHARS``.
 
-        Cleaned, then cut: cut first, a URL's password could be left half (tester 199). Only
-        ``_READ_PAST`` characters past the cut are read -- the message may quote what a client
-        sent, a megabyte (tester 207) -- so a URL begun before the cut whose user and password
-        run on past that would be shown as written up to the cut."""
-        read = whole[: MESSAGE_CHARS + _READ_PAST]
-        message = _WORKER_TOKEN.sub(r"\1", read)
-        message = without_credentials(message)  # (a URL's user, password, query: 195-200)
+        Cleaned, then cut: cut first, a URL's password could be left half (tester 199). The
+        message may quote what a client sent, a megabyte (tester 207), so it is cleaned a word
+        at a time -- no URL spans white space -- until what is shown is cleaned: a window of
+        the text cleaned whole let a client end it inside the server's own URL, before its
+        ``@``, and read the password a character at a time (outside tester 209)."""
+        message = _WORKER_TOKEN.sub(r"\1", whole)
         path = getattr(self.store, "path", None)
         if path is not None:
             named = str(path)
             message = message.replace(f"database {named}", "database")
             message = message.replace(named, "the database")
-        return bounded(message, left_out=len(whole) - len(read))
+        shown: list[str] = []
+        size = read = 0
+        for word in _WORDS.finditer(message):
+            text = word.group()
+            cleaned = text if text.isspace() else without_credentials(text)
+            shown.append(cleaned)
+            size, read = size + len(cleaned), word.end()
+            if size > MESSAGE_CHARS:
+                break
+        return bounded("".join(shown), left_out=len(message) - read)
 
     async def _prepare(
         self,

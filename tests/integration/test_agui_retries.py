@@ -1421,6 +1421,38 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
         assert secret not in message, (secret, message)
 
 
+def test_what_a_client_pads_an_error_with_cannot_show_the_server_s_password(
+    tmp_path: Path,
+) -> None:
+    """An error quoting the client's text before the server's own URL: padded with URLs the
+    cleaning shortens, the text read (a window of it, cleaned whole) ended inside the server's
+    URL, before its ``@``, and what was shown of it grew a character of the password per
+    character of padding (outside tester 209). Every padding shows no part of it."""
+    server = "https://svc_user:HunterPassw0rdXYZ@search.internal.example.com/api"
+
+    class Forwards(Executor):
+        @handler
+        async def forward(self, text: str, ctx: WorkflowContext[str]) -> None:
+            raise RuntimeError(f"could not forward {text} to {server}/inbox")
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, WorkflowBuilder(name="f", start=Forwards("f")).build(), store=store)
+    unit = "http://x:" + "p" * 200 + "@h "  # (said as http://h)
+    told = []
+    with in_process(app) as port:
+        for length in range(10_150, 10_230, 7):
+            k, rest = divmod(length, len(unit))
+            said = {"id": "m", "role": "user", "content": unit * k + "z" * rest}
+            told.append(post(f"http://127.0.0.1:{port}/", messages=[said])[-1])
+    anyio.run(store.close)
+    for event in told:
+        assert event["type"] == "RUN_ERROR", event
+        for secret in ("svc_user", "Hunter"):
+            assert secret not in event["message"], event["message"][-200:]
+    assert any("to https://search.internal.example.com/api/inbox" in e["message"] for e in told)
+
+
 def test_a_reply_replayed_after_a_failure_keeps_its_message_id_when_the_server_gives_none(
     tmp_path: Path,
 ) -> None:

@@ -276,6 +276,48 @@ async def test_a_span_on_the_wrong_base_is_reported_by_name(tmp_path: Path) -> N
     await store.close()
 
 
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"executor_state_kept": {"ghost": {"log": 1}}},  # an executor the base does not have
+        {"executor_state_kept": {"grower": {"ghost": 1}}},  # a key of none
+        {"shared_state_kept": {"ghost": 1}},
+        {"executor_state_same": {"ghost": ["log"]}},
+        {"shared_state_same": ["ghost"]},
+        {"executor_state_kept": {"grower": {"log": -5}}},  # a count below 0: a list cut short
+        {"shared_state_kept": {"seen": -1}},
+        {"outputs_kept": -1},
+        {"digests_kept": -1},
+        {"written_before": -1},
+    ],
+    ids=repr,
+)
+async def test_a_span_that_does_not_fit_its_base_is_reported_by_name(
+    tmp_path: Path, damage: dict[str, Any]
+) -> None:
+    """A span naming what its base does not hold read as a bare ``KeyError`` (the command
+    line's exit 1, "internal error"), and one keeping a negative count of a list cut the list
+    short and read on: a conversation five messages shorter (outside tester 209). Each is a
+    damaged checkpoint, named."""
+    db = tmp_path / "runs.db"
+    store = SqliteStore(db, snapshot_every=10_000, span_every=4)
+    run_id, _ = await drive(store)
+    await store.close()
+    with sqlite3.connect(db) as raw:
+        checkpoint_id, body = raw.execute(
+            "SELECT checkpoint_id, body FROM checkpoints WHERE kind = 'span' ORDER BY seq DESC"
+        ).fetchone()
+        raw.execute(
+            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+            (json.dumps({**json.loads(body), **damage}), checkpoint_id),
+        )
+    store = SqliteStore(db)
+    with pytest.raises(StoreCorruptError) as info:
+        await store.latest(run_id)
+    assert run_id in str(info.value) and checkpoint_id in str(info.value), info.value
+    await store.close()
+
+
 @pytest.mark.parametrize("pruner", ["another store", "the writer's own store"])
 async def test_a_writer_goes_on_correctly_after_its_history_was_pruned(
     tmp_path: Path, pruner: str
