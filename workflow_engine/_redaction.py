@@ -49,6 +49,10 @@ not a regex's ``([^/?#]+)`` or ``\\w+:\\w+@``, nor a format string's ``%s`` (out
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-%")
 """What a scheme (or its percent-encoded ``:``) is written with (see ``_separated``)."""
 _QUERY = re.compile(r"[?#]")
+_ENCODED_AT = re.compile(r".*%40", re.DOTALL)  # (the last one)
+_ENCODED_QUERY = re.compile(r"%(?:3[fF]|23)")
+_ELISION = re.compile(r"\.\.\.|…")
+_HOST_AND_PORT = re.compile(r"(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 _ESCAPE = re.compile(r"(?<!\\)\\+(?:/|u([0-9A-Fa-f]{4}))")
 _USER_ALONE = re.compile(
@@ -177,16 +181,37 @@ def _kept(rest: str) -> str:
     password before them or the query string and fragment after them -- and with what ended
     the sentence after it. The user and password end at the last ``@`` that follows them (a
     password may hold ``@``, and ``#`` or ``?`` where it was not encoded)."""
+    elided = _ELISION.search(rest)
+    if elided is not None:
+        return _kept_of_elided(rest, elided.start(), elided.group())
     at = rest.rfind("@")
     slash = rest.find("/")
     if 0 <= slash < at and not _is_user(rest[:at]):  # (so is every ``@`` after that ``/``)
         at = rest.rfind("@", 0, slash)
     if at >= 0:
         rest = rest[at + 1 :]
-    query = _QUERY.search(rest)
+    elif (encoded := _ENCODED_AT.search(rest, 0, slash if slash >= 0 else len(rest))) is not None:
+        # an @ written only encoded, before the path: ``quote(url, safe=":/")`` wrote it so
+        # (a password's own ``%40`` has a plain ``@`` after it -- outside tester 209)
+        rest = rest[encoded.end() :]
+    query = _QUERY.search(rest) or _ENCODED_QUERY.search(rest)  # (a ? written only encoded)
     if query is None:
         return rest
     return rest[: query.start()] + _given_back(rest[query.start() :])
+
+
+def _kept_of_elided(rest: str, at: int, mark: str) -> str:
+    """``_kept`` of a URL a library shortened, ``mark`` at ``at`` (pydantic quotes a long value
+    as its first and last characters with ``...`` between): what is left before the cut may be
+    a user and password whose ``@`` was cut, and what is left after it the end of a query
+    string whose ``?`` was (outside tester 209). The host and path before the cut are said
+    when they are whole -- a ``/`` after a host, and a port, if any, of digits -- or a host
+    alone; nothing after the cut."""
+    kept = _kept(rest[:at])
+    host, slash, _ = kept.partition("/")
+    if not _HOST_AND_PORT.fullmatch(host) or not (slash or ("." in host and ":" not in host)):
+        kept = ""
+    return kept + mark + _given_back(rest[at + len(mark) :])
 
 
 def _is_user(before: str) -> bool:
