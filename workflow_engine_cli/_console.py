@@ -960,6 +960,10 @@ def print_paused(
         if asked in _SAID_AS_ASKED:  # what would be approved, what the agent asked
             # (a reply's question was missing: outside tester 177)
             term.line(("  asks: ", "dim"), visible(describe_request(request.data)), indent=4)
+        elif not isinstance(request.data, InDoubtEffect):  # what an application's asks about
+            # (as the inbox shows it: a draft to review was said nowhere -- outside tester 208)
+            said = describe_request(request.data, request.port_id)
+            term.line(("  asks: ", "dim"), visible(said), indent=4)
         if schema:  # its JSON's shape: a guess did it before (tester 76)
             term.line(("  answer as JSON: ", "dim"), shape(schema), indent=4)
         if isinstance(request.data, InDoubtEffect):  # what is asked, and what to look it up by

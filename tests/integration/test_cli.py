@@ -139,6 +139,15 @@ def test_demo_runs_to_the_end_without_a_terminal(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow  # several processes in turn: `make test` runs it, `make test-fast` not
+def test_a_paused_review_says_the_draft_it_asks_about(cli: Cli) -> None:
+    """An application's request: the pause block named its type and how to answer it, never
+    the draft to approve (outside tester 208). It says it as the inbox does."""
+    paused = cli.expect(3, "demo", "review", "-m", "durable workflows", "--detach")
+    said = '  asks: review: {"topic": "durable workflows", "version": 1, "text": "A short note'
+    assert said in paused.out, paused.out
+    assert '  answer as JSON: {"approved": true|false' in paused.out, paused.out
+
+
 def test_detach_respond_resume_across_processes(cli: Cli) -> None:
     paused = cli.expect(3, "demo", "handoff", "-m", REFUND, "--detach")
     run_id = re.search(r"Run (\w+) is paused, waiting for input\.", paused.out)
