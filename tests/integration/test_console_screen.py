@@ -1402,6 +1402,16 @@ def test_no_color_means_plain_lines(cli: Cli, sessions: list[ScreenSession]) -> 
     in_order(demo.screen(), [*BEFORE_APPROVAL, "case complete", "finished."])
 
 
+def test_no_color_means_plain_help(cli: Cli, sessions: list[ScreenSession]) -> None:
+    """The commands' help on a terminal kept rich's bold and dim under ``NO_COLOR`` (outside
+    tester 208)."""
+    for argv in (["--help"], ["runs", "list", "--help"], ["demo", "--help"]):
+        helped = ScreenSession(argv, {**cli.env, "NO_COLOR": "1"}, cli.cwd)
+        sessions.append(helped)
+        assert helped.wait() == 0, helped.screen_text()
+        assert b"Usage:" in helped.raw and b"\x1b" not in helped.raw, (argv, helped.raw[:300])
+
+
 def test_no_color_still_wraps_words_at_the_terminals_width(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
