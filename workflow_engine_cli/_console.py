@@ -58,7 +58,14 @@ from workflow_engine.executors import (
 
 from ._exits import EXIT_DONE, EXIT_FAILED, EXIT_PAUSED, Exit, exit_code_for
 from ._hints import DATA_PLACEHOLDER, REPLY_PLACEHOLDER, respond_command, resume_command
-from ._term import Part, Terminal, discard_typeahead, stdin_is_tty, visible
+from ._term import (
+    Part,
+    Terminal,
+    discard_typeahead,
+    note_continued,
+    stdin_is_tty,
+    visible,
+)
 from ._views import (
     compact,
     describe_output,
@@ -374,10 +381,20 @@ def typed_keys_hidden(asking: bool) -> Iterator[None]:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
 
+    def continued(signum: int, frame: Any) -> None:
+        # stopped (Ctrl-Z) and continued: the shell set the terminal its way meanwhile, and
+        # keys typed were echoed into the agents' text again (outside tester 208)
+        note_continued()
+        if _foreground_terminal() == fd:  # (``fg``; after ``bg``, the next ``fg`` does it)
+            with contextlib.suppress(OSError, termios.error, ValueError):
+                _set_terminal(fd, quiet)
+
     handlers = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):  # (one of ours: left alone)
             handlers[sig] = signal.signal(sig, restore_and_die)
+    if signal.getsignal(signal.SIGCONT) in (signal.SIG_DFL, None):
+        handlers[signal.SIGCONT] = signal.signal(signal.SIGCONT, continued)
     try:
         yield
     finally:

@@ -167,6 +167,16 @@ def styled(text: str, style: str, *, live: bool) -> str:
     return f"\x1b[{codes}m{text}{_RESET}"
 
 
+_CONTINUED = [0]
+"""How many times the process went on after it was stopped (Ctrl-Z, then ``fg``): the shell
+wrote on the screen meanwhile, so a line left open goes on from a line of its own."""
+
+
+def note_continued() -> None:
+    """The process was continued (``SIGCONT``): see ``_CONTINUED``."""
+    _CONTINUED[0] += 1
+
+
 class Terminal:
     """One output stream, written line by line or streamed word by word, thread-safe.
 
@@ -190,6 +200,7 @@ class Terminal:
         self._status: str | None = None  # the spinner's label while working
         self._status_since = 0.0  # when the label last changed
         self._spinner_drawn = False
+        self._continued = _CONTINUED[0]  # the stops it has seen (see ``_CONTINUED``)
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -328,6 +339,10 @@ class Terminal:
         """Write the held word: on this line if it fits after the gap, else on the next."""
         if not self._word:
             return
+        if self._continued != _CONTINUED[0]:  # stopped and continued: the shell wrote a line
+            self._continued = _CONTINUED[0]  # (``fg``'s), and the cursor is at its start
+            if self._column:
+                self._column, self._pad, self._gap = 0, self._indent, ""
         pieces, self._word = self._word, []
         size = sum(cell_width(text) for text, _ in pieces)
         width = self.width

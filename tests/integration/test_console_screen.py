@@ -574,6 +574,39 @@ def test_keys_typed_while_an_agent_works_are_not_echoed_into_its_text(
     assert_clean(demo.screen())
 
 
+def test_keys_typed_after_a_stop_and_fg_are_not_echoed_either(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """Stopped (Ctrl-Z) and continued (``fg``) while an agent spoke: the shell had set the
+    terminal to echo, keys typed then landed in the agent's text, and the text went on from
+    column 0 after the shell's ``fg`` line (outside tester 208). Echo is off again, and the
+    text goes on from a line of its own, at its indent."""
+    import signal
+    import termios
+
+    with SlowModel(per_word=0.12) as model:
+        demo = open_slow_demo(sessions, cli, model)
+        demo.expect_screen("triage_agent: Thank you")
+        demo.proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.3)
+        settings = termios.tcgetattr(demo.master)  # as a shell sets it while it has it
+        settings[3] |= termios.ECHO
+        termios.tcsetattr(demo.master, termios.TCSANOW, settings)
+        with open(f"/proc/{demo.proc.pid}/fd/1", "w") as screen:
+            screen.write("\r\n$ fg\r\n")  # (what the shell writes before it continues it)
+        demo.proc.send_signal(signal.SIGCONT)
+        time.sleep(0.3)
+        demo.send_raw(b"zqxj-typed-after-fg")
+        demo.expect_screen("You (empty or /end to finish):")
+        demo.settle()
+        text = demo.screen_text()
+        assert "zqxj" not in text, text
+        after = text.split("$ fg", 1)[1].splitlines()[1]
+        assert after.startswith(" " * len("triage_agent: ")) and after.strip(), text
+        demo.send_raw(b"/end\r")
+        assert demo.wait() == 0, demo.screen_text()
+
+
 def test_a_terminated_run_leaves_the_terminal_echoing(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
