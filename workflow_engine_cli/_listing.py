@@ -199,7 +199,7 @@ def runs_output(
     def show() -> None:
         print_table(headers, table, wrap=["UPDATED (UTC)"])
         if left_out:
-            print(f"({left_out:,} updated earlier not shown: --limit 0 lists them all)")
+            _footer(f"({left_out:,} updated earlier not shown: --limit 0 lists them all)")
 
     return show
 
@@ -264,22 +264,28 @@ def requests_output(
         if table:
             print_table(["REQUEST", "RUN", "WORKFLOW", "WAITING FOR"], table, wrap=["WAITING FOR"])
             if left_out:
-                print(f"({left_out:,} newer not shown: {_ALL})")
+                _footer(f"({left_out:,} newer not shown: {_ALL})")
         elif not damaged:
             print("No pending requests.")
         say_in_doubt(in_doubt)
         if runs_left_out[0]:
-            print(f"({_more(runs_left_out[0], 'interrupted run')} not shown: {_ALL})")
+            _footer(f"({_more(runs_left_out[0], 'interrupted run')} not shown: {_ALL})")
         say_answered(waiting)
         if runs_left_out[1]:
             # (counted, not read: a live worker may be applying some -- outside tester 186)
             left = _more(runs_left_out[1], "run")
-            print(f"({left} with answers stored not read: --limit 0 lists those waiting)")
+            _footer(f"({left} with answers stored not read: --limit 0 lists those waiting)")
 
     return show
 
 
 _ALL = "--limit 0 lists them all"
+
+
+def _footer(text: str) -> None:
+    """A note under a listing, wrapped between its words on a terminal (the terminal folded
+    it mid-word: outside tester 208)."""
+    Terminal().line(text, indent=1)
 
 
 def _more(count: int, what: str) -> str:

@@ -1445,6 +1445,25 @@ def test_no_color_means_plain_help(cli: Cli, sessions: list[ScreenSession]) -> N
         assert b"Usage:" in helped.raw and b"\x1b" not in helped.raw, (argv, helped.raw[:300])
 
 
+def test_a_listing_s_notes_wrap_between_words_in_a_narrow_window(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """The notes under ``requests list`` were folded mid-word by the terminal at 40 columns
+    ("lists the / m all"), the table above them wrapped between words (outside tester 208)."""
+    for n in range(3):
+        cli.expect(3, "demo", "handoff", "-m", f"refund order {n}", "--detach")
+    listed = ScreenSession(
+        ["requests", "list", "--limit", "1", "--db", str(cli.db)], cli.env, cli.cwd, columns=40
+    )
+    sessions.append(listed)
+    assert listed.wait() == 0, listed.screen_text()
+    screen = listed.screen()
+    at = next(i for i, row in enumerate(screen) if row.startswith("(2 newer not shown:"))
+    assert screen[at].rstrip().endswith("--limit 0 lists") and screen[at + 1] == " them all)", (
+        listed.screen_text()
+    )
+
+
 def test_no_color_still_wraps_words_at_the_terminals_width(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
