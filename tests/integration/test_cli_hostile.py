@@ -925,43 +925,11 @@ def test_serve_decides_on_a_token_by_the_address_a_name_binds(tmp_path: Path) ->
         only_v6.communicate(timeout=30)
 
 
-def test_serve_logs_a_url_its_guard_answers_for_a_loopback_name_it_does_not_know(
-    tmp_path: Path,
-) -> None:
-    """``serve --host 127.1`` (or the machine's own name, resolving to 127.0.0.1) logged
-    ``http://127.1:PORT``, and every POST to that URL was refused ``host_not_allowed``: without
-    a token only loopback names are answered (outside tester 203). It logs the address."""
-    serve = [str(ENGINE), "serve", "--host", "127.1", "--port", "0", "--db", str(tmp_path / "db")]
-    server = subprocess.Popen(serve, stderr=subprocess.PIPE, text=True, env=Cli(tmp_path).env)
-    try:
-        said = ""
-        deadline = time.monotonic() + 30
-        while "AG-UI endpoints" not in said and time.monotonic() < deadline:
-            assert server.stderr is not None
-            said += server.stderr.readline()
-        found = re.search(r"AG-UI endpoints: (http://\S+)/support", said)
-        assert found and found[1].startswith("http://127.0.0.1:"), said
-        body = {
-            "threadId": "t",
-            "runId": "r",
-            "messages": [{"id": "m", "role": "user", "content": "hi"}],
-        }
-        reply = httpx.post(f"{found[1]}/support", json=body, timeout=30)
-        assert reply.status_code == 200, reply.text
-    finally:
-        server.terminate()
-        server.communicate(timeout=30)
-
-
-def test_serve_takes_an_ipv4_loopback_address_written_as_ipv6_for_loopback(
-    tmp_path: Path,
-) -> None:
-    """``::ffff:127.0.0.1`` is 127.0.0.1, which Python 3.11 does not read as loopback: ``serve
-    --host`` refused it without a token ("exposes the server beyond this machine"), and a
-    request to ``http://[::ffff:127.0.0.1]:PORT`` was refused ``host_not_allowed`` (outside
-    tester 207). It is served, and answered, as loopback."""
+def _serves_a_post_at_the_url_it_logs(tmp_path: Path, host: str, url_start: str) -> None:
+    """``serve --host HOST`` without a token logs its endpoints at a URL starting with
+    ``url_start``, and answers a POST there."""
     db = str(tmp_path / "db")
-    serve = [str(ENGINE), "serve", "--host", "::ffff:127.0.0.1", "--port", "0", "--db", db]
+    serve = [str(ENGINE), "serve", "--host", host, "--port", "0", "--db", db]
     server = subprocess.Popen(serve, stderr=subprocess.PIPE, text=True, env=Cli(tmp_path).env)
     try:
         said = ""
@@ -972,7 +940,7 @@ def test_serve_takes_an_ipv4_loopback_address_written_as_ipv6_for_loopback(
             assert line or server.poll() is None, said
             said += line
         found = re.search(r"AG-UI endpoints: (http://\S+)/support", said)
-        assert found and found[1].startswith("http://[::ffff:127.0.0.1]:"), said
+        assert found and found[1].startswith(url_start), said
         body = {
             "threadId": "t",
             "runId": "r",
@@ -983,3 +951,22 @@ def test_serve_takes_an_ipv4_loopback_address_written_as_ipv6_for_loopback(
     finally:
         server.terminate()
         server.communicate(timeout=30)
+
+
+def test_serve_logs_a_url_its_guard_answers_for_a_loopback_name_it_does_not_know(
+    tmp_path: Path,
+) -> None:
+    """``serve --host 127.1`` (or the machine's own name, resolving to 127.0.0.1) logged
+    ``http://127.1:PORT``, and every POST to that URL was refused ``host_not_allowed``: without
+    a token only loopback names are answered (outside tester 203). It logs the address."""
+    _serves_a_post_at_the_url_it_logs(tmp_path, "127.1", "http://127.0.0.1:")
+
+
+def test_serve_takes_an_ipv4_loopback_address_written_as_ipv6_for_loopback(
+    tmp_path: Path,
+) -> None:
+    """``::ffff:127.0.0.1`` is 127.0.0.1, which Python 3.11 does not read as loopback: ``serve
+    --host`` refused it without a token ("exposes the server beyond this machine"), and a
+    request to ``http://[::ffff:127.0.0.1]:PORT`` was refused ``host_not_allowed`` (outside
+    tester 207). It is served, and answered, as loopback."""
+    _serves_a_post_at_the_url_it_logs(tmp_path, "::ffff:127.0.0.1", "http://[::ffff:127.0.0.1]:")

@@ -254,21 +254,25 @@ async def test_pruning_keeps_every_kept_checkpoint_readable(tmp_path: Path) -> N
     await store.close()
 
 
+def damage_the_last_span(db: Path, fields: dict[str, Any]) -> str:
+    """Set ``fields`` in the body of the run's last span row, as written by hand; its id."""
+    with sqlite3.connect(db) as raw:
+        checkpoint_id, body = raw.execute(
+            "SELECT checkpoint_id, body FROM checkpoints WHERE kind = 'span' ORDER BY seq DESC"
+        ).fetchone()
+        raw.execute(
+            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
+            (json.dumps({**json.loads(body), **fields}), checkpoint_id),
+        )
+    return str(checkpoint_id)
+
+
 async def test_a_span_on_the_wrong_base_is_reported_by_name(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
     store = SqliteStore(db, snapshot_every=10_000, span_every=4)
     run_id, _ = await drive(store)
     await store.close()
-    with sqlite3.connect(db) as raw:
-        checkpoint_id, body = raw.execute(
-            "SELECT checkpoint_id, body FROM checkpoints WHERE kind = 'span' ORDER BY seq DESC"
-        ).fetchone()
-        data = json.loads(body)
-        data["base_id"] = "0" * 32
-        raw.execute(
-            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
-            (json.dumps(data), checkpoint_id),
-        )
+    checkpoint_id = damage_the_last_span(db, {"base_id": "0" * 32})
     store = SqliteStore(db)
     with pytest.raises(StoreCorruptError) as info:
         await store.latest(run_id)
@@ -303,14 +307,7 @@ async def test_a_span_that_does_not_fit_its_base_is_reported_by_name(
     store = SqliteStore(db, snapshot_every=10_000, span_every=4)
     run_id, _ = await drive(store)
     await store.close()
-    with sqlite3.connect(db) as raw:
-        checkpoint_id, body = raw.execute(
-            "SELECT checkpoint_id, body FROM checkpoints WHERE kind = 'span' ORDER BY seq DESC"
-        ).fetchone()
-        raw.execute(
-            "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
-            (json.dumps({**json.loads(body), **damage}), checkpoint_id),
-        )
+    checkpoint_id = damage_the_last_span(db, damage)
     store = SqliteStore(db)
     with pytest.raises(StoreCorruptError) as info:
         await store.latest(run_id)
