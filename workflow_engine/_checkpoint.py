@@ -277,19 +277,22 @@ class CheckpointChanges(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     executor_state_keys: dict[str, list[str]] = Field(default_factory=_new_dict)
-    executor_state_appends: dict[str, dict[str, int]] = Field(default_factory=_new_dict)
+    # (counts are never negative: a damaged one would cut a list short, and read on)
+    executor_state_appends: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=_new_dict)
     """Of those keys, the ones whose list value only grew: key -> items kept from the parent
     (a delta then stores only the new items, so a growing conversation is stored once)."""
     shared_state_keys: list[str] = Field(default_factory=_new_list)
-    shared_state_appends: dict[str, int] = Field(default_factory=_new_dict, exclude_if=_empty)
+    shared_state_appends: dict[str, NonNegativeInt] = Field(
+        default_factory=_new_dict, exclude_if=_empty
+    )
     """Of those keys, the ones whose list value only grew: key -> items kept from the parent.
     Left out of the JSON when empty, so a run that never grows a shared list writes exactly the
     bytes it wrote before the field existed."""
-    outputs_added: int = 0
+    outputs_added: NonNegativeInt = 0
     requests_added: list[str] = Field(default_factory=_new_list)
     requests_answered: list[str] = Field(default_factory=_new_list)
     requests_cancelled: list[str] = Field(default_factory=_new_list)
-    message_appends: list[tuple[int, str, int, int]] = Field(
+    message_appends: list[tuple[NonNegativeInt, str, NonNegativeInt, NonNegativeInt]] = Field(
         default_factory=_new_list, exclude_if=_empty
     )
     """Messages in flight whose field (of the message's own fields) holds a list that begins

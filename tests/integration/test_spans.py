@@ -254,15 +254,21 @@ async def test_pruning_keeps_every_kept_checkpoint_readable(tmp_path: Path) -> N
     await store.close()
 
 
-def damage_the_last_span(db: Path, fields: dict[str, Any]) -> str:
-    """Set ``fields`` in the body of the run's last span row, as written by hand; its id."""
+def damage_the_last_span(db: Path, fields: dict[str, Any], kind: str = "span") -> str:
+    """Set ``fields`` in the body of the run's last row of ``kind`` (a span's, or a delta's
+    ``changes``), as written by hand; its checkpoint's id."""
     with sqlite3.connect(db) as raw:
         checkpoint_id, body = raw.execute(
-            "SELECT checkpoint_id, body FROM checkpoints WHERE kind = 'span' ORDER BY seq DESC"
+            "SELECT checkpoint_id, body FROM checkpoints WHERE kind = ? ORDER BY seq DESC", (kind,)
         ).fetchone()
+        data = json.loads(body)
+        if kind == "delta":
+            data["changes"].update(fields)
+        else:
+            data.update(fields)
         raw.execute(
             "UPDATE checkpoints SET body = ? WHERE checkpoint_id = ?",
-            (json.dumps({**json.loads(body), **fields}), checkpoint_id),
+            (json.dumps(data), checkpoint_id),
         )
     return str(checkpoint_id)
 
@@ -308,6 +314,32 @@ async def test_a_span_that_does_not_fit_its_base_is_reported_by_name(
     run_id, _ = await drive(store)
     await store.close()
     checkpoint_id = damage_the_last_span(db, damage)
+    store = SqliteStore(db)
+    with pytest.raises(StoreCorruptError) as info:
+        await store.latest(run_id)
+    assert run_id in str(info.value) and checkpoint_id in str(info.value), info.value
+    await store.close()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"executor_state_appends": {"grower": {"log": -3}}},
+        {"shared_state_appends": {"seen": -1}},
+        {"outputs_added": -1},
+    ],
+    ids=repr,
+)
+async def test_a_delta_keeping_a_negative_count_is_reported_by_name(
+    tmp_path: Path, damage: dict[str, Any]
+) -> None:
+    """As a span's: a delta saying it keeps a negative count of its parent's list cut the
+    list short and read on."""
+    db = tmp_path / "runs.db"
+    store = SqliteStore(db, snapshot_every=10_000, span_every=10_000)
+    run_id, _ = await drive(store)
+    await store.close()
+    checkpoint_id = damage_the_last_span(db, damage, kind="delta")
     store = SqliteStore(db)
     with pytest.raises(StoreCorruptError) as info:
         await store.latest(run_id)
