@@ -318,5 +318,18 @@ def journal_entries(run_id: str, rows: Sequence[tuple[Any, Any]]) -> list[tuple[
                 f"run {run_id!r}: a journal entry's key is damaged ({shown(key)}, not a "
                 "step's name)"
             )
-        entries.append((key, load_json(text, run_id, f"journal entry {key!r}")))
+        entries.append((key, journal_entry(run_id, key, text)))
     return entries
+
+
+def journal_entry(run_id: str, key: str, text: Any) -> dict[str, Any]:
+    """A journal entry's stored value: an intent or a result, each a JSON object. Any other
+    is damage: read as no entry, or as a result, a step in doubt went unasked and its effect
+    ran again (outside tester 210: ``null``)."""
+    entry = load_json(text, run_id, f"journal entry {key!r}")
+    if type(entry) is not dict:
+        raise StoreCorruptError(
+            f"run {run_id!r}: journal entry {key!r} is damaged ({shown(entry, 60)}, not an "
+            "intent or a result)"
+        )
+    return entry

@@ -116,6 +116,7 @@ from ._records import (
     decode_text,
     ids_beside,
     journal_entries,
+    journal_entry,
     lease_columns,
     listed_runs,
     listed_runs_apart,
@@ -2375,7 +2376,7 @@ class SqliteStore:
         if row is None:
             return None
         self._journaled.add(run_id)
-        return load_json(row[0], run_id, f"journal entry {key!r}")
+        return journal_entry(run_id, key, row[0])
 
     async def runs_journaled_past(self) -> Sequence[RunRecord]:
         """The runs in progress with journal entries of supersteps after their latest

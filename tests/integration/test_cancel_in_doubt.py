@@ -379,3 +379,29 @@ async def test_a_description_json_cannot_hold_is_stored_as_its_json_form(
             "tags": ["a"],
         }
     await rt.close()
+
+
+@pytest.mark.parametrize("damaged", ["null", "[]", '"intent"', "7"])
+async def test_a_journal_entry_damaged_into_other_json_is_damage_not_a_result(
+    tmp_path: Path, damaged: str
+) -> None:
+    """An intent's entry written over with JSON of another shape (``null``): read as no entry,
+    the step in doubt went unsaid, and the resume ran the charge again -- never to be done
+    blindly (outside tester 210). It is a damaged record, named; nothing runs."""
+    import sqlite3
+
+    from workflow_engine import StoreCorruptError
+
+    rt = runtime(SqliteStore(tmp_path / "runs.db"))
+    run_id = await cut_off(rt)
+    await rt.close()
+    with sqlite3.connect(tmp_path / "runs.db") as raw:
+        assert raw.execute("UPDATE journal SET value = ?", (damaged,)).rowcount == 1
+    other = runtime(SqliteStore(tmp_path / "runs.db"))
+    try:
+        for read in (other.get_run, other.resume):
+            with pytest.raises(StoreCorruptError) as info:
+                await read(run_id)
+            assert run_id in str(info.value) and "journal entry" in str(info.value), info.value
+    finally:
+        await other.close()
