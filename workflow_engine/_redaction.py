@@ -42,15 +42,15 @@ one of those may end its URL early: RFC 3986 has no ``/`` in a password.)"""
 _URL_END = re.compile(r"[\s\"<>`\u3000-\u303f\uff01-\uff0f\uff1a-\uff20\uff5b-\uff65]")
 """What ends a URL: a space, a quote or bracket that cannot be in one, CJK punctuation (not a
 full-width letter: a password may hold one)."""
-_HOST_START = re.compile(r"[\w~:-]|%[0-9A-Fa-f]{2}|\[[0-9A-Fa-f:]")
+_HOST_START = re.compile(r"[\w~:-]|%[0-9A-Fa-f]{2}|\[[0-9A-Fa-f:]|\.\.\.|…")
 """How what follows a URL's ``//`` begins: a host or user (an empty one: ``redis://:pw@h``) --
 not a regex's ``([^/?#]+)`` or ``\\w+:\\w+@``, nor a format string's ``%s`` (outside testers
 204, 205: they were cut as if they were URLs)."""
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-%")
 """What a scheme (or its percent-encoded ``:``) is written with (see ``_separated``)."""
 _QUERY = re.compile(r"[?#]")
-_ENCODED_AT = re.compile(r".*%40", re.DOTALL)  # (the last one)
-_ENCODED_QUERY = re.compile(r"%(?:3[fF]|23)")
+_ENCODED_AT = re.compile(r".*(?:%(?:25)*40|\\+u0040)", re.DOTALL)  # (the last one)
+_ENCODED_QUERY = re.compile(r"%(?:25)*(?:3[fF]|23)|\\+u00(?:3[fF]|23)")
 _ELISION = re.compile(r"\.\.\.|…")
 _HOST_AND_PORT = re.compile(r"(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
@@ -99,7 +99,33 @@ def without_credentials(text: str) -> str:
         out.append(_cleaned(text[start:rest], text[rest:end]))
         at = end
     out.append(text[at:])
-    return _paths_without_queries(_USER_ALONE.sub("", "".join(out)))
+    return _elided_tails(_paths_without_queries(_USER_ALONE.sub("", "".join(out))))
+
+
+def _elided_tails(text: str) -> str:
+    """``text`` without what may be secret in the words' ends a library shortened a value to
+    (pydantic quotes a long one as its first and last characters with ``...`` between): cut
+    before a URL's ``//``, the end left holds no URL to clean, but may hold the rest of a
+    password before its ``@`` or a query's value after an ``=`` (outside tester 210). Those
+    are left out; the rest of the word stays."""
+    out: list[str] = []
+    at = 0
+    for elided in _ELISION.finditer(text):
+        start = elided.end()
+        if start < at:
+            continue
+        ended = _URL_END.search(text, start)
+        end = ended.start() if ended else len(text)
+        tail = text[start:end]
+        tail = tail[tail.rfind("@") + 1 :]  # (a password's end, its @ and the host after)
+        equals = tail.find("=")
+        if equals >= 0:
+            tail = tail[: equals + 1] + _given_back(tail[equals + 1 :])
+        out.append(text[at:start])
+        out.append(tail)
+        at = end
+    out.append(text[at:])
+    return "".join(out)
 
 
 def _paths_without_queries(text: str) -> str:

@@ -162,6 +162,8 @@ __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 log = logging.getLogger(__name__)
 _WORDS = re.compile(r"\S+|\s+")
 """A text's words and the white space between them, in order."""
+_LONGEST_WORD = 16_384
+_READ_AT_MOST = 65_536
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
 WorkflowFactory = Callable[[str], Workflow]
@@ -823,7 +825,10 @@ class AGUIService:
         message may quote what a client sent, a megabyte (tester 207), so it is cleaned a word
         at a time -- no URL spans white space -- until what is shown is cleaned: a window of
         the text cleaned whole let a client end it inside the server's own URL, before its
-        ``@``, and read the password a character at a time (outside tester 209)."""
+        ``@``, and read the password a character at a time (outside tester 209). What is read
+        is bounded all the same -- a word of a megabyte held the loop a second (outside tester
+        210) -- by whole words: one longer than ``_LONGEST_WORD`` is said by its length, and
+        none is read past ``_READ_AT_MOST`` characters (the log keeps the text whole)."""
         message = _WORKER_TOKEN.sub(r"\1", whole)
         path = getattr(self.store, "path", None)
         if path is not None:
@@ -831,13 +836,19 @@ class AGUIService:
             message = message.replace(f"database {named}", "database")
             message = message.replace(named, "the database")
         shown: list[str] = []
-        size = read = 0
+        size = read = cleaned_size = 0
         for word in _WORDS.finditer(message):
             text = word.group()
-            cleaned = text if text.isspace() else without_credentials(text)
+            if text.isspace():
+                cleaned = text
+            elif len(text) > _LONGEST_WORD:  # (not read: see below)
+                cleaned = f"[{len(text):,} characters without a space]"
+            else:
+                cleaned = without_credentials(text)
+                cleaned_size += len(text)
             shown.append(cleaned)
             size, read = size + len(cleaned), word.end()
-            if size > MESSAGE_CHARS:
+            if size > MESSAGE_CHARS or cleaned_size > _READ_AT_MOST:
                 break
         return bounded("".join(shown), left_out=len(message) - read)
 

@@ -1453,6 +1453,30 @@ def test_what_a_client_pads_an_error_with_cannot_show_the_server_s_password(
     assert any("to https://search.internal.example.com/api/inbox" in e["message"] for e in told)
 
 
+def test_an_error_of_a_megabyte_is_read_only_as_far_as_it_is_shown(tmp_path: Path) -> None:
+    """An error quoting a client's megabyte without a space was cleaned whole before its first
+    2,000 characters were shown: a second of the server's loop per request (outside tester
+    210). A word past 16 KB is said by its length; no more than 64 KB of words are read."""
+
+    class Quotes(Executor):
+        @handler
+        async def quote(self, text: str, ctx: WorkflowContext[str]) -> None:
+            raise RuntimeError(f"cannot use {text} here")
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, WorkflowBuilder(name="q", start=Quotes("q")).build(), store=store)
+    told = []
+    with in_process(app) as port:
+        for text in ("%3A%2F%2Fa" * 90_000, " ".join(["%3A%2F%2Fa" * 1_000] * 80)):
+            said = {"id": "m", "role": "user", "content": text}
+            told.append(post(f"http://127.0.0.1:{port}/", messages=[said])[-1])
+    anyio.run(store.close)
+    one_word, words = (event["message"] for event in told)
+    assert one_word == "cannot use [900,000 characters without a space] here", one_word
+    assert words.endswith(" more characters)") and len(words) < 2_100, words[-100:]
+
+
 def test_a_reply_replayed_after_a_failure_keeps_its_message_id_when_the_server_gives_none(
     tmp_path: Path,
 ) -> None:
