@@ -31,7 +31,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    NonNegativeInt,
+    Strict,
     ValidationError,
     field_validator,
 )
@@ -73,6 +73,10 @@ empty. 6: a store may keep the long arrays of a large row as chunks shared with 
 engine that would read them empty."""
 
 _M = TypeVar("_M", bound=BaseModel)
+
+Count = Annotated[int, Strict(), Ge(0)]
+"""How many items a delta or a span keeps of a list before it: a JSON integer, never negative
+(a damaged one -- ``-5``, ``true``, ``"32"`` -- cut a conversation short and read on)."""
 
 
 # Default factories are plain functions, not ``list``/``dict``/``time.time``: pydantic reads each
@@ -277,22 +281,19 @@ class CheckpointChanges(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     executor_state_keys: dict[str, list[str]] = Field(default_factory=_new_dict)
-    # (counts are never negative: a damaged one would cut a list short, and read on)
-    executor_state_appends: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=_new_dict)
+    executor_state_appends: dict[str, dict[str, Count]] = Field(default_factory=_new_dict)
     """Of those keys, the ones whose list value only grew: key -> items kept from the parent
     (a delta then stores only the new items, so a growing conversation is stored once)."""
     shared_state_keys: list[str] = Field(default_factory=_new_list)
-    shared_state_appends: dict[str, NonNegativeInt] = Field(
-        default_factory=_new_dict, exclude_if=_empty
-    )
+    shared_state_appends: dict[str, Count] = Field(default_factory=_new_dict, exclude_if=_empty)
     """Of those keys, the ones whose list value only grew: key -> items kept from the parent.
     Left out of the JSON when empty, so a run that never grows a shared list writes exactly the
     bytes it wrote before the field existed."""
-    outputs_added: NonNegativeInt = 0
+    outputs_added: Count = 0
     requests_added: list[str] = Field(default_factory=_new_list)
     requests_answered: list[str] = Field(default_factory=_new_list)
     requests_cancelled: list[str] = Field(default_factory=_new_list)
-    message_appends: list[tuple[NonNegativeInt, str, NonNegativeInt, NonNegativeInt]] = Field(
+    message_appends: list[tuple[Count, str, Count, Count]] = Field(
         default_factory=_new_list, exclude_if=_empty
     )
     """Messages in flight whose field (of the message's own fields) holds a list that begins
@@ -826,21 +827,20 @@ class CheckpointSpan(_Versioned):
     base_id: str
     checkpoint: Checkpoint
     """The checkpoint, with each value counted below cut to the items after the kept ones."""
-    # (counts are never negative: a damaged one would cut a list short, and read on)
-    executor_state_kept: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=_new_dict)
-    shared_state_kept: dict[str, NonNegativeInt] = Field(default_factory=_new_dict)
+    executor_state_kept: dict[str, dict[str, Count]] = Field(default_factory=_new_dict)
+    shared_state_kept: dict[str, Count] = Field(default_factory=_new_dict)
     executor_state_same: dict[str, list[str]] = Field(default_factory=_new_dict)
     """Per executor, the keys whose values are the base's (``None`` in ``checkpoint``, where
     they keep their place among the keys)."""
     shared_state_same: list[str] = Field(default_factory=_new_list)
-    outputs_kept: NonNegativeInt = 0
-    cancelled_kept: NonNegativeInt = 0
-    digests_kept: NonNegativeInt = 0
-    messages_kept: list[tuple[NonNegativeInt, str, NonNegativeInt, NonNegativeInt]] = Field(
+    outputs_kept: Count = 0
+    cancelled_kept: Count = 0
+    digests_kept: Count = 0
+    messages_kept: list[tuple[Count, str, Count, Count]] = Field(
         default_factory=_new_list, exclude_if=_empty
     )
     """Messages whose list field keeps items of the base's messages (``message_prefixes``)."""
-    written_before: NonNegativeInt = Field(0, exclude_if=_empty)
+    written_before: Count = Field(0, exclude_if=_empty)
     """What its store had written for the run since the last snapshot, before this span (bytes
     of rows): a store whose snapshot policy counts them reads it back after a restart, since
     the deltas this span stands for are not read again. 0: not recorded."""
@@ -903,9 +903,12 @@ def _core_schema_of(annotation: Any) -> core_schema.CoreSchema:
 def _constrained(schema: Any, marks: Sequence[Any]) -> Any:
     """``schema`` with the constraints pydantic reads from ``marks`` (of those a span has)."""
     for mark in marks:
-        if not (isinstance(mark, Ge) and schema["type"] == "int"):
+        if isinstance(mark, Ge) and schema["type"] == "int":
+            schema = {**schema, "ge": mark.ge}
+        elif isinstance(mark, Strict):
+            schema = {**schema, "strict": mark.strict}
+        else:
             raise TypeError(f"read_span: no core schema for a span field's {mark!r}")
-        schema = {**schema, "ge": mark.ge}
     return schema
 
 

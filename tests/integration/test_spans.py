@@ -299,6 +299,9 @@ async def test_a_span_on_the_wrong_base_is_reported_by_name(tmp_path: Path) -> N
         {"outputs_kept": -1},
         {"digests_kept": -1},
         {"written_before": -1},
+        {"outputs_kept": True},  # (read as 1: outside tester 210)
+        {"executor_state_kept": {"grower": {"log": "3"}}},
+        {"cancelled_kept": 1.0},
     ],
     ids=repr,
 )
@@ -327,6 +330,7 @@ async def test_a_span_that_does_not_fit_its_base_is_reported_by_name(
         {"executor_state_appends": {"grower": {"log": -3}}},
         {"shared_state_appends": {"seen": -1}},
         {"outputs_added": -1},
+        {"executor_state_appends": {"grower": {"log": True}}},  # (read as 1: tester 210)
     ],
     ids=repr,
 )
