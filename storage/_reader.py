@@ -42,6 +42,7 @@ from ._sql import (
     SQL_HISTORY,
     SQL_JOURNAL_AFTER,
     SQL_JOURNALED_AFTER,
+    SQL_REQUEST,
     SQL_REQUEST_IDS,
     SQL_REQUEST_IDS_BESIDE,
     SQL_RUN,
@@ -246,6 +247,11 @@ class SqliteReader:
         """The ids of the requests whose id starts with ``prefix`` (all: ""), sorted."""
         text, params = prefix_query(SQL_REQUEST_IDS, prefix)
         return [request_id_of(row) for row in fetch_rows(self._conn, text, params)]
+
+    def get_request(self, request_id: str) -> StoredRequest | None:
+        """The request (``RunStore.get_request``); None for no such request."""
+        rows = fetch_rows(self._conn, SQL_REQUEST, (request_id,))
+        return stored_request(rows[0]) if rows else None
 
     def run_ids_beside(self, run_ids: Iterable[str]) -> list[str]:
         """``run_ids`` with the stored run ids next to each (``_records.ids_beside``)."""

@@ -7,10 +7,10 @@ they document, read as click reads them), reads the file through a read-only sna
 (``SqliteReader``) and prints through ``_listing``, as the commands do; ``runs show`` works the
 run out with the runtime's own functions (``run_info_of``, ``effects_cut_off``), building the
 run's workflow if the command line builds it, as the command does, and says as it does that an
-id names no run or several. Anything else -- help, a usage error, another command, a request's
-id given for a run's, a database the snapshot does not read as it is (see ``reading_uri``) --
-returns None before a byte is printed, and the command line proper (``_app``) runs the command
-and says what it has to say.
+id names no run, several, or a request. Anything else -- help, a usage error, another command,
+a database the snapshot does not read as it is (see ``reading_uri``) -- returns None before a
+byte is printed, and the command line proper (``_app``) runs the command and says what it has
+to say.
 """
 
 from __future__ import annotations
@@ -354,10 +354,14 @@ def _no_single_run(
     from ._ids import AmbiguousIdError
     from ._output import print_error
 
+    requests = reader.request_ids(given.lower()) if given and not ids else []
+    asked = reader.get_request(requests[0]) if len(requests) == 1 else None
     if ids:
         said, code = str(AmbiguousIdError("run", given, ids)), EXIT_USAGE
-    elif given and reader.request_ids(given.lower()):
-        raise _NotQuick  # (the id of a request, or a prefix of some: the command says which)
+    elif asked is not None:  # (said only for a request it names, whole or by a unique prefix)
+        todo = "answer it with respond, then resume" if asked.status == "pending" else "resume"
+        said = f"no run {given!r}: that is the id of a request of run {asked.run_id!r}; {todo}"
+        said, code = f"{said} that run", EXIT_NOT_FOUND
     else:
         said, code = f"no run {given!r} in {_database(options)}", EXIT_NOT_FOUND
 

@@ -609,10 +609,10 @@ def test_runs_show_prints_what_the_command_proper_prints(databases: dict[str, Pa
 def test_runs_show_leaves_to_the_command_what_it_does_not_work_out(
     databases: dict[str, Path], tmp_path: Path
 ) -> None:
-    """A run id missing, two, a request's id given for a run's, or a damaged run: left before a
-    byte is printed, and what the command says is the same. A run with a step in doubt, and an
-    id that names no run or several, are served as the command serves them (left to it, they
-    took ~0.3 s longer: outside tester 208)."""
+    """A run id missing, two, or a damaged run: left before a byte is printed, and what the
+    command says is the same. A run with a step in doubt, and an id that names no run, several,
+    or a request, are served as the command serves them (left to it, they took ~0.3 s longer:
+    outside testers 208, 210)."""
     full = str(databases["full"])
     many = tmp_path / "many.db"
     anyio.run(_many_runs, many, 40)
@@ -627,6 +627,7 @@ def test_runs_show_leaves_to_the_command_what_it_does_not_work_out(
         (["runs", "show", shared, "--db", str(many)], 2),
         (["runs", "show", shared.upper(), "--db", str(many)], 2),
         (["runs", "show", "", "--db", full], 4),
+        (["runs", "show", request_ids(databases["full"])[0][:10], "--db", full], 4),
     ]
     for argv, code in served:
         quick, proper = both(argv, env_for())
@@ -634,9 +635,7 @@ def test_runs_show_leaves_to_the_command_what_it_does_not_work_out(
         assert quick[0] == code, (argv, quick)
         assert served_quickly(argv, env_for()) == (code, quick[1]), argv
     assert "`resume` asks whether it happened" in both(served[0][0], env_for())[0][1]
-    request_id = request_ids(databases["full"])[0]
     cases = [  # (the command line, the exit code the command gives)
-        (["runs", "show", request_id[:10], "--db", full], 4),
         (["runs", "show", "--db", full], 2),
         (["runs", "show", some, other, "--db", full], 2),
         (["runs", "show", "--", some, "--db", full], 2),
