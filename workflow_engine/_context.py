@@ -409,7 +409,9 @@ class WorkflowContext(Generic[TOut, TWorkflowOut]):
         async with lock:
             entry = await journal.journal_get(run, name)
             if entry is not None and "value" in entry:
-                return codec.decode(entry["value"])
+                # (damaged, it stops the run, named: decoded as the handler's, it failed the run
+                # as if the handler had -- outside tester 211)
+                return decode_stored(codec, entry["value"], scope.run_id, f"journal entry {name!r}")
             if entry is not None and not idempotent:
                 # (one question for the step, however often a handler calls it again: each
                 # call said it anew -- outside tester 193)

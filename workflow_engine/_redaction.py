@@ -52,6 +52,11 @@ _QUERY = re.compile(r"[?#]")
 _ENCODED_AT = re.compile(r".*(?:%(?:25)*40|\\+u0040)", re.DOTALL)  # (the last one)
 _ENCODED_QUERY = re.compile(r"%(?:25)*(?:3[fF]|23)|\\+u00(?:3[fF]|23)")
 _ELISION = re.compile(r"\.\.\.|…")
+_QUOTED_ELIDED = re.compile(
+    r"(?P<head>(?:(?P<open>['\"])[^'\"\s]*?|(?<!\S))(?:\.\.\.|…))(?P<tail>[^'\"\s]*)"
+    r"(?=(?(open)(?P=open)|['\"]))"
+)
+"""A quoted value shortened with ``...`` or ``…`` between its ends, as pydantic quotes one."""
 _HOST_AND_PORT = re.compile(r"(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 _ESCAPE = re.compile(r"(?<!\\)\\+(?:/|u([0-9A-Fa-f]{4}))")
@@ -103,29 +108,22 @@ def without_credentials(text: str) -> str:
 
 
 def _elided_tails(text: str) -> str:
-    """``text`` without what may be secret in the words' ends a library shortened a value to
-    (pydantic quotes a long one as its first and last characters with ``...`` between): cut
+    """``text`` without what may be secret in the ends of quoted values a library shortened
+    (pydantic quotes a long value as its first and last characters with ``...`` between): cut
     before a URL's ``//``, the end left holds no URL to clean, but may hold the rest of a
-    password before its ``@`` or a query's value after an ``=`` (outside tester 210). Those
-    are left out; the rest of the word stays."""
-    out: list[str] = []
-    at = 0
-    for elided in _ELISION.finditer(text):
-        start = elided.end()
-        if start < at:
-            continue
-        ended = _URL_END.search(text, start)
-        end = ended.start() if ended else len(text)
-        tail = text[start:end]
-        tail = tail[tail.rfind("@") + 1 :]  # (a password's end, its @ and the host after)
-        equals = tail.find("=")
-        if equals >= 0:
-            tail = tail[: equals + 1] + _given_back(tail[equals + 1 :])
-        out.append(text[at:start])
-        out.append(tail)
-        at = end
-    out.append(text[at:])
-    return "".join(out)
+    password before its ``@``, a query string or a fragment (outside testers 210, 211). Those
+    are left out. Only in a quoted value, or one whose opening quote the cut took (a dict's
+    ``'url': ...pi-key=KEY'``): ``Retrying...attempt=3`` in prose is no URL's."""
+    return _QUOTED_ELIDED.sub(_without_secret_ends, text)
+
+
+def _without_secret_ends(quoted: re.Match[str]) -> str:
+    tail = quoted["tail"]
+    tail = tail[tail.rfind("@") + 1 :]  # (a password's end, its @; the host after it stays)
+    cut = [i for i in (tail.find("?"), tail.find("#"), tail.find("=") + 1) if i > 0]
+    if cut:
+        tail = tail[: min(cut)]
+    return quoted["head"] + tail
 
 
 def _paths_without_queries(text: str) -> str:
@@ -220,10 +218,12 @@ def _kept(rest: str) -> str:
         # an @ written only encoded, before the path: ``quote(url, safe=":/")`` wrote it so
         # (a password's own ``%40`` has a plain ``@`` after it -- outside tester 209)
         rest = rest[encoded.end() :]
-    query = _QUERY.search(rest) or _ENCODED_QUERY.search(rest)  # (a ? written only encoded)
-    if query is None:
+    # the first ? or #, written or encoded (an encoded ? before a plain # showed the query
+    # string: outside tester 211)
+    found = [m.start() for m in (_QUERY.search(rest), _ENCODED_QUERY.search(rest)) if m]
+    if not found:
         return rest
-    return rest[: query.start()] + _given_back(rest[query.start() :])
+    return rest[: min(found)] + _given_back(rest[min(found) :])
 
 
 def _kept_of_elided(rest: str, at: int, mark: str) -> str:

@@ -405,3 +405,28 @@ async def test_a_journal_entry_damaged_into_other_json_is_damage_not_a_result(
             assert run_id in str(info.value) and "journal entry" in str(info.value), info.value
     finally:
         await other.close()
+
+
+async def test_a_journaled_result_that_does_not_decode_stops_the_run_named(tmp_path: Path) -> None:
+    """A step's journaled result damaged inside (``{"value": {"$type": 5}}``): replayed, it
+    failed the run as if the handler had failed, naming neither the run nor the entry (outside
+    tester 211). It stops the run's execution as a damaged record, the run left as it was."""
+    import sqlite3
+
+    from workflow_engine import StoreCorruptError
+
+    rt = runtime(SqliteStore(tmp_path / "runs.db"))
+    run_id = await cut_off(rt)
+    await rt.close()
+    with sqlite3.connect(tmp_path / "runs.db") as raw:
+        raw.execute("UPDATE journal SET value = ?", ('{"value": {"$type": 5}}',))
+    other = runtime(SqliteStore(tmp_path / "runs.db"))
+    try:
+        before = await other.store.get_run(run_id)
+        with pytest.raises(StoreCorruptError) as info:
+            await other.resume(run_id)
+        assert run_id in str(info.value) and "journal entry" in str(info.value), info.value
+        after = await other.store.get_run(run_id)
+        assert (after.status, after.error, after.owner) == (before.status, None, None)
+    finally:
+        await other.close()

@@ -98,6 +98,8 @@ KEPT = [
     "String should match pattern '^postgres://\\w+:\\w+@[\\w.]+/\\w+$'",
     "pattern '^redis://\\S+@\\S+:\\d+$' and no match for ^/v1/?(?=[a-z])",
     "Traceback line 3: fn(a=1)/2?b=3",
+    # (outside tester 211: prose with an ellipsis is no shortened value)
+    "Retrying...attempt=3 of 5; items[0...9]=[1,2,3]; icon hello...world@2x.png; range 0…n=10",
 ]
 
 
@@ -140,6 +142,17 @@ CLEANED += [
         "https://api.example.com/v1/chat",
     ),
     ("https://alice:PW\\u0040api.example.com/v1\\u003fapi-key=S x", "https://api.example.com/v1 x"),
+    # a fragment or a query without a value after the cut; an encoded ? before a plain #
+    # (outside tester 211)
+    (
+        "input_value={'base_url': 'xxxxxxxxxxx...om/v1/chat#FragSecretF'}",
+        "input_value={'base_url': 'xxxxxxxxxxx...om/v1/chat'}",
+    ),
+    ("'xxxxxxxxxxx...1/chat?SessTokenSecret'", "'xxxxxxxxxxx...1/chat'"),
+    (
+        "calling https://h.example.com/v1/chat%3Fapi-key=K3y#FragF now",
+        "calling https://h.example.com/v1/chat now",
+    ),
 ]
 
 
