@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, field
@@ -385,9 +386,15 @@ def typed_keys_hidden(asking: bool) -> Iterator[None]:
         # stopped (Ctrl-Z) and continued: the shell set the terminal its way meanwhile, and
         # keys typed were echoed into the agents' text again (outside tester 208)
         note_continued()
-        if _foreground_terminal() == fd:  # (``fg``; after ``bg``, the next ``fg`` does it)
+        if _foreground_terminal() == fd:  # (``fg``; after ``bg``, see ``_back_in_front``)
             with contextlib.suppress(OSError, termios.error, ValueError):
                 _set_terminal(fd, quiet)
+
+    watching = threading.Event()
+    watcher = threading.Thread(
+        target=_back_in_front, args=(fd, quiet, watching), name="echo-off", daemon=True
+    )
+    watcher.start()
 
     handlers = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -398,9 +405,30 @@ def typed_keys_hidden(asking: bool) -> Iterator[None]:
     try:
         yield
     finally:
+        watching.set()
+        watcher.join(timeout=1)
         restore()
         for sig, before in handlers.items():
             signal.signal(sig, before)
+
+
+def _back_in_front(fd: int, quiet: list[Any], done: threading.Event) -> None:
+    """Turn echo off again when the job comes back to the foreground without being stopped
+    first -- ``bg``, then ``fg``: no signal says so, and the shell turned echo on (outside
+    tester 211) -- and note that the shell wrote on the screen (``note_continued``). Looked
+    at ten times a second, while agents work."""
+    import termios
+
+    in_front = True
+    while not done.wait(0.1):
+        with contextlib.suppress(OSError, termios.error):
+            now = os.tcgetpgrp(fd) == os.getpgrp()
+            if now and not in_front and termios.tcgetattr(fd)[3] & termios.ECHO:
+                note_continued(mid_line=True)
+                # (from this thread, without ignoring SIGTTOU, which only the main thread
+                # may: sent to the background again just now, the job stops, as any would)
+                termios.tcsetattr(fd, termios.TCSANOW, quiet)
+            in_front = now
 
 
 def _foreground_terminal() -> int | None:

@@ -29,7 +29,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TextIO
+from typing import Any, TextIO
 
 Part = str | tuple[str, str]
 """Text, or ``(text, style)`` where style is space-separated words from :data:`STYLES`."""
@@ -167,14 +167,17 @@ def styled(text: str, style: str, *, live: bool) -> str:
     return f"\x1b[{codes}m{text}{_RESET}"
 
 
-_CONTINUED = [0]
-"""How many times the process went on after it was stopped (Ctrl-Z, then ``fg``): the shell
-wrote on the screen meanwhile, so a line left open goes on from a line of its own."""
+_CONTINUED: list[Any] = [0, False]
+"""How many times the job came back to the foreground after it was stopped (Ctrl-Z, then
+``fg``) or sent to the background (``bg``): the shell wrote on the screen meanwhile, so a line
+left open goes on from a line of its own; and whether the cursor may be in the middle of a
+line then (the job wrote while in the background)."""
 
 
-def note_continued() -> None:
-    """The process was continued (``SIGCONT``): see ``_CONTINUED``."""
+def note_continued(mid_line: bool = False) -> None:
+    """The job is in the foreground again: see ``_CONTINUED``."""
     _CONTINUED[0] += 1
+    _CONTINUED[1] = mid_line
 
 
 class Terminal:
@@ -339,9 +342,11 @@ class Terminal:
         """Write the held word: on this line if it fits after the gap, else on the next."""
         if not self._word:
             return
-        if self._continued != _CONTINUED[0]:  # stopped and continued: the shell wrote a line
-            self._continued = _CONTINUED[0]  # (``fg``'s), and the cursor is at its start
+        if self._continued != _CONTINUED[0]:  # back in front: the shell wrote a line (``fg``'s)
+            self._continued = _CONTINUED[0]
             if self._column:
+                if _CONTINUED[1]:  # (and this may have written after it, from the background)
+                    self.out.write("\n")
                 self._column, self._pad, self._gap = 0, self._indent, ""
         pieces, self._word = self._word, []
         size = sum(cell_width(text) for text, _ in pieces)
