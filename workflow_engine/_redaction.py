@@ -52,6 +52,10 @@ _QUERY = re.compile(r"[?#]")
 _ENCODED_AT = re.compile(r".*(?:%(?:25)*40|\\+u0040)", re.DOTALL)  # (the last one)
 _ENCODED_QUERY = re.compile(r"%(?:25)*(?:3[fF]|23)|\\+u00(?:3[fF]|23)")
 _ELISION = re.compile(r"\.\.\.|…")
+_SECRET_MARKER = re.compile(
+    r"[?#=]|%(?:25)*(?:3[fFdD]|23)|\\+u00(?:3[fFdD]|23)"
+)  # (written, percent-encoded or JSON-escaped)
+_PYDANTIC_VALUE = re.compile(r"input_value=(?P<value>[^\n]{0,200}?)(?=, input_type=)")
 _QUOTED_ELIDED = re.compile(
     r"(?P<head>(?:(?P<open>['\"])[^'\"\s]*?|(?<!\S))(?:\.\.\.|…))(?P<tail>[^'\"\s]*)"
     r"(?=(?(open)(?P=open)|['\"]))"
@@ -83,6 +87,7 @@ _TRAILING = "'\".,;:!?)]}>"
 def without_credentials(text: str) -> str:
     """``text`` with every URL in it said without its user, password, query string and
     fragment."""
+    text = shortened_values_cleaned(text)
     out: list[str] = []
     at = 0
     starts = [m.span() for m in _URL_START.finditer(text)]
@@ -118,12 +123,37 @@ def _elided_tails(text: str) -> str:
 
 
 def _without_secret_ends(quoted: re.Match[str]) -> str:
-    tail = quoted["tail"]
+    return quoted["head"] + _secret_end_left_out(quoted["tail"])
+
+
+def _secret_end_left_out(tail: str) -> str:
+    """The end of a value shortened before it, without what may be a password's end (before
+    an ``@``) or a query string's or fragment's (from a ``?``, ``#`` or ``=``, written or
+    encoded; an ``=`` stays) -- and with what closed the value after it."""
     tail = tail[tail.rfind("@") + 1 :]  # (a password's end, its @; the host after it stays)
-    cut = [i for i in (tail.find("?"), tail.find("#"), tail.find("=") + 1) if i > 0]
-    if cut:
-        tail = tail[: min(cut)]
-    return quoted["head"] + tail
+    marker = _SECRET_MARKER.search(tail)
+    if marker is None:
+        return tail
+    kept = marker.end() if marker.group() == "=" else marker.start()
+    return tail[:kept] + _given_back(tail[kept:])
+
+
+def shortened_values_cleaned(text: str) -> str:
+    """``text`` with the end of each value pydantic shortened in a validation error
+    (``input_value=<its first characters>...<its last>, input_type=``) said without what may
+    be secret there (``_secret_end_left_out``): the cut may have taken the URL's scheme and
+    host, and the sentence around it, so nothing else marks it (outside tester 212). Works on
+    the whole text: a shortened value may hold white space."""
+    return _PYDANTIC_VALUE.sub(_value_without_secret_end, text)
+
+
+def _value_without_secret_end(found: re.Match[str]) -> str:
+    value = found["value"]
+    elided = _ELISION.search(value)
+    if elided is None:
+        return found.group()
+    kept = value[: elided.end()] + _secret_end_left_out(value[elided.end() :])
+    return found.group()[: found.start("value") - found.start()] + kept
 
 
 def _paths_without_queries(text: str) -> str:

@@ -109,7 +109,7 @@ from workflow_engine._input import (
     is_blank,
     parse_json,
 )
-from workflow_engine._redaction import without_credentials
+from workflow_engine._redaction import shortened_values_cleaned, without_credentials
 from workflow_engine._store import default_owner, forget_ended_owner, holder_of, owner_ended
 from workflow_engine.executors import (
     Agent,
@@ -829,7 +829,7 @@ class AGUIService:
         is bounded all the same -- a word of a megabyte held the loop a second (outside tester
         210) -- by whole words: one longer than ``_LONGEST_WORD`` is said by its length, and
         none is read past ``_READ_AT_MOST`` characters (the log keeps the text whole)."""
-        message = _WORKER_TOKEN.sub(r"\1", whole)
+        message = shortened_values_cleaned(_WORKER_TOKEN.sub(r"\1", whole))
         path = getattr(self.store, "path", None)
         if path is not None:
             named = str(path)

@@ -64,6 +64,7 @@ from ._term import (
     Terminal,
     discard_typeahead,
     note_continued,
+    set_word_hook,
     stdin_is_tty,
     visible,
 )
@@ -386,15 +387,15 @@ def typed_keys_hidden(asking: bool) -> Iterator[None]:
         # stopped (Ctrl-Z) and continued: the shell set the terminal its way meanwhile, and
         # keys typed were echoed into the agents' text again (outside tester 208)
         note_continued()
-        if _foreground_terminal() == fd:  # (``fg``; after ``bg``, see ``_back_in_front``)
+        if _foreground_terminal() == fd:  # (``fg``; after ``bg``, see ``BackInFront``)
             with contextlib.suppress(OSError, termios.error, ValueError):
                 _set_terminal(fd, quiet)
 
+    front = BackInFront(fd, quiet)
     watching = threading.Event()
-    watcher = threading.Thread(
-        target=_back_in_front, args=(fd, quiet, watching), name="echo-off", daemon=True
-    )
+    watcher = threading.Thread(target=front.watch, args=(watching,), name="echo-off", daemon=True)
     watcher.start()
+    before_a_word = set_word_hook(front.look)  # (and before each word written: see there)
 
     handlers = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -405,6 +406,7 @@ def typed_keys_hidden(asking: bool) -> Iterator[None]:
     try:
         yield
     finally:
+        set_word_hook(before_a_word)
         watching.set()
         watcher.join(timeout=1)
         restore()
@@ -412,23 +414,39 @@ def typed_keys_hidden(asking: bool) -> Iterator[None]:
             signal.signal(sig, before)
 
 
-def _back_in_front(fd: int, quiet: list[Any], done: threading.Event) -> None:
-    """Turn echo off again when the job comes back to the foreground without being stopped
+class BackInFront:
+    """Turns echo off again when the job comes back to the foreground without being stopped
     first -- ``bg``, then ``fg``: no signal says so, and the shell turned echo on (outside
-    tester 211) -- and note that the shell wrote on the screen (``note_continued``). Looked
-    at ten times a second, while agents work."""
-    import termios
+    tester 211) -- and notes that the shell wrote on the screen (``note_continued``). Looked
+    at ten times a second while agents work (``watch``), and before each word written: a key
+    typed in between was still echoed into the text (outside tester 212)."""
 
-    in_front = True
-    while not done.wait(0.1):
-        with contextlib.suppress(OSError, termios.error):
-            now = os.tcgetpgrp(fd) == os.getpgrp()
-            if now and not in_front and termios.tcgetattr(fd)[3] & termios.ECHO:
+    def __init__(self, fd: int, quiet: list[Any]) -> None:
+        self._fd, self._quiet = fd, quiet
+        self._in_front = True
+        self._lock = threading.Lock()
+
+    def watch(self, done: threading.Event) -> None:
+        while not done.wait(0.1):
+            self.look()
+
+    def look(self) -> None:
+        import termios
+
+        if not self._lock.acquire(blocking=False):  # (the other thread is looking)
+            return
+        try:
+            now = os.tcgetpgrp(self._fd) == os.getpgrp()
+            if now and not self._in_front and termios.tcgetattr(self._fd)[3] & termios.ECHO:
                 note_continued(mid_line=True)
-                # (from this thread, without ignoring SIGTTOU, which only the main thread
-                # may: sent to the background again just now, the job stops, as any would)
-                termios.tcsetattr(fd, termios.TCSANOW, quiet)
-            in_front = now
+                # (from any thread, without ignoring SIGTTOU, which only the main thread may:
+                # sent to the background again just now, the job stops, as any would)
+                termios.tcsetattr(self._fd, termios.TCSANOW, self._quiet)
+            self._in_front = now
+        except (OSError, termios.error):
+            pass
+        finally:
+            self._lock.release()
 
 
 def _foreground_terminal() -> int | None:

@@ -180,6 +180,17 @@ def note_continued(mid_line: bool = False) -> None:
     _CONTINUED[1] = mid_line
 
 
+_WORD_HOOK: list[Callable[[], None] | None] = [None]
+"""Called before each word a terminal writes (``set_word_hook``)."""
+
+
+def set_word_hook(hook: Callable[[], None] | None) -> Callable[[], None] | None:
+    """Call ``hook`` before each word written from now on (the console's look at whether the
+    job is back in the foreground); the hook it replaces."""
+    before, _WORD_HOOK[0] = _WORD_HOOK[0], hook
+    return before
+
+
 class Terminal:
     """One output stream, written line by line or streamed word by word, thread-safe.
 
@@ -342,6 +353,9 @@ class Terminal:
         """Write the held word: on this line if it fits after the gap, else on the next."""
         if not self._word:
             return
+        hook = _WORD_HOOK[0]
+        if hook is not None:
+            hook()
         if self._continued != _CONTINUED[0]:  # back in front: the shell wrote a line (``fg``'s)
             self._continued = _CONTINUED[0]
             if self._column:

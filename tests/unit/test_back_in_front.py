@@ -1,7 +1,7 @@
 """A job sent to the background while agents work (Ctrl-Z, ``bg``) and brought back (``fg``)
 gets no signal when it is back: the shell had turned echo on, and keys typed landed in the
-agents' text (outside tester 211). ``_back_in_front`` notices, turns echo off again and says
-the shell wrote on the screen. Played in a child process whose controlling terminal is a new
+agents' text (outside tester 211). ``BackInFront`` notices, turns echo off again and says the
+shell wrote on the screen. Played in a child process whose controlling terminal is a new
 pseudo-terminal, moving its foreground between process groups as a shell does."""
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ CHILD = textwrap.dedent(
     quiet[3] &= ~termios.ECHO
     termios.tcsetattr(slave, termios.TCSANOW, quiet)
     done = threading.Event()
-    watcher = threading.Thread(target=_console._back_in_front, args=(slave, quiet, done))
+    front = _console.BackInFront(slave, quiet)
+    watcher = threading.Thread(target=front.watch, args=(done,))
     watcher.start()
     other = subprocess.Popen(["sleep", "30"], process_group=0)  # ("bg": another job in front)
     os.tcsetpgrp(slave, other.pid)
