@@ -12,7 +12,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Never
@@ -1421,6 +1421,29 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
         assert secret not in message, (secret, message)
 
 
+def run_errors(
+    tmp_path: Path, error_of: Callable[[str], str], texts: list[str]
+) -> list[dict[str, Any]]:
+    """The last event of a run per text, each started with the text by a client, on an agent
+    whose step fails with ``RuntimeError(error_of(text))``."""
+
+    class Fails(Executor):
+        @handler
+        async def fail(self, text: str, ctx: WorkflowContext[str]) -> None:
+            raise RuntimeError(error_of(text))
+
+    app = FastAPI()
+    store = SqliteStore(tmp_path / "runs.db")
+    add_agui_endpoint(app, WorkflowBuilder(name="f", start=Fails("f")).build(), store=store)
+    told = []
+    with in_process(app) as port:
+        for text in texts:
+            said = {"id": "m", "role": "user", "content": text}
+            told.append(post(f"http://127.0.0.1:{port}/", messages=[said])[-1])
+    anyio.run(store.close)
+    return told
+
+
 def test_what_a_client_pads_an_error_with_cannot_show_the_server_s_password(
     tmp_path: Path,
 ) -> None:
@@ -1429,23 +1452,9 @@ def test_what_a_client_pads_an_error_with_cannot_show_the_server_s_password(
     URL, before its ``@``, and what was shown of it grew a character of the password per
     character of padding (outside tester 209). Every padding shows no part of it."""
     server = "https://svc_user:HunterPassw0rdXYZ@search.internal.example.com/api"
-
-    class Forwards(Executor):
-        @handler
-        async def forward(self, text: str, ctx: WorkflowContext[str]) -> None:
-            raise RuntimeError(f"could not forward {text} to {server}/inbox")
-
-    app = FastAPI()
-    store = SqliteStore(tmp_path / "runs.db")
-    add_agui_endpoint(app, WorkflowBuilder(name="f", start=Forwards("f")).build(), store=store)
     unit = "http://x:" + "p" * 200 + "@h "  # (said as http://h)
-    told = []
-    with in_process(app) as port:
-        for length in range(10_150, 10_230, 7):
-            k, rest = divmod(length, len(unit))
-            said = {"id": "m", "role": "user", "content": unit * k + "z" * rest}
-            told.append(post(f"http://127.0.0.1:{port}/", messages=[said])[-1])
-    anyio.run(store.close)
+    padded = [unit * (n // len(unit)) + "z" * (n % len(unit)) for n in range(10_150, 10_230, 7)]
+    told = run_errors(tmp_path, lambda text: f"could not forward {text} to {server}/inbox", padded)
     for event in told:
         assert event["type"] == "RUN_ERROR", event
         for secret in ("svc_user", "Hunter"):
@@ -1457,21 +1466,8 @@ def test_an_error_of_a_megabyte_is_read_only_as_far_as_it_is_shown(tmp_path: Pat
     """An error quoting a client's megabyte without a space was cleaned whole before its first
     2,000 characters were shown: a second of the server's loop per request (outside tester
     210). A word past 16 KB is said by its length; no more than 64 KB of words are read."""
-
-    class Quotes(Executor):
-        @handler
-        async def quote(self, text: str, ctx: WorkflowContext[str]) -> None:
-            raise RuntimeError(f"cannot use {text} here")
-
-    app = FastAPI()
-    store = SqliteStore(tmp_path / "runs.db")
-    add_agui_endpoint(app, WorkflowBuilder(name="q", start=Quotes("q")).build(), store=store)
-    told = []
-    with in_process(app) as port:
-        for text in ("%3A%2F%2Fa" * 90_000, " ".join(["%3A%2F%2Fa" * 1_000] * 80)):
-            said = {"id": "m", "role": "user", "content": text}
-            told.append(post(f"http://127.0.0.1:{port}/", messages=[said])[-1])
-    anyio.run(store.close)
+    texts = ["%3A%2F%2Fa" * 90_000, " ".join(["%3A%2F%2Fa" * 1_000] * 80)]
+    told = run_errors(tmp_path, lambda text: f"cannot use {text} here", texts)
     one_word, words = (event["message"] for event in told)
     assert one_word == "cannot use [900,000 characters without a space] here", one_word
     assert words.endswith(" more characters)") and len(words) < 2_100, words[-100:]
