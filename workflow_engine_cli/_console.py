@@ -391,18 +391,17 @@ def typed_keys_hidden(asking: bool) -> Iterator[None]:
             with contextlib.suppress(OSError, termios.error, ValueError):
                 _set_terminal(fd, quiet)
 
-    front = BackInFront(fd, quiet)
-    watching = threading.Event()
-    watcher = threading.Thread(target=front.watch, args=(watching,), name="echo-off", daemon=True)
-    watcher.start()
-    before_a_word = set_word_hook(front.look)  # (and before each word written: see there)
-
     handlers = {}
     for sig in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(sig) in (signal.SIG_DFL, None):  # (one of ours: left alone)
             handlers[sig] = signal.signal(sig, restore_and_die)
     if signal.getsignal(signal.SIGCONT) in (signal.SIG_DFL, None):
         handlers[signal.SIGCONT] = signal.signal(signal.SIGCONT, continued)
+    front = BackInFront(fd, quiet)
+    watching = threading.Event()
+    watcher = threading.Thread(target=front.watch, args=(watching,), name="echo-off", daemon=True)
+    watcher.start()
+    before_a_word = set_word_hook(front.look)  # (and before each word written: see there)
     try:
         yield
     finally:
