@@ -305,6 +305,8 @@ async def test_a_span_on_the_wrong_base_is_reported_by_name(tmp_path: Path) -> N
     ],
     ids=repr,
 )
+# (17 runs of 150 supersteps between them: in `make test`, not the fast tier's minute)
+@pytest.mark.slow
 async def test_a_span_that_does_not_fit_its_base_is_reported_by_name(
     tmp_path: Path, damage: dict[str, Any]
 ) -> None:
@@ -334,6 +336,7 @@ async def test_a_span_that_does_not_fit_its_base_is_reported_by_name(
     ],
     ids=repr,
 )
+@pytest.mark.slow
 async def test_a_delta_keeping_a_negative_count_is_reported_by_name(
     tmp_path: Path, damage: dict[str, Any]
 ) -> None:
