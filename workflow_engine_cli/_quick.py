@@ -313,7 +313,7 @@ def _requests(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], Non
     )
 
 
-def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], None]:
+def _show(reader: SqliteReader, options: dict[str, Any]) -> Callable[[], int | None]:
     """``runs show``, read and worked out; returns what prints it."""
     from workflow_engine._run_info import decoding_workflow
 
