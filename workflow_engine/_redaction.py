@@ -49,7 +49,9 @@ not a regex's ``([^/?#]+)`` or ``\\w+:\\w+@``, nor a format string's ``%s`` (out
 _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789+.-%")
 """What a scheme (or its percent-encoded ``:``) is written with (see ``_separated``)."""
 _QUERY = re.compile(r"[?#]")
-_ENCODED_AT = re.compile(r".*(?:%(?:25)*40|\\+u0040)", re.DOTALL)  # (the last one)
+_ENCODED_AT = re.compile(
+    r".*(?:%(?:25)*40|\\+u0040|&#0*64;|&#[xX]0*40;|&commat;)", re.DOTALL
+)  # (the last one; percent-encoded, JSON-escaped, or an HTML character reference)
 _ENCODED_QUERY = re.compile(r"%(?:25)*(?:3[fF]|23)|\\+u00(?:3[fF]|23)")
 _ELISION = re.compile(r"\.\.\.|…")
 _SECRET_MARKER = re.compile(
@@ -166,8 +168,9 @@ def _paths_without_queries(text: str) -> str:
         begin = q  # the path runs back to white space, a quote or another query
         while begin > at and text[begin - 1] not in _PATH_STOP and not text[begin - 1].isspace():
             begin -= 1
-        path = _path_opening(text, begin, q)
-        if path is None:
+        # a query string at the start of a word: its path is on the line before it (a library
+        # wrapped a long URL there), or it stands alone -- either way it is left out
+        if begin < q and _path_opening(text, begin, q) is None:
             search = q + 1
             continue
         ended = _VALUE_END.search(text, query.end())

@@ -165,6 +165,19 @@ CLEANED += [
         "calling https://h.example.com/v1/chat%3Fapi-key=K3y#FragF now",
         "calling https://h.example.com/v1/chat now",
     ),
+    # an @ as HTML writes it (its ``#`` was read as a fragment's: the password showed)
+    (
+        "<p>GET http://user:PW&#64;host.example/v1 failed</p>",
+        "<p>GET http://host.example/v1 failed</p>",
+    ),
+    ("http://user:PW&#x40;h.example/x", "http://h.example/x"),
+    ("http://user:PW&commat;h.example/x?k=v", "http://h.example/x"),
+    # a query string a library wrapped onto a line of its own, or alone at a word's start
+    (
+        "POST https://api.example.com/v1/chat\n    ?api-key=SECRET123 (status 401)",
+        "POST https://api.example.com/v1/chat\n     (status 401)",
+    ),
+    ("url: '?api-key=SECRET'", "url: ''"),
 ]
 
 
@@ -203,6 +216,7 @@ _SECRET_CHARS = st.sampled_from("abcXYZ019-._~!$&'()*+,;=:%/@#?")
             "url: /v1/chat?key={s}",
             "https%3A%2F%2Fuser%3A{e}%40host%2Fv1",
             "URL('user:{p}@proxy.example:3128')",
+            "<a href='http://user:{p}&#64;host.example/v1'>",
         ]
     ),
     before=st.sampled_from(["", "cannot reach ", "(", "[", "'", "x,", "= ", "连接", "1"]),
