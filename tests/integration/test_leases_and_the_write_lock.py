@@ -13,9 +13,11 @@ waiting by the pollers.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -170,3 +172,81 @@ async def test_a_prune_with_nothing_to_delete_does_not_take_the_write_lock(
         assert await runtime.store.prune(keep_last=1) > 0
     finally:
         await runtime.close()
+
+
+PRUNE_WRITER = """
+import asyncio, json, sys, time
+from tests.integration.workflows import stepper_workflow
+from workflow_engine import Runtime
+from workflow_engine.storage import SqliteStore
+
+async def main(db, seconds):
+    runtime = Runtime(SqliteStore(db, busy_timeout=0.5))
+    runtime.register(lambda: stepper_workflow(name="stepper"))
+    errors, slowest, runs = [], 0.0, 0
+    await runtime.run("stepper", 1)
+    print("ready", flush=True)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        began = time.monotonic()
+        try:
+            await runtime.run("stepper", 1)
+            runs += 1
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+        slowest = max(slowest, time.monotonic() - began)
+        await asyncio.sleep(0.005)
+    await runtime.close()
+    print(json.dumps({"errors": errors, "slowest": slowest, "runs": runs}), flush=True)
+
+asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+"""
+
+
+async def test_a_long_prune_lets_other_processes_write_between_its_slices(
+    tmp_path: Path,
+) -> None:
+    """A prune deletes in write transactions of about 0.1 s, with a pause between them: in
+    one, a prune of 100,000 runs held the lock 6 s, and a run started meanwhile in another
+    process failed as locked (outside tester 215). Here each run's deletion is made slow (a
+    slow disk, through the store's fault hook): 60 runs take 1.2 s, more than the other
+    process's ``busy_timeout`` of 0.5 s."""
+    from workflow_engine import Runtime
+
+    db = tmp_path / "runs.db"
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(lambda: stepper_workflow(name="stepper"))
+    for _ in range(60):
+        paused = await runtime.run("stepper", 1)
+        await runtime.respond(paused.pending_requests[0].request_id, {"approved": True})
+        await runtime.resume(paused.run_id)
+    await runtime.close()
+
+    def slow_disk(point: str) -> None:
+        if point == "prune:run":
+            time.sleep(0.02)
+
+    writer = subprocess.Popen(
+        [sys.executable, "-c", PRUNE_WRITER, str(db), "2.0"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline().strip() == "ready"
+        pruner = SqliteStore(db, fault_hook=slow_disk)
+        try:
+            began = time.monotonic()
+            deleted = await pruner.prune(finished_before=time.time())
+            took = time.monotonic() - began
+        finally:
+            await pruner.close()
+        report = json.loads(writer.stdout.readline())
+    finally:
+        writer.wait(timeout=60)
+        if writer.stdout is not None:
+            writer.stdout.close()
+    assert deleted > 60 and took > 1.2
+    assert report["errors"] == [] and report["runs"] > 10, report
+    assert report["slowest"] < 0.5, report
