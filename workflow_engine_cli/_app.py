@@ -72,6 +72,7 @@ from ._listing import (
     status_filter,
 )
 from ._output import (
+    acted,
     closed_output_refused,
     discard_output,
     err_console,
@@ -1038,6 +1039,8 @@ def respond(
                 return EXIT_USAGE
             register(runtime, [run.workflow_name])
             outcome = await runtime.respond(full, answer)
+            if outcome.value != "duplicate":
+                acted(f"the answer to request {clean(full)} is stored")
             if outcome.value == "duplicate":  # (a repeat leaves the run as read above)
                 now = run.status.value
                 if now in ("idle", "cancelled"):  # `resume` would refuse it (tester 74)
@@ -1096,6 +1099,7 @@ def cancel(
                 if before.status.value == "cancelled":
                     _show_cancelled_in_doubt(before.effects_in_doubt)
                 raise
+            acted(f"run {clean(info.run_id)} is {info.status.value}")
             if info.cancel_requested:  # another worker executes it: it ends it at a boundary
                 print(
                     f"Run {visible(info.run_id)} {info.status.value}, cancelling: the worker "

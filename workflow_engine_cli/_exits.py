@@ -1,7 +1,8 @@
 """The command line's exit codes: a contract with scripts, so each keeps its meaning.
 
   0  done (the run finished, or the command succeeded)
-  1  the run failed or was cancelled (or the output could not be written: a full disk)
+  1  the run failed or was cancelled (or the output could not be written: a full disk --
+     unless the command had acted: then its own code, and the error says what was done)
   2  bad usage or invalid input (malformed JSON, an answer of the wrong type, an ambiguous id)
   3  paused: the run waits for input (answer with ``respond``, continue with ``resume``)
   4  not found: unknown run, request or workflow

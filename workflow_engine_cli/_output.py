@@ -14,7 +14,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ._exits import EXIT_BROKEN_PIPE, EXIT_FAILED
+from ._exits import EXIT_BROKEN_PIPE, EXIT_DONE, EXIT_FAILED
 from ._term import visible
 
 if TYPE_CHECKING:
@@ -200,16 +200,35 @@ def discard_output(*streams: Any) -> None:
             os.close(devnull)
 
 
-def output_failed(exc: OSError) -> int | None:
+_DONE: list[str] = []
+"""What this command changed, as ``acted`` said it."""
+
+
+def acted(what: str) -> None:
+    """Note that the command changed something (``what``: "the answer to request X is
+    stored"): if its output cannot be written after that (a full disk), the error says it was
+    done all the same, and the command's exit code stands. Exit 1 tells a script that nothing
+    was done and it may retry; after a stored answer or a cancel, it did (outside tester
+    214)."""
+    _DONE.append(what)
+
+
+def output_failed(exc: OSError, code: int | None = None) -> int | None:
     """The exit code when ``exc`` is stdout failing (None: some other error). A reader that
-    went away (``| head``) is no error: stop quietly. A full disk is one line, exit 1."""
+    went away (``| head``) is no error: stop quietly. A full disk is one line, exit 1 --
+    unless the command changed something (``acted``): then the line says so, and the exit
+    code is ``code``, the command's own (0 if it did not get that far)."""
     if isinstance(exc, BrokenPipeError):
         discard_output()
         return EXIT_BROKEN_PIPE
     if exc.errno in _WRITE_ERRNOS:
         discard_output()
-        print_error(f"cannot write the output: {exc.strerror or exc}")
-        return EXIT_FAILED
+        said = f"cannot write the output: {exc.strerror or exc}"
+        if not _DONE:
+            print_error(said)
+            return EXIT_FAILED
+        print_error(f"{said}; {'; '.join(_DONE)} all the same")
+        return EXIT_DONE if code is None else code
     return None
 
 
@@ -220,7 +239,7 @@ def flush_output(code: Any) -> Any:
     try:
         sys.stdout.flush()
     except OSError as exc:
-        failed = output_failed(exc)
+        failed = output_failed(exc, code if isinstance(code, int) else None)
         if failed is None:
             raise
         return failed

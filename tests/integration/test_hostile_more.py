@@ -796,6 +796,33 @@ def test_output_to_a_full_disk_is_one_line(base: tuple[Cli, str, str, str]) -> N
         assert "cannot write the output: No space left on device" in result.error_line()
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_an_action_whose_output_meets_a_full_disk_says_it_was_done(
+    base: tuple[Cli, str, str, str], tmp_path: Path
+) -> None:
+    """``respond`` and ``cancel`` act, then meet the full disk printing what they did: exit 1
+    (which tells a script nothing was done and it may retry) after the answer was stored or
+    the run cancelled -- the retried cancel then met "already cancelled" (outside tester
+    214). The line says it was done, and the exit code is the action's."""
+    source, run_id, request_id, other = base
+    cli = copy_of(source, tmp_path)
+    with open("/dev/full", "wb") as full:
+        answered = run(cli, ["respond", request_id, "--approve"], stdout=full)
+    assert answered.code == 0, str(answered)
+    assert answered.error_line().endswith(
+        f"No space left on device; the answer to request {request_id} is stored all the same"
+    ), str(answered)
+    assert cli.json("runs", "show", run_id)["status"] == "idle_with_pending_requests"
+    with open("/dev/full", "wb") as full:
+        cancelled = run(cli, ["cancel", other], stdout=full)
+    assert cancelled.code == 0, str(cancelled)
+    assert cancelled.error_line().endswith(f"run {other} is cancelled all the same")
+    assert cli.json("runs", "show", other)["status"] == "cancelled"
+    with open("/dev/full", "wb") as full:  # nothing done: exit 1, as before
+        again = run(cli, ["runs", "list"], stdout=full)
+    assert again.code == 1 and again.error_line().endswith("No space left on device")
+
+
 @pytest.mark.parametrize(
     "value",
     [{"$float": "x"}, {"$items": 5}, {"$type": 3, "data": {}}, {"$uuid": "zz"}, {"$nope": 1}],
