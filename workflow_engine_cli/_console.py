@@ -554,9 +554,10 @@ class AnswerPolicy:
         if not self.interactive:
             return False
         self.term.line(("Approval needed: ", "bold yellow"), shown, indent=4)
-        width = self.term.width  # 0: lines are not wrapped here
-        choices = _APPROVE_CHOICES if not width or width >= _APPROVE_ROOM else "[y/n/e]: "
         while True:
+            # (asked again at the window's width now: it may have narrowed since -- tester 214)
+            width = self.term.width  # 0: lines are not wrapped here
+            choices = _APPROVE_CHOICES if not width or width >= _APPROVE_ROOM else "[y/n/e]: "
             choice = self._ask(("Approve? ", "bold"), choices)
             choice = choice.strip().lower()
             if choice in ("y", "yes"):
@@ -576,12 +577,15 @@ class AnswerPolicy:
     async def _edit(self, tool: str, arguments: dict[str, Any], submit: Submit) -> bool:
         """Ask for edited arguments until the tool's schema accepts them; False: back out."""
         self.term.line(("  now: ", "dim"), compact(arguments), indent=4)
-        width = self.term.width  # 0: lines are not wrapped here
-        prompt = _EDIT_PROMPT
-        if width and width < _EDIT_ROOM:  # narrow: the terminal would break the prompt mid-word
-            self.term.line("  " + _EDIT_PROMPT.rstrip(), indent=2)  # (wrapped between words)
-            prompt = "JSON: "
+        told = False
         while True:
+            width = self.term.width  # (now: see ``_approval``; 0: lines are not wrapped here)
+            prompt = _EDIT_PROMPT
+            if width and width < _EDIT_ROOM:  # narrow: the terminal would break it mid-word
+                if not told:
+                    self.term.line("  " + _EDIT_PROMPT.rstrip(), indent=2)  # (wrapped)
+                    told = True
+                prompt = "JSON: "
             raw = self._ask(prompt).strip()
             if not raw:
                 return False
@@ -647,9 +651,9 @@ class AnswerPolicy:
         show_in_doubt(self.term, question)
         if (transcript := self._transcript()) is not None:  # (what the answer below answers)
             show_in_doubt(transcript, question)
-        width = self.term.width
-        choices = _IN_DOUBT_CHOICES if not width or width >= _IN_DOUBT_ROOM else "[y/n]: "
         while True:
+            width = self.term.width  # (now: see ``_approval``)
+            choices = _IN_DOUBT_CHOICES if not width or width >= _IN_DOUBT_ROOM else "[y/n]: "
             choice = self._ask(("Did it happen? ", "bold"), choices).strip().lower()
             if choice in ("n", "no"):
                 await submit({"happened": False})

@@ -51,6 +51,8 @@ _FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # line readers); the bidirectional overrides and isolates (they reorder what is shown)
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _TOKENS = re.compile(r"\n|[^\S\n]+|\S+")
+_WORD_ROOM = 16
+"""The fewest columns a continuation line leaves its words before it drops its indent."""
 
 
 _PLAIN = [False]
@@ -224,7 +226,14 @@ class Terminal:
         last column leaves some terminals in a deferred-wrap state we would rather not model."""
         if not self._wraps:
             return 0
-        return max(terminal_columns(self.out) - 1, 20)
+        # (however narrow: wrapped at 20 in a window of 16, every line was folded again by the
+        # terminal, and words were cut everywhere -- outside tester 214)
+        return max(terminal_columns(self.out) - 1, 1)
+
+    def _hanging(self, width: int) -> int:
+        """Where continuation lines start: at the open line's indent, unless that leaves the
+        words fewer than ``_WORD_ROOM`` columns (a narrow window): then at the left edge."""
+        return self._indent if not width or width - self._indent >= _WORD_ROOM else 0
 
     @property
     def live(self) -> bool:
@@ -361,12 +370,12 @@ class Terminal:
             if self._column:
                 if _CONTINUED[1]:  # (and this may have written after it, from the background)
                     self.out.write("\n")
-                self._column, self._pad, self._gap = 0, self._indent, ""
+                self._column, self._pad, self._gap = 0, self._hanging(self.width), ""
         pieces, self._word = self._word, []
         size = sum(cell_width(text) for text, _ in pieces)
         width = self.width
         room = width - max(self._column, self._pad)
-        if width and self._column > self._indent and cell_width(self._gap) + size > room:
+        if width and self._column > self._hanging(width) and cell_width(self._gap) + size > room:
             self._newline()
         if self._column == 0 and self._pad:
             self.out.write(" " * self._pad)
@@ -396,7 +405,7 @@ class Terminal:
     def _newline(self) -> None:
         self.out.write("\n")
         self._column = 0
-        self._pad = self._indent
+        self._pad = self._hanging(self.width)
         self._gap = ""
 
     # --- the spinner --------------------------------------------------------------------------

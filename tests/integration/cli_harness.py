@@ -321,6 +321,13 @@ class ScreenSession(PtySession):
     def _received(self, chunk: bytes) -> None:
         self._stream.feed(chunk)
 
+    def resize(self, columns: int, lines: int = 40) -> None:
+        """Resize the window, as a person dragging its edge: the PTY's size, then SIGWINCH to
+        the program (the emulator does not reflow what is already on the screen)."""
+        fcntl.ioctl(self.master, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+        self._screen.resize(lines, columns)
+        self.proc.send_signal(signal.SIGWINCH)
+
     def screen(self) -> list[str]:
         """Every rendered line, from the oldest scrolled-off one to the bottom of the window,
         without trailing blanks."""

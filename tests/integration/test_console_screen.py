@@ -339,6 +339,43 @@ def test_approval_prompt_fits_a_40_column_window(cli: Cli, sessions: list[Screen
     assert len(cli.ledger()) == 1
 
 
+def test_a_window_narrower_than_twenty_columns_shows_every_word_whole(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """Text was wrapped at 20 columns at least: in a window of 16 the terminal folded every
+    line again and cut words everywhere (``I'`` / ``ll``: outside tester 214). Lines are
+    wrapped at the window's width however narrow, and continuation lines drop the speaker's
+    indent when it would leave too little room."""
+    session = ScreenSession(
+        ["demo", "handoff", "--approve", "-m", REFUND, "--db", str(cli.db)],
+        cli.env,
+        cli.cwd,
+        columns=16,
+    )
+    sessions.append(session)
+    assert session.wait() == 0, session.screen_text()
+    rows = session.screen()
+    words = {word for row in rows for word in row.split()}
+    said = "I'll hand you to our refunds specialist. I found order 12345."
+    assert all(word in words for word in said.split()), rows
+
+
+def test_a_prompt_asked_again_fits_the_window_as_it_is_now(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """The approval prompt's form was chosen once, at the first asking: narrowed meanwhile,
+    the window got the long form again after a wrong answer, folded, its ``:`` alone on a
+    line (outside tester 214)."""
+    demo = at_the_approval_prompt(sessions, cli)
+    demo.resize(40)
+    demo.send("maybe")
+    demo.expect_screen("or e (edit its arguments)")
+    demo.settle()
+    assert demo.screen()[-1].rstrip() == "Approve? [y/n/e]:", demo.screen()
+    demo.send("y")
+    assert demo.wait() == 0, demo.screen_text()
+
+
 def test_demo_rejected_shows_the_reply_before_asking(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
