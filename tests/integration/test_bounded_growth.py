@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from workflow_engine import Executor, Runtime, WorkflowBuilder, WorkflowContext, handler
+from workflow_engine import (
+    Executor,
+    Runtime,
+    WorkflowBuilder,
+    WorkflowContext,
+    handler,
+    response_handler,
+)
 from workflow_engine.storage import SqliteStore
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]  # hundreds of supersteps each
@@ -84,3 +91,52 @@ async def test_a_growing_conversation_is_stored_in_linear_space(tmp_path: Path) 
     # restarts (which used to undercount what was written and look more linear: 11.9x); the
     # ratio per doubling falls towards 2 (2.59, 2.27, 1.94 from 300 to 2,400 turns)
     assert long / short < 16, (short, long)
+
+
+class Asker(Executor):
+    """Asks ``n`` questions at once; each answer yields one output."""
+
+    @handler
+    async def ask(self, n: int, ctx: WorkflowContext[None, int]) -> None:
+        for i in range(n):
+            await ctx.request_info(f"please approve item {i} of the batch", bool)
+
+    @response_handler
+    async def answered(
+        self, question: str, approved: bool, ctx: WorkflowContext[None, int]
+    ) -> None:
+        await ctx.yield_output(len(question))
+
+
+def asking() -> Any:
+    return WorkflowBuilder(name="batch", start=Asker("asker")).build()
+
+
+async def answered_one_at_a_time(db: Path, questions: int) -> int:
+    """Bytes of checkpoints stored while ``questions`` asked at once are answered one by one."""
+    runtime = Runtime(SqliteStore(db))
+    runtime.register(asking)
+    try:
+        paused = await runtime.run("batch", questions)
+        for request in paused.pending_requests:
+            await runtime.respond_and_resume(request.request_id, True)
+        info = await runtime.get_run(paused.run_id)
+        assert info.status.value == "idle" and len(info.outputs) == questions
+    finally:
+        await runtime.close()
+    with sqlite3.connect(db) as raw:
+        (total,) = raw.execute("SELECT sum(length(body)) FROM checkpoints").fetchone()
+    return total
+
+
+async def test_requests_answered_one_at_a_time_are_stored_in_linear_space(
+    tmp_path: Path,
+) -> None:
+    """Every span stored the whole set of pending requests again (a run waiting on 2,000 stored
+    36 MB while they were answered one at a time: outside tester 215); a span now leaves out
+    those it keeps of its base, and snapshots, spaced by the bytes since the last one, follow
+    rarely. Measured: 12x the bytes for 8x the questions (33x before; the rest is each
+    snapshot's copy of what is still pending, and the answers' digests)."""
+    few = await answered_one_at_a_time(tmp_path / "few.db", 100)
+    many = await answered_one_at_a_time(tmp_path / "many.db", 800)
+    assert many / few < 18, (few, many)
