@@ -9,7 +9,8 @@ and its answer arrives in that executor's ``@response_handler``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -105,6 +106,71 @@ class ExternalRequest:
             "request_type": display_name(type(self.data), registry),
             "response_type": display_name(self.response_type, registry),
         }
+
+
+_DATA = ExternalRequest.__dict__["data"]
+"""Where an ``ExternalRequest`` keeps its data (its slot)."""
+
+
+class RestoredRequest(ExternalRequest):
+    """A pending request read back from a checkpoint, whose data is decoded when first read.
+
+    A resume decodes what its superstep needs: a run waiting on 1,000 requests decoded all of
+    them at every answer, most of each answer's time (outside tester 215). Damage is found,
+    and named, where the data is read -- by the step it answers, or by whoever reads the
+    run's pending requests. Otherwise an ``ExternalRequest`` like any other: it compares
+    equal to one with the same fields, and says it is one."""
+
+    __slots__ = ("_decode", "_encoded")
+    _decode: Callable[[Any, str], Any] | None
+    _encoded: Any
+
+    @classmethod
+    def stored(
+        cls,
+        encoded: Any,
+        decode: Callable[[Any, str], Any],
+        request_id: str,
+        port_id: str,
+        response_type: Any,
+        source_executor_id: str,
+        superstep: int,
+        run_id: str,
+        from_port: bool,
+    ) -> RestoredRequest:
+        """One whose data is ``decode(encoded, request_id)`` once read. (Made without the
+        generated ``__init__``: a resume makes one per pending request.)"""
+        made = cls.__new__(cls)
+        made.request_id, made.port_id, made.response_type = request_id, port_id, response_type
+        made.source_executor_id, made.superstep, made.run_id = source_executor_id, superstep, run_id
+        made.from_port, made.effect_key = from_port, None
+        made._encoded, made._decode = encoded, decode
+        return made
+
+    @property
+    def data(self) -> Any:
+        decode = self._decode
+        if decode is not None:
+            _DATA.__set__(self, decode(self._encoded, self.request_id))
+            self._decode = self._encoded = None
+        return _DATA.__get__(self, type(self))
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        _DATA.__set__(self, value)
+        self._decode = self._encoded = None
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ExternalRequest):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in _FIELDS)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f}={getattr(self, f)!r}" for f in _FIELDS)
+        return f"ExternalRequest({shown})"
+
+
+_FIELDS = tuple(f.name for f in fields(ExternalRequest))
 
 
 @dataclass(slots=True, frozen=True)

@@ -24,6 +24,7 @@ from ._checkpoint import (
     Checkpoint,
     CheckpointChanges,
     CheckpointStore,
+    RequestRecord,
     answer_digest,
     answer_has_digest,
     canonical_answer,
@@ -85,6 +86,7 @@ from ._requests import (
     ExternalResponse,
     InDoubtEffect,
     RequestPort,
+    RestoredRequest,
 )
 from ._runner import RunLoop, RunState, changes_of, new_checkpoint_id
 from ._types import (
@@ -274,6 +276,10 @@ class Workflow:
         """Checkpoint id -> (a run's start message as ``admit`` encoded it, the copy it decoded
         to prove that readable): the run's first restore takes the copy instead of decoding
         the message again (an AG-UI run's is the thread's whole history)."""
+        self._sound_requests: OrderedDict[int, RequestRecord] = OrderedDict()
+        """Stored requests whose data this workflow decoded (by ``id``; each kept, so the id
+        stays its): restored again -- the same record, carried from checkpoint to checkpoint
+        in this process -- their data is decoded only when read (see ``RestoredRequest``)."""
         self.fallback_journal = InMemoryJournal()
         """Journal for runs whose store is not a JournalStore (lives as long as this object)."""
 
@@ -778,14 +784,37 @@ class Workflow:
             except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
                 raise stored_value_error(exc, f"run {checkpoint.run_id!r}: {at} {where}") from exc
 
-        pending = {}
+        def request_data(data: Any, request_id: str) -> Any:
+            return dec(data, f"the data of request {request_id!r}")
+
+        pending: dict[str, ExternalRequest] = {}
+        sound = self._sound_requests
         for rid, r in checkpoint.pending_requests.items():
+            response_type = self.resolve_type(r.response_type)
+            if sound.get(id(r)) is r:
+                pending[rid] = RestoredRequest.stored(
+                    r.data,
+                    request_data,
+                    rid,
+                    r.port_id,
+                    response_type,
+                    r.source_executor_id,
+                    r.superstep,
+                    checkpoint.run_id,
+                    r.kind == "port",
+                )
+                continue
+            # first met here: decoded now, so that damage is named as the run is read
             data = dec(r.data, f"the data of request {rid!r}")
+            if r.kind != "effect":  # (an effect's key is in its data: always decoded)
+                sound[id(r)] = r
+                if len(sound) > _SOUND_REQUESTS:
+                    sound.popitem(last=False)
             pending[rid] = ExternalRequest(
                 request_id=r.request_id,
                 port_id=r.port_id,
                 data=data,
-                response_type=self.resolve_type(r.response_type),
+                response_type=response_type,
                 source_executor_id=r.source_executor_id,
                 superstep=r.superstep,
                 run_id=checkpoint.run_id,
@@ -1415,6 +1444,8 @@ def check_max_supersteps(limit: int | None) -> None:
 _ADMITTED_KEPT = 16
 """Admitted runs whose decoded start message a workflow keeps for their first execution here
 (the newest; a run admitted to be executed elsewhere, or later, falls out)."""
+_SOUND_REQUESTS = 16_384
+"""How many stored requests a workflow remembers having decoded (``_sound_requests``)."""
 
 
 def _new_run_id(run_id: str | None) -> str:

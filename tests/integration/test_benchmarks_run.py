@@ -26,6 +26,7 @@ SMALLEST = {
     "bench_floor.py": ["-n", "10", "-r", "1"],
     "bench_cli_read.py": ["-n", "3", "-r", "1", "--busy", "3"],
     "bench_agui_thread.py": ["-n", "5"],
+    "bench_many_pending.py": ["-n", "5"],
     "profile_kernel.py": ["w1", "-n", "10", "--limit", "3"],
     "profile_durable.py": ["w5", "--runs", "5", "--no-profile"],
 }
