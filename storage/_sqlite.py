@@ -109,7 +109,7 @@ from ._chunks import (
     with_split,
 )
 from ._location import default_db_path, synchronous_mode
-from ._reader import read_only_uri, reading_uri
+from ._reader import damaged, directory_refused, read_only_uri, reading_uri
 from ._records import (
     SQLITE_FAILURES,
     answered_counts,
@@ -647,9 +647,7 @@ class SqliteStore:
                         f"cannot create the directory for the database {self.path}: {exc.strerror}"
                     ) from exc
             if self.path.is_dir():
-                raise StoreUnavailableError(
-                    f"cannot open the database {self.path}: it is a directory, not a file"
-                )
+                raise StoreUnavailableError(directory_refused(self.path))
             # (where SQLite keeps the -wal and -shm files: beside the file a symlink names)
             real = Path(os.path.realpath(self.path))
             reading = reading_uri(real) if self.read_only else None
@@ -1293,7 +1291,7 @@ class SqliteStore:
     def _translate(self, exc: sqlite3.Error | UnicodeDecodeError) -> StorageError:
         if isinstance(exc, UnicodeDecodeError):  # (SQLite's message, quoting the damage)
             said = exc.object.decode("utf-8", "replace") if isinstance(exc.object, bytes) else ""
-            return StoreCorruptError(f"database {self.path} is damaged: {said or exc}")
+            return StoreCorruptError(damaged(self.path, said or str(exc)))
         text = str(exc)
         lowered = text.lower()
         if "locked" in lowered or "busy" in lowered:
@@ -1301,7 +1299,7 @@ class SqliteStore:
                 return _Busy(text)
             return self._locked()
         if "not a database" in lowered or "malformed" in lowered or "not decode" in lowered:
-            return StoreCorruptError(f"database {self.path} is damaged: {text}")
+            return StoreCorruptError(damaged(self.path, text))
         if "unable to open" in lowered:
             why = _side_file_refused(self.path)
             return StoreUnavailableError(f"cannot open the database {self.path}: {text}{why}")

@@ -55,12 +55,20 @@ def quick_read(argv: Sequence[str]) -> int | None:
     if parsed is None or not _all_text(argv) or not _store_settings_valid():
         return None
     # (loaded only now: ``--version`` loads nothing of the engine)
-    from workflow_engine.storage._reader import SqliteReader
+    from workflow_engine.storage._reader import SqliteReader, refused_before_reading
 
     command, options = parsed
     work_out = {("runs", "list"): _runs, ("requests", "list"): _requests, ("runs", "show"): _show}
+    refused = None
     try:
-        reader = SqliteReader.open(_database(options))
+        database = _database(options)
+        refused = refused_before_reading(database)
+    except Exception:  # (see below)
+        return None
+    if refused is not None:  # said as the store says it, without loading the store
+        return _printed(lambda: _refused(refused))
+    try:
+        reader = SqliteReader.open(database)
         if reader is None:
             return None
         with reader:
@@ -71,6 +79,15 @@ def quick_read(argv: Sequence[str]) -> int | None:
         # proper runs the command, and says what is wrong in its own words
         return None
     return _printed(show)
+
+
+def _refused(said: str) -> int:
+    """The store's refusal of the database, said as the commands say it (exit 6)."""
+    from ._exits import EXIT_STORAGE
+    from ._output import print_error
+
+    print_error(said)
+    return EXIT_STORAGE
 
 
 def _asks_version(argv: Sequence[str]) -> bool:

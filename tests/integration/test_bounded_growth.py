@@ -123,9 +123,7 @@ async def answered_one_at_a_time(db: Path, questions: int) -> int:
             result = await runtime.respond_and_resume(request.request_id, True)
             if questions <= 100:  # (each resume's pending requests, their data read lazily)
                 assert result.pending_requests == asked[n + 1 :]
-                assert [r.data for r in result.pending_requests] == [
-                    r.data for r in asked[n + 1 :]
-                ]
+                assert [r.data for r in result.pending_requests] == [r.data for r in asked[n + 1 :]]
         info = await runtime.get_run(paused.run_id)
         assert info.status.value == "idle" and len(info.outputs) == questions
     finally:

@@ -153,6 +153,12 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paths["zero_bytes"] = root / "zero.db"
     paths["zero_bytes"].touch()
     paths["missing"] = root / "missing.db"
+    paths["not_sqlite"] = root / "notes.txt"
+    paths["not_sqlite"].write_text("these are notes, not a database\n")
+    paths["tiny"] = root / "tiny.txt"  # (SQLite may read a file this short as a new database)
+    paths["tiny"].write_text("notes")
+    paths["directory"] = root / "a_folder"
+    paths["directory"].mkdir()
     return paths
 
 
@@ -338,6 +344,7 @@ def test_the_full_database_shows_every_state(databases: dict[str, Path]) -> None
         ("foreign", ["runs", "list"]),
         ("zero_bytes", ["requests", "list"]),
         ("missing", ["runs", "list"]),
+        ("tiny", ["runs", "list"]),
         ("full", ["runs", "list", "--status", "sleeping"]),
         ("full", ["runs", "list", "--status="]),
         ("full", ["runs", "list", "--help"]),
@@ -357,6 +364,25 @@ def test_what_the_quick_path_does_not_serve_is_left_to_the_commands(
     quick, proper = both(given, env)
     assert quick == proper
     assert "Traceback" not in quick[1] + quick[2]
+
+
+@pytest.mark.parametrize("name", ["not_sqlite", "directory"])
+@pytest.mark.parametrize(
+    "argv", [["runs", "list"], ["requests", "list", "--json"], ["runs", "show", "abc"]]
+)
+def test_a_path_that_is_no_database_is_refused_quickly_as_the_commands_refuse_it(
+    databases: dict[str, Path], name: str, argv: list[str]
+) -> None:
+    """A directory, or a file whose header is not SQLite's: the command line proper loaded the
+    store to say so (0.3 s, over the 300 ms a read-only command may take: outside tester
+    214); the quick path says it, in the store's words."""
+    given = [*argv, "--db", str(databases[name])]
+    env = env_for()
+    quick, proper = both(given, env)
+    assert quick == proper and quick[0] == 6, (quick, proper)
+    assert ("directory" if name == "directory" else "file is not a database") in quick[2]
+    code, printed = served_quickly(given, env)
+    assert code == 6 and printed == ""
 
 
 def test_a_damaged_answer_is_counted_in_listings_and_said_when_its_run_is_shown(
