@@ -203,6 +203,7 @@ asyncio.run(main(sys.argv[1], float(sys.argv[2])))
 """
 
 
+@pytest.mark.slow  # (a second process and 1.2 s of pruning, on each async library)
 async def test_a_long_prune_lets_other_processes_write_between_its_slices(
     tmp_path: Path,
 ) -> None:
