@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
+import functools
 import json
 import typing
 import uuid
+import weakref
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, is_dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args, get_origin
 
@@ -276,10 +278,12 @@ class Workflow:
         """Checkpoint id -> (a run's start message as ``admit`` encoded it, the copy it decoded
         to prove that readable): the run's first restore takes the copy instead of decoding
         the message again (an AG-UI run's is the thread's whole history)."""
-        self._sound_requests: OrderedDict[int, RequestRecord] = OrderedDict()
-        """Stored requests whose data this workflow decoded (by ``id``; each kept, so the id
-        stays its): restored again -- the same record, carried from checkpoint to checkpoint
-        in this process -- their data is decoded only when read (see ``RestoredRequest``)."""
+        self._sound_requests: weakref.WeakValueDictionary[int, RequestRecord] = (
+            weakref.WeakValueDictionary()
+        )
+        """Stored requests whose data this workflow decoded, by ``id``, for as long as they are
+        alive: restored again -- the same record, carried from checkpoint to checkpoint in this
+        process -- their data is decoded only when read (see ``RestoredRequest``)."""
         self.fallback_journal = InMemoryJournal()
         """Journal for runs whose store is not a JournalStore (lives as long as this object)."""
 
@@ -776,17 +780,10 @@ class Workflow:
         decode = self.codec.decode
         where = f"of checkpoint {checkpoint.checkpoint_id} (superstep {checkpoint.superstep})"
 
-        def dec(data: Any, at: str) -> Any:
-            """``data`` decoded; what does not decode is named (``at``), not only its
-            checkpoint (outside tester 97)."""
-            try:
-                return decode(data)
-            except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
-                raise stored_value_error(exc, f"run {checkpoint.run_id!r}: {at} {where}") from exc
+        dec = functools.partial(_decoded_stored, decode, checkpoint.run_id, where)
 
-        def request_data(data: Any, request_id: str) -> Any:
-            return dec(data, f"the data of request {request_id!r}")
-
+        # (what a restored request keeps to decode its data: not this checkpoint)
+        request_data = functools.partial(_request_data, decode, checkpoint.run_id, where)
         pending: dict[str, ExternalRequest] = {}
         sound = self._sound_requests
         for rid, r in checkpoint.pending_requests.items():
@@ -808,8 +805,6 @@ class Workflow:
             data = dec(r.data, f"the data of request {rid!r}")
             if r.kind != "effect":  # (an effect's key is in its data: always decoded)
                 sound[id(r)] = r
-                if len(sound) > _SOUND_REQUESTS:
-                    sound.popitem(last=False)
             pending[rid] = ExternalRequest(
                 request_id=r.request_id,
                 port_id=r.port_id,
@@ -1444,8 +1439,24 @@ def check_max_supersteps(limit: int | None) -> None:
 _ADMITTED_KEPT = 16
 """Admitted runs whose decoded start message a workflow keeps for their first execution here
 (the newest; a run admitted to be executed elsewhere, or later, falls out)."""
-_SOUND_REQUESTS = 16_384
-"""How many stored requests a workflow remembers having decoded (``_sound_requests``)."""
+
+
+def _decoded_stored(
+    decode: Callable[[Any], Any], run_id: str, where: str, data: Any, at: str
+) -> Any:
+    """``data`` of a checkpoint (``where``) decoded; what does not decode is named (``at``),
+    not only its checkpoint (outside tester 97)."""
+    try:
+        return decode(data)
+    except (SerializationError, ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise stored_value_error(exc, f"run {run_id!r}: {at} {where}") from exc
+
+
+def _request_data(
+    decode: Callable[[Any], Any], run_id: str, where: str, data: Any, request_id: str
+) -> Any:
+    """A restored request's data, decoded (see ``RestoredRequest``), as a restore decodes it."""
+    return _decoded_stored(decode, run_id, where, data, f"the data of request {request_id!r}")
 
 
 def _new_run_id(run_id: str | None) -> str:
