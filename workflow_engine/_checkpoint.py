@@ -1034,7 +1034,7 @@ def _pending_kept(pending: dict[str, RequestRecord], base: Checkpoint) -> tuple[
         if following is None:
             break
         if request_id == following[0]:
-            if following[1] is not record and following[1] != record:
+            if not _same_record(following[1], record):
                 break
             kept += 1
             following = next(ours, None)
@@ -1043,6 +1043,22 @@ def _pending_kept(pending: dict[str, RequestRecord], base: Checkpoint) -> tuple[
         else:
             break
     return kept, dropped
+
+
+def _same_record(a: RequestRecord, b: RequestRecord) -> bool:
+    """The same stored request: usually the same object, carried from checkpoint to
+    checkpoint; else equal field by field, its data strictly (``True`` is not ``1``)."""
+    if a is b:
+        return True
+    return (
+        a.request_id == b.request_id
+        and a.port_id == b.port_id
+        and a.source_executor_id == b.source_executor_id
+        and a.kind == b.kind
+        and a.response_type == b.response_type
+        and a.superstep == b.superstep
+        and strictly_equal(a.data, b.data)
+    )
 
 
 def apply_span(base: Checkpoint, span: CheckpointSpan, *, consume_base: bool = False) -> Checkpoint:
