@@ -224,10 +224,15 @@ def output_failed(exc: OSError, code: int | None = None) -> int | None:
     if exc.errno in _WRITE_ERRNOS:
         discard_output()
         said = f"cannot write the output: {exc.strerror or exc}"
-        if not _DONE:
+        if _DONE:
+            said = f"{said}; {'; '.join(_DONE)} all the same"
+        # (stderr on the same full disk, ``>log 2>&1``: nowhere left to say it, and the exit
+        # code must still be the action's -- it was 1 after the answer was stored, tester 217)
+        with contextlib.suppress(OSError):
             print_error(said)
+            sys.stderr.flush()
+        if not _DONE:
             return EXIT_FAILED
-        print_error(f"{said}; {'; '.join(_DONE)} all the same")
         return EXIT_DONE if code is None else code
     return None
 

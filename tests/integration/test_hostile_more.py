@@ -823,6 +823,30 @@ def test_an_action_whose_output_meets_a_full_disk_says_it_was_done(
     assert again.code == 1 and again.error_line().endswith("No space left on device")
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_an_action_with_both_its_outputs_on_a_full_disk_keeps_its_exit_code(
+    base: tuple[Cli, str, str, str], tmp_path: Path
+) -> None:
+    """``>log 2>&1`` on a full disk: the error line cannot be written either, and failing to
+    write it ended the command with exit 1 after the answer was stored (outside tester 217)."""
+    source, run_id, request_id, other = base
+    cli = copy_of(source, tmp_path)
+    for command in (["respond", request_id, "--approve"], ["cancel", other]):
+        with open("/dev/full", "wb") as full:
+            done = subprocess.run(
+                [str(ENGINE), *command, "--db", str(cli.db)],
+                stdout=full,
+                stderr=full,
+                env=cli.env,
+                cwd=cli.cwd,
+                timeout=TIMEOUT,
+                check=False,
+            )
+        assert done.returncode == 0, command
+    assert cli.json("runs", "show", run_id)["status"] == "idle_with_pending_requests"
+    assert cli.json("runs", "show", other)["status"] == "cancelled"
+
+
 @pytest.mark.parametrize(
     "value",
     [{"$float": "x"}, {"$items": 5}, {"$type": 3, "data": {}}, {"$uuid": "zz"}, {"$nope": 1}],
