@@ -80,6 +80,7 @@ from ._output import (
     output_failed,
     prepare_output,
     print_error,
+    stdout_failed,
 )
 from ._registry import (
     DEMO_ALIASES,
@@ -794,6 +795,18 @@ def _interruptible(
         # a write that failed on the closed terminal before the signal was handled (another
         # thread's, say) ended the command as an output failure: it was the hang-up
         if hung_up and stop.exit_code == EXIT_FAILED:
+            raise typer.Exit(EXIT_PAUSED) from None
+        if stop.exit_code == EXIT_FAILED and run_ids and stdout_failed():
+            # the output could not be written (a full disk): the run stopped where it was,
+            # and exit 1 would have a script start another (outside tester 217)
+            with contextlib.suppress(OSError, ValueError):
+                err_console().print(
+                    f"Output failed: run {visible(run_ids[-1])} stopped where it was. "
+                    f"Continue with: {resume_command(run_ids[-1])}",
+                    soft_wrap=True,
+                    **_PLAIN,
+                )
+                sys.stderr.flush()
             raise typer.Exit(EXIT_PAUSED) from None
         if stop.exit_code == EXIT_BROKEN_PIPE and run_ids:
             # the reader of its output went away (``| head``): the run stopped where it was,

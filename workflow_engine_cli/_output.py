@@ -45,6 +45,13 @@ def err_console() -> Console:
 class _Gone:
     stderr = False
     """Set when a write to stderr found its reader gone: the command ends with 141."""
+    stdout_failed = False
+    """Set when stdout could not be written (a full disk): see ``output_failed``."""
+
+
+def stdout_failed() -> bool:
+    """Whether the command's output could not be written (a full disk, an I/O error)."""
+    return _Gone.stdout_failed
 
 
 def stderr_gone() -> None:
@@ -223,6 +230,7 @@ def output_failed(exc: OSError, code: int | None = None) -> int | None:
         return EXIT_BROKEN_PIPE
     if exc.errno in _WRITE_ERRNOS:
         discard_output()
+        _Gone.stdout_failed = True
         said = f"cannot write the output: {exc.strerror or exc}"
         if _DONE:
             said = f"{said}; {'; '.join(_DONE)} all the same"

@@ -824,6 +824,28 @@ def test_an_action_whose_output_meets_a_full_disk_says_it_was_done(
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_a_demo_whose_output_meets_a_full_disk_says_how_to_continue_its_run(
+    tmp_path: Path,
+) -> None:
+    """It exited 1 saying only that the output could not be written, leaving a run behind
+    that nothing named -- a script retrying on exit 1 piled up runs (outside tester 217). The
+    run stopped where it was, as when the output's reader goes away: exit 3, and how to
+    continue it on stderr; the command given there finishes it."""
+    cli = Cli(tmp_path)
+    with open("/dev/full", "wb") as full:
+        stopped = run(cli, ["demo", "handoff", "--approve", "-m", REFUND], stdout=full)
+    assert stopped.code == 3, str(stopped)
+    [run_id] = [r["run_id"] for r in cli.json("runs", "list", "--json")]
+    said = stopped.err.strip().splitlines()
+    assert said[0] == "error: cannot write the output: No space left on device", said
+    assert said[-1].startswith(f"Output failed: run {run_id} stopped where it was."), said
+    assert said[-1].endswith(f"Continue with: workflow-engine resume {run_id} --db {cli.db}")
+    finished = cli.expect(0, "resume", run_id, "--approve")
+    assert f"Run {run_id} finished." in finished.out
+    assert len(cli.ledger()) == 1
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 def test_an_action_with_both_its_outputs_on_a_full_disk_keeps_its_exit_code(
     base: tuple[Cli, str, str, str], tmp_path: Path
 ) -> None:
