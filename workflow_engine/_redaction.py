@@ -21,6 +21,7 @@ without one, or a ``mailto:`` user is read only so long (``_LONGEST``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _LONGEST = 128
 """The longest scheme, or user and password without a scheme, read as one: longer, it is
@@ -50,7 +51,8 @@ _SCHEME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 """What a scheme (or its percent-encoded ``:``) is written with (see ``_separated``)."""
 _QUERY = re.compile(r"[?#]")
 _ENCODED_AT = re.compile(
-    r".*(?:%(?:25)*40|\\+u0040|&#0*64;|&#[xX]0*40;|&commat;)", re.DOTALL
+    r".*(?:%(?:25)*40|\\+u0040|&(?:amp;)?(?:#0*64(?![0-9])|#[xX]0*40(?![0-9A-Fa-f])|commat);?)",
+    re.DOTALL,
 )  # (the last one; percent-encoded, JSON-escaped, or an HTML character reference)
 _ENCODED_QUERY = re.compile(r"%(?:25)*(?:3[fF]|23)|\\+u00(?:3[fF]|23)")
 _ELISION = re.compile(r"\.\.\.|…")
@@ -58,6 +60,7 @@ _SECRET_MARKER = re.compile(
     r"[?#=]|%(?:25)*(?:3[fFdD]|23)|\\+u00(?:3[fFdD]|23)"
 )  # (written, percent-encoded or JSON-escaped)
 _PYDANTIC_VALUE = re.compile(r"input_value=(?P<value>[^\n]{0,200}?)(?=, input_type=)")
+_TOKENS = re.compile(r"\S+|\s+")
 _QUOTED_ELIDED = re.compile(
     r"(?P<head>(?:(?P<open>['\"])[^'\"\s]*?|(?<!\S))(?:\.\.\.|…))(?P<tail>[^'\"\s]*)"
     r"(?=(?(open)(?P=open)|['\"]))"
@@ -73,7 +76,7 @@ _USER_ALONE = re.compile(
 """``user:password@host:port`` with no scheme or ``//`` (httpx's ``URL('user:pw@h:3128')`` for
 a proxy written without one) -- a port after the host: ``npm:react@18.2.0``, ``Contact:bob@
 example.com`` or ``python:3.12-slim@sha256:4c2c`` are no credentials (tester 204)."""
-_QUERY_KEY = re.compile(r"\?[\w.~%-]+=")
+_QUERY_KEY = re.compile(r"[?&][\w.~%-]+=")
 """A query string that holds a value, after a path without a scheme (``url: /v1/chat?api-key=
 ...``, as urllib3 writes it; or ``api.example.com/v1?key=...``): see ``_paths_without_queries``."""
 _PATH_STOP = frozenset("?#\"'<>")
@@ -82,6 +85,12 @@ _PATH_AFTER = frozenset("'\"([{=:,")
 """What such a path follows, besides white space, if anything."""
 _PATH_OPENING = re.compile(r"/|[\w.-]+(?::[0-9]+)?/")
 _VALUE_END = re.compile(r"[\s\"<>]")
+_SPACE = re.compile(r"\s+")
+_OPENING = "([{<'\""
+"""What may open a word before a query string that stands alone (``(?token=...)``)."""
+_GOES_ON = frozenset("?&=-")
+"""How a line ends inside a query string that the next line goes on with: after its ``?``, an
+``&`` or an ``=``, or a hyphen a wrapper broke a word at (``api-`` / ``key=...``)."""
 _TRAILING = "'\".,;:!?)]}>"
 """What may follow a URL in prose and is not part of it."""
 
@@ -107,6 +116,8 @@ def without_credentials(text: str) -> str:
             # the next URL is in this one's query (``redirect=http://...``): it goes on
             ended = _URL_END.search(text, end)
             end = ended.start() if ended else len(text)
+        if _QUERY.search(text, rest, end) or _ENCODED_QUERY.search(text, rest, end):
+            end = _continued(text, end)
         out.append(text[at:start])
         out.append(_cleaned(text[start:rest], text[rest:end]))
         at = end
@@ -168,18 +179,74 @@ def _paths_without_queries(text: str) -> str:
         begin = q  # the path runs back to white space, a quote or another query
         while begin > at and text[begin - 1] not in _PATH_STOP and not text[begin - 1].isspace():
             begin -= 1
-        # a query string at the start of a word: its path is on the line before it (a library
-        # wrapped a long URL there), or it stands alone -- either way it is left out
-        if begin < q and _path_opening(text, begin, q) is None:
+        # a query string at the start of a word (after an opening bracket or quote, if any):
+        # its path is on the line before it (a library wrapped a long URL there), or it stands
+        # alone -- either way it is left out; an ``&`` opens one only there
+        alone = not text[begin:q].lstrip(_OPENING)
+        if not alone and (text[q] == "&" or _path_opening(text, begin, q) is None):
             search = q + 1
             continue
         ended = _VALUE_END.search(text, query.end())
-        end = ended.start() if ended else len(text)
+        end = _continued(text, ended.start() if ended else len(text))
         out.append(text[at:q])
         out.append(_given_back(text[q:end]))
         at = search = end
     out.append(text[at:])
     return "".join(out)
+
+
+def _continued(text: str, end: int) -> int:
+    """Where a query string that ends at ``end`` -- at white space -- really ends: a line
+    break a library wrapped it at is no end when the line ends inside it (``_GOES_ON``) or the
+    next line goes on with an ``&``; it then ends where that line's first word does (outside
+    tester 217: a wrapped ``api-key`` went to the client). ``pieces`` keeps such lines
+    together."""
+    while end < len(text):
+        space = _SPACE.match(text, end)
+        if space is None or "\n" not in space.group():
+            break
+        after = space.end()
+        if after == len(text) or (text[end - 1] not in _GOES_ON and text[after] != "&"):
+            break
+        ended = _VALUE_END.search(text, after)
+        end = ended.start() if ended else len(text)
+    return end
+
+
+def pieces(text: str) -> Iterator[tuple[str, int]]:
+    """``text`` as the pieces it may be cleaned in, one by one, as it is cleaned whole (each
+    with where it ends): its runs of white space, and its words -- those a query string goes
+    on across a line break in (see ``_continued``) kept together, and more (a line ending in a
+    hyphen), which clean the same together as apart."""
+    parts: list[str] = []  # the piece being gathered: words and the white space between
+    end = 0
+    space: tuple[str, int] | None = None  # white space after it, not yet given
+    for token in _TOKENS.finditer(text):
+        chunk = token.group()
+        if chunk.isspace():
+            if parts:
+                space = (chunk, token.end())
+            else:
+                yield chunk, token.end()
+            continue
+        if parts and space is not None and _goes_on(parts[-1], space[0], chunk):
+            parts += [space[0], chunk]
+        else:
+            if parts:
+                yield "".join(parts), end
+                if space is not None:
+                    yield space
+            parts = [chunk]
+        end, space = token.end(), None
+    if parts:
+        yield "".join(parts), end
+    if space is not None:
+        yield space
+
+
+def _goes_on(before: str, space: str, word: str) -> bool:
+    """Whether ``word`` goes on with a query string ``before`` left open across ``space``."""
+    return "\n" in space and (before[-1] in _GOES_ON or word[0] == "&")
 
 
 def _path_opening(text: str, begin: int, query: int) -> int | None:

@@ -109,7 +109,7 @@ from workflow_engine._input import (
     is_blank,
     parse_json,
 )
-from workflow_engine._redaction import shortened_values_cleaned, without_credentials
+from workflow_engine._redaction import pieces, shortened_values_cleaned, without_credentials
 from workflow_engine._store import default_owner, forget_ended_owner, holder_of, owner_ended
 from workflow_engine.executors import (
     Agent,
@@ -160,8 +160,6 @@ from ._interrupts import (
 __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 
 log = logging.getLogger(__name__)
-_WORDS = re.compile(r"\S+|\s+")
-"""A text's words and the white space between them, in order."""
 _LONGEST_WORD = 16_384
 _READ_AT_MOST = 65_536
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
@@ -822,13 +820,14 @@ class AGUIService:
         which the log keeps (outside tester 190) -- and cut to ``MESSAGE_CHARS``.
 
         Cleaned, then cut: cut first, a URL's password could be left half (tester 199). The
-        message may quote what a client sent, a megabyte (tester 207), so it is cleaned a word
-        at a time -- no URL spans white space -- until what is shown is cleaned: a window of
-        the text cleaned whole let a client end it inside the server's own URL, before its
-        ``@``, and read the password a character at a time (outside tester 209). What is read
-        is bounded all the same -- a word of a megabyte held the loop a second (outside tester
-        210) -- by whole words: one longer than ``_LONGEST_WORD`` is said by its length, and
-        none is read past ``_READ_AT_MOST`` characters (the log keeps the text whole)."""
+        message may quote what a client sent, a megabyte (tester 207), so it is cleaned a piece
+        at a time -- a word, or words a query string wrapped onto the next line goes on across
+        (``pieces``) -- until what is shown is cleaned: a window of the text cleaned whole let
+        a client end it inside the server's own URL, before its ``@``, and read the password a
+        character at a time (outside tester 209). What is read is bounded all the same -- a
+        word of a megabyte held the loop a second (outside tester 210) -- by whole pieces: one
+        longer than ``_LONGEST_WORD`` is said by its length, and none is read past
+        ``_READ_AT_MOST`` characters (the log keeps the text whole)."""
         message = shortened_values_cleaned(_WORKER_TOKEN.sub(r"\1", whole))
         path = getattr(self.store, "path", None)
         if path is not None:
@@ -837,8 +836,7 @@ class AGUIService:
             message = message.replace(named, "the database")
         shown: list[str] = []
         size = read = cleaned_size = 0
-        for word in _WORDS.finditer(message):
-            text = word.group()
+        for text, end in pieces(message):
             if text.isspace():
                 cleaned = text
             elif len(text) > _LONGEST_WORD:  # (not read: see below)
@@ -847,7 +845,7 @@ class AGUIService:
                 cleaned = without_credentials(text)
                 cleaned_size += len(text)
             shown.append(cleaned)
-            size, read = size + len(cleaned), word.end()
+            size, read = size + len(cleaned), end
             if size > MESSAGE_CHARS or cleaned_size > _READ_AT_MOST:
                 break
         return bounded("".join(shown), left_out=len(message) - read)

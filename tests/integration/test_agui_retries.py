@@ -1398,6 +1398,8 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
             raise ConnectionError(
                 "cannot reach http://svc:hunter2@10.0.0.7:8000/v1?api-key=AZ-SECRET "
                 "(model 'internal'): Connection error. Also https://al:p@ss@h2/v1#t=FRAG, and "
+                # (a query string wrapped where it goes on: outside tester 217)
+                "https://az.example/v1/chat?api-version=2024&api-\n    key=WRAPKEY then "
                 + ' (as JSON: {"url": "http:\\/\\/js:JSONPASS@h4\\/v1?k=JSONKEY"}, bare: '
                 + "//bare:BAREPASS@h5/v1, mail: mailto:ops:MAILPASS@h6?subject=MAILSUBJ) "
                 + "x" * 1980
@@ -1415,9 +1417,10 @@ def test_an_error_naming_a_url_reaches_the_client_without_its_credentials(
     message = failed[-1]["message"]
     assert "cannot reach http://10.0.0.7:8000/v1 (model 'internal')" in message, message
     assert '"http://h4/v1"}, bare: //h5/v1, mail: mailto:h6) ' in message, message
+    assert "https://az.example/v1/chat then" in message, message
     for secret in ("hunter2", "AZ-SECRET", "ss@h2", "FRAG", "CUTPASS", "JSONPASS", "JSONKEY"):
         assert secret not in message, (secret, message)
-    for secret in ("BAREPASS", "MAILPASS", "MAILSUBJ"):
+    for secret in ("BAREPASS", "MAILPASS", "MAILSUBJ", "WRAPKEY"):
         assert secret not in message, (secret, message)
 
 
