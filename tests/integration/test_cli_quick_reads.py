@@ -155,8 +155,12 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paths["missing"] = root / "missing.db"
     paths["not_sqlite"] = root / "notes.txt"
     paths["not_sqlite"].write_text("these are notes, not a database\n")
-    paths["tiny"] = root / "tiny.txt"  # (SQLite may read a file this short as a new database)
+    paths["tiny"] = root / "tiny.txt"
     paths["tiny"].write_text("notes")
+    paths["one_byte"] = root / "one_byte.db"  # (SQLite reads it as a new database: no tables)
+    paths["one_byte"].write_text("x")
+    paths["header_only"] = root / "header_only.db"  # (a SQLite header and nothing after it)
+    paths["header_only"].write_bytes(b"SQLite format 3\x00")
     paths["directory"] = root / "a_folder"
     paths["directory"].mkdir()
     return paths
@@ -344,7 +348,7 @@ def test_the_full_database_shows_every_state(databases: dict[str, Path]) -> None
         ("foreign", ["runs", "list"]),
         ("zero_bytes", ["requests", "list"]),
         ("missing", ["runs", "list"]),
-        ("tiny", ["runs", "list"]),
+        ("one_byte", ["runs", "list"]),
         ("full", ["runs", "list", "--status", "sleeping"]),
         ("full", ["runs", "list", "--status="]),
         ("full", ["runs", "list", "--help"]),
@@ -366,16 +370,16 @@ def test_what_the_quick_path_does_not_serve_is_left_to_the_commands(
     assert "Traceback" not in quick[1] + quick[2]
 
 
-@pytest.mark.parametrize("name", ["not_sqlite", "directory"])
+@pytest.mark.parametrize("name", ["not_sqlite", "tiny", "header_only", "directory"])
 @pytest.mark.parametrize(
     "argv", [["runs", "list"], ["requests", "list", "--json"], ["runs", "show", "abc"]]
 )
 def test_a_path_that_is_no_database_is_refused_quickly_as_the_commands_refuse_it(
     databases: dict[str, Path], name: str, argv: list[str]
 ) -> None:
-    """A directory, or a file whose header is not SQLite's: the command line proper loaded the
-    store to say so (0.3 s, over the 300 ms a read-only command may take: outside tester
-    214); the quick path says it, in the store's words."""
+    """A directory, or a file SQLite refuses as not a database: the command line proper
+    loaded the store to say so (0.3-0.5 s, over the 300 ms a read-only command may take:
+    outside testers 214, 217); the quick path says it, in the store's words."""
     given = [*argv, "--db", str(databases[name])]
     env = env_for()
     quick, proper = both(given, env)
