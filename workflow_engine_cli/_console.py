@@ -88,6 +88,8 @@ _APPROVE_CHOICES = "[y]es / [n]o / [e]dit arguments: "
 _APPROVE_ROOM = len("Approve? ") + len(_APPROVE_CHOICES) + 4  # and the answer, on one line
 _IN_DOUBT_CHOICES = "[y]es / [n]o (it runs again): "
 _IN_DOUBT_ROOM = len("Did it happen? ") + len(_IN_DOUBT_CHOICES) + 4
+_NARROW_ROOM = len("Did it happen? [y/n]: ") + 4
+"""Narrower than this, a question is a line of its own and its prompt only the choices."""
 _EDIT_PROMPT = "Arguments to change, as JSON (empty: back): "
 _EDIT_ROOM = len(_EDIT_PROMPT) + 20  # and a short edit, on one line
 
@@ -524,6 +526,16 @@ class AnswerPolicy:
     def _ask(self, *prompt: Part) -> str:
         return self.term.ask(self.read, *prompt)
 
+    def _asked(self, question: str, choices: str, width: int) -> str:
+        """``question`` asked with its ``choices`` on one line; in a window too narrow for
+        that, the question on a line of its own and the choices as the prompt (the prompt
+        broke mid-word at the window's edge, and the answer landed out of place: tester
+        217)."""
+        if width and width < _NARROW_ROOM:
+            self.term.line((question, "bold"))
+            return self._ask(choices)
+        return self._ask((f"{question} ", "bold"), choices)
+
     def _transcript(self) -> Terminal | None:
         """Where the run is written when that is not where the person is asked (``demo >
         log``), else None."""
@@ -558,7 +570,7 @@ class AnswerPolicy:
             # (asked again at the window's width now: it may have narrowed since -- tester 214)
             width = self.term.width  # 0: lines are not wrapped here
             choices = _APPROVE_CHOICES if not width or width >= _APPROVE_ROOM else "[y/n/e]: "
-            choice = self._ask(("Approve? ", "bold"), choices)
+            choice = self._asked("Approve?", choices, width)
             choice = choice.strip().lower()
             if choice in ("y", "yes"):
                 await submit({"approved": True})
@@ -654,7 +666,7 @@ class AnswerPolicy:
         while True:
             width = self.term.width  # (now: see ``_approval``)
             choices = _IN_DOUBT_CHOICES if not width or width >= _IN_DOUBT_ROOM else "[y/n]: "
-            choice = self._ask(("Did it happen? ", "bold"), choices).strip().lower()
+            choice = self._asked("Did it happen?", choices, width).strip().lower()
             if choice in ("n", "no"):
                 await submit({"happened": False})
                 self._noted(("Did it happen? ", "bold"), "no")

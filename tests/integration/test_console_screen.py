@@ -360,6 +360,26 @@ def test_a_window_narrower_than_twenty_columns_shows_every_word_whole(
     assert all(word in words for word in said.split()), rows
 
 
+def test_in_a_window_too_narrow_for_the_prompt_the_question_has_a_line_of_its_own(
+    cli: Cli, sessions: list[ScreenSession]
+) -> None:
+    """At 16 columns ``Approve? [y/n/e]:`` broke mid-word at the window's edge, and the answer
+    landed out of place (outside tester 217): the question is a line, the choices the
+    prompt."""
+    session = ScreenSession(["demo", "handoff", "--db", str(cli.db)], cli.env, cli.cwd, columns=16)
+    sessions.append(session)
+    session.expect_screen("You:")
+    session.send(REFUND)
+    session.expect_screen("[y/n/e]:")
+    session.settle()
+    rows = session.screen()
+    assert [rows[-2].strip(), rows[-1].strip()] == ["Approve?", "[y/n/e]:"], rows
+    session.send("y")
+    assert session.wait() == 0, session.screen_text()
+    assert "[y/n/e]: y" in [row.strip() for row in session.screen()]
+    assert len(cli.ledger()) == 1
+
+
 def test_a_prompt_asked_again_fits_the_window_as_it_is_now(
     cli: Cli, sessions: list[ScreenSession]
 ) -> None:
