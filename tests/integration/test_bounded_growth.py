@@ -7,6 +7,7 @@ gained, and snapshots are spaced by bytes as well as by count.
 
 from __future__ import annotations
 
+import pickle
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -122,6 +123,9 @@ async def answered_one_at_a_time(db: Path, questions: int) -> int:
         for n, request in enumerate(asked):
             result = await runtime.respond_and_resume(request.request_id, True)
             if questions <= 100:  # (each resume's pending requests, their data read lazily)
+                # (pickled before their data is read: the decoding they keep did not pickle,
+                # outside tester 216)
+                assert pickle.loads(pickle.dumps(result.pending_requests)) == asked[n + 1 :]
                 assert result.pending_requests == asked[n + 1 :]
                 assert [r.data for r in result.pending_requests] == [r.data for r in asked[n + 1 :]]
         info = await runtime.get_run(paused.run_id)
