@@ -87,6 +87,29 @@ def damaged(path: Path, said: str) -> str:
     return f"database {path} is damaged: {said}"
 
 
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def not_a_file_refused(path: Path) -> str:
+    """What a store says of a database path that names something other than a file or a
+    directory (a FIFO, a device)."""
+    return f"cannot open the database {path}: it is not a file"
+
+
+def not_sqlite(real: Path, size: int) -> bool:
+    """Whether the file at ``real`` (``size`` bytes) holds something, but not a SQLite
+    database's header: SQLite takes a file of a byte or so for a new database and writes its
+    own over it (``echo > file`` makes one: outside tester 218)."""
+    if size == 0:
+        return False
+    try:
+        with real.open("rb") as f:
+            header = f.read(len(_SQLITE_HEADER))
+    except OSError:
+        return False
+    return header != _SQLITE_HEADER
+
+
 def refused_before_reading(path: Path) -> str | None:
     """What ``SqliteStore`` says of ``path`` before it reads a row, where that is sure without
     opening it as the store does: a directory, or a file SQLite refuses as not a database
@@ -100,11 +123,15 @@ def refused_before_reading(path: Path) -> str | None:
         return None
     if stat.S_ISDIR(info.st_mode):
         return directory_refused(path)
+    if not stat.S_ISREG(info.st_mode):
+        return not_a_file_refused(path)
     real = Path(os.path.realpath(path))
-    if not stat.S_ISREG(info.st_mode) or info.st_size == 0:
+    if info.st_size == 0:
         return None
     if not (os.access(real.parent, os.W_OK) and os.access(real, os.R_OK | os.W_OK)):
         return None
+    if not_sqlite(real, info.st_size):
+        return damaged(path, "file is not a database")
     try:
         conn = sqlite3.connect(f"{real.as_uri()}?mode=ro&immutable=1", uri=True)
     except sqlite3.Error:

@@ -43,6 +43,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 import weakref
@@ -109,7 +110,14 @@ from ._chunks import (
     with_split,
 )
 from ._location import default_db_path, synchronous_mode
-from ._reader import damaged, directory_refused, read_only_uri, reading_uri
+from ._reader import (
+    damaged,
+    directory_refused,
+    not_a_file_refused,
+    not_sqlite,
+    read_only_uri,
+    reading_uri,
+)
 from ._records import (
     SQLITE_FAILURES,
     answered_counts,
@@ -646,8 +654,14 @@ class SqliteStore:
                     raise StoreUnavailableError(
                         f"cannot create the directory for the database {self.path}: {exc.strerror}"
                     ) from exc
-            if self.path.is_dir():
+            try:
+                kind = os.stat(self.path).st_mode
+            except OSError:
+                kind = None
+            if kind is not None and stat.S_ISDIR(kind):
                 raise StoreUnavailableError(directory_refused(self.path))
+            if kind is not None and not stat.S_ISREG(kind):  # (a FIFO: "disk I/O error")
+                raise StoreUnavailableError(not_a_file_refused(self.path))
             # (where SQLite keeps the -wal and -shm files: beside the file a symlink names)
             real = Path(os.path.realpath(self.path))
             reading = reading_uri(real) if self.read_only else None
@@ -661,6 +675,9 @@ class SqliteStore:
                 # SQLite would open it read-only and leave -wal and -shm files this user owns
                 # beside it, which stop its owner's next write (outside tester 94)
                 raise StoreUnavailableError(_not_writable(self.path, real))
+            if kind is not None and not_sqlite(real, os.stat(real).st_size):
+                # (SQLite takes a file of a byte for a new database, and wrote over it)
+                raise StoreCorruptError(damaged(self.path, "file is not a database"))
             worker = Worker(f"workflow-engine-sqlite:{self.path.name}")
             # an existing, current database is opened right here on the loop (a connection and
             # a few PRAGMAs: well under a ms); one that is new, older (to migrate) or locked is

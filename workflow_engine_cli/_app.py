@@ -402,10 +402,13 @@ def _not_ours(path: Path) -> tuple[int, str] | None:
     cannot be told here (opening it as a store then says what is wrong)."""
     import sqlite3
 
-    from workflow_engine.storage._reader import read_only_uri
+    from workflow_engine.storage._reader import not_sqlite, read_only_uri
 
     if not os.access(path, os.W_OK):
         return None  # (SQLite would open it read-only, and leave its -wal and -shm files)
+    with contextlib.suppress(OSError):
+        if not_sqlite(Path(os.path.realpath(path)), path.stat().st_size):
+            return None  # (SQLite would take a byte for a new database: the store refuses it)
     # (a WAL a killed writer left is read where it is, not folded into the file on closing:
     # outside testers 132 and 133)
     uri = read_only_uri(path)

@@ -157,8 +157,10 @@ def databases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paths["not_sqlite"].write_text("these are notes, not a database\n")
     paths["tiny"] = root / "tiny.txt"
     paths["tiny"].write_text("notes")
-    paths["one_byte"] = root / "one_byte.db"  # (SQLite reads it as a new database: no tables)
-    paths["one_byte"].write_text("x")
+    paths["one_byte"] = root / "one_byte.db"  # (``echo > file``; SQLite took it for a new one)
+    paths["one_byte"].write_text("\n")
+    paths["fifo"] = root / "a_fifo"
+    os.mkfifo(paths["fifo"])
     paths["header_only"] = root / "header_only.db"  # (a SQLite header and nothing after it)
     paths["header_only"].write_bytes(b"SQLite format 3\x00")
     paths["directory"] = root / "a_folder"
@@ -348,7 +350,6 @@ def test_the_full_database_shows_every_state(databases: dict[str, Path]) -> None
         ("foreign", ["runs", "list"]),
         ("zero_bytes", ["requests", "list"]),
         ("missing", ["runs", "list"]),
-        ("one_byte", ["runs", "list"]),
         ("full", ["runs", "list", "--status", "sleeping"]),
         ("full", ["runs", "list", "--status="]),
         ("full", ["runs", "list", "--help"]),
@@ -370,7 +371,9 @@ def test_what_the_quick_path_does_not_serve_is_left_to_the_commands(
     assert "Traceback" not in quick[1] + quick[2]
 
 
-@pytest.mark.parametrize("name", ["not_sqlite", "tiny", "header_only", "directory"])
+@pytest.mark.parametrize(
+    "name", ["not_sqlite", "tiny", "one_byte", "header_only", "directory", "fifo"]
+)
 @pytest.mark.parametrize(
     "argv", [["runs", "list"], ["requests", "list", "--json"], ["runs", "show", "abc"]]
 )
@@ -384,9 +387,32 @@ def test_a_path_that_is_no_database_is_refused_quickly_as_the_commands_refuse_it
     env = env_for()
     quick, proper = both(given, env)
     assert quick == proper and quick[0] == 6, (quick, proper)
-    assert ("directory" if name == "directory" else "file is not a database") in quick[2]
+    said = {"directory": "it is a directory", "fifo": "it is not a file"}
+    assert said.get(name, "file is not a database") in quick[2], quick
     code, printed = served_quickly(given, env)
     assert code == 6 and printed == ""
+
+
+def test_a_file_of_one_byte_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    """SQLite takes a file of a byte (what ``echo > file`` leaves) for a new database: the
+    reading commands said it had no tables, and ``demo`` wrote a database over it (outside
+    tester 218). It is no database, and nothing is written to it."""
+    path = tmp_path / "notes"
+    path.write_text("\n")
+    for command in (["runs", "list"], ["demo", "handoff", "--approve", "-m", "refund 12345"]):
+        done = subprocess.run(
+            [str(ENGINE), *command, "--db", str(path)],
+            capture_output=True,
+            text=True,
+            env=env_for(),
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 6, (command, done.stderr)
+        assert done.stderr.strip().endswith("is damaged: file is not a database"), done.stderr
+        assert path.read_text() == "\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
 
 
 def test_a_damaged_answer_is_counted_in_listings_and_said_when_its_run_is_shown(
