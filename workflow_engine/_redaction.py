@@ -76,7 +76,8 @@ _USER_ALONE = re.compile(
 """``user:password@host:port`` with no scheme or ``//`` (httpx's ``URL('user:pw@h:3128')`` for
 a proxy written without one) -- a port after the host: ``npm:react@18.2.0``, ``Contact:bob@
 example.com`` or ``python:3.12-slim@sha256:4c2c`` are no credentials (tester 204)."""
-_QUERY_KEY = re.compile(r"[?&][\w.~%-]+=")
+_LINE_BREAKS = "\n\r\v\f\x85\u2028\u2029"
+_QUERY_KEY = re.compile(rf"[?&][\w.~%-]*(?:=|(?=[^\S{_LINE_BREAKS}]*[{_LINE_BREAKS}]\s*\S))")
 """A query string that holds a value, after a path without a scheme (``url: /v1/chat?api-key=
 ...``, as urllib3 writes it; or ``api.example.com/v1?key=...``): see ``_paths_without_queries``."""
 _PATH_STOP = frozenset("?#\"'<>")
@@ -86,19 +87,34 @@ _PATH_AFTER = frozenset("'\"([{=:,")
 _PATH_OPENING = re.compile(r"/|[\w.-]+(?::[0-9]+)?/")
 _VALUE_END = re.compile(r"[\s\"<>]")
 _SPACE = re.compile(r"\s+")
+_BREAK = re.compile(f"[{_LINE_BREAKS}]")
+"""A line break, in any of the forms ``str.splitlines`` knows."""
+_OPEN_KEY = re.compile(r"[?&][\w.~%-]*\Z")
+"""A query string's key that a line break follows (``_QUERY_KEY`` reads one as a key)."""
+_ENCODED_MARK_END = re.compile(r"(?:%(?:25)*(?:3[fFdD]|26|23)|\\+u00(?:3[fFdD]|26|23))\Z")
+"""An encoded ``?``, ``=``, ``&`` or ``#`` that ends a line."""
 _OPENING = "([{<'\""
 """What may open a word before a query string that stands alone (``(?token=...)``)."""
-_GOES_ON = frozenset("?&=-")
-"""How a line ends inside a query string that the next line goes on with: after its ``?``, an
-``&`` or an ``=``, or a hyphen a wrapper broke a word at (``api-`` / ``key=...``)."""
+_GOES_ON = frozenset("?&=#")
+"""How a line ends inside a query string (or a fragment) that the next line goes on with:
+after its ``?``, an ``&``, an ``=`` or its ``#`` -- written or encoded."""
+_JOINED = frozenset("?&=#-:")
+"""What ``pieces`` joins a line to the next after: all that ``_continued`` goes on after."""
 _TRAILING = "'\".,;:!?)]}>"
 """What may follow a URL in prose and is not part of it."""
 
 
 def without_credentials(text: str) -> str:
     """``text`` with every URL in it said without its user, password, query string and
-    fragment."""
+    fragment. Cleaned a piece at a time (``pieces``), so that cleaning it whole and a piece
+    at a time, as the AG-UI server does (``cleaned_piece``), say it alike."""
     text = shortened_values_cleaned(text)
+    return "".join(p if p.isspace() else cleaned_piece(p) for p, _ in pieces(text))
+
+
+def cleaned_piece(text: str) -> str:
+    """One of ``pieces``, shortened values cleaned already, as ``without_credentials`` says
+    it."""
     out: list[str] = []
     at = 0
     starts = [m.span() for m in _URL_START.finditer(text)]
@@ -116,8 +132,8 @@ def without_credentials(text: str) -> str:
             # the next URL is in this one's query (``redirect=http://...``): it goes on
             ended = _URL_END.search(text, end)
             end = ended.start() if ended else len(text)
-        if _QUERY.search(text, rest, end) or _ENCODED_QUERY.search(text, rest, end):
-            end = _continued(text, end)
+        query = bool(_QUERY.search(text, rest, end) or _ENCODED_QUERY.search(text, rest, end))
+        end = _continued(text, end, following[i], query=query, url=True)
         out.append(text[at:start])
         out.append(_cleaned(text[start:rest], text[rest:end]))
         at = end
@@ -187,7 +203,9 @@ def _paths_without_queries(text: str) -> str:
             search = q + 1
             continue
         ended = _VALUE_END.search(text, query.end())
-        end = _continued(text, ended.start() if ended else len(text))
+        end = _continued(
+            text, ended.start() if ended else len(text), len(text), query=True, url=False
+        )
         out.append(text[at:q])
         out.append(_given_back(text[q:end]))
         at = search = end
@@ -195,31 +213,52 @@ def _paths_without_queries(text: str) -> str:
     return "".join(out)
 
 
-def _continued(text: str, end: int) -> int:
-    """Where a query string that ends at ``end`` -- at white space -- really ends: a line
-    break a library wrapped it at is no end when the line ends inside it (``_GOES_ON``) or the
-    next line goes on with an ``&``; it then ends where that line's first word does (outside
-    tester 217: a wrapped ``api-key`` went to the client). ``pieces`` keeps such lines
-    together."""
-    while end < len(text):
+def _continued(text: str, end: int, limit: int, *, query: bool, url: bool) -> int:
+    """Where a URL (``url``) or a path's query string (``query``: one is open) that ends at
+    ``end`` -- at white space -- really ends, before ``limit`` (the next URL of its own): a
+    line break a library wrapped it at is no end when the line ends inside a query string
+    (``_GOES_ON``), at a hyphen a wrapper broke a word at, or -- in a URL -- after the ``:``
+    of a user's password, or when the next line goes on with an ``&`` (or a password's end,
+    an ``@``). It then ends where that line's first word does (outside testers 217, 218:
+    wrapped keys and passwords went to the client). ``pieces`` keeps such lines together."""
+    while end < limit:
         space = _SPACE.match(text, end)
-        if space is None or "\n" not in space.group():
+        if space is None or _BREAK.search(space.group()) is None:
             break
         after = space.end()
-        if after == len(text) or (text[end - 1] not in _GOES_ON and text[after] != "&"):
+        if after >= limit:
             break
-        ended = _VALUE_END.search(text, after)
-        end = ended.start() if ended else len(text)
+        last, first = text[end - 1], text[after]
+        goes_on = (
+            last == "-"
+            or first == "&"
+            or (query and (last in _GOES_ON or _ended_encoded(text, end)))
+            or (url and (last == ":" or first == "@"))
+        )
+        if not goes_on:
+            break
+        ended = (_URL_END if url else _VALUE_END).search(text, after, limit)
+        end = ended.start() if ended else limit
+        query = query or bool(
+            _QUERY.search(text, after, end) or _ENCODED_QUERY.search(text, after, end)
+        )
     return end
 
 
-def pieces(text: str) -> Iterator[tuple[str, int]]:
-    """``text`` as the pieces it may be cleaned in, one by one, as it is cleaned whole (each
-    with where it ends): its runs of white space, and its words -- those a query string goes
-    on across a line break in (see ``_continued``) kept together, and more (a line ending in a
-    hyphen), which clean the same together as apart."""
+def _ended_encoded(text: str, end: int) -> bool:
+    """Whether ``text`` has an encoded ``?``, ``=``, ``&`` or ``#`` just before ``end``."""
+    return _ENCODED_MARK_END.search(text, max(0, end - 16), end) is not None
+
+
+def pieces(text: str, longest: int | None = None) -> Iterator[tuple[str, int]]:
+    """``text`` as the pieces it is cleaned in (``cleaned_piece``), each with where it ends:
+    its runs of white space, and its words -- those a URL or a query string goes on across a
+    line break in (see ``_continued``) kept together, and more (a line ending in a hyphen),
+    which clean the same together as apart. ``longest``: a piece of lines running on that
+    grows past it is given as far as it got, and nothing after it (a reader that stops at a
+    piece that long reads no more: 6 MB of ``x-`` lines held a server's loop, tester 218)."""
     parts: list[str] = []  # the piece being gathered: words and the white space between
-    end = 0
+    size = end = 0
     space: tuple[str, int] | None = None  # white space after it, not yet given
     for token in _TOKENS.finditer(text):
         chunk = token.group()
@@ -231,12 +270,16 @@ def pieces(text: str) -> Iterator[tuple[str, int]]:
             continue
         if parts and space is not None and _goes_on(parts[-1], space[0], chunk):
             parts += [space[0], chunk]
+            size += len(space[0]) + len(chunk)
+            if longest is not None and size > longest:
+                yield "".join(parts), token.end()
+                return
         else:
             if parts:
                 yield "".join(parts), end
                 if space is not None:
                     yield space
-            parts = [chunk]
+            parts, size = [chunk], len(chunk)
         end, space = token.end(), None
     if parts:
         yield "".join(parts), end
@@ -245,8 +288,14 @@ def pieces(text: str) -> Iterator[tuple[str, int]]:
 
 
 def _goes_on(before: str, space: str, word: str) -> bool:
-    """Whether ``word`` goes on with a query string ``before`` left open across ``space``."""
-    return "\n" in space and (before[-1] in _GOES_ON or word[0] == "&")
+    """Whether ``word`` may go on with a URL or query string ``before`` left open across
+    ``space`` (see ``_continued``; more often than it does, which cleans the same)."""
+    return _BREAK.search(space) is not None and (
+        before[-1] in _JOINED
+        or word[0] in "&@"
+        or _ended_encoded(before, len(before))
+        or _OPEN_KEY.search(before, max(0, len(before) - _LONGEST)) is not None
+    )
 
 
 def _path_opening(text: str, begin: int, query: int) -> int | None:

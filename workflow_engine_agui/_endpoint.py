@@ -109,7 +109,7 @@ from workflow_engine._input import (
     is_blank,
     parse_json,
 )
-from workflow_engine._redaction import pieces, shortened_values_cleaned, without_credentials
+from workflow_engine._redaction import cleaned_piece, pieces, shortened_values_cleaned
 from workflow_engine._store import default_owner, forget_ended_owner, holder_of, owner_ended
 from workflow_engine.executors import (
     Agent,
@@ -161,6 +161,7 @@ __all__ = ["AGUIError", "AGUIService", "AGUIWorkflow", "add_agui_endpoint"]
 
 log = logging.getLogger(__name__)
 _LONGEST_WORD = 16_384
+_SPACE = re.compile(r"\s")
 _READ_AT_MOST = 65_536
 _WORKER_TOKEN = re.compile(r"(another worker|another execution in this process) \([^()]*\)")
 """A lease's holder as ``holder_of`` names it: the token in brackets is the server's to know."""
@@ -836,13 +837,15 @@ class AGUIService:
             message = message.replace(named, "the database")
         shown: list[str] = []
         size = read = cleaned_size = 0
-        for text, end in pieces(message):
+        for text, end in pieces(message, _LONGEST_WORD):
             if text.isspace():
                 cleaned = text
-            elif len(text) > _LONGEST_WORD:  # (not read: see below)
+            elif len(text) > _LONGEST_WORD and not _SPACE.search(text):  # (not read: below)
                 cleaned = f"[{len(text):,} characters without a space]"
+            elif len(text) > _LONGEST_WORD:  # (lines that run on: nothing after is read)
+                cleaned = f"[more than {_LONGEST_WORD:,} characters of lines that run on]"
             else:
-                cleaned = without_credentials(text)
+                cleaned = cleaned_piece(text)
                 cleaned_size += len(text)
             shown.append(cleaned)
             size, read = size + len(cleaned), end

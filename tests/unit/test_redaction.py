@@ -76,6 +76,7 @@ CLEANED = [
 KEPT = [
     "a well-\nknown path /tmp/x and a & b = c",  # (a hyphen at a line's end, no query)
     "Is it https://example.com/a? Yes.\nNext line",
+    "Error details:\nsomething happened. Really?\nYes",
     "(see https://docs.example.com/errors#timeout) and retry",  # -> its ")" stays
     "check the docs (https://d/page?x=1), then retry",
     "tried <http://h1/a?x=1>,<http://h2/b>",
@@ -198,6 +199,25 @@ CLEANED += [
     ("then &api-key=SECRET on its own", "then  on its own"),
     ("https://bob:hunter2&#64api.example.com/x", "https://api.example.com/x"),
     ("https://bob:hunter2&amp;#64;api.example.com/x", "https://api.example.com/x"),
+    # urllib3's form wrapped after the ?, or a key broken at its hyphen; other line breaks, a
+    # fragment, an encoded ?; a password wrapped at its : or before its @ (outside tester 218)
+    ("with url: /v1/chat?\napi-key=KEYSEC (Caused by X)", "with url: /v1/chat (Caused by X)"),
+    ("with url: /v1/chat?api-\nkey=KEYSEC (Caused by X)", "with url: /v1/chat (Caused by X)"),
+    ("https://api.example.com/v1?a=1&\rtoken=TOKSEC done", "https://api.example.com/v1 done"),
+    ("https://api.example.com/v1#\naccess_token=TOKSEC", "https://api.example.com/v1"),
+    ("https://api.example.com/v1%3F\napi-key=KEYSEC x", "https://api.example.com/v1 x"),
+    ("https://bob:\nPASSWDSEC@api.example.com/x", "https://api.example.com/x"),
+    ("https://bob:PASSWDSEC\n@api.example.com/x", "https://api.example.com/x"),
+    (
+        "for https://svc-user:my-secret-\nPASSSEC@api.example.com/v1/chat?api-key=KEYSEC-part&\n"
+        "session-token=TOKSEC ok",
+        "for https://api.example.com/v1/chat ok",
+    ),
+    # a URL after a wrapped line is a URL of its own, cleaned as one
+    (
+        "see https://h.example/a-\nhttp://u:PW@h2.example/ ok",
+        "see https://h.example/a-\nhttp://h2.example/ ok",
+    ),
 ]
 
 
@@ -237,6 +257,9 @@ _SECRET_CHARS = st.sampled_from("abcXYZ019-._~!$&'()*+,;=:%/@#?")
             "https%3A%2F%2Fuser%3A{e}%40host%2Fv1",
             "URL('user:{p}@proxy.example:3128')",
             "<a href='http://user:{p}&#64;host.example/v1'>",
+            "http://host/v1?a=1&\n    key={s}",  # (wrapped where the query goes on)
+            "url: /v1/chat?\nkey={s}",
+            "https://svc:pw-\n{p}@host.example/v1",
         ]
     ),
     before=st.sampled_from(["", "cannot reach ", "(", "[", "'", "x,", "= ", "连接", "1"]),
@@ -290,18 +313,29 @@ PIECES = [
     *("[::1]", "连接", "1", ".", ";", "|", "<", ">", "`", "{", "}", "\\", "u003a", "é", "..."),
     *(" ", "  ", "\t", "\n", "\u3000", "\xa0", "url: ", "/v1/chat", "npm:react@18.2.0"),
     *("input_value='", "input_value={'u': '", "', input_type=str", "'}, input_type=dict"),
-    *("-", "\n  ", "&api-key=", "api-\n", "&#64", "&amp;#64;", " \n&k=v"),
+    *("-", "\n  ", "&api-key=", "api-\n", "&#64", "&amp;#64;", " \n&k=v", "\r\n", "\u2028"),
+    *("%3F\n", "?a\n", "bob:\n", "\n@h", "&\r"),
 ]
 
 
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=30))
 def test_a_text_is_cleaned_as_its_words_are(pieces: list[str]) -> None:
-    """No URL spans white space but for a query string wrapped onto the next line, so
-    cleaning a text a piece at a time (``pieces``: its words, those kept together) -- as the
-    AG-UI server does, until what it shows is cleaned -- says it as cleaning it whole does."""
+    """The AG-UI server cleans a text a piece at a time (``pieces``: its words, those a
+    wrapped URL goes on across kept together), until what it shows is cleaned: that says it
+    as cleaning it whole does."""
     text = "".join(pieces)
     # (a value pydantic shortened may hold white space: cleaned first, on the whole text)
     cut = text_pieces(shortened_values_cleaned(text))
     by_piece = "".join(p if p.isspace() else without_credentials(p) for p, _ in cut)
     assert by_piece == without_credentials(text)
+
+
+def test_lines_that_run_on_are_read_no_further_than_asked() -> None:
+    """``pieces`` keeps lines a URL may go on across together; 6 MB of ``x-`` lines were one
+    piece, read whole before the server's first look at it (its loop held 1.3 s: outside
+    tester 218). Asked for pieces no longer than a bound, it stops at the first past it."""
+    text = "x-\n" * 2_000_000 + "tail"
+    [(piece, end)] = list(text_pieces(text, 16_384))
+    assert 16_384 < len(piece) <= 16_384 + 3 and end == len(piece)
+    assert [p for p, _ in text_pieces("a-\nb c", 16_384)] == ["a-\nb", " ", "c"]
