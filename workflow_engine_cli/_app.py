@@ -799,34 +799,52 @@ def _interruptible(
         # thread's, say) ended the command as an output failure: it was the hang-up
         if hung_up and stop.exit_code == EXIT_FAILED:
             raise typer.Exit(EXIT_PAUSED) from None
-        if stop.exit_code == EXIT_FAILED and run_ids and stdout_failed():
-            # the output could not be written (a full disk): the run stopped where it was,
-            # and exit 1 would have a script start another (outside tester 217)
+        failed = stop.exit_code == EXIT_FAILED and run_ids and stdout_failed()
+        if failed or (stop.exit_code == EXIT_BROKEN_PIPE and run_ids):
+            # the output could not be written (a full disk), or its reader went away (``|
+            # head``): the run stopped where it was, which stdout can no longer say -- stderr
+            # still may (outside tester 106); after a full disk, exit 1 would have a script
+            # start another run (217). A run that ended meanwhile has nothing to continue (218)
+            ended = _ended(run_ids[-1])
+            said = "Output failed" if failed else "Output closed"
             with contextlib.suppress(OSError, ValueError):
                 err_console().print(
-                    f"Output failed: run {visible(run_ids[-1])} stopped where it was. "
-                    f"Continue with: {resume_command(run_ids[-1])}",
+                    f"{said}: run {visible(run_ids[-1])} "
+                    + (
+                        f"had ended ({ended})."
+                        if ended is not None
+                        else f"stopped where it was. Continue with: {resume_command(run_ids[-1])}"
+                    ),
                     soft_wrap=True,
                     **_PLAIN,
                 )
                 sys.stderr.flush()
-            raise typer.Exit(EXIT_PAUSED) from None
-        if stop.exit_code == EXIT_BROKEN_PIPE and run_ids:
-            # the reader of its output went away (``| head``): the run stopped where it was,
-            # which stdout can no longer say -- stderr still may (outside tester 106)
-            command = resume_command(run_ids[-1])
-            with contextlib.suppress(OSError, ValueError):
-                err_console().print(
-                    f"Output closed: run {visible(run_ids[-1])} stopped where it was. "
-                    f"Continue with: {command}",
-                    soft_wrap=True,
-                    **_PLAIN,
-                )
+            if failed:
+                raise typer.Exit(EXIT_DONE if ended == "idle" else EXIT_PAUSED) from None
         raise
     finally:
         for sig, handler in before.items():
             if signal.getsignal(sig) is as_ctrl_c:
                 signal.signal(sig, handler)
+
+
+def _ended(run_id: str) -> str | None:
+    """The status run ``run_id`` rests at for good -- ``idle`` (finished) or ``cancelled`` --
+    as its database says now; None when it may go on, or that cannot be read."""
+    from workflow_engine.storage._reader import SqliteReader
+
+    if Hints.path is None:
+        return None
+    try:
+        reader = SqliteReader.open(Hints.path)
+        if reader is None:
+            return None
+        with reader:
+            run = reader.get_run(run_id)
+    except Exception:  # (whatever the file is now: the usual advice stands)
+        return None
+    status = run.status.value if run is not None else None
+    return status if status in ("idle", "cancelled") else None
 
 
 def _say_interrupted_as_json(run_ids: list[str], running: bool) -> None:

@@ -22,6 +22,8 @@ class Hints:
     ``workflow-engine resume RUN`` continues the same run (else nothing)."""
 
     db = ""
+    path: Path | None = None
+    """The database the command uses, once ``database`` has found it."""
 
     @classmethod
     def given(cls, db: Path | None, named_by: str = "--db") -> None:
@@ -52,6 +54,7 @@ class Hints:
             cls.defaulted(path)
         from ._output import name_in_errors
 
+        cls.path = path
         name_in_errors(str(path))
         with contextlib.suppress(OSError):  # (a relative path in a deleted directory)
             name_in_errors(str(path.absolute()))  # (as the store may name it)

@@ -976,3 +976,29 @@ def test_a_run_whose_output_reader_went_away_says_how_to_continue_on_stderr(
     assert command.startswith("workflow-engine resume ") and command.endswith(f"--db {cli.db}")
     resumed = cli.run(*command.split()[1:-2], "--approve")
     assert resumed.code == 0 and "finished" in resumed.out, str(resumed)
+
+
+def test_a_stopped_command_tells_a_run_that_had_ended_from_one_to_continue(
+    base: tuple[Cli, str, str, str], tmp_path: Path
+) -> None:
+    """Output closed (``demo | head``) or failed: the run stopped where it was, and stderr
+    says how to continue it -- unless it had ended before the output closed: then
+    ``resume`` only refused it (outside tester 218). What tells them apart: the run's
+    status, read from its database (``_ended``)."""
+    from workflow_engine_cli._app import _ended
+    from workflow_engine_cli._hints import Hints
+
+    source, run_id, request_id, other = base
+    cli = copy_of(source, tmp_path)
+    before = Hints.path
+    Hints.path = cli.db
+    try:
+        assert _ended(run_id) is None  # (paused: resume continues it)
+        cli.expect(0, "cancel", other)
+        assert _ended(other) == "cancelled"
+        cli.expect(0, "respond", request_id, "--approve")
+        cli.expect(0, "resume", run_id, "--approve")
+        assert _ended(run_id) == "idle"
+        assert _ended("no-such-run") is None
+    finally:
+        Hints.path = before
