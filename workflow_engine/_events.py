@@ -103,8 +103,9 @@ class ErrorDetails:
         would leave the run looking cut off by a crash, its error unrecorded."""
         message = self.message
         if len(message) > RECORDED_MESSAGE:
-            rest = len(message) - RECORDED_MESSAGE
-            message = f"{message[:RECORDED_MESSAGE]} ... ({rest:,} more characters not recorded)"
+            cut = _recorded_up_to(message)
+            rest = len(message) - cut
+            message = f"{message[:cut]} ... ({rest:,} more characters not recorded)"
         record = {
             "error_type": self.error_type[:RECORDED_MESSAGE],
             "message": message,
@@ -257,3 +258,19 @@ class RequestInfoEvent(WorkflowEvent):
 
     def to_dict(self, codec: JsonCodec | None = None) -> dict[str, Any]:
         return {"type": self.type, **self.request.to_dict(codec)}
+
+
+def _recorded_up_to(message: str) -> int:
+    """Where a recorded message longer than ``RECORDED_MESSAGE`` is cut: after the last whole
+    piece (a word, or the lines a wrapped URL goes on across) that fits. Cut inside a word,
+    a URL's password was left before its ``@``, which said no more that it was one: a failed
+    run's start sent again showed it (outside tester 219)."""
+    from ._redaction import pieces
+
+    cut = 0
+    for piece, end in pieces(message):
+        if end > RECORDED_MESSAGE:
+            break
+        if not piece.isspace():
+            cut = end
+    return cut or RECORDED_MESSAGE

@@ -77,7 +77,7 @@ _USER_ALONE = re.compile(
 a proxy written without one) -- a port after the host: ``npm:react@18.2.0``, ``Contact:bob@
 example.com`` or ``python:3.12-slim@sha256:4c2c`` are no credentials (tester 204)."""
 _LINE_BREAKS = "\n\r\v\f\x85\u2028\u2029"
-_QUERY_KEY = re.compile(rf"[?&][\w.~%-]*(?:=|(?=[^\S{_LINE_BREAKS}]*[{_LINE_BREAKS}]\s*\S))")
+_QUERY_KEY = re.compile(rf"[?&][\w.~%-]*(?:=|(?=[^\S{_LINE_BREAKS}]*[{_LINE_BREAKS}]\s*[^\s=]*=))")
 """A query string that holds a value, after a path without a scheme (``url: /v1/chat?api-key=
 ...``, as urllib3 writes it; or ``api.example.com/v1?key=...``): see ``_paths_without_queries``."""
 _PATH_STOP = frozenset("?#\"'<>")
@@ -192,16 +192,26 @@ def _paths_without_queries(text: str) -> str:
     at = search = 0
     while (query := _QUERY_KEY.search(text, search)) is not None:
         q = query.start()
-        begin = q  # the path runs back to white space, a quote or another query
-        while begin > at and text[begin - 1] not in _PATH_STOP and not text[begin - 1].isspace():
-            begin -= 1
         # a query string at the start of a word (after an opening bracket or quote, if any):
         # its path is on the line before it (a library wrapped a long URL there), or it stands
         # alone -- either way it is left out; an ``&`` opens one only there
-        alone = not text[begin:q].lstrip(_OPENING)
-        if not alone and (text[q] == "&" or _path_opening(text, begin, q) is None):
-            search = q + 1
-            continue
+        if text[q] == "&":  # (not read back to its word's start: "a&=&=&=..." was quadratic)
+            begin = q
+            while begin > at and text[begin - 1] in _OPENING:
+                begin -= 1
+            if begin > at and not text[begin - 1].isspace() and text[begin - 1] not in _PATH_STOP:
+                search = q + 1
+                continue
+        else:
+            begin = q  # the path runs back to white space, a quote or another query
+            while (
+                begin > at and text[begin - 1] not in _PATH_STOP and not text[begin - 1].isspace()
+            ):
+                begin -= 1
+            alone = not text[begin:q].lstrip(_OPENING)
+            if not alone and _path_opening(text, begin, q) is None:
+                search = q + 1
+                continue
         ended = _VALUE_END.search(text, query.end())
         end = _continued(
             text, ended.start() if ended else len(text), len(text), query=True, url=False
@@ -229,16 +239,19 @@ def _continued(text: str, end: int, limit: int, *, query: bool, url: bool) -> in
         if after >= limit:
             break
         last, first = text[end - 1], text[after]
+        ended = (_URL_END if url else _VALUE_END).search(text, after, limit)
+        stop = ended.start() if ended else limit
+        pair = "=" in text[after:stop]  # (the next line's word is a key and its value)
         goes_on = (
-            last == "-"
-            or first == "&"
-            or (query and (last in _GOES_ON or _ended_encoded(text, end)))
-            or (url and (last == ":" or first == "@"))
+            last in "-="
+            or (first == "&" and pair)
+            or (first == "-" and stop - after > 1)  # (textwrap breaks before a "--")
+            or (query and pair and (last in _GOES_ON or _ended_encoded(text, end)))
+            or (url and ((last == ":" and "@" in text[after:stop]) or first == "@"))
         )
         if not goes_on:
             break
-        ended = (_URL_END if url else _VALUE_END).search(text, after, limit)
-        end = ended.start() if ended else limit
+        end = stop
         query = query or bool(
             _QUERY.search(text, after, end) or _ENCODED_QUERY.search(text, after, end)
         )
@@ -292,7 +305,7 @@ def _goes_on(before: str, space: str, word: str) -> bool:
     ``space`` (see ``_continued``; more often than it does, which cleans the same)."""
     return _BREAK.search(space) is not None and (
         before[-1] in _JOINED
-        or word[0] in "&@"
+        or word[0] in "&@-"
         or _ended_encoded(before, len(before))
         or _OPEN_KEY.search(before, max(0, len(before) - _LONGEST)) is not None
     )

@@ -407,6 +407,8 @@ def _not_ours(path: Path) -> tuple[int, str] | None:
     if not os.access(path, os.W_OK):
         return None  # (SQLite would open it read-only, and leave its -wal and -shm files)
     with contextlib.suppress(OSError):
+        if not path.is_file():  # (a device, a FIFO: the store says it is not a file)
+            return None
         if not_sqlite(Path(os.path.realpath(path)), path.stat().st_size):
             return None  # (SQLite would take a byte for a new database: the store refuses it)
     # (a WAL a killed writer left is read where it is, not folded into the file on closing:

@@ -415,6 +415,30 @@ def test_a_file_of_one_byte_is_refused_and_left_as_it_was(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes"]
 
 
+@pytest.mark.skipif(not Path("/dev/null").exists(), reason="no /dev/null")
+def test_a_device_is_no_database_for_any_command() -> None:
+    """``--db /dev/null``: the commands that act on a run said it had no tables (exit 4),
+    the others that it is not a file (exit 6: outside tester 219). Every one says the
+    latter."""
+    for command in (
+        ["runs", "list"],
+        ["respond", "abcd", "--approve"],
+        ["resume", "abcd"],
+        ["cancel", "abcd"],
+    ):
+        done = subprocess.run(
+            [str(ENGINE), *command, "--db", "/dev/null"],
+            capture_output=True,
+            text=True,
+            env=env_for(),
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
+        said = "error: cannot open the database /dev/null: it is not a file"
+        assert (done.returncode, done.stderr.strip()) == (6, said), (command, done.stderr)
+
+
 def test_a_damaged_answer_is_counted_in_listings_and_said_when_its_run_is_shown(
     databases: dict[str, Path],
 ) -> None:

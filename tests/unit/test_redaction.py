@@ -77,6 +77,11 @@ KEPT = [
     "a well-\nknown path /tmp/x and a & b = c",  # (a hyphen at a line's end, no query)
     "Is it https://example.com/a? Yes.\nNext line",
     "Error details:\nsomething happened. Really?\nYes",
+    # a question ending in a URL or a path, an & ending a line (outside tester 219)
+    "Is the model server running at http://localhost:11434?\nStart it with `ollama serve`.",
+    "File not found: did you mean /etc/hosts?\nCheck the spelling.",
+    "Could not find a supplier named Smith &\nWesson today; wait 5s &\nthen give up; a#\nb",
+    "see http://h.example:\nfoo bar",
     "(see https://docs.example.com/errors#timeout) and retry",  # -> its ")" stays
     "check the docs (https://d/page?x=1), then retry",
     "tried <http://h1/a?x=1>,<http://h2/b>",
@@ -213,6 +218,15 @@ CLEANED += [
         "session-token=TOKSEC ok",
         "for https://api.example.com/v1/chat ok",
     ),
+    # textwrap breaks before a "--" (outside tester 219)
+    (
+        "failed:\nhttps://api.example.com/v1?token=abc\n--\nSECRETTAIL&user=bob",
+        "failed:\nhttps://api.example.com/v1",
+    ),
+    (
+        "failed: https://alice:pa\n--\nSECRETPW@api.example.com/v1",
+        "failed: https://api.example.com/v1",
+    ),
     # a URL after a wrapped line is a URL of its own, cleaned as one
     (
         "see https://h.example/a-\nhttp://u:PW@h2.example/ ok",
@@ -295,6 +309,8 @@ REREAD = {
     "query keys wrapped": "?k=1&\n" * 50_000,
     "lines ending in hyphens": "a-\n" * 100_000,
     "HTML at signs": "http://u:p&#64" * 20_000,
+    "query keys glued": "a" + "&=" * 100_000,
+    "questions ending lines": "/p?\nk" * 50_000,
 }
 
 
@@ -339,3 +355,18 @@ def test_lines_that_run_on_are_read_no_further_than_asked() -> None:
     [(piece, end)] = list(text_pieces(text, 16_384))
     assert 16_384 < len(piece) <= 16_384 + 3 and end == len(piece)
     assert [p for p, _ in text_pieces("a-\nb c", 16_384)] == ["a-\nb", " ", "c"]
+
+
+def test_a_recorded_error_is_cut_between_words_not_inside_a_url() -> None:
+    """A run records the first 100,000 characters of its error; cut inside a word, a URL's
+    password lost its ``@`` and a failed run's start sent again showed it to AG-UI clients
+    (outside tester 219). The cut falls after the last whole word, or wrapped URL, that fits."""
+    from workflow_engine._events import RECORDED_MESSAGE, ErrorDetails
+
+    url = "https://alice:hunter2@api.example.com/v1?api-key=SECRETKEY"
+    for wrap in ("", "\n"):
+        padding = "x" * (RECORDED_MESSAGE - len("https://alice:hunter2") - 1)
+        said = f"{padding} {url.replace('@', wrap + '@')} failed"
+        recorded = ErrorDetails("RuntimeError", said).as_record()["message"]
+        assert recorded.startswith(padding + " ... (") and "hunter2" not in recorded
+        assert "hunter2" not in without_credentials(recorded)
