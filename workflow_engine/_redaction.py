@@ -8,7 +8,10 @@ and a run records it so. The text is the exception's own, in whatever form the c
 raised it wrote the URL -- with or without a scheme, glued to the words before it, inside
 quotes or brackets, several in a row, one in another's path, escaped as JSON or ``repr`` write
 it, percent-encoded (once or twice) inside another URL, or ``user:password@host:port`` alone
-as httpx names a proxy -- so each of those is read here. Only what is cleaned changes: the
+as httpx names a proxy, or wrapped onto the next line where it goes on (``_continued``) --
+so each of those is read here. The text is cleaned in pieces (``pieces``): its words, and the
+lines a wrapped URL goes on across, so that the AG-UI server, which cleans a piece at a time
+up to what it shows, says it as the whole is said. Only what is cleaned changes: the
 text around a URL, and a URL that holds nothing to leave out, stay as they were written (a
 ``%3d`` in a format string, a ``\\/`` in a regex, the punctuation after a URL).
 
