@@ -29,6 +29,7 @@ from collections.abc import Iterator
 _LONGEST = 128
 """The longest scheme, or user and password without a scheme, read as one: longer, it is
 taken for a word (RFC 3986 sets no limit; none in use comes near)."""
+_LINE_BREAKS = "\n\r\v\f\x85\u2028\u2029"
 _SLASHES = r"(?://|(?:\\+/){2}|(?:\\+u002[fF]){2}|(?:%(?:25)*2[fF]){2})"
 """A URL's ``//``: as written, escaped as JSON (``\\/``, doubled by ``repr``) or ``\\u002f``,
 or percent-encoded (``%2F``, ``%252F``...)."""
@@ -72,15 +73,20 @@ _QUOTED_ELIDED = re.compile(
 _HOST_AND_PORT = re.compile(r"(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 _ESCAPE = re.compile(r"(?<!\\)\\+(?:/|u([0-9A-Fa-f]{4}))")
+_WRAPPED = rf"(?:(?<=[-:])[^\S{_LINE_BREAKS}]*[{_LINE_BREAKS}]\s*|\s*[{_LINE_BREAKS}]\s*(?=@))"
+"""A line break a wrapper put in a user and password: after a hyphen or the ``:``, or before
+the ``@`` (outside tester 220: ``svc-user:hunter-`` / ``prod@proxy:3128``)."""
 _USER_ALONE = re.compile(
-    rf"(?<![^\s'\"(<\[{{=,;|`])[^\s:@/'\"()<>\[\]]{{1,{_LONGEST}}}:[^\s'\"/]{{1,{_LONGEST}}}@"
-    r"(?=(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+(?![\w.]))"
+    rf"(?<![^\s'\"(<\[{{=,;|`])(?:[^\s:@/'\"()<>\[\]]|{_WRAPPED}){{1,{_LONGEST}}}:"
+    rf"(?:[^\s'\"/]|{_WRAPPED}){{1,{_LONGEST}}}@"
+    r"(?=(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+(?!\w|\.\w))"  # (a sentence's . may end it)
 )
 """``user:password@host:port`` with no scheme or ``//`` (httpx's ``URL('user:pw@h:3128')`` for
 a proxy written without one) -- a port after the host: ``npm:react@18.2.0``, ``Contact:bob@
 example.com`` or ``python:3.12-slim@sha256:4c2c`` are no credentials (tester 204)."""
-_LINE_BREAKS = "\n\r\v\f\x85\u2028\u2029"
-_QUERY_KEY = re.compile(rf"[?&][\w.~%-]*(?:=|(?=[^\S{_LINE_BREAKS}]*[{_LINE_BREAKS}]\s*[^\s=]*=))")
+_QUERY_KEY = re.compile(
+    rf"&[\w.~%-]+=|\?[\w.~%-]*(?:=|(?=[^\S{_LINE_BREAKS}]*[{_LINE_BREAKS}]\s*[^\s=]*=))"
+)
 """A query string that holds a value, after a path without a scheme (``url: /v1/chat?api-key=
 ...``, as urllib3 writes it; or ``api.example.com/v1?key=...``): see ``_paths_without_queries``."""
 _PATH_STOP = frozenset("?#\"'<>")
@@ -233,17 +239,22 @@ def _continued(text: str, end: int, limit: int, *, query: bool, url: bool) -> in
     (``_GOES_ON``), at a hyphen a wrapper broke a word at, or -- in a URL -- after the ``:``
     of a user's password, or when the next line goes on with an ``&`` (or a password's end,
     an ``@``). It then ends where that line's first word does (outside testers 217, 218:
-    wrapped keys and passwords went to the client). ``pieces`` keeps such lines together."""
-    while end < limit:
+    wrapped keys and passwords went to the client). ``pieces`` keeps such lines together.
+    A URL's open query string runs over ``limit``: a URL in it (``?next=https://...``) is
+    part of its value (outside tester 220)."""
+    while True:
+        bound = len(text) if url and query else limit
+        if end >= bound:
+            break
         space = _SPACE.match(text, end)
         if space is None or _BREAK.search(space.group()) is None:
             break
         after = space.end()
-        if after >= limit:
+        if after >= bound:
             break
         last, first = text[end - 1], text[after]
-        ended = (_URL_END if url else _VALUE_END).search(text, after, limit)
-        stop = ended.start() if ended else limit
+        ended = (_URL_END if url else _VALUE_END).search(text, after, bound)
+        stop = ended.start() if ended else bound
         pair = "=" in text[after:stop]  # (the next line's word is a key and its value)
         goes_on = (
             last in "-="

@@ -82,6 +82,8 @@ KEPT = [
     "File not found: did you mean /etc/hosts?\nCheck the spelling.",
     "Could not find a supplier named Smith &\nWesson today; wait 5s &\nthen give up; a#\nb",
     "see http://h.example:\nfoo bar",
+    # a shell's & ending a line, an assignment on the next (outside tester 220)
+    "script was:\n  ./server --port 8000 &\n  DB_PATH=/tmp/x.db ./client\nwell-known &\n--db=x",
     "(see https://docs.example.com/errors#timeout) and retry",  # -> its ")" stays
     "check the docs (https://d/page?x=1), then retry",
     "tried <http://h1/a?x=1>,<http://h2/b>",
@@ -227,6 +229,23 @@ CLEANED += [
         "failed: https://alice:pa\n--\nSECRETPW@api.example.com/v1",
         "failed: https://api.example.com/v1",
     ),
+    # a URL in another's query string, wrapped; a proxy's user and password without a scheme,
+    # wrapped after a hyphen or the ":" or before the "@" (outside tester 220)
+    (
+        "Request failed:\nhttps://sso.example.com/login?next=https://api.example.com/v1/chat?api-"
+        "\nkey=TOK3NVAL (retrying)",
+        "Request failed:\nhttps://sso.example.com/login (retrying)",
+    ),
+    (
+        "see https://a.example.com/cb?next=\nhttps://b.example.com/x&token=TOK3NVAL done",
+        "see https://a.example.com/cb done",
+    ),
+    (
+        "proxy svc-user:hunter-prod-\nxyzzy@proxy-1.example.com:3128 (407)",
+        "proxy proxy-1.example.com:3128 (407)",
+    ),
+    ("proxy svc-user:\nhunter2xyz@proxy.example.com:3128", "proxy proxy.example.com:3128"),
+    ("proxy svc-user:hunter2xyz\n@proxy.example.com:3128 x", "proxy proxy.example.com:3128 x"),
     # a URL after a wrapped line is a URL of its own, cleaned as one
     (
         "see https://h.example/a-\nhttp://u:PW@h2.example/ ok",
@@ -274,6 +293,8 @@ _SECRET_CHARS = st.sampled_from("abcXYZ019-._~!$&'()*+,;=:%/@#?")
             "http://host/v1?a=1&\n    key={s}",  # (wrapped where the query goes on)
             "url: /v1/chat?\nkey={s}",
             "https://svc:pw-\n{p}@host.example/v1",
+            "https://sso.example/login?next=https://api.example/v1?api-\nkey={s}",
+            "proxy user:pw-\n{p}@proxy.example:3128",
         ]
     ),
     before=st.sampled_from(["", "cannot reach ", "(", "[", "'", "x,", "= ", "连接", "1"]),
