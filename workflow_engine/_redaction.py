@@ -73,13 +73,15 @@ _QUOTED_ELIDED = re.compile(
 _HOST_AND_PORT = re.compile(r"(?:[\w.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
 _PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
 _ESCAPE = re.compile(r"(?<!\\)\\+(?:/|u([0-9A-Fa-f]{4}))")
-_WRAPPED = rf"(?:(?<=[-:])[^\S{_LINE_BREAKS}]*[{_LINE_BREAKS}]\s*|\s*[{_LINE_BREAKS}]\s*(?=@))"
-"""A line break a wrapper put in a user and password: after a hyphen or the ``:``, or before
-the ``@`` (outside tester 220: ``svc-user:hunter-`` / ``prod@proxy:3128``)."""
+_WRAPPED = rf"(?:(?<=[-:])[^\S{_LINE_BREAKS}]*[{_LINE_BREAKS}]\s*|\s*[{_LINE_BREAKS}]\s*(?=[@-]))"
+"""A line break a wrapper put in a user and password, or a proxy's host and port: after a
+hyphen or a ``:``, or before the ``@`` or a hyphen (outside testers 220, 221: ``svc-user:
+hunter-`` / ``prod@proxy:3128``; ``@egress-`` / ``proxy:8080``)."""
 _USER_ALONE = re.compile(
     rf"(?<![^\s'\"(<\[{{=,;|`])(?:[^\s:@/'\"()<>\[\]]|{_WRAPPED}){{1,{_LONGEST}}}:"
     rf"(?:[^\s'\"/]|{_WRAPPED}){{1,{_LONGEST}}}@"
-    r"(?=(?:[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]+(?!\w|\.\w))"  # (a sentence's . may end it)
+    rf"(?=(?:(?:[A-Za-z0-9.-]|{_WRAPPED}){{1,{_LONGEST}}}|\[[0-9A-Fa-f:.]+\]):(?:{_WRAPPED})?"
+    r"[0-9]+(?!\w|\.\w))"  # (a sentence's . may end it)
 )
 """``user:password@host:port`` with no scheme or ``//`` (httpx's ``URL('user:pw@h:3128')`` for
 a proxy written without one) -- a port after the host: ``npm:react@18.2.0``, ``Contact:bob@

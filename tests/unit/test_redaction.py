@@ -246,6 +246,11 @@ CLEANED += [
     ),
     ("proxy svc-user:\nhunter2xyz@proxy.example.com:3128", "proxy proxy.example.com:3128"),
     ("proxy svc-user:hunter2xyz\n@proxy.example.com:3128 x", "proxy proxy.example.com:3128 x"),
+    # ... and its host wrapped at a hyphen or before its port, its password before a "--"
+    # (outside tester 221)
+    ("proxy svc:hunter2@egress-\nproxy.corp:3128 x", "proxy egress-\nproxy.corp:3128 x"),
+    ("proxy svc:hunter2@proxy.corp:\n3128 refused", "proxy proxy.corp:\n3128 refused"),
+    ("proxy svc:hunter\n--two@proxy.corp:3128 refused", "proxy proxy.corp:3128 refused"),
     # a URL after a wrapped line is a URL of its own, cleaned as one
     (
         "see https://h.example/a-\nhttp://u:PW@h2.example/ ok",
