@@ -655,12 +655,12 @@ class SqliteStore:
                         f"cannot create the directory for the database {self.path}: {exc.strerror}"
                     ) from exc
             try:
-                kind = os.stat(self.path).st_mode
+                info: os.stat_result | None = os.stat(self.path)
             except OSError:
-                kind = None
-            if kind is not None and stat.S_ISDIR(kind):
+                info = None
+            if info is not None and stat.S_ISDIR(info.st_mode):
                 raise StoreUnavailableError(directory_refused(self.path))
-            if kind is not None and not stat.S_ISREG(kind):  # (a FIFO: "disk I/O error")
+            if info is not None and not stat.S_ISREG(info.st_mode):  # (a FIFO: "disk I/O error")
                 raise StoreUnavailableError(not_a_file_refused(self.path))
             # (where SQLite keeps the -wal and -shm files: beside the file a symlink names)
             real = Path(os.path.realpath(self.path))
@@ -675,7 +675,7 @@ class SqliteStore:
                 # SQLite would open it read-only and leave -wal and -shm files this user owns
                 # beside it, which stop its owner's next write (outside tester 94)
                 raise StoreUnavailableError(_not_writable(self.path, real))
-            if kind is not None and not_sqlite(real, os.stat(real).st_size):
+            if info is not None and not_sqlite(real, info.st_size):
                 # (SQLite takes a file of a byte for a new database, and wrote over it)
                 raise StoreCorruptError(damaged(self.path, "file is not a database"))
             worker = Worker(f"workflow-engine-sqlite:{self.path.name}")

@@ -59,7 +59,6 @@ def quick_read(argv: Sequence[str]) -> int | None:
 
     command, options = parsed
     work_out = {("runs", "list"): _runs, ("requests", "list"): _requests, ("runs", "show"): _show}
-    refused = None
     try:
         database = _database(options)
         refused = refused_before_reading(database)
